@@ -1,0 +1,282 @@
+//! The crate's one error type.
+//!
+//! Every failure says which call failed and why, by the library's own status name
+//! (`cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)`), or, for mistakes caught
+//! before any call, what was wrong with the arguments.
+
+use cuda_driver_sys as sys;
+use cudart_sys as rt;
+use nccl_sys as nccl;
+use std::fmt;
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in this crate.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A CUDA driver call returned an error status.
+    Driver {
+        /// The C function that failed, e.g. `cuMemAlloc`.
+        call: &'static str,
+        /// The status it returned.
+        status: sys::CUresult,
+    },
+    /// A CUDA runtime call returned an error status.
+    Runtime {
+        /// The C function that failed, e.g. `cudaMalloc`.
+        call: &'static str,
+        /// The status it returned.
+        status: rt::cudaError_t,
+    },
+    /// An NCCL call returned an error status.
+    Nccl {
+        /// The C function that failed, e.g. `ncclAllReduce`.
+        call: &'static str,
+        /// The status it returned.
+        status: nccl::ncclResult_t,
+    },
+    /// A library, or one of its functions, could not be loaded.
+    Load {
+        /// The C function that was being called.
+        call: &'static str,
+        /// Why it could not be loaded: files tried, symbol, versions.
+        source: sys::LoadError,
+    },
+    /// An argument was rejected before any call was made (sizes, bounds, alignment, ranges).
+    InvalidArgument {
+        /// The operation that rejected it, e.g. `DeviceBuffer::copy_from`.
+        operation: &'static str,
+        /// What was wrong, in words that say how to fix it.
+        message: String,
+    },
+    /// A memory pool or allocator could not satisfy a request, even after releasing its cache.
+    OutOfMemory {
+        /// The bytes asked for.
+        requested: usize,
+        /// The bytes the allocator held when it gave up.
+        held: usize,
+        /// The allocator's limit, if one is set.
+        limit: Option<usize>,
+    },
+    /// A host function run by the GPU (a stream callback) panicked; the panic was caught.
+    CallbackPanicked {
+        /// The panic's message.
+        message: String,
+    },
+}
+
+impl Error {
+    /// An [`Error::InvalidArgument`].
+    pub fn invalid(operation: &'static str, message: impl Into<String>) -> Self {
+        Error::InvalidArgument { operation, message: message.into() }
+    }
+
+    /// The driver status, when this is a driver error.
+    pub fn driver_status(&self) -> Option<sys::CUresult> {
+        match self {
+            Error::Driver { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The C function that failed, when the error came from a call.
+    pub fn call(&self) -> Option<&'static str> {
+        match self {
+            Error::Driver { call, .. }
+            | Error::Runtime { call, .. }
+            | Error::Nccl { call, .. }
+            | Error::Load { call, .. } => Some(call),
+            _ => None,
+        }
+    }
+}
+
+fn driver_description(status: sys::CUresult) -> Option<String> {
+    let mut text: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: the out-pointer is a live local; the driver writes a static string or nothing.
+    let r = unsafe { sys::cuGetErrorString(status, &mut text) };
+    if r != sys::CUresult::CUDA_SUCCESS || text.is_null() {
+        return None;
+    }
+    // SAFETY: the driver returned a NUL-terminated static string.
+    Some(unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned())
+}
+
+fn runtime_description(status: rt::cudaError_t) -> Option<String> {
+    // SAFETY: cudaGetErrorString takes any value and returns a static string (or, unloaded, ours).
+    let text = unsafe { rt::cudaGetErrorString(status) };
+    if text.is_null() || rt::library_error().is_some() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated static string.
+    Some(unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned())
+}
+
+fn nccl_description(status: nccl::ncclResult_t) -> Option<String> {
+    if nccl::library_error().is_some() {
+        return None;
+    }
+    // SAFETY: ncclGetErrorString takes any value and returns a static string.
+    let text = unsafe { nccl::ncclGetErrorString(status) };
+    if text.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated static string.
+    Some(unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned())
+}
+
+fn write_status(
+    f: &mut fmt::Formatter<'_>,
+    call: &str,
+    name: Option<&str>,
+    raw: i64,
+    description: Option<String>,
+) -> fmt::Result {
+    write!(f, "{call} failed: ")?;
+    match name {
+        Some(n) => f.write_str(n)?,
+        None => write!(f, "unknown status {raw}")?,
+    }
+    match description {
+        Some(d) => write!(f, " ({d})"),
+        None => Ok(()),
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Driver { call, status } => {
+                write_status(f, call, status.name(), i64::from(status.0), driver_description(*status))
+            }
+            Error::Runtime { call, status } => {
+                write_status(f, call, status.name(), i64::from(status.0), runtime_description(*status))
+            }
+            Error::Nccl { call, status } => {
+                write_status(f, call, status.name(), i64::from(status.0), nccl_description(*status))
+            }
+            Error::Load { call, source } => write!(f, "{call} could not be loaded: {source}"),
+            Error::InvalidArgument { operation, message } => write!(f, "{operation}: {message}"),
+            Error::OutOfMemory { requested, held, limit } => {
+                write!(f, "out of memory: {requested} bytes requested while {held} bytes are held")?;
+                match limit {
+                    Some(l) => write!(f, " under a limit of {l} bytes; raise the limit or free memory"),
+                    None => f.write_str("; free memory or lower the request"),
+                }
+            }
+            Error::CallbackPanicked { message } => write!(f, "a stream callback panicked: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Load { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// The name a load error is recorded under: the C name without an ABI suffix.
+fn load_symbol(call: &str) -> &str {
+    match call.rfind("_v") {
+        Some(i) if call[i + 2..].bytes().all(|b| b.is_ascii_digit()) && i + 2 < call.len() => &call[..i],
+        _ => call,
+    }
+}
+
+/// Turns a driver status into a `Result`; a status that means "could not be loaded" becomes
+/// [`Error::Load`] with the loader's reason.
+#[inline]
+pub(crate) fn check(call: &'static str, status: sys::CUresult) -> Result<()> {
+    if status == sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(driver_error(call, status)) }
+}
+
+#[cold]
+pub(crate) fn driver_error(call: &'static str, status: sys::CUresult) -> Error {
+    if status == sys::CUresult::CUDA_ERROR_NOT_FOUND || status == sys::CUresult::CUDA_ERROR_NOT_SUPPORTED {
+        if let Some(source) = sys::load_error(load_symbol(call)).or_else(sys::library_error) {
+            return Error::Load { call, source };
+        }
+    }
+    Error::Driver { call, status }
+}
+
+/// Turns a runtime status into a `Result`, like [`check`].
+#[inline]
+pub(crate) fn check_runtime(call: &'static str, status: rt::cudaError_t) -> Result<()> {
+    if status == rt::cudaError_t::cudaSuccess { Ok(()) } else { Err(runtime_error(call, status)) }
+}
+
+#[cold]
+pub(crate) fn runtime_error(call: &'static str, status: rt::cudaError_t) -> Error {
+    if status == rt::cudaError_t::cudaErrorSymbolNotFound {
+        if let Some(source) = rt::load_error(call).or_else(rt::library_error) {
+            return Error::Load { call, source };
+        }
+    }
+    Error::Runtime { call, status }
+}
+
+/// Turns an NCCL status into a `Result`, like [`check`].
+#[inline]
+pub(crate) fn check_nccl(call: &'static str, status: nccl::ncclResult_t) -> Result<()> {
+    if status == nccl::ncclResult_t::ncclSuccess { Ok(()) } else { Err(nccl_error(call, status)) }
+}
+
+#[cold]
+pub(crate) fn nccl_error(call: &'static str, status: nccl::ncclResult_t) -> Error {
+    if status == nccl::ncclResult_t::ncclSystemError {
+        if let Some(source) = nccl::load_error(call).or_else(nccl::library_error) {
+            return Error::Load { call, source };
+        }
+    }
+    Error::Nccl { call, status }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_errors_print_the_call_and_status_name() {
+        let e = Error::Driver { call: "cuMemAlloc", status: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY };
+        let text = e.to_string();
+        assert!(text.starts_with("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY"), "{text}");
+        assert_eq!(e.call(), Some("cuMemAlloc"));
+        assert_eq!(e.driver_status(), Some(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+    }
+
+    #[test]
+    fn unknown_statuses_print_their_number() {
+        let e = Error::Driver { call: "cuInit", status: sys::CUresult(123_456) };
+        assert!(e.to_string().contains("unknown status 123456"), "{e}");
+    }
+
+    #[test]
+    fn runtime_and_nccl_statuses_have_names() {
+        let e = Error::Runtime { call: "cudaMalloc", status: rt::cudaError_t::cudaErrorMemoryAllocation };
+        assert!(e.to_string().starts_with("cudaMalloc failed: cudaErrorMemoryAllocation"), "{e}");
+        let e = Error::Nccl { call: "ncclAllReduce", status: nccl::ncclResult_t::ncclInvalidArgument };
+        assert!(e.to_string().starts_with("ncclAllReduce failed: ncclInvalidArgument"), "{e}");
+    }
+
+    #[test]
+    fn abi_suffixes_are_stripped_for_load_lookups() {
+        assert_eq!(load_symbol("cuCtxSynchronize_v2"), "cuCtxSynchronize");
+        assert_eq!(load_symbol("cuMemAlloc"), "cuMemAlloc");
+        assert_eq!(load_symbol("cuGraph_v"), "cuGraph_v");
+    }
+
+    #[test]
+    fn out_of_memory_states_size_held_and_limit() {
+        let e = Error::OutOfMemory { requested: 1024, held: 4096, limit: Some(8192) };
+        let text = e.to_string();
+        for part in ["1024", "4096", "8192"] {
+            assert!(text.contains(part), "{text}");
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! Safe, idiomatic CUDA for Rust.
+//!
+//! `cuda-core` wraps the raw `-sys` crates of this workspace ([`cuda_driver_sys`],
+//! [`cudart_sys`], [`nvtx_sys`], [`nccl_sys`]) in one module per section of the CUDA driver API.
+//!
+//! # Contracts
+//!
+//! * **Errors.** Every fallible call returns [`Result`]. An [`Error`] names the C call that
+//!   failed and its status by name, or says which argument was rejected before any call was
+//!   made. Nothing in this crate panics on input from the user or answers from the driver.
+//! * **Loading.** No CUDA library is needed to build. The driver, runtime and NCCL are loaded on
+//!   first use; when one is missing, calls fail with [`Error::Load`], which names the files tried
+//!   and what to install.
+//! * **`unsafe`.** It is kept to what the compiler cannot check: launching a kernel (its
+//!   parameters must match the kernel), adopting raw handles, and reading memory a kernel may
+//!   still be writing. Everything checkable (sizes, bounds, alignment) is checked.
+//! * **Streams.** Work that runs asynchronously takes the stream it runs on explicitly.
+
+pub mod error;
+
+pub use error::{Error, Result};
+
+pub use cuda_driver_sys as driver_sys;
+pub use cudart_sys as runtime_sys;
+pub use nccl_sys;
+pub use nvtx_sys;

@@ -1,0 +1,78 @@
+//! Raw bindings to the CUDA driver API (`cuda.h`, `cudaProfiler.h`, and the GL, EGL and VDPAU
+//! interop headers), loaded at run time.
+//!
+//! Every function of the headers is a `pub unsafe fn` with its C name and C signature. The name
+//! is the one C code calls (`cuMemAlloc`, never `cuMemAlloc_v2`); newer ABI variants that C code
+//! calls by their suffixed name (`cuCtxSynchronize_v2`) keep it.
+//!
+//! # Loading
+//!
+//! `libcuda` is opened on the first call of any function: the file named by
+//! `CUDA_DRIVER_LIBRARY_PATH` if set, else `libcuda.so.1` (`nvcuda.dll` on Windows). Each
+//! function is then looked up once, through `cuGetProcAddress`, at the ABI version that
+//! `cudaTypedefs.h` gives it, so the call gets exactly the ABI this crate's signature describes.
+//! After that a call costs one atomic load and an indirect call.
+//!
+//! Nothing here panics. When the library, the function, or a new enough driver is missing, the
+//! function returns [`CUresult::CUDA_ERROR_NOT_FOUND`] (missing) or
+//! [`CUresult::CUDA_ERROR_NOT_SUPPORTED`] (driver too old), and [`load_error`] says why: the files
+//! tried, the symbol, the version needed and the version installed.
+//!
+//! # Per-thread default stream
+//!
+//! Call [`set_per_thread_default_stream`] before the first driver call (or set
+//! `CUDA_API_PER_THREAD_DEFAULT_STREAM=1`) to get the `_ptds`/`_ptsz` variants, as C code
+//! compiled with `--default-stream per-thread` does.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#![no_std]
+extern crate std;
+
+#[allow(missing_docs, unpredictable_function_pointer_comparisons, clippy::all, clippy::pedantic)]
+mod types {
+    include!("generated/types.rs");
+}
+pub use types::*;
+
+mod loader;
+pub use cuda_loader::{AlreadyChosen, LoadError, LoadErrorKind, last_load_error, load_error};
+pub use loader::{
+    driver_version, library_error, library_path, per_thread_default_stream, set_per_thread_default_stream,
+};
+
+/// Expands each line of the generated function list into a lazily resolved function.
+macro_rules! driver_functions {
+    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
+        => $symbol:literal, $version:literal, $pt_version:literal; )*) => {
+        $(
+            #[doc = concat!(
+                "`", stringify!($name), "` of the CUDA driver API, resolved as `",
+                stringify!($symbol), "` at ABI version ", stringify!($version), ".\n\n",
+                "See <https://docs.nvidia.com/cuda/cuda-driver-api/> for its contract.",
+            )]
+            #[inline]
+            pub unsafe fn $name($($arg: $ty),*) -> $ret {
+                static SLOT: ::cuda_loader::Slot =
+                    ::cuda_loader::Slot::new($symbol, $version, $pt_version, c"");
+                match SLOT.get($crate::loader::resolve) {
+                    Ok(addr) => {
+                        // SAFETY: the driver returned this address for this symbol at the ABI
+                        // version whose signature is the one declared here.
+                        let f: unsafe extern "C" fn($($ty),*) -> $ret =
+                            unsafe { ::core::mem::transmute(addr) };
+                        // SAFETY: the caller upholds the C function's contract.
+                        unsafe { f($($arg),*) }
+                    }
+                    Err(failure) => $crate::loader::failure_status(failure),
+                }
+            }
+        )*
+    };
+}
+pub(crate) use driver_functions;
+
+#[allow(clippy::all, clippy::pedantic)]
+mod functions {
+    use crate::types::*;
+    include!("generated/functions.rs");
+}
+pub use functions::*;

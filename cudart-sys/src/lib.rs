@@ -1,0 +1,67 @@
+//! Raw bindings to the CUDA runtime API (`cuda_runtime_api.h`, `cuda_profiler_api.h`), loaded at
+//! run time.
+//!
+//! Every function of the headers is a `pub unsafe fn` with its C name and C signature.
+//!
+//! # Loading
+//!
+//! The runtime is opened on the first call of any function: the file named by
+//! `CUDART_LIBRARY_PATH` if set, else `libcudart.so.13` (`cudart64_13.dll` on Windows). Each
+//! function is looked up by its exported name once; afterwards a call costs one atomic load and an
+//! indirect call. A missing library or symbol makes the function return
+//! [`cudaError_t::cudaErrorSymbolNotFound`] (functions returning a string return a message, and
+//! [`cudaCreateChannelDesc`] a zeroed descriptor); [`load_error`] says why. Nothing here panics.
+//!
+//! # Per-thread default stream
+//!
+//! Call [`set_per_thread_default_stream`] before the first runtime call (or set
+//! `CUDA_API_PER_THREAD_DEFAULT_STREAM=1`) to get the `_ptds`/`_ptsz` exports, as C code compiled
+//! with `--default-stream per-thread` does.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#![no_std]
+extern crate std;
+
+#[allow(missing_docs, unpredictable_function_pointer_comparisons, clippy::all, clippy::pedantic)]
+mod types {
+    include!("generated/types.rs");
+}
+pub use types::*;
+
+mod loader;
+pub use cuda_loader::{AlreadyChosen, LoadError, LoadErrorKind, last_load_error, load_error};
+pub use loader::{library_error, library_path, per_thread_default_stream, set_per_thread_default_stream};
+
+/// Expands each line of the generated function list into a lazily resolved function.
+macro_rules! runtime_functions {
+    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
+        => $symbol:literal, $per_thread:literal; )*) => {
+        $(
+            #[doc = concat!(
+                "`", stringify!($name), "` of the CUDA runtime API.\n\n",
+                "See <https://docs.nvidia.com/cuda/cuda-runtime-api/> for its contract.",
+            )]
+            #[inline]
+            pub unsafe fn $name($($arg: $ty),*) -> $ret {
+                static SLOT: ::cuda_loader::Slot = ::cuda_loader::Slot::new($symbol, 0, 0, $per_thread);
+                match SLOT.get($crate::loader::resolve) {
+                    Ok(addr) => {
+                        // SAFETY: the runtime exports this symbol with the declared signature.
+                        let f: unsafe extern "C" fn($($ty),*) -> $ret =
+                            unsafe { ::core::mem::transmute(addr) };
+                        // SAFETY: the caller upholds the C function's contract.
+                        unsafe { f($($arg),*) }
+                    }
+                    Err(failure) => $crate::loader::OnLoadFailure::on_load_failure(failure),
+                }
+            }
+        )*
+    };
+}
+pub(crate) use runtime_functions;
+
+#[allow(clippy::all, clippy::pedantic)]
+mod functions {
+    use crate::types::*;
+    include!("generated/functions.rs");
+}
+pub use functions::*;

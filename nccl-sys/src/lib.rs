@@ -1,0 +1,59 @@
+//! Raw bindings to NCCL (`nccl.h`), loaded at run time.
+//!
+//! Every function of the header is a `pub unsafe fn` with its C name and C signature, the
+//! profiling `pnccl*` entry points included.
+//!
+//! # Loading
+//!
+//! NCCL is opened on the first call of any function: the file named by `NCCL_LIBRARY_PATH` if
+//! set, else `libnccl.so.2`. Each function is looked up by its exported name once; afterwards a
+//! call costs one atomic load and an indirect call. A missing library or symbol makes the function
+//! return [`ncclResult_t::ncclSystemError`] (`ncclGetErrorString` and `ncclGetLastError` return a
+//! message saying so); [`load_error`] says why. Nothing here panics.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#![no_std]
+extern crate std;
+
+#[allow(missing_docs, unpredictable_function_pointer_comparisons, clippy::all, clippy::pedantic)]
+mod types {
+    include!("generated/types.rs");
+}
+pub use types::*;
+
+mod loader;
+pub use cuda_loader::{LoadError, LoadErrorKind, last_load_error, load_error};
+pub use loader::{library_error, library_path};
+
+/// Expands each line of the generated function list into a lazily resolved function.
+macro_rules! nccl_functions {
+    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty => $symbol:literal; )*) => {
+        $(
+            #[doc = concat!(
+                "`", stringify!($name), "` of NCCL.\n\n",
+                "See <https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html> for its contract.",
+            )]
+            #[inline]
+            pub unsafe fn $name($($arg: $ty),*) -> $ret {
+                static SLOT: ::cuda_loader::Slot = ::cuda_loader::Slot::new($symbol, 0, 0, c"");
+                match SLOT.get($crate::loader::resolve) {
+                    Ok(addr) => {
+                        // SAFETY: NCCL exports this symbol with the declared signature.
+                        let f: unsafe extern "C" fn($($ty),*) -> $ret =
+                            unsafe { ::core::mem::transmute(addr) };
+                        // SAFETY: the caller upholds the C function's contract.
+                        unsafe { f($($arg),*) }
+                    }
+                    Err(failure) => $crate::loader::OnLoadFailure::on_load_failure(failure),
+                }
+            }
+        )*
+    };
+}
+pub(crate) use nccl_functions;
+
+#[allow(clippy::all, clippy::pedantic)]
+mod functions {
+    use crate::types::*;
+    include!("generated/functions.rs");
+}
+pub use functions::*;

@@ -1,0 +1,137 @@
+//! The harness of the GPU integration tests.
+//!
+//! Each file in `tests/` is a test binary with `harness = false` whose `main` calls [`run`].
+//! A GPU test is reported *ignored* (never passed) when no CUDA device is present, and a test
+//! that needs several devices is ignored on a host with fewer. With `CUDA_TEST_REQUIRE_GPU=1`,
+//! a missing device is a failure instead: the GPU host runs the suite that way.
+//!
+//! The binaries speak libtest's command line, so `cargo test` and `cargo nextest` both run them.
+
+use std::sync::OnceLock;
+
+pub use libtest_mimic::Failed;
+
+/// What a test returns: `Ok` or a failure message.
+pub type TestResult = Result<(), Failed>;
+
+/// One test: its name, how many devices it needs (0 for a CPU test), and its body.
+pub struct Test {
+    /// The test's name, as filters and reports show it.
+    pub name: &'static str,
+    /// Devices the test needs; 0 runs it everywhere.
+    pub devices: usize,
+    /// The test.
+    pub body: fn() -> TestResult,
+}
+
+/// A test that needs one CUDA device.
+pub const fn gpu(name: &'static str, body: fn() -> TestResult) -> Test {
+    Test { name, devices: 1, body }
+}
+
+/// A test that needs `devices` CUDA devices.
+pub const fn multi_gpu(name: &'static str, devices: usize, body: fn() -> TestResult) -> Test {
+    Test { name, devices, body }
+}
+
+/// A test that needs no device.
+pub const fn cpu(name: &'static str, body: fn() -> TestResult) -> Test {
+    Test { name, devices: 0, body }
+}
+
+/// The number of CUDA devices present, or why there are none.
+pub fn device_count() -> Result<usize, String> {
+    static COUNT: OnceLock<Result<usize, String>> = OnceLock::new();
+    COUNT
+        .get_or_init(|| {
+            use cuda_driver_sys as sys;
+            // SAFETY: cuInit takes flags 0; cuDeviceGetCount writes one int.
+            let status = unsafe { sys::cuInit(0) };
+            if status != sys::CUresult::CUDA_SUCCESS {
+                let why = sys::library_error().map(|e| e.to_string()).unwrap_or_else(|| {
+                    format!("cuInit failed: {}", status.name().unwrap_or("unknown status"))
+                });
+                return Err(why);
+            }
+            let mut n = 0;
+            // SAFETY: as above.
+            let status = unsafe { sys::cuDeviceGetCount(&mut n) };
+            if status != sys::CUresult::CUDA_SUCCESS {
+                return Err(format!(
+                    "cuDeviceGetCount failed: {}",
+                    status.name().unwrap_or("unknown status")
+                ));
+            }
+            Ok(usize::try_from(n).unwrap_or(0))
+        })
+        .clone()
+}
+
+fn require_gpu() -> bool {
+    std::env::var("CUDA_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// Runs the tests of one binary and exits with libtest's status.
+pub fn run(tests: &[Test]) -> ! {
+    let args = libtest_mimic::Arguments::from_args();
+    let needs_gpu = tests.iter().any(|t| t.devices > 0);
+    let found = if needs_gpu { device_count() } else { Ok(0) };
+    let trials = tests
+        .iter()
+        .map(|t| {
+            let body = t.body;
+            let devices = t.devices;
+            let found = found.clone();
+            let available = found.as_ref().map_or(0, |n| *n);
+            let ignored = devices > 0 && available < devices && !(require_gpu() && available == 0);
+            libtest_mimic::Trial::test(t.name, move || {
+                if devices > 0 && available == 0 {
+                    let why = found.err().unwrap_or_else(|| "no CUDA device found".into());
+                    return Err(format!("CUDA_TEST_REQUIRE_GPU=1 but no GPU: {why}").into());
+                }
+                body()
+            })
+            .with_ignored_flag(ignored)
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit()
+}
+
+/// Fails the test with a message unless `cond` holds.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+).into());
+        }
+    };
+}
+
+/// Fails the test unless the two values are equal.
+#[macro_export]
+macro_rules! ensure_eq {
+    ($left:expr, $right:expr $(,)?) => {{
+        let (l, r) = (&$left, &$right);
+        if l != r {
+            return Err(format!("{} != {}: {:?} != {:?}", stringify!($left), stringify!($right), l, r).into());
+        }
+    }};
+}
+
+/// Converts a driver status into a test failure that names the call.
+pub fn drv(call: &str, status: cuda_driver_sys::CUresult) -> TestResult {
+    if status == cuda_driver_sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{call} failed: {}", status.name().unwrap_or("unknown status")).into())
+    }
+}
+
+/// Converts a runtime status into a test failure that names the call.
+pub fn rt(call: &str, status: cudart_sys::cudaError_t) -> TestResult {
+    if status == cudart_sys::cudaError_t::cudaSuccess {
+        Ok(())
+    } else {
+        Err(format!("{call} failed: {}", status.name().unwrap_or("unknown status")).into())
+    }
+}

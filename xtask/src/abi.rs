@@ -1,0 +1,99 @@
+//! The ABI version of each driver function, read from the `PFN_<name>_v<version>` typedefs of
+//! `cudaTypedefs.h`: the version whose signature is the one the header declares.
+
+use std::collections::BTreeMap;
+
+/// One typedef: its version, whether it is the per-thread-default-stream variant, and its
+/// signature with every type alias resolved.
+struct Variant {
+    version: i32,
+    per_thread: bool,
+    signature: String,
+}
+
+/// Every `PFN_` typedef, by the function's base name.
+pub struct AbiTable {
+    variants: BTreeMap<String, Vec<Variant>>,
+    aliases: BTreeMap<String, syn::Type>,
+}
+
+impl AbiTable {
+    /// Builds the table from bindgen's items.
+    pub fn new(items: &[syn::Item]) -> Self {
+        let mut aliases = BTreeMap::new();
+        for item in items {
+            if let syn::Item::Type(t) = item {
+                aliases.insert(t.ident.to_string(), (*t.ty).clone());
+            }
+        }
+        let mut table = AbiTable { variants: BTreeMap::new(), aliases };
+        let pfn = regex::Regex::new(r"^PFN_(\w+?)_v(\d+)(_ptds|_ptsz)?$").ok();
+        let mut found = Vec::new();
+        for (name, ty) in &table.aliases {
+            let Some(c) = pfn.as_ref().and_then(|re| re.captures(name)) else { continue };
+            let Ok(version) = c[2].parse::<i32>() else { continue };
+            let Some(f) = bare_fn(ty) else { continue };
+            let inputs: Vec<syn::Type> = f.inputs.iter().map(|a| a.ty.clone()).collect();
+            let output = match &f.output {
+                syn::ReturnType::Default => None,
+                syn::ReturnType::Type(_, t) => Some((**t).clone()),
+            };
+            found.push((c[1].to_string(), version, c.get(3).is_some(), inputs, output));
+        }
+        for (base, version, per_thread, inputs, output) in found {
+            let signature = table.signature(&inputs, output.as_ref());
+            table.variants.entry(base).or_default().push(Variant { version, per_thread, signature });
+        }
+        table
+    }
+
+    /// A signature with aliases resolved, for comparing a declaration with a typedef.
+    pub fn signature(&self, inputs: &[syn::Type], output: Option<&syn::Type>) -> String {
+        let args: Vec<String> = inputs.iter().map(|t| self.resolve(t, 0)).collect();
+        let ret = output.map(|t| self.resolve(t, 0)).unwrap_or_else(|| "()".into());
+        format!("({}) -> {ret}", args.join(", "))
+    }
+
+    fn resolve(&self, ty: &syn::Type, depth: usize) -> String {
+        match ty {
+            syn::Type::Ptr(p) => {
+                let m = if p.mutability.is_some() { "*mut " } else { "*const " };
+                format!("{m}{}", self.resolve(&p.elem, depth))
+            }
+            syn::Type::Path(p) => {
+                let name = p.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+                match self.aliases.get(&name) {
+                    Some(target) if depth < 16 && p.path.segments.len() == 1 => {
+                        self.resolve(target, depth + 1)
+                    }
+                    _ => name,
+                }
+            }
+            other => quote::quote!(#other).to_string(),
+        }
+    }
+
+    /// The newest default and per-thread versions of `base` whose signature is `signature`.
+    pub fn versions(&self, base: &str, signature: &str) -> Option<(i32, i32)> {
+        let variants = self.variants.get(base)?;
+        let newest = |pt: bool| {
+            variants
+                .iter()
+                .filter(|v| v.per_thread == pt && v.signature == signature)
+                .map(|v| v.version)
+                .max()
+        };
+        Some((newest(false)?, newest(true).unwrap_or(0)))
+    }
+}
+
+fn bare_fn(ty: &syn::Type) -> Option<&syn::TypeBareFn> {
+    // bindgen writes function pointer typedefs as `Option<unsafe extern "C" fn(..)>`.
+    let syn::Type::Path(p) = ty else { return None };
+    let seg = p.path.segments.last()?;
+    let syn::PathArguments::AngleBracketed(args) = &seg.arguments else { return None };
+    match args.args.first()? {
+        syn::GenericArgument::Type(syn::Type::BareFn(f)) => Some(f),
+        _ => None,
+    }
+}
