@@ -7,6 +7,8 @@
 //!
 //! The binaries speak libtest's command line, so `cargo test` and `cargo nextest` both run them.
 
+pub mod bench;
+
 use std::sync::OnceLock;
 
 pub use libtest_mimic::Failed;
