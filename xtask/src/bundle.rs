@@ -1,8 +1,147 @@
-//! Packing test and benchmark binaries for the GPU host.
-pub fn gpu_bundle(_root: &std::path::Path) -> Result<(), String> {
-    Err("todo".into())
+//! Packing test and benchmark binaries for a GPU host that has no Rust toolchain.
+//!
+//! `gpu-bundle` writes `.gpu/`: a `cargo nextest archive` of the GPU suite, the `cargo-nextest`
+//! binary, the examples, and `run`, a script that runs the suite from the repository root.
+//! `bench` writes `.bench/`: release builds of the benchmark binaries and `run`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const GPU_RUN: &str = r#"#!/bin/sh
+# Runs the GPU test suite from this bundle. Usage (from the repository root):
+#   CUDA_TEST_REQUIRE_GPU=1 .gpu/run [nextest filter arguments]
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+exec "$here/cargo-nextest" nextest run --profile gpu \
+    --archive-file "$here/tests.tar.zst" --workspace-remap "$root" "$@"
+"#;
+
+const BENCH_RUN: &str = r#"#!/bin/sh
+# Runs every benchmark in this bundle; pass names to run only those.
+here=$(cd "$(dirname "$0")" && pwd)
+status=0
+for b in "$here"/bin/*; do
+    name=$(basename "$b")
+    if [ $# -gt 0 ]; then
+        case " $* " in *" $name "*) ;; *) continue ;; esac
+    fi
+    echo "== $name"
+    "$b" --bench || status=1
+done
+exit $status
+"#;
+
+fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
-/// Packs the benchmarks.
-pub fn bench_bundle(_root: &std::path::Path) -> Result<(), String> {
-    Err("todo".into())
+
+fn write_script(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Executables of the given kind (`test`, `bench`, `example`) that a cargo build reported.
+fn executables(json: &str, kind: &str) -> Vec<PathBuf> {
+    let kind_tag = format!("\"kind\":[\"{kind}\"]");
+    json.lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&kind_tag))
+        .filter_map(|l| {
+            let start = l.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let end = l[start..].find('"')? + start;
+            Some(PathBuf::from(&l[start..end]))
+        })
+        .collect()
+}
+
+fn copy_into(files: &[PathBuf], dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for f in files {
+        let name = f.file_name().ok_or_else(|| format!("{} has no file name", f.display()))?;
+        std::fs::copy(f, dir.join(name)).map_err(|e| format!("{}: {e}", f.display()))?;
+    }
+    Ok(())
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// `cargo xtask gpu-bundle`.
+pub fn gpu_bundle(root: &Path) -> Result<(), String> {
+    let out = root.join(".gpu");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run(Command::new(&cargo)
+        .current_dir(root)
+        .args(["nextest", "archive", "--package", "cuda-tests", "--archive-file"])
+        .arg(out.join("tests.tar.zst")))?;
+    let nextest = run(Command::new("sh").args(["-c", "command -v cargo-nextest"]))?;
+    let nextest = PathBuf::from(nextest.trim());
+    std::fs::copy(&nextest, out.join("cargo-nextest")).map_err(|e| format!("{}: {e}", nextest.display()))?;
+    let json = run(Command::new(&cargo).current_dir(root).args([
+        "build",
+        "--package",
+        "cuda-core",
+        "--examples",
+        "--message-format=json",
+    ]))?;
+    copy_into(&executables(&json, "example"), &out.join("examples"))?;
+    write_script(&out.join("run"), GPU_RUN)?;
+    let size = dir_size(&out);
+    println!("packed the GPU suite into {} ({:.1} MiB)", out.display(), size as f64 / 1048576.0);
+    if size > 64 * 1024 * 1024 {
+        return Err("the bundle is over 64 MiB; it will not travel".into());
+    }
+    Ok(())
+}
+
+/// `cargo xtask bench`.
+pub fn bench_bundle(root: &Path) -> Result<(), String> {
+    let out = root.join(".bench");
+    let _ = std::fs::remove_dir_all(&out);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let json = run(Command::new(&cargo).current_dir(root).args([
+        "bench",
+        "--package",
+        "cuda-tests",
+        "--no-run",
+        "--message-format=json",
+    ]))?;
+    let bins = executables(&json, "bench");
+    copy_into(&bins, &out.join("bin"))?;
+    // Cargo names the copies with a hash suffix; strip it so `run <name>` works.
+    for b in &bins {
+        let Some(name) = b.file_name().map(|n| n.to_string_lossy().into_owned()) else { continue };
+        let short = match name.rfind('-') {
+            Some(i) if name[i + 1..].chars().all(|c| c.is_ascii_hexdigit()) => &name[..i],
+            _ => continue,
+        };
+        let from = out.join("bin").join(&name);
+        std::fs::rename(&from, out.join("bin").join(short)).map_err(|e| e.to_string())?;
+    }
+    write_script(&out.join("run"), BENCH_RUN)?;
+    println!(
+        "packed {} benchmark(s) into {}; on a GPU host run `.bench/run` from the repository root",
+        bins.len(),
+        out.display()
+    );
+    Ok(())
 }
