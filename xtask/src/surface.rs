@@ -1,4 +1,149 @@
 //! `cargo xtask surface`: functions declared by the headers against functions each crate exposes.
-pub fn report(_root: &std::path::Path, _h: &crate::headers::Headers) -> Result<(), String> {
-    Err("todo".into())
+//!
+//! Declarations are found by scanning the header text, independently of bindgen, and mapped to
+//! the names C code calls through the headers' `#define` renames. Exposed functions are read
+//! from each crate's generated function list.
+
+use crate::cmacros;
+use crate::headers::Headers;
+use regex::Regex;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+struct Surface {
+    krate: &'static str,
+    headers: Vec<PathBuf>,
+    declaration: &'static str,
+    prefix: &'static str,
+}
+
+fn read(p: &Path) -> Result<String, String> {
+    std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// Header text outside blocks the generator never sees: the older ABI spellings kept for the
+/// driver's own build (`__CUDA_API_VERSION_INTERNAL`) and Windows-only declarations.
+fn visible_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut depth = 0usize;
+    let mut hidden_at: Option<usize> = None;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with("#if") {
+            depth += 1;
+            let hides = t.contains("__CUDA_API_VERSION_INTERNAL") || t.contains("_WIN32");
+            if hidden_at.is_none() && hides && !t.contains("!defined(_WIN32)") {
+                hidden_at = Some(depth);
+            }
+        } else if t.starts_with("#endif") {
+            if hidden_at == Some(depth) {
+                hidden_at = None;
+            }
+            depth = depth.saturating_sub(1);
+            continue;
+        } else if t.starts_with("#else") || t.starts_with("#elif") {
+            if hidden_at == Some(depth) {
+                hidden_at = None;
+                continue;
+            }
+        }
+        if hidden_at.is_none() {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The names C code calls: the header text declares functions by those names (the `#define`
+/// renames to ABI-suffixed symbols apply only once the preprocessor runs).
+fn header_functions(s: &Surface) -> Result<BTreeSet<String>, String> {
+    let re = Regex::new(s.declaration).map_err(|e| e.to_string())?;
+    let mut names = BTreeSet::new();
+    for h in &s.headers {
+        let text = visible_text(&read(h)?);
+        for c in re.captures_iter(&text) {
+            let name = &c[1];
+            if !(name.ends_with("_ptds") || name.ends_with("_ptsz")) {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    let refs: Vec<&Path> = s.headers.iter().map(PathBuf::as_path).collect();
+    // A `#define` that points a declared name at another exported function
+    // (`cuGraphInstantiate` -> `cuGraphInstantiateWithFlags`) makes both names callable.
+    let abi_suffix = Regex::new(r"_v\d+$").map_err(|e| e.to_string())?;
+    for (canonical, rename) in cmacros::renames(&refs, s.prefix)? {
+        if names.contains(&canonical) && rename.per_thread.is_none() && !abi_suffix.is_match(&rename.declared)
+        {
+            names.insert(rename.declared);
+        }
+    }
+    Ok(names)
+}
+
+fn exposed_functions(root: &Path, krate: &str) -> Result<BTreeSet<String>, String> {
+    let text = read(&root.join(krate).join("src/generated/functions.rs"))?;
+    let re = Regex::new(r"(?m)^\s{4}(\w+)\(").map_err(|e| e.to_string())?;
+    Ok(re.captures_iter(&text).map(|c| c[1].to_string()).collect())
+}
+
+/// Prints the comparison; fails if any header function is not exposed.
+pub fn report(root: &Path, h: &Headers) -> Result<(), String> {
+    let c = &h.cuda;
+    let nvtx = h.nvtx.join("nvtx3");
+    let surfaces = [
+        Surface {
+            krate: "cuda-driver-sys",
+            headers: ["cuda.h", "cudaProfiler.h", "cudaGL.h", "cudaEGL.h", "cudaVDPAU.h"]
+                .iter()
+                .map(|f| c.join(f))
+                .collect(),
+            declaration: r"(?m)^\s*(?:__CUDA_DEPRECATED\s+)?CUresult\s+CUDAAPI\s+(\w+)\s*\(",
+            prefix: "cu",
+        },
+        Surface {
+            krate: "cudart-sys",
+            headers: vec![c.join("cuda_runtime_api.h"), c.join("cuda_profiler_api.h")],
+            declaration: r"(?m)^\s*extern\s+(?:__CUDA_DEPRECATED\s+)?__host__[^;{(]*?\b(cuda\w+)\s*\(",
+            prefix: "cuda",
+        },
+        Surface {
+            krate: "nvtx-sys",
+            headers: ["nvToolsExt.h", "nvToolsExtCuda.h", "nvToolsExtCudaRt.h", "nvToolsExtSync.h"]
+                .iter()
+                .map(|f| nvtx.join(f))
+                .collect(),
+            declaration: r"(?m)^\s*NVTX_DECLSPEC\s+[^;{(]*?NVTX_API\s+(nvtx\w+)\s*\(",
+            prefix: "nvtx",
+        },
+        Surface {
+            krate: "nccl-sys",
+            headers: vec![h.nccl.join("nccl.h")],
+            declaration: r"(?m)^\s*(?:ncclResult_t|const\s+char\s*\*|void)\s+(p?nccl\w+)\s*\(",
+            prefix: "nccl",
+        },
+    ];
+    let mut all_complete = true;
+    println!("{:<18} {:>8} {:>8} {:>8}", "crate", "header", "exposed", "covered");
+    for s in &surfaces {
+        let header = header_functions(s)?;
+        let exposed = exposed_functions(root, s.krate)?;
+        let missing: Vec<&String> = header.difference(&exposed).collect();
+        let extra: Vec<&String> = exposed.difference(&header).collect();
+        let covered = header.len() - missing.len();
+        let pct = if header.is_empty() { 100.0 } else { 100.0 * covered as f64 / header.len() as f64 };
+        println!("{:<18} {:>8} {:>8} {:>7.1}%", s.krate, header.len(), exposed.len(), pct);
+        if !missing.is_empty() {
+            all_complete = false;
+            println!("  missing: {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
+        }
+        if !extra.is_empty() {
+            println!(
+                "  exposed beyond the scanned declarations: {}",
+                extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    if all_complete { Ok(()) } else { Err("some header functions are not exposed".into()) }
 }
