@@ -41,11 +41,9 @@ fn visible_text(text: &str) -> String {
             }
             depth = depth.saturating_sub(1);
             continue;
-        } else if t.starts_with("#else") || t.starts_with("#elif") {
-            if hidden_at == Some(depth) {
-                hidden_at = None;
-                continue;
-            }
+        } else if (t.starts_with("#else") || t.starts_with("#elif")) && hidden_at == Some(depth) {
+            hidden_at = None;
+            continue;
         }
         if hidden_at.is_none() {
             out.push_str(line);
