@@ -72,8 +72,13 @@ fn header_functions(s: &Surface) -> Result<BTreeSet<String>, String> {
     // (`cuGraphInstantiate` -> `cuGraphInstantiateWithFlags`) makes both names callable.
     let abi_suffix = Regex::new(r"_v\d+$").map_err(|e| e.to_string())?;
     for (canonical, rename) in cmacros::renames(&refs, s.prefix)? {
-        if names.contains(&canonical) && rename.per_thread.is_none() && !abi_suffix.is_match(&rename.declared)
-        {
+        if rename.per_thread.is_some() {
+            continue;
+        }
+        if names.contains(&rename.declared) {
+            // `#define nvtxMark nvtxMarkA`: the macro name is what C code writes.
+            names.insert(canonical);
+        } else if names.contains(&canonical) && !abi_suffix.is_match(&rename.declared) {
             names.insert(rename.declared);
         }
     }
