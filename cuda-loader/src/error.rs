@@ -64,7 +64,12 @@ impl fmt::Display for LoadError {
                     if i > 0 {
                         f.write_str("; ")?;
                     }
-                    write!(f, "{file}: {why}")?;
+                    // The system loader's message usually starts with the file name already.
+                    if why.starts_with(file.as_str()) {
+                        f.write_str(why)?;
+                    } else {
+                        write!(f, "{file}: {why}")?;
+                    }
                 }
                 write!(f, ". {install_hint}, or set {env_var} to the library's path")
             }
