@@ -16,9 +16,19 @@
 //!   still be writing. Everything checkable (sizes, bounds, alignment) is checked.
 //! * **Streams.** Work that runs asynchronously takes the stream it runs on explicitly.
 
+pub mod context;
+pub mod device;
 pub mod error;
+pub mod event;
+pub mod memory;
+pub mod stream;
 
+pub use context::{Context, ContextFlags, CurrentGuard};
+pub use device::Device;
 pub use error::{Error, Result};
+pub use event::{Event, EventFlags};
+pub use memory::{DeviceBuffer, DeviceView, DeviceViewMut};
+pub use stream::{Stream, StreamFlags};
 
 pub use cuda_driver_sys as driver_sys;
 pub use cudart_sys as runtime_sys;

@@ -1,0 +1,380 @@
+//! Contexts: the device's primary context (the default), created contexts, making a context
+//! current, and the errors that `Drop` could not return.
+//!
+//! See the [Context Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)
+//! and [Primary Context Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PRIMARY__CTX.html)
+//! sections of the driver API.
+//!
+//! # Which context is current
+//!
+//! Driver calls act on the calling thread's current context. Every call in this crate that needs
+//! one makes its own context current first when another one is (one `cuCtxGetCurrent`; a
+//! `cuCtxSetCurrent` only when they differ) and leaves it current. [`Context::push`] gives a
+//! guard that restores the previous context instead.
+//!
+//! # Errors in `Drop`
+//!
+//! Freeing memory or destroying a stream can fail (for instance after a kernel faulted), and
+//! `Drop` cannot return an error. Such errors are kept in the context they belong to: the next
+//! call made through that context returns the oldest one (once), and
+//! [`Context::take_deferred_errors`] reads them all.
+
+mod config;
+
+pub use config::{CacheConfig, ExecAffinity, Limit, PrimaryContextState};
+
+use crate::device::{self, Device};
+use crate::error::{Error, Result, check};
+use bitflags::bitflags;
+use cuda_driver_sys as sys;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+bitflags! {
+    /// Context creation flags (`CU_CTX_*`): scheduling policy, host mapping, local memory.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct ContextFlags: u32 {
+        /// `CU_CTX_SCHED_SPIN`: spin while waiting for the GPU.
+        const SCHED_SPIN = 0x01;
+        /// `CU_CTX_SCHED_YIELD`: yield the thread while waiting for the GPU.
+        const SCHED_YIELD = 0x02;
+        /// `CU_CTX_SCHED_BLOCKING_SYNC`: block on a synchronization primitive while waiting.
+        const SCHED_BLOCKING_SYNC = 0x04;
+        /// `CU_CTX_MAP_HOST`: allow mapped pinned host memory (always on in current drivers).
+        const MAP_HOST = 0x08;
+        /// `CU_CTX_LMEM_RESIZE_TO_MAX`: keep local memory at its high-water mark.
+        const LMEM_RESIZE_TO_MAX = 0x10;
+        /// `CU_CTX_COREDUMP_ENABLE`: write a GPU core dump on an exception.
+        const COREDUMP_ENABLE = 0x20;
+        /// `CU_CTX_USER_COREDUMP_ENABLE`: allow user-triggered core dumps.
+        const USER_COREDUMP_ENABLE = 0x40;
+        /// `CU_CTX_SYNC_MEMOPS`: make synchronous memory operations synchronize all work.
+        const SYNC_MEMOPS = 0x80;
+    }
+}
+
+#[derive(Debug)]
+enum Ownership {
+    /// A retained primary context: released on drop.
+    Primary,
+    /// A context made by `cuCtxCreate`: destroyed on drop.
+    Created,
+    /// Someone else's: nothing to do on drop.
+    Borrowed,
+}
+
+#[derive(Debug)]
+pub(crate) struct ContextInner {
+    raw: sys::CUcontext,
+    device: Device,
+    ownership: Ownership,
+    has_deferred: AtomicBool,
+    deferred: Mutex<Vec<Error>>,
+}
+
+// SAFETY: a CUcontext may be used from any thread; the driver synchronizes access to it.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above; the only interior mutability is behind an atomic and a mutex.
+unsafe impl Sync for ContextInner {}
+
+/// A CUDA context: the device's primary context (retained, released on drop), a created
+/// context (destroyed on drop), or a borrowed one.
+///
+/// Cloning is cheap and shares the same context; it stays alive while any clone, or anything
+/// made in it (streams, events, memory), does.
+#[derive(Clone, Debug)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+impl Context {
+    /// Retains the device's primary context, the one the CUDA runtime also uses
+    /// ([`cuDevicePrimaryCtxRetain`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PRIMARY__CTX.html)).
+    /// It is released when the last clone is dropped.
+    pub fn primary(device: &Device) -> Result<Context> {
+        device::init()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the device handle came from the driver.
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut raw, device.as_raw())
+        })?;
+        Ok(Context::wrap(raw, *device, Ownership::Primary))
+    }
+
+    /// Creates a new context on the device
+    /// ([`cuCtxCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)).
+    /// The thread's current context is left as it was; the new one is destroyed on drop.
+    pub fn create(device: &Device, flags: ContextFlags) -> Result<Context> {
+        device::init()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter; null creation parameters are allowed.
+        check("cuCtxCreate", unsafe {
+            sys::cuCtxCreate(&mut raw, std::ptr::null_mut(), flags.bits(), device.as_raw())
+        })?;
+        let ctx = Context::wrap(raw, *device, Ownership::Created);
+        // cuCtxCreate pushed the new context; pop it so creation changes nothing on this thread.
+        let mut popped = std::ptr::null_mut();
+        // SAFETY: the context pushed just above is on top of this thread's stack.
+        check("cuCtxPopCurrent", unsafe { sys::cuCtxPopCurrent(&mut popped) })?;
+        Ok(ctx)
+    }
+
+    /// The calling thread's current context, borrowed (not released on drop), or `None`
+    /// ([`cuCtxGetCurrent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)).
+    pub fn current() -> Result<Option<Context>> {
+        device::init()?;
+        let raw = current_raw()?;
+        if raw.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: the driver says this context is current, so it is alive.
+        unsafe { Context::from_raw(raw) }.map(Some)
+    }
+
+    /// Wraps a raw context without owning it; it is not released or destroyed on drop.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a live context and stay alive as long as the returned value, its clones,
+    /// and everything made through them.
+    pub unsafe fn from_raw(raw: sys::CUcontext) -> Result<Context> {
+        let mut dev = 0;
+        // SAFETY: the caller guarantees the context is live.
+        let status = unsafe { sys::cuCtxGetDevice_v2(&mut dev, raw) };
+        if status != sys::CUresult::CUDA_SUCCESS {
+            // Drivers before 13.0 lack the form that names the context: ask with it pushed.
+            // SAFETY: the context is live; the pop below undoes the push.
+            check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent(raw) })?;
+            // SAFETY: one out-parameter.
+            let got = check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut dev) });
+            let mut popped = std::ptr::null_mut();
+            // SAFETY: the push above is on top of this thread's stack.
+            check("cuCtxPopCurrent", unsafe { sys::cuCtxPopCurrent(&mut popped) })?;
+            got?;
+        }
+        Ok(Context::wrap(raw, Device::from_raw(dev), Ownership::Borrowed))
+    }
+
+    fn wrap(raw: sys::CUcontext, device: Device, ownership: Ownership) -> Context {
+        Context {
+            inner: Arc::new(ContextInner {
+                raw,
+                device,
+                ownership,
+                has_deferred: AtomicBool::new(false),
+                deferred: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The raw `CUcontext`.
+    #[inline]
+    pub fn as_raw(&self) -> sys::CUcontext {
+        self.inner.raw
+    }
+
+    /// The context's device.
+    #[inline]
+    pub fn device(&self) -> Device {
+        self.inner.device
+    }
+
+    /// Whether this is the device's primary context (retained by this value).
+    pub fn is_primary(&self) -> bool {
+        matches!(self.inner.ownership, Ownership::Primary)
+    }
+
+    /// Makes this context current on the calling thread
+    /// ([`cuCtxSetCurrent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)),
+    /// for raw `-sys` calls or other libraries that use the current context.
+    pub fn bind_to_thread(&self) -> Result<()> {
+        // SAFETY: the context is alive while `self` is.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.inner.raw) })
+    }
+
+    /// Pushes this context onto the thread's context stack and returns a guard that pops it
+    /// when dropped, also on early return or panic
+    /// ([`cuCtxPushCurrent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)).
+    pub fn push(&self) -> Result<CurrentGuard> {
+        self.take_deferred()?;
+        // SAFETY: the context is alive while the guard (which holds a clone) is.
+        check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent(self.inner.raw) })?;
+        Ok(CurrentGuard { ctx: self.clone(), _not_send: std::marker::PhantomData })
+    }
+
+    /// Blocks until all work in the context is done
+    /// ([`cuCtxSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)).
+    /// A kernel that faulted earlier is reported here.
+    pub fn synchronize(&self) -> Result<()> {
+        self.enter()?;
+        // SAFETY: no arguments; this context is current.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
+        self.take_deferred()
+    }
+
+    /// Free and total device memory in bytes, as seen from this context
+    /// ([`cuMemGetInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.enter()?;
+        let (mut free, mut total) = (0, 0);
+        // SAFETY: two out-parameters; this context is current.
+        check("cuMemGetInfo", unsafe { sys::cuMemGetInfo(&mut free, &mut total) })?;
+        Ok((free, total))
+    }
+
+    /// The oldest error kept from a `Drop` in this context, without removing it.
+    pub fn deferred_error(&self) -> Option<Error> {
+        self.lock_deferred().first().cloned()
+    }
+
+    /// Removes and returns every error kept from a `Drop` in this context, oldest first.
+    pub fn take_deferred_errors(&self) -> Vec<Error> {
+        let mut list = self.lock_deferred();
+        self.inner.has_deferred.store(false, Ordering::Release);
+        std::mem::take(&mut *list)
+    }
+
+    /// Keeps an error that could not be returned (from `Drop` or a host callback).
+    #[cold]
+    pub(crate) fn defer(&self, error: Error) {
+        self.inner.defer(error);
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<ContextInner> {
+        &self.inner
+    }
+
+    fn lock_deferred(&self) -> std::sync::MutexGuard<'_, Vec<Error>> {
+        self.inner.deferred.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Returns the oldest deferred error, if any: the check every call through the context makes.
+    #[inline]
+    pub(crate) fn take_deferred(&self) -> Result<()> {
+        if self.inner.has_deferred.load(Ordering::Acquire) { Err(self.pop_deferred()) } else { Ok(()) }
+    }
+
+    #[cold]
+    fn pop_deferred(&self) -> Error {
+        let mut list = self.lock_deferred();
+        let e = if list.is_empty() { None } else { Some(list.remove(0)) };
+        self.inner.has_deferred.store(!list.is_empty(), Ordering::Release);
+        // Another thread may have taken it between the flag check and the lock.
+        e.unwrap_or_else(|| Error::invalid("Context", "a deferred error was reported by another call"))
+    }
+
+    /// Reports a deferred error, then makes this context current if it is not.
+    #[inline]
+    pub(crate) fn enter(&self) -> Result<()> {
+        self.take_deferred()?;
+        self.make_current()
+    }
+
+    /// Makes this context current if another one is.
+    #[inline]
+    pub(crate) fn make_current(&self) -> Result<()> {
+        if current_raw()? != self.inner.raw { self.bind_to_thread() } else { Ok(()) }
+    }
+
+    /// Runs `f` with this context current and restores the previous one; for `Drop`s, which must
+    /// not change the thread's state. Errors are deferred.
+    pub(crate) fn with_current_for_drop(&self, call: &'static str, f: impl FnOnce() -> sys::CUresult) {
+        let previous = match current_raw() {
+            Ok(p) => p,
+            Err(e) => return self.defer(e),
+        };
+        let switch = previous != self.inner.raw;
+        if switch {
+            // SAFETY: the context is alive while `self` is.
+            if let Err(e) = check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent(self.inner.raw) }) {
+                return self.defer(e);
+            }
+        }
+        if let Err(e) = check(call, f()) {
+            self.defer(e);
+        }
+        if switch {
+            let mut popped = std::ptr::null_mut();
+            // SAFETY: the push above is on top of this thread's stack.
+            if let Err(e) = check("cuCtxPopCurrent", unsafe { sys::cuCtxPopCurrent(&mut popped) }) {
+                self.defer(e);
+            }
+        }
+    }
+}
+
+impl PartialEq for Context {
+    fn eq(&self, other: &Context) -> bool {
+        self.inner.raw == other.inner.raw
+    }
+}
+
+impl Eq for Context {}
+
+impl ContextInner {
+    #[cold]
+    pub(crate) fn defer(&self, error: Error) {
+        let mut list = self.deferred.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        list.push(error);
+        self.has_deferred.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        // Errors here have no context left to be kept in; the driver's state is what it is.
+        match self.ownership {
+            Ownership::Primary => {
+                // SAFETY: this value holds one retain of the primary context.
+                let _ = unsafe { sys::cuDevicePrimaryCtxRelease(self.device.as_raw()) };
+            }
+            Ownership::Created => {
+                // SAFETY: this value created the context and nothing made in it outlives it.
+                let _ = unsafe { sys::cuCtxDestroy(self.raw) };
+            }
+            Ownership::Borrowed => {}
+        }
+    }
+}
+
+#[inline]
+fn current_raw() -> Result<sys::CUcontext> {
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: one out-parameter.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut raw) })?;
+    Ok(raw)
+}
+
+/// Keeps a context pushed on the calling thread; pops it when dropped
+/// ([`cuCtxPopCurrent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)).
+///
+/// It cannot be sent to another thread: the context stack is per thread.
+#[derive(Debug)]
+#[must_use = "the context is popped as soon as the guard is dropped"]
+pub struct CurrentGuard {
+    ctx: Context,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl CurrentGuard {
+    /// The pushed context.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+}
+
+impl Drop for CurrentGuard {
+    fn drop(&mut self) {
+        let mut popped = std::ptr::null_mut();
+        // SAFETY: the push that made this guard is on this thread's stack (the guard is !Send).
+        let status = unsafe { sys::cuCtxPopCurrent(&mut popped) };
+        if let Err(e) = check("cuCtxPopCurrent", status) {
+            self.ctx.defer(e);
+        } else if popped != self.ctx.as_raw() {
+            self.ctx.defer(Error::invalid(
+                "CurrentGuard::drop",
+                "the context popped was not the one this guard pushed; pushes and pops were not nested",
+            ));
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Events: markers in a stream to wait on, query, and time.
+//!
+//! See the [Event Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)
+//! section of the driver API.
+
+use crate::context::Context;
+use crate::error::{Error, Result, check};
+use crate::stream::Stream;
+use bitflags::bitflags;
+use cuda_driver_sys as sys;
+
+bitflags! {
+    /// Event creation flags (`CUevent_flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct EventFlags: u32 {
+        /// `CU_EVENT_BLOCKING_SYNC`: [`Event::synchronize`] blocks the thread instead of spinning.
+        const BLOCKING_SYNC = 0x1;
+        /// `CU_EVENT_DISABLE_TIMING`: no timestamps; cheaper to record and wait on.
+        const DISABLE_TIMING = 0x2;
+        /// `CU_EVENT_INTERPROCESS`: may be shared with other processes (needs `DISABLE_TIMING`).
+        const INTERPROCESS = 0x4;
+    }
+}
+
+bitflags! {
+    /// Flags of [`Event::record_with_flags`] (`CUevent_record_flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct EventRecordFlags: u32 {
+        /// `CU_EVENT_RECORD_EXTERNAL`: in stream capture, record as an external-event node.
+        const EXTERNAL = 0x1;
+    }
+}
+
+/// A CUDA event, destroyed on drop.
+#[derive(Debug)]
+pub struct Event {
+    raw: sys::CUevent,
+    ctx: Context,
+    flags: EventFlags,
+}
+
+// SAFETY: a CUevent may be used from any thread; the driver synchronizes access to it.
+unsafe impl Send for Event {}
+// SAFETY: as above; `&Event` only records, queries and waits, which the driver allows concurrently.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Creates an event in `ctx`
+    /// ([`cuEventCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)).
+    ///
+    /// `INTERPROCESS` without `DISABLE_TIMING` is an [`Error::InvalidArgument`].
+    pub fn new(ctx: &Context, flags: EventFlags) -> Result<Event> {
+        if flags.contains(EventFlags::INTERPROCESS) && !flags.contains(EventFlags::DISABLE_TIMING) {
+            return Err(Error::invalid(
+                "Event::new",
+                "an INTERPROCESS event must also have DISABLE_TIMING; add EventFlags::DISABLE_TIMING",
+            ));
+        }
+        ctx.enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the context is current.
+        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags.bits()) })?;
+        Ok(Event { raw, ctx: ctx.clone(), flags })
+    }
+
+    /// Wraps a raw event and takes ownership: it is destroyed on drop.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a live event of `ctx`, created with `flags`, that nothing else destroys.
+    pub unsafe fn from_raw(ctx: &Context, raw: sys::CUevent, flags: EventFlags) -> Event {
+        Event { raw, ctx: ctx.clone(), flags }
+    }
+
+    /// The raw `CUevent`.
+    #[inline]
+    pub fn as_raw(&self) -> sys::CUevent {
+        self.raw
+    }
+
+    /// Gives up ownership and returns the raw event, which the caller must destroy.
+    pub fn into_raw(self) -> sys::CUevent {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+
+    /// The event's context.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The flags the event was created with.
+    pub fn flags(&self) -> EventFlags {
+        self.flags
+    }
+
+    /// Captures the work queued so far on `stream`; the event completes when that work does
+    /// ([`cuEventRecord`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)).
+    #[inline]
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        self.ctx.take_deferred()?;
+        // SAFETY: both handles are alive while their owners are borrowed.
+        check("cuEventRecord", unsafe { sys::cuEventRecord(self.raw, stream.as_raw()) })
+    }
+
+    /// [`Event::record`] with flags
+    /// ([`cuEventRecordWithFlags`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)).
+    #[inline]
+    pub fn record_with_flags(&self, stream: &Stream, flags: EventRecordFlags) -> Result<()> {
+        self.ctx.take_deferred()?;
+        // SAFETY: both handles are alive while their owners are borrowed.
+        check("cuEventRecordWithFlags", unsafe {
+            sys::cuEventRecordWithFlags(self.raw, stream.as_raw(), flags.bits())
+        })
+    }
+
+    /// Whether the captured work is done (an event never recorded is done)
+    /// ([`cuEventQuery`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)).
+    pub fn query(&self) -> Result<bool> {
+        self.ctx.take_deferred()?;
+        // SAFETY: the event is alive.
+        let status = unsafe { sys::cuEventQuery(self.raw) };
+        if status == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("cuEventQuery", status).map(|()| true)
+    }
+
+    /// Blocks until the captured work is done
+    /// ([`cuEventSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)).
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.take_deferred()?;
+        // SAFETY: the event is alive.
+        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.raw) })?;
+        self.ctx.take_deferred()
+    }
+
+    /// Milliseconds between `start` and `end`, both recorded and complete, both with timing
+    /// ([`cuEventElapsedTime`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)).
+    ///
+    /// An event made with `DISABLE_TIMING` is an [`Error::InvalidArgument`].
+    pub fn elapsed_time(start: &Event, end: &Event) -> Result<f32> {
+        if start.flags.contains(EventFlags::DISABLE_TIMING) || end.flags.contains(EventFlags::DISABLE_TIMING)
+        {
+            return Err(Error::invalid(
+                "Event::elapsed_time",
+                "an event was created with DISABLE_TIMING; create both without it to time them",
+            ));
+        }
+        let mut ms = 0.0f32;
+        // SAFETY: both events are alive; one out-parameter.
+        check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime(&mut ms, start.raw, end.raw) })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: this value owns the event; the driver defers destruction until pending work is done.
+        if let Err(e) = check("cuEventDestroy", unsafe { sys::cuEventDestroy(self.raw) }) {
+            self.ctx.defer(e);
+        }
+    }
+}

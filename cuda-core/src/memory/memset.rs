@@ -1,0 +1,77 @@
+//! Setting device memory to a repeated 8-, 16- or 32-bit value.
+
+use super::view::DeviceViewMut;
+use crate::error::{Error, Result, check};
+use crate::stream::Stream;
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
+
+impl<T: Pod> DeviceViewMut<'_, T> {
+    fn units(&self, operation: &'static str, width: usize) -> Result<usize> {
+        let bytes = self.size_in_bytes();
+        if self.ptr % width as u64 != 0 || bytes % width != 0 {
+            return Err(Error::invalid(
+                operation,
+                format!(
+                    "the view at {:#x} of {bytes} bytes is not aligned to, or a multiple of, {width} bytes",
+                    self.ptr
+                ),
+            ));
+        }
+        Ok(bytes / width)
+    }
+
+    /// Sets every byte of the view to `value`
+    /// ([`cuMemsetD8`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memset_d8(&mut self, value: u8) -> Result<()> {
+        let n = self.units("memset_d8", 1)?;
+        self.ctx.enter()?;
+        // SAFETY: `n` bytes of exclusively borrowed device memory.
+        check("cuMemsetD8", unsafe { sys::cuMemsetD8(self.ptr, value, n) })
+    }
+
+    /// Sets every 16-bit unit of the view to `value`; the view must be 2-byte aligned and sized
+    /// ([`cuMemsetD16`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memset_d16(&mut self, value: u16) -> Result<()> {
+        let n = self.units("memset_d16", 2)?;
+        self.ctx.enter()?;
+        // SAFETY: `n` aligned 16-bit units of exclusively borrowed device memory.
+        check("cuMemsetD16", unsafe { sys::cuMemsetD16(self.ptr, value, n) })
+    }
+
+    /// Sets every 32-bit unit of the view to `value`; the view must be 4-byte aligned and sized
+    /// ([`cuMemsetD32`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memset_d32(&mut self, value: u32) -> Result<()> {
+        let n = self.units("memset_d32", 4)?;
+        self.ctx.enter()?;
+        // SAFETY: `n` aligned 32-bit units of exclusively borrowed device memory.
+        check("cuMemsetD32", unsafe { sys::cuMemsetD32(self.ptr, value, n) })
+    }
+
+    /// [`Self::memset_d8`] in `stream`'s order
+    /// ([`cuMemsetD8Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memset_d8_async(&mut self, value: u8, stream: &Stream) -> Result<()> {
+        let n = self.units("memset_d8_async", 1)?;
+        self.ctx.enter()?;
+        // SAFETY: as memset_d8; device memory is freed only after queued work.
+        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(self.ptr, value, n, stream.as_raw()) })
+    }
+
+    /// [`Self::memset_d16`] in `stream`'s order
+    /// ([`cuMemsetD16Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memset_d16_async(&mut self, value: u16, stream: &Stream) -> Result<()> {
+        let n = self.units("memset_d16_async", 2)?;
+        self.ctx.enter()?;
+        // SAFETY: as memset_d16; device memory is freed only after queued work.
+        check("cuMemsetD16Async", unsafe { sys::cuMemsetD16Async(self.ptr, value, n, stream.as_raw()) })
+    }
+
+    /// [`Self::memset_d32`] in `stream`'s order
+    /// ([`cuMemsetD32Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memset_d32_async(&mut self, value: u32, stream: &Stream) -> Result<()> {
+        let n = self.units("memset_d32_async", 4)?;
+        self.ctx.enter()?;
+        // SAFETY: as memset_d32; device memory is freed only after queued work.
+        check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(self.ptr, value, n, stream.as_raw()) })
+    }
+}

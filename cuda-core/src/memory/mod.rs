@@ -1,0 +1,62 @@
+//! Memory: device buffers and views, pinned and registered host memory, managed memory,
+//! pitched 2D allocations, CUDA arrays, copies (1D, 2D, 3D; synchronous and stream-ordered),
+//! memset, pointer attributes and address ranges.
+//!
+//! See the [Memory Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+//! section of the driver API.
+//!
+//! # What is checked
+//!
+//! Lengths, bounds and alignment are checked before every call: a zero-length or overflowing
+//! allocation, a copy between views of different lengths, a view past the end of its buffer
+//! and a cast to a type the address is not aligned for are [`crate::Error::InvalidArgument`]s.
+//!
+//! # Host memory and stream-ordered copies
+//!
+//! A stream-ordered copy to or from a host slice (`*_async` taking `&[T]` or `&mut [T]`) is
+//! `unsafe`: the copy runs after the call returns, so the slice must stay alive and untouched
+//! until the stream has passed it, which the borrow checker cannot see.
+
+mod copy;
+mod device;
+mod memset;
+mod view;
+
+pub use device::DeviceBuffer;
+pub use view::{DeviceView, DeviceViewMut};
+
+use crate::error::{Error, Result};
+
+/// Bytes of `len` elements of `T`, or an [`Error::InvalidArgument`] for zero and overflow.
+pub(crate) fn checked_bytes<T>(operation: &'static str, len: usize) -> Result<usize> {
+    let size = std::mem::size_of::<T>();
+    if size == 0 {
+        return Err(Error::invalid(operation, "zero-sized element types cannot live in device memory"));
+    }
+    if len == 0 {
+        return Err(Error::invalid(operation, "a length of 0 elements was requested; ask for at least one"));
+    }
+    match len.checked_mul(size) {
+        Some(bytes) if bytes <= isize::MAX as usize => Ok(bytes),
+        _ => Err(Error::invalid(
+            operation,
+            format!(
+                "{len} elements of {size} bytes overflow the address space; no device has that much memory"
+            ),
+        )),
+    }
+}
+
+/// An [`Error::InvalidArgument`] unless the two lengths match.
+#[inline]
+pub(crate) fn same_len(operation: &'static str, dst: usize, src: usize) -> Result<()> {
+    if dst == src { Ok(()) } else { Err(len_mismatch(operation, dst, src)) }
+}
+
+#[cold]
+fn len_mismatch(operation: &'static str, dst: usize, src: usize) -> Error {
+    Error::invalid(
+        operation,
+        format!("the destination holds {dst} elements but the source {src}; slice them to the same length"),
+    )
+}

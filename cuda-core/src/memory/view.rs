@@ -1,0 +1,196 @@
+//! Borrowed views of device memory: [`DeviceView`] (shared) and [`DeviceViewMut`] (exclusive).
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+
+/// A shared view of `len` elements of `T` in device memory, borrowed from a buffer.
+#[derive(Debug)]
+pub struct DeviceView<'a, T> {
+    pub(crate) ptr: sys::CUdeviceptr,
+    pub(crate) len: usize,
+    pub(crate) ctx: &'a Context,
+    pub(crate) _marker: PhantomData<&'a [T]>,
+}
+
+impl<T> Clone for DeviceView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for DeviceView<'_, T> {}
+
+/// An exclusive view of `len` elements of `T` in device memory, borrowed from a buffer.
+#[derive(Debug)]
+pub struct DeviceViewMut<'a, T> {
+    pub(crate) ptr: sys::CUdeviceptr,
+    pub(crate) len: usize,
+    pub(crate) ctx: &'a Context,
+    pub(crate) _marker: PhantomData<&'a mut [T]>,
+}
+
+pub(crate) fn range_of(
+    operation: &'static str,
+    range: impl RangeBounds<usize>,
+    len: usize,
+) -> Result<(usize, usize)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end || end > len {
+        return Err(Error::invalid(
+            operation,
+            format!("range {start}..{end} is out of bounds of a view of {len} elements"),
+        ));
+    }
+    Ok((start, end))
+}
+
+fn cast_check<T, U>(operation: &'static str, ptr: sys::CUdeviceptr, len: usize) -> Result<usize> {
+    let bytes = len * std::mem::size_of::<T>();
+    let (size, align) = (std::mem::size_of::<U>(), std::mem::align_of::<U>());
+    if size == 0 {
+        return Err(Error::invalid(operation, "cannot view device memory as a zero-sized type"));
+    }
+    if ptr % align as u64 != 0 {
+        return Err(Error::invalid(
+            operation,
+            format!("device address {ptr:#x} is not aligned to {align} bytes, as the target type needs"),
+        ));
+    }
+    if bytes % size != 0 {
+        return Err(Error::invalid(
+            operation,
+            format!("{bytes} bytes are not a whole number of {size}-byte elements"),
+        ));
+    }
+    Ok(bytes / size)
+}
+
+macro_rules! common {
+    ($name:ident) => {
+        impl<'a, T: Pod> $name<'a, T> {
+            /// Wraps a device address.
+            ///
+            /// # Safety
+            ///
+            /// `ptr` must be `len` elements of `T` of device memory of `ctx`, valid (and, for
+            /// a mutable view, not accessed through anything else) for `'a`.
+            pub unsafe fn from_raw(ctx: &'a Context, ptr: sys::CUdeviceptr, len: usize) -> Self {
+                $name { ptr, len, ctx, _marker: PhantomData }
+            }
+
+            /// The device address of the first element.
+            #[inline]
+            pub fn as_raw(&self) -> sys::CUdeviceptr {
+                self.ptr
+            }
+
+            /// The device address of the first element (same as [`Self::as_raw`]).
+            #[inline]
+            pub fn device_ptr(&self) -> sys::CUdeviceptr {
+                self.ptr
+            }
+
+            /// The number of elements.
+            #[inline]
+            pub fn len(&self) -> usize {
+                self.len
+            }
+
+            /// Whether the view has no elements.
+            #[inline]
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// The size in bytes.
+            #[inline]
+            pub fn size_in_bytes(&self) -> usize {
+                self.len * std::mem::size_of::<T>()
+            }
+
+            /// The context the memory belongs to.
+            #[inline]
+            pub fn context(&self) -> &'a Context {
+                self.ctx
+            }
+
+            /// A shared sub-view; a range past the end is an [`Error::InvalidArgument`].
+            pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceView<'_, T>> {
+                let (start, end) = range_of("slice", range, self.len)?;
+                Ok(DeviceView {
+                    ptr: self.ptr + (start * std::mem::size_of::<T>()) as u64,
+                    len: end - start,
+                    ctx: self.ctx,
+                    _marker: PhantomData,
+                })
+            }
+
+            /// The same memory as elements of `U`; an address not aligned for `U` or a size that
+            /// is not a whole number of `U`s is an [`Error::InvalidArgument`].
+            pub fn cast<U: Pod>(&self) -> Result<DeviceView<'_, U>> {
+                let len = cast_check::<T, U>("cast", self.ptr, self.len)?;
+                Ok(DeviceView { ptr: self.ptr, len, ctx: self.ctx, _marker: PhantomData })
+            }
+        }
+    };
+}
+
+common!(DeviceView);
+common!(DeviceViewMut);
+
+impl<'a, T: Pod> DeviceViewMut<'a, T> {
+    /// A shorter-lived shared view of the same memory.
+    pub fn as_view(&self) -> DeviceView<'_, T> {
+        DeviceView { ptr: self.ptr, len: self.len, ctx: self.ctx, _marker: PhantomData }
+    }
+
+    /// A shorter-lived exclusive view of the same memory.
+    pub fn reborrow(&mut self) -> DeviceViewMut<'_, T> {
+        DeviceViewMut { ptr: self.ptr, len: self.len, ctx: self.ctx, _marker: PhantomData }
+    }
+
+    /// An exclusive sub-view; a range past the end is an [`Error::InvalidArgument`].
+    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceViewMut<'_, T>> {
+        let (start, end) = range_of("slice_mut", range, self.len)?;
+        Ok(DeviceViewMut {
+            ptr: self.ptr + (start * std::mem::size_of::<T>()) as u64,
+            len: end - start,
+            ctx: self.ctx,
+            _marker: PhantomData,
+        })
+    }
+
+    /// Splits into two exclusive views at element `mid`.
+    pub fn split_at_mut(&mut self, mid: usize) -> Result<(DeviceViewMut<'_, T>, DeviceViewMut<'_, T>)> {
+        if mid > self.len {
+            return Err(Error::invalid(
+                "split_at_mut",
+                format!("split point {mid} is past the end of a view of {} elements", self.len),
+            ));
+        }
+        let second = self.ptr + (mid * std::mem::size_of::<T>()) as u64;
+        Ok((
+            DeviceViewMut { ptr: self.ptr, len: mid, ctx: self.ctx, _marker: PhantomData },
+            DeviceViewMut { ptr: second, len: self.len - mid, ctx: self.ctx, _marker: PhantomData },
+        ))
+    }
+
+    /// The same memory as elements of `U`, exclusively; checked like [`Self::cast`].
+    pub fn cast_mut<U: Pod>(&mut self) -> Result<DeviceViewMut<'_, U>> {
+        let len = cast_check::<T, U>("cast_mut", self.ptr, self.len)?;
+        Ok(DeviceViewMut { ptr: self.ptr, len, ctx: self.ctx, _marker: PhantomData })
+    }
+}

@@ -1,0 +1,58 @@
+//! Host callbacks: Rust closures run in stream order through `cuLaunchHostFunc`.
+
+use super::Stream;
+use crate::context::ContextInner;
+use crate::error::{Error, Result, check};
+use cuda_driver_sys as sys;
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Weak;
+
+struct Payload<F> {
+    f: F,
+    ctx: Weak<ContextInner>,
+}
+
+unsafe extern "C" fn trampoline<F: FnOnce() + Send + 'static>(data: *mut c_void) {
+    // SAFETY: `data` is the box leaked by `launch_host_func::<F>`, and the driver calls this
+    // function exactly once for it.
+    let payload = unsafe { Box::from_raw(data.cast::<Payload<F>>()) };
+    let Payload { f, ctx } = *payload;
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
+        let message = if let Some(s) = panic.downcast_ref::<&str>() {
+            (*s).to_string()
+        } else if let Some(s) = panic.downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "a panic with a non-string payload".to_string()
+        };
+        if let Some(ctx) = ctx.upgrade() {
+            ctx.defer(Error::CallbackPanicked { message });
+        }
+        // Dropping the payload of a panic can itself panic; it must not unwind into C.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(panic)));
+    }
+}
+
+impl Stream {
+    /// Runs `f` on a driver thread once all work queued before it on this stream is done;
+    /// work queued after it waits for it
+    /// ([`cuLaunchHostFunc`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
+    ///
+    /// `f` must not call CUDA: the driver forbids it in host functions, and such a call may
+    /// fail or deadlock. If `f` panics, the panic is caught and reported as
+    /// [`Error::CallbackPanicked`] by the next call through this context (for instance
+    /// [`Stream::synchronize`]).
+    pub fn launch_host_func<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
+        let ctx = self.context();
+        ctx.take_deferred()?;
+        let payload = Box::into_raw(Box::new(Payload { f, ctx: std::sync::Arc::downgrade(ctx.inner()) }));
+        // SAFETY: the trampoline matches `CUhostFn` and takes back the box exactly once.
+        let status = unsafe { sys::cuLaunchHostFunc(self.as_raw(), Some(trampoline::<F>), payload.cast()) };
+        if status != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: the driver refused the call, so it will never run the trampoline.
+            drop(unsafe { Box::from_raw(payload) });
+        }
+        check("cuLaunchHostFunc", status)
+    }
+}

@@ -1,0 +1,218 @@
+//! Streams: creation with flags and priority, the legacy and per-thread default streams,
+//! adopted external streams, synchronization, event waits and host callbacks.
+//!
+//! See the [Stream Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)
+//! section of the driver API.
+
+mod attributes;
+mod callback;
+mod memops;
+
+pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus};
+pub use memops::{StreamWaitValueFlags, StreamWriteValueFlags};
+
+use crate::context::Context;
+use crate::error::{Result, check};
+use crate::event::Event;
+use bitflags::bitflags;
+use cuda_driver_sys as sys;
+use std::sync::Arc;
+
+bitflags! {
+    /// Stream creation flags (`CUstream_flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct StreamFlags: u32 {
+        /// `CU_STREAM_NON_BLOCKING`: the stream does not synchronize with the legacy default
+        /// stream.
+        const NON_BLOCKING = 0x1;
+    }
+}
+
+bitflags! {
+    /// Flags of [`Stream::wait_event_with_flags`] (`CUevent_wait_flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct EventWaitFlags: u32 {
+        /// `CU_EVENT_WAIT_EXTERNAL`: in stream capture, wait as an external-event node.
+        const EXTERNAL = 0x1;
+    }
+}
+
+#[derive(Debug)]
+struct StreamInner {
+    raw: sys::CUstream,
+    ctx: Context,
+    owned: bool,
+}
+
+// SAFETY: a CUstream may be used from any thread; the driver synchronizes access to it.
+unsafe impl Send for StreamInner {}
+// SAFETY: as above; the fields are never mutated after creation.
+unsafe impl Sync for StreamInner {}
+
+/// A CUDA stream: a queue of work that runs in order on the device.
+///
+/// Cloning shares the same stream; an owned stream is destroyed when the last clone is dropped
+/// (work already queued still runs).
+#[derive(Clone, Debug)]
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+impl Stream {
+    /// Creates a stream in `ctx`
+    /// ([`cuStreamCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    pub fn new(ctx: &Context, flags: StreamFlags) -> Result<Stream> {
+        ctx.enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the context is current.
+        check("cuStreamCreate", unsafe { sys::cuStreamCreate(&mut raw, flags.bits()) })?;
+        Ok(Stream::wrap(ctx, raw, true))
+    }
+
+    /// Creates a stream with a priority; lower numbers are higher priorities, within
+    /// [`Context::stream_priority_range`], and values outside it are clamped by the driver
+    /// ([`cuStreamCreateWithPriority`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    pub fn with_priority(ctx: &Context, flags: StreamFlags, priority: i32) -> Result<Stream> {
+        ctx.enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the context is current.
+        check("cuStreamCreateWithPriority", unsafe {
+            sys::cuStreamCreateWithPriority(&mut raw, flags.bits(), priority)
+        })?;
+        Ok(Stream::wrap(ctx, raw, true))
+    }
+
+    /// The legacy default stream (`CU_STREAM_LEGACY`), which synchronizes with every blocking
+    /// stream of the context.
+    pub fn legacy(ctx: &Context) -> Stream {
+        Stream::wrap(ctx, sys::CU_STREAM_LEGACY, false)
+    }
+
+    /// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`).
+    pub fn per_thread(ctx: &Context) -> Stream {
+        Stream::wrap(ctx, sys::CU_STREAM_PER_THREAD, false)
+    }
+
+    /// Wraps a stream made elsewhere (another library, raw calls) without owning it: it is
+    /// not destroyed on drop.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a stream of `ctx` (or one of the special default-stream handles) and stay
+    /// alive as long as the returned value and its clones.
+    pub unsafe fn from_raw(ctx: &Context, raw: sys::CUstream) -> Stream {
+        Stream::wrap(ctx, raw, false)
+    }
+
+    fn wrap(ctx: &Context, raw: sys::CUstream, owned: bool) -> Stream {
+        Stream { inner: Arc::new(StreamInner { raw, ctx: ctx.clone(), owned }) }
+    }
+
+    /// The raw `CUstream`.
+    #[inline]
+    pub fn as_raw(&self) -> sys::CUstream {
+        self.inner.raw
+    }
+
+    /// The stream's context.
+    #[inline]
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Whether this value destroys the stream when its last clone is dropped.
+    pub fn is_owned(&self) -> bool {
+        self.inner.owned
+    }
+
+    /// Blocks until all work queued on the stream is done
+    /// ([`cuStreamSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    ///
+    /// A kernel that faulted, a host callback that panicked, or an error kept from a `Drop` in
+    /// this context is reported here.
+    pub fn synchronize(&self) -> Result<()> {
+        let ctx = &self.inner.ctx;
+        ctx.take_deferred()?;
+        // SAFETY: the stream is alive while `self` is.
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.inner.raw) })?;
+        ctx.take_deferred()
+    }
+
+    /// Whether all work queued on the stream is done, without blocking
+    /// ([`cuStreamQuery`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    pub fn query(&self) -> Result<bool> {
+        self.inner.ctx.take_deferred()?;
+        // SAFETY: the stream is alive while `self` is.
+        let status = unsafe { sys::cuStreamQuery(self.inner.raw) };
+        if status == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("cuStreamQuery", status).map(|()| true)
+    }
+
+    /// Makes later work on this stream wait until `event` completes (the work it captured)
+    /// ([`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    /// The event may belong to another context or device.
+    #[inline]
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.inner.ctx.take_deferred()?;
+        // SAFETY: both handles are alive while their owners are borrowed.
+        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.inner.raw, event.as_raw(), 0) })
+    }
+
+    /// [`Stream::wait_event`] with flags
+    /// ([`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    #[inline]
+    pub fn wait_event_with_flags(&self, event: &Event, flags: EventWaitFlags) -> Result<()> {
+        self.inner.ctx.take_deferred()?;
+        // SAFETY: both handles are alive while their owners are borrowed.
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(self.inner.raw, event.as_raw(), flags.bits())
+        })
+    }
+
+    /// The flags the stream was created with
+    /// ([`cuStreamGetFlags`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    pub fn flags(&self) -> Result<StreamFlags> {
+        let mut f = 0;
+        // SAFETY: the stream is alive; one out-parameter.
+        check("cuStreamGetFlags", unsafe { sys::cuStreamGetFlags(self.inner.raw, &mut f) })?;
+        Ok(StreamFlags::from_bits_retain(f))
+    }
+
+    /// The stream's priority
+    /// ([`cuStreamGetPriority`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    pub fn priority(&self) -> Result<i32> {
+        let mut p = 0;
+        // SAFETY: the stream is alive; one out-parameter.
+        check("cuStreamGetPriority", unsafe { sys::cuStreamGetPriority(self.inner.raw, &mut p) })?;
+        Ok(p)
+    }
+
+    /// The stream's unique id
+    /// ([`cuStreamGetId`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    pub fn id(&self) -> Result<u64> {
+        let mut id = 0;
+        // SAFETY: the stream is alive; one out-parameter.
+        check("cuStreamGetId", unsafe { sys::cuStreamGetId(self.inner.raw, &mut id) })?;
+        Ok(id)
+    }
+}
+
+impl PartialEq for Stream {
+    fn eq(&self, other: &Stream) -> bool {
+        self.inner.raw == other.inner.raw
+    }
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: this value created the stream and it is the last user.
+            let status = unsafe { sys::cuStreamDestroy(self.raw) };
+            if let Err(e) = check("cuStreamDestroy", status) {
+                self.ctx.defer(e);
+            }
+        }
+    }
+}
