@@ -22,6 +22,8 @@ pub mod error;
 pub mod event;
 pub mod memory;
 pub mod stream;
+pub mod mempool;
+pub mod pool;
 
 pub use context::{Context, ContextFlags, CurrentGuard};
 pub use device::Device;

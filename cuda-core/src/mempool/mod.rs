@@ -1,0 +1,1 @@
+//! The stream-ordered allocator: memory pools of the driver (`cuMemPool*`).

@@ -1,0 +1,94 @@
+//! The [`Allocator`] and [`PinnedAllocator`] traits, and the events a pool defers reuse on.
+//!
+//! An allocator hands out raw device (or pinned host) memory. A [`MemoryPool`] is one, and is
+//! built on top of another (its *upstream*): the plain, managed and stream-ordered allocators of
+//! [`upstream`](super::upstream), or any type of the user's.
+//!
+//! [`MemoryPool`]: super::MemoryPool
+
+use crate::Result;
+use cuda_driver_sys as sys;
+
+/// Device memory handed out by an [`Allocator`]: its address, its size, and a token the
+/// allocator wants back when it is freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DeviceAllocation {
+    /// The device address; 0 for a zero-byte allocation.
+    pub ptr: sys::CUdeviceptr,
+    /// The bytes reserved (a pool rounds the request up).
+    pub size: usize,
+    /// What the allocator needs to find the allocation again; opaque to everyone else.
+    pub token: u64,
+}
+
+/// A source of device memory.
+///
+/// Implement it to give a [`MemoryPool`](super::MemoryPool) your own upstream, or to make
+/// your type the current allocator ([`set_allocator`](super::set_allocator)). The stream is
+/// the one the memory will first be used on (a raw `CUstream`; null is the default stream);
+/// allocators that are not stream-ordered may ignore it.
+pub trait Allocator: Send + Sync {
+    /// Allocates at least `size` bytes for use on `stream`.
+    ///
+    /// An allocator that ran out of memory returns [`Error::OutOfMemory`](crate::Error) or the
+    /// driver's `CUDA_ERROR_OUT_OF_MEMORY`; a pool on top of it then releases its cache and
+    /// retries once.
+    fn allocate(&self, size: usize, stream: sys::CUstream) -> Result<DeviceAllocation>;
+
+    /// Gives `allocation` back, ordered after the work queued so far on `stream`.
+    ///
+    /// # Safety
+    ///
+    /// `allocation` came from `allocate` on this allocator and was not given back before, and no
+    /// work that uses it is queued on another stream without being ordered before `stream`.
+    unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: sys::CUstream) -> Result<()>;
+
+    /// A short name for reports and hooks, e.g. `cuMemAlloc` or `MemoryPool`.
+    fn name(&self) -> &'static str {
+        "allocator"
+    }
+}
+
+/// Page-locked host memory handed out by a [`PinnedAllocator`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PinnedAllocation {
+    /// The host address; null for a zero-byte allocation.
+    pub ptr: *mut u8,
+    /// The bytes reserved.
+    pub size: usize,
+}
+
+// SAFETY: a pinned allocation is an address and a size; it owns nothing thread-bound.
+unsafe impl Send for PinnedAllocation {}
+// SAFETY: as above; shared references only read the two fields.
+unsafe impl Sync for PinnedAllocation {}
+
+/// A source of page-locked (pinned) host memory.
+pub trait PinnedAllocator: Send + Sync {
+    /// Allocates at least `size` bytes of page-locked host memory.
+    fn allocate(&self, size: usize) -> Result<PinnedAllocation>;
+
+    /// Gives `allocation` back.
+    ///
+    /// # Safety
+    ///
+    /// `allocation` came from `allocate` on this allocator, was not given back before, and no
+    /// queued copy still reads or writes it.
+    unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()>;
+}
+
+/// Events a pool records to keep a block from reuse until other streams are done with it.
+///
+/// Events are identified by a raw handle (`CUevent` as an integer); a pool reuses completed
+/// events and never creates one on the path of an allocation served from its cache.
+pub trait StreamEvents: Send + Sync {
+    /// Creates an event (without timing).
+    fn create(&self) -> Result<u64>;
+    /// Records `event` on `stream`.
+    fn record(&self, event: u64, stream: sys::CUstream) -> Result<()>;
+    /// Whether the work before the recording of `event` has completed; never blocks. An event
+    /// whose query fails (its context is gone) counts as complete.
+    fn is_complete(&self, event: u64) -> bool;
+    /// Destroys `event`.
+    fn destroy(&self, event: u64);
+}

@@ -1,0 +1,316 @@
+//! The pool's engine: shards keyed by stream, the limit, going upstream, retry on exhaustion.
+//!
+//! Streams hash to one of [`SHARDS`] shards, each behind its own lock, so threads that allocate
+//! on different streams rarely meet; an allocation served from the cache takes exactly one
+//! lock and makes no driver call. Going upstream happens outside any lock.
+
+use super::allocator::{Allocator, DeviceAllocation, StreamEvents};
+use super::shard::{GENERATION_MASK, Shard};
+use crate::{Error, Result};
+use cuda_driver_sys as sys;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The pool's allocation unit: every request is rounded up to a multiple of it.
+pub const ALLOCATION_UNIT: usize = 512;
+
+/// Number of shards; a power of two.
+pub(crate) const SHARDS: usize = 64;
+
+/// The token of a zero-byte allocation, which touches no shard.
+const ZERO_TOKEN: u64 = u64::MAX;
+
+#[repr(align(128))]
+struct Padded(Mutex<Shard>);
+
+/// Rounds `size` up to the allocation unit, or `None` on overflow.
+pub(crate) fn round_size(size: usize) -> Option<usize> {
+    size.checked_add(ALLOCATION_UNIT - 1).map(|s| s & !(ALLOCATION_UNIT - 1))
+}
+
+thread_local! {
+    static THREAD_KEY: u8 = const { 0 };
+}
+
+/// The arena key of a stream: its handle, except that the per-thread default stream is keyed
+/// per thread and the legacy default stream is 0.
+pub(crate) fn stream_key(stream: sys::CUstream) -> u64 {
+    let raw = stream as usize;
+    let per_thread =
+        raw == sys::CU_STREAM_PER_THREAD as usize || (raw == 0 && sys::per_thread_default_stream());
+    if per_thread {
+        // The address of a thread-local is unique among live threads; the low bit marks it.
+        THREAD_KEY.with(|k| (k as *const u8 as usize as u64) | 1)
+    } else if raw == sys::CU_STREAM_LEGACY as usize {
+        0
+    } else {
+        raw as u64
+    }
+}
+
+fn shard_of(key: u64) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
+}
+
+fn pack(shard: usize, generation: u32, index: u32) -> u64 {
+    ((shard as u64) << 56) | (u64::from(generation & GENERATION_MASK) << 32) | u64::from(index)
+}
+
+fn unpack(token: u64) -> (usize, u32, u32) {
+    ((token >> 56) as usize, ((token >> 32) as u32) & GENERATION_MASK, token as u32)
+}
+
+/// Whether an upstream error means "no memory", which a release of the cache may cure.
+pub(crate) fn is_out_of_memory(e: &Error) -> bool {
+    match e {
+        Error::OutOfMemory { .. } => true,
+        Error::Driver { status, .. } => *status == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+        Error::Runtime { status, .. } => *status == cuda_runtime_oom(),
+        _ => false,
+    }
+}
+
+fn cuda_runtime_oom() -> cudart_sys::cudaError_t {
+    cudart_sys::cudaError_t::cudaErrorMemoryAllocation
+}
+
+/// The bookkeeping shared by [`MemoryPool`](super::MemoryPool) and its tests.
+pub(crate) struct PoolCore {
+    shards: Box<[Padded]>,
+    total: AtomicUsize,
+    /// 0: no limit.
+    limit: AtomicUsize,
+    pub(crate) upstream: Arc<dyn Allocator>,
+    events: Arc<dyn StreamEvents>,
+}
+
+impl PoolCore {
+    pub(crate) fn new(upstream: Arc<dyn Allocator>, events: Arc<dyn StreamEvents>) -> Self {
+        PoolCore {
+            shards: (0..SHARDS).map(|_| Padded(Mutex::new(Shard::default()))).collect(),
+            total: AtomicUsize::new(0),
+            limit: AtomicUsize::new(0),
+            upstream,
+            events,
+        }
+    }
+
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+        // A panic under the lock leaves the shard consistent (no step unwinds half-way through
+        // a change that matters for soundness), so a poisoned lock is still usable.
+        self.shards[shard].0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Allocates `size` bytes (rounded up to 512) for `stream`.
+    pub(crate) fn malloc(&self, size: usize, stream: sys::CUstream) -> Result<DeviceAllocation> {
+        if size == 0 {
+            return Ok(DeviceAllocation { ptr: 0, size: 0, token: ZERO_TOKEN });
+        }
+        let Some(rounded) = round_size(size) else {
+            return Err(Error::invalid("MemoryPool::malloc", format!("{size} bytes cannot be rounded up")));
+        };
+        let key = stream_key(stream);
+        let s = shard_of(key);
+        {
+            let mut shard = self.lock(s);
+            if let Some(a) = Self::take(&mut shard, s, key, rounded) {
+                return Ok(a);
+            }
+            if shard.has_pending() {
+                shard.poll_pending(|e| self.events.is_complete(e));
+                if let Some(a) = Self::take(&mut shard, s, key, rounded) {
+                    return Ok(a);
+                }
+            }
+        }
+        self.grow(s, key, size, rounded, stream)
+    }
+
+    fn take(shard: &mut Shard, s: usize, key: u64, rounded: usize) -> Option<DeviceAllocation> {
+        let (i, ptr) = shard.take(key, rounded)?;
+        let generation = shard.chunk(i).map_or(0, |c| c.generation);
+        Some(DeviceAllocation { ptr, size: rounded, token: pack(s, generation, i) })
+    }
+
+    #[cold]
+    fn grow(
+        &self,
+        s: usize,
+        key: u64,
+        size: usize,
+        rounded: usize,
+        stream: sys::CUstream,
+    ) -> Result<DeviceAllocation> {
+        let upstream = match self.upstream_alloc(rounded, stream) {
+            Ok(a) => a,
+            Err(e) if is_out_of_memory(&e) => {
+                self.free_all_blocks(None)?;
+                // Another stream's cache may have come free meanwhile in this shard too.
+                {
+                    let mut shard = self.lock(s);
+                    if let Some(a) = Self::take(&mut shard, s, key, rounded) {
+                        return Ok(a);
+                    }
+                }
+                self.upstream_alloc(rounded, stream)
+                    .map_err(|e| if is_out_of_memory(&e) { self.out_of_memory(size) } else { e })?
+            }
+            Err(e) => return Err(e),
+        };
+        let mut shard = self.lock(s);
+        let i = shard.insert_used(key, upstream.ptr, rounded, upstream.token);
+        let generation = shard.chunk(i).map_or(0, |c| c.generation);
+        Ok(DeviceAllocation { ptr: upstream.ptr, size: rounded, token: pack(s, generation, i) })
+    }
+
+    fn out_of_memory(&self, requested: usize) -> Error {
+        let limit = self.limit.load(Ordering::Relaxed);
+        Error::OutOfMemory {
+            requested,
+            held: self.total.load(Ordering::Relaxed),
+            limit: (limit != 0).then_some(limit),
+        }
+    }
+
+    /// Reserves `size` under the limit, then asks the upstream allocator.
+    fn upstream_alloc(&self, size: usize, stream: sys::CUstream) -> Result<DeviceAllocation> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let reserved = self.total.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |t| {
+            let next = t.checked_add(size)?;
+            (limit == 0 || next <= limit).then_some(next)
+        });
+        if reserved.is_err() {
+            return Err(self.out_of_memory(size));
+        }
+        let a = self.upstream.allocate(size, stream);
+        if a.is_err() {
+            self.total.fetch_sub(size, Ordering::AcqRel);
+        }
+        a
+    }
+
+    /// Gives an allocation back to its arena; with `recorded` streams, keeps it from reuse
+    /// until an event recorded now on each of them has completed.
+    pub(crate) fn free(&self, allocation: DeviceAllocation, recorded: &[sys::CUstream]) -> Result<()> {
+        if allocation.token == ZERO_TOKEN {
+            return Ok(());
+        }
+        let (s, generation, i) = unpack(allocation.token);
+        let stale = || {
+            Error::invalid(
+                "MemoryPool::free",
+                format!(
+                    "{:#x} is not an allocation of this pool that is in use (double free?)",
+                    allocation.ptr
+                ),
+            )
+        };
+        if s >= SHARDS {
+            return Err(stale());
+        }
+        let mut shard = self.lock(s);
+        if shard.chunk(i).is_none_or(|c| c.addr != allocation.ptr) {
+            return Err(stale());
+        }
+        if recorded.is_empty() {
+            return shard.release(i, generation).map_err(|_| stale());
+        }
+        shard.check_in_use(i, generation).map_err(|_| stale())?;
+        for &stream in recorded {
+            let event = match shard.idle_events.pop() {
+                Some(e) => e,
+                None => self.events.create()?,
+            };
+            if let Err(e) = self.events.record(event, stream) {
+                // The block stays out of reuse (in use) rather than risk a reader on `stream`.
+                shard.idle_events.push(event);
+                return Err(e);
+            }
+            shard.defer(i, generation, event).map_err(|_| stale())?;
+        }
+        Ok(())
+    }
+
+    /// Releases upstream every free block that is a whole upstream allocation, of one stream's
+    /// arena or of all; also frees pending blocks whose events have completed.
+    pub(crate) fn free_all_blocks(&self, stream: Option<sys::CUstream>) -> Result<()> {
+        let key = stream.map(stream_key);
+        let mut released = Vec::new();
+        for s in 0..SHARDS {
+            if key.is_some_and(|k| shard_of(k) != s) {
+                continue;
+            }
+            let mut shard = self.lock(s);
+            if shard.has_pending() {
+                shard.poll_pending(|e| self.events.is_complete(e));
+            }
+            shard.drain_whole_free(key, &mut released);
+        }
+        let mut first_error = Ok(());
+        for (ptr, size, token) in released {
+            let allocation = DeviceAllocation { ptr, size, token };
+            // SAFETY: the block came from this upstream, is wholly free and left the pool's
+            // books above, so nothing refers to it; stream-ordered upstreams free it on the
+            // legacy default stream, after everything queued so far.
+            let r = unsafe { self.upstream.deallocate(allocation, std::ptr::null_mut()) };
+            self.total.fetch_sub(size, Ordering::AcqRel);
+            if first_error.is_ok() {
+                first_error = r;
+            }
+        }
+        first_error
+    }
+
+    /// Sums something over all shards.
+    fn sum(&self, f: impl Fn(&Shard) -> usize) -> usize {
+        (0..SHARDS).map(|s| f(&self.lock(s))).sum()
+    }
+
+    pub(crate) fn used_bytes(&self) -> usize {
+        self.sum(|s| s.used)
+    }
+
+    pub(crate) fn total_bytes(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn n_free_blocks(&self) -> usize {
+        self.sum(|s| s.free_chunks)
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_limit(&self, bytes: usize) {
+        self.limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Checks every shard's invariants and that the shards' held bytes add up to the total.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        let mut held = 0;
+        for s in 0..SHARDS {
+            let shard = self.lock(s);
+            shard.check_invariants().map_err(|e| format!("shard {s}: {e}"))?;
+            held += shard.held;
+        }
+        let total = self.total_bytes();
+        if held != total {
+            return Err(format!("shards hold {held} bytes, the pool counts {total}"));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PoolCore {
+    fn drop(&mut self) {
+        // Blocks still in use or waiting for events stay allocated: a stream may still use them.
+        let _ = self.free_all_blocks(None);
+        for s in 0..SHARDS {
+            let events = std::mem::take(&mut self.lock(s).idle_events);
+            for e in events {
+                self.events.destroy(e);
+            }
+        }
+    }
+}

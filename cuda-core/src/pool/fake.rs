@@ -1,0 +1,129 @@
+//! A counting upstream allocator and hand-completed events, for testing the pool on a CPU.
+
+use super::allocator::{Allocator, DeviceAllocation, StreamEvents};
+use crate::{Error, Result};
+use cuda_driver_sys as sys;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Hands out addresses from a counter, never reusing one, under an optional capacity.
+#[derive(Debug, Default)]
+pub(crate) struct CountingUpstream {
+    pub(crate) state: Mutex<Upstream>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Upstream {
+    next: u64,
+    /// Live allocations: address → size.
+    pub(crate) live: HashMap<u64, usize>,
+    pub(crate) allocations: usize,
+    pub(crate) deallocations: usize,
+    /// Refuse (as the device would) when live bytes would pass this; 0 = never.
+    pub(crate) capacity: usize,
+}
+
+impl CountingUpstream {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        let s = CountingUpstream::default();
+        s.state.lock().unwrap_or_else(|p| p.into_inner()).capacity = capacity;
+        s
+    }
+
+    pub(crate) fn get(&self) -> std::sync::MutexGuard<'_, Upstream> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Allocator for CountingUpstream {
+    fn allocate(&self, size: usize, _stream: sys::CUstream) -> Result<DeviceAllocation> {
+        let mut s = self.get();
+        let live: usize = s.live.values().sum();
+        if s.capacity != 0 && live + size > s.capacity {
+            return Err(Error::Driver {
+                call: "cuMemAlloc",
+                status: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            });
+        }
+        // Leave a gap so that blocks of different upstream allocations are never adjacent.
+        let ptr = 0x1_0000_0000 + s.next;
+        s.next += size as u64 + 4096;
+        s.live.insert(ptr, size);
+        s.allocations += 1;
+        Ok(DeviceAllocation { ptr, size, token: ptr ^ 0xABCD })
+    }
+
+    unsafe fn deallocate(&self, a: DeviceAllocation, _stream: sys::CUstream) -> Result<()> {
+        let mut s = self.get();
+        if a.token != a.ptr ^ 0xABCD || s.live.remove(&a.ptr) != Some(a.size) {
+            return Err(Error::invalid("CountingUpstream::deallocate", format!("{a:?} is not live")));
+        }
+        s.deallocations += 1;
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+}
+
+/// Events that complete only when the test says so.
+#[derive(Debug, Default)]
+pub(crate) struct ManualEvents {
+    pub(crate) state: Mutex<Events>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Events {
+    next: u64,
+    /// Event → (stream it was last recorded on, complete).
+    pub(crate) events: HashMap<u64, (usize, bool)>,
+    pub(crate) created: usize,
+    pub(crate) records: usize,
+}
+
+impl ManualEvents {
+    pub(crate) fn get(&self) -> std::sync::MutexGuard<'_, Events> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Completes every event recorded on `stream`.
+    pub(crate) fn complete(&self, stream: sys::CUstream) {
+        for (s, done) in self.get().events.values_mut() {
+            if *s == stream as usize {
+                *done = true;
+            }
+        }
+    }
+}
+
+impl StreamEvents for ManualEvents {
+    fn create(&self) -> Result<u64> {
+        let mut s = self.get();
+        s.next += 1;
+        let e = s.next;
+        s.events.insert(e, (0, true));
+        s.created += 1;
+        Ok(e)
+    }
+
+    fn record(&self, event: u64, stream: sys::CUstream) -> Result<()> {
+        let mut s = self.get();
+        s.records += 1;
+        match s.events.get_mut(&event) {
+            Some(e) => {
+                *e = (stream as usize, false);
+                Ok(())
+            }
+            None => Err(Error::invalid("ManualEvents::record", "no such event")),
+        }
+    }
+
+    fn is_complete(&self, event: u64) -> bool {
+        self.get().events.get(&event).is_none_or(|e| e.1)
+    }
+
+    fn destroy(&self, event: u64) {
+        self.get().events.remove(&event);
+    }
+}
