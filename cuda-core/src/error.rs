@@ -65,6 +65,15 @@ pub enum Error {
         /// The panic's message.
         message: String,
     },
+    /// The JIT compiler or linker rejected its input (PTX, cubin, fat binary, linker input).
+    Jit {
+        /// The C function that failed, e.g. `cuModuleLoadDataEx`.
+        call: &'static str,
+        /// The status it returned.
+        status: sys::CUresult,
+        /// The compiler's error log: what is wrong with the input, and where.
+        log: String,
+    },
 }
 
 impl Error {
@@ -76,7 +85,7 @@ impl Error {
     /// The driver status, when this is a driver error.
     pub fn driver_status(&self) -> Option<sys::CUresult> {
         match self {
-            Error::Driver { status, .. } => Some(*status),
+            Error::Driver { status, .. } | Error::Jit { status, .. } => Some(*status),
             _ => None,
         }
     }
@@ -87,7 +96,8 @@ impl Error {
             Error::Driver { call, .. }
             | Error::Runtime { call, .. }
             | Error::Nccl { call, .. }
-            | Error::Load { call, .. } => Some(call),
+            | Error::Load { call, .. }
+            | Error::Jit { call, .. } => Some(call),
             _ => None,
         }
     }
@@ -167,6 +177,10 @@ impl fmt::Display for Error {
                 }
             }
             Error::CallbackPanicked { message } => write!(f, "a stream callback panicked: {message}"),
+            Error::Jit { call, status, log } => {
+                write_status(f, call, status.name(), i64::from(status.0), driver_description(*status))?;
+                if log.is_empty() { Ok(()) } else { write!(f, "; compiler log:\n{log}") }
+            }
         }
     }
 }

@@ -22,6 +22,9 @@ pub mod error;
 pub mod event;
 pub mod memory;
 pub mod stream;
+pub mod module;
+pub mod launch;
+pub mod occupancy;
 pub mod mempool;
 pub mod pool;
 
@@ -31,6 +34,8 @@ pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use memory::{DeviceBuffer, DeviceView, DeviceViewMut};
 pub use stream::{Stream, StreamFlags};
+pub use launch::{Dim3, KernelArgs, LaunchConfig};
+pub use module::{Function, Kernel, Library, Module};
 
 pub use cuda_driver_sys as driver_sys;
 pub use cudart_sys as runtime_sys;

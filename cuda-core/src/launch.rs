@@ -1,0 +1,461 @@
+//! Kernel launches: the launch configuration, typed arguments, cooperative launches.
+//!
+//! Every launch goes through
+//! [`cuLaunchKernelEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html):
+//! the grid, block and dynamic shared memory of a [`LaunchConfig`], plus launch attributes for
+//! what it asks beyond them (cluster dimensions, cooperative launch, priority, programmatic
+//! stream serialization). Nothing is allocated on the heap: the attributes and the argument
+//! pointers live on the stack.
+//!
+//! Launching is `unsafe`: the compiler cannot see the kernel's parameter list, and a kernel
+//! can read and write any memory its arguments point to.
+//!
+//! ```no_run
+//! # fn main() -> cuda_core::Result<()> {
+//! use cuda_core::{Context, Device, LaunchConfig, Stream, StreamFlags, module::Module};
+//! # let ptx = "";
+//! let ctx = Context::primary(&Device::get(0)?)?;
+//! let module = Module::from_ptx(&ctx, ptx)?;
+//! let saxpy = module.function("saxpy")?;
+//! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+//! let (n, a, x, y) = (1024u32, 2.0f32, 0u64, 0u64); // device pointers from buffers
+//! // SAFETY: saxpy takes (u32, f32, const float*, float*) and x, y hold n floats.
+//! unsafe { saxpy.launch(&stream, &LaunchConfig::for_elements(n, 256), (&n, &a, &x, &y))? };
+//! # Ok(()) }
+//! ```
+
+use crate::error::{Error, Result, check};
+use crate::module::{Function, Kernel};
+use crate::stream::Stream;
+use cuda_driver_sys as sys;
+use std::ffi::c_void;
+use std::mem::MaybeUninit;
+
+/// Three dimensions of a grid, block or cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Dim3 {
+    /// x.
+    pub x: u32,
+    /// y.
+    pub y: u32,
+    /// z.
+    pub z: u32,
+}
+
+impl Dim3 {
+    /// The dimensions `(x, y, z)`.
+    pub const fn new(x: u32, y: u32, z: u32) -> Dim3 {
+        Dim3 { x, y, z }
+    }
+
+    /// `x * y * z`.
+    pub const fn count(&self) -> u64 {
+        self.x as u64 * self.y as u64 * self.z as u64
+    }
+}
+
+impl From<u32> for Dim3 {
+    fn from(x: u32) -> Dim3 {
+        Dim3::new(x, 1, 1)
+    }
+}
+
+impl From<(u32, u32)> for Dim3 {
+    fn from((x, y): (u32, u32)) -> Dim3 {
+        Dim3::new(x, y, 1)
+    }
+}
+
+impl From<(u32, u32, u32)> for Dim3 {
+    fn from((x, y, z): (u32, u32, u32)) -> Dim3 {
+        Dim3::new(x, y, z)
+    }
+}
+
+/// How to launch a kernel: grid and block dimensions, dynamic shared memory, and the launch
+/// attributes of `cuLaunchKernelEx`
+/// ([`CUlaunchConfig`](https://docs.nvidia.com/cuda/cuda-driver-api/structCUlaunchConfig.html)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchConfig {
+    /// Blocks in the grid.
+    pub grid: Dim3,
+    /// Threads in a block.
+    pub block: Dim3,
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem_bytes: u32,
+    /// Thread-block cluster dimensions, in blocks (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`;
+    /// compute capability 9.0 and later). The grid must be a multiple of it.
+    pub cluster: Option<Dim3>,
+    /// Launch cooperatively (`CU_LAUNCH_ATTRIBUTE_COOPERATIVE`): all blocks are resident at
+    /// once, so they can synchronize across the grid. The grid must fit on the device (see
+    /// [`Function::max_active_blocks_per_multiprocessor`]).
+    pub cooperative: bool,
+    /// Priority of this launch (`CU_LAUNCH_ATTRIBUTE_PRIORITY`), in the context's stream
+    /// priority range; `None` keeps the stream's.
+    pub priority: Option<i32>,
+    /// Allow the kernel to overlap with the previous kernel in the stream once that one
+    /// triggers it (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`; compute
+    /// capability 9.0 and later).
+    pub programmatic_stream_serialization: bool,
+}
+
+impl LaunchConfig {
+    /// `grid` blocks of `block` threads, no dynamic shared memory and no attributes.
+    pub fn new(grid: impl Into<Dim3>, block: impl Into<Dim3>) -> LaunchConfig {
+        LaunchConfig {
+            grid: grid.into(),
+            block: block.into(),
+            shared_mem_bytes: 0,
+            cluster: None,
+            cooperative: false,
+            priority: None,
+            programmatic_stream_serialization: false,
+        }
+    }
+
+    /// One thread per element: blocks of `block_size` threads, enough of them to cover
+    /// `elements` (at least one block).
+    pub fn for_elements(elements: u32, block_size: u32) -> LaunchConfig {
+        let block_size = block_size.max(1);
+        LaunchConfig::new(elements.div_ceil(block_size).max(1), block_size)
+    }
+
+    /// Sets the dynamic shared memory per block.
+    pub fn shared_mem_bytes(mut self, bytes: u32) -> LaunchConfig {
+        self.shared_mem_bytes = bytes;
+        self
+    }
+
+    /// Sets the cluster dimensions.
+    pub fn cluster(mut self, dims: impl Into<Dim3>) -> LaunchConfig {
+        self.cluster = Some(dims.into());
+        self
+    }
+
+    /// Asks for a cooperative launch.
+    pub fn cooperative(mut self, on: bool) -> LaunchConfig {
+        self.cooperative = on;
+        self
+    }
+
+    /// Sets the launch priority.
+    pub fn priority(mut self, priority: i32) -> LaunchConfig {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Allows programmatic stream serialization.
+    pub fn programmatic_stream_serialization(mut self, on: bool) -> LaunchConfig {
+        self.programmatic_stream_serialization = on;
+        self
+    }
+
+    /// Rejects zero dimensions and a block larger than `max_threads` (when known).
+    #[inline]
+    fn check(&self, operation: &'static str, max_threads: u32) -> Result<()> {
+        let block = self.block.count();
+        if self.grid.count() == 0 || block == 0 {
+            return Err(zero_dimension(operation, self));
+        }
+        if max_threads != 0 && block > u64::from(max_threads) {
+            return Err(too_many_threads(operation, block, max_threads));
+        }
+        Ok(())
+    }
+
+    /// Fills `attrs` with the attributes this configuration asks for and returns the raw
+    /// configuration pointing at them.
+    #[inline]
+    pub(crate) fn raw_config(
+        &self,
+        stream: sys::CUstream,
+        attrs: &mut [MaybeUninit<sys::CUlaunchAttribute>; 4],
+    ) -> sys::CUlaunchConfig {
+        let mut n = 0;
+        let mut push = |id: sys::CUlaunchAttributeID, value: sys::CUlaunchAttributeValue| {
+            attrs[n] = MaybeUninit::new(sys::CUlaunchAttribute { id, pad: [0; 4], value });
+            n += 1;
+        };
+        if let Some(c) = self.cluster {
+            push(
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                sys::CUlaunchAttributeValue {
+                    clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: c.x, y: c.y, z: c.z },
+                },
+            );
+        }
+        if self.cooperative {
+            push(
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+                sys::CUlaunchAttributeValue { cooperative: 1 },
+            );
+        }
+        if let Some(priority) = self.priority {
+            push(
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PRIORITY,
+                sys::CUlaunchAttributeValue { priority },
+            );
+        }
+        if self.programmatic_stream_serialization {
+            push(
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+            );
+        }
+        sys::CUlaunchConfig {
+            gridDimX: self.grid.x,
+            gridDimY: self.grid.y,
+            gridDimZ: self.grid.z,
+            blockDimX: self.block.x,
+            blockDimY: self.block.y,
+            blockDimZ: self.block.z,
+            sharedMemBytes: self.shared_mem_bytes,
+            hStream: stream,
+            attrs: attrs.as_mut_ptr().cast(),
+            numAttrs: n as u32,
+        }
+    }
+}
+
+#[cold]
+fn zero_dimension(operation: &'static str, config: &LaunchConfig) -> Error {
+    Error::invalid(
+        operation,
+        format!("grid {:?} and block {:?} must have no zero dimension", config.grid, config.block),
+    )
+}
+
+#[cold]
+fn too_many_threads(operation: &'static str, block: u64, max: u32) -> Error {
+    Error::invalid(
+        operation,
+        format!(
+            "a block of {block} threads is more than this kernel's limit of {max} threads per block (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK); launch smaller blocks and more of them"
+        ),
+    )
+}
+
+/// Kernel arguments: a tuple of references to the values of the kernel's parameters, in
+/// order, e.g. `(&n, &alpha, &x_ptr, &y_ptr)`; `()` for none.
+///
+/// [`pointers`](KernelArgs::pointers) makes the array of pointers to them that
+/// `cuLaunchKernelEx` reads, as a fixed-size array on the stack. Implemented for tuples of up
+/// to 16 references to `Copy` values.
+///
+/// # Safety
+///
+/// An implementation must return one pointer per parameter, each to a value that lives as long
+/// as `self`'s borrows.
+pub unsafe trait KernelArgs {
+    /// The pointer array: `[*mut c_void; N]`.
+    type Pointers: AsMut<[*mut c_void]>;
+    /// The pointer to each argument, in order.
+    fn pointers(&self) -> Self::Pointers;
+}
+
+// SAFETY: no parameters, no pointers.
+unsafe impl KernelArgs for () {
+    type Pointers = [*mut c_void; 0];
+    #[inline]
+    fn pointers(&self) -> [*mut c_void; 0] {
+        []
+    }
+}
+
+macro_rules! kernel_args {
+    ($n:literal: $($name:ident $index:tt),+) => {
+        // SAFETY: one pointer per tuple element, each to the referenced value, which outlives
+        // the tuple's borrow.
+        unsafe impl<'a, $($name: Copy),+> KernelArgs for ($(&'a $name,)+) {
+            type Pointers = [*mut c_void; $n];
+            #[inline]
+            fn pointers(&self) -> [*mut c_void; $n] {
+                [$((self.$index as *const $name).cast_mut().cast()),+]
+            }
+        }
+    };
+}
+
+kernel_args!(1: A 0);
+kernel_args!(2: A 0, B 1);
+kernel_args!(3: A 0, B 1, C 2);
+kernel_args!(4: A 0, B 1, C 2, D 3);
+kernel_args!(5: A 0, B 1, C 2, D 3, E 4);
+kernel_args!(6: A 0, B 1, C 2, D 3, E 4, F 5);
+kernel_args!(7: A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+kernel_args!(8: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+kernel_args!(9: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+kernel_args!(10: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+kernel_args!(11: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+kernel_args!(12: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+kernel_args!(13: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12);
+kernel_args!(14: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13);
+kernel_args!(15: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14);
+kernel_args!(16: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14, P 15);
+
+/// The one launch path: checks, raw configuration on the stack, one `cuLaunchKernelEx`.
+///
+/// # Safety
+///
+/// `f` is a live function (or a kernel cast to one) whose parameters match `args`.
+#[inline]
+unsafe fn launch_raw<A: KernelArgs>(
+    operation: &'static str,
+    f: sys::CUfunction,
+    max_threads: u32,
+    stream: &Stream,
+    config: &LaunchConfig,
+    args: A,
+) -> Result<()> {
+    config.check(operation, max_threads)?;
+    let ctx = stream.context();
+    let raw_stream = stream.as_raw();
+    if is_special_stream(raw_stream) {
+        // The default-stream handles act on the current context.
+        ctx.enter()?;
+    } else {
+        ctx.take_deferred()?;
+    }
+    let mut attrs = [const { MaybeUninit::uninit() }; 4];
+    let raw = config.raw_config(raw_stream, &mut attrs);
+    let mut pointers = args.pointers();
+    // SAFETY: `raw` points at `numAttrs` initialised attributes in `attrs`; `pointers` holds
+    // one pointer per argument, to values borrowed for this call; the caller guarantees they
+    // match the kernel's parameters.
+    let status =
+        unsafe { sys::cuLaunchKernelEx(&raw, f, pointers.as_mut().as_mut_ptr(), std::ptr::null_mut()) };
+    check("cuLaunchKernelEx", status)
+}
+
+#[inline]
+fn is_special_stream(stream: sys::CUstream) -> bool {
+    stream.is_null() || stream == sys::CU_STREAM_LEGACY || stream == sys::CU_STREAM_PER_THREAD
+}
+
+impl Function<'_> {
+    /// Launches the function on `stream`
+    /// ([`cuLaunchKernelEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
+    ///
+    /// A zero grid or block dimension, or a block larger than the function allows, is an
+    /// [`Error::InvalidArgument`] before any call. A kernel that faults while it runs is
+    /// reported by the next synchronizing call (stream, event or context synchronize).
+    ///
+    /// # Safety
+    ///
+    /// `args` must match the kernel's parameters in number, order and type, and every pointer
+    /// among them must be valid for what the kernel does with it until the kernel finishes
+    /// (the memory must stay allocated, and nothing else may use it in a conflicting way).
+    /// The stream must belong to the function's context.
+    #[inline]
+    pub unsafe fn launch<A: KernelArgs>(
+        &self,
+        stream: &Stream,
+        config: &LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        // SAFETY: the function is live while `self` borrows its module; the caller vouches
+        // for the arguments.
+        unsafe {
+            launch_raw("Function::launch", self.as_raw(), self.max_threads_per_block(), stream, config, args)
+        }
+    }
+
+    /// Launches cooperatively: like [`launch`](Self::launch) with
+    /// [`LaunchConfig::cooperative`] set, so that all blocks are resident at once and may
+    /// synchronize across the grid. A grid larger than the device can hold at once fails with
+    /// `CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`launch`](Self::launch).
+    pub unsafe fn launch_cooperative<A: KernelArgs>(
+        &self,
+        stream: &Stream,
+        config: &LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        let config = config.cooperative(true);
+        // SAFETY: as for `launch`.
+        unsafe { self.launch(stream, &config, args) }
+    }
+}
+
+impl Kernel<'_> {
+    /// Launches the library kernel on `stream`, in the stream's context
+    /// ([`cuLaunchKernelEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)
+    /// with the `CUkernel` in place of a function).
+    ///
+    /// The block size is checked by the driver here (the limit depends on the device).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Function::launch`].
+    #[inline]
+    pub unsafe fn launch<A: KernelArgs>(
+        &self,
+        stream: &Stream,
+        config: &LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        // SAFETY: the driver accepts a CUkernel where a CUfunction is expected; the kernel is
+        // live while `self` borrows its library; the caller vouches for the arguments.
+        unsafe { launch_raw("Kernel::launch", self.as_raw().cast(), 0, stream, config, args) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_point_at_the_values_in_order() {
+        let (a, b, c) = (1u32, 2.5f64, 7u64);
+        let p = (&a, &b, &c).pointers();
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[0] as *const u32, &a as *const u32);
+        assert_eq!(p[1] as *const f64, &b as *const f64);
+        assert_eq!(p[2] as *const u64, &c as *const u64);
+        assert_eq!(().pointers().len(), 0);
+    }
+
+    #[test]
+    fn configuration_becomes_only_the_attributes_asked_for() {
+        let mut attrs = [const { MaybeUninit::uninit() }; 4];
+        let plain = LaunchConfig::new((4, 2), 128).raw_config(std::ptr::null_mut(), &mut attrs);
+        assert_eq!((plain.gridDimX, plain.gridDimY, plain.gridDimZ), (4, 2, 1));
+        assert_eq!((plain.blockDimX, plain.numAttrs), (128, 0));
+        let config =
+            LaunchConfig::new(8, 64).shared_mem_bytes(1024).cluster(2).cooperative(true).priority(-1);
+        let raw = config.raw_config(std::ptr::null_mut(), &mut attrs);
+        assert_eq!((raw.sharedMemBytes, raw.numAttrs), (1024, 3));
+        // SAFETY: the first three were written by raw_config.
+        let ids: Vec<_> = attrs[..3].iter().map(|a| unsafe { a.assume_init_ref() }.id).collect();
+        assert_eq!(
+            ids,
+            [
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PRIORITY
+            ]
+        );
+        // SAFETY: written by raw_config with the cluster variant.
+        let cluster = unsafe { attrs[0].assume_init_ref().value.clusterDim };
+        assert_eq!((cluster.x, cluster.y, cluster.z), (2, 1, 1));
+    }
+
+    #[test]
+    fn bad_shapes_are_rejected_before_the_call() {
+        assert!(LaunchConfig::new(0, 32).check("t", 1024).is_err());
+        assert!(LaunchConfig::new(1, (32, 0)).check("t", 1024).is_err());
+        let e = LaunchConfig::new(1, (32, 32, 2))
+            .check("t", 1024)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("2048 threads") && e.contains("1024"), "{e}");
+        assert!(LaunchConfig::new(1, 1024).check("t", 1024).is_ok());
+        assert!(LaunchConfig::new(1, 4096).check("t", 0).is_ok(), "unknown limit: the driver decides");
+        assert_eq!(LaunchConfig::for_elements(1000, 256).grid, Dim3::new(4, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(0, 256).grid, Dim3::new(1, 1, 1));
+    }
+}

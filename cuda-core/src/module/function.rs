@@ -1,0 +1,337 @@
+//! A kernel in a loaded module: its attributes and cache and shared-memory configuration.
+
+use super::driver_string;
+use crate::error::{Error, Result, check};
+use cuda_driver_sys as sys;
+use std::marker::PhantomData;
+
+/// A kernel (`CUfunction`) of a [`Module`](super::Module) or a [`Kernel`](super::Kernel) in one
+/// context. It borrows what it came from, so it cannot outlive the loaded code.
+///
+/// Launch it with [`Function::launch`](crate::launch); read its resource use with
+/// [`Function::attribute`] and the typed accessors; size launches with the occupancy calls
+/// ([`crate::occupancy`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Function<'m> {
+    raw: sys::CUfunction,
+    // Read once when the function is looked up so that a launch can check its block size
+    // without a driver call.
+    max_threads_per_block: u32,
+    _code: PhantomData<&'m ()>,
+}
+
+// SAFETY: a CUfunction may be used from any thread; the driver synchronizes access to it.
+unsafe impl Send for Function<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Function<'_> {}
+
+/// The attributes of a function (`CUfunction_attribute`), for [`Function::attribute`] and
+/// [`Function::set_attribute`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FunctionAttribute {
+    /// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`: the largest block this function can launch with.
+    MaxThreadsPerBlock,
+    /// `CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`: statically allocated shared memory.
+    SharedSizeBytes,
+    /// `CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES`: user constant memory.
+    ConstSizeBytes,
+    /// `CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES`: local memory per thread.
+    LocalSizeBytes,
+    /// `CU_FUNC_ATTRIBUTE_NUM_REGS`: registers per thread.
+    NumRegs,
+    /// `CU_FUNC_ATTRIBUTE_PTX_VERSION`: PTX virtual architecture, major*10+minor.
+    PtxVersion,
+    /// `CU_FUNC_ATTRIBUTE_BINARY_VERSION`: binary architecture, major*10+minor.
+    BinaryVersion,
+    /// `CU_FUNC_ATTRIBUTE_CACHE_MODE_CA`: compiled with `-Xptxas --dlcm=ca`.
+    CacheModeCa,
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`: the most dynamic shared memory a launch may ask for (settable).
+    MaxDynamicSharedSizeBytes,
+    /// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`: preferred shared-memory share of L1, in percent (settable).
+    PreferredSharedMemoryCarveout,
+    /// `CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET`: the function needs a cluster size at launch.
+    ClusterSizeMustBeSet,
+    /// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`.
+    RequiredClusterWidth,
+    /// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT`.
+    RequiredClusterHeight,
+    /// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH`.
+    RequiredClusterDepth,
+    /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED` (settable).
+    NonPortableClusterSizeAllowed,
+    /// `CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE` (settable).
+    ClusterSchedulingPolicyPreference,
+}
+
+impl FunctionAttribute {
+    /// The raw attribute.
+    pub fn as_raw(self) -> sys::CUfunction_attribute {
+        sys::CUfunction_attribute(self as u32)
+    }
+}
+
+impl TryFrom<sys::CUfunction_attribute> for FunctionAttribute {
+    type Error = Error;
+    fn try_from(raw: sys::CUfunction_attribute) -> Result<Self> {
+        use FunctionAttribute::*;
+        const ALL: [FunctionAttribute; 16] = [
+            MaxThreadsPerBlock,
+            SharedSizeBytes,
+            ConstSizeBytes,
+            LocalSizeBytes,
+            NumRegs,
+            PtxVersion,
+            BinaryVersion,
+            CacheModeCa,
+            MaxDynamicSharedSizeBytes,
+            PreferredSharedMemoryCarveout,
+            ClusterSizeMustBeSet,
+            RequiredClusterWidth,
+            RequiredClusterHeight,
+            RequiredClusterDepth,
+            NonPortableClusterSizeAllowed,
+            ClusterSchedulingPolicyPreference,
+        ];
+        ALL.get(raw.0 as usize).copied().ok_or_else(|| {
+            Error::invalid("FunctionAttribute::try_from", format!("unknown function attribute {}", raw.0))
+        })
+    }
+}
+
+/// The preferred split between L1 cache and shared memory (`CUfunc_cache`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CacheConfig {
+    /// `CU_FUNC_CACHE_PREFER_NONE`.
+    PreferNone,
+    /// `CU_FUNC_CACHE_PREFER_SHARED`.
+    PreferShared,
+    /// `CU_FUNC_CACHE_PREFER_L1`.
+    PreferL1,
+    /// `CU_FUNC_CACHE_PREFER_EQUAL`.
+    PreferEqual,
+}
+
+impl CacheConfig {
+    /// The raw value.
+    pub fn as_raw(self) -> sys::CUfunc_cache {
+        sys::CUfunc_cache(self as u32)
+    }
+}
+
+impl TryFrom<sys::CUfunc_cache> for CacheConfig {
+    type Error = Error;
+    fn try_from(raw: sys::CUfunc_cache) -> Result<Self> {
+        [Self::PreferNone, Self::PreferShared, Self::PreferL1, Self::PreferEqual]
+            .get(raw.0 as usize)
+            .copied()
+            .ok_or_else(|| Error::invalid("CacheConfig::try_from", format!("unknown cache config {}", raw.0)))
+    }
+}
+
+/// Shared-memory bank size (`CUsharedconfig`). Devices since Volta have a fixed bank size and
+/// ignore it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SharedMemoryConfig {
+    /// `CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE`.
+    DefaultBankSize,
+    /// `CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE`.
+    FourByteBankSize,
+    /// `CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE`.
+    EightByteBankSize,
+}
+
+impl TryFrom<sys::CUsharedconfig> for SharedMemoryConfig {
+    type Error = Error;
+    fn try_from(raw: sys::CUsharedconfig) -> Result<Self> {
+        [Self::DefaultBankSize, Self::FourByteBankSize, Self::EightByteBankSize]
+            .get(raw.0 as usize)
+            .copied()
+            .ok_or_else(|| {
+                Error::invalid("SharedMemoryConfig::try_from", format!("unknown bank size {}", raw.0))
+            })
+    }
+}
+
+impl<'m> Function<'m> {
+    /// Wraps a raw function, reading its block-size limit.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a live function that stays loaded for `'m`.
+    pub unsafe fn from_raw(raw: sys::CUfunction) -> Result<Function<'m>> {
+        let mut f = Function { raw, max_threads_per_block: 0, _code: PhantomData };
+        f.max_threads_per_block =
+            u32::try_from(f.attribute(FunctionAttribute::MaxThreadsPerBlock)?).unwrap_or(0);
+        Ok(f)
+    }
+
+    /// The raw `CUfunction`.
+    #[inline]
+    pub fn as_raw(&self) -> sys::CUfunction {
+        self.raw
+    }
+
+    /// The largest block this function launches with, read when it was looked up.
+    #[inline]
+    pub fn max_threads_per_block(&self) -> u32 {
+        self.max_threads_per_block
+    }
+
+    /// One attribute
+    /// ([`cuFuncGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
+    pub fn attribute(&self, attribute: FunctionAttribute) -> Result<i32> {
+        let mut value = 0;
+        // SAFETY: a live function and one out-parameter.
+        check("cuFuncGetAttribute", unsafe {
+            sys::cuFuncGetAttribute(&mut value, attribute.as_raw(), self.raw)
+        })?;
+        Ok(value)
+    }
+
+    /// Sets one attribute
+    /// ([`cuFuncSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html));
+    /// only those marked settable in [`FunctionAttribute`] are accepted by the driver.
+    pub fn set_attribute(&mut self, attribute: FunctionAttribute, value: i32) -> Result<()> {
+        // SAFETY: a live function.
+        check("cuFuncSetAttribute", unsafe { sys::cuFuncSetAttribute(self.raw, attribute.as_raw(), value) })
+    }
+
+    /// Registers per thread.
+    pub fn num_regs(&self) -> Result<i32> {
+        self.attribute(FunctionAttribute::NumRegs)
+    }
+
+    /// Statically allocated shared memory, in bytes.
+    pub fn shared_size_bytes(&self) -> Result<i32> {
+        self.attribute(FunctionAttribute::SharedSizeBytes)
+    }
+
+    /// Local memory per thread, in bytes.
+    pub fn local_size_bytes(&self) -> Result<i32> {
+        self.attribute(FunctionAttribute::LocalSizeBytes)
+    }
+
+    /// User constant memory, in bytes.
+    pub fn const_size_bytes(&self) -> Result<i32> {
+        self.attribute(FunctionAttribute::ConstSizeBytes)
+    }
+
+    /// PTX version (major*10+minor) the function was compiled from.
+    pub fn ptx_version(&self) -> Result<i32> {
+        self.attribute(FunctionAttribute::PtxVersion)
+    }
+
+    /// Binary architecture version (major*10+minor) it runs as.
+    pub fn binary_version(&self) -> Result<i32> {
+        self.attribute(FunctionAttribute::BinaryVersion)
+    }
+
+    /// The most dynamic shared memory a launch may ask for, in bytes.
+    pub fn max_dynamic_shared_size_bytes(&self) -> Result<i32> {
+        self.attribute(FunctionAttribute::MaxDynamicSharedSizeBytes)
+    }
+
+    /// Allows launches with up to `bytes` of dynamic shared memory (past the 48 KiB default,
+    /// up to the device's opt-in limit).
+    pub fn set_max_dynamic_shared_size_bytes(&mut self, bytes: u32) -> Result<()> {
+        let value = i32::try_from(bytes).map_err(|_| {
+            Error::invalid(
+                "Function::set_max_dynamic_shared_size_bytes",
+                format!("{bytes} bytes is out of range"),
+            )
+        })?;
+        self.set_attribute(FunctionAttribute::MaxDynamicSharedSizeBytes, value)
+    }
+
+    /// Prefers `percent` of the unified L1/shared storage as shared memory (0 to 100; a hint).
+    pub fn set_preferred_shared_memory_carveout(&mut self, percent: u32) -> Result<()> {
+        if percent > 100 {
+            return Err(Error::invalid(
+                "Function::set_preferred_shared_memory_carveout",
+                format!("carveout is a percentage from 0 to 100, got {percent}"),
+            ));
+        }
+        self.set_attribute(FunctionAttribute::PreferredSharedMemoryCarveout, percent as i32)
+    }
+
+    /// Sets the preferred cache configuration
+    /// ([`cuFuncSetCacheConfig`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
+    pub fn set_cache_config(&mut self, config: CacheConfig) -> Result<()> {
+        // SAFETY: a live function.
+        check("cuFuncSetCacheConfig", unsafe { sys::cuFuncSetCacheConfig(self.raw, config.as_raw()) })
+    }
+
+    /// Sets the shared-memory bank size
+    /// ([`cuFuncSetSharedMemConfig`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC__DEPRECATED.html),
+    /// deprecated: current devices ignore it).
+    pub fn set_shared_memory_config(&mut self, config: SharedMemoryConfig) -> Result<()> {
+        // SAFETY: a live function.
+        check("cuFuncSetSharedMemConfig", unsafe {
+            sys::cuFuncSetSharedMemConfig(self.raw, sys::CUsharedconfig(config as u32))
+        })
+    }
+
+    /// The function's name as the module has it (mangled for C++)
+    /// ([`cuFuncGetName`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
+    pub fn name(&self) -> Result<String> {
+        let mut text = std::ptr::null();
+        // SAFETY: a live function and one out-parameter; the string lives with the function.
+        check("cuFuncGetName", unsafe { sys::cuFuncGetName(&mut text, self.raw) })?;
+        Ok(driver_string(text))
+    }
+
+    /// Offset and size in bytes of parameter `index`, or `None` past the last one
+    /// ([`cuFuncGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
+    pub fn param_info(&self, index: usize) -> Result<Option<(usize, usize)>> {
+        let (mut offset, mut size) = (0, 0);
+        // SAFETY: a live function and two out-parameters.
+        let status = unsafe { sys::cuFuncGetParamInfo(self.raw, index, &mut offset, &mut size) };
+        if status == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+            return Ok(None);
+        }
+        check("cuFuncGetParamInfo", status)?;
+        Ok(Some((offset, size)))
+    }
+
+    /// Loads the function now if lazy loading deferred it
+    /// ([`cuFuncLoad`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
+    pub fn load(&self) -> Result<()> {
+        // SAFETY: a live function.
+        check("cuFuncLoad", unsafe { sys::cuFuncLoad(self.raw) })
+    }
+
+    /// Whether the function is loaded on the device
+    /// ([`cuFuncIsLoaded`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
+    pub fn is_loaded(&self) -> Result<bool> {
+        let mut state = sys::CUfunctionLoadingState::CU_FUNCTION_LOADING_STATE_UNLOADED;
+        // SAFETY: a live function and one out-parameter.
+        check("cuFuncIsLoaded", unsafe { sys::cuFuncIsLoaded(&mut state, self.raw) })?;
+        Ok(state == sys::CUfunctionLoadingState::CU_FUNCTION_LOADING_STATE_LOADED)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_convert_both_ways() {
+        for i in 0..16 {
+            let a = FunctionAttribute::try_from(sys::CUfunction_attribute(i));
+            assert_eq!(a.map(FunctionAttribute::as_raw).ok(), Some(sys::CUfunction_attribute(i)));
+        }
+        assert_eq!(
+            FunctionAttribute::NumRegs.as_raw(),
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS
+        );
+        assert_eq!(
+            FunctionAttribute::ClusterSchedulingPolicyPreference.as_raw(),
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
+        );
+        assert!(FunctionAttribute::try_from(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX).is_err());
+        assert_eq!(CacheConfig::PreferL1.as_raw(), sys::CUfunc_cache::CU_FUNC_CACHE_PREFER_L1);
+        assert_eq!(CacheConfig::try_from(sys::CUfunc_cache(3)).ok(), Some(CacheConfig::PreferEqual));
+        assert!(CacheConfig::try_from(sys::CUfunc_cache(4)).is_err());
+        assert!(SharedMemoryConfig::try_from(sys::CUsharedconfig(3)).is_err());
+    }
+}

@@ -1,0 +1,263 @@
+//! Libraries: code loaded once for all contexts, and their context-independent kernels.
+
+use super::{Function, FunctionAttribute, Global, JitLog, JitOptions, driver_string, image, symbol_name};
+use crate::context::Context;
+use crate::device::Device;
+use crate::error::{Error, Result, check};
+use crate::module::CacheConfig;
+use cuda_driver_sys as sys;
+use std::marker::PhantomData;
+use std::path::Path;
+
+/// Code loaded for every context, present and future
+/// ([`cuLibraryLoadData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+///
+/// The driver keeps its own copy of the image. A [`Kernel`] of the library launches in the
+/// context of the stream it is launched on; no context needs to be current to load it.
+/// The library is unloaded on drop.
+#[derive(Debug)]
+pub struct Library {
+    raw: sys::CUlibrary,
+    log: JitLog,
+}
+
+// SAFETY: a CUlibrary may be used from any thread; the driver synchronizes access to it.
+unsafe impl Send for Library {}
+// SAFETY: as above.
+unsafe impl Sync for Library {}
+
+impl Library {
+    /// Loads PTX, a cubin or a fat binary, recognising which it is; PTX is compiled for each
+    /// context's device when first used there.
+    pub fn from_image(image: &[u8], options: &JitOptions) -> Result<Library> {
+        crate::device::init()?;
+        match image::kind(image) {
+            image::Kind::Cubin => {
+                image::check_cubin("Library::from_image", image)?;
+                Library::load(image.as_ptr().cast(), options)
+            }
+            image::Kind::Fatbin => {
+                image::check_fatbin("Library::from_image", image)?;
+                Library::load(image.as_ptr().cast(), options)
+            }
+            image::Kind::Ptx => {
+                let text = image::ptx_cstring("Library::from_image", image)?;
+                Library::load(text.as_ptr().cast(), options)
+            }
+        }
+    }
+
+    /// Loads PTX text.
+    pub fn from_ptx(ptx: &str, options: &JitOptions) -> Result<Library> {
+        crate::device::init()?;
+        let text = image::ptx_cstring("Library::from_ptx", ptx.as_bytes())?;
+        Library::load(text.as_ptr().cast(), options)
+    }
+
+    /// Reads a `.ptx`, `.cubin` or `.fatbin` file and loads it like [`Library::from_image`].
+    pub fn from_file(path: impl AsRef<Path>, options: &JitOptions) -> Result<Library> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| {
+            Error::invalid("Library::from_file", format!("cannot read {}: {e}", path.display()))
+        })?;
+        Library::from_image(&bytes, options)
+    }
+
+    fn load(image: *const std::ffi::c_void, options: &JitOptions) -> Result<Library> {
+        let mut raw_options = options.to_raw();
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `image` is checked (or NUL-terminated PTX) and outlives the call; the JIT
+        // option arrays have `len()` entries; no library options are passed.
+        let status = unsafe {
+            sys::cuLibraryLoadData(
+                &mut raw,
+                image,
+                raw_options.keys.as_mut_ptr(),
+                raw_options.values.as_mut_ptr(),
+                raw_options.len(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        let log = raw_options.check("cuLibraryLoadData", status)?;
+        Ok(Library { raw, log })
+    }
+
+    /// The raw `CUlibrary`.
+    pub fn as_raw(&self) -> sys::CUlibrary {
+        self.raw
+    }
+
+    /// What the JIT compiler wrote while loading.
+    pub fn jit_log(&self) -> &JitLog {
+        &self.log
+    }
+
+    /// The kernel called `name`
+    /// ([`cuLibraryGetKernel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    pub fn kernel(&self, name: &str) -> Result<Kernel<'_>> {
+        let c_name = symbol_name("Library::kernel", name)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live library, a NUL-terminated name, one out-parameter.
+        let status = unsafe { sys::cuLibraryGetKernel(&mut raw, self.raw, c_name.as_ptr()) };
+        if status == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+            return Err(Error::invalid(
+                "Library::kernel",
+                format!("no kernel named `{name}` in this library"),
+            ));
+        }
+        check("cuLibraryGetKernel", status)?;
+        Ok(Kernel { raw, _library: PhantomData })
+    }
+
+    /// Every kernel in the library
+    /// ([`cuLibraryEnumerateKernels`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    pub fn kernels(&self) -> Result<Vec<Kernel<'_>>> {
+        let mut count = 0;
+        // SAFETY: a live library, one out-parameter.
+        check("cuLibraryGetKernelCount", unsafe { sys::cuLibraryGetKernelCount(&mut count, self.raw) })?;
+        let mut raw = vec![std::ptr::null_mut(); count as usize];
+        // SAFETY: the array holds `count` entries.
+        check("cuLibraryEnumerateKernels", unsafe {
+            sys::cuLibraryEnumerateKernels(raw.as_mut_ptr(), count, self.raw)
+        })?;
+        Ok(raw.into_iter().map(|raw| Kernel { raw, _library: PhantomData }).collect())
+    }
+
+    /// The `__device__` variable `name` as it exists in `ctx`
+    /// ([`cuLibraryGetGlobal`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    pub fn global<'a, T: bytemuck::Pod>(&'a self, ctx: &'a Context, name: &str) -> Result<Global<'a, T>> {
+        self.variable(ctx, name, false)
+    }
+
+    /// The `__managed__` variable `name`
+    /// ([`cuLibraryGetManaged`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    pub fn managed<'a, T: bytemuck::Pod>(&'a self, ctx: &'a Context, name: &str) -> Result<Global<'a, T>> {
+        self.variable(ctx, name, true)
+    }
+
+    fn variable<'a, T: bytemuck::Pod>(
+        &'a self,
+        ctx: &'a Context,
+        name: &str,
+        managed: bool,
+    ) -> Result<Global<'a, T>> {
+        let c_name = symbol_name("Library::global", name)?;
+        ctx.enter()?;
+        let (mut ptr, mut bytes) = (0, 0);
+        let (call, status) = if managed {
+            // SAFETY: a live library, a NUL-terminated name, two out-parameters.
+            ("cuLibraryGetManaged", unsafe {
+                sys::cuLibraryGetManaged(&mut ptr, &mut bytes, self.raw, c_name.as_ptr())
+            })
+        } else {
+            // SAFETY: as above.
+            ("cuLibraryGetGlobal", unsafe {
+                sys::cuLibraryGetGlobal(&mut ptr, &mut bytes, self.raw, c_name.as_ptr())
+            })
+        };
+        if status == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+            return Err(Error::invalid(
+                "Library::global",
+                format!("no variable named `{name}` in this library"),
+            ));
+        }
+        check(call, status)?;
+        Global::new(ctx, ptr, bytes)
+    }
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        // A library belongs to no context, so there is nowhere to keep an error; unloading a
+        // live library only fails if the driver is shutting down.
+        // SAFETY: this value owns the library; nothing borrowed from it outlives it.
+        let _ = unsafe { sys::cuLibraryUnload(self.raw) };
+    }
+}
+
+/// A kernel of a [`Library`] (`CUkernel`): one handle for every context.
+///
+/// Launch it with [`Kernel::launch`](crate::launch) (in the stream's context), or get the
+/// [`Function`] for one context with [`Kernel::function`].
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel<'l> {
+    raw: sys::CUkernel,
+    _library: PhantomData<&'l Library>,
+}
+
+// SAFETY: a CUkernel may be used from any thread.
+unsafe impl Send for Kernel<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Kernel<'_> {}
+
+impl<'l> Kernel<'l> {
+    /// The raw `CUkernel`.
+    #[inline]
+    pub fn as_raw(&self) -> sys::CUkernel {
+        self.raw
+    }
+
+    /// The kernel's function in `ctx`, loading it there if needed
+    /// ([`cuKernelGetFunction`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    pub fn function(&self, ctx: &Context) -> Result<Function<'l>> {
+        ctx.enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live kernel, one out-parameter; `ctx` is current.
+        check("cuKernelGetFunction", unsafe { sys::cuKernelGetFunction(&mut raw, self.raw) })?;
+        // SAFETY: the function lives as long as the library, which `'l` borrows.
+        unsafe { Function::from_raw(raw) }
+    }
+
+    /// One attribute on `device`
+    /// ([`cuKernelGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    pub fn attribute(&self, attribute: FunctionAttribute, device: &Device) -> Result<i32> {
+        let mut value = 0;
+        // SAFETY: a live kernel, one out-parameter.
+        check("cuKernelGetAttribute", unsafe {
+            sys::cuKernelGetAttribute(&mut value, attribute.as_raw(), self.raw, device.as_raw())
+        })?;
+        Ok(value)
+    }
+
+    /// Sets one attribute on `device`
+    /// ([`cuKernelSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    pub fn set_attribute(&self, attribute: FunctionAttribute, value: i32, device: &Device) -> Result<()> {
+        // SAFETY: a live kernel.
+        check("cuKernelSetAttribute", unsafe {
+            sys::cuKernelSetAttribute(attribute.as_raw(), value, self.raw, device.as_raw())
+        })
+    }
+
+    /// Sets the preferred cache configuration on `device`
+    /// ([`cuKernelSetCacheConfig`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    pub fn set_cache_config(&self, config: CacheConfig, device: &Device) -> Result<()> {
+        // SAFETY: a live kernel.
+        check("cuKernelSetCacheConfig", unsafe {
+            sys::cuKernelSetCacheConfig(self.raw, config.as_raw(), device.as_raw())
+        })
+    }
+
+    /// The kernel's name
+    /// ([`cuKernelGetName`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    pub fn name(&self) -> Result<String> {
+        let mut text = std::ptr::null();
+        // SAFETY: a live kernel and one out-parameter; the string lives with the library.
+        check("cuKernelGetName", unsafe { sys::cuKernelGetName(&mut text, self.raw) })?;
+        Ok(driver_string(text))
+    }
+
+    /// Offset and size in bytes of parameter `index`, or `None` past the last one
+    /// ([`cuKernelGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    pub fn param_info(&self, index: usize) -> Result<Option<(usize, usize)>> {
+        let (mut offset, mut size) = (0, 0);
+        // SAFETY: a live kernel and two out-parameters.
+        let status = unsafe { sys::cuKernelGetParamInfo(self.raw, index, &mut offset, &mut size) };
+        if status == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+            return Ok(None);
+        }
+        check("cuKernelGetParamInfo", status)?;
+        Ok(Some((offset, size)))
+    }
+}

@@ -1,0 +1,271 @@
+//! Modules, libraries, the linker, functions and globals: loading GPU code and finding what is
+//! in it.
+//!
+//! See the [Module Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html),
+//! [Library Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)
+//! and [Execution Control](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)
+//! sections of the driver API.
+//!
+//! * A [`Module`] is code loaded into one context: PTX (compiled by the driver's JIT compiler
+//!   for the context's device), a cubin, or a fat binary. Its [`Function`]s are launched with
+//!   [`crate::launch`].
+//! * A [`Library`] is code loaded once for every context; its [`Kernel`]s launch in the context
+//!   of the stream they are launched on.
+//! * The [`Linker`] links PTX, cubins, fat binaries and objects into one cubin.
+//! * [`Global`] is a typed view of a `__device__` variable.
+//!
+//! Failed compilation is an [`Error::Jit`](crate::Error::Jit) that carries the compiler's log.
+
+mod function;
+mod global;
+mod image;
+mod jit;
+mod library;
+mod link;
+
+pub use function::{CacheConfig, Function, FunctionAttribute, SharedMemoryConfig};
+pub use global::Global;
+pub use jit::{JitCacheMode, JitFallback, JitLog, JitOptions, JitTarget, OptimizationLevel};
+pub use library::{Kernel, Library};
+pub use link::{JitInputType, Linker};
+
+use crate::context::Context;
+use crate::error::{Error, Result, check};
+use cuda_driver_sys as sys;
+use std::ffi::{CString, c_char};
+use std::path::Path;
+
+/// Code loaded into one context
+/// ([`cuModuleLoadDataEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+///
+/// The module keeps its context alive and is unloaded on drop; an error while unloading is kept
+/// in the context (see [`Context::take_deferred_errors`]).
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Context, Device, module::Module};
+/// let ctx = Context::primary(&Device::get(0)?)?;
+/// let module = Module::from_ptx(&ctx, ".version 8.0\n.target sm_70\n.address_size 64\n")?;
+/// assert!(module.functions()?.is_empty());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Module {
+    raw: sys::CUmodule,
+    ctx: Context,
+    log: JitLog,
+}
+
+// SAFETY: a CUmodule may be used from any thread; the driver synchronizes access to it.
+unsafe impl Send for Module {}
+// SAFETY: as above; `&Module` only reads.
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// Compiles PTX text for the context's device and loads it, with default [`JitOptions`].
+    pub fn from_ptx(ctx: &Context, ptx: &str) -> Result<Module> {
+        Module::from_ptx_with(ctx, ptx, &JitOptions::new())
+    }
+
+    /// Compiles PTX text with the given options and loads it. [`Module::jit_log`] has the
+    /// compiler's logs; a compile error is an [`Error::Jit`] with the error log.
+    pub fn from_ptx_with(ctx: &Context, ptx: &str, options: &JitOptions) -> Result<Module> {
+        let text = image::ptx_cstring("Module::from_ptx", ptx.as_bytes())?;
+        Module::load(ctx, text.as_ptr().cast(), options)
+    }
+
+    /// Loads a cubin (an ELF image for one architecture).
+    pub fn from_cubin(ctx: &Context, cubin: &[u8]) -> Result<Module> {
+        Module::from_cubin_with(ctx, cubin, &JitOptions::new())
+    }
+
+    /// Loads a cubin with the given options.
+    pub fn from_cubin_with(ctx: &Context, cubin: &[u8], options: &JitOptions) -> Result<Module> {
+        image::check_cubin("Module::from_cubin", cubin)?;
+        Module::load(ctx, cubin.as_ptr().cast(), options)
+    }
+
+    /// Loads a fat binary (cubins for several architectures and PTX); the driver picks the
+    /// best match for the device, compiling PTX if no cubin fits.
+    pub fn from_fatbin(ctx: &Context, fatbin: &[u8]) -> Result<Module> {
+        Module::from_fatbin_with(ctx, fatbin, &JitOptions::new())
+    }
+
+    /// Loads a fat binary with the given options.
+    pub fn from_fatbin_with(ctx: &Context, fatbin: &[u8], options: &JitOptions) -> Result<Module> {
+        image::check_fatbin("Module::from_fatbin", fatbin)?;
+        Module::load(ctx, fatbin.as_ptr().cast(), options)
+    }
+
+    /// Loads PTX, a cubin or a fat binary from bytes, recognising which it is.
+    pub fn from_image(ctx: &Context, image: &[u8], options: &JitOptions) -> Result<Module> {
+        match image::kind(image) {
+            image::Kind::Cubin => Module::from_cubin_with(ctx, image, options),
+            image::Kind::Fatbin => Module::from_fatbin_with(ctx, image, options),
+            image::Kind::Ptx => {
+                let text = image::ptx_cstring("Module::from_image", image)?;
+                Module::load(ctx, text.as_ptr().cast(), options)
+            }
+        }
+    }
+
+    /// Reads a `.ptx`, `.cubin` or `.fatbin` file and loads it like [`Module::from_image`].
+    pub fn from_file(ctx: &Context, path: impl AsRef<Path>, options: &JitOptions) -> Result<Module> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| {
+            Error::invalid("Module::from_file", format!("cannot read {}: {e}", path.display()))
+        })?;
+        Module::from_image(ctx, &bytes, options)
+    }
+
+    fn load(ctx: &Context, image: *const std::ffi::c_void, options: &JitOptions) -> Result<Module> {
+        ctx.enter()?;
+        let mut raw_options = options.to_raw();
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `image` is a checked, complete image (or NUL-terminated PTX) that outlives the
+        // call; the option arrays have `len()` entries and their buffers live in `raw_options`.
+        let status = unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut raw,
+                image,
+                raw_options.len(),
+                raw_options.keys.as_mut_ptr(),
+                raw_options.values.as_mut_ptr(),
+            )
+        };
+        let log = raw_options.check("cuModuleLoadDataEx", status)?;
+        Ok(Module { raw, ctx: ctx.clone(), log })
+    }
+
+    /// Adopts a loaded module; it is unloaded on drop.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a live module loaded into `ctx`, owned by nobody else.
+    pub unsafe fn from_raw(ctx: &Context, raw: sys::CUmodule) -> Module {
+        Module { raw, ctx: ctx.clone(), log: JitLog::default() }
+    }
+
+    /// The raw `CUmodule`.
+    pub fn as_raw(&self) -> sys::CUmodule {
+        self.raw
+    }
+
+    /// The context the module is loaded in.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// What the JIT compiler wrote while loading (empty for cubins that needed no compiling).
+    pub fn jit_log(&self) -> &JitLog {
+        &self.log
+    }
+
+    /// The kernel called `name`
+    /// ([`cuModuleGetFunction`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    /// A name that is not in the module is an error that says so (`CUDA_ERROR_NOT_FOUND`).
+    pub fn function(&self, name: &str) -> Result<Function<'_>> {
+        let c_name = symbol_name("Module::function", name)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: live module, NUL-terminated name, one out-parameter.
+        let status = unsafe { sys::cuModuleGetFunction(&mut raw, self.raw, c_name.as_ptr()) };
+        if status == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+            return Err(Error::invalid(
+                "Module::function",
+                format!(
+                    "no kernel named `{name}` in this module (cuModuleGetFunction: CUDA_ERROR_NOT_FOUND); check the .entry name, which C++ mangles unless declared extern \"C\""
+                ),
+            ));
+        }
+        check("cuModuleGetFunction", status)?;
+        // SAFETY: the function belongs to this module, which the result borrows.
+        unsafe { Function::from_raw(raw) }
+    }
+
+    /// Every kernel in the module
+    /// ([`cuModuleEnumerateFunctions`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    pub fn functions(&self) -> Result<Vec<Function<'_>>> {
+        let mut count = 0;
+        // SAFETY: live module, one out-parameter.
+        check("cuModuleGetFunctionCount", unsafe { sys::cuModuleGetFunctionCount(&mut count, self.raw) })?;
+        let mut raw = vec![std::ptr::null_mut(); count as usize];
+        // SAFETY: the array holds `count` entries.
+        check("cuModuleEnumerateFunctions", unsafe {
+            sys::cuModuleEnumerateFunctions(raw.as_mut_ptr(), count, self.raw)
+        })?;
+        // SAFETY: each function belongs to this module, which the results borrow.
+        raw.into_iter().map(|f| unsafe { Function::from_raw(f) }).collect()
+    }
+
+    /// The `__device__` variable called `name`, viewed as elements of `T`
+    /// ([`cuModuleGetGlobal`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    /// Its size must be a multiple of `size_of::<T>()`.
+    pub fn global<T: bytemuck::Pod>(&self, name: &str) -> Result<Global<'_, T>> {
+        let c_name = symbol_name("Module::global", name)?;
+        let (mut ptr, mut bytes) = (0, 0);
+        // SAFETY: live module, NUL-terminated name, two out-parameters.
+        let status = unsafe { sys::cuModuleGetGlobal(&mut ptr, &mut bytes, self.raw, c_name.as_ptr()) };
+        if status == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+            return Err(Error::invalid("Module::global", format!("no global named `{name}` in this module")));
+        }
+        check("cuModuleGetGlobal", status)?;
+        Global::new(&self.ctx, ptr, bytes)
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let raw = self.raw;
+        // SAFETY: this value owns the module; nothing borrowed from it outlives it.
+        self.ctx.with_current_for_drop("cuModuleUnload", || unsafe { sys::cuModuleUnload(raw) });
+    }
+}
+
+/// How the driver loads modules: all kernels at once, or each on first use
+/// ([`cuModuleGetLoadingMode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)),
+/// set by the `CUDA_MODULE_LOADING` environment variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ModuleLoadingMode {
+    /// `CU_MODULE_EAGER_LOADING`.
+    Eager,
+    /// `CU_MODULE_LAZY_LOADING`.
+    Lazy,
+}
+
+impl TryFrom<sys::CUmoduleLoadingMode> for ModuleLoadingMode {
+    type Error = Error;
+    fn try_from(raw: sys::CUmoduleLoadingMode) -> Result<Self> {
+        match raw {
+            sys::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING => Ok(Self::Eager),
+            sys::CUmoduleLoadingMode::CU_MODULE_LAZY_LOADING => Ok(Self::Lazy),
+            other => Err(Error::invalid(
+                "ModuleLoadingMode::try_from",
+                format!("unknown loading mode {}", other.0),
+            )),
+        }
+    }
+}
+
+/// The driver's module loading mode.
+pub fn loading_mode() -> Result<ModuleLoadingMode> {
+    crate::device::init()?;
+    let mut raw = sys::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING;
+    // SAFETY: one out-parameter.
+    check("cuModuleGetLoadingMode", unsafe { sys::cuModuleGetLoadingMode(&mut raw) })?;
+    ModuleLoadingMode::try_from(raw)
+}
+
+/// A symbol name as C wants it.
+pub(crate) fn symbol_name(operation: &'static str, name: &str) -> Result<CString> {
+    CString::new(name)
+        .map_err(|_| Error::invalid(operation, format!("the name {name:?} contains a NUL byte")))
+}
+
+/// A C string the driver owns, copied out.
+pub(crate) fn driver_string(text: *const c_char) -> String {
+    if text.is_null() {
+        return String::new();
+    }
+    // SAFETY: the driver returned a NUL-terminated string that lives as long as its object.
+    unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned()
+}
