@@ -17,12 +17,25 @@
 //! `unsafe`: the copy runs after the call returns, so the slice must stay alive and untouched
 //! until the stream has passed it, which the borrow checker cannot see.
 
+mod array;
 mod copy;
 mod device;
+mod host;
+mod managed;
 mod memset;
+mod pitched;
+mod pointer;
 mod view;
 
+pub use array::{
+    Array, ArrayDescriptor, ArrayFlags, ArrayMemoryRequirements, BorrowedArray, MipmappedArray,
+    SparseProperties,
+};
 pub use device::DeviceBuffer;
+pub use host::{HostAllocFlags, HostRegisterFlags, PinnedHostBuffer, RegisteredHostMemory};
+pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
+pub use pitched::PitchedBuffer;
+pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attributes, set_sync_memops};
 pub use view::{DeviceView, DeviceViewMut};
 
 use crate::error::{Error, Result};

@@ -1,0 +1,437 @@
+//! CUDA arrays: opaque 1D, 2D and 3D layouts for textures and surfaces, layered, cubemap and
+//! mipmapped; descriptors, planes, sparse properties, memory requirements, and copies.
+
+use crate::context::Context;
+use crate::device::Device;
+use crate::error::{Error, Result, check};
+use crate::stream::Stream;
+use bitflags::bitflags;
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+
+bitflags! {
+    /// Array creation flags (`CUDA_ARRAY3D_*`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct ArrayFlags: u32 {
+        /// `CUDA_ARRAY3D_LAYERED`: a layered array; `depth` is the number of layers.
+        const LAYERED = 0x01;
+        /// `CUDA_ARRAY3D_SURFACE_LDST`: may be bound as a surface.
+        const SURFACE_LDST = 0x02;
+        /// `CUDA_ARRAY3D_CUBEMAP`: a cubemap; `depth` is 6 (or a multiple, when layered).
+        const CUBEMAP = 0x04;
+        /// `CUDA_ARRAY3D_TEXTURE_GATHER`: for texture gather.
+        const TEXTURE_GATHER = 0x08;
+        /// `CUDA_ARRAY3D_DEPTH_TEXTURE`: a depth texture.
+        const DEPTH_TEXTURE = 0x10;
+        /// `CUDA_ARRAY3D_COLOR_ATTACHMENT`: usable as a render target.
+        const COLOR_ATTACHMENT = 0x20;
+        /// `CUDA_ARRAY3D_SPARSE`: sparse; backing memory is mapped separately.
+        const SPARSE = 0x40;
+        /// `CUDA_ARRAY3D_DEFERRED_MAPPING`: memory is mapped later.
+        const DEFERRED_MAPPING = 0x80;
+        /// `CUDA_ARRAY3D_VIDEO_ENCODE_DECODE`: for video encode/decode.
+        const VIDEO_ENCODE_DECODE = 0x100;
+    }
+}
+
+/// A descriptor of an array: extent, element format and flags (`CUDA_ARRAY3D_DESCRIPTOR`).
+///
+/// A 1D array has `height == 0 && depth == 0`, a 2D array `depth == 0`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArrayDescriptor {
+    /// Width in elements.
+    pub width: usize,
+    /// Height in elements (0 for 1D).
+    pub height: usize,
+    /// Depth in elements, or layers (0 for 1D and 2D).
+    pub depth: usize,
+    /// Channel format (`CU_AD_FORMAT_*`).
+    pub format: sys::CUarray_format,
+    /// Channels per element: 1, 2 or 4.
+    pub num_channels: u32,
+    /// Flags.
+    pub flags: ArrayFlags,
+}
+
+impl ArrayDescriptor {
+    /// The raw descriptor.
+    pub fn as_raw(&self) -> sys::CUDA_ARRAY3D_DESCRIPTOR {
+        sys::CUDA_ARRAY3D_DESCRIPTOR {
+            Width: self.width,
+            Height: self.height,
+            Depth: self.depth,
+            Format: self.format,
+            NumChannels: self.num_channels,
+            Flags: self.flags.bits(),
+        }
+    }
+
+    /// A descriptor from its raw form.
+    pub fn from_raw(d: &sys::CUDA_ARRAY3D_DESCRIPTOR) -> ArrayDescriptor {
+        ArrayDescriptor {
+            width: d.Width,
+            height: d.Height,
+            depth: d.Depth,
+            format: d.Format,
+            num_channels: d.NumChannels,
+            flags: ArrayFlags::from_bits_retain(d.Flags),
+        }
+    }
+
+    /// Bytes of one element (all channels), for the plain integer and float formats.
+    pub fn element_bytes(&self) -> Option<usize> {
+        use sys::CUarray_format as F;
+        let channel = match self.format {
+            F::CU_AD_FORMAT_UNSIGNED_INT8 | F::CU_AD_FORMAT_SIGNED_INT8 => 1,
+            F::CU_AD_FORMAT_UNSIGNED_INT16 | F::CU_AD_FORMAT_SIGNED_INT16 | F::CU_AD_FORMAT_HALF => 2,
+            F::CU_AD_FORMAT_UNSIGNED_INT32 | F::CU_AD_FORMAT_SIGNED_INT32 | F::CU_AD_FORMAT_FLOAT => 4,
+            _ => return None,
+        };
+        Some(channel * self.num_channels as usize)
+    }
+}
+
+/// Sparse-array tiling (`CUDA_ARRAY_SPARSE_PROPERTIES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SparseProperties {
+    /// Tile extent (width, height, depth) in elements.
+    pub tile_extent: (u32, u32, u32),
+    /// First mip level of the mip tail.
+    pub miptail_first_level: u32,
+    /// Size of the mip tail in bytes.
+    pub miptail_size: u64,
+    /// `CU_ARRAY_SPARSE_PROPERTIES_*` flags.
+    pub flags: u32,
+}
+
+impl SparseProperties {
+    fn from_raw(p: &sys::CUDA_ARRAY_SPARSE_PROPERTIES) -> SparseProperties {
+        SparseProperties {
+            tile_extent: (p.tileExtent.width, p.tileExtent.height, p.tileExtent.depth),
+            miptail_first_level: p.miptailFirstLevel,
+            miptail_size: p.miptailSize,
+            flags: p.flags,
+        }
+    }
+}
+
+/// Memory a deferred-mapping array needs (`CUDA_ARRAY_MEMORY_REQUIREMENTS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArrayMemoryRequirements {
+    /// Bytes.
+    pub size: usize,
+    /// Alignment in bytes.
+    pub alignment: usize,
+}
+
+/// A CUDA array, destroyed on drop
+/// ([`cuArray3DCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+#[derive(Debug)]
+pub struct Array {
+    raw: sys::CUarray,
+    ctx: Context,
+    owned: bool,
+}
+
+// SAFETY: a CUarray may be used from any thread.
+unsafe impl Send for Array {}
+// SAFETY: shared access only reads through driver calls.
+unsafe impl Sync for Array {}
+
+/// An array owned by another (a plane of a multi-planar array, a level of a mipmapped array);
+/// it dereferences to [`Array`] and lives no longer than its owner.
+#[derive(Debug)]
+pub struct BorrowedArray<'a> {
+    array: ManuallyDrop<Array>,
+    _owner: PhantomData<&'a ()>,
+}
+
+impl std::ops::Deref for BorrowedArray<'_> {
+    type Target = Array;
+    fn deref(&self) -> &Array {
+        &self.array
+    }
+}
+
+impl std::ops::DerefMut for BorrowedArray<'_> {
+    fn deref_mut(&mut self) -> &mut Array {
+        &mut self.array
+    }
+}
+
+fn check_extent(operation: &'static str, d: &ArrayDescriptor) -> Result<()> {
+    if d.width == 0 {
+        return Err(Error::invalid(operation, "an array needs a width of at least 1"));
+    }
+    if d.height == 0 && d.depth != 0 && !d.flags.contains(ArrayFlags::LAYERED) {
+        return Err(Error::invalid(operation, "a 3D array needs a height; set height or clear depth"));
+    }
+    if !matches!(d.num_channels, 1 | 2 | 4) {
+        return Err(Error::invalid(operation, format!("{} channels; use 1, 2 or 4", d.num_channels)));
+    }
+    Ok(())
+}
+
+impl Array {
+    /// Creates an array as described
+    /// ([`cuArray3DCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn new(ctx: &Context, descriptor: &ArrayDescriptor) -> Result<Array> {
+        check_extent("Array::new", descriptor)?;
+        ctx.enter()?;
+        let d = descriptor.as_raw();
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter and a valid descriptor; the context is current.
+        check("cuArray3DCreate", unsafe { sys::cuArray3DCreate(&mut raw, &d) })?;
+        Ok(Array { raw, ctx: ctx.clone(), owned: true })
+    }
+
+    /// The raw `CUarray`.
+    pub fn as_raw(&self) -> sys::CUarray {
+        self.raw
+    }
+
+    /// The array's descriptor
+    /// ([`cuArray3DGetDescriptor`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn descriptor(&self) -> Result<ArrayDescriptor> {
+        self.ctx.enter()?;
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut d: sys::CUDA_ARRAY3D_DESCRIPTOR = unsafe { std::mem::zeroed() };
+        // SAFETY: the array is alive; one out-parameter.
+        check("cuArray3DGetDescriptor", unsafe { sys::cuArray3DGetDescriptor(&mut d, self.raw) })?;
+        Ok(ArrayDescriptor::from_raw(&d))
+    }
+
+    /// A plane of a multi-planar array (NV12 and the like)
+    /// ([`cuArrayGetPlane`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn plane(&self, index: u32) -> Result<BorrowedArray<'_>> {
+        self.ctx.enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the array is alive; one out-parameter.
+        check("cuArrayGetPlane", unsafe { sys::cuArrayGetPlane(&mut raw, self.raw, index) })?;
+        Ok(BorrowedArray {
+            array: ManuallyDrop::new(Array { raw, ctx: self.ctx.clone(), owned: false }),
+            _owner: PhantomData,
+        })
+    }
+
+    /// The tiling of a sparse array
+    /// ([`cuArrayGetSparseProperties`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn sparse_properties(&self) -> Result<SparseProperties> {
+        self.ctx.enter()?;
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut p: sys::CUDA_ARRAY_SPARSE_PROPERTIES = unsafe { std::mem::zeroed() };
+        // SAFETY: the array is alive; one out-parameter.
+        check("cuArrayGetSparseProperties", unsafe { sys::cuArrayGetSparseProperties(&mut p, self.raw) })?;
+        Ok(SparseProperties::from_raw(&p))
+    }
+
+    /// The memory a deferred-mapping array needs on `device`
+    /// ([`cuArrayGetMemoryRequirements`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memory_requirements(&self, device: &Device) -> Result<ArrayMemoryRequirements> {
+        self.ctx.enter()?;
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut r: sys::CUDA_ARRAY_MEMORY_REQUIREMENTS = unsafe { std::mem::zeroed() };
+        // SAFETY: the array is alive; one out-parameter.
+        check("cuArrayGetMemoryRequirements", unsafe {
+            sys::cuArrayGetMemoryRequirements(&mut r, self.raw, device.as_raw())
+        })?;
+        Ok(ArrayMemoryRequirements { size: r.size, alignment: r.alignment })
+    }
+
+    /// A whole-array copy descriptor, checking that the host data has the array's size.
+    fn host_copy<T: Pod>(&self, operation: &'static str, host_len: usize) -> Result<sys::CUDA_MEMCPY3D> {
+        let d = self.descriptor()?;
+        let element = d.element_bytes().ok_or_else(|| {
+            Error::invalid(operation, "whole-array copies support the plain integer and float formats only")
+        })?;
+        let (h, z) = (d.height.max(1), d.depth.max(1));
+        let bytes = d.width * h * z * element;
+        if host_len * std::mem::size_of::<T>() != bytes {
+            return Err(Error::invalid(
+                operation,
+                format!(
+                    "the host data holds {} bytes but the array {bytes}",
+                    host_len * std::mem::size_of::<T>()
+                ),
+            ));
+        }
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut c: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+        c.WidthInBytes = d.width * element;
+        c.Height = h;
+        c.Depth = z;
+        Ok(c)
+    }
+
+    fn h2a<T: Pod>(&self, operation: &'static str, src: &[T]) -> Result<sys::CUDA_MEMCPY3D> {
+        let mut c = self.host_copy::<T>(operation, src.len())?;
+        c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
+        c.srcHost = src.as_ptr().cast();
+        c.srcPitch = c.WidthInBytes;
+        c.srcHeight = c.Height;
+        c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_ARRAY;
+        c.dstArray = self.raw;
+        Ok(c)
+    }
+
+    fn a2h<T: Pod>(&self, operation: &'static str, dst: &mut [T]) -> Result<sys::CUDA_MEMCPY3D> {
+        let mut c = self.host_copy::<T>(operation, dst.len())?;
+        c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_ARRAY;
+        c.srcArray = self.raw;
+        c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
+        c.dstHost = dst.as_mut_ptr().cast();
+        c.dstPitch = c.WidthInBytes;
+        c.dstHeight = c.Height;
+        Ok(c)
+    }
+
+    /// Copies densely packed host data (x fastest, then y, then z or layer) into the whole array
+    /// ([`cuMemcpy3D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn copy_from_host<T: Pod>(&mut self, src: &[T]) -> Result<()> {
+        let c = self.h2a("Array::copy_from_host", src)?;
+        // SAFETY: the descriptor names `src` and this array with matching sizes.
+        check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) })
+    }
+
+    /// Copies the whole array into densely packed host data
+    /// ([`cuMemcpy3D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn copy_to_host<T: Pod>(&self, dst: &mut [T]) -> Result<()> {
+        let c = self.a2h("Array::copy_to_host", dst)?;
+        // SAFETY: the descriptor names this array and `dst` with matching sizes.
+        check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) })
+    }
+
+    /// [`Array::copy_from_host`] in `stream`'s order
+    /// ([`cuMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// # Safety
+    ///
+    /// `src` must stay alive and unmodified until `stream` has passed the copy.
+    pub unsafe fn copy_from_host_async<T: Pod>(&mut self, src: &[T], stream: &Stream) -> Result<()> {
+        let c = self.h2a("Array::copy_from_host_async", src)?;
+        // SAFETY: as copy_from_host; the caller keeps `src` alive.
+        check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
+    }
+
+    /// [`Array::copy_to_host`] in `stream`'s order
+    /// ([`cuMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// # Safety
+    ///
+    /// `dst` must stay alive and untouched until `stream` has passed the copy.
+    pub unsafe fn copy_to_host_async<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
+        let c = self.a2h("Array::copy_to_host_async", dst)?;
+        // SAFETY: as copy_to_host; the caller keeps `dst` alive.
+        check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
+    }
+}
+
+impl Drop for Array {
+    fn drop(&mut self) {
+        if self.owned {
+            let raw = self.raw;
+            // SAFETY: this value created the array and destroys it once.
+            self.ctx.with_current_for_drop("cuArrayDestroy", || unsafe { sys::cuArrayDestroy(raw) });
+        }
+    }
+}
+
+/// A mipmapped array: a chain of levels, each an [`Array`] half the size of the last,
+/// destroyed on drop
+/// ([`cuMipmappedArrayCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+#[derive(Debug)]
+pub struct MipmappedArray {
+    raw: sys::CUmipmappedArray,
+    ctx: Context,
+    levels: u32,
+}
+
+// SAFETY: a CUmipmappedArray may be used from any thread.
+unsafe impl Send for MipmappedArray {}
+// SAFETY: shared access only reads through driver calls.
+unsafe impl Sync for MipmappedArray {}
+
+impl MipmappedArray {
+    /// Creates a mipmapped array of `levels` levels whose level 0 is described by `descriptor`.
+    pub fn new(ctx: &Context, descriptor: &ArrayDescriptor, levels: u32) -> Result<MipmappedArray> {
+        check_extent("MipmappedArray::new", descriptor)?;
+        if levels == 0 {
+            return Err(Error::invalid("MipmappedArray::new", "a mipmapped array needs at least one level"));
+        }
+        ctx.enter()?;
+        let d = descriptor.as_raw();
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter and a valid descriptor; the context is current.
+        check("cuMipmappedArrayCreate", unsafe { sys::cuMipmappedArrayCreate(&mut raw, &d, levels) })?;
+        Ok(MipmappedArray { raw, ctx: ctx.clone(), levels })
+    }
+
+    /// The raw `CUmipmappedArray`.
+    pub fn as_raw(&self) -> sys::CUmipmappedArray {
+        self.raw
+    }
+
+    /// The number of levels it was created with.
+    pub fn levels(&self) -> u32 {
+        self.levels
+    }
+
+    /// One level, as an array owned by this one
+    /// ([`cuMipmappedArrayGetLevel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn level(&self, level: u32) -> Result<BorrowedArray<'_>> {
+        if level >= self.levels {
+            return Err(Error::invalid(
+                "MipmappedArray::level",
+                format!("level {level} does not exist; the array has {} levels", self.levels),
+            ));
+        }
+        self.ctx.enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the array is alive; one out-parameter.
+        check("cuMipmappedArrayGetLevel", unsafe {
+            sys::cuMipmappedArrayGetLevel(&mut raw, self.raw, level)
+        })?;
+        Ok(BorrowedArray {
+            array: ManuallyDrop::new(Array { raw, ctx: self.ctx.clone(), owned: false }),
+            _owner: PhantomData,
+        })
+    }
+
+    /// The tiling of a sparse mipmapped array
+    /// ([`cuMipmappedArrayGetSparseProperties`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn sparse_properties(&self) -> Result<SparseProperties> {
+        self.ctx.enter()?;
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut p: sys::CUDA_ARRAY_SPARSE_PROPERTIES = unsafe { std::mem::zeroed() };
+        // SAFETY: the array is alive; one out-parameter.
+        check("cuMipmappedArrayGetSparseProperties", unsafe {
+            sys::cuMipmappedArrayGetSparseProperties(&mut p, self.raw)
+        })?;
+        Ok(SparseProperties::from_raw(&p))
+    }
+
+    /// The memory a deferred-mapping mipmapped array needs on `device`
+    /// ([`cuMipmappedArrayGetMemoryRequirements`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memory_requirements(&self, device: &Device) -> Result<ArrayMemoryRequirements> {
+        self.ctx.enter()?;
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut r: sys::CUDA_ARRAY_MEMORY_REQUIREMENTS = unsafe { std::mem::zeroed() };
+        // SAFETY: the array is alive; one out-parameter.
+        check("cuMipmappedArrayGetMemoryRequirements", unsafe {
+            sys::cuMipmappedArrayGetMemoryRequirements(&mut r, self.raw, device.as_raw())
+        })?;
+        Ok(ArrayMemoryRequirements { size: r.size, alignment: r.alignment })
+    }
+}
+
+impl Drop for MipmappedArray {
+    fn drop(&mut self) {
+        let raw = self.raw;
+        // SAFETY: this value created the array and destroys it once.
+        self.ctx.with_current_for_drop("cuMipmappedArrayDestroy", || unsafe {
+            sys::cuMipmappedArrayDestroy(raw)
+        });
+    }
+}

@@ -1,0 +1,287 @@
+//! Managed (unified) memory: one address valid on the host and every device, migrated by the
+//! driver, with advice, prefetching, range attributes and stream attachment.
+
+use super::checked_bytes;
+use super::view::{DeviceView, DeviceViewMut};
+use crate::context::Context;
+use crate::device::Device;
+use crate::error::{Error, Result, check};
+use crate::stream::Stream;
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
+use std::marker::PhantomData;
+
+/// Which streams may access managed memory (`CUmemAttach_flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemAttach {
+    /// `CU_MEM_ATTACH_GLOBAL`: any stream on any device.
+    Global,
+    /// `CU_MEM_ATTACH_HOST`: the host only, until attached to a stream.
+    Host,
+    /// `CU_MEM_ATTACH_SINGLE`: one stream ([`ManagedBuffer::attach_async`] only).
+    Single,
+}
+
+impl MemAttach {
+    fn bits(self) -> u32 {
+        match self {
+            MemAttach::Global => sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0,
+            MemAttach::Host => sys::CUmemAttach_flags::CU_MEM_ATTACH_HOST.0,
+            MemAttach::Single => sys::CUmemAttach_flags::CU_MEM_ATTACH_SINGLE.0,
+        }
+    }
+}
+
+/// A place memory can live (`CUmemLocation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemLocation {
+    /// A device.
+    Device(Device),
+    /// Host memory.
+    Host,
+    /// Host memory on a NUMA node.
+    HostNuma(i32),
+    /// Host memory on the NUMA node of the calling thread.
+    HostNumaCurrent,
+}
+
+impl MemLocation {
+    /// The raw `CUmemLocation`.
+    pub fn as_raw(self) -> sys::CUmemLocation {
+        use sys::CUmemLocationType as T;
+        let (type_, id) = match self {
+            MemLocation::Device(d) => (T::CU_MEM_LOCATION_TYPE_DEVICE, d.as_raw()),
+            MemLocation::Host => (T::CU_MEM_LOCATION_TYPE_HOST, 0),
+            MemLocation::HostNuma(n) => (T::CU_MEM_LOCATION_TYPE_HOST_NUMA, n),
+            MemLocation::HostNumaCurrent => (T::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, 0),
+        };
+        sys::CUmemLocation { type_, id }
+    }
+
+    /// The location a raw type and id name; `None` for "no location" (`CU_MEM_LOCATION_TYPE_INVALID`).
+    pub fn from_raw(type_: sys::CUmemLocationType, id: i32) -> Result<Option<MemLocation>> {
+        use sys::CUmemLocationType as T;
+        match type_ {
+            T::CU_MEM_LOCATION_TYPE_INVALID => Ok(None),
+            T::CU_MEM_LOCATION_TYPE_DEVICE => Ok(Some(MemLocation::Device(Device::from_raw(id)))),
+            T::CU_MEM_LOCATION_TYPE_HOST => Ok(Some(MemLocation::Host)),
+            T::CU_MEM_LOCATION_TYPE_HOST_NUMA => Ok(Some(MemLocation::HostNuma(id))),
+            T::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => Ok(Some(MemLocation::HostNumaCurrent)),
+            _ => {
+                Err(Error::invalid("MemLocation::from_raw", format!("unknown CUmemLocationType {}", type_.0)))
+            }
+        }
+    }
+}
+
+/// Advice about how managed memory is used (`CUmem_advise`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemAdvice {
+    /// `CU_MEM_ADVISE_SET_READ_MOSTLY`: mostly read; keep read-only copies where it is read.
+    SetReadMostly,
+    /// `CU_MEM_ADVISE_UNSET_READ_MOSTLY`.
+    UnsetReadMostly,
+    /// `CU_MEM_ADVISE_SET_PREFERRED_LOCATION`: keep it at the given location.
+    SetPreferredLocation,
+    /// `CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION`.
+    UnsetPreferredLocation,
+    /// `CU_MEM_ADVISE_SET_ACCESSED_BY`: keep it mapped for the given location.
+    SetAccessedBy,
+    /// `CU_MEM_ADVISE_UNSET_ACCESSED_BY`.
+    UnsetAccessedBy,
+}
+
+impl MemAdvice {
+    /// The raw `CUmem_advise`.
+    pub fn as_raw(self) -> sys::CUmem_advise {
+        use sys::CUmem_advise as A;
+        match self {
+            MemAdvice::SetReadMostly => A::CU_MEM_ADVISE_SET_READ_MOSTLY,
+            MemAdvice::UnsetReadMostly => A::CU_MEM_ADVISE_UNSET_READ_MOSTLY,
+            MemAdvice::SetPreferredLocation => A::CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+            MemAdvice::UnsetPreferredLocation => A::CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION,
+            MemAdvice::SetAccessedBy => A::CU_MEM_ADVISE_SET_ACCESSED_BY,
+            MemAdvice::UnsetAccessedBy => A::CU_MEM_ADVISE_UNSET_ACCESSED_BY,
+        }
+    }
+}
+
+/// `len` elements of `T` in managed memory, freed on drop
+/// ([`cuMemAllocManaged`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+///
+/// Its device address works in copies ([`ManagedBuffer::view`]) and kernels; the host may read
+/// and write it directly when no kernel uses it ([`ManagedBuffer::as_host_slice`]).
+#[derive(Debug)]
+pub struct ManagedBuffer<T: Pod> {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    ctx: Context,
+    _marker: PhantomData<T>,
+}
+
+// SAFETY: the buffer owns its memory; T is plain data.
+unsafe impl<T: Pod> Send for ManagedBuffer<T> {}
+// SAFETY: shared access only reads.
+unsafe impl<T: Pod> Sync for ManagedBuffer<T> {}
+
+impl<T: Pod> ManagedBuffer<T> {
+    /// Allocates `len` zeroed elements of managed memory.
+    pub fn new(ctx: &Context, len: usize, attach: MemAttach) -> Result<ManagedBuffer<T>> {
+        let bytes = checked_bytes::<T>("ManagedBuffer::new", len)?;
+        if attach == MemAttach::Single {
+            return Err(Error::invalid(
+                "ManagedBuffer::new",
+                "allocate with MemAttach::Global or Host; attach to one stream with attach_async",
+            ));
+        }
+        ctx.enter()?;
+        let mut ptr = 0;
+        // SAFETY: one out-parameter; the context is current.
+        check("cuMemAllocManaged", unsafe { sys::cuMemAllocManaged(&mut ptr, bytes, attach.bits()) })?;
+        let mut b = ManagedBuffer { ptr, len, ctx: ctx.clone(), _marker: PhantomData };
+        b.view_mut().memset_d8(0)?;
+        Ok(b)
+    }
+
+    /// The address (valid on host and device).
+    #[inline]
+    pub fn as_raw(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The number of elements.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: buffers hold at least one element.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+
+    /// A shared device view, for copies and kernel arguments.
+    pub fn view(&self) -> DeviceView<'_, T> {
+        DeviceView { ptr: self.ptr, len: self.len, ctx: &self.ctx, _marker: PhantomData }
+    }
+
+    /// An exclusive device view.
+    pub fn view_mut(&mut self) -> DeviceViewMut<'_, T> {
+        DeviceViewMut { ptr: self.ptr, len: self.len, ctx: &self.ctx, _marker: PhantomData }
+    }
+
+    /// The memory as a host slice.
+    ///
+    /// # Safety
+    ///
+    /// No kernel or copy may be writing it while the slice is alive (synchronize first), and on
+    /// devices without concurrent managed access no kernel may be running at all.
+    pub unsafe fn as_host_slice(&self) -> &[T] {
+        // SAFETY: managed memory is host-addressable; the caller excludes concurrent writers.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.len) }
+    }
+
+    /// The memory as a mutable host slice.
+    ///
+    /// # Safety
+    ///
+    /// As [`ManagedBuffer::as_host_slice`], and nothing may read it concurrently either.
+    pub unsafe fn as_host_slice_mut(&mut self) -> &mut [T] {
+        // SAFETY: as above, exclusively.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) }
+    }
+
+    /// Gives the driver advice about the whole buffer
+    /// ([`cuMemAdvise`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    pub fn advise(&self, advice: MemAdvice, location: MemLocation) -> Result<()> {
+        self.ctx.enter()?;
+        // SAFETY: the range is this allocation.
+        check("cuMemAdvise", unsafe {
+            sys::cuMemAdvise(self.ptr, self.bytes(), advice.as_raw(), location.as_raw())
+        })
+    }
+
+    /// Migrates the buffer to `location` in `stream`'s order
+    /// ([`cuMemPrefetchAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    pub fn prefetch_async(&self, location: MemLocation, stream: &Stream) -> Result<()> {
+        self.ctx.enter()?;
+        // SAFETY: the range is this allocation; memory is freed only after queued work.
+        check("cuMemPrefetchAsync", unsafe {
+            sys::cuMemPrefetchAsync(self.ptr, self.bytes(), location.as_raw(), 0, stream.as_raw())
+        })
+    }
+
+    /// Attaches the buffer to `stream` (or globally, or to the host) in stream order
+    /// ([`cuStreamAttachMemAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    pub fn attach_async(&self, stream: &Stream, attach: MemAttach) -> Result<()> {
+        self.ctx.enter()?;
+        // SAFETY: the whole allocation (length 0 means all of it).
+        check("cuStreamAttachMemAsync", unsafe {
+            sys::cuStreamAttachMemAsync(stream.as_raw(), self.ptr, 0, attach.bits())
+        })
+    }
+
+    fn range_i32(&self, attribute: sys::CUmem_range_attribute) -> Result<i32> {
+        let mut v: i32 = 0;
+        // SAFETY: a 4-byte out-value, as these attributes write; the range is this allocation.
+        check("cuMemRangeGetAttribute", unsafe {
+            sys::cuMemRangeGetAttribute((&raw mut v).cast(), 4, attribute, self.ptr, self.bytes())
+        })?;
+        Ok(v)
+    }
+
+    /// Whether the read-mostly advice applies to the whole buffer
+    /// ([`cuMemRangeGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    pub fn is_read_mostly(&self) -> Result<bool> {
+        Ok(self.range_i32(sys::CUmem_range_attribute::CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY)? != 0)
+    }
+
+    /// The preferred location of the whole buffer, if one is set
+    /// ([`cuMemRangeGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    pub fn preferred_location(&self) -> Result<Option<MemLocation>> {
+        use sys::CUmem_range_attribute as R;
+        let t = self.range_i32(R::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE)?;
+        let id = self.range_i32(R::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID)?;
+        MemLocation::from_raw(sys::CUmemLocationType(t as u32), id)
+    }
+
+    /// Where the whole buffer was last prefetched to, if anywhere
+    /// ([`cuMemRangeGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    pub fn last_prefetch_location(&self) -> Result<Option<MemLocation>> {
+        use sys::CUmem_range_attribute as R;
+        let t = self.range_i32(R::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE)?;
+        let id = self.range_i32(R::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID)?;
+        MemLocation::from_raw(sys::CUmemLocationType(t as u32), id)
+    }
+
+    /// The devices given the accessed-by advice for the whole buffer
+    /// ([`cuMemRangeGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    pub fn accessed_by(&self) -> Result<Vec<Device>> {
+        let n = Device::count()?;
+        let mut ids = vec![-1i32; n.max(1)];
+        // SAFETY: the buffer holds one i32 per device, as the attribute requires.
+        check("cuMemRangeGetAttribute", unsafe {
+            sys::cuMemRangeGetAttribute(
+                ids.as_mut_ptr().cast(),
+                ids.len() * 4,
+                sys::CUmem_range_attribute::CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY,
+                self.ptr,
+                self.bytes(),
+            )
+        })?;
+        Ok(ids.into_iter().filter(|&d| d >= 0).map(Device::from_raw).collect())
+    }
+}
+
+impl<T: Pod> Drop for ManagedBuffer<T> {
+    fn drop(&mut self) {
+        let ptr = self.ptr;
+        // SAFETY: this value owns the allocation and frees it once.
+        self.ctx.with_current_for_drop("cuMemFree", || unsafe { sys::cuMemFree(ptr) });
+    }
+}
