@@ -27,6 +27,8 @@ pub mod launch;
 pub mod occupancy;
 pub mod mempool;
 pub mod pool;
+pub mod nvtx;
+pub mod profiler;
 
 pub use context::{Context, ContextFlags, CurrentGuard};
 pub use device::Device;
