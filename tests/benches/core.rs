@@ -1,0 +1,112 @@
+//! Event record, stream wait, and pinned/device copy bandwidth through `cuda-core`, against the
+//! raw `cuda-driver-sys` calls on the same handles in the same run.
+
+use cuda_core::memory::{HostAllocFlags, PinnedHostBuffer};
+use cuda_core::{Context, Device, DeviceBuffer, Event, EventFlags, Result, Stream, StreamFlags};
+use cuda_driver_sys as sys;
+use cuda_tests::bench::{Row, compare, compare_bandwidth, print_table};
+use std::hint::black_box;
+
+fn main() {
+    match run() {
+        Ok(rows) => print_table("cuda-core against the raw driver call (same handles, same run)", &rows),
+        Err(e) => eprintln!("benchmark skipped: {e}"),
+    }
+}
+
+fn run() -> Result<Vec<Row>> {
+    let ctx = Context::primary(&Device::get(0)?)?;
+    ctx.bind_to_thread()?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let (sr, e) = (s.as_raw(), Event::new(&ctx, EventFlags::DISABLE_TIMING)?);
+    let er = e.as_raw();
+    let mut rows = Vec::new();
+
+    rows.push(compare(
+        "event record",
+        31,
+        20_000,
+        || {
+            black_box(e.record(black_box(&s))).ok();
+        },
+        // SAFETY: live handles.
+        || unsafe {
+            black_box(sys::cuEventRecord(black_box(er), black_box(sr)));
+        },
+    ));
+    s.synchronize()?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let or = other.as_raw();
+    e.record(&s)?;
+    rows.push(compare(
+        "stream wait event",
+        31,
+        20_000,
+        || {
+            black_box(other.wait_event(black_box(&e))).ok();
+        },
+        // SAFETY: live handles.
+        || unsafe {
+            black_box(sys::cuStreamWaitEvent(black_box(or), black_box(er), 0));
+        },
+    ));
+    other.synchronize()?;
+
+    let n = 64 << 20;
+    let host = PinnedHostBuffer::<u8>::new(&ctx, n, HostAllocFlags::empty())?;
+    let mut back = PinnedHostBuffer::<u8>::new(&ctx, n, HostAllocFlags::empty())?;
+    let mut dev = DeviceBuffer::<u8>::new(&ctx, n)?;
+    let mut dev2 = DeviceBuffer::<u8>::new(&ctx, n)?;
+    let (hp, bp, dp, dp2) = (host.as_ptr(), back.as_mut_ptr(), dev.as_raw(), dev2.as_raw());
+
+    rows.push(compare_bandwidth(
+        "pinned H2D 64 MiB",
+        11,
+        10,
+        n,
+        || {
+            // SAFETY: `host` outlives the synchronization that follows.
+            unsafe { dev.copy_from_async(&host, &s) }.ok();
+            s.synchronize().ok();
+        },
+        // SAFETY: live allocations of `n` bytes.
+        || unsafe {
+            sys::cuMemcpyHtoDAsync(dp, hp.cast(), n, sr);
+            sys::cuStreamSynchronize(sr);
+        },
+    ));
+    rows.push(compare_bandwidth(
+        "pinned D2H 64 MiB",
+        11,
+        10,
+        n,
+        || {
+            // SAFETY: `back` outlives the synchronization that follows and is not read meanwhile.
+            unsafe { dev2.copy_to_async(&mut back, &s) }.ok();
+            s.synchronize().ok();
+        },
+        // SAFETY: live allocations of `n` bytes.
+        || unsafe {
+            sys::cuMemcpyDtoHAsync(bp.cast(), dp2, n, sr);
+            sys::cuStreamSynchronize(sr);
+        },
+    ));
+    let src = DeviceBuffer::<u8>::zeroed(&ctx, n)?;
+    let sp = src.as_raw();
+    rows.push(compare_bandwidth(
+        "D2D 64 MiB",
+        11,
+        20,
+        n,
+        || {
+            dev2.copy_from_device_async(&src, &s).ok();
+            s.synchronize().ok();
+        },
+        // SAFETY: live allocations of `n` bytes.
+        || unsafe {
+            sys::cuMemcpyDtoDAsync(dp, sp, n, sr);
+            sys::cuStreamSynchronize(sr);
+        },
+    ));
+    Ok(rows)
+}

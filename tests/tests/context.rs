@@ -1,0 +1,159 @@
+//! `cuda_core::context`: the primary context, created contexts, the current-context guard,
+//! settings, and errors kept from `Drop`.
+
+use cuda_core::context::{CacheConfig, ExecAffinity, Limit};
+use cuda_core::memory::pointer_attributes;
+use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error};
+use cuda_driver_sys as sys;
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+
+fn main() {
+    cuda_tests::run(&[
+        gpu("primary_context_is_retained_and_active", primary_context_is_retained_and_active),
+        gpu("bind_to_thread_makes_it_current", bind_to_thread_makes_it_current),
+        gpu("guard_restores_the_previous_context", guard_restores_the_previous_context),
+        gpu("guard_restores_on_early_error_return", guard_restores_on_early_error_return),
+        gpu("created_context_owns_its_memory", created_context_owns_its_memory),
+        gpu("limits_round_trip", limits_round_trip),
+        gpu("cache_config_and_priorities", cache_config_and_priorities),
+        gpu("version_id_flags_affinity", version_id_flags_affinity),
+        gpu("drop_errors_are_kept_and_reported_once", drop_errors_are_kept_and_reported_once),
+    ]);
+}
+
+fn current_raw() -> Result<sys::CUcontext, String> {
+    let mut c = std::ptr::null_mut();
+    // SAFETY: one out-parameter.
+    let s = unsafe { sys::cuCtxGetCurrent(&mut c) };
+    if s != sys::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuCtxGetCurrent: {s:?}"));
+    }
+    Ok(c)
+}
+
+fn primary_context_is_retained_and_active() -> TestResult {
+    let d = Device::get(0)?;
+    let ctx = Context::primary(&d)?;
+    ensure!(ctx.is_primary(), "not primary");
+    ensure_eq!(ctx.device(), d);
+    ensure!(Context::primary_state(&d)?.active, "primary context inactive while retained");
+    // A second retain gives the same context.
+    let again = Context::primary(&d)?;
+    ensure_eq!(again.as_raw(), ctx.as_raw());
+    Ok(())
+}
+
+fn bind_to_thread_makes_it_current() -> TestResult {
+    let ctx = Context::primary(&Device::get(0)?)?;
+    ctx.bind_to_thread()?;
+    ensure_eq!(current_raw()?, ctx.as_raw());
+    let current = Context::current()?.ok_or("no current context")?;
+    ensure_eq!(current, ctx);
+    ensure!(!current.is_primary(), "a borrowed context claims to be a retained primary");
+    Ok(())
+}
+
+fn guard_restores_the_previous_context() -> TestResult {
+    let d = Device::get(0)?;
+    let primary = Context::primary(&d)?;
+    primary.bind_to_thread()?;
+    let created = Context::create(&d, ContextFlags::SCHED_BLOCKING_SYNC)?;
+    // Creating does not change the current context.
+    ensure_eq!(current_raw()?, primary.as_raw());
+    {
+        let guard = created.push()?;
+        ensure_eq!(current_raw()?, created.as_raw());
+        ensure_eq!(guard.context().as_raw(), created.as_raw());
+    }
+    ensure_eq!(current_raw()?, primary.as_raw());
+    ensure!(created.take_deferred_errors().is_empty(), "the guard's pop failed");
+    Ok(())
+}
+
+fn guard_restores_on_early_error_return() -> TestResult {
+    let d = Device::get(0)?;
+    let primary = Context::primary(&d)?;
+    primary.bind_to_thread()?;
+    let created = Context::create(&d, ContextFlags::empty())?;
+    fn fails_while_pushed(ctx: &Context) -> Result<(), Error> {
+        let _guard = ctx.push()?;
+        DeviceBuffer::<u32>::new(ctx, 0)?;
+        Ok(())
+    }
+    ensure!(fails_while_pushed(&created).is_err(), "a zero-length allocation succeeded");
+    ensure_eq!(current_raw()?, primary.as_raw());
+    Ok(())
+}
+
+fn created_context_owns_its_memory() -> TestResult {
+    let d = Device::get(0)?;
+    let primary = Context::primary(&d)?;
+    let created = Context::create(&d, ContextFlags::empty())?;
+    ensure!(!created.is_primary(), "created context claims to be primary");
+    ensure!(created.as_raw() != primary.as_raw(), "created context is the primary one");
+    let a = DeviceBuffer::<u32>::from_slice(&created, &[1, 2, 3])?;
+    let b = DeviceBuffer::<u32>::from_slice(&primary, &[4, 5, 6])?;
+    ensure_eq!(pointer_attributes(a.as_raw())?.context, created.as_raw());
+    ensure_eq!(pointer_attributes(b.as_raw())?.context, primary.as_raw());
+    ensure_eq!(a.to_vec()?, vec![1, 2, 3]);
+    ensure_eq!(b.to_vec()?, vec![4, 5, 6]);
+    created.synchronize()?;
+    Ok(())
+}
+
+fn limits_round_trip() -> TestResult {
+    let ctx = Context::primary(&Device::get(0)?)?;
+    ctx.set_limit(Limit::StackSize, 4096)?;
+    ensure!(ctx.limit(Limit::StackSize)? >= 4096, "stack size {}", ctx.limit(Limit::StackSize)?);
+    ctx.set_limit(Limit::PrintfFifoSize, 2 << 20)?;
+    ensure_eq!(ctx.limit(Limit::PrintfFifoSize)?, 2 << 20);
+    ctx.set_limit(Limit::MallocHeapSize, 16 << 20)?;
+    ensure_eq!(ctx.limit(Limit::MallocHeapSize)?, 16 << 20);
+    ensure_eq!(Limit::try_from(sys::CUlimit::CU_LIMIT_STACK_SIZE)?, Limit::StackSize);
+    ensure!(Limit::try_from(sys::CUlimit(999)).is_err(), "unknown limit converted");
+    Ok(())
+}
+
+fn cache_config_and_priorities() -> TestResult {
+    let ctx = Context::primary(&Device::get(0)?)?;
+    ctx.set_cache_config(CacheConfig::PreferShared)?;
+    ensure_eq!(ctx.cache_config()?, CacheConfig::PreferShared);
+    ctx.set_cache_config(CacheConfig::PreferNone)?;
+    ensure_eq!(ctx.cache_config()?, CacheConfig::PreferNone);
+    let (least, greatest) = ctx.stream_priority_range()?;
+    ensure!(greatest <= least, "priority range ({least}, {greatest})");
+    Ok(())
+}
+
+fn version_id_flags_affinity() -> TestResult {
+    let d = Device::get(0)?;
+    let ctx = Context::primary(&d)?;
+    ensure!(ctx.api_version()? >= 3020, "api version {}", ctx.api_version()?);
+    let created = Context::create(&d, ContextFlags::SCHED_YIELD)?;
+    ensure!(created.id()? != ctx.id()?, "two contexts share an id");
+    ensure!(created.flags()?.contains(ContextFlags::SCHED_YIELD), "flags {:?}", created.flags()?);
+    created.set_flags(ContextFlags::SCHED_SPIN)?;
+    ensure!(created.flags()?.contains(ContextFlags::SCHED_SPIN), "flags {:?}", created.flags()?);
+    let ExecAffinity::SmCount(sms) = ctx.exec_affinity()?;
+    ensure_eq!(i64::from(sms), i64::from(d.multiprocessor_count()?));
+    Ok(())
+}
+
+fn drop_errors_are_kept_and_reported_once() -> TestResult {
+    let ctx = Context::primary(&Device::get(0)?)?;
+    ctx.synchronize()?;
+    // A buffer adopting an address that was never allocated: freeing it fails in `Drop`.
+    // SAFETY: the address is never read or written; only the free is attempted.
+    let bogus = unsafe { DeviceBuffer::<u32>::from_raw(&ctx, 0x1000, 1, None) };
+    drop(bogus);
+    let kept = ctx.deferred_error().ok_or("the free error was not kept")?;
+    ensure_eq!(kept.call(), Some("cuMemFree"));
+    // The next call through the context reports it, once; the one after works.
+    match ctx.synchronize() {
+        Err(e) => ensure_eq!(e, kept),
+        Ok(()) => return Err("the kept error was not reported".into()),
+    }
+    ctx.synchronize()?;
+    ensure!(ctx.take_deferred_errors().is_empty(), "the error was reported twice");
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! `cuda_core::device`: enumeration, identity, memory, attributes.
+
+use cuda_core::device::{Uuid, driver_version};
+use cuda_core::{Context, Device, Error};
+use cuda_driver_sys as sys;
+use cuda_tests::{TestResult, cpu, ensure, ensure_eq, gpu};
+
+fn main() {
+    cuda_tests::run(&[
+        gpu("count_get_and_out_of_range_ordinal", count_get_and_out_of_range_ordinal),
+        gpu("identity_round_trips", identity_round_trips),
+        gpu("typed_attributes_match_raw_ones", typed_attributes_match_raw_ones),
+        gpu("every_attribute_answers_or_is_refused", every_attribute_answers_or_is_refused),
+        gpu("memory_sizes_and_pools", memory_sizes_and_pools),
+        cpu("uuid_prints_like_nvidia_smi", uuid_prints_like_nvidia_smi),
+    ]);
+}
+
+fn count_get_and_out_of_range_ordinal() -> TestResult {
+    let n = Device::count()?;
+    ensure!(n >= 1, "no device");
+    ensure_eq!(Device::all()?.len(), n);
+    let d = Device::get(0)?;
+    ensure_eq!(d.ordinal(), 0);
+    match Device::get(n + 5) {
+        Err(Error::InvalidArgument { message, .. }) => {
+            ensure!(message.contains("out of range"), "message: {message}");
+        }
+        other => return Err(format!("expected InvalidArgument, got {other:?}").into()),
+    }
+    ensure!(driver_version()? >= 12000, "driver version {}", driver_version()?);
+    Ok(())
+}
+
+fn identity_round_trips() -> TestResult {
+    let d = Device::get(0)?;
+    let name = d.name()?;
+    ensure!(!name.is_empty() && name.is_ascii(), "name {name:?}");
+    let uuid = d.uuid()?;
+    ensure!(uuid.0 != [0; 16], "all-zero UUID");
+    ensure_eq!(Device::by_uuid(&uuid)?, d);
+    let pci = d.pci_bus_id()?;
+    ensure!(pci.contains(':') && pci.contains('.'), "PCI bus id {pci}");
+    ensure_eq!(Device::by_pci_bus_id(&pci)?, d);
+    ensure!(Device::by_pci_bus_id("not a bus id").is_err(), "a garbage bus id was accepted");
+    ensure!(Device::by_uuid(&Uuid([0xAB; 16])).is_err(), "an unknown UUID was found");
+    // The PCI attributes agree with the bus id string, which is `domain:bus:device.function` in hex.
+    let bus = u32::from_str_radix(pci.split(':').nth(1).unwrap_or(""), 16)?;
+    ensure_eq!(i64::from(bus), i64::from(d.pci_bus_number()?));
+    Ok(())
+}
+
+fn typed_attributes_match_raw_ones() -> TestResult {
+    let d = Device::get(0)?;
+    use sys::CUdevice_attribute as A;
+    ensure_eq!(d.warp_size()?, 32);
+    ensure_eq!(d.multiprocessor_count()?, d.attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?);
+    ensure!(d.multiprocessor_count()? > 0, "no SMs");
+    let (major, minor) = d.compute_capability()?;
+    let mut raw_major = 0;
+    let mut raw_minor = 0;
+    // SAFETY: two out-parameters.
+    cuda_tests::drv("cuDeviceComputeCapability", unsafe {
+        sys::cuDeviceComputeCapability(&mut raw_major, &mut raw_minor, d.as_raw())
+    })?;
+    ensure_eq!((major, minor), (raw_major, raw_minor));
+    ensure!(major >= 5, "compute capability {major}.{minor}");
+    ensure!(d.max_threads_per_block()? >= 512, "max threads per block");
+    ensure!(d.unified_addressing()?, "64-bit Linux devices have unified addressing");
+    ensure!(d.managed_memory()?, "managed memory");
+    Ok(())
+}
+
+fn every_attribute_answers_or_is_refused() -> TestResult {
+    let d = Device::get(0)?;
+    let mut answered = 0;
+    for raw in 1..sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX.0 {
+        match d.attribute(sys::CUdevice_attribute(raw)) {
+            Ok(_) => answered += 1,
+            Err(Error::Driver { status, .. }) => {
+                ensure_eq!(status, sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            Err(e) => return Err(format!("attribute {raw}: {e}").into()),
+        }
+    }
+    ensure!(answered > 100, "only {answered} attributes answered");
+    Ok(())
+}
+
+fn memory_sizes_and_pools() -> TestResult {
+    let d = Device::get(0)?;
+    let total = d.total_memory()?;
+    ensure!(total > 1 << 30, "total memory {total}");
+    let ctx = Context::primary(&d)?;
+    let (free, total_ctx) = ctx.memory_info()?;
+    ensure_eq!(total_ctx, total);
+    ensure!(free <= total && free > 0, "free {free} total {total}");
+    if d.memory_pools_supported()? {
+        let pool = d.default_memory_pool()?;
+        ensure!(!pool.is_null(), "null default pool");
+        ensure_eq!(d.memory_pool()?, pool);
+    }
+    Ok(())
+}
+
+fn uuid_prints_like_nvidia_smi() -> TestResult {
+    let u = Uuid([0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0, 1, 2, 3, 4, 5, 6, 7]);
+    ensure_eq!(u.to_string(), "GPU-01234567-89ab-cdef-0001-020304050607");
+    Ok(())
+}
