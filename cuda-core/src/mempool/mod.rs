@@ -1,1 +1,402 @@
-//! The stream-ordered allocator: memory pools of the driver (`cuMemPool*`).
+//! The stream-ordered allocator: memory pools of the driver
+//! ([Stream Ordered Memory Allocator](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
+//!
+//! [`MemPool`] wraps a `CUmemoryPool`: the device's default pool, its current pool, or one
+//! created with [`MemPoolProps`]. Memory comes from it with [`MemPool::alloc_async`], ordered
+//! on a stream. Pools created with a POSIX file-descriptor handle type can be shared with
+//! another process ([`ipc`]).
+
+pub mod ipc;
+
+use crate::error::check;
+use crate::{Device, Error, Result, Stream};
+use cuda_driver_sys as sys;
+
+/// How a pool's memory may be shared with other processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ShareableHandle {
+    /// Not shareable.
+    None,
+    /// A POSIX file descriptor (Linux).
+    PosixFileDescriptor,
+    /// A fabric handle (multi-node NVLink).
+    Fabric,
+}
+
+impl ShareableHandle {
+    /// The raw value.
+    pub fn as_raw(self) -> sys::CUmemAllocationHandleType {
+        match self {
+            ShareableHandle::None => sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+            ShareableHandle::PosixFileDescriptor => {
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+            }
+            ShareableHandle::Fabric => sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_FABRIC,
+        }
+    }
+}
+
+impl TryFrom<sys::CUmemAllocationHandleType> for ShareableHandle {
+    type Error = Error;
+    fn try_from(raw: sys::CUmemAllocationHandleType) -> Result<Self> {
+        use sys::CUmemAllocationHandleType as T;
+        match raw {
+            T::CU_MEM_HANDLE_TYPE_NONE => Ok(ShareableHandle::None),
+            T::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR => Ok(ShareableHandle::PosixFileDescriptor),
+            T::CU_MEM_HANDLE_TYPE_FABRIC => Ok(ShareableHandle::Fabric),
+            other => Err(Error::invalid(
+                "ShareableHandle::try_from",
+                format!("unsupported handle type {}", other.0),
+            )),
+        }
+    }
+}
+
+/// What a pool may do with a device's access to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// No access.
+    None,
+    /// Read only.
+    Read,
+    /// Read and write.
+    ReadWrite,
+}
+
+impl Access {
+    /// The raw value.
+    pub fn as_raw(self) -> sys::CUmemAccess_flags {
+        match self {
+            Access::None => sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE,
+            Access::Read => sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ,
+            Access::ReadWrite => sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        }
+    }
+}
+
+impl TryFrom<sys::CUmemAccess_flags> for Access {
+    type Error = Error;
+    fn try_from(raw: sys::CUmemAccess_flags) -> Result<Self> {
+        use sys::CUmemAccess_flags as F;
+        match raw {
+            F::CU_MEM_ACCESS_FLAGS_PROT_NONE => Ok(Access::None),
+            F::CU_MEM_ACCESS_FLAGS_PROT_READ => Ok(Access::Read),
+            F::CU_MEM_ACCESS_FLAGS_PROT_READWRITE => Ok(Access::ReadWrite),
+            other => Err(Error::invalid("Access::try_from", format!("unknown access flags {}", other.0))),
+        }
+    }
+}
+
+/// Properties of a pool to create: where its memory lives, how it may be shared, how large it
+/// may grow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemPoolProps {
+    /// The device whose memory the pool holds.
+    pub device: Device,
+    /// How the pool may be exported to other processes.
+    pub handle: ShareableHandle,
+    /// The most bytes the pool may reserve; 0 lets the driver choose.
+    pub max_size: usize,
+}
+
+impl MemPoolProps {
+    /// Device memory of `device`, not shareable, no maximum.
+    pub fn device(device: Device) -> Self {
+        MemPoolProps { device, handle: ShareableHandle::None, max_size: 0 }
+    }
+
+    fn to_raw(self) -> Result<sys::CUmemPoolProps> {
+        // SAFETY: a C struct of integers and a pointer, for which all zeroes is valid.
+        let mut p: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        p.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.handleTypes = self.handle.as_raw();
+        p.location = device_location(self.device)?;
+        p.maxSize = self.max_size;
+        Ok(p)
+    }
+}
+
+fn device_location(device: Device) -> Result<sys::CUmemLocation> {
+    let id = i32::try_from(device.ordinal()).map_err(|_| {
+        Error::invalid("MemPool", format!("device ordinal {} is out of range", device.ordinal()))
+    })?;
+    Ok(sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id })
+}
+
+/// A stream-ordered memory pool of the driver (`CUmemoryPool`).
+///
+/// A pool made by [`MemPool::create`] or imported is destroyed on drop (the driver keeps its
+/// memory until outstanding allocations are freed); the device's default and current pools
+/// are borrowed.
+#[derive(Debug)]
+pub struct MemPool {
+    raw: sys::CUmemoryPool,
+    owned: bool,
+}
+
+// SAFETY: a CUmemoryPool may be used from any thread; the driver synchronizes access to it.
+unsafe impl Send for MemPool {}
+// SAFETY: as above.
+unsafe impl Sync for MemPool {}
+
+impl MemPool {
+    /// Creates a pool ([`cuMemPoolCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
+    pub fn create(props: &MemPoolProps) -> Result<MemPool> {
+        crate::device::init()?;
+        let raw_props = props.to_raw()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the properties are a valid, initialized struct.
+        check("cuMemPoolCreate", unsafe { sys::cuMemPoolCreate(&mut raw, &raw_props) })?;
+        Ok(MemPool { raw, owned: true })
+    }
+
+    /// The device's default pool, borrowed
+    /// ([`cuDeviceGetDefaultMemPool`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
+    pub fn device_default(device: &Device) -> Result<MemPool> {
+        crate::device::init()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter.
+        check("cuDeviceGetDefaultMemPool", unsafe {
+            sys::cuDeviceGetDefaultMemPool(&mut raw, device.as_raw())
+        })?;
+        Ok(MemPool { raw, owned: false })
+    }
+
+    /// The device's current pool, the one `cuMemAllocAsync` uses, borrowed
+    /// ([`cuDeviceGetMemPool`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
+    pub fn current(device: &Device) -> Result<MemPool> {
+        crate::device::init()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter.
+        check("cuDeviceGetMemPool", unsafe { sys::cuDeviceGetMemPool(&mut raw, device.as_raw()) })?;
+        Ok(MemPool { raw, owned: false })
+    }
+
+    /// Makes `pool` the device's current pool
+    /// ([`cuDeviceSetMemPool`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html));
+    /// it must stay alive while it is current.
+    pub fn set_current(device: &Device, pool: &MemPool) -> Result<()> {
+        // SAFETY: the pool is alive.
+        check("cuDeviceSetMemPool", unsafe { sys::cuDeviceSetMemPool(device.as_raw(), pool.raw) })
+    }
+
+    /// Wraps a raw pool; `owned` pools are destroyed on drop.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live pool; if `owned`, nothing else destroys it.
+    pub unsafe fn from_raw(raw: sys::CUmemoryPool, owned: bool) -> MemPool {
+        MemPool { raw, owned }
+    }
+
+    /// The raw `CUmemoryPool`.
+    pub fn as_raw(&self) -> sys::CUmemoryPool {
+        self.raw
+    }
+
+    fn get_u64(&self, attr: sys::CUmemPool_attribute) -> Result<u64> {
+        let mut v: u64 = 0;
+        // SAFETY: these attributes are 64-bit values.
+        check("cuMemPoolGetAttribute", unsafe {
+            sys::cuMemPoolGetAttribute(self.raw, attr, (&mut v as *mut u64).cast())
+        })?;
+        Ok(v)
+    }
+
+    fn set_u64(&self, attr: sys::CUmemPool_attribute, mut v: u64) -> Result<()> {
+        // SAFETY: these attributes are 64-bit values.
+        check("cuMemPoolSetAttribute", unsafe {
+            sys::cuMemPoolSetAttribute(self.raw, attr, (&mut v as *mut u64).cast())
+        })
+    }
+
+    fn get_flag(&self, attr: sys::CUmemPool_attribute) -> Result<bool> {
+        let mut v: i32 = 0;
+        // SAFETY: the reuse attributes are ints.
+        check("cuMemPoolGetAttribute", unsafe {
+            sys::cuMemPoolGetAttribute(self.raw, attr, (&mut v as *mut i32).cast())
+        })?;
+        Ok(v != 0)
+    }
+
+    fn set_flag(&self, attr: sys::CUmemPool_attribute, on: bool) -> Result<()> {
+        let mut v = i32::from(on);
+        // SAFETY: the reuse attributes are ints.
+        check("cuMemPoolSetAttribute", unsafe {
+            sys::cuMemPoolSetAttribute(self.raw, attr, (&mut v as *mut i32).cast())
+        })
+    }
+
+    /// Bytes the pool keeps reserved when idle instead of releasing them at synchronization
+    /// (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`, via `cuMemPoolGetAttribute`).
+    pub fn release_threshold(&self) -> Result<u64> {
+        self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+    }
+
+    /// Sets the release threshold; `u64::MAX` keeps everything.
+    pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
+        self.set_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, bytes)
+    }
+
+    /// Whether freed memory may be reused by a stream that waits on the freeing stream's event
+    /// (`CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES`).
+    pub fn reuse_follow_event_dependencies(&self) -> Result<bool> {
+        self.get_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES)
+    }
+
+    /// Sets `CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES`.
+    pub fn set_reuse_follow_event_dependencies(&self, on: bool) -> Result<()> {
+        self.set_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, on)
+    }
+
+    /// Whether memory whose free has completed may be reused by any stream
+    /// (`CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC`).
+    pub fn reuse_allow_opportunistic(&self) -> Result<bool> {
+        self.get_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC)
+    }
+
+    /// Sets `CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC`.
+    pub fn set_reuse_allow_opportunistic(&self, on: bool) -> Result<()> {
+        self.set_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, on)
+    }
+
+    /// Whether the driver may insert dependencies to reuse memory
+    /// (`CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES`).
+    pub fn reuse_allow_internal_dependencies(&self) -> Result<bool> {
+        self.get_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
+    }
+
+    /// Sets `CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES`.
+    pub fn set_reuse_allow_internal_dependencies(&self, on: bool) -> Result<()> {
+        self.set_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, on)
+    }
+
+    /// Bytes of backing memory the pool holds now (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`).
+    pub fn reserved_mem_current(&self) -> Result<u64> {
+        self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    }
+
+    /// The high-water mark of reserved memory (`CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH`).
+    pub fn reserved_mem_high(&self) -> Result<u64> {
+        self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+    }
+
+    /// Resets the reserved high-water mark to the current value.
+    pub fn reset_reserved_mem_high(&self) -> Result<()> {
+        self.set_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)
+    }
+
+    /// Bytes allocated from the pool and not freed (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT`).
+    pub fn used_mem_current(&self) -> Result<u64> {
+        self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+    }
+
+    /// The high-water mark of used memory (`CU_MEMPOOL_ATTR_USED_MEM_HIGH`).
+    pub fn used_mem_high(&self) -> Result<u64> {
+        self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+    }
+
+    /// Resets the used high-water mark to the current value.
+    pub fn reset_used_mem_high(&self) -> Result<()> {
+        self.set_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)
+    }
+
+    /// Releases reserved memory until the pool holds at most `min_bytes_to_keep` more than is
+    /// in use ([`cuMemPoolTrimTo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
+    pub fn trim_to(&self, min_bytes_to_keep: usize) -> Result<()> {
+        // SAFETY: the pool is alive.
+        check("cuMemPoolTrimTo", unsafe { sys::cuMemPoolTrimTo(self.raw, min_bytes_to_keep) })
+    }
+
+    /// Grants `device` the given access to the pool's memory
+    /// ([`cuMemPoolSetAccess`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
+    pub fn set_access(&self, device: &Device, access: Access) -> Result<()> {
+        let desc = sys::CUmemAccessDesc { location: device_location(*device)?, flags: access.as_raw() };
+        // SAFETY: one descriptor, read by the call.
+        check("cuMemPoolSetAccess", unsafe { sys::cuMemPoolSetAccess(self.raw, &desc, 1) })
+    }
+
+    /// The access `device` has to the pool's memory
+    /// ([`cuMemPoolGetAccess`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
+    pub fn access(&self, device: &Device) -> Result<Access> {
+        let mut location = device_location(*device)?;
+        let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        // SAFETY: one out-parameter and one location, both live locals.
+        check("cuMemPoolGetAccess", unsafe { sys::cuMemPoolGetAccess(&mut flags, self.raw, &mut location) })?;
+        Access::try_from(flags)
+    }
+
+    /// Allocates `size` bytes from this pool, ordered on `stream`
+    /// ([`cuMemAllocFromPoolAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html));
+    /// freed with `cuMemFreeAsync` on the same stream when dropped.
+    pub fn alloc_async(&self, size: usize, stream: &Stream) -> Result<MemPoolBuffer> {
+        stream.context().enter()?;
+        let mut ptr = 0;
+        // SAFETY: one out-parameter; the pool and the stream are alive.
+        check("cuMemAllocFromPoolAsync", unsafe {
+            sys::cuMemAllocFromPoolAsync(&mut ptr, size, self.raw, stream.as_raw())
+        })?;
+        Ok(MemPoolBuffer { ptr, size, stream: stream.clone(), owned: true })
+    }
+}
+
+impl Drop for MemPool {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: this value owns the pool and destroys it once. An error cannot be
+            // reported from here; the driver keeps memory still allocated until it is freed.
+            let _ = unsafe { sys::cuMemPoolDestroy(self.raw) };
+        }
+    }
+}
+
+/// Memory from a [`MemPool`], freed on its stream when dropped.
+#[derive(Debug)]
+pub struct MemPoolBuffer {
+    ptr: sys::CUdeviceptr,
+    size: usize,
+    stream: Stream,
+    owned: bool,
+}
+
+impl MemPoolBuffer {
+    /// The device address.
+    pub fn as_raw(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The bytes allocated.
+    pub fn len(&self) -> usize {
+        self.size
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// The stream it is freed on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Frees it on `stream` instead, ordered after the work queued there so far.
+    pub fn free_on(mut self, stream: &Stream) -> Result<()> {
+        self.owned = false;
+        stream.context().enter()?;
+        // SAFETY: the memory is freed once, here; the caller orders its uses before `stream`.
+        check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(self.ptr, stream.as_raw()) })
+    }
+}
+
+impl Drop for MemPoolBuffer {
+    fn drop(&mut self) {
+        if self.owned {
+            let (ptr, stream) = (self.ptr, self.stream.as_raw());
+            // SAFETY: the memory is freed once, ordered on the stream it was allocated on.
+            self.stream
+                .context()
+                .with_current_for_drop("cuMemFreeAsync", || unsafe { sys::cuMemFreeAsync(ptr, stream) });
+        }
+    }
+}

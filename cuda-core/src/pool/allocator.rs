@@ -6,8 +6,49 @@
 //!
 //! [`MemoryPool`]: super::MemoryPool
 
-use crate::Result;
+use crate::{Result, Stream};
 use cuda_driver_sys as sys;
+use std::marker::PhantomData;
+
+/// A stream as allocators see it: a raw `CUstream` known to be alive for `'a`.
+///
+/// Made from a [`Stream`] (`StreamRef::from(&stream)`), as the legacy default stream
+/// ([`StreamRef::legacy`]), or, unsafely, from a raw handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamRef<'a> {
+    raw: sys::CUstream,
+    _alive: PhantomData<&'a Stream>,
+}
+
+impl<'a> StreamRef<'a> {
+    /// The legacy default stream (the null handle).
+    pub fn legacy() -> StreamRef<'static> {
+        StreamRef { raw: std::ptr::null_mut(), _alive: PhantomData }
+    }
+
+    /// Wraps a raw stream handle.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is null, `CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD`, or a stream that stays alive
+    /// for `'a`.
+    pub unsafe fn from_raw(raw: sys::CUstream) -> StreamRef<'a> {
+        StreamRef { raw, _alive: PhantomData }
+    }
+
+    /// The raw `CUstream`.
+    #[inline]
+    pub fn as_raw(self) -> sys::CUstream {
+        self.raw
+    }
+}
+
+impl<'a> From<&'a Stream> for StreamRef<'a> {
+    #[inline]
+    fn from(stream: &'a Stream) -> Self {
+        StreamRef { raw: stream.as_raw(), _alive: PhantomData }
+    }
+}
 
 /// Device memory handed out by an [`Allocator`]: its address, its size, and a token the
 /// allocator wants back when it is freed.
@@ -25,15 +66,15 @@ pub struct DeviceAllocation {
 ///
 /// Implement it to give a [`MemoryPool`](super::MemoryPool) your own upstream, or to make
 /// your type the current allocator ([`set_allocator`](super::set_allocator)). The stream is
-/// the one the memory will first be used on (a raw `CUstream`; null is the default stream);
-/// allocators that are not stream-ordered may ignore it.
+/// the one the memory will first be used on; allocators that are not stream-ordered may
+/// ignore it.
 pub trait Allocator: Send + Sync {
     /// Allocates at least `size` bytes for use on `stream`.
     ///
     /// An allocator that ran out of memory returns [`Error::OutOfMemory`](crate::Error) or the
     /// driver's `CUDA_ERROR_OUT_OF_MEMORY`; a pool on top of it then releases its cache and
     /// retries once.
-    fn allocate(&self, size: usize, stream: sys::CUstream) -> Result<DeviceAllocation>;
+    fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation>;
 
     /// Gives `allocation` back, ordered after the work queued so far on `stream`.
     ///
@@ -41,7 +82,7 @@ pub trait Allocator: Send + Sync {
     ///
     /// `allocation` came from `allocate` on this allocator and was not given back before, and no
     /// work that uses it is queued on another stream without being ordered before `stream`.
-    unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: sys::CUstream) -> Result<()>;
+    unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()>;
 
     /// A short name for reports and hooks, e.g. `cuMemAlloc` or `MemoryPool`.
     fn name(&self) -> &'static str {
@@ -85,7 +126,7 @@ pub trait StreamEvents: Send + Sync {
     /// Creates an event (without timing).
     fn create(&self) -> Result<u64>;
     /// Records `event` on `stream`.
-    fn record(&self, event: u64, stream: sys::CUstream) -> Result<()>;
+    fn record(&self, event: u64, stream: StreamRef<'_>) -> Result<()>;
     /// Whether the work before the recording of `event` has completed; never blocks. An event
     /// whose query fails (its context is gone) counts as complete.
     fn is_complete(&self, event: u64) -> bool;

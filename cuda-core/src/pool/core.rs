@@ -4,10 +4,12 @@
 //! on different streams rarely meet; an allocation served from the cache takes exactly one
 //! lock and makes no driver call. Going upstream happens outside any lock.
 
-use super::allocator::{Allocator, DeviceAllocation, StreamEvents};
+use super::allocator::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
+use super::hooks::{self, HookEvent, Point};
 use super::shard::{GENERATION_MASK, Shard};
 use crate::{Error, Result};
 use cuda_driver_sys as sys;
+use std::panic::Location;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -82,6 +84,8 @@ pub(crate) struct PoolCore {
     limit: AtomicUsize,
     pub(crate) upstream: Arc<dyn Allocator>,
     events: Arc<dyn StreamEvents>,
+    /// The device ordinal hooks are told, or -1.
+    pub(crate) device_id: i32,
 }
 
 impl PoolCore {
@@ -92,6 +96,7 @@ impl PoolCore {
             limit: AtomicUsize::new(0),
             upstream,
             events,
+            device_id: -1,
         }
     }
 
@@ -101,8 +106,55 @@ impl PoolCore {
         self.shards[shard].0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn event(
+        &self,
+        size: usize,
+        mem_size: usize,
+        mem_ptr: u64,
+        location: &'static Location<'static>,
+    ) -> HookEvent {
+        HookEvent {
+            device_id: self.device_id,
+            size,
+            mem_size,
+            mem_ptr,
+            pmem_id: self as *const Self as usize,
+            location,
+        }
+    }
+
     /// Allocates `size` bytes (rounded up to 512) for `stream`.
+    #[inline]
+    #[track_caller]
     pub(crate) fn malloc(&self, size: usize, stream: sys::CUstream) -> Result<DeviceAllocation> {
+        let location = Location::caller();
+        if hooks::any() {
+            return self.malloc_hooked(size, stream, location);
+        }
+        self.malloc_inner(size, stream, location)
+    }
+
+    #[cold]
+    fn malloc_hooked(
+        &self,
+        size: usize,
+        stream: sys::CUstream,
+        location: &'static Location<'static>,
+    ) -> Result<DeviceAllocation> {
+        let mem_size = round_size(size).unwrap_or(size);
+        hooks::call(Point::MallocPre, &self.event(size, mem_size, 0, location));
+        let a = self.malloc_inner(size, stream, location)?;
+        hooks::call(Point::MallocPost, &self.event(size, a.size, a.ptr, location));
+        Ok(a)
+    }
+
+    #[inline]
+    fn malloc_inner(
+        &self,
+        size: usize,
+        stream: sys::CUstream,
+        location: &'static Location<'static>,
+    ) -> Result<DeviceAllocation> {
         if size == 0 {
             return Ok(DeviceAllocation { ptr: 0, size: 0, token: ZERO_TOKEN });
         }
@@ -123,7 +175,7 @@ impl PoolCore {
                 }
             }
         }
-        self.grow(s, key, size, rounded, stream)
+        self.grow(s, key, size, rounded, stream, location)
     }
 
     fn take(shard: &mut Shard, s: usize, key: u64, rounded: usize) -> Option<DeviceAllocation> {
@@ -140,8 +192,9 @@ impl PoolCore {
         size: usize,
         rounded: usize,
         stream: sys::CUstream,
+        location: &'static Location<'static>,
     ) -> Result<DeviceAllocation> {
-        let upstream = match self.upstream_alloc(rounded, stream) {
+        let upstream = match self.upstream_alloc(rounded, stream, location) {
             Ok(a) => a,
             Err(e) if is_out_of_memory(&e) => {
                 self.free_all_blocks(None)?;
@@ -152,7 +205,7 @@ impl PoolCore {
                         return Ok(a);
                     }
                 }
-                self.upstream_alloc(rounded, stream)
+                self.upstream_alloc(rounded, stream, location)
                     .map_err(|e| if is_out_of_memory(&e) { self.out_of_memory(size) } else { e })?
             }
             Err(e) => return Err(e),
@@ -173,7 +226,12 @@ impl PoolCore {
     }
 
     /// Reserves `size` under the limit, then asks the upstream allocator.
-    fn upstream_alloc(&self, size: usize, stream: sys::CUstream) -> Result<DeviceAllocation> {
+    fn upstream_alloc(
+        &self,
+        size: usize,
+        stream: sys::CUstream,
+        location: &'static Location<'static>,
+    ) -> Result<DeviceAllocation> {
         let limit = self.limit.load(Ordering::Relaxed);
         let reserved = self.total.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |t| {
             let next = t.checked_add(size)?;
@@ -182,16 +240,44 @@ impl PoolCore {
         if reserved.is_err() {
             return Err(self.out_of_memory(size));
         }
-        let a = self.upstream.allocate(size, stream);
-        if a.is_err() {
-            self.total.fetch_sub(size, Ordering::AcqRel);
+        let hooked = hooks::any();
+        if hooked {
+            hooks::call(Point::AllocPre, &HookEvent { pmem_id: 0, ..self.event(0, size, 0, location) });
+        }
+        // SAFETY: the stream came from the caller's `StreamRef` or `Stream`, alive during this call.
+        let a = self.upstream.allocate(size, unsafe { StreamRef::from_raw(stream) });
+        match &a {
+            Err(_) => {
+                self.total.fetch_sub(size, Ordering::AcqRel);
+            }
+            Ok(a) if hooked => {
+                hooks::call(
+                    Point::AllocPost,
+                    &HookEvent { pmem_id: 0, ..self.event(0, a.size, a.ptr, location) },
+                );
+            }
+            Ok(_) => {}
         }
         a
     }
 
     /// Gives an allocation back to its arena; with `recorded` streams, keeps it from reuse
     /// until an event recorded now on each of them has completed.
+    #[inline]
+    #[track_caller]
     pub(crate) fn free(&self, allocation: DeviceAllocation, recorded: &[sys::CUstream]) -> Result<()> {
+        if hooks::any() {
+            let e = self.event(0, allocation.size, allocation.ptr, Location::caller());
+            hooks::call(Point::FreePre, &e);
+            let r = self.free_inner(allocation, recorded);
+            hooks::call(Point::FreePost, &e);
+            return r;
+        }
+        self.free_inner(allocation, recorded)
+    }
+
+    #[inline]
+    fn free_inner(&self, allocation: DeviceAllocation, recorded: &[sys::CUstream]) -> Result<()> {
         if allocation.token == ZERO_TOKEN {
             return Ok(());
         }
@@ -221,7 +307,8 @@ impl PoolCore {
                 Some(e) => e,
                 None => self.events.create()?,
             };
-            if let Err(e) = self.events.record(event, stream) {
+            // SAFETY: the recorded streams are held alive by the caller during this call.
+            if let Err(e) = self.events.record(event, unsafe { StreamRef::from_raw(stream) }) {
                 // The block stays out of reuse (in use) rather than risk a reader on `stream`.
                 shard.idle_events.push(event);
                 return Err(e);
@@ -252,7 +339,7 @@ impl PoolCore {
             // SAFETY: the block came from this upstream, is wholly free and left the pool's
             // books above, so nothing refers to it; stream-ordered upstreams free it on the
             // legacy default stream, after everything queued so far.
-            let r = unsafe { self.upstream.deallocate(allocation, std::ptr::null_mut()) };
+            let r = unsafe { self.upstream.deallocate(allocation, StreamRef::legacy()) };
             self.total.fetch_sub(size, Ordering::AcqRel);
             if first_error.is_ok() {
                 first_error = r;

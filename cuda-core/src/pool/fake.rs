@@ -1,6 +1,6 @@
 //! A counting upstream allocator and hand-completed events, for testing the pool on a CPU.
 
-use super::allocator::{Allocator, DeviceAllocation, StreamEvents};
+use super::allocator::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
 use crate::{Error, Result};
 use cuda_driver_sys as sys;
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ impl CountingUpstream {
 }
 
 impl Allocator for CountingUpstream {
-    fn allocate(&self, size: usize, _stream: sys::CUstream) -> Result<DeviceAllocation> {
+    fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         let mut s = self.get();
         let live: usize = s.live.values().sum();
         if s.capacity != 0 && live + size > s.capacity {
@@ -53,7 +53,7 @@ impl Allocator for CountingUpstream {
         Ok(DeviceAllocation { ptr, size, token: ptr ^ 0xABCD })
     }
 
-    unsafe fn deallocate(&self, a: DeviceAllocation, _stream: sys::CUstream) -> Result<()> {
+    unsafe fn deallocate(&self, a: DeviceAllocation, _stream: StreamRef<'_>) -> Result<()> {
         let mut s = self.get();
         if a.token != a.ptr ^ 0xABCD || s.live.remove(&a.ptr) != Some(a.size) {
             return Err(Error::invalid("CountingUpstream::deallocate", format!("{a:?} is not live")));
@@ -107,12 +107,12 @@ impl StreamEvents for ManualEvents {
         Ok(e)
     }
 
-    fn record(&self, event: u64, stream: sys::CUstream) -> Result<()> {
+    fn record(&self, event: u64, stream: StreamRef<'_>) -> Result<()> {
         let mut s = self.get();
         s.records += 1;
         match s.events.get_mut(&event) {
             Some(e) => {
-                *e = (stream as usize, false);
+                *e = (stream.as_raw() as usize, false);
                 Ok(())
             }
             None => Err(Error::invalid("ManualEvents::record", "no such event")),

@@ -6,20 +6,37 @@
 //!   another stream is kept from reuse until that stream has passed the point of use
 //!   ([`PoolBuffer::record_stream`]).
 //! * [`PinnedMemoryPool`]: page-locked host memory in power-of-two size classes.
-//! * [`Allocator`] / [`PinnedAllocator`]: where memory comes from; the upstream allocators in
-//!   [`upstream`], the pools, or a type of yours. [`set_allocator`], [`get_allocator`] and
-//!   [`using_allocator`] choose the current allocator per thread.
-//! * [`hooks`]: callbacks around every upstream allocation, pool allocation and free.
+//! * [`Allocator`] / [`PinnedAllocator`]: where memory comes from; the upstream allocators
+//!   ([`DeviceAllocator`], [`ManagedAllocator`], [`AsyncAllocator`], [`HostAllocator`]), the
+//!   pools, or a type of yours. [`set_allocator`], [`get_allocator`] and [`using_allocator`]
+//!   choose the current allocator per thread; [`alloc`] allocates through it.
+//! * [`hooks`]: callbacks around every upstream allocation, pool allocation and free;
+//!   [`DebugPrintHook`] and [`LineProfileHook`].
 //! * [`capi`]: a C interface to the current allocator.
 
 mod allocator;
-#[cfg_attr(not(test), allow(dead_code))]
+pub mod capi;
 mod core;
-#[cfg_attr(not(test), allow(dead_code))]
+mod current;
+pub mod hooks;
+mod memory_pool;
+mod pinned;
+mod report_hooks;
 mod shard;
+mod upstream;
 
 pub use self::core::ALLOCATION_UNIT;
-pub use allocator::{Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents};
+pub use allocator::{
+    Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
+};
+pub use current::{
+    AllocatorGuard, Memory, PinnedMemory, alloc, alloc_pinned_memory, default_pinned_memory_pool,
+    get_allocator, set_allocator, set_pinned_memory_allocator, using_allocator,
+};
+pub use memory_pool::{GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolBuffer, PoolLimit, default_memory_pool};
+pub use pinned::{PinnedBuffer, PinnedMemoryPool};
+pub use report_hooks::{DebugPrintHook, LineProfileHook, LineUsage};
+pub use upstream::{AsyncAllocator, DeviceAllocator, DriverEvents, HostAllocator, ManagedAllocator};
 
 #[cfg(test)]
 mod fake;
@@ -27,3 +44,5 @@ mod fake;
 mod property;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_api;

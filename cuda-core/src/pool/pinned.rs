@@ -1,0 +1,327 @@
+//! [`PinnedMemoryPool`]: CuPy's pool of page-locked host memory.
+
+use super::allocator::{PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
+use super::core::round_size;
+use super::upstream::{DriverEvents, HostAllocator};
+use crate::{Context, Error, Result, Stream};
+use cuda_driver_sys as sys;
+use std::mem::MaybeUninit;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Size classes: powers of two, so 64 cover every size.
+const CLASSES: usize = usize::BITS as usize;
+
+struct State {
+    /// Free buffers (addresses) by class (log2 of the size).
+    free: [Vec<usize>; CLASSES],
+    /// (address, size, event) of buffers kept until a copy's event completes.
+    pending: Vec<(usize, usize, u64)>,
+    idle_events: Vec<u64>,
+    used: usize,
+    total: usize,
+    n_free: usize,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            free: std::array::from_fn(|_| Vec::new()),
+            pending: Vec::new(),
+            idle_events: Vec::new(),
+            used: 0,
+            total: 0,
+            n_free: 0,
+        }
+    }
+}
+
+impl State {
+    fn poll(&mut self, events: &dyn StreamEvents) {
+        let mut k = 0;
+        while k < self.pending.len() {
+            let (ptr, size, event) = self.pending[k];
+            if !events.is_complete(event) {
+                k += 1;
+                continue;
+            }
+            self.pending.swap_remove(k);
+            self.idle_events.push(event);
+            // A buffer recorded on several streams has one entry per event; the last one frees it.
+            if !self.pending.iter().any(|p| p.0 == ptr) {
+                self.used -= size;
+                self.free[class_of(size)].push(ptr);
+                self.n_free += 1;
+            }
+        }
+    }
+}
+
+fn class_of(size: usize) -> usize {
+    size.trailing_zeros() as usize
+}
+
+/// The size a request is served with: rounded to 512, then up to a power of two.
+pub(crate) fn pinned_size(size: usize) -> Option<usize> {
+    round_size(size)?.checked_next_power_of_two()
+}
+
+/// A pool of page-locked host memory, as CuPy's `PinnedMemoryPool`
+/// ([CuPy](https://docs.cupy.dev/en/stable/reference/generated/cupy.cuda.PinnedMemoryPool.html)).
+///
+/// Sizes are rounded up to 512 bytes and then to a power of two; a freed buffer is reused for
+/// requests of exactly its size class (no split or merge). A buffer that an asynchronous copy
+/// reads or writes is kept from reuse until the copy is done: call
+/// [`PinnedBuffer::record_stream`] with the copy's stream before dropping it.
+pub struct PinnedMemoryPool {
+    state: Mutex<State>,
+    upstream: Arc<dyn PinnedAllocator>,
+    events: Arc<dyn StreamEvents>,
+}
+
+impl std::fmt::Debug for PinnedMemoryPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedMemoryPool").field("total_bytes", &self.total_bytes()).finish()
+    }
+}
+
+impl PinnedMemoryPool {
+    /// A pool of portable `cuMemHostAlloc` memory, with events in `context`.
+    pub fn new(context: &Context) -> PinnedMemoryPool {
+        PinnedMemoryPool::with_parts(
+            Arc::new(HostAllocator::new(context)),
+            Arc::new(DriverEvents::new(context)),
+        )
+    }
+
+    /// A pool on `upstream`, with events from `events`.
+    pub fn with_parts(upstream: Arc<dyn PinnedAllocator>, events: Arc<dyn StreamEvents>) -> PinnedMemoryPool {
+        PinnedMemoryPool { state: Mutex::new(State::default()), upstream, events }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Allocates a buffer of at least `size` bytes; 0 gives an empty buffer and no memory.
+    pub fn malloc(&self, size: usize) -> Result<PinnedBuffer<'_>> {
+        let allocation = self.allocate(size)?;
+        Ok(PinnedBuffer { pool: self, allocation, size, recorded: Vec::new() })
+    }
+
+    fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
+        if size == 0 {
+            return Ok(PinnedAllocation { ptr: std::ptr::null_mut(), size: 0 });
+        }
+        let class_size = pinned_size(size).ok_or_else(|| {
+            Error::invalid("PinnedMemoryPool::malloc", format!("{size} bytes is more than any host can pin"))
+        })?;
+        let class = class_of(class_size);
+        {
+            let mut s = self.lock();
+            if s.free[class].is_empty() && !s.pending.is_empty() {
+                s.poll(&*self.events);
+            }
+            if let Some(ptr) = s.free[class].pop() {
+                s.n_free -= 1;
+                s.used += class_size;
+                return Ok(PinnedAllocation { ptr: ptr as *mut u8, size: class_size });
+            }
+        }
+        let a = match self.upstream.allocate(class_size) {
+            Ok(a) => a,
+            Err(e) if super::core::is_out_of_memory(&e) => {
+                self.free_all_blocks()?;
+                self.upstream.allocate(class_size).map_err(|_| Error::OutOfMemory {
+                    requested: size,
+                    held: self.total_bytes(),
+                    limit: None,
+                })?
+            }
+            Err(e) => return Err(e),
+        };
+        let mut s = self.lock();
+        s.used += class_size;
+        s.total += class_size;
+        Ok(PinnedAllocation { ptr: a.ptr, size: class_size })
+    }
+
+    pub(crate) fn allocate_raw(&self, size: usize) -> Result<PinnedAllocation> {
+        self.allocate(size)
+    }
+
+    pub(crate) fn give_back(&self, allocation: PinnedAllocation, recorded: &[sys::CUstream]) -> Result<()> {
+        if allocation.size == 0 {
+            return Ok(());
+        }
+        let mut s = self.lock();
+        let mut deferred = 0;
+        let mut first_error = Ok(());
+        for stream in recorded {
+            let event = match s.idle_events.pop() {
+                Some(e) => Ok(e),
+                None => self.events.create(),
+            };
+            // SAFETY: the buffer holds its recorded streams alive during this call.
+            let stream = unsafe { StreamRef::from_raw(*stream) };
+            match event.and_then(|e| self.events.record(e, stream).map(|()| e)) {
+                Ok(e) => {
+                    s.pending.push((allocation.ptr as usize, allocation.size, e));
+                    deferred += 1;
+                }
+                Err(e) => {
+                    // Without the event the copy's end is unknown: keep the buffer forever.
+                    first_error = Err(e);
+                }
+            }
+        }
+        first_error?;
+        if deferred == 0 {
+            s.used -= allocation.size;
+            s.free[class_of(allocation.size)].push(allocation.ptr as usize);
+            s.n_free += 1;
+        }
+        Ok(())
+    }
+
+    /// Gives every free buffer back to the upstream allocator (buffers waiting on copies whose
+    /// events have completed first become free).
+    pub fn free_all_blocks(&self) -> Result<()> {
+        let mut released = Vec::new();
+        {
+            let mut s = self.lock();
+            s.poll(&*self.events);
+            for (class, list) in s.free.iter_mut().enumerate() {
+                released.extend(list.drain(..).map(|p| (p, 1usize << class)));
+            }
+            s.n_free = 0;
+            s.total -= released.iter().map(|r| r.1).sum::<usize>();
+        }
+        let mut first_error = Ok(());
+        for (ptr, size) in released {
+            // SAFETY: the buffer came from this upstream, is free, and left the pool's books.
+            let r = unsafe { self.upstream.deallocate(PinnedAllocation { ptr: ptr as *mut u8, size }) };
+            if first_error.is_ok() {
+                first_error = r;
+            }
+        }
+        first_error
+    }
+
+    /// The number of free buffers held.
+    pub fn n_free_blocks(&self) -> usize {
+        self.lock().n_free
+    }
+
+    /// Bytes in buffers handed out or waiting for a copy.
+    pub fn used_bytes(&self) -> usize {
+        self.lock().used
+    }
+
+    /// Bytes obtained from the upstream allocator and not given back.
+    pub fn total_bytes(&self) -> usize {
+        self.lock().total
+    }
+}
+
+impl Drop for PinnedMemoryPool {
+    fn drop(&mut self) {
+        let _ = self.free_all_blocks();
+        for e in std::mem::take(&mut self.lock().idle_events) {
+            self.events.destroy(e);
+        }
+    }
+}
+
+/// Page-locked host memory from a [`PinnedMemoryPool`], given back when dropped.
+pub struct PinnedBuffer<'p> {
+    pool: &'p PinnedMemoryPool,
+    allocation: PinnedAllocation,
+    size: usize,
+    recorded: Vec<Stream>,
+}
+
+// SAFETY: the buffer owns its host memory exclusively; the pool it borrows is Sync.
+unsafe impl Send for PinnedBuffer<'_> {}
+// SAFETY: shared references only read the memory.
+unsafe impl Sync for PinnedBuffer<'_> {}
+
+impl std::fmt::Debug for PinnedBuffer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedBuffer").field("ptr", &self.allocation.ptr).field("size", &self.size).finish()
+    }
+}
+
+impl PinnedBuffer<'_> {
+    /// The host address (null for an empty buffer).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.allocation.ptr
+    }
+
+    /// The host address, for writing.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.allocation.ptr
+    }
+
+    /// The bytes asked for.
+    pub fn len(&self) -> usize {
+        self.size
+    }
+
+    /// Whether the buffer has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// The bytes as possibly uninitialized memory, to fill.
+    pub fn as_uninit_mut(&mut self) -> &mut [MaybeUninit<u8>] {
+        if self.size == 0 {
+            return &mut [];
+        }
+        // SAFETY: the buffer owns `size` bytes at `ptr` exclusively while `&mut self` lives.
+        unsafe { std::slice::from_raw_parts_mut(self.allocation.ptr.cast(), self.size) }
+    }
+
+    /// Copies `data` into the start of the buffer; more bytes than fit is an error.
+    pub fn write(&mut self, data: &[u8]) -> Result<()> {
+        if data.len() > self.size {
+            return Err(Error::invalid(
+                "PinnedBuffer::write",
+                format!("{} bytes do not fit in a buffer of {}", data.len(), self.size),
+            ));
+        }
+        for (d, s) in self.as_uninit_mut().iter_mut().zip(data) {
+            d.write(*s);
+        }
+        Ok(())
+    }
+
+    /// The bytes, read.
+    ///
+    /// # Safety
+    ///
+    /// The bytes were written (by [`write`](Self::write) or a completed copy), and no queued
+    /// copy writes them now.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        if self.size == 0 {
+            return &[];
+        }
+        // SAFETY: the caller guarantees the bytes are initialized and not being written.
+        unsafe { std::slice::from_raw_parts(self.allocation.ptr, self.size) }
+    }
+
+    /// Marks the buffer as used by work queued on `stream` (an asynchronous copy): when it is
+    /// dropped, it is kept from reuse until that work has completed.
+    pub fn record_stream(&mut self, stream: &Stream) {
+        if !self.recorded.iter().any(|s| s == stream) {
+            self.recorded.push(stream.clone());
+        }
+    }
+}
+
+impl Drop for PinnedBuffer<'_> {
+    fn drop(&mut self) {
+        // An error leaves the buffer out of reuse; there is no context to report it to.
+        let raws: Vec<sys::CUstream> = self.recorded.iter().map(Stream::as_raw).collect();
+        let _ = self.pool.give_back(self.allocation, &raws);
+    }
+}

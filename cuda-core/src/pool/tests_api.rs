@@ -1,0 +1,308 @@
+//! The public layer on CPU: limits, pinned pool, current allocator, hooks, C interface.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::allocator::{PinnedAllocation, PinnedAllocator, StreamRef};
+use super::core::ALLOCATION_UNIT as UNIT;
+use super::fake::{CountingUpstream, ManualEvents};
+use super::*;
+use crate::{Error, Result};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::Write;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+fn fake_pool() -> (MemoryPool, Arc<CountingUpstream>) {
+    let up = Arc::new(CountingUpstream::default());
+    (MemoryPool::with_parts(up.clone(), Arc::new(ManualEvents::default())), up)
+}
+
+#[test]
+fn limits_parse_bytes_and_percentages() {
+    assert_eq!(PoolLimit::parse("1048576").unwrap(), PoolLimit::Bytes(1 << 20));
+    assert_eq!(PoolLimit::parse(" 50% ").unwrap(), PoolLimit::Fraction(0.5));
+    assert!(PoolLimit::parse("lots").is_err());
+    assert!(PoolLimit::parse("-3").is_err());
+    assert_eq!(PoolLimit::Fraction(0.25).resolve(|| Ok(1000)).unwrap(), 250);
+    assert_eq!(PoolLimit::None.resolve(|| Ok(1000)).unwrap(), 0);
+    for bad in [-0.1, 1.5, f64::NAN] {
+        let e = PoolLimit::Fraction(bad).resolve(|| Ok(1000)).unwrap_err();
+        assert!(e.to_string().contains("between 0 and 1"), "{e}");
+    }
+}
+
+#[test]
+fn memory_pool_limits_and_counters() {
+    let (pool, _up) = fake_pool();
+    assert_eq!(pool.limit(), None);
+    pool.set_limit(PoolLimit::Bytes(4 * UNIT)).unwrap();
+    assert_eq!(pool.limit(), Some(4 * UNIT));
+    // A device-less pool cannot take a fraction.
+    assert!(pool.set_limit(PoolLimit::Fraction(0.5)).is_err());
+    let a = pool.allocate(3 * UNIT, StreamRef::legacy()).unwrap();
+    assert_eq!((pool.used_bytes(), pool.free_bytes(), pool.total_bytes()), (3 * UNIT, 0, 3 * UNIT));
+    let e = pool.allocate(2 * UNIT, StreamRef::legacy()).unwrap_err();
+    assert!(
+        matches!(e, Error::OutOfMemory { requested, limit: Some(l), .. } if requested == 2 * UNIT && l == 4 * UNIT)
+    );
+    // SAFETY: allocated above, freed once.
+    unsafe { pool.deallocate(a, StreamRef::legacy()) }.unwrap();
+    assert_eq!((pool.used_bytes(), pool.free_bytes(), pool.n_free_blocks()), (0, 3 * UNIT, 1));
+    pool.free_all_blocks(None).unwrap();
+    assert_eq!(pool.total_bytes(), 0);
+    pool.check_invariants().unwrap();
+}
+
+/// Pinned memory from the heap, counted.
+#[derive(Default)]
+struct HeapPinned {
+    live: Mutex<HashMap<usize, Vec<u8>>>,
+    allocations: Mutex<usize>,
+}
+
+impl PinnedAllocator for HeapPinned {
+    fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
+        let mut v = vec![0u8; size];
+        let ptr = v.as_mut_ptr();
+        self.live.lock().unwrap().insert(ptr as usize, v);
+        *self.allocations.lock().unwrap() += 1;
+        Ok(PinnedAllocation { ptr, size })
+    }
+    unsafe fn deallocate(&self, a: PinnedAllocation) -> Result<()> {
+        match self.live.lock().unwrap().remove(&(a.ptr as usize)) {
+            Some(v) if v.len() == a.size => Ok(()),
+            _ => Err(Error::invalid("HeapPinned", "not live")),
+        }
+    }
+}
+
+#[test]
+fn pinned_pool_uses_power_of_two_classes_and_exact_reuse() {
+    let up = Arc::new(HeapPinned::default());
+    let ev = Arc::new(ManualEvents::default());
+    let pool = PinnedMemoryPool::with_parts(up.clone(), ev.clone());
+    let mut a = pool.malloc(1000).unwrap();
+    a.write(&[7; 1000]).unwrap();
+    assert!(a.write(&[0; 1001]).is_err());
+    // SAFETY: written just above, no copy is queued.
+    assert_eq!(unsafe { a.as_slice() }[999], 7);
+    let pa = a.as_ptr();
+    assert_eq!(pool.used_bytes(), 1024);
+    drop(a);
+    assert_eq!(pool.n_free_blocks(), 1);
+    // 600 rounds to 1024 as well: the same buffer comes back.
+    let b = pool.malloc(600).unwrap();
+    assert_eq!(b.as_ptr(), pa);
+    // 1500 is another class (2048): a new buffer.
+    let c = pool.malloc(1500).unwrap();
+    assert_ne!(c.as_ptr(), pa);
+    assert_eq!(*up.allocations.lock().unwrap(), 2);
+    assert_eq!(pool.total_bytes(), 1024 + 2048);
+    drop((b, c));
+    assert!(pool.malloc(0).unwrap().is_empty());
+    pool.free_all_blocks().unwrap();
+    assert_eq!(pool.total_bytes(), 0);
+    assert!(up.live.lock().unwrap().is_empty());
+}
+
+#[test]
+fn pinned_buffers_wait_for_their_copies_event() {
+    let up = Arc::new(HeapPinned::default());
+    let ev = Arc::new(ManualEvents::default());
+    let pool = PinnedMemoryPool::with_parts(up.clone(), ev.clone());
+    let copy_stream = 0x4400 as cuda_driver_sys::CUstream;
+    let a = pool.allocate_raw(512).unwrap();
+    pool.give_back(a, &[copy_stream]).unwrap();
+    assert_eq!(pool.used_bytes(), 512, "the copy may still read it");
+    let b = pool.allocate_raw(512).unwrap();
+    assert_ne!(b.ptr, a.ptr);
+    ev.complete(copy_stream);
+    let c = pool.allocate_raw(512).unwrap();
+    assert_eq!(c.ptr, a.ptr, "reused once the copy's event completed");
+    pool.give_back(b, &[]).unwrap();
+    pool.give_back(c, &[]).unwrap();
+    assert_eq!(pool.used_bytes(), 0);
+}
+
+#[test]
+fn the_current_allocator_is_per_thread_and_scoped() {
+    let (pool, up) = fake_pool();
+    let pool: Arc<dyn Allocator> = Arc::new(pool);
+    let (other, _) = fake_pool();
+    let other: Arc<dyn Allocator> = Arc::new(other);
+    set_allocator(Some(pool.clone()));
+    assert!(Arc::ptr_eq(&get_allocator().unwrap(), &pool));
+    {
+        let _g = using_allocator(other.clone());
+        assert!(Arc::ptr_eq(&get_allocator().unwrap(), &other));
+        // Another thread does not see this thread's allocator.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                set_allocator(Some(pool.clone()));
+                assert!(Arc::ptr_eq(&get_allocator().unwrap(), &pool));
+            });
+        });
+    }
+    assert!(Arc::ptr_eq(&get_allocator().unwrap(), &pool));
+    let a = get_allocator().unwrap().allocate(100, StreamRef::legacy()).unwrap();
+    assert_eq!(up.get().allocations, 1);
+    // SAFETY: allocated above, freed once.
+    unsafe { pool.deallocate(a, StreamRef::legacy()) }.unwrap();
+    set_allocator(None);
+}
+
+#[test]
+fn the_c_interface_allocates_from_the_current_allocator() {
+    let (pool, up) = fake_pool();
+    let _g = using_allocator(Arc::new(pool));
+    let h = capi::cuda_core_get_allocator_handle();
+    assert!(!h.is_null());
+    // SAFETY: the handle is live until destroyed below.
+    unsafe {
+        let p = capi::cuda_core_malloc(h, 1000);
+        assert!(!p.is_null());
+        let q = capi::cuda_core_malloc(h, 1000);
+        assert_ne!(p, q);
+        assert_eq!(up.get().allocations, 2);
+        capi::cuda_core_free(h, p);
+        // Freed memory is reused through the pool, not allocated again.
+        let r = capi::cuda_core_malloc(h, 1000);
+        assert_eq!(r, p);
+        capi::cuda_core_free(h, 0x1234 as *mut std::ffi::c_void);
+        assert!(
+            capi::last_error().is_some_and(|e| e.to_string().contains("not allocated through this handle"))
+        );
+        assert!(capi::cuda_core_malloc(std::ptr::null_mut(), 8).is_null());
+        capi::cuda_core_destroy_allocator_handle(h);
+    }
+    assert_eq!(up.get().deallocations, 0, "the pool keeps the blocks cached");
+}
+
+/// Records the events a hook sees.
+struct Recorder {
+    name: &'static str,
+    seen: RefCell<Vec<(&'static str, usize, u64)>>,
+}
+
+impl hooks::MemoryHook for Recorder {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn alloc_preprocess(&self, e: &hooks::HookEvent) {
+        self.seen.borrow_mut().push(("alloc_pre", e.mem_size, e.mem_ptr));
+    }
+    fn alloc_postprocess(&self, e: &hooks::HookEvent) {
+        self.seen.borrow_mut().push(("alloc_post", e.mem_size, e.mem_ptr));
+    }
+    fn malloc_preprocess(&self, e: &hooks::HookEvent) {
+        self.seen.borrow_mut().push(("malloc_pre", e.size, e.mem_ptr));
+    }
+    fn malloc_postprocess(&self, e: &hooks::HookEvent) {
+        self.seen.borrow_mut().push(("malloc_post", e.mem_size, e.mem_ptr));
+    }
+    fn free_preprocess(&self, e: &hooks::HookEvent) {
+        self.seen.borrow_mut().push(("free_pre", e.mem_size, e.mem_ptr));
+    }
+    fn free_postprocess(&self, e: &hooks::HookEvent) {
+        self.seen.borrow_mut().push(("free_post", e.mem_size, e.mem_ptr));
+    }
+}
+
+#[test]
+fn hooks_see_upstream_malloc_and_free_in_order() {
+    let (pool, _up) = fake_pool();
+    let rec = Rc::new(Recorder { name: "recorder", seen: RefCell::new(Vec::new()) });
+    let guard = hooks::install(rec.clone()).unwrap();
+    assert!(hooks::install(rec.clone()).is_err(), "one hook per name");
+    assert_eq!(hooks::installed(), vec!["recorder".to_string()]);
+    let a = pool.allocate(700, StreamRef::legacy()).unwrap();
+    // SAFETY: allocated above, freed once.
+    unsafe { pool.deallocate(a, StreamRef::legacy()) }.unwrap();
+    let b = pool.allocate(700, StreamRef::legacy()).unwrap();
+    drop(guard);
+    // SAFETY: as above.
+    unsafe { pool.deallocate(b, StreamRef::legacy()) }.unwrap();
+    let seen = rec.seen.borrow().clone();
+    let p = a.ptr;
+    let want: Vec<(&str, usize, u64)> = vec![
+        ("malloc_pre", 700, 0),
+        ("alloc_pre", 1024, 0),
+        ("alloc_post", 1024, p),
+        ("malloc_post", 1024, p),
+        ("free_pre", 1024, p),
+        ("free_post", 1024, p),
+        // The second allocation is served from the cache: no upstream events.
+        ("malloc_pre", 700, 0),
+        ("malloc_post", 1024, p),
+    ];
+    assert_eq!(seen, want);
+    assert!(hooks::installed().is_empty());
+}
+
+/// A writer the test can read back.
+#[derive(Clone, Default)]
+struct Shared(Rc<RefCell<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn debug_print_hook_writes_one_json_line_per_event() {
+    let (pool, _up) = fake_pool();
+    let out = Shared::default();
+    let guard = hooks::install(Rc::new(DebugPrintHook::new(Box::new(out.clone())))).unwrap();
+    let a = pool.allocate(100, StreamRef::legacy()).unwrap();
+    // SAFETY: allocated above, freed once.
+    unsafe { pool.deallocate(a, StreamRef::legacy()) }.unwrap();
+    drop(guard);
+    let text = String::from_utf8(out.0.borrow().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("{\"hook\":\"alloc\",") && lines[0].contains("\"mem_size\":512"), "{text}");
+    assert!(lines[1].starts_with("{\"hook\":\"malloc\",") && lines[1].contains("\"size\":100"), "{text}");
+    assert!(
+        lines[2].starts_with("{\"hook\":\"free\",") && lines[2].contains(&format!("\"mem_ptr\":{}", a.ptr)),
+        "{text}"
+    );
+    assert!(lines.iter().all(|l| l.ends_with('}') && l.contains("tests_api.rs")), "{text}");
+}
+
+#[test]
+fn line_profile_hook_attributes_bytes_to_call_sites() {
+    let (pool, _up) = fake_pool();
+    let profile = Rc::new(LineProfileHook::new());
+    let guard = hooks::install(profile.clone()).unwrap();
+    let mut keep = Vec::new();
+    for _ in 0..3 {
+        keep.push(pool.allocate(1000, StreamRef::legacy()).unwrap()); // site A
+    }
+    for a in keep.drain(..) {
+        // SAFETY: allocated above, freed once.
+        unsafe { pool.deallocate(a, StreamRef::legacy()) }.unwrap();
+    }
+    let line_b = line!() + 1;
+    let b = pool.allocate(1000, StreamRef::legacy()).unwrap(); // site B: from the cache
+    drop(guard);
+    // SAFETY: as above.
+    unsafe { pool.deallocate(b, StreamRef::legacy()) }.unwrap();
+    let usage = profile.usage();
+    assert_eq!(usage.len(), 2, "{usage:?}");
+    let (site_a, a) = usage[0];
+    let (site_b, bu) = usage[1];
+    assert!(site_a.0.ends_with("tests_api.rs"));
+    assert_eq!(a, LineUsage { used_bytes: 3 * 1024, acquired_bytes: 3 * 1024 });
+    assert_eq!(site_b.1, line_b);
+    assert_eq!(bu, LineUsage { used_bytes: 1024, acquired_bytes: 0 });
+    let mut report = Vec::new();
+    profile.print_report(&mut report).unwrap();
+    let report = String::from_utf8(report).unwrap();
+    assert!(report.lines().last().unwrap().contains("4096"), "{report}");
+}

@@ -1,0 +1,215 @@
+//! Upstream allocators: where a pool's memory comes from.
+//!
+//! Each one makes its context current (if another is) before calling the driver, so that a
+//! pool may be used from any thread.
+
+use super::allocator::{
+    Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
+};
+use crate::error::check;
+use crate::{Context, Result};
+use cuda_driver_sys as sys;
+
+/// Plain device memory from
+/// [`cuMemAlloc`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html), freed
+/// with `cuMemFree` (which waits for the device to be done with it).
+#[derive(Clone, Debug)]
+pub struct DeviceAllocator {
+    context: Context,
+}
+
+impl DeviceAllocator {
+    /// Allocates in `context`.
+    pub fn new(context: &Context) -> Self {
+        DeviceAllocator { context: context.clone() }
+    }
+}
+
+impl Allocator for DeviceAllocator {
+    fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
+        self.context.enter()?;
+        let mut ptr = 0;
+        // SAFETY: one out-parameter; the context is current.
+        check("cuMemAlloc", unsafe { sys::cuMemAlloc(&mut ptr, size) })?;
+        Ok(DeviceAllocation { ptr, size, token: 0 })
+    }
+
+    unsafe fn deallocate(&self, allocation: DeviceAllocation, _stream: StreamRef<'_>) -> Result<()> {
+        self.context.enter()?;
+        // SAFETY: the caller gives back an allocation of this allocator, once.
+        check("cuMemFree", unsafe { sys::cuMemFree(allocation.ptr) })
+    }
+
+    fn name(&self) -> &'static str {
+        "cuMemAlloc"
+    }
+}
+
+/// Managed (unified) memory from
+/// [`cuMemAllocManaged`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html),
+/// attached globally: reachable from the host and from every device and stream.
+#[derive(Clone, Debug)]
+pub struct ManagedAllocator {
+    context: Context,
+}
+
+impl ManagedAllocator {
+    /// Allocates in `context`.
+    pub fn new(context: &Context) -> Self {
+        ManagedAllocator { context: context.clone() }
+    }
+}
+
+impl Allocator for ManagedAllocator {
+    fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
+        self.context.enter()?;
+        let mut ptr = 0;
+        let flags = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0;
+        // SAFETY: one out-parameter; the context is current.
+        check("cuMemAllocManaged", unsafe { sys::cuMemAllocManaged(&mut ptr, size, flags) })?;
+        Ok(DeviceAllocation { ptr, size, token: 0 })
+    }
+
+    unsafe fn deallocate(&self, allocation: DeviceAllocation, _stream: StreamRef<'_>) -> Result<()> {
+        self.context.enter()?;
+        // SAFETY: the caller gives back an allocation of this allocator, once.
+        check("cuMemFree", unsafe { sys::cuMemFree(allocation.ptr) })
+    }
+
+    fn name(&self) -> &'static str {
+        "cuMemAllocManaged"
+    }
+}
+
+/// Stream-ordered memory from
+/// [`cuMemAllocAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)
+/// (the device's current pool) or `cuMemAllocFromPoolAsync` (a given pool), freed with
+/// `cuMemFreeAsync` on the stream it is given back on.
+#[derive(Debug)]
+pub struct AsyncAllocator {
+    context: Context,
+    pool: Option<crate::mempool::MemPool>,
+}
+
+impl AsyncAllocator {
+    /// Allocates from the device's current memory pool.
+    pub fn new(context: &Context) -> Self {
+        AsyncAllocator { context: context.clone(), pool: None }
+    }
+
+    /// Allocates from `pool`, which stays alive as long as this allocator.
+    pub fn from_pool(context: &Context, pool: crate::mempool::MemPool) -> Self {
+        AsyncAllocator { context: context.clone(), pool: Some(pool) }
+    }
+}
+
+impl Allocator for AsyncAllocator {
+    fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation> {
+        self.context.enter()?;
+        let mut ptr = 0;
+        match &self.pool {
+            // SAFETY: one out-parameter; the stream belongs to the current context (the
+            // caller's contract on `stream`), the pool is alive.
+            Some(p) => check("cuMemAllocFromPoolAsync", unsafe {
+                sys::cuMemAllocFromPoolAsync(&mut ptr, size, p.as_raw(), stream.as_raw())
+            })?,
+            // SAFETY: as above.
+            None => {
+                check("cuMemAllocAsync", unsafe { sys::cuMemAllocAsync(&mut ptr, size, stream.as_raw()) })?
+            }
+        }
+        Ok(DeviceAllocation { ptr, size, token: 0 })
+    }
+
+    unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
+        self.context.enter()?;
+        // SAFETY: the caller gives back an allocation of this allocator, once, ordered on `stream`.
+        check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(allocation.ptr, stream.as_raw()) })
+    }
+
+    fn name(&self) -> &'static str {
+        "cuMemAllocAsync"
+    }
+}
+
+/// Page-locked host memory from
+/// [`cuMemHostAlloc`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+/// (portable: usable from every context), freed with `cuMemFreeHost`.
+#[derive(Clone, Debug)]
+pub struct HostAllocator {
+    context: Context,
+    flags: u32,
+}
+
+impl HostAllocator {
+    /// Allocates portable pinned memory through `context`.
+    pub fn new(context: &Context) -> Self {
+        HostAllocator { context: context.clone(), flags: sys::CU_MEMHOSTALLOC_PORTABLE }
+    }
+
+    /// With `cuMemHostAlloc` flags of your choice (`CU_MEMHOSTALLOC_*`).
+    pub fn with_flags(context: &Context, flags: u32) -> Self {
+        HostAllocator { context: context.clone(), flags }
+    }
+}
+
+impl PinnedAllocator for HostAllocator {
+    fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
+        self.context.enter()?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the context is current.
+        check("cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut ptr, size, self.flags) })?;
+        Ok(PinnedAllocation { ptr: ptr.cast(), size })
+    }
+
+    unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()> {
+        self.context.enter()?;
+        // SAFETY: the caller gives back an allocation of this allocator, once, unused by copies.
+        check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(allocation.ptr.cast()) })
+    }
+}
+
+/// Events of the driver, created without timing in one context
+/// ([`cuEventRecord`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html),
+/// `cuEventQuery`).
+#[derive(Clone, Debug)]
+pub struct DriverEvents {
+    context: Context,
+}
+
+impl DriverEvents {
+    /// Events in `context`.
+    pub fn new(context: &Context) -> Self {
+        DriverEvents { context: context.clone() }
+    }
+}
+
+impl StreamEvents for DriverEvents {
+    fn create(&self) -> Result<u64> {
+        self.context.enter()?;
+        let mut event = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
+        // SAFETY: one out-parameter; the context is current.
+        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut event, flags) })?;
+        Ok(event as u64)
+    }
+
+    fn record(&self, event: u64, stream: StreamRef<'_>) -> Result<()> {
+        // SAFETY: the event was created by `create` and is alive until `destroy`; the stream is
+        // alive (the caller holds it).
+        check("cuEventRecord", unsafe { sys::cuEventRecord(event as sys::CUevent, stream.as_raw()) })
+    }
+
+    fn is_complete(&self, event: u64) -> bool {
+        // SAFETY: as in `record`.
+        let status = unsafe { sys::cuEventQuery(event as sys::CUevent) };
+        status != sys::CUresult::CUDA_ERROR_NOT_READY
+    }
+
+    fn destroy(&self, event: u64) {
+        self.context.with_current_for_drop("cuEventDestroy", || {
+            // SAFETY: destroyed once; the driver defers it until recorded work is done.
+            unsafe { sys::cuEventDestroy(event as sys::CUevent) }
+        });
+    }
+}
