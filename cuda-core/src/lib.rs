@@ -25,6 +25,8 @@ pub mod stream;
 pub mod module;
 pub mod launch;
 pub mod occupancy;
+pub mod peer;
+pub mod runtime;
 pub mod mempool;
 pub mod pool;
 pub mod nvtx;

@@ -241,6 +241,7 @@ mod tests {
         // SAFETY: no closure installed: the trampoline answers 0.
         assert_eq!(unsafe { shared_memory_trampoline(64) }, 0);
 
+        #[allow(clippy::panic)]
         let mut g = |_: u32| -> usize { std::panic::panic_any("too big") };
         let wide: &mut SharedMemoryFn<'_> = &mut g;
         // SAFETY: as above.

@@ -1,6 +1,7 @@
 //! A kernel in a loaded module: its attributes and cache and shared-memory configuration.
 
 use super::driver_string;
+pub use crate::context::CacheConfig;
 use crate::error::{Error, Result, check};
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -95,36 +96,6 @@ impl TryFrom<sys::CUfunction_attribute> for FunctionAttribute {
         ALL.get(raw.0 as usize).copied().ok_or_else(|| {
             Error::invalid("FunctionAttribute::try_from", format!("unknown function attribute {}", raw.0))
         })
-    }
-}
-
-/// The preferred split between L1 cache and shared memory (`CUfunc_cache`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CacheConfig {
-    /// `CU_FUNC_CACHE_PREFER_NONE`.
-    PreferNone,
-    /// `CU_FUNC_CACHE_PREFER_SHARED`.
-    PreferShared,
-    /// `CU_FUNC_CACHE_PREFER_L1`.
-    PreferL1,
-    /// `CU_FUNC_CACHE_PREFER_EQUAL`.
-    PreferEqual,
-}
-
-impl CacheConfig {
-    /// The raw value.
-    pub fn as_raw(self) -> sys::CUfunc_cache {
-        sys::CUfunc_cache(self as u32)
-    }
-}
-
-impl TryFrom<sys::CUfunc_cache> for CacheConfig {
-    type Error = Error;
-    fn try_from(raw: sys::CUfunc_cache) -> Result<Self> {
-        [Self::PreferNone, Self::PreferShared, Self::PreferL1, Self::PreferEqual]
-            .get(raw.0 as usize)
-            .copied()
-            .ok_or_else(|| Error::invalid("CacheConfig::try_from", format!("unknown cache config {}", raw.0)))
     }
 }
 
@@ -329,9 +300,6 @@ mod tests {
             sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
         );
         assert!(FunctionAttribute::try_from(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX).is_err());
-        assert_eq!(CacheConfig::PreferL1.as_raw(), sys::CUfunc_cache::CU_FUNC_CACHE_PREFER_L1);
-        assert_eq!(CacheConfig::try_from(sys::CUfunc_cache(3)).ok(), Some(CacheConfig::PreferEqual));
-        assert!(CacheConfig::try_from(sys::CUfunc_cache(4)).is_err());
         assert!(SharedMemoryConfig::try_from(sys::CUsharedconfig(3)).is_err());
     }
 }

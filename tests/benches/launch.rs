@@ -1,0 +1,247 @@
+//! The host cost of a kernel launch: `Function::launch` (through `cuLaunchKernelEx`) against
+//! raw `cuLaunchKernel` with the same arguments, in the same run.
+//!
+//! The GPU's own launch rate would hide the host cost, so each timed batch is launched into a
+//! stream that is blocked: the stream first waits (`cuStreamWaitValue32`) on a flag in mapped
+//! host memory, the batch is queued and timed, then the flag is written and the stream drains.
+//! Batches of ours and raw alternate; the table reports the median batch, per launch.
+
+#[path = "../tests/kernels/mod.rs"]
+mod kernels;
+
+use cuda_core::memory::{HostAllocFlags, PinnedHostBuffer};
+use cuda_core::module::{Function, Module};
+use cuda_core::stream::StreamWaitValueFlags;
+use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
+use cuda_driver_sys as sys;
+use cuda_tests::bench::{Row, print_table};
+use std::ffi::c_void;
+use std::mem::MaybeUninit;
+use std::time::Instant;
+
+/// Launches per timed batch: well below the number of launches a stream can queue.
+const BATCH: u32 = 128;
+const ROUNDS: usize = 301;
+
+/// Holds a stream still until released.
+struct Gate {
+    flag: PinnedHostBuffer<u32>,
+    device_flag: sys::CUdeviceptr,
+    generation: u32,
+}
+
+impl Gate {
+    fn new(ctx: &Context) -> cuda_core::Result<Gate> {
+        let flag = PinnedHostBuffer::<u32>::new(ctx, 1, HostAllocFlags::DEVICEMAP)?;
+        let device_flag = flag.device_ptr()?;
+        Ok(Gate { flag, device_flag, generation: 0 })
+    }
+
+    fn close(&mut self, stream: &Stream) -> cuda_core::Result<()> {
+        self.generation = self.generation.wrapping_add(1);
+        // SAFETY: the flag is mapped host memory that lives as long as the gate, and `open`
+        // always follows.
+        unsafe { stream.wait_value_32(self.device_flag, self.generation, StreamWaitValueFlags::empty()) }
+    }
+
+    fn open(&mut self, stream: &Stream) -> cuda_core::Result<()> {
+        // SAFETY: a live, aligned pinned allocation of one u32; the GPU only reads it.
+        unsafe { std::ptr::write_volatile(self.flag.as_mut_ptr(), self.generation) };
+        stream.synchronize()
+    }
+}
+
+/// Median nanoseconds per launch of `ours` and `raw`, each timed over `BATCH` launches into a
+/// blocked stream.
+fn measure(
+    name: &str,
+    gate: &mut Gate,
+    stream: &Stream,
+    mut ours: impl FnMut(),
+    mut raw: impl FnMut(),
+) -> cuda_core::Result<Row> {
+    let mut a = Vec::with_capacity(ROUNDS);
+    let mut b = Vec::with_capacity(ROUNDS);
+    let mut batch = |f: &mut dyn FnMut(), gate: &mut Gate| -> cuda_core::Result<f64> {
+        gate.close(stream)?;
+        let t = Instant::now();
+        for _ in 0..BATCH {
+            f();
+        }
+        let ns = t.elapsed().as_nanos() as f64 / f64::from(BATCH);
+        gate.open(stream)?;
+        Ok(ns)
+    };
+    for _ in 0..5 {
+        batch(&mut ours, gate)?;
+        batch(&mut raw, gate)?;
+    }
+    for r in 0..ROUNDS {
+        if r % 2 == 0 {
+            a.push(batch(&mut ours, gate)?);
+            b.push(batch(&mut raw, gate)?);
+        } else {
+            b.push(batch(&mut raw, gate)?);
+            a.push(batch(&mut ours, gate)?);
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(Row { name: name.to_string(), unit: "ns", ours: median(a), raw: median(b) })
+}
+
+fn check(status: sys::CUresult) {
+    if status != sys::CUresult::CUDA_SUCCESS {
+        eprintln!("raw launch failed: {:?}", status.name());
+        std::process::exit(1);
+    }
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("launch benchmark: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> cuda_core::Result<()> {
+    let ctx = Context::primary(&Device::get(0)?)?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let saxpy: Function<'_> = module.function("saxpy")?;
+    let empty = module.function("empty")?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut gate = Gate::new(&ctx)?;
+    let n = 1024u32;
+    let a = 2.0f32;
+    let x = DeviceBuffer::<f32>::zeroed(&ctx, n as usize)?;
+    let y = DeviceBuffer::<f32>::zeroed(&ctx, n as usize)?;
+    let (xp, yp) = (x.device_ptr(), y.device_ptr());
+    let config = LaunchConfig::new(4, 256);
+    let (f, s) = (saxpy.as_raw(), stream.as_raw());
+    let mut rows = Vec::new();
+
+    rows.push(measure(
+        "launch saxpy (4 args), blocked stream",
+        &mut gate,
+        &stream,
+        // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats.
+        || unsafe { saxpy.launch(&stream, &config, (&n, &a, &xp, &yp)).unwrap_or_else(|e| fail(e)) },
+        || {
+            let mut args: [*mut c_void; 4] = [
+                (&n as *const u32).cast_mut().cast(),
+                (&a as *const f32).cast_mut().cast(),
+                (&xp as *const u64).cast_mut().cast(),
+                (&yp as *const u64).cast_mut().cast(),
+            ];
+            // SAFETY: as above.
+            check(unsafe {
+                sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, s, args.as_mut_ptr(), std::ptr::null_mut())
+            });
+        },
+    )?);
+
+    let e = empty.as_raw();
+    rows.push(measure(
+        "launch empty kernel (no args), blocked stream",
+        &mut gate,
+        &stream,
+        // SAFETY: empty takes no parameters.
+        || unsafe { empty.launch(&stream, &LaunchConfig::new(1, 32), ()).unwrap_or_else(|e| fail(e)) },
+        || {
+            // SAFETY: as above.
+            check(unsafe {
+                sys::cuLaunchKernel(e, 1, 1, 1, 32, 1, 1, 0, s, std::ptr::null_mut(), std::ptr::null_mut())
+            });
+        },
+    )?);
+
+    // For reference: the driver's own cost of the Ex entry point against the classic one.
+    rows.push(measure(
+        "raw cuLaunchKernelEx vs raw cuLaunchKernel (saxpy)",
+        &mut gate,
+        &stream,
+        || {
+            let mut args: [*mut c_void; 4] = [
+                (&n as *const u32).cast_mut().cast(),
+                (&a as *const f32).cast_mut().cast(),
+                (&xp as *const u64).cast_mut().cast(),
+                (&yp as *const u64).cast_mut().cast(),
+            ];
+            let mut attrs = [const { MaybeUninit::<sys::CUlaunchAttribute>::uninit() }; 4];
+            let raw = sys::CUlaunchConfig {
+                gridDimX: 4,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: 256,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: 0,
+                hStream: s,
+                attrs: attrs.as_mut_ptr().cast(),
+                numAttrs: 0,
+            };
+            // SAFETY: as above.
+            check(unsafe { sys::cuLaunchKernelEx(&raw, f, args.as_mut_ptr(), std::ptr::null_mut()) });
+        },
+        || {
+            let mut args: [*mut c_void; 4] = [
+                (&n as *const u32).cast_mut().cast(),
+                (&a as *const f32).cast_mut().cast(),
+                (&xp as *const u64).cast_mut().cast(),
+                (&yp as *const u64).cast_mut().cast(),
+            ];
+            // SAFETY: as above.
+            check(unsafe {
+                sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, s, args.as_mut_ptr(), std::ptr::null_mut())
+            });
+        },
+    )?);
+
+    let (_, greatest) = ctx.stream_priority_range()?;
+    let with_priority = config.priority(greatest);
+    rows.push(measure(
+        "launch saxpy with a priority attribute vs raw Ex",
+        &mut gate,
+        &stream,
+        // SAFETY: as for the first row.
+        || unsafe { saxpy.launch(&stream, &with_priority, (&n, &a, &xp, &yp)).unwrap_or_else(|e| fail(e)) },
+        || {
+            let mut args: [*mut c_void; 4] = [
+                (&n as *const u32).cast_mut().cast(),
+                (&a as *const f32).cast_mut().cast(),
+                (&xp as *const u64).cast_mut().cast(),
+                (&yp as *const u64).cast_mut().cast(),
+            ];
+            let mut attrs = [sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PRIORITY,
+                pad: [0; 4],
+                value: sys::CUlaunchAttributeValue { priority: greatest },
+            }];
+            let raw = sys::CUlaunchConfig {
+                gridDimX: 4,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: 256,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: 0,
+                hStream: s,
+                attrs: attrs.as_mut_ptr(),
+                numAttrs: 1,
+            };
+            // SAFETY: as above.
+            check(unsafe { sys::cuLaunchKernelEx(&raw, f, args.as_mut_ptr(), std::ptr::null_mut()) });
+        },
+    )?);
+
+    print_table("Kernel launch, host cost per launch (ours = Function::launch)", &rows);
+    Ok(())
+}
+
+#[cold]
+fn fail(e: cuda_core::Error) -> ! {
+    eprintln!("launch failed: {e}");
+    std::process::exit(1)
+}

@@ -1,0 +1,184 @@
+//! Bad input to modules and launches gets a typed error with a message, and the context stays
+//! usable: a missing kernel name, garbage PTX and binaries, too many threads per block, zero
+//! dimensions, too much shared memory, and a kernel that faults.
+
+mod kernels;
+
+use cuda_core::driver_sys as sys;
+use cuda_core::module::{JitOptions, Library, Module};
+use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+
+const FAULT_CHILD: &str = "CUDA_TESTS_FAULT_CHILD";
+
+fn main() {
+    if std::env::var_os(FAULT_CHILD).is_some() {
+        fault_child();
+    }
+    cuda_tests::run(&[
+        gpu("missing_kernel_name_is_named_in_the_error", missing_kernel_name_is_named_in_the_error),
+        gpu("garbage_ptx_returns_the_compiler_log", garbage_ptx_returns_the_compiler_log),
+        gpu(
+            "garbage_binaries_are_refused_before_the_driver_reads_them",
+            garbage_binaries_are_refused_before_the_driver_reads_them,
+        ),
+        gpu("too_many_threads_per_block_is_refused", too_many_threads_per_block_is_refused),
+        gpu("too_much_shared_memory_is_refused", too_much_shared_memory_is_refused),
+        gpu(
+            "a_faulting_kernel_is_reported_by_the_next_synchronize",
+            a_faulting_kernel_is_reported_by_the_next_synchronize,
+        ),
+    ]);
+}
+
+fn context() -> Result<Context, Error> {
+    Context::primary(&Device::get(0)?)
+}
+
+/// Runs saxpy once and checks the result: the context still works.
+fn context_still_works(ctx: &Context) -> TestResult {
+    let module = Module::from_ptx(ctx, kernels::PTX)?;
+    let n = 1000u32;
+    let a = 2.0f32;
+    let x = DeviceBuffer::from_slice(ctx, &vec![1.0f32; n as usize])?;
+    let y = DeviceBuffer::from_slice(ctx, &vec![0.5f32; n as usize])?;
+    let (xp, yp) = (x.device_ptr(), y.device_ptr());
+    let stream = Stream::new(ctx, StreamFlags::NON_BLOCKING)?;
+    // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats.
+    unsafe {
+        module.function("saxpy")?.launch(&stream, &LaunchConfig::for_elements(n, 128), (&n, &a, &xp, &yp))?
+    };
+    stream.synchronize()?;
+    ensure_eq!(y.to_vec()?, vec![2.5f32; n as usize]);
+    Ok(())
+}
+
+fn missing_kernel_name_is_named_in_the_error() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    match module.function("no_such_kernel") {
+        Err(e @ Error::InvalidArgument { .. }) => {
+            ensure!(e.to_string().contains("no_such_kernel"), "the message names the kernel: {e}")
+        }
+        other => return Err(format!("expected InvalidArgument, got {other:?}").into()),
+    }
+    ensure!(module.function("bad\0name").is_err(), "an interior NUL is refused");
+    ensure!(module.global::<u32>("no_such_global").is_err(), "a missing global is refused");
+    let library = Library::from_ptx(kernels::PTX, &JitOptions::new())?;
+    let e = library.kernel("no_such_kernel").err().map(|e| e.to_string()).unwrap_or_default();
+    ensure!(e.contains("no_such_kernel"), "the library error names the kernel: {e}");
+    context_still_works(&ctx)
+}
+
+fn garbage_ptx_returns_the_compiler_log() -> TestResult {
+    let ctx = context()?;
+    let garbage = ".version 8.0\n.target sm_70\n.address_size 64\n.visible .entry k() { this is not ptx; }\n";
+    match Module::from_ptx(&ctx, garbage) {
+        Err(Error::Jit { call, status, log }) => {
+            ensure_eq!(call, "cuModuleLoadDataEx");
+            ensure_eq!(status, sys::CUresult::CUDA_ERROR_INVALID_PTX);
+            ensure!(!log.is_empty(), "the error log says what is wrong");
+        }
+        other => return Err(format!("expected Error::Jit, got {other:?}").into()),
+    }
+    let e = Module::from_ptx(&ctx, "complete nonsense").err().map(|e| e.to_string()).unwrap_or_default();
+    ensure!(e.contains("cuModuleLoadDataEx failed"), "{e}");
+    ensure!(
+        matches!(Library::from_ptx(garbage, &JitOptions::new()), Err(Error::Jit { .. })),
+        "libraries report compile errors the same way"
+    );
+    context_still_works(&ctx)
+}
+
+fn garbage_binaries_are_refused_before_the_driver_reads_them() -> TestResult {
+    let ctx = context()?;
+    let mut truncated = vec![0x7f, b'E', b'L', b'F', 2, 1];
+    truncated.resize(80, 0xff);
+    for (what, result) in [
+        ("ptx with NUL", Module::from_ptx(&ctx, "abc\0def").map(drop)),
+        ("empty ptx", Module::from_ptx(&ctx, "").map(drop)),
+        ("truncated cubin", Module::from_cubin(&ctx, &truncated).map(drop)),
+        ("non-ELF cubin", Module::from_cubin(&ctx, &[1, 2, 3, 4]).map(drop)),
+        ("non-fatbin", Module::from_fatbin(&ctx, &[0u8; 64]).map(drop)),
+    ] {
+        ensure!(matches!(result, Err(Error::InvalidArgument { .. })), "{what}: {result:?}");
+    }
+    context_still_works(&ctx)
+}
+
+fn too_many_threads_per_block_is_refused() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let empty = module.function("empty")?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let max = empty.max_threads_per_block();
+    // SAFETY: empty takes no parameters.
+    let refused = unsafe { empty.launch(&stream, &LaunchConfig::new(1, (max, 2, 1)), ()) };
+    match refused {
+        Err(e @ Error::InvalidArgument { .. }) => {
+            ensure!(e.to_string().contains(&format!("{} threads", max * 2)), "{e}")
+        }
+        other => return Err(format!("expected InvalidArgument, got {other:?}").into()),
+    }
+    // SAFETY: as above.
+    let zero = unsafe { empty.launch(&stream, &LaunchConfig::new(0, 32), ()) };
+    ensure!(matches!(zero, Err(Error::InvalidArgument { .. })), "{zero:?}");
+    // A library kernel has no per-context limit to check: the driver refuses the block.
+    let library = Library::from_ptx(kernels::PTX, &JitOptions::new())?;
+    // SAFETY: as above.
+    let driver = unsafe { library.kernel("empty")?.launch(&stream, &LaunchConfig::new(1, 4096), ()) };
+    ensure_eq!(driver.err().and_then(|e| e.driver_status()), Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE));
+    stream.synchronize()?;
+    context_still_works(&ctx)
+}
+
+fn too_much_shared_memory_is_refused() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let empty = module.function("empty")?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    // SAFETY: empty takes no parameters.
+    let refused = unsafe { empty.launch(&stream, &LaunchConfig::new(1, 32).shared_mem_bytes(16 << 20), ()) };
+    let status = refused.err().and_then(|e| e.driver_status());
+    ensure!(status.is_some(), "16 MiB of shared memory per block is refused by the driver");
+    stream.synchronize()?;
+    context_still_works(&ctx)
+}
+
+fn a_faulting_kernel_is_reported_by_the_next_synchronize() -> TestResult {
+    // A fault ruins the context for the whole process, so it happens in a child process.
+    let exe = std::env::current_exe()?;
+    let out = std::process::Command::new(exe).env(FAULT_CHILD, "1").output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.code() == Some(0), "child failed: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+    ensure!(stdout.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "the fault is reported by name: {stdout}");
+    Ok(())
+}
+
+/// In the child: launch a store to an unmapped address; the launch succeeds, the next
+/// synchronize reports the fault, and nothing panics or aborts.
+fn fault_child() -> ! {
+    let result = (|| -> Result<String, Error> {
+        let ctx = context()?;
+        let module = Module::from_ptx(&ctx, kernels::PTX)?;
+        let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+        let bad_address = 0x10u64;
+        // SAFETY: deliberately not: store_to writes to an address that is not mapped. The GPU
+        // reports it; host memory is not touched.
+        unsafe { module.function("store_to")?.launch(&stream, &LaunchConfig::new(1, 1), (&bad_address,))? };
+        match stream.synchronize() {
+            Err(e) => Ok(e.to_string()),
+            Ok(()) => Ok("no error from synchronize".into()),
+        }
+    })();
+    match result {
+        Ok(text) => {
+            println!("{text}");
+            std::process::exit(0)
+        }
+        Err(e) => {
+            println!("setup failed: {e}");
+            std::process::exit(1)
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Modules, JIT options and logs, functions and their attributes, globals, the linker,
+//! libraries and their kernels.
+
+mod kernels;
+
+use cuda_core::module::{
+    CacheConfig, FunctionAttribute, JitInputType, JitOptions, Library, Linker, Module, OptimizationLevel,
+};
+use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+
+fn main() {
+    cuda_tests::run(&[
+        gpu("ptx_loads_and_lists_its_kernels", ptx_loads_and_lists_its_kernels),
+        gpu(
+            "jit_options_limit_registers_and_fill_the_info_log",
+            jit_options_limit_registers_and_fill_the_info_log,
+        ),
+        gpu("function_attributes_are_read_and_set", function_attributes_are_read_and_set),
+        gpu("globals_are_typed_views_kernels_read_and_write", globals_are_typed_views_kernels_read_and_write),
+        gpu("linker_output_loads_as_a_cubin_module", linker_output_loads_as_a_cubin_module),
+        gpu("library_kernels_launch_in_the_stream_context", library_kernels_launch_in_the_stream_context),
+        gpu("modules_load_from_files", modules_load_from_files),
+    ]);
+}
+
+fn context() -> Result<Context, cuda_core::Error> {
+    Context::primary(&Device::get(0)?)
+}
+
+fn ptx_loads_and_lists_its_kernels() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let mut names = module.functions()?.iter().map(|f| f.name()).collect::<Result<Vec<_>, _>>()?;
+    names.sort();
+    ensure_eq!(names, ["empty", "reverse", "saxpy", "scale_by_global", "store_to"]);
+    ensure!(module.jit_log().wall_time_ms >= 0.0, "wall time {}", module.jit_log().wall_time_ms);
+    ensure!(module.context() == &ctx, "the module remembers its context");
+    let f = module.function("saxpy")?;
+    f.load()?;
+    ensure!(f.is_loaded()?, "saxpy is loaded after cuFuncLoad");
+    cuda_core::module::loading_mode()?;
+    Ok(())
+}
+
+fn jit_options_limit_registers_and_fill_the_info_log() -> TestResult {
+    let ctx = context()?;
+    let options =
+        JitOptions::new().max_registers(16).optimization_level(OptimizationLevel::O2).log_verbose(true);
+    let module = Module::from_ptx_with(&ctx, kernels::PTX, &options)?;
+    let regs = module.function("saxpy")?.num_regs()?;
+    ensure!(regs > 0 && regs <= 16, "saxpy uses {regs} registers under a limit of 16");
+    let info = &module.jit_log().info;
+    ensure!(info.contains("saxpy"), "verbose info log names the kernels: {info:?}");
+    ensure!(module.jit_log().error.is_empty(), "no errors: {:?}", module.jit_log().error);
+    Ok(())
+}
+
+fn function_attributes_are_read_and_set() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let mut f = module.function("saxpy")?;
+    let (major, minor) = ctx.device().compute_capability()?;
+    ensure_eq!(f.name()?, "saxpy");
+    ensure_eq!(f.ptx_version()?, 70);
+    ensure_eq!(f.binary_version()?, major * 10 + minor);
+    let max = f.attribute(FunctionAttribute::MaxThreadsPerBlock)?;
+    ensure!(max > 0 && max <= 1024, "max threads per block {max}");
+    ensure_eq!(f.max_threads_per_block() as i32, max);
+    ensure_eq!(f.shared_size_bytes()?, 0);
+    ensure_eq!(f.param_info(0)?, Some((0, 4)));
+    ensure_eq!(f.param_info(1)?, Some((4, 4)));
+    ensure_eq!(f.param_info(2)?, Some((8, 8)));
+    ensure_eq!(f.param_info(3)?, Some((16, 8)));
+    ensure_eq!(f.param_info(4)?, None);
+    let optin = ctx.device().attribute(
+        cuda_core::driver_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+    )?;
+    f.set_max_dynamic_shared_size_bytes(optin as u32)?;
+    ensure_eq!(f.max_dynamic_shared_size_bytes()?, optin);
+    f.set_preferred_shared_memory_carveout(50)?;
+    ensure_eq!(f.attribute(FunctionAttribute::PreferredSharedMemoryCarveout)?, 50);
+    ensure!(f.set_preferred_shared_memory_carveout(101).is_err(), "carveout over 100% is refused");
+    f.set_cache_config(CacheConfig::PreferShared)?;
+    Ok(())
+}
+
+fn globals_are_typed_views_kernels_read_and_write() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let factor = module.global::<f32>("factor")?;
+    ensure_eq!((factor.len(), factor.size_bytes()), (1, 4));
+    ensure_eq!(factor.to_vec()?, [1.0f32]);
+    factor.copy_from_host(&[3.0])?;
+    ensure_eq!(factor.as_view().to_vec()?, [3.0f32]);
+    let hits = module.global::<u32>("hits")?;
+    ensure_eq!(hits.len(), 4);
+    ensure_eq!(module.global::<u8>("hits")?.len(), 16);
+    ensure!(module.global::<u64>("factor").is_err(), "4 bytes are not a whole u64");
+
+    let n = 1000u32;
+    let host: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let data = DeviceBuffer::from_slice(&ctx, &host)?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let ptr = data.device_ptr();
+    // SAFETY: scale_by_global takes (f32*, u32) and `data` holds n floats.
+    unsafe {
+        module.function("scale_by_global")?.launch(
+            &stream,
+            &LaunchConfig::for_elements(n, 128),
+            (&ptr, &n),
+        )?
+    };
+    stream.synchronize()?;
+    ensure_eq!(data.to_vec()?, host.iter().map(|x| x * 3.0).collect::<Vec<_>>());
+    ensure_eq!(hits.to_vec()?, [n, 0, 0, 0]);
+    Ok(())
+}
+
+fn linker_output_loads_as_a_cubin_module() -> TestResult {
+    let ctx = context()?;
+    let mut linker = Linker::new(&ctx, &JitOptions::new())?;
+    linker.add_ptx("twice.ptx", kernels::PTX_TWICE)?;
+    linker.add_data(JitInputType::Ptx, "double_all.ptx", kernels::PTX_DOUBLE_ALL.as_bytes())?;
+    let cubin = linker.complete()?.to_vec();
+    ensure!(cubin.starts_with(b"\x7fELF"), "the linker returns an ELF cubin");
+    drop(linker);
+    let module = Module::from_cubin(&ctx, &cubin)?;
+    let module_again = Module::from_image(&ctx, &cubin, &JitOptions::new())?;
+    ensure_eq!(module_again.functions()?.len(), 1);
+    let data = DeviceBuffer::from_slice(&ctx, &[1.5f32, -2.0, 4.0, 0.25])?;
+    let stream = Stream::new(&ctx, StreamFlags::empty())?;
+    let ptr = data.device_ptr();
+    // SAFETY: double_all takes one f32* and reads tid.x < 4 elements.
+    unsafe { module.function("double_all")?.launch(&stream, &LaunchConfig::new(1, 4), (&ptr,))? };
+    stream.synchronize()?;
+    ensure_eq!(data.to_vec()?, [3.0f32, -4.0, 8.0, 0.5]);
+    Ok(())
+}
+
+fn library_kernels_launch_in_the_stream_context() -> TestResult {
+    let library = Library::from_ptx(kernels::PTX, &JitOptions::new())?;
+    let mut names = library.kernels()?.iter().map(|k| k.name()).collect::<Result<Vec<_>, _>>()?;
+    names.sort();
+    ensure_eq!(names.len(), 5);
+    let saxpy = library.kernel("saxpy")?;
+    ensure_eq!(saxpy.name()?, "saxpy");
+    ensure_eq!(saxpy.param_info(3)?, Some((16, 8)));
+    let ctx = context()?;
+    let device = ctx.device();
+    ensure!(saxpy.attribute(FunctionAttribute::NumRegs, &device)? > 0, "registers are known per device");
+    saxpy.set_attribute(FunctionAttribute::MaxDynamicSharedSizeBytes, 1024, &device)?;
+    ensure_eq!(saxpy.attribute(FunctionAttribute::MaxDynamicSharedSizeBytes, &device)?, 1024);
+    saxpy.set_cache_config(CacheConfig::PreferL1, &device)?;
+    ensure!(saxpy.function(&ctx)?.num_regs()? > 0, "the kernel's function in this context");
+    ensure_eq!(library.global::<f32>(&ctx, "factor")?.to_vec()?, [1.0f32]);
+
+    let n = 4096u32;
+    let a = 2.0f32;
+    let x = DeviceBuffer::from_slice(&ctx, &(0..n).map(|i| i as f32).collect::<Vec<_>>())?;
+    let y = DeviceBuffer::from_slice(&ctx, &vec![1.0f32; n as usize])?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let (xp, yp) = (x.device_ptr(), y.device_ptr());
+    // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats.
+    unsafe { saxpy.launch(&stream, &LaunchConfig::for_elements(n, 256), (&n, &a, &xp, &yp))? };
+    stream.synchronize()?;
+    ensure_eq!(y.to_vec()?, (0..n).map(|i| 2.0 * i as f32 + 1.0).collect::<Vec<_>>());
+    Ok(())
+}
+
+fn modules_load_from_files() -> TestResult {
+    let ctx = context()?;
+    let dir = std::env::temp_dir().join(format!("cuda-tests-module-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let ptx = dir.join("kernels.ptx");
+    std::fs::write(&ptx, kernels::PTX)?;
+    let module = Module::from_file(&ctx, &ptx, &JitOptions::new())?;
+    ensure_eq!(module.functions()?.len(), 5);
+    let library = Library::from_file(&ptx, &JitOptions::new())?;
+    ensure_eq!(library.kernels()?.len(), 5);
+    let mut linker = Linker::new(&ctx, &JitOptions::new())?;
+    let twice = dir.join("twice.ptx");
+    std::fs::write(&twice, kernels::PTX_TWICE)?;
+    linker.add_file(JitInputType::Ptx, &twice)?;
+    linker.add_ptx("double_all", kernels::PTX_DOUBLE_ALL)?;
+    let module = Module::from_cubin(&ctx, linker.complete()?)?;
+    ensure!(module.function("double_all").is_ok(), "linked from a file and text");
+    let missing = Module::from_file(&ctx, dir.join("missing.ptx"), &JitOptions::new());
+    ensure!(missing.is_err_and(|e| e.to_string().contains("missing.ptx")), "a missing file is named");
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
