@@ -269,3 +269,25 @@ impl Context {
         check("cuDevicePrimaryCtxReset", unsafe { sys::cuDevicePrimaryCtxReset(device.as_raw()) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choices_convert_both_ways() {
+        for l in [Limit::StackSize, Limit::MallocHeapSize, Limit::CigShmemFallbackEnabled] {
+            assert_eq!(Limit::try_from(l.as_raw()).ok(), Some(l));
+        }
+        assert!(Limit::try_from(sys::CUlimit(1000)).is_err());
+        for c in [
+            CacheConfig::PreferNone,
+            CacheConfig::PreferShared,
+            CacheConfig::PreferL1,
+            CacheConfig::PreferEqual,
+        ] {
+            assert_eq!(CacheConfig::try_from(c.as_raw()).ok(), Some(c));
+        }
+        assert!(CacheConfig::try_from(sys::CUfunc_cache(77)).is_err());
+    }
+}

@@ -73,3 +73,23 @@ fn len_mismatch(operation: &'static str, dst: usize, src: usize) -> Error {
         format!("the destination holds {dst} elements but the source {src}; slice them to the same length"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_overflow_and_zero_sized_types_are_refused() {
+        assert_eq!(checked_bytes::<u32>("t", 10).ok(), Some(40));
+        assert!(matches!(checked_bytes::<u32>("t", 0), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(checked_bytes::<u64>("t", usize::MAX / 4), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(checked_bytes::<()>("t", 1), Err(Error::InvalidArgument { .. })));
+    }
+
+    #[test]
+    fn length_mismatch_names_both_lengths() {
+        assert!(same_len("t", 3, 3).is_ok());
+        let e = same_len("copy", 3, 4).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains('3') && e.contains('4') && e.starts_with("copy"), "{e}");
+    }
+}

@@ -194,3 +194,28 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
         Ok(DeviceViewMut { ptr: self.ptr, len, ctx: self.ctx, _marker: PhantomData })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_bounds_checked() {
+        assert_eq!(range_of("t", .., 10).ok(), Some((0, 10)));
+        assert_eq!(range_of("t", 2..=4, 10).ok(), Some((2, 5)));
+        assert_eq!(range_of("t", 10..10, 10).ok(), Some((10, 10)));
+        assert!(range_of("t", 5..11, 10).is_err());
+        let (a, b) = (6, 5);
+        assert!(range_of("t", a..b, 10).is_err());
+        assert!(range_of("t", usize::MAX.., 10).is_err());
+    }
+
+    #[test]
+    fn casts_check_alignment_and_whole_elements() {
+        assert_eq!(cast_check::<u8, u32>("t", 0x1000, 8).ok(), Some(2));
+        assert!(cast_check::<u8, u32>("t", 0x1001, 8).is_err());
+        assert!(cast_check::<u8, u32>("t", 0x1000, 6).is_err());
+        assert_eq!(cast_check::<u64, u16>("t", 0x1000, 3).ok(), Some(12));
+        assert!(cast_check::<u8, ()>("t", 0x1000, 4).is_err());
+    }
+}
