@@ -121,7 +121,9 @@ fn misaligned_views_are_refused() -> TestResult {
     let words = bytes.slice(0..8)?.cast::<u32>()?.to_vec()?;
     ensure_eq!(words, vec![1, 2]);
     invalid(bytes.slice_mut(1..5)?.memset_d32(0), "memset_d32 of a misaligned view")?;
-    invalid(bytes.slice_mut(0..6)?.memset_d16(0), "memset_d16 of a ragged view")?;
+    invalid(bytes.slice_mut(0..5)?.memset_d16(0), "memset_d16 of a ragged view")?;
+    bytes.slice_mut(0..6)?.memset_d16(0x0909)?;
+    ensure_eq!(bytes.to_vec()?, vec![9, 9, 9, 9, 9, 9, 0, 0, 3]);
     Ok(())
 }
 
