@@ -123,6 +123,11 @@ impl Allocator for AsyncAllocator {
 
     unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
         self.context.enter()?;
+        if stream.as_raw().is_null() {
+            // Given back without a stream (a pool releasing its cache, the C interface): work on
+            // streams that do not synchronize with the legacy stream may still use it, so wait.
+            self.context.synchronize()?;
+        }
         // SAFETY: the caller gives back an allocation of this allocator, once, ordered on `stream`.
         check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(allocation.ptr, stream.as_raw()) })
     }

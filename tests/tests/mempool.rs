@@ -1,0 +1,220 @@
+//! `cuda_core::mempool` on a GPU: default and current pools, created pools, attributes, trim,
+//! access, stream-ordered allocation, and export/import of a pool and a pointer between two
+//! processes (this binary runs itself as the child).
+
+use cuda_core::mempool::ipc::PointerExportData;
+use cuda_core::mempool::{Access, MemPool, MemPoolProps, ShareableHandle};
+use cuda_core::pool::{AsyncAllocator, MemoryPool};
+use cuda_core::{Context, Device, Error, Stream, StreamFlags};
+use cuda_driver_sys as sys;
+use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
+use std::process::{Command, Stdio};
+
+/// Set in the child's environment: the hex of the pointer export data.
+const CHILD_ENV: &str = "CUDA_CORE_MEMPOOL_IPC_CHILD";
+const WORDS: usize = 1 << 16;
+
+fn main() {
+    if let Ok(hex) = std::env::var(CHILD_ENV) {
+        let code = match child(&hex) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("ipc child: {e}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
+    cuda_tests::run(&[
+        gpu("default_and_current_pools", default_and_current_pools),
+        gpu("attributes_round_trip_and_track_use", attributes_round_trip_and_track_use),
+        gpu("created_pool_allocates_and_trims", created_pool_allocates_and_trims),
+        gpu("memory_pool_on_a_created_pool", memory_pool_on_a_created_pool),
+        gpu("pool_and_pointer_shared_with_another_process", pool_and_pointer_shared_with_another_process),
+    ]);
+}
+
+fn ctx() -> Result<Context, Error> {
+    let ctx = Context::primary(&Device::get(0)?)?;
+    ctx.bind_to_thread()?;
+    Ok(ctx)
+}
+
+fn pattern(seed: u32) -> Vec<u32> {
+    (0..WORDS as u32).map(|i| i.wrapping_mul(40_503) ^ seed).collect()
+}
+
+fn upload(dst: sys::CUdeviceptr, data: &[u32], stream: &Stream) -> TestResult {
+    // SAFETY: `dst` holds `data.len() * 4` bytes; synchronized before `data` goes away.
+    drv("cuMemcpyHtoDAsync", unsafe {
+        sys::cuMemcpyHtoDAsync(dst, data.as_ptr().cast(), data.len() * 4, stream.as_raw())
+    })?;
+    stream.synchronize()?;
+    Ok(())
+}
+
+fn download(src: sys::CUdeviceptr, stream: &Stream) -> Result<Vec<u32>, cuda_tests::Failed> {
+    let mut out = vec![0u32; WORDS];
+    // SAFETY: `src` holds WORDS words; synchronized before `out` is read.
+    drv("cuMemcpyDtoHAsync", unsafe {
+        sys::cuMemcpyDtoHAsync(out.as_mut_ptr().cast(), src, WORDS * 4, stream.as_raw())
+    })?;
+    stream.synchronize()?;
+    Ok(out)
+}
+
+fn default_and_current_pools() -> TestResult {
+    let ctx = ctx()?;
+    let dev = ctx.device();
+    let default = MemPool::device_default(&dev)?;
+    let current = MemPool::current(&dev)?;
+    ensure_eq!(default.as_raw(), current.as_raw());
+    let created = MemPool::create(&MemPoolProps::device(dev))?;
+    MemPool::set_current(&dev, &created)?;
+    ensure_eq!(MemPool::current(&dev)?.as_raw(), created.as_raw());
+    MemPool::set_current(&dev, &default)?;
+    ensure_eq!(MemPool::current(&dev)?.as_raw(), default.as_raw());
+    ensure_eq!(default.access(&dev)?, Access::ReadWrite);
+    Ok(())
+}
+
+fn attributes_round_trip_and_track_use() -> TestResult {
+    let ctx = ctx()?;
+    let pool = MemPool::create(&MemPoolProps::device(ctx.device()))?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    pool.set_release_threshold(64 << 20)?;
+    ensure_eq!(pool.release_threshold()?, 64 << 20);
+    for on in [false, true] {
+        pool.set_reuse_follow_event_dependencies(on)?;
+        ensure_eq!(pool.reuse_follow_event_dependencies()?, on);
+        pool.set_reuse_allow_opportunistic(on)?;
+        ensure_eq!(pool.reuse_allow_opportunistic()?, on);
+        pool.set_reuse_allow_internal_dependencies(on)?;
+        ensure_eq!(pool.reuse_allow_internal_dependencies()?, on);
+    }
+    ensure_eq!(pool.used_mem_current()?, 0);
+    let a = pool.alloc_async(8 << 20, &s)?;
+    s.synchronize()?;
+    ensure!(
+        pool.used_mem_current()? >= 8 << 20,
+        "used {} after an 8 MiB allocation",
+        pool.used_mem_current()?
+    );
+    ensure!(pool.reserved_mem_current()? >= 8 << 20, "reserved too little");
+    drop(a);
+    s.synchronize()?;
+    ensure_eq!(pool.used_mem_current()?, 0);
+    ensure!(pool.used_mem_high()? >= 8 << 20, "the high-water mark forgot the allocation");
+    pool.reset_used_mem_high()?;
+    ensure_eq!(pool.used_mem_high()?, 0);
+    pool.trim_to(0)?;
+    ensure_eq!(pool.reserved_mem_current()?, 0);
+    pool.reset_reserved_mem_high()?;
+    ensure_eq!(pool.reserved_mem_high()?, 0);
+    Ok(())
+}
+
+fn created_pool_allocates_and_trims() -> TestResult {
+    let ctx = ctx()?;
+    let props = MemPoolProps { max_size: 64 << 20, ..MemPoolProps::device(ctx.device()) };
+    let pool = MemPool::create(&props)?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let b = pool.alloc_async(WORDS * 4, &s)?;
+    let data = pattern(1);
+    upload(b.as_raw(), &data, &s)?;
+    ensure!(download(b.as_raw(), &s)? == data, "data read back differs");
+    drop(b);
+    // Past max_size the pool refuses.
+    match pool.alloc_async(128 << 20, &s) {
+        Err(e) => ensure_eq!(e.driver_status(), Some(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)),
+        Ok(_) => return Err("a pool of 64 MiB gave 128 MiB".into()),
+    }
+    s.synchronize()?;
+    pool.trim_to(0)?;
+    ensure_eq!(pool.reserved_mem_current()?, 0);
+    Ok(())
+}
+
+fn memory_pool_on_a_created_pool() -> TestResult {
+    let ctx = ctx()?;
+    let raw = MemPool::create(&MemPoolProps::device(ctx.device()))?;
+    let raw_handle = raw.as_raw();
+    let pool = MemoryPool::with_allocator(&ctx, std::sync::Arc::new(AsyncAllocator::from_pool(&ctx, raw)))?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let b = pool.malloc(WORDS * 4, &s)?;
+    let data = pattern(2);
+    upload(b.as_raw(), &data, &s)?;
+    ensure!(download(b.as_raw(), &s)? == data, "data read back differs");
+    // SAFETY: the pool is kept alive by the allocator inside `pool`.
+    let from = unsafe { MemPool::from_raw(raw_handle, false) };
+    ensure!(from.used_mem_current()? >= (WORDS * 4) as u64, "the upstream pool does not show the block");
+    Ok(())
+}
+
+fn to_hex(data: &PointerExportData) -> String {
+    data.0.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(hex: &str) -> Result<PointerExportData, String> {
+    let mut out = [0u8; 64];
+    if hex.len() != 128 {
+        return Err(format!("export data of {} hex digits, expected 128", hex.len()));
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+    }
+    Ok(PointerExportData(out))
+}
+
+fn pool_and_pointer_shared_with_another_process() -> TestResult {
+    let ctx = ctx()?;
+    let props =
+        MemPoolProps { handle: ShareableHandle::PosixFileDescriptor, ..MemPoolProps::device(ctx.device()) };
+    let pool = match MemPool::create(&props) {
+        Err(e) if e.driver_status() == Some(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) => {
+            return Err(format!("IPC pools not supported here: {e}").into());
+        }
+        r => r?,
+    };
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let b = pool.alloc_async(WORDS * 4, &s)?;
+    upload(b.as_raw(), &pattern(10), &s)?;
+    let data = pool.export_pointer(b.as_raw())?;
+    let fd = pool.export_to_fd()?;
+    // The child gets the pool's descriptor as its standard input.
+    let out = Command::new(std::env::current_exe()?)
+        .env(CHILD_ENV, to_hex(&data))
+        .env_remove("CUDA_TEST_REQUIRE_GPU")
+        .stdin(Stdio::from(fd))
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "child failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The child read our pattern and wrote its own.
+    ensure!(download(b.as_raw(), &s)? == pattern(20), "the child's write did not arrive");
+    Ok(())
+}
+
+fn child(hex: &str) -> Result<(), String> {
+    use std::os::fd::AsFd;
+    let data = from_hex(hex)?;
+    let ctx = ctx().map_err(|e| e.to_string())?;
+    let stdin = std::io::stdin();
+    let pool = MemPool::import_from_fd(stdin.as_fd()).map_err(|e| e.to_string())?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING).map_err(|e| e.to_string())?;
+    // Access for this process's device; the resident device may already have it.
+    let _ = pool.set_access(&ctx.device(), Access::ReadWrite);
+    let ptr = pool.import_pointer(&ctx, &data).map_err(|e| e.to_string())?;
+    let got = download(ptr.as_raw(), &s).map_err(|e| format!("{e:?}"))?;
+    if got != pattern(10) {
+        return Err("the parent's data differs in the child".into());
+    }
+    upload(ptr.as_raw(), &pattern(20), &s).map_err(|e| format!("{e:?}"))?;
+    drop(ptr);
+    ctx.synchronize().map_err(|e| e.to_string())?;
+    Ok(())
+}

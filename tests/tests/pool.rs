@@ -1,0 +1,279 @@
+//! `cuda_core::pool` on a GPU: data written and read back through pooled memory, across
+//! streams and threads; record_stream; limits; pinned pool; upstream allocators; the current
+//! allocator and the C interface.
+
+use cuda_core::pool::{
+    self, Allocator, AsyncAllocator, DeviceAllocator, ManagedAllocator, MemoryPool, PinnedMemoryPool,
+    PoolLimit, StreamRef,
+};
+use cuda_core::{Context, Device, Error, Stream, StreamFlags};
+use cuda_driver_sys as sys;
+use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
+use std::sync::Arc;
+use std::sync::mpsc;
+
+fn main() {
+    cuda_tests::run(&[
+        gpu("pooled_memory_round_trips_data", pooled_memory_round_trips_data),
+        gpu("split_blocks_do_not_overlap", split_blocks_do_not_overlap),
+        gpu("record_stream_holds_a_block_until_the_other_stream_passes", record_stream_holds_block),
+        gpu("threads_on_their_own_streams_share_one_pool", threads_share_one_pool),
+        gpu("limits_and_out_of_memory", limits_and_out_of_memory),
+        gpu("pinned_pool_feeds_async_copies", pinned_pool_feeds_async_copies),
+        gpu("upstream_allocators_give_usable_memory", upstream_allocators_give_usable_memory),
+        gpu("default_allocator_and_c_interface", default_allocator_and_c_interface),
+    ]);
+}
+
+fn ctx() -> Result<Context, Error> {
+    let ctx = Context::primary(&Device::get(0)?)?;
+    ctx.bind_to_thread()?;
+    Ok(ctx)
+}
+
+fn pattern(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) ^ seed).collect()
+}
+
+/// Writes `data` to `dst` on `stream` (through the stream, so it is ordered).
+fn upload(dst: sys::CUdeviceptr, data: &[u32], stream: &Stream) -> TestResult {
+    // SAFETY: `dst` holds at least `data.len() * 4` bytes; the stream is synchronized before
+    // `data` goes away.
+    drv("cuMemcpyHtoDAsync", unsafe {
+        sys::cuMemcpyHtoDAsync(dst, data.as_ptr().cast(), data.len() * 4, stream.as_raw())
+    })?;
+    stream.synchronize()?;
+    Ok(())
+}
+
+fn download(src: sys::CUdeviceptr, n: usize, stream: &Stream) -> Result<Vec<u32>, cuda_tests::Failed> {
+    let mut out = vec![0u32; n];
+    // SAFETY: `src` holds at least `n * 4` bytes; synchronized before `out` is read.
+    drv("cuMemcpyDtoHAsync", unsafe {
+        sys::cuMemcpyDtoHAsync(out.as_mut_ptr().cast(), src, n * 4, stream.as_raw())
+    })?;
+    stream.synchronize()?;
+    Ok(out)
+}
+
+fn pooled_memory_round_trips_data() -> TestResult {
+    let ctx = ctx()?;
+    let pool = MemoryPool::new(&ctx)?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let data = pattern(1 << 18, 7);
+    let b = pool.malloc(data.len() * 4, &s)?;
+    ensure_eq!(b.reserved(), 1 << 20);
+    upload(b.as_raw(), &data, &s)?;
+    ensure!(download(b.as_raw(), data.len(), &s)? == data, "data read back differs");
+    let ptr = b.as_raw();
+    drop(b);
+    ensure_eq!(pool.used_bytes(), 0);
+    ensure_eq!(pool.total_bytes(), 1 << 20);
+    // Reused at once on the same stream.
+    let again = pool.malloc(1 << 20, &s)?;
+    ensure_eq!(again.as_raw(), ptr);
+    drop(again);
+    pool.free_all_blocks(None)?;
+    ensure_eq!(pool.total_bytes(), 0);
+    Ok(())
+}
+
+fn split_blocks_do_not_overlap() -> TestResult {
+    let ctx = ctx()?;
+    let pool = MemoryPool::new(&ctx)?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    drop(pool.malloc(8 << 20, &s)?);
+    let sizes = [3000usize, 1 << 20, 512, 70_000, 4];
+    let parts: Vec<_> = sizes.iter().map(|&n| pool.malloc(n * 4, &s)).collect::<Result<_, _>>()?;
+    ensure_eq!(pool.total_bytes(), 8 << 20);
+    for (i, (p, &n)) in parts.iter().zip(&sizes).enumerate() {
+        upload(p.as_raw(), &pattern(n, i as u32), &s)?;
+    }
+    for (i, (p, &n)) in parts.iter().zip(&sizes).enumerate() {
+        ensure!(
+            download(p.as_raw(), n, &s)? == pattern(n, i as u32),
+            "block {i} was overwritten by a neighbour"
+        );
+    }
+    drop(parts);
+    ensure_eq!(pool.n_free_blocks(), 1);
+    pool.check_invariants()?;
+    Ok(())
+}
+
+fn record_stream_holds_block() -> TestResult {
+    let ctx = ctx()?;
+    let pool = MemoryPool::new(&ctx)?;
+    let s1 = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let s2 = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    // Stall s2 until the test lets it go.
+    let (go, wait) = mpsc::channel::<()>();
+    s2.launch_host_func(move || {
+        let _ = wait.recv();
+    })?;
+    let mut b = pool.malloc(1 << 20, &s1)?;
+    let first = b.as_raw();
+    b.record_stream(&s2);
+    drop(b);
+    ensure_eq!(pool.used_bytes(), 1 << 20);
+    let held = pool.malloc(1 << 20, &s1)?;
+    ensure!(held.as_raw() != first, "a block still used by a stalled stream was reused");
+    let _ = go.send(());
+    s2.synchronize()?;
+    // Now the event has completed: the next miss finds the block again.
+    let reused = pool.malloc(1 << 20, &s1)?;
+    ensure_eq!(reused.as_raw(), first);
+    ensure_eq!(pool.total_bytes(), 2 << 20);
+    Ok(())
+}
+
+fn threads_share_one_pool() -> TestResult {
+    let ctx = ctx()?;
+    let pool = MemoryPool::new(&ctx)?;
+    let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8u32)
+            .map(|t| {
+                let (pool, ctx) = (&pool, ctx.clone());
+                scope.spawn(move || -> Result<(), String> {
+                    ctx.bind_to_thread().map_err(|e| e.to_string())?;
+                    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING).map_err(|e| e.to_string())?;
+                    for round in 0..20u32 {
+                        let n = 1000 + (t as usize * 997 + round as usize * 131) % 50_000;
+                        let b = pool.malloc(n * 4, &s).map_err(|e| e.to_string())?;
+                        let data = pattern(n, t * 1000 + round);
+                        upload(b.as_raw(), &data, &s).map_err(|e| format!("{e:?}"))?;
+                        if download(b.as_raw(), n, &s).map_err(|e| format!("{e:?}"))? != data {
+                            return Err(format!("thread {t} round {round}: data differs"));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
+    });
+    for r in results {
+        r?;
+    }
+    ensure_eq!(pool.used_bytes(), 0);
+    pool.check_invariants()?;
+    Ok(())
+}
+
+fn limits_and_out_of_memory() -> TestResult {
+    let ctx = ctx()?;
+    let pool = MemoryPool::new(&ctx)?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let total = ctx.device().total_memory()?;
+    pool.set_limit(PoolLimit::Fraction(0.5))?;
+    ensure_eq!(pool.limit(), Some(total / 2));
+    ensure!(pool.set_limit(PoolLimit::Fraction(1.5)).is_err(), "a fraction above 1 was accepted");
+    pool.set_limit(PoolLimit::Bytes(4 << 20))?;
+    let a = pool.malloc(3 << 20, &s)?;
+    match pool.malloc(2 << 20, &s) {
+        Err(Error::OutOfMemory { requested, held, limit }) => {
+            ensure_eq!((requested, held, limit), (2 << 20, 3 << 20, Some(4 << 20)));
+        }
+        other => return Err(format!("expected OutOfMemory, got {other:?}").into()),
+    }
+    drop(a);
+    // At the limit the free block goes back and the larger request fits.
+    let b = pool.malloc(4 << 20, &s)?;
+    ensure_eq!(pool.total_bytes(), 4 << 20);
+    drop(b);
+    pool.set_limit(PoolLimit::None)?;
+    // More than the device has: the device refuses, the pool retries once, then says so.
+    match pool.malloc(total * 2, &s) {
+        Err(Error::OutOfMemory { requested, limit: None, .. }) => ensure_eq!(requested, total * 2),
+        other => return Err(format!("expected OutOfMemory, got {other:?}").into()),
+    }
+    ensure_eq!(pool.total_bytes(), 0);
+    Ok(())
+}
+
+fn pinned_pool_feeds_async_copies() -> TestResult {
+    let ctx = ctx()?;
+    let pinned = PinnedMemoryPool::new(&ctx);
+    let pool = MemoryPool::new(&ctx)?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let n = 1 << 18;
+    let data = pattern(n, 99);
+    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut h = pinned.malloc(bytes.len())?;
+    h.write(&bytes)?;
+    let d = pool.malloc(bytes.len(), &s)?;
+    // SAFETY: both buffers hold `bytes.len()` bytes; the host buffer is kept from reuse until
+    // the copy's event has completed (record_stream below).
+    drv("cuMemcpyHtoDAsync", unsafe {
+        sys::cuMemcpyHtoDAsync(d.as_raw(), h.as_ptr().cast(), bytes.len(), s.as_raw())
+    })?;
+    let hp = h.as_ptr();
+    h.record_stream(&s);
+    drop(h);
+    s.synchronize()?;
+    ensure!(download(d.as_raw(), n, &s)? == data, "copy from pinned memory differs");
+    let again = pinned.malloc(bytes.len())?;
+    ensure_eq!(again.as_ptr(), hp);
+    ensure_eq!(pinned.total_bytes(), 1 << 20);
+    drop(again);
+    pinned.free_all_blocks()?;
+    ensure_eq!(pinned.total_bytes(), 0);
+    Ok(())
+}
+
+fn upstream_allocators_give_usable_memory() -> TestResult {
+    let ctx = ctx()?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let n = 4096;
+    let data = pattern(n, 5);
+    let uppers: Vec<Arc<dyn Allocator>> = vec![
+        Arc::new(DeviceAllocator::new(&ctx)),
+        Arc::new(ManagedAllocator::new(&ctx)),
+        Arc::new(AsyncAllocator::new(&ctx)),
+        Arc::new(MemoryPool::with_allocator(&ctx, Arc::new(AsyncAllocator::new(&ctx)))?),
+    ];
+    for a in uppers {
+        let m = a.allocate(n * 4, StreamRef::from(&s))?;
+        upload(m.ptr, &data, &s)?;
+        ensure!(download(m.ptr, n, &s)? == data, "{}: data differs", a.name());
+        // SAFETY: allocated above, freed once, after the stream was synchronized.
+        unsafe { a.deallocate(m, StreamRef::from(&s)) }?;
+    }
+    s.synchronize()?;
+    // Managed memory is readable from the host.
+    let managed = ManagedAllocator::new(&ctx);
+    let m = managed.allocate(n * 4, StreamRef::from(&s))?;
+    upload(m.ptr, &data, &s)?;
+    // SAFETY: managed memory is host-accessible after synchronization; n u32 were written.
+    let host = unsafe { std::slice::from_raw_parts(m.ptr as usize as *const u32, n) };
+    ensure!(host == data.as_slice(), "managed memory read on the host differs");
+    // SAFETY: as above.
+    unsafe { managed.deallocate(m, StreamRef::from(&s)) }?;
+    Ok(())
+}
+
+fn default_allocator_and_c_interface() -> TestResult {
+    let ctx = ctx()?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let default = pool::default_memory_pool(&ctx.device())?;
+    let before = default.used_bytes();
+    let m = pool::alloc(1000, &s)?;
+    ensure_eq!(default.used_bytes(), before + 1024);
+    drop(m);
+    ensure_eq!(default.used_bytes(), before);
+    let h = pool::capi::cuda_core_get_allocator_handle();
+    ensure!(!h.is_null(), "no handle: {:?}", pool::capi::last_error());
+    // SAFETY: the handle is live until destroyed; the pointer is freed before that.
+    unsafe {
+        let p = pool::capi::cuda_core_malloc(h, 4096);
+        ensure!(!p.is_null(), "C malloc failed: {:?}", pool::capi::last_error());
+        let data = pattern(1024, 3);
+        upload(p as sys::CUdeviceptr, &data, &s)?;
+        ensure!(download(p as sys::CUdeviceptr, 1024, &s)? == data, "data through the C interface differs");
+        ensure_eq!(default.used_bytes(), before + 4096);
+        pool::capi::cuda_core_free(h, p);
+        pool::capi::cuda_core_destroy_allocator_handle(h);
+    }
+    ensure_eq!(default.used_bytes(), before);
+    Ok(())
+}
