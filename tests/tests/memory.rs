@@ -31,6 +31,7 @@ fn main() {
         gpu("pitched_2d_copies_and_memset", pitched_2d_copies_and_memset),
         gpu("arrays_1d_2d_3d_layered_cubemap", arrays_1d_2d_3d_layered_cubemap),
         gpu("mipmapped_arrays", mipmapped_arrays),
+        gpu("device_array_and_pitched_copies", device_array_and_pitched_copies),
         gpu("pointer_attributes_and_address_ranges", pointer_attributes_and_address_ranges),
         multi_gpu("peer_copies_between_devices", 2, peer_copies_between_devices),
     ]);
@@ -361,6 +362,46 @@ fn mipmapped_arrays() -> TestResult {
     }
     invalid(m.level(4), "level past the last")?;
     invalid(MipmappedArray::new(&ctx, &desc, 0), "zero levels")?;
+    Ok(())
+}
+
+fn device_array_and_pitched_copies() -> TestResult {
+    let ctx = ctx()?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let desc = ArrayDescriptor {
+        width: 24,
+        height: 10,
+        depth: 3,
+        format: sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32,
+        num_channels: 1,
+        flags: ArrayFlags::empty(),
+    };
+    let n = 24 * 10 * 3;
+    let src: Vec<u32> = (0..n as u32).map(|i| i ^ 0x5a5a).collect();
+    let dev = DeviceBuffer::from_slice(&ctx, &src)?;
+    let mut a = Array::new(&ctx, &desc)?;
+    a.copy_from_device(&dev.view())?;
+    let mut b = Array::new(&ctx, &desc)?;
+    b.copy_from_array(&a)?;
+    let mut out = DeviceBuffer::<u32>::zeroed(&ctx, n)?;
+    b.copy_to_device_async(&mut out.view_mut(), &s)?;
+    s.synchronize()?;
+    ensure_eq!(out.to_vec()?, src);
+    invalid(a.copy_from_device(&dev.slice(1..)?), "short device source for an array")?;
+    let other = Array::new(&ctx, &ArrayDescriptor { width: 23, ..desc })?;
+    invalid(b.copy_from_array(&other), "arrays of different extents")?;
+    // Dense device matrix -> pitched -> pitched -> dense.
+    let (w, h) = (24usize, 30usize);
+    let mut p = PitchedBuffer::<u32>::new(&ctx, w, h)?;
+    p.copy_from_device(&dev.slice(0..w * h)?)?;
+    let mut q = PitchedBuffer::<u32>::new(&ctx, w, h)?;
+    q.copy_from_pitched(&p)?;
+    let mut dense = DeviceBuffer::<u32>::zeroed(&ctx, w * h)?;
+    q.copy_to_device_async(&mut dense.view_mut(), &s)?;
+    s.synchronize()?;
+    ensure_eq!(dense.to_vec()?, src[..w * h].to_vec());
+    let narrow = PitchedBuffer::<u32>::new(&ctx, w - 1, h)?;
+    invalid(q.copy_from_pitched(&narrow), "pitched buffers of different widths")?;
     Ok(())
 }
 

@@ -240,8 +240,12 @@ impl Array {
         Ok(ArrayMemoryRequirements { size: r.size, alignment: r.alignment })
     }
 
-    /// A whole-array copy descriptor, checking that the host data has the array's size.
-    fn host_copy<T: Pod>(&self, operation: &'static str, host_len: usize) -> Result<sys::CUDA_MEMCPY3D> {
+    /// A whole-array copy descriptor, checking that the other side holds `len` elements of `T`.
+    pub(super) fn whole_copy<T: Pod>(
+        &self,
+        operation: &'static str,
+        host_len: usize,
+    ) -> Result<sys::CUDA_MEMCPY3D> {
         let d = self.descriptor()?;
         let element = d.element_bytes().ok_or_else(|| {
             Error::invalid(operation, "whole-array copies support the plain integer and float formats only")
@@ -252,7 +256,7 @@ impl Array {
             return Err(Error::invalid(
                 operation,
                 format!(
-                    "the host data holds {} bytes but the array {bytes}",
+                    "the other side holds {} bytes but the array {bytes}",
                     host_len * std::mem::size_of::<T>()
                 ),
             ));
@@ -266,7 +270,7 @@ impl Array {
     }
 
     fn h2a<T: Pod>(&self, operation: &'static str, src: &[T]) -> Result<sys::CUDA_MEMCPY3D> {
-        let mut c = self.host_copy::<T>(operation, src.len())?;
+        let mut c = self.whole_copy::<T>(operation, src.len())?;
         c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
         c.srcHost = src.as_ptr().cast();
         c.srcPitch = c.WidthInBytes;
@@ -277,7 +281,7 @@ impl Array {
     }
 
     fn a2h<T: Pod>(&self, operation: &'static str, dst: &mut [T]) -> Result<sys::CUDA_MEMCPY3D> {
-        let mut c = self.host_copy::<T>(operation, dst.len())?;
+        let mut c = self.whole_copy::<T>(operation, dst.len())?;
         c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_ARRAY;
         c.srcArray = self.raw;
         c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;

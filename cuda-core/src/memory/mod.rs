@@ -19,6 +19,7 @@
 
 mod array;
 mod copy;
+mod copy3d;
 mod device;
 mod host;
 mod managed;
@@ -31,6 +32,7 @@ pub use array::{
     Array, ArrayDescriptor, ArrayFlags, ArrayMemoryRequirements, BorrowedArray, MipmappedArray,
     SparseProperties,
 };
+pub use copy3d::{memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer};
 pub use device::DeviceBuffer;
 pub use host::{HostAllocFlags, HostRegisterFlags, PinnedHostBuffer, RegisteredHostMemory};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};

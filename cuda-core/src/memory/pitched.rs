@@ -75,6 +75,11 @@ impl<T: Pod> PitchedBuffer<T> {
         self.height
     }
 
+    /// The context the memory belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
     fn row_bytes(&self) -> usize {
         self.width * std::mem::size_of::<T>()
     }
