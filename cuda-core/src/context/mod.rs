@@ -18,6 +18,22 @@
 //! `Drop` cannot return an error. Such errors are kept in the context they belong to: the next
 //! call made through that context returns the oldest one (once), and
 //! [`Context::take_deferred_errors`] reads them all.
+//!
+//! ```no_run
+//! use cuda_core::{Context, ContextFlags, Device};
+//! # fn main() -> cuda_core::Result<()> {
+//! let device = Device::get(0)?;
+//! let primary = Context::primary(&device)?;
+//! primary.bind_to_thread()?;
+//! let other = Context::create(&device, ContextFlags::SCHED_BLOCKING_SYNC)?;
+//! {
+//!     let _guard = other.push()?; // `other` is current until the guard drops
+//! }
+//! for e in primary.take_deferred_errors() {
+//!     eprintln!("kept from a drop: {e}");
+//! }
+//! # Ok(()) }
+//! ```
 
 mod config;
 

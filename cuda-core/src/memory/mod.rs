@@ -16,6 +16,22 @@
 //! A stream-ordered copy to or from a host slice (`*_async` taking `&[T]` or `&mut [T]`) is
 //! `unsafe`: the copy runs after the call returns, so the slice must stay alive and untouched
 //! until the stream has passed it, which the borrow checker cannot see.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+//! # fn main() -> cuda_core::Result<()> {
+//! let ctx = Context::primary(&Device::get(0)?)?;
+//! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+//! let mut buf = DeviceBuffer::<u32>::from_slice(&ctx, &[1, 2, 3, 4])?;
+//! buf.slice_mut(2..)?.memset_d32_async(7, &stream)?;
+//! stream.synchronize()?;
+//! assert_eq!(buf.to_vec()?, [1, 2, 7, 7]);
+//! // Mistakes are caught before any call: lengths differ here.
+//! assert!(buf.copy_from(&[0; 3]).is_err());
+//! # Ok(()) }
+//! ```
 
 mod array;
 mod copy;

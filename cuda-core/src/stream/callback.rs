@@ -43,6 +43,18 @@ impl Stream {
     /// fail or deadlock. If `f` panics, the panic is caught and reported as
     /// [`Error::CallbackPanicked`] by the next call through this context (for instance
     /// [`Stream::synchronize`]).
+    ///
+    /// ```no_run
+    /// # use cuda_core::{Context, Device, Stream, StreamFlags};
+    /// # fn main() -> cuda_core::Result<()> {
+    /// # let ctx = Context::primary(&Device::get(0)?)?;
+    /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// stream.launch_host_func(move || tx.send("copies done").unwrap_or(()))?;
+    /// stream.synchronize()?;
+    /// assert_eq!(rx.try_recv().ok(), Some("copies done"));
+    /// # Ok(()) }
+    /// ```
     pub fn launch_host_func<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
         let ctx = self.context();
         ctx.take_deferred()?;
