@@ -18,6 +18,8 @@ fn main() {
         gpu("cache_config_and_priorities", cache_config_and_priorities),
         gpu("version_id_flags_affinity", version_id_flags_affinity),
         gpu("drop_errors_are_kept_and_reported_once", drop_errors_are_kept_and_reported_once),
+        gpu("primary_flags_round_trip", primary_flags_round_trip),
+        gpu("flush_gpu_direct_rdma_writes_follows_support", flush_gpu_direct_rdma_writes_follows_support),
     ]);
 }
 
@@ -155,5 +157,31 @@ fn drop_errors_are_kept_and_reported_once() -> TestResult {
     }
     ctx.synchronize()?;
     ensure!(ctx.take_deferred_errors().is_empty(), "the error was reported twice");
+    Ok(())
+}
+
+fn primary_flags_round_trip() -> TestResult {
+    let d = Device::get(0)?;
+    Context::set_primary_flags(&d, ContextFlags::SCHED_BLOCKING_SYNC)?;
+    let state = Context::primary_state(&d)?;
+    ensure!(state.flags.contains(ContextFlags::SCHED_BLOCKING_SYNC), "flags {:?}", state.flags);
+    let ctx = Context::primary(&d)?;
+    ensure!(Context::primary_state(&d)?.active, "retained primary context inactive");
+    ensure!(ctx.flags()?.contains(ContextFlags::SCHED_BLOCKING_SYNC), "flags {:?}", ctx.flags()?);
+    Ok(())
+}
+
+fn flush_gpu_direct_rdma_writes_follows_support() -> TestResult {
+    use cuda_core::device::{FlushGpuDirectRdmaWritesScope, flush_gpu_direct_rdma_writes};
+    let d = Device::get(0)?;
+    let ctx = Context::primary(&d)?;
+    ctx.bind_to_thread()?;
+    let options = d.gpu_direct_rdma_flush_writes_options()?;
+    let r = flush_gpu_direct_rdma_writes(FlushGpuDirectRdmaWritesScope::ToOwner);
+    if options & 1 != 0 {
+        r?;
+    } else {
+        ensure!(r.is_err(), "flush succeeded on a device that reports no support");
+    }
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! attributes, memory operations, capture status.
 
 use cuda_core::stream::{
-    AccessPolicyWindow, AccessProperty, CaptureStatus, StreamWaitValueFlags, StreamWriteValueFlags,
+    AccessPolicyWindow, AccessProperty, CaptureStatus, MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags,
+    StreamWriteValueFlags,
 };
 use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, Stream, StreamFlags};
 use cuda_driver_sys as sys;
@@ -21,6 +22,7 @@ fn main() {
         gpu("wait_event_orders_two_streams", wait_event_orders_two_streams),
         gpu("query_reports_pending_work", query_reports_pending_work),
         gpu("write_and_wait_value", write_and_wait_value),
+        gpu("batch_mem_ops_run_in_order", batch_mem_ops_run_in_order),
         gpu("access_policy_window_round_trip", access_policy_window_round_trip),
         gpu("priority_attribute_round_trip", priority_attribute_round_trip),
         gpu("capture_status_follows_capture", capture_status_follows_capture),
@@ -168,6 +170,35 @@ fn write_and_wait_value() -> TestResult {
     let v = flags.to_vec()?;
     ensure_eq!(v[0] & 0xffff_ffff, 1);
     ensure_eq!(v[1], 0x1234_5678_9abc_def0);
+    Ok(())
+}
+
+fn batch_mem_ops_run_in_order() -> TestResult {
+    let ctx = ctx()?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let words = DeviceBuffer::<u64>::zeroed(&ctx, 3)?;
+    let base = words.as_raw();
+    let ops = [
+        StreamMemOp::WriteValue32 { address: base, value: 5, flags: StreamWriteValueFlags::empty() },
+        StreamMemOp::WaitValue32 { address: base, value: 5, flags: StreamWaitValueFlags::EQ },
+        StreamMemOp::WriteValue64 {
+            address: base + 8,
+            value: u64::MAX - 1,
+            flags: StreamWriteValueFlags::empty(),
+        },
+        StreamMemOp::Barrier { system: false },
+        StreamMemOp::WaitValue64 { address: base + 8, value: u64::MAX - 1, flags: StreamWaitValueFlags::EQ },
+        StreamMemOp::WriteValue64 { address: base + 16, value: 77, flags: StreamWriteValueFlags::empty() },
+    ];
+    // SAFETY: every address is an aligned word of `words`, alive until the synchronization;
+    // every wait is satisfied by an earlier write of the same batch.
+    unsafe { s.batch_mem_ops(&ops)? };
+    s.synchronize()?;
+    ensure_eq!(words.to_vec()?, vec![5, u64::MAX - 1, 77]);
+    let too_many = vec![StreamMemOp::Barrier { system: false }; MAX_BATCH_MEM_OPS + 1];
+    // SAFETY: refused before any call.
+    let refused = unsafe { s.batch_mem_ops(&too_many) };
+    ensure!(matches!(refused, Err(Error::InvalidArgument { .. })), "an oversized batch was accepted");
     Ok(())
 }
 

@@ -17,6 +17,13 @@
 //! `unsafe`: the copy runs after the call returns, so the slice must stay alive and untouched
 //! until the stream has passed it, which the borrow checker cannot see.
 //!
+//! # Synchronous copies and memsets
+//!
+//! The forms without a stream (`copy_from`, `copy_to`, `memset_d32`, ...) run on the legacy
+//! default stream, as their C counterparts do: they are ordered after, and before, work on
+//! blocking streams, but not work on streams made with `StreamFlags::NON_BLOCKING`. Order such
+//! work with the `_async` forms on the same stream, or synchronize the context in between.
+//!
 //! # Example
 //!
 //! ```no_run

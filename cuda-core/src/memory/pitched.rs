@@ -202,6 +202,26 @@ impl<T: Pod> PitchedBuffer<T> {
         check("cuMemsetD2D32", unsafe { sys::cuMemsetD2D32(self.ptr, self.pitch, value, w, self.height) })
     }
 
+    /// [`PitchedBuffer::memset_d8`] in `stream`'s order
+    /// ([`cuMemsetD2D8Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memset_d8_async(&mut self, value: u8, stream: &Stream) -> Result<()> {
+        let w = self.units("PitchedBuffer::memset_d8_async", 1)?;
+        // SAFETY: as memset_d8; device memory is freed only after queued work.
+        check("cuMemsetD2D8Async", unsafe {
+            sys::cuMemsetD2D8Async(self.ptr, self.pitch, value, w, self.height, stream.as_raw())
+        })
+    }
+
+    /// [`PitchedBuffer::memset_d16`] in `stream`'s order
+    /// ([`cuMemsetD2D16Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn memset_d16_async(&mut self, value: u16, stream: &Stream) -> Result<()> {
+        let w = self.units("PitchedBuffer::memset_d16_async", 2)?;
+        // SAFETY: as memset_d16; device memory is freed only after queued work.
+        check("cuMemsetD2D16Async", unsafe {
+            sys::cuMemsetD2D16Async(self.ptr, self.pitch, value, w, self.height, stream.as_raw())
+        })
+    }
+
     /// [`PitchedBuffer::memset_d32`] in `stream`'s order
     /// ([`cuMemsetD2D32Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn memset_d32_async(&mut self, value: u32, stream: &Stream) -> Result<()> {

@@ -31,6 +31,103 @@ bitflags! {
     }
 }
 
+/// The most operations one [`Stream::batch_mem_ops`] call takes.
+pub const MAX_BATCH_MEM_OPS: usize = 256;
+
+/// One operation of [`Stream::batch_mem_ops`] (`CUstreamBatchMemOpParams`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamMemOp {
+    /// Wait until the 32-bit value at `address` satisfies the comparison with `value`.
+    WaitValue32 {
+        /// A 4-byte-aligned device address.
+        address: sys::CUdeviceptr,
+        /// The value compared with.
+        value: u32,
+        /// The comparison.
+        flags: StreamWaitValueFlags,
+    },
+    /// Wait until the 64-bit value at `address` satisfies the comparison with `value`.
+    WaitValue64 {
+        /// An 8-byte-aligned device address.
+        address: sys::CUdeviceptr,
+        /// The value compared with.
+        value: u64,
+        /// The comparison.
+        flags: StreamWaitValueFlags,
+    },
+    /// Write a 32-bit value to `address`.
+    WriteValue32 {
+        /// A 4-byte-aligned device address.
+        address: sys::CUdeviceptr,
+        /// The value written.
+        value: u32,
+        /// Barrier behaviour.
+        flags: StreamWriteValueFlags,
+    },
+    /// Write a 64-bit value to `address`.
+    WriteValue64 {
+        /// An 8-byte-aligned device address.
+        address: sys::CUdeviceptr,
+        /// The value written.
+        value: u64,
+        /// Barrier behaviour.
+        flags: StreamWriteValueFlags,
+    },
+    /// Flush remote (RDMA) writes before later operations.
+    FlushRemoteWrites,
+    /// A memory barrier over the whole system (`true`) or the GPU only (`false`).
+    Barrier {
+        /// `CU_STREAM_MEMORY_BARRIER_TYPE_SYS` when true, `_GPU` when false.
+        system: bool,
+    },
+}
+
+impl StreamMemOp {
+    fn to_raw(self) -> sys::CUstreamBatchMemOpParams {
+        use sys::CUstreamBatchMemOpType as T;
+        // SAFETY: plain C unions; all zeroes is a valid value.
+        let mut p: sys::CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
+        match self {
+            StreamMemOp::WaitValue32 { address, value, flags } => {
+                p.waitValue.operation = T::CU_STREAM_MEM_OP_WAIT_VALUE_32;
+                p.waitValue.address = address;
+                p.waitValue.__bindgen_anon_1.value = value;
+                p.waitValue.flags = flags.bits();
+            }
+            StreamMemOp::WaitValue64 { address, value, flags } => {
+                p.waitValue.operation = T::CU_STREAM_MEM_OP_WAIT_VALUE_64;
+                p.waitValue.address = address;
+                p.waitValue.__bindgen_anon_1.value64 = value;
+                p.waitValue.flags = flags.bits();
+            }
+            StreamMemOp::WriteValue32 { address, value, flags } => {
+                p.writeValue.operation = T::CU_STREAM_MEM_OP_WRITE_VALUE_32;
+                p.writeValue.address = address;
+                p.writeValue.__bindgen_anon_1.value = value;
+                p.writeValue.flags = flags.bits();
+            }
+            StreamMemOp::WriteValue64 { address, value, flags } => {
+                p.writeValue.operation = T::CU_STREAM_MEM_OP_WRITE_VALUE_64;
+                p.writeValue.address = address;
+                p.writeValue.__bindgen_anon_1.value64 = value;
+                p.writeValue.flags = flags.bits();
+            }
+            StreamMemOp::FlushRemoteWrites => {
+                p.flushRemoteWrites.operation = T::CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES;
+            }
+            StreamMemOp::Barrier { system } => {
+                p.memoryBarrier.operation = T::CU_STREAM_MEM_OP_BARRIER;
+                p.memoryBarrier.flags = if system {
+                    sys::CUstreamMemoryBarrier_flags::CU_STREAM_MEMORY_BARRIER_TYPE_SYS.0
+                } else {
+                    sys::CUstreamMemoryBarrier_flags::CU_STREAM_MEMORY_BARRIER_TYPE_GPU.0
+                };
+            }
+        }
+        p
+    }
+}
+
 impl Stream {
     /// Makes later work on the stream wait until the 32-bit value at `addr` satisfies the
     /// comparison with `value` (by default `*addr >= value`, wrapping)
@@ -109,19 +206,31 @@ impl Stream {
         })
     }
 
-    /// Queues a batch of wait/write/flush operations in one call
+    /// Queues a batch of memory operations in one call; at most [`MAX_BATCH_MEM_OPS`]
     /// ([`cuStreamBatchMemOp`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEMOP.html)).
+    /// The operations are built on the stack: nothing is allocated.
     ///
     /// # Safety
     ///
-    /// Every operation must be fully initialised and name addresses that satisfy the contracts
-    /// of [`Stream::wait_value_32`] and [`Stream::write_value_32`].
-    pub unsafe fn batch_mem_op(&self, ops: &mut [sys::CUstreamBatchMemOpParams]) -> Result<()> {
-        let count = u32::try_from(ops.len())
-            .map_err(|_| crate::Error::invalid("Stream::batch_mem_op", "more than u32::MAX operations"))?;
-        // SAFETY: the caller guarantees the operations; the count matches the slice.
+    /// Every address must satisfy the contract of [`Stream::wait_value_32`] or
+    /// [`Stream::write_value_32`] (or their 64-bit forms) for its operation.
+    pub unsafe fn batch_mem_ops(&self, ops: &[StreamMemOp]) -> Result<()> {
+        if ops.is_empty() || ops.len() > MAX_BATCH_MEM_OPS {
+            return Err(crate::Error::invalid(
+                "Stream::batch_mem_ops",
+                format!("{} operations; give between 1 and {MAX_BATCH_MEM_OPS}", ops.len()),
+            ));
+        }
+        // SAFETY: plain C unions; all zeroes is a valid value.
+        let mut raw: [sys::CUstreamBatchMemOpParams; MAX_BATCH_MEM_OPS] = unsafe { std::mem::zeroed() };
+        for (slot, op) in raw.iter_mut().zip(ops) {
+            *slot = op.to_raw();
+        }
+        // The length was checked against MAX_BATCH_MEM_OPS above.
+        let count = ops.len() as u32;
+        // SAFETY: the caller guarantees the addresses; `count` initialised operations.
         check("cuStreamBatchMemOp", unsafe {
-            sys::cuStreamBatchMemOp(self.as_raw(), count, ops.as_mut_ptr(), 0)
+            sys::cuStreamBatchMemOp(self.as_raw(), count, raw.as_mut_ptr(), 0)
         })
     }
 }

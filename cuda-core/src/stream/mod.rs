@@ -9,7 +9,7 @@ mod callback;
 mod memops;
 
 pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus};
-pub use memops::{StreamWaitValueFlags, StreamWriteValueFlags};
+pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
 
 use crate::context::Context;
 use crate::error::{Result, check};
