@@ -434,7 +434,7 @@ fn peer_copies_between_devices() -> TestResult {
     let mut b = DeviceBuffer::<u32>::zeroed(&c1, 4096)?;
     b.copy_from_device(&a)?;
     ensure_eq!(b.to_vec()?, a.to_vec()?);
-    let s = Stream::new(&c1, StreamFlags::NON_BLOCKING)?;
+    let s = Stream::new(&c0, StreamFlags::NON_BLOCKING)?;
     let mut c = DeviceBuffer::<u32>::zeroed(&c0, 4096)?;
     c.copy_from_device_async(&b, &s)?;
     s.synchronize()?;
