@@ -3,8 +3,11 @@
 //! See NVIDIA's [Domains](https://nvidia.github.io/NVTX/doxygen/group___d_o_m_a_i_n_s.html) and
 //! [String Registration](https://nvidia.github.io/NVTX/doxygen/group___s_t_r_i_n_g___r_e_g_i_s_t_r_a_t_i_o_n.html).
 
+use super::text::skip_copy;
 use super::{DomainRange, DomainStartedRange, EventAttributes, Text};
 use nvtx_sys as sys;
+use nvtx_sys::NvtxCallbackIdCore2;
+use nvtx_sys::protocol::Module;
 use std::marker::PhantomData;
 
 /// An NVTX domain (`nvtxDomainCreateA`), destroyed (`nvtxDomainDestroy`) when dropped.
@@ -68,7 +71,10 @@ impl Domain {
     }
 
     /// Marks an instant named `message` in this domain (`nvtxDomainMarkEx`).
-    pub fn mark(&self, message: &(impl Text + ?Sized)) {
+    pub fn mark<T: Text + ?Sized>(&self, message: &T) {
+        if skip_copy::<T>(Module::CORE2, NvtxCallbackIdCore2::NVTX_CBID_CORE2_DomainMarkEx.0) {
+            return;
+        }
         message.with_c_str(|m| self.mark_with(&EventAttributes::new().message(m)));
     }
 
@@ -79,7 +85,10 @@ impl Domain {
     }
 
     /// Opens a thread range named `message` in this domain (`nvtxDomainRangePushEx`).
-    pub fn push_range(&self, message: &(impl Text + ?Sized)) -> DomainRange<'_> {
+    pub fn push_range<T: Text + ?Sized>(&self, message: &T) -> DomainRange<'_> {
+        if let Some(skipped) = DomainRange::skipped::<T>(self) {
+            return skipped;
+        }
         message.with_c_str(|m| DomainRange::push(self, &EventAttributes::new().message(m)))
     }
 
@@ -89,7 +98,10 @@ impl Domain {
     }
 
     /// Starts a process range named `message` in this domain (`nvtxDomainRangeStartEx`).
-    pub fn start_range(&self, message: &(impl Text + ?Sized)) -> DomainStartedRange<'_> {
+    pub fn start_range<T: Text + ?Sized>(&self, message: &T) -> DomainStartedRange<'_> {
+        if let Some(skipped) = DomainStartedRange::skipped::<T>(self) {
+            return skipped;
+        }
         message.with_c_str(|m| DomainStartedRange::start(self, &EventAttributes::new().message(m)))
     }
 

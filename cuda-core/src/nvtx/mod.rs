@@ -44,7 +44,10 @@ use nvtx_sys as sys;
 /// Marks an instant named `message`
 /// ([`nvtxMarkA`](https://nvidia.github.io/NVTX/doxygen/group___m_a_r_k_e_r_s___a_n_d___r_a_n_g_e_s.html)).
 #[inline]
-pub fn mark(message: &(impl Text + ?Sized)) {
+pub fn mark<T: Text + ?Sized>(message: &T) {
+    if text::skip_copy::<T>(sys::protocol::Module::CORE, sys::NvtxCallbackIdCore::NVTX_CBID_CORE_MarkA.0) {
+        return;
+    }
     // SAFETY: a NUL-terminated string that lives through the call.
     message.with_c_str(|m| unsafe { sys::nvtxMarkA(m.as_ptr()) });
 }

@@ -2,10 +2,16 @@
 //!
 //! See NVIDIA's [Markers and Ranges](https://nvidia.github.io/NVTX/doxygen/group___m_a_r_k_e_r_s___a_n_d___r_a_n_g_e_s.html).
 
+use super::text::skip_copy;
 use super::{Domain, EventAttributes, Text};
 use nvtx_sys as sys;
+use nvtx_sys::protocol::Module;
+use nvtx_sys::{NvtxCallbackIdCore, NvtxCallbackIdCore2};
 use std::ffi::c_int;
 use std::marker::PhantomData;
+
+/// What `nvtxRangePush*` returns without a tool.
+const NO_TOOL_LEVEL: c_int = -2;
 
 /// A thread range (`nvtxRangePush*`), popped (`nvtxRangePop`) when dropped.
 ///
@@ -19,9 +25,13 @@ pub struct Range {
 
 /// Opens a thread range named `message` on this thread (`nvtxRangePushA`).
 #[inline]
-pub fn push_range(message: &(impl Text + ?Sized)) -> Range {
-    // SAFETY: a NUL-terminated string that lives through the call.
-    let level = message.with_c_str(|m| unsafe { sys::nvtxRangePushA(m.as_ptr()) });
+pub fn push_range<T: Text + ?Sized>(message: &T) -> Range {
+    let level = if skip_copy::<T>(Module::CORE, NvtxCallbackIdCore::NVTX_CBID_CORE_RangePushA.0) {
+        NO_TOOL_LEVEL
+    } else {
+        // SAFETY: a NUL-terminated string that lives through the call.
+        message.with_c_str(|m| unsafe { sys::nvtxRangePushA(m.as_ptr()) })
+    };
     Range { level, _not_send: PhantomData }
 }
 
@@ -59,9 +69,13 @@ pub struct StartedRange {
 
 /// Starts a process range named `message` (`nvtxRangeStartA`).
 #[inline]
-pub fn start_range(message: &(impl Text + ?Sized)) -> StartedRange {
-    // SAFETY: a NUL-terminated string that lives through the call.
-    let id = message.with_c_str(|m| unsafe { sys::nvtxRangeStartA(m.as_ptr()) });
+pub fn start_range<T: Text + ?Sized>(message: &T) -> StartedRange {
+    let id = if skip_copy::<T>(Module::CORE, NvtxCallbackIdCore::NVTX_CBID_CORE_RangeStartA.0) {
+        0
+    } else {
+        // SAFETY: a NUL-terminated string that lives through the call.
+        message.with_c_str(|m| unsafe { sys::nvtxRangeStartA(m.as_ptr()) })
+    };
     StartedRange { id }
 }
 
@@ -102,6 +116,17 @@ pub struct DomainRange<'d> {
 }
 
 impl<'d> DomainRange<'d> {
+    /// The range of a push that was skipped: no tool implements `nvtxDomainRangePushEx`.
+    pub(super) fn skipped<T: Text + ?Sized>(domain: &'d Domain) -> Option<Self> {
+        let id = NvtxCallbackIdCore2::NVTX_CBID_CORE2_DomainRangePushEx.0;
+        // Built only when skipping: a guard built and dropped here would pop.
+        skip_copy::<T>(Module::CORE2, id).then(|| DomainRange {
+            domain,
+            level: NO_TOOL_LEVEL,
+            _not_send: PhantomData,
+        })
+    }
+
     pub(super) fn push(domain: &'d Domain, attributes: &EventAttributes<'_>) -> Self {
         // SAFETY: the domain handle is live for 'd; the attributes are valid.
         let level = unsafe { sys::nvtxDomainRangePushEx(domain.as_raw(), attributes.as_raw()) };
@@ -132,6 +157,13 @@ pub struct DomainStartedRange<'d> {
 }
 
 impl<'d> DomainStartedRange<'d> {
+    /// The range of a start that was skipped: no tool implements `nvtxDomainRangeStartEx`.
+    pub(super) fn skipped<T: Text + ?Sized>(domain: &'d Domain) -> Option<Self> {
+        let id = NvtxCallbackIdCore2::NVTX_CBID_CORE2_DomainRangeStartEx.0;
+        // Built only when skipping: a guard built and dropped here would end a range.
+        skip_copy::<T>(Module::CORE2, id).then(|| DomainStartedRange { domain, id: 0 })
+    }
+
     pub(super) fn start(domain: &'d Domain, attributes: &EventAttributes<'_>) -> Self {
         // SAFETY: the domain handle is live for 'd; the attributes are valid.
         let id = unsafe { sys::nvtxDomainRangeStartEx(domain.as_raw(), attributes.as_raw()) };

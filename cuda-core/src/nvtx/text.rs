@@ -11,11 +11,18 @@ const STACK_BYTES: usize = 256;
 ///
 /// NVTX messages are C strings: a Rust string with an interior NUL is cut at that NUL.
 pub trait Text {
+    /// Whether [`with_c_str`](Self::with_c_str) copies the text. Calls taking copying text
+    /// first check that a tool implements the function, so that without a tool they copy
+    /// nothing.
+    const COPIES: bool;
+
     /// Calls `f` with the text as a C string.
     fn with_c_str<R>(&self, f: impl FnOnce(&CStr) -> R) -> R;
 }
 
 impl Text for CStr {
+    const COPIES: bool = false;
+
     #[inline]
     fn with_c_str<R>(&self, f: impl FnOnce(&CStr) -> R) -> R {
         f(self)
@@ -23,6 +30,8 @@ impl Text for CStr {
 }
 
 impl Text for CString {
+    const COPIES: bool = false;
+
     #[inline]
     fn with_c_str<R>(&self, f: impl FnOnce(&CStr) -> R) -> R {
         f(self.as_c_str())
@@ -30,6 +39,8 @@ impl Text for CString {
 }
 
 impl Text for str {
+    const COPIES: bool = true;
+
     #[inline]
     fn with_c_str<R>(&self, f: impl FnOnce(&CStr) -> R) -> R {
         let bytes = self.as_bytes();
@@ -60,6 +71,8 @@ impl Text for str {
 }
 
 impl Text for String {
+    const COPIES: bool = true;
+
     #[inline]
     fn with_c_str<R>(&self, f: impl FnOnce(&CStr) -> R) -> R {
         self.as_str().with_c_str(f)
@@ -67,10 +80,18 @@ impl Text for String {
 }
 
 impl<T: Text + ?Sized> Text for &T {
+    const COPIES: bool = T::COPIES;
+
     #[inline]
     fn with_c_str<R>(&self, f: impl FnOnce(&CStr) -> R) -> R {
         (**self).with_c_str(f)
     }
+}
+
+/// True when `T` would be copied for a function no tool implements: the call can be skipped.
+#[inline(always)]
+pub(super) fn skip_copy<T: Text + ?Sized>(module: nvtx_sys::protocol::Module, id: u32) -> bool {
+    T::COPIES && nvtx_sys::protocol::slot(module, id).is_none()
 }
 
 #[cfg(test)]
