@@ -1,6 +1,7 @@
 //! Kernel launches: results read back for plain, dynamic-shared-memory, cooperative, cluster,
 //! priority and programmatic-serialization launches, on several kinds of stream.
 
+#[path = "kernels/mod.rs"]
 mod kernels;
 
 use cuda_core::driver_sys as sys;

@@ -1,6 +1,7 @@
 //! Modules, JIT options and logs, functions and their attributes, globals, the linker,
 //! libraries and their kernels.
 
+#[path = "kernels/mod.rs"]
 mod kernels;
 
 use cuda_core::module::{
@@ -139,6 +140,7 @@ fn linker_output_loads_as_a_cubin_module() -> TestResult {
 }
 
 fn library_kernels_launch_in_the_stream_context() -> TestResult {
+    let ctx = context()?;
     let library = Library::from_ptx(kernels::PTX, &JitOptions::new())?;
     let mut names = library.kernels()?.iter().map(|k| k.name()).collect::<Result<Vec<_>, _>>()?;
     names.sort();
@@ -146,7 +148,6 @@ fn library_kernels_launch_in_the_stream_context() -> TestResult {
     let saxpy = library.kernel("saxpy")?;
     ensure_eq!(saxpy.name()?, "saxpy");
     ensure_eq!(saxpy.param_info(3)?, Some((16, 8)));
-    let ctx = context()?;
     let device = ctx.device();
     ensure!(saxpy.attribute(FunctionAttribute::NumRegs, &device)? > 0, "registers are known per device");
     saxpy.set_attribute(FunctionAttribute::MaxDynamicSharedSizeBytes, 1024, &device)?;

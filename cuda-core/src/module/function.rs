@@ -131,8 +131,17 @@ impl<'m> Function<'m> {
     /// `raw` must be a live function that stays loaded for `'m`.
     pub unsafe fn from_raw(raw: sys::CUfunction) -> Result<Function<'m>> {
         let mut f = Function { raw, max_threads_per_block: 0, _code: PhantomData };
-        f.max_threads_per_block =
-            u32::try_from(f.attribute(FunctionAttribute::MaxThreadsPerBlock)?).unwrap_or(0);
+        let mut value = 0;
+        // SAFETY: a live function and one out-parameter.
+        let status = unsafe {
+            sys::cuFuncGetAttribute(&mut value, FunctionAttribute::MaxThreadsPerBlock.as_raw(), raw)
+        };
+        // Under lazy loading an enumerated function may not be loaded yet; its limit stays
+        // unknown (0) and the driver checks the block size at launch instead.
+        if status != sys::CUresult::CUDA_ERROR_FUNCTION_NOT_LOADED {
+            check("cuFuncGetAttribute", status)?;
+            f.max_threads_per_block = u32::try_from(value).unwrap_or(0);
+        }
         Ok(f)
     }
 
@@ -142,7 +151,8 @@ impl<'m> Function<'m> {
         self.raw
     }
 
-    /// The largest block this function launches with, read when it was looked up.
+    /// The largest block this function launches with, read when it was looked up; 0 when it
+    /// was not loaded then (lazy loading), in which case the driver checks launches.
     #[inline]
     pub fn max_threads_per_block(&self) -> u32 {
         self.max_threads_per_block
@@ -150,12 +160,17 @@ impl<'m> Function<'m> {
 
     /// One attribute
     /// ([`cuFuncGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
+    /// A function that lazy loading has not loaded yet is loaded first.
     pub fn attribute(&self, attribute: FunctionAttribute) -> Result<i32> {
         let mut value = 0;
         // SAFETY: a live function and one out-parameter.
-        check("cuFuncGetAttribute", unsafe {
-            sys::cuFuncGetAttribute(&mut value, attribute.as_raw(), self.raw)
-        })?;
+        let mut status = unsafe { sys::cuFuncGetAttribute(&mut value, attribute.as_raw(), self.raw) };
+        if status == sys::CUresult::CUDA_ERROR_FUNCTION_NOT_LOADED {
+            self.load()?;
+            // SAFETY: as above.
+            status = unsafe { sys::cuFuncGetAttribute(&mut value, attribute.as_raw(), self.raw) };
+        }
+        check("cuFuncGetAttribute", status)?;
         Ok(value)
     }
 
