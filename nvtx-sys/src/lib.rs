@@ -4,7 +4,8 @@
 //! NVTX is header-only in C; there is no library to load. Each function reads its slot in the
 //! NVTX tool protocol (see [`protocol`]): with no tool attached it returns the documented default
 //! (`nvtxRangePush*`/`nvtxRangePop` return -2, `nvtxRangeStart*` returns 0, handles are null, the
-//! rest do nothing).
+//! rest do nothing). The first call in the process loads the tool that `NVTX_INJECTION64_PATH`
+//! names, as NVIDIA's headers do; [`protocol::injection`] says whether one attached, or why not.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 #[allow(missing_docs, unpredictable_function_pointer_comparisons, clippy::all, clippy::pedantic)]
