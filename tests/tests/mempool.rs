@@ -179,8 +179,12 @@ fn pool_and_pointer_shared_with_another_process() -> TestResult {
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let b = pool.alloc_async(WORDS * 4, &s)?;
     upload(b.as_raw(), &pattern(10), &s)?;
-    let data = pool.export_pointer(b.as_raw())?;
+    // The pool is exported before its allocations, as the driver expects.
     let fd = pool.export_to_fd()?;
+    let data = match pool.export_pointer(b.as_raw()) {
+        Ok(d) => d,
+        Err(e) => return Err(format!("{e}; {}", ipc_diagnosis(&ctx, &pool, b.as_raw())).into()),
+    };
     // The child gets the pool's descriptor as its standard input.
     let out = Command::new(std::env::current_exe()?)
         .env(CHILD_ENV, to_hex(&data))
@@ -197,6 +201,26 @@ fn pool_and_pointer_shared_with_another_process() -> TestResult {
     // The child read our pattern and wrote its own.
     ensure!(download(b.as_raw(), &s)? == pattern(20), "the child's write did not arrive");
     Ok(())
+}
+
+/// What the driver says about IPC support and the pointer, for a failure message.
+fn ipc_diagnosis(ctx: &Context, pool: &MemPool, ptr: sys::CUdeviceptr) -> String {
+    let types =
+        ctx.device().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES);
+    let mut owner: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: this attribute is a CUmemoryPool written through the pointer.
+    let status = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut owner as *mut sys::CUmemoryPool).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+            ptr,
+        )
+    };
+    format!(
+        "supported handle types {types:?}; pointer's pool {owner:?} ({}) vs {:?}",
+        status.name().unwrap_or("?"),
+        pool.as_raw()
+    )
 }
 
 fn child(hex: &str) -> Result<(), String> {

@@ -7,11 +7,12 @@
 use super::allocator::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
 use super::hooks::{self, HookEvent, Point};
 use super::shard::{GENERATION_MASK, Shard};
+use super::spin::{SpinGuard, SpinLock};
 use crate::{Error, Result};
 use cuda_driver_sys as sys;
 use std::panic::Location;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The pool's allocation unit: every request is rounded up to a multiple of it.
 pub const ALLOCATION_UNIT: usize = 512;
@@ -23,7 +24,7 @@ pub(crate) const SHARDS: usize = 64;
 const ZERO_TOKEN: u64 = u64::MAX;
 
 #[repr(align(128))]
-struct Padded(Mutex<Shard>);
+struct Padded(SpinLock<Shard>);
 
 /// Rounds `size` up to the allocation unit, or `None` on overflow.
 pub(crate) fn round_size(size: usize) -> Option<usize> {
@@ -91,7 +92,7 @@ pub(crate) struct PoolCore {
 impl PoolCore {
     pub(crate) fn new(upstream: Arc<dyn Allocator>, events: Arc<dyn StreamEvents>) -> Self {
         PoolCore {
-            shards: (0..SHARDS).map(|_| Padded(Mutex::new(Shard::default()))).collect(),
+            shards: (0..SHARDS).map(|_| Padded(SpinLock::new(Shard::default()))).collect(),
             total: AtomicUsize::new(0),
             limit: AtomicUsize::new(0),
             upstream,
@@ -100,10 +101,9 @@ impl PoolCore {
         }
     }
 
-    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
-        // A panic under the lock leaves the shard consistent (no step unwinds half-way through
-        // a change that matters for soundness), so a poisoned lock is still usable.
-        self.shards[shard].0.lock().unwrap_or_else(|p| p.into_inner())
+    #[inline]
+    fn lock(&self, shard: usize) -> SpinGuard<'_, Shard> {
+        self.shards[shard].0.lock()
     }
 
     fn event(
@@ -178,9 +178,9 @@ impl PoolCore {
         self.grow(s, key, size, rounded, stream, location)
     }
 
+    #[inline]
     fn take(shard: &mut Shard, s: usize, key: u64, rounded: usize) -> Option<DeviceAllocation> {
-        let (i, ptr) = shard.take(key, rounded)?;
-        let generation = shard.chunk(i).map_or(0, |c| c.generation);
+        let (i, ptr, generation) = shard.take(key, rounded)?;
         Some(DeviceAllocation { ptr, size: rounded, token: pack(s, generation, i) })
     }
 

@@ -176,6 +176,7 @@ impl MemoryPool {
         self.core.check_invariants()
     }
 
+    #[inline]
     #[track_caller]
     fn free_buffer(&self, allocation: DeviceAllocation, recorded: &[Stream]) -> Result<()> {
         match recorded {

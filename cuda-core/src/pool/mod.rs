@@ -23,6 +23,7 @@ mod memory_pool;
 mod pinned;
 mod report_hooks;
 mod shard;
+mod spin;
 mod upstream;
 
 pub use self::core::ALLOCATION_UNIT;

@@ -169,12 +169,21 @@ impl Shard {
 
     /// Best fit from `stream`'s arena: the smallest free chunk of at least `size` bytes, split
     /// when larger. Returns the chunk's slot and address, now in use.
-    pub(crate) fn take(&mut self, stream: u64, size: usize) -> Option<(u32, u64)> {
+    #[inline]
+    pub(crate) fn take(&mut self, stream: u64, size: usize) -> Option<(u32, u64, u32)> {
         let arena = self.arena(stream)?;
-        let bins = &self.arenas[arena].bins;
+        let bins = &mut self.arenas[arena].bins;
         let at = bins.partition_point(|b| b.size < size);
         let i = bins.get(at)?.head;
-        self.bin_remove(arena, i);
+        // Pop the head of the bin found (what `bin_remove` would do, without searching again).
+        let after = self.chunks[i as usize].link_next;
+        if after == NIL {
+            bins.remove(at);
+        } else {
+            bins[at].head = after;
+            self.chunks[after as usize].link_prev = NIL;
+        }
+        self.free_chunks -= 1;
         let (addr, have, next) = {
             let c = &self.chunks[i as usize];
             (c.addr, c.size, c.next)
@@ -203,8 +212,9 @@ impl Shard {
         let c = &mut self.chunks[i as usize];
         c.state = State::Used;
         c.generation = c.generation.wrapping_add(1);
+        let generation = c.generation;
         self.used += size;
-        Some((i, addr))
+        Some((i, addr, generation))
     }
 
     /// Records a new upstream allocation, wholly in use, in `stream`'s arena.
