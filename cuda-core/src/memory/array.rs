@@ -296,7 +296,7 @@ impl Array {
     pub fn copy_from_host<T: Pod>(&mut self, src: &[T]) -> Result<()> {
         let c = self.h2a("Array::copy_from_host", src)?;
         // SAFETY: the descriptor names `src` and this array with matching sizes.
-        check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) })
+        super::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
     }
 
     /// Copies the whole array into densely packed host data

@@ -18,9 +18,9 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         }
         self.ctx.enter()?;
         // SAFETY: the lengths match, the view is exclusively borrowed, and `src` is live memory.
-        check("cuMemcpyHtoD", unsafe {
+        super::finished(check("cuMemcpyHtoD", unsafe {
             sys::cuMemcpyHtoD(self.ptr, src.as_ptr().cast(), self.size_in_bytes())
-        })
+        }))
     }
 
     /// Queues a copy of `src` from host memory into this view on `stream`
@@ -60,12 +60,12 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         let bytes = self.size_in_bytes();
         if self.ctx.as_raw() == src.ctx.as_raw() {
             // SAFETY: both ranges are live device memory of `bytes` bytes; the destination is exclusive.
-            check("cuMemcpyDtoD", unsafe { sys::cuMemcpyDtoD(self.ptr, src.ptr, bytes) })
+            super::finished(check("cuMemcpyDtoD", unsafe { sys::cuMemcpyDtoD(self.ptr, src.ptr, bytes) }))
         } else {
             // SAFETY: as above, each range named with its own context.
-            check("cuMemcpyPeer", unsafe {
+            super::finished(check("cuMemcpyPeer", unsafe {
                 sys::cuMemcpyPeer(self.ptr, self.ctx.as_raw(), src.ptr, src.ctx.as_raw(), bytes)
-            })
+            }))
         }
     }
 

@@ -105,7 +105,7 @@ impl Array {
     pub fn copy_from_device<T: Pod>(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         let c = self.d2a("Array::copy_from_device", src)?;
         // SAFETY: the descriptor names `src` and this array with matching sizes.
-        check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) })
+        super::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
     }
 
     /// Copies the whole array into densely packed device memory
@@ -113,7 +113,7 @@ impl Array {
     pub fn copy_to_device<T: Pod>(&self, dst: &mut DeviceViewMut<'_, T>) -> Result<()> {
         let c = self.a2d("Array::copy_to_device", dst)?;
         // SAFETY: the descriptor names this array and `dst` with matching sizes.
-        check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) })
+        super::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
     }
 
     /// [`Array::copy_from_device`] in `stream`'s order
@@ -167,7 +167,7 @@ impl Array {
         c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_ARRAY;
         c.dstArray = self.as_raw();
         // SAFETY: both arrays are live and have the same extent.
-        check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) })
+        super::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
     }
 }
 
@@ -219,7 +219,7 @@ impl<T: Pod> PitchedBuffer<T> {
     pub fn copy_from_device(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         let c = self.d2p("PitchedBuffer::copy_from_device", src)?;
         // SAFETY: both sides are live with matching sizes.
-        check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) })
+        super::finished(check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) }))
     }
 
     /// Copies the buffer into a densely packed row-major device matrix
@@ -227,7 +227,7 @@ impl<T: Pod> PitchedBuffer<T> {
     pub fn copy_to_device(&self, dst: &mut DeviceViewMut<'_, T>) -> Result<()> {
         let c = self.p2d("PitchedBuffer::copy_to_device", dst)?;
         // SAFETY: both sides are live with matching sizes.
-        check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) })
+        super::finished(check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) }))
     }
 
     /// [`PitchedBuffer::copy_from_device`] in `stream`'s order
@@ -269,6 +269,6 @@ impl<T: Pod> PitchedBuffer<T> {
         c.dstDevice = self.as_raw();
         c.dstPitch = self.pitch();
         // SAFETY: both sides are live with the same extent.
-        check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) })
+        super::finished(check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) }))
     }
 }

@@ -65,10 +65,20 @@ impl<T: Pod> DeviceBuffer<T> {
         })
     }
 
-    /// Allocates `len` elements set to zero bytes.
+    /// Allocates `len` elements set to zero bytes; returns once they are zero, so any stream
+    /// may use them.
     pub fn zeroed(ctx: &Context, len: usize) -> Result<DeviceBuffer<T>> {
         let mut b = DeviceBuffer::new(ctx, len)?;
         b.view_mut().memset_d8(0)?;
+        Ok(b)
+    }
+
+    /// Allocates `len` elements in `stream`'s order and zeroes them in that order
+    /// ([`cuMemAllocAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html),
+    /// [`cuMemsetD8Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn zeroed_async(stream: &Stream, len: usize) -> Result<DeviceBuffer<T>> {
+        let mut b = DeviceBuffer::new_async(stream, len)?;
+        b.view_mut().memset_d8_async(0, stream)?;
         Ok(b)
     }
 

@@ -27,7 +27,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         let n = self.units("memset_d8", 1)?;
         self.ctx.enter()?;
         // SAFETY: `n` bytes of exclusively borrowed device memory.
-        check("cuMemsetD8", unsafe { sys::cuMemsetD8(self.ptr, value, n) })
+        super::finished(check("cuMemsetD8", unsafe { sys::cuMemsetD8(self.ptr, value, n) }))
     }
 
     /// Sets every 16-bit unit of the view to `value`; the view must be 2-byte aligned and sized
@@ -36,7 +36,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         let n = self.units("memset_d16", 2)?;
         self.ctx.enter()?;
         // SAFETY: `n` aligned 16-bit units of exclusively borrowed device memory.
-        check("cuMemsetD16", unsafe { sys::cuMemsetD16(self.ptr, value, n) })
+        super::finished(check("cuMemsetD16", unsafe { sys::cuMemsetD16(self.ptr, value, n) }))
     }
 
     /// Sets every 32-bit unit of the view to `value`; the view must be 4-byte aligned and sized
@@ -45,7 +45,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         let n = self.units("memset_d32", 4)?;
         self.ctx.enter()?;
         // SAFETY: `n` aligned 32-bit units of exclusively borrowed device memory.
-        check("cuMemsetD32", unsafe { sys::cuMemsetD32(self.ptr, value, n) })
+        super::finished(check("cuMemsetD32", unsafe { sys::cuMemsetD32(self.ptr, value, n) }))
     }
 
     /// [`Self::memset_d8`] in `stream`'s order

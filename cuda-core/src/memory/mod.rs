@@ -19,10 +19,13 @@
 //!
 //! # Synchronous copies and memsets
 //!
-//! The forms without a stream (`copy_from`, `copy_to`, `memset_d32`, ...) run on the legacy
-//! default stream, as their C counterparts do: they are ordered after, and before, work on
-//! blocking streams, but not work on streams made with `StreamFlags::NON_BLOCKING`. Order such
-//! work with the `_async` forms on the same stream, or synchronize the context in between.
+//! The forms without a stream (`copy_from`, `copy_to`, `memset_d32`, `DeviceBuffer::zeroed`,
+//! ...) run on the default stream and return only when they are done, so their result is
+//! visible to work queued afterwards on any stream, `StreamFlags::NON_BLOCKING` ones included.
+//! (The C calls may return earlier: a memset or a device-to-device copy once queued, a copy
+//! from pageable memory once staged; these wrappers wait for the default stream.) Like the C
+//! calls, they also wait for earlier work on blocking streams. The `_async` forms wait for
+//! nothing and are ordered only on their stream.
 //!
 //! # Example
 //!
@@ -64,6 +67,21 @@ pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attribut
 pub use view::{DeviceView, DeviceViewMut};
 
 use crate::error::{Error, Result};
+
+/// Completes a synchronous copy or memset: the driver may return from those before the data has
+/// landed (a copy from pageable memory once it is staged, a memset or a device-to-device copy
+/// once it is queued), so wait for the default stream they ran on. Afterwards every stream sees
+/// the result.
+pub(crate) fn finished(queued: Result<()>) -> Result<()> {
+    queued?;
+    let stream = if cuda_driver_sys::per_thread_default_stream() {
+        cuda_driver_sys::CU_STREAM_PER_THREAD
+    } else {
+        cuda_driver_sys::CU_STREAM_LEGACY
+    };
+    // SAFETY: the default-stream handles are always valid in the current context.
+    crate::error::check("cuStreamSynchronize", unsafe { cuda_driver_sys::cuStreamSynchronize(stream) })
+}
 
 /// Bytes of `len` elements of `T`, or an [`Error::InvalidArgument`] for zero and overflow.
 pub(crate) fn checked_bytes<T>(operation: &'static str, len: usize) -> Result<usize> {

@@ -131,7 +131,7 @@ impl<T: Pod> PitchedBuffer<T> {
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         let c = self.h2d("PitchedBuffer::copy_from_host", src)?;
         // SAFETY: the descriptor names `src` and this allocation with matching sizes.
-        check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) })
+        super::finished(check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) }))
     }
 
     /// Copies the buffer into a densely packed row-major host matrix
@@ -183,7 +183,9 @@ impl<T: Pod> PitchedBuffer<T> {
     pub fn memset_d8(&mut self, value: u8) -> Result<()> {
         let w = self.units("PitchedBuffer::memset_d8", 1)?;
         // SAFETY: the rectangle lies within this allocation.
-        check("cuMemsetD2D8", unsafe { sys::cuMemsetD2D8(self.ptr, self.pitch, value, w, self.height) })
+        super::finished(check("cuMemsetD2D8", unsafe {
+            sys::cuMemsetD2D8(self.ptr, self.pitch, value, w, self.height)
+        }))
     }
 
     /// Sets every 16-bit unit of every row to `value`
@@ -191,7 +193,9 @@ impl<T: Pod> PitchedBuffer<T> {
     pub fn memset_d16(&mut self, value: u16) -> Result<()> {
         let w = self.units("PitchedBuffer::memset_d16", 2)?;
         // SAFETY: the rectangle lies within this allocation; rows are pitch-aligned.
-        check("cuMemsetD2D16", unsafe { sys::cuMemsetD2D16(self.ptr, self.pitch, value, w, self.height) })
+        super::finished(check("cuMemsetD2D16", unsafe {
+            sys::cuMemsetD2D16(self.ptr, self.pitch, value, w, self.height)
+        }))
     }
 
     /// Sets every 32-bit unit of every row to `value`
@@ -199,7 +203,9 @@ impl<T: Pod> PitchedBuffer<T> {
     pub fn memset_d32(&mut self, value: u32) -> Result<()> {
         let w = self.units("PitchedBuffer::memset_d32", 4)?;
         // SAFETY: the rectangle lies within this allocation; rows are pitch-aligned.
-        check("cuMemsetD2D32", unsafe { sys::cuMemsetD2D32(self.ptr, self.pitch, value, w, self.height) })
+        super::finished(check("cuMemsetD2D32", unsafe {
+            sys::cuMemsetD2D32(self.ptr, self.pitch, value, w, self.height)
+        }))
     }
 
     /// [`PitchedBuffer::memset_d8`] in `stream`'s order
