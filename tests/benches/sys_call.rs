@@ -23,19 +23,20 @@ fn main() {
             return;
         }
         let direct: unsafe extern "C" fn(*mut sys::CUcontext) -> sys::CUresult = std::mem::transmute(pfn);
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        let (mut ctx_a, mut ctx_b): (sys::CUcontext, sys::CUcontext) =
+            (std::ptr::null_mut(), std::ptr::null_mut());
         rows.push(compare(
             "cuCtxGetCurrent via cuda-driver-sys",
             31,
             200_000,
             || {
-                black_box(sys::cuCtxGetCurrent(black_box(&mut ctx)));
+                black_box(sys::cuCtxGetCurrent(black_box(&mut ctx_a)));
             },
             || {
-                black_box(direct(black_box(&mut ctx)));
+                black_box(direct(black_box(&mut ctx_b)));
             },
         ));
-        let mut count = 0;
+        let (mut count_a, mut count_b) = (0, 0);
         let mut pfn: *mut c_void = std::ptr::null_mut();
         let s = sys::cuGetProcAddress(c"cuDeviceGetCount".as_ptr(), &mut pfn, 2000, 0, &mut q);
         if s == sys::CUresult::CUDA_SUCCESS && !pfn.is_null() {
@@ -45,10 +46,10 @@ fn main() {
                 31,
                 200_000,
                 || {
-                    black_box(sys::cuDeviceGetCount(black_box(&mut count)));
+                    black_box(sys::cuDeviceGetCount(black_box(&mut count_a)));
                 },
                 || {
-                    black_box(direct(black_box(&mut count)));
+                    black_box(direct(black_box(&mut count_b)));
                 },
             ));
         }

@@ -43,7 +43,7 @@ pub fn compare(name: &str, rounds: usize, iters: u64, mut ours: impl FnMut(), mu
         raw();
     }
     for r in 0..rounds {
-        let mut time = |f: &mut dyn FnMut()| {
+        let time = |f: &mut dyn FnMut()| {
             let t = Instant::now();
             for _ in 0..iters {
                 f();
