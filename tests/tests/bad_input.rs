@@ -25,6 +25,7 @@ fn main() {
         ),
         gpu("too_many_threads_per_block_is_refused", too_many_threads_per_block_is_refused),
         gpu("too_much_shared_memory_is_refused", too_much_shared_memory_is_refused),
+        gpu("absurd_sizes_and_grids_are_refused", absurd_sizes_and_grids_are_refused),
         gpu(
             "a_faulting_kernel_is_reported_by_the_next_synchronize",
             a_faulting_kernel_is_reported_by_the_next_synchronize,
@@ -148,6 +149,31 @@ fn too_much_shared_memory_is_refused() -> TestResult {
     let status = refused.err().and_then(|e| e.driver_status());
     ensure!(status.is_some(), "16 MiB of shared memory per block is refused by the driver");
     stream.synchronize()?;
+    context_still_works(&ctx)
+}
+
+fn absurd_sizes_and_grids_are_refused() -> TestResult {
+    let ctx = context()?;
+    cuda_core::runtime::set_device(0)?;
+    let overflow = cuda_core::runtime::DeviceMemory::<u64>::malloc(usize::MAX / 4);
+    ensure!(
+        matches!(overflow, Err(Error::InvalidArgument { .. })),
+        "a byte count that overflows: {overflow:?}"
+    );
+    let huge = cuda_core::runtime::DeviceMemory::<u8>::malloc(1 << 60);
+    ensure!(
+        matches!(huge, Err(Error::Runtime { status, .. }) if status == cudart_sys::cudaError_t::cudaErrorMemoryAllocation),
+        "an exabyte is out of memory: {huge:?}"
+    );
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let empty = module.function("empty")?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    // Grid y and z are limited to 65535 blocks.
+    // SAFETY: empty takes no parameters.
+    let tall = unsafe { empty.launch(&stream, &LaunchConfig::new((1, 1 << 20), 32), ()) };
+    ensure_eq!(tall.err().and_then(|e| e.driver_status()), Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE));
+    stream.synchronize()?;
+    ensure!(cuda_core::runtime::DeviceMemory::<u8>::malloc(1 << 20).is_ok(), "the runtime still allocates");
     context_still_works(&ctx)
 }
 

@@ -22,6 +22,7 @@ fn main() {
         gpu("linker_output_loads_as_a_cubin_module", linker_output_loads_as_a_cubin_module),
         gpu("library_kernels_launch_in_the_stream_context", library_kernels_launch_in_the_stream_context),
         gpu("modules_load_from_files", modules_load_from_files),
+        gpu("fat_binaries_load_their_cubin_or_ptx", fat_binaries_load_their_cubin_or_ptx),
     ]);
 }
 
@@ -189,5 +190,56 @@ fn modules_load_from_files() -> TestResult {
     let missing = Module::from_file(&ctx, dir.join("missing.ptx"), &JitOptions::new());
     ensure!(missing.is_err_and(|e| e.to_string().contains("missing.ptx")), "a missing file is named");
     std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// A fat binary with one uncompressed entry: `kind` 1 for PTX, 2 for a cubin, for `arch`
+/// (major*10+minor), with the entry's code version.
+fn fatbin(kind: u16, arch: u32, version: (u16, u16), payload: &[u8]) -> Vec<u8> {
+    let padded = payload.len().div_ceil(8) * 8;
+    let mut entry = vec![0u8; 64];
+    entry[0..2].copy_from_slice(&kind.to_le_bytes());
+    entry[2..4].copy_from_slice(&0x0101u16.to_le_bytes());
+    entry[4..8].copy_from_slice(&64u32.to_le_bytes());
+    entry[8..16].copy_from_slice(&(padded as u64).to_le_bytes());
+    entry[24..26].copy_from_slice(&version.1.to_le_bytes());
+    entry[26..28].copy_from_slice(&version.0.to_le_bytes());
+    entry[28..32].copy_from_slice(&arch.to_le_bytes());
+    // 64-bit code, Linux host.
+    entry[40..48].copy_from_slice(&0x11u64.to_le_bytes());
+    let mut out = Vec::new();
+    out.extend_from_slice(&0xBA55_ED50u32.to_le_bytes());
+    out.extend_from_slice(&1u16.to_le_bytes());
+    out.extend_from_slice(&16u16.to_le_bytes());
+    out.extend_from_slice(&((64 + padded) as u64).to_le_bytes());
+    out.extend_from_slice(&entry);
+    out.extend_from_slice(payload);
+    out.resize(16 + 64 + padded, 0);
+    out
+}
+
+fn fat_binaries_load_their_cubin_or_ptx() -> TestResult {
+    let ctx = context()?;
+    let (major, minor) = ctx.device().compute_capability()?;
+    let arch = (major * 10 + minor) as u32;
+    let mut linker = Linker::new(&ctx, &JitOptions::new())?;
+    linker.add_ptx("kernels.ptx", kernels::PTX)?;
+    let cubin = linker.complete()?.to_vec();
+    let with_cubin = Module::from_fatbin(&ctx, &fatbin(2, arch, (1, 7), &cubin))?;
+    let mut ptx = kernels::PTX.as_bytes().to_vec();
+    ptx.push(0);
+    let with_ptx = Module::from_fatbin(&ctx, &fatbin(1, 70, (8, 0), &ptx))?;
+    for module in [&with_cubin, &with_ptx] {
+        let n = 256u32;
+        let a = 4.0f32;
+        let x = DeviceBuffer::from_slice(&ctx, &vec![1.0f32; n as usize])?;
+        let y = DeviceBuffer::from_slice(&ctx, &vec![0.5f32; n as usize])?;
+        let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+        let (xp, yp) = (x.device_ptr(), y.device_ptr());
+        // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats.
+        unsafe { module.function("saxpy")?.launch(&stream, &LaunchConfig::new(1, n), (&n, &a, &xp, &yp))? };
+        stream.synchronize()?;
+        ensure_eq!(y.to_vec()?, vec![4.5f32; n as usize]);
+    }
     Ok(())
 }

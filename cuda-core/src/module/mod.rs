@@ -14,7 +14,7 @@
 //! * The [`Linker`] links PTX, cubins, fat binaries and objects into one cubin.
 //! * [`Global`] is a typed view of a `__device__` variable.
 //!
-//! Failed compilation is an [`Error::Jit`](crate::Error::Jit) that carries the compiler's log.
+//! Failed compilation is an [`Error::Jit`] that carries the compiler's log.
 
 mod function;
 mod global;

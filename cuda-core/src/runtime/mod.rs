@@ -8,7 +8,7 @@
 //!
 //! See the [CUDA Runtime API](https://docs.nvidia.com/cuda/cuda-runtime-api/index.html).
 //! The runtime library (`libcudart.so.13`) is loaded on first use; without it every call
-//! returns [`Error::Load`](crate::Error::Load) saying what to install.
+//! returns [`Error::Load`] saying what to install.
 //!
 //! # Errors in `Drop`
 //!
