@@ -7,7 +7,7 @@ use cuda_core::mempool::{Access, MemPool, MemPoolProps, ShareableHandle};
 use cuda_core::pool::{AsyncAllocator, MemoryPool};
 use cuda_core::{Context, Device, Error, Stream, StreamFlags};
 use cuda_driver_sys as sys;
-use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
+use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu, multi_gpu};
 use std::process::{Command, Stdio};
 
 /// Set in the child's environment: the hex of the pointer export data.
@@ -31,6 +31,7 @@ fn main() {
         gpu("created_pool_allocates_and_trims", created_pool_allocates_and_trims),
         gpu("memory_pool_on_a_created_pool", memory_pool_on_a_created_pool),
         gpu("pool_and_pointer_shared_with_another_process", pool_and_pointer_shared_with_another_process),
+        multi_gpu("another_device_gets_access_to_a_pool", 2, another_device_gets_access_to_a_pool),
     ]);
 }
 
@@ -148,6 +149,28 @@ fn memory_pool_on_a_created_pool() -> TestResult {
     // SAFETY: the pool is kept alive by the allocator inside `pool`.
     let from = unsafe { MemPool::from_raw(raw_handle, false) };
     ensure!(from.used_mem_current()? >= (WORDS * 4) as u64, "the upstream pool does not show the block");
+    Ok(())
+}
+
+fn another_device_gets_access_to_a_pool() -> TestResult {
+    let ctx = ctx()?;
+    let other = Device::get(1)?;
+    let pool = MemPool::create(&MemPoolProps::device(ctx.device()))?;
+    ensure_eq!(pool.access(&other)?, Access::None);
+    pool.set_access(&other, Access::ReadWrite)?;
+    ensure_eq!(pool.access(&other)?, Access::ReadWrite);
+    // The second device reads what the first wrote, through its own context.
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let b = pool.alloc_async(WORDS * 4, &s)?;
+    upload(b.as_raw(), &pattern(3), &s)?;
+    let ctx1 = Context::primary(&other)?;
+    ctx1.bind_to_thread()?;
+    let s1 = Stream::new(&ctx1, StreamFlags::NON_BLOCKING)?;
+    let got = download(b.as_raw(), &s1)?;
+    ctx.bind_to_thread()?;
+    ensure!(got == pattern(3), "the other device read different data");
+    pool.set_access(&other, Access::None)?;
+    ensure_eq!(pool.access(&other)?, Access::None);
     Ok(())
 }
 

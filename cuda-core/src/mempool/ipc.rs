@@ -11,7 +11,7 @@
 
 use super::MemPool;
 use crate::error::check;
-use crate::{Context, Result};
+use crate::{Context, Error, Result};
 use cuda_driver_sys as sys;
 
 /// What identifies one allocation of an exported pool to an importing process: 64 opaque
@@ -43,8 +43,18 @@ impl MemPool {
     /// ([`cuMemPoolImportFromShareableHandle`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
     #[cfg(unix)]
     pub fn import_from_fd(fd: std::os::fd::BorrowedFd<'_>) -> Result<MemPool> {
-        use std::os::fd::AsRawFd;
+        use std::os::fd::{AsFd, AsRawFd};
         crate::device::init()?;
+        // The handle travels as a pointer-sized integer, so descriptor 0 would read as null:
+        // import a duplicate (numbered 3 or above) instead.
+        let duplicate = if fd.as_raw_fd() == 0 {
+            Some(fd.try_clone_to_owned().map_err(|e| {
+                Error::invalid("MemPool::import_from_fd", format!("could not duplicate descriptor 0: {e}"))
+            })?)
+        } else {
+            None
+        };
+        let fd = duplicate.as_ref().map_or(fd, |d| d.as_fd());
         let mut raw = std::ptr::null_mut();
         // SAFETY: for the POSIX handle type the handle is the descriptor itself, cast to a pointer.
         check("cuMemPoolImportFromShareableHandle", unsafe {
