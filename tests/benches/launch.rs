@@ -62,7 +62,7 @@ fn measure(
 ) -> cuda_core::Result<Row> {
     let mut a = Vec::with_capacity(ROUNDS);
     let mut b = Vec::with_capacity(ROUNDS);
-    let mut batch = |f: &mut dyn FnMut(), gate: &mut Gate| -> cuda_core::Result<f64> {
+    let batch = |f: &mut dyn FnMut(), gate: &mut Gate| -> cuda_core::Result<f64> {
         gate.close(stream)?;
         let t = Instant::now();
         for _ in 0..BATCH {
