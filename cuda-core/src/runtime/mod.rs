@@ -15,20 +15,25 @@
 //! Freeing memory or destroying a stream can fail after a kernel faulted. Those errors, and
 //! panics of stream callbacks, are kept and returned by [`take_deferred_errors`].
 
+mod array;
 mod copy;
+mod copy_2d;
 mod memory;
 mod stream;
 
+pub use array::{Array, ChannelFormatDesc, ChannelFormatKind};
 pub use copy::{
-    CopyDestination, CopySource, DeviceResident, memcpy, memcpy_2d, memcpy_2d_async, memcpy_2d_from_array,
-    memcpy_2d_from_array_async, memcpy_2d_to_array, memcpy_2d_to_array_async, memcpy_3d_from_array,
-    memcpy_3d_from_array_async, memcpy_3d_to_array, memcpy_3d_to_array_async, memcpy_async,
-    memcpy_async_unchecked, memcpy_peer, memcpy_peer_async,
+    CopyDestination, CopySource, DeviceResident, memcpy, memcpy_async, memcpy_async_unchecked, memcpy_peer,
+    memcpy_peer_async,
+};
+pub use copy_2d::{
+    memcpy_2d, memcpy_2d_async, memcpy_2d_from_array, memcpy_2d_from_array_async, memcpy_2d_to_array,
+    memcpy_2d_to_array_async, memcpy_3d_from_array, memcpy_3d_from_array_async, memcpy_3d_to_array,
+    memcpy_3d_to_array_async,
 };
 pub use memory::{
-    Array, ChannelFormatDesc, ChannelFormatKind, DeviceMemory, HostMemory, HostRegistration, ManagedAttach,
-    MemLocation, MemoryAdvise, MemoryType, PointerAttributes, mem_advise, mem_prefetch_async, memset,
-    memset_async, pointer_get_attributes,
+    DeviceMemory, HostMemory, HostRegistration, ManagedAttach, MemLocation, MemoryAdvise, MemoryType,
+    PointerAttributes, mem_advise, mem_prefetch_async, memset, memset_async, pointer_get_attributes,
 };
 pub use stream::{Event, Stream};
 

@@ -1,0 +1,370 @@
+//! Runtime 2D, array and 3D copies. Pitches, windows and extents are checked against both
+//! sides before any call.
+
+use super::{Array, CopyDestination, CopySource, DeviceResident, Stream};
+use crate::error::{Error, Result, check_runtime};
+use bytemuck::Pod;
+use cudart_sys as rt;
+use std::ffi::c_void;
+
+/// Checks that `height` rows of `width` bytes, `pitch` bytes apart, fit in `len` bytes.
+fn check_rows(
+    operation: &'static str,
+    side: &str,
+    len: usize,
+    pitch: usize,
+    width: usize,
+    height: usize,
+) -> Result<()> {
+    if width > pitch {
+        return Err(Error::invalid(
+            operation,
+            format!("{side} pitch {pitch} is smaller than the row width {width}"),
+        ));
+    }
+    let needed = height
+        .checked_sub(1)
+        .map_or(Some(0), |rows| rows.checked_mul(pitch).and_then(|b| b.checked_add(width)));
+    match needed {
+        Some(n) if n <= len => Ok(()),
+        _ => Err(Error::invalid(
+            operation,
+            format!(
+                "{height} rows of {width} bytes with pitch {pitch} do not fit in the {side}'s {len} bytes"
+            ),
+        )),
+    }
+}
+
+/// Copies `height` rows of `width_bytes` bytes; rows are `dpitch` and `spitch` bytes apart in
+/// the destination and source
+/// ([`cudaMemcpy2D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+pub fn memcpy_2d<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Sized>(
+    dst: &mut D,
+    dpitch: usize,
+    src: &S,
+    spitch: usize,
+    width_bytes: usize,
+    height: usize,
+) -> Result<()> {
+    let op = "runtime::memcpy_2d";
+    let size = std::mem::size_of::<T>();
+    check_rows(op, "destination", dst.destination_len() * size, dpitch, width_bytes, height)?;
+    check_rows(op, "source", src.source_len() * size, spitch, width_bytes, height)?;
+    // SAFETY: both sides hold the rows (checked above).
+    check_runtime("cudaMemcpy2D", unsafe {
+        rt::cudaMemcpy2D(
+            dst.destination_ptr(),
+            dpitch,
+            src.source_ptr(),
+            spitch,
+            width_bytes,
+            height,
+            rt::cudaMemcpyKind::cudaMemcpyDefault,
+        )
+    })
+}
+
+/// [`memcpy_2d`] between device allocations, queued on `stream`
+/// ([`cudaMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+pub fn memcpy_2d_async<T, D, S>(
+    dst: &mut D,
+    dpitch: usize,
+    src: &S,
+    spitch: usize,
+    width_bytes: usize,
+    height: usize,
+    stream: &Stream,
+) -> Result<()>
+where
+    T: Pod,
+    D: CopyDestination<T> + DeviceResident + ?Sized,
+    S: CopySource<T> + DeviceResident + ?Sized,
+{
+    let op = "runtime::memcpy_2d_async";
+    let size = std::mem::size_of::<T>();
+    check_rows(op, "destination", dst.destination_len() * size, dpitch, width_bytes, height)?;
+    check_rows(op, "source", src.source_len() * size, spitch, width_bytes, height)?;
+    // SAFETY: as for memcpy_2d; device memory's free waits for the copy.
+    check_runtime("cudaMemcpy2DAsync", unsafe {
+        rt::cudaMemcpy2DAsync(
+            dst.destination_ptr(),
+            dpitch,
+            src.source_ptr(),
+            spitch,
+            width_bytes,
+            height,
+            rt::cudaMemcpyKind::cudaMemcpyDefault,
+            stream.as_raw(),
+        )
+    })
+}
+
+/// Checks a 2D window of an array: `width_bytes` from byte `x` and `height` rows from row `y`.
+fn check_window(
+    operation: &'static str,
+    array: &Array,
+    x: usize,
+    y: usize,
+    width_bytes: usize,
+    height: usize,
+) -> Result<()> {
+    let (rows, _) = array.rows_and_slices();
+    let fits_x = x.checked_add(width_bytes).is_some_and(|e| e <= array.row_bytes());
+    let fits_y = y.checked_add(height).is_some_and(|e| e <= rows);
+    let element = array.desc().element_size();
+    if !fits_x || !fits_y || x % element != 0 || width_bytes % element != 0 {
+        return Err(Error::invalid(
+            operation,
+            format!(
+                "window of {width_bytes} bytes x {height} rows at byte {x}, row {y} is outside the array's {} bytes x {rows} rows, or not on {element}-byte elements",
+                array.row_bytes()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Copies `height` rows of `width_bytes` from `src` (rows `spitch` bytes apart) into `dst` at
+/// byte offset `x`, row `y`
+/// ([`cudaMemcpy2DToArray`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+#[allow(clippy::too_many_arguments)]
+pub fn memcpy_2d_to_array<T: Pod, S: CopySource<T> + ?Sized>(
+    dst: &mut Array,
+    x: usize,
+    y: usize,
+    src: &S,
+    spitch: usize,
+    width_bytes: usize,
+    height: usize,
+) -> Result<()> {
+    let op = "runtime::memcpy_2d_to_array";
+    check_window(op, dst, x, y, width_bytes, height)?;
+    check_rows(op, "source", src.source_len() * std::mem::size_of::<T>(), spitch, width_bytes, height)?;
+    // SAFETY: the window is inside the array and the source holds the rows.
+    check_runtime("cudaMemcpy2DToArray", unsafe {
+        rt::cudaMemcpy2DToArray(
+            dst.as_raw(),
+            x,
+            y,
+            src.source_ptr(),
+            spitch,
+            width_bytes,
+            height,
+            rt::cudaMemcpyKind::cudaMemcpyDefault,
+        )
+    })
+}
+
+/// [`memcpy_2d_to_array`] from device memory, queued on `stream`
+/// ([`cudaMemcpy2DToArrayAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+#[allow(clippy::too_many_arguments)]
+pub fn memcpy_2d_to_array_async<T: Pod, S: CopySource<T> + DeviceResident + ?Sized>(
+    dst: &mut Array,
+    x: usize,
+    y: usize,
+    src: &S,
+    spitch: usize,
+    width_bytes: usize,
+    height: usize,
+    stream: &Stream,
+) -> Result<()> {
+    let op = "runtime::memcpy_2d_to_array_async";
+    check_window(op, dst, x, y, width_bytes, height)?;
+    check_rows(op, "source", src.source_len() * std::mem::size_of::<T>(), spitch, width_bytes, height)?;
+    // SAFETY: as above; freeing the array or the device memory waits for the copy.
+    check_runtime("cudaMemcpy2DToArrayAsync", unsafe {
+        rt::cudaMemcpy2DToArrayAsync(
+            dst.as_raw(),
+            x,
+            y,
+            src.source_ptr(),
+            spitch,
+            width_bytes,
+            height,
+            rt::cudaMemcpyKind::cudaMemcpyDefault,
+            stream.as_raw(),
+        )
+    })
+}
+
+/// Copies `height` rows of `width_bytes` from `src` at byte offset `x`, row `y`, into `dst`
+/// (rows `dpitch` bytes apart)
+/// ([`cudaMemcpy2DFromArray`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+#[allow(clippy::too_many_arguments)]
+pub fn memcpy_2d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(
+    dst: &mut D,
+    dpitch: usize,
+    src: &Array,
+    x: usize,
+    y: usize,
+    width_bytes: usize,
+    height: usize,
+) -> Result<()> {
+    let op = "runtime::memcpy_2d_from_array";
+    check_window(op, src, x, y, width_bytes, height)?;
+    check_rows(
+        op,
+        "destination",
+        dst.destination_len() * std::mem::size_of::<T>(),
+        dpitch,
+        width_bytes,
+        height,
+    )?;
+    // SAFETY: the window is inside the array and the destination holds the rows.
+    check_runtime("cudaMemcpy2DFromArray", unsafe {
+        rt::cudaMemcpy2DFromArray(
+            dst.destination_ptr(),
+            dpitch,
+            src.as_raw(),
+            x,
+            y,
+            width_bytes,
+            height,
+            rt::cudaMemcpyKind::cudaMemcpyDefault,
+        )
+    })
+}
+
+/// [`memcpy_2d_from_array`] into device memory, queued on `stream`
+/// ([`cudaMemcpy2DFromArrayAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+#[allow(clippy::too_many_arguments)]
+pub fn memcpy_2d_from_array_async<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(
+    dst: &mut D,
+    dpitch: usize,
+    src: &Array,
+    x: usize,
+    y: usize,
+    width_bytes: usize,
+    height: usize,
+    stream: &Stream,
+) -> Result<()> {
+    let op = "runtime::memcpy_2d_from_array_async";
+    check_window(op, src, x, y, width_bytes, height)?;
+    check_rows(
+        op,
+        "destination",
+        dst.destination_len() * std::mem::size_of::<T>(),
+        dpitch,
+        width_bytes,
+        height,
+    )?;
+    // SAFETY: as above; freeing either side waits for the copy.
+    check_runtime("cudaMemcpy2DFromArrayAsync", unsafe {
+        rt::cudaMemcpy2DFromArrayAsync(
+            dst.destination_ptr(),
+            dpitch,
+            src.as_raw(),
+            x,
+            y,
+            width_bytes,
+            height,
+            rt::cudaMemcpyKind::cudaMemcpyDefault,
+            stream.as_raw(),
+        )
+    })
+}
+
+/// The 3D parameters for a whole-array copy to or from tightly packed linear memory.
+fn params_3d(
+    operation: &'static str,
+    array: &Array,
+    linear: *mut c_void,
+    linear_bytes: usize,
+) -> Result<rt::cudaMemcpy3DParms> {
+    let (rows, slices) = array.rows_and_slices();
+    let row = array.row_bytes();
+    let total = row.checked_mul(rows).and_then(|b| b.checked_mul(slices));
+    if total != Some(linear_bytes) {
+        return Err(Error::invalid(
+            operation,
+            format!(
+                "the array holds {row} x {rows} x {slices} bytes but the linear side has {linear_bytes}; they must be equal"
+            ),
+        ));
+    }
+    // SAFETY: a plain C struct; all zeroes (null pointers, zero sizes) is valid.
+    let mut p: rt::cudaMemcpy3DParms = unsafe { std::mem::zeroed() };
+    p.extent = rt::cudaExtent { width: array.extent().0, height: rows, depth: slices };
+    p.kind = rt::cudaMemcpyKind::cudaMemcpyDefault;
+    let pitched = rt::cudaPitchedPtr { ptr: linear, pitch: row, xsize: array.extent().0, ysize: rows };
+    p.srcPtr = pitched;
+    p.dstPtr = pitched;
+    Ok(p)
+}
+
+/// Fills the whole array from tightly packed `src` (rows, then slices)
+/// ([`cudaMemcpy3D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+pub fn memcpy_3d_to_array<T: Pod, S: CopySource<T> + ?Sized>(dst: &mut Array, src: &S) -> Result<()> {
+    let mut p = params_3d(
+        "runtime::memcpy_3d_to_array",
+        dst,
+        src.source_ptr().cast_mut(),
+        src.source_len() * std::mem::size_of::<T>(),
+    )?;
+    p.dstPtr = rt::cudaPitchedPtr::default();
+    p.dstArray = dst.as_raw();
+    // SAFETY: the parameters describe the whole array and a source of exactly its size; the
+    // runtime only reads the source.
+    check_runtime("cudaMemcpy3D", unsafe { rt::cudaMemcpy3D(&p) })
+}
+
+/// [`memcpy_3d_to_array`] from device memory, queued on `stream`
+/// ([`cudaMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+pub fn memcpy_3d_to_array_async<T: Pod, S: CopySource<T> + DeviceResident + ?Sized>(
+    dst: &mut Array,
+    src: &S,
+    stream: &Stream,
+) -> Result<()> {
+    let mut p = params_3d(
+        "runtime::memcpy_3d_to_array_async",
+        dst,
+        src.source_ptr().cast_mut(),
+        src.source_len() * std::mem::size_of::<T>(),
+    )?;
+    p.dstPtr = rt::cudaPitchedPtr::default();
+    p.dstArray = dst.as_raw();
+    // SAFETY: as above; freeing either side waits for the copy.
+    check_runtime("cudaMemcpy3DAsync", unsafe { rt::cudaMemcpy3DAsync(&p, stream.as_raw()) })
+}
+
+/// Reads the whole array into tightly packed `dst` (rows, then slices)
+/// ([`cudaMemcpy3D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+pub fn memcpy_3d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(dst: &mut D, src: &Array) -> Result<()> {
+    let bytes = dst.destination_len() * std::mem::size_of::<T>();
+    let mut p = params_3d("runtime::memcpy_3d_from_array", src, dst.destination_ptr(), bytes)?;
+    p.srcPtr = rt::cudaPitchedPtr::default();
+    p.srcArray = src.as_raw();
+    // SAFETY: the parameters describe the whole array and a destination of exactly its size.
+    check_runtime("cudaMemcpy3D", unsafe { rt::cudaMemcpy3D(&p) })
+}
+
+/// [`memcpy_3d_from_array`] into device memory, queued on `stream`
+/// ([`cudaMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+pub fn memcpy_3d_from_array_async<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(
+    dst: &mut D,
+    src: &Array,
+    stream: &Stream,
+) -> Result<()> {
+    let bytes = dst.destination_len() * std::mem::size_of::<T>();
+    let mut p = params_3d("runtime::memcpy_3d_from_array_async", src, dst.destination_ptr(), bytes)?;
+    p.srcPtr = rt::cudaPitchedPtr::default();
+    p.srcArray = src.as_raw();
+    // SAFETY: as above; freeing either side waits for the copy.
+    check_runtime("cudaMemcpy3DAsync", unsafe { rt::cudaMemcpy3DAsync(&p, stream.as_raw()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_must_fit_their_side() {
+        assert!(check_rows("t", "src", 100, 10, 10, 10).is_ok());
+        assert!(check_rows("t", "src", 95, 10, 5, 10).is_ok(), "the last row needs only its width");
+        assert!(check_rows("t", "src", 94, 10, 5, 10).is_err());
+        assert!(check_rows("t", "src", 100, 8, 10, 2).is_err(), "width over pitch");
+        assert!(check_rows("t", "src", 0, 10, 10, 0).is_ok(), "no rows need no bytes");
+        assert!(check_rows("t", "src", 100, usize::MAX, 1, 3).is_err(), "overflow is refused");
+    }
+}
