@@ -74,6 +74,7 @@ pub trait Allocator: Send + Sync {
     /// An allocator that ran out of memory returns [`Error::OutOfMemory`](crate::Error) or the
     /// driver's `CUDA_ERROR_OUT_OF_MEMORY`; a pool on top of it then releases its cache and
     /// retries once.
+    #[track_caller]
     fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation>;
 
     /// Gives `allocation` back, ordered after the work queued so far on `stream`.
@@ -82,6 +83,7 @@ pub trait Allocator: Send + Sync {
     ///
     /// `allocation` came from `allocate` on this allocator and was not given back before, and no
     /// work that uses it is queued on another stream without being ordered before `stream`.
+    #[track_caller]
     unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()>;
 
     /// A short name for reports and hooks, e.g. `cuMemAlloc` or `MemoryPool`.

@@ -13,6 +13,26 @@
 //! * [`hooks`]: callbacks around every upstream allocation, pool allocation and free;
 //!   [`DebugPrintHook`] and [`LineProfileHook`].
 //! * [`capi`]: a C interface to the current allocator.
+//!
+//! ```no_run
+//! use cuda_core::pool::{MemoryPool, PoolLimit};
+//! use cuda_core::{Context, Device, Stream, StreamFlags};
+//!
+//! # fn main() -> cuda_core::Result<()> {
+//! let ctx = Context::primary(&Device::get(0)?)?;
+//! let pool = MemoryPool::new(&ctx)?;
+//! pool.set_limit(PoolLimit::Fraction(0.5))?;
+//! let compute = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+//! let copies = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+//!
+//! let mut buffer = pool.malloc(1 << 20, &compute)?; // rounded to 512 bytes, best fit
+//! // ... queue work on `compute`, then a copy of `buffer` on `copies` ...
+//! buffer.record_stream(&copies); // not reused until `copies` has passed this point
+//! drop(buffer); // back to `compute`'s free blocks
+//! assert_eq!(pool.used_bytes(), 1 << 20); // still held for `copies`
+//! # Ok(())
+//! # }
+//! ```
 
 mod allocator;
 pub mod capi;
