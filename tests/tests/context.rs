@@ -20,6 +20,7 @@ fn main() {
         gpu("drop_errors_are_kept_and_reported_once", drop_errors_are_kept_and_reported_once),
         gpu("primary_flags_round_trip", primary_flags_round_trip),
         gpu("flush_gpu_direct_rdma_writes_follows_support", flush_gpu_direct_rdma_writes_follows_support),
+        gpu("dropping_the_last_primary_retain_unbinds_it", dropping_the_last_primary_retain_unbinds_it),
     ]);
 }
 
@@ -183,5 +184,35 @@ fn flush_gpu_direct_rdma_writes_follows_support() -> TestResult {
     } else {
         ensure!(r.is_err(), "flush succeeded on a device that reports no support");
     }
+    Ok(())
+}
+
+fn dropping_the_last_primary_retain_unbinds_it() -> TestResult {
+    let d = Device::get(0)?;
+    let raw = {
+        let ctx = Context::primary(&d)?;
+        ctx.bind_to_thread()?;
+        ensure_eq!(current_raw()?, ctx.as_raw());
+        ctx.as_raw()
+    };
+    let (mut flags, mut active) = (0u32, 0i32);
+    // SAFETY: out-parameters are live locals.
+    let s = unsafe { sys::cuDevicePrimaryCtxGetState(d.as_raw(), &mut flags, &mut active) };
+    ensure_eq!(s, sys::CUresult::CUDA_SUCCESS);
+    // Either someone else still holds the primary context (then it may stay current), or it was
+    // destroyed and must not be left current on this thread.
+    if active == 0 {
+        ensure!(current_raw()?.is_null(), "a destroyed primary context was left current");
+    } else {
+        ensure_eq!(current_raw()?, raw);
+    }
+    // And a fresh retain works on this thread right away.
+    let ctx = Context::primary(&d)?;
+    ctx.bind_to_thread()?;
+    let mut buf = DeviceBuffer::<u32>::zeroed(&ctx, 16)?;
+    buf.copy_from(&[9u32; 16])?;
+    let mut back = [0u32; 16];
+    buf.copy_to(&mut back)?;
+    ensure_eq!(back, [9u32; 16]);
     Ok(())
 }

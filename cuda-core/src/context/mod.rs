@@ -341,8 +341,24 @@ impl Drop for ContextInner {
         // Errors here have no context left to be kept in; the driver's state is what it is.
         match self.ownership {
             Ownership::Primary => {
+                let device = self.device.as_raw();
                 // SAFETY: this value holds one retain of the primary context.
-                let _ = unsafe { sys::cuDevicePrimaryCtxRelease(self.device.as_raw()) };
+                let _ = unsafe { sys::cuDevicePrimaryCtxRelease(device) };
+                // When that was the last retain, the driver destroyed the context, but it stays
+                // current on this thread (cuCtxDestroy would unbind it; a release does not), and
+                // later calls fail with CUDA_ERROR_CONTEXT_IS_DESTROYED. Unbind it.
+                let (mut flags, mut active, mut current) = (0u32, 0i32, std::ptr::null_mut());
+                // SAFETY: out-parameters are live locals; binding no context is always valid.
+                unsafe {
+                    if sys::cuDevicePrimaryCtxGetState(device, &mut flags, &mut active)
+                        == sys::CUresult::CUDA_SUCCESS
+                        && active == 0
+                        && sys::cuCtxGetCurrent(&mut current) == sys::CUresult::CUDA_SUCCESS
+                        && current == self.raw
+                    {
+                        let _ = sys::cuCtxSetCurrent(std::ptr::null_mut());
+                    }
+                }
             }
             Ownership::Created => {
                 // SAFETY: this value created the context and nothing made in it outlives it.
