@@ -22,6 +22,7 @@ fn main() {
         gpu("pinned_pool_feeds_async_copies", pinned_pool_feeds_async_copies),
         gpu("upstream_allocators_give_usable_memory", upstream_allocators_give_usable_memory),
         gpu("default_allocator_and_c_interface", default_allocator_and_c_interface),
+        gpu("typed_views_of_pooled_memory", typed_views_of_pooled_memory),
     ]);
 }
 
@@ -275,5 +276,23 @@ fn default_allocator_and_c_interface() -> TestResult {
         pool::capi::cuda_core_destroy_allocator_handle(h);
     }
     ensure_eq!(default.used_bytes(), before);
+    Ok(())
+}
+
+fn typed_views_of_pooled_memory() -> TestResult {
+    let ctx = ctx()?;
+    let pool = MemoryPool::new(&ctx)?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let data = pattern(3000, 11);
+    let mut a = pool.malloc(data.len() * 4, &s)?;
+    a.view_mut::<u32>()?.copy_from_host(&data)?;
+    let b = pool.malloc(data.len() * 4, &s)?;
+    {
+        let mut b = b;
+        b.view_mut::<u32>()?.copy_from_device(&a.view::<u32>()?)?;
+        ensure!(b.view::<u32>()?.to_vec()? == data, "device-to-device copy through views differs");
+    }
+    ensure_eq!(a.view::<u64>()?.len(), data.len() / 2);
+    ensure!(pool.malloc(6, &s)?.view::<u32>().is_err(), "6 bytes are not whole u32 elements");
     Ok(())
 }

@@ -3,7 +3,9 @@
 use super::allocator::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
 use super::core::PoolCore;
 use super::upstream::{DeviceAllocator, DriverEvents};
+use crate::memory::{DeviceView, DeviceViewMut};
 use crate::{Context, Device, Error, Result, Stream};
+use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -245,6 +247,39 @@ impl PoolBuffer<'_> {
     #[inline]
     pub fn reserved(&self) -> usize {
         self.allocation.size
+    }
+
+    /// The buffer as `len() / size_of::<T>()` elements of `T`, for copies and launches; a
+    /// length that is not a whole number of elements, or a pool tied to no context, is an
+    /// [`Error::InvalidArgument`].
+    pub fn view<T: Pod>(&self) -> Result<DeviceView<'_, T>> {
+        let (ctx, n) = self.elements::<T>("PoolBuffer::view")?;
+        // SAFETY: the buffer owns `n` elements of `T` of `ctx`'s memory while it is borrowed.
+        Ok(unsafe { DeviceView::from_raw(ctx, self.allocation.ptr, n) })
+    }
+
+    /// Like [`view`](Self::view), for writing.
+    pub fn view_mut<T: Pod>(&mut self) -> Result<DeviceViewMut<'_, T>> {
+        let (ctx, n) = self.elements::<T>("PoolBuffer::view_mut")?;
+        // SAFETY: as in `view`; `&mut self` makes this the only access while it lives.
+        Ok(unsafe { DeviceViewMut::from_raw(ctx, self.allocation.ptr, n) })
+    }
+
+    fn elements<T>(&self, operation: &'static str) -> Result<(&Context, usize)> {
+        let ctx = self.pool.context.as_ref().ok_or_else(|| {
+            Error::invalid(
+                operation,
+                "the pool has no context; make it with MemoryPool::new or with_allocator",
+            )
+        })?;
+        let size = std::mem::size_of::<T>();
+        if size == 0 || self.size % size != 0 {
+            return Err(Error::invalid(
+                operation,
+                format!("{} bytes are not a whole number of {size}-byte elements", self.size),
+            ));
+        }
+        Ok((ctx, self.size / size))
     }
 
     /// Marks the buffer as used on `stream` too: when it is freed, an event is recorded on
