@@ -59,7 +59,11 @@ impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             LoadErrorKind::LibraryNotFound { tried, env_var, install_hint } => {
-                write!(f, "could not load {}: ", self.library)?;
+                write!(
+                    f,
+                    "could not load {}: {install_hint}, or set {env_var} to the library's path (tried ",
+                    self.library
+                )?;
                 for (i, (file, why)) in tried.iter().enumerate() {
                     if i > 0 {
                         f.write_str("; ")?;
@@ -71,7 +75,7 @@ impl fmt::Display for LoadError {
                         write!(f, "{file}: {why}")?;
                     }
                 }
-                write!(f, ". {install_hint}, or set {env_var} to the library's path")
+                f.write_str(")")
             }
             LoadErrorKind::SymbolNotFound { symbol, file } => write!(
                 f,
