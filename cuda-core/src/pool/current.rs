@@ -4,6 +4,7 @@
 use super::allocator::{Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamRef};
 use super::memory_pool::default_memory_pool;
 use super::pinned::PinnedMemoryPool;
+use crate::error::check;
 use crate::{Context, Error, Result, Stream};
 use cuda_driver_sys as sys;
 use std::cell::RefCell;
@@ -12,6 +13,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 thread_local! {
     static CURRENT: RefCell<Option<Arc<dyn Allocator>>> = const { RefCell::new(None) };
     static CURRENT_PINNED: RefCell<Option<Arc<dyn PinnedAllocator>>> = const { RefCell::new(None) };
+    /// The default pools this thread has used, by device, so `get_allocator` makes one driver
+    /// call and no allocation once warm.
+    static DEFAULTS: RefCell<Vec<(sys::CUdevice, Arc<dyn Allocator>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Sets this thread's allocator; `None` restores the default (the [`MemoryPool`] of the
@@ -29,13 +33,26 @@ pub fn get_allocator() -> Result<Arc<dyn Allocator>> {
     if let Some(a) = CURRENT.with(|c| c.borrow().clone()) {
         return Ok(a);
     }
-    let ctx = Context::current()?.ok_or_else(|| {
-        Error::invalid(
+    let mut device = 0;
+    // SAFETY: one out-parameter; the call only reads the thread's current context.
+    let status = unsafe { sys::cuCtxGetDevice(&mut device) };
+    if status == sys::CUresult::CUDA_ERROR_INVALID_CONTEXT
+        || status == sys::CUresult::CUDA_ERROR_NOT_INITIALIZED
+    {
+        return Err(Error::invalid(
             "pool::get_allocator",
             "no allocator is set and no context is current; bind a context first",
-        )
-    })?;
-    Ok(Arc::new(DefaultPool(default_memory_pool(&ctx.device())?)))
+        ));
+    }
+    check("cuCtxGetDevice", status)?;
+    if let Some(a) = DEFAULTS.with(|d| d.borrow().iter().find(|(o, _)| *o == device).map(|(_, a)| a.clone()))
+    {
+        return Ok(a);
+    }
+    let pool: Arc<dyn Allocator> =
+        Arc::new(DefaultPool(default_memory_pool(&crate::Device::from_raw(device))?));
+    DEFAULTS.with(|d| d.borrow_mut().push((device, pool.clone())));
+    Ok(pool)
 }
 
 /// The default pool, behind an `Arc` like any other allocator.

@@ -306,3 +306,14 @@ fn line_profile_hook_attributes_bytes_to_call_sites() {
     let report = String::from_utf8(report).unwrap();
     assert!(report.lines().last().unwrap().contains("4096"), "{report}");
 }
+
+#[test]
+fn without_an_allocator_or_a_context_get_allocator_says_why() {
+    // A fresh thread has neither an allocator set nor a current context.
+    let e = std::thread::spawn(|| get_allocator().map(|_| ()).unwrap_err()).join().unwrap();
+    let text = e.to_string();
+    assert!(
+        text.contains("no context is current") || matches!(e, Error::Load { .. }),
+        "unexpected error: {text}"
+    );
+}
