@@ -148,7 +148,8 @@ fn library_kernels_launch_in_the_stream_context() -> TestResult {
     ensure_eq!(names.len(), 5);
     let saxpy = library.kernel("saxpy")?;
     ensure_eq!(saxpy.name()?, "saxpy");
-    ensure_eq!(saxpy.param_info(3)?, Some((16, 8)));
+    ensure_eq!(saxpy.param_info(&ctx, 3)?, Some((16, 8)));
+    ensure_eq!(saxpy.param_info(&ctx, 4)?, None);
     let device = ctx.device();
     ensure!(saxpy.attribute(FunctionAttribute::NumRegs, &device)? > 0, "registers are known per device");
     saxpy.set_attribute(FunctionAttribute::MaxDynamicSharedSizeBytes, 1024, &device)?;
@@ -195,40 +196,20 @@ fn modules_load_from_files() -> TestResult {
 
 /// A fat binary with one uncompressed entry: `kind` 1 for PTX, 2 for a cubin, for `arch`
 /// (major*10+minor), with the entry's code version.
-fn fatbin(kind: u16, arch: u32, version: (u16, u16), payload: &[u8]) -> Vec<u8> {
-    let padded = payload.len().div_ceil(8) * 8;
-    let mut entry = vec![0u8; 64];
-    entry[0..2].copy_from_slice(&kind.to_le_bytes());
-    entry[2..4].copy_from_slice(&0x0101u16.to_le_bytes());
-    entry[4..8].copy_from_slice(&64u32.to_le_bytes());
-    entry[8..16].copy_from_slice(&(padded as u64).to_le_bytes());
-    entry[24..26].copy_from_slice(&version.1.to_le_bytes());
-    entry[26..28].copy_from_slice(&version.0.to_le_bytes());
-    entry[28..32].copy_from_slice(&arch.to_le_bytes());
-    // 64-bit code, Linux host.
-    entry[40..48].copy_from_slice(&0x11u64.to_le_bytes());
-    let mut out = Vec::new();
-    out.extend_from_slice(&0xBA55_ED50u32.to_le_bytes());
-    out.extend_from_slice(&1u16.to_le_bytes());
-    out.extend_from_slice(&16u16.to_le_bytes());
-    out.extend_from_slice(&((64 + padded) as u64).to_le_bytes());
-    out.extend_from_slice(&entry);
-    out.extend_from_slice(payload);
-    out.resize(16 + 64 + padded, 0);
-    out
-}
+/// Fat binaries built from `kernels::PTX` by NVIDIA's `ptxas` and `fatbinary` (CUDA 13.0):
+/// an sm_90 cubin with compute_70 PTX beside it, and the PTX alone.
+const FATBIN_SM90_PTX70: &[u8] = include_bytes!("kernels/kernels_sm90_ptx70.fatbin");
+const FATBIN_PTX70: &[u8] = include_bytes!("kernels/kernels_ptx70.fatbin");
 
 fn fat_binaries_load_their_cubin_or_ptx() -> TestResult {
     let ctx = context()?;
     let (major, minor) = ctx.device().compute_capability()?;
     let arch = (major * 10 + minor) as u32;
-    let mut linker = Linker::new(&ctx, &JitOptions::new())?;
-    linker.add_ptx("kernels.ptx", kernels::PTX)?;
-    let cubin = linker.complete()?.to_vec();
-    let with_cubin = Module::from_fatbin(&ctx, &fatbin(2, arch, (1, 7), &cubin))?;
-    let mut ptx = kernels::PTX.as_bytes().to_vec();
-    ptx.push(0);
-    let with_ptx = Module::from_fatbin(&ctx, &fatbin(1, 70, (8, 0), &ptx))?;
+    // On sm_90 the driver takes the cubin; elsewhere it compiles the PTX. Either way it runs.
+    // `include_bytes!` data has no alignment; the loader copies it into aligned storage.
+    let with_cubin = Module::from_fatbin(&ctx, FATBIN_SM90_PTX70)?;
+    let with_ptx = Module::from_fatbin(&ctx, FATBIN_PTX70)?;
+    ensure!(arch >= 70, "compute capability {arch} is below the PTX target");
     for module in [&with_cubin, &with_ptx] {
         let n = 256u32;
         let a = 4.0f32;

@@ -91,13 +91,15 @@ pub fn gpu_bundle(root: &Path) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(Command::new(&cargo)
         .current_dir(root)
-        .args(["nextest", "archive", "--package", "cuda-tests", "--archive-file"])
+        .args(["nextest", "archive", "--package", "cuda-tests", "--cargo-profile", "gpu", "--archive-file"])
         .arg(out.join("tests.tar.zst")))?;
     let nextest = run(Command::new("sh").args(["-c", "command -v cargo-nextest"]))?;
     let nextest = PathBuf::from(nextest.trim());
     std::fs::copy(&nextest, out.join("cargo-nextest")).map_err(|e| format!("{}: {e}", nextest.display()))?;
     let json = run(Command::new(&cargo).current_dir(root).args([
         "build",
+        "--profile",
+        "gpu",
         "--package",
         "cuda-core",
         "--examples",

@@ -100,6 +100,29 @@ pub(crate) fn ptx_cstring(operation: &'static str, ptx: &[u8]) -> Result<CString
     })
 }
 
+/// A binary image in storage aligned to 8 bytes. The driver reads cubin and fat binary headers
+/// as aligned structures; a slice that is not aligned (bytes from `include_bytes!`, a slice into
+/// a larger buffer) is copied into aligned storage first. Loading is not a hot path.
+pub(crate) struct Aligned<'a> {
+    borrowed: &'a [u8],
+    owned: Vec<u64>,
+}
+
+impl<'a> Aligned<'a> {
+    pub(crate) fn new(image: &'a [u8]) -> Aligned<'a> {
+        if (image.as_ptr() as usize) % 8 == 0 {
+            return Aligned { borrowed: image, owned: Vec::new() };
+        }
+        let mut owned = vec![0u64; image.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut owned)[..image.len()].copy_from_slice(image);
+        Aligned { borrowed: &[], owned }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *const std::ffi::c_void {
+        if self.owned.is_empty() { self.borrowed.as_ptr().cast() } else { self.owned.as_ptr().cast() }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +175,16 @@ mod tests {
         assert!(ptx_cstring("t", b"a\0b").is_err());
         assert!(ptx_cstring("t", b"").is_err());
         assert_eq!(kind(b".version 8.0"), Kind::Ptx);
+    }
+
+    #[test]
+    fn misaligned_images_are_copied_into_aligned_storage() {
+        let storage = [0u64; 4];
+        let bytes: &[u8] = bytemuck::cast_slice(&storage);
+        let aligned = Aligned::new(&bytes[..16]);
+        assert_eq!(aligned.as_ptr(), bytes.as_ptr().cast());
+        let shifted = Aligned::new(&bytes[1..17]);
+        assert_eq!(shifted.as_ptr() as usize % 8, 0);
+        assert_ne!(shifted.as_ptr(), bytes[1..].as_ptr().cast());
     }
 }

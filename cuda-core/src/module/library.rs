@@ -34,11 +34,11 @@ impl Library {
         match image::kind(image) {
             image::Kind::Cubin => {
                 image::check_cubin("Library::from_image", image)?;
-                Library::load(image.as_ptr().cast(), options)
+                Library::load(image::Aligned::new(image).as_ptr(), options)
             }
             image::Kind::Fatbin => {
                 image::check_fatbin("Library::from_image", image)?;
-                Library::load(image.as_ptr().cast(), options)
+                Library::load(image::Aligned::new(image).as_ptr(), options)
             }
             image::Kind::Ptx => {
                 let text = image::ptx_cstring("Library::from_image", image)?;
@@ -250,7 +250,11 @@ impl<'l> Kernel<'l> {
 
     /// Offset and size in bytes of parameter `index`, or `None` past the last one
     /// ([`cuKernelGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
-    pub fn param_info(&self, index: usize) -> Result<Option<(usize, usize)>> {
+    ///
+    /// The driver answers from the kernel as loaded into a context (libraries load lazily), so
+    /// this makes `ctx` current first.
+    pub fn param_info(&self, ctx: &Context, index: usize) -> Result<Option<(usize, usize)>> {
+        ctx.enter()?;
         let (mut offset, mut size) = (0, 0);
         // SAFETY: a live kernel and two out-parameters.
         let status = unsafe { sys::cuKernelGetParamInfo(self.raw, index, &mut offset, &mut size) };

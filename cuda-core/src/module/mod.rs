@@ -82,7 +82,7 @@ impl Module {
     /// Loads a cubin with the given options.
     pub fn from_cubin_with(ctx: &Context, cubin: &[u8], options: &JitOptions) -> Result<Module> {
         image::check_cubin("Module::from_cubin", cubin)?;
-        Module::load(ctx, cubin.as_ptr().cast(), options)
+        Module::load(ctx, image::Aligned::new(cubin).as_ptr(), options)
     }
 
     /// Loads a fat binary (cubins for several architectures and PTX); the driver picks the
@@ -94,7 +94,7 @@ impl Module {
     /// Loads a fat binary with the given options.
     pub fn from_fatbin_with(ctx: &Context, fatbin: &[u8], options: &JitOptions) -> Result<Module> {
         image::check_fatbin("Module::from_fatbin", fatbin)?;
-        Module::load(ctx, fatbin.as_ptr().cast(), options)
+        Module::load(ctx, image::Aligned::new(fatbin).as_ptr(), options)
     }
 
     /// Loads PTX, a cubin or a fat binary from bytes, recognising which it is.
