@@ -44,26 +44,16 @@ macro_rules! driver_functions {
     ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
         => $symbol:literal, $version:literal, $pt_version:literal; )*) => {
         $(
-            #[doc = concat!(
-                "`", stringify!($name), "` of the CUDA driver API, resolved as `",
-                stringify!($symbol), "` at ABI version ", stringify!($version), ".\n\n",
-                "See <https://docs.nvidia.com/cuda/cuda-driver-api/> for its contract.",
-            )]
-            #[inline]
-            pub unsafe fn $name($($arg: $ty),*) -> $ret {
-                static SLOT: ::cuda_loader::Slot =
-                    ::cuda_loader::Slot::new($symbol, $version, $pt_version, c"");
-                match SLOT.get($crate::loader::resolve) {
-                    Ok(addr) => {
-                        // SAFETY: the driver returned this address for this symbol at the ABI
-                        // version whose signature is the one declared here.
-                        let f: unsafe extern "C" fn($($ty),*) -> $ret =
-                            unsafe { ::core::mem::transmute(addr) };
-                        // SAFETY: the caller upholds the C function's contract.
-                        unsafe { f($($arg),*) }
-                    }
-                    Err(failure) => $crate::loader::failure_status(failure),
-                }
+            ::cuda_loader::lazy_function! {
+                #[doc = concat!(
+                    "`", stringify!($name), "` of the CUDA driver API, resolved as `",
+                    stringify!($symbol), "` at ABI version ", stringify!($version), ".\n\n",
+                    "See <https://docs.nvidia.com/cuda/cuda-driver-api/> for its contract.",
+                )]
+                $name($($arg: $ty),*) -> $ret,
+                slot: ::cuda_loader::Slot::new($symbol, $version, $pt_version, c""),
+                resolve: $crate::loader::resolve,
+                on_failure: $crate::loader::failure_status,
             }
         )*
     };

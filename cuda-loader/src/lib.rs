@@ -19,3 +19,34 @@ pub use error::{LoadError, LoadErrorKind, last_load_error, load_error};
 pub use library::{Library, Loaded, symbol_address};
 pub use per_thread::{AlreadyChosen, DefaultStreamChoice};
 pub use slot::{Failure, Slot};
+
+/// Defines one `pub unsafe fn` that calls through a lazily resolved [`Slot`].
+///
+/// The `-sys` crates expand each line of their generated function lists into this: on the first
+/// call `resolve` finds the address; afterwards the call is one atomic load and an indirect call.
+/// When the function cannot be resolved, `on_failure(failure)` gives the value to return (the
+/// library's own error status).
+#[macro_export]
+macro_rules! lazy_function {
+    (
+        $(#[$meta:meta])*
+        $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty,
+        slot: $slot:expr, resolve: $resolve:path, on_failure: $on_failure:path $(,)?
+    ) => {
+        $(#[$meta])*
+        #[inline]
+        pub unsafe fn $name($($arg: $ty),*) -> $ret {
+            static SLOT: $crate::Slot = $slot;
+            match SLOT.get($resolve) {
+                Ok(addr) => {
+                    // SAFETY: the library returned this address for this symbol, whose C
+                    // signature is the one declared here.
+                    let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { ::core::mem::transmute(addr) };
+                    // SAFETY: the caller upholds the C function's contract.
+                    unsafe { f($($arg),*) }
+                }
+                Err(failure) => $on_failure(failure),
+            }
+        }
+    };
+}

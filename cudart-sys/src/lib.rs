@@ -36,23 +36,15 @@ macro_rules! runtime_functions {
     ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
         => $symbol:literal, $per_thread:literal; )*) => {
         $(
-            #[doc = concat!(
-                "`", stringify!($name), "` of the CUDA runtime API.\n\n",
-                "See <https://docs.nvidia.com/cuda/cuda-runtime-api/> for its contract.",
-            )]
-            #[inline]
-            pub unsafe fn $name($($arg: $ty),*) -> $ret {
-                static SLOT: ::cuda_loader::Slot = ::cuda_loader::Slot::new($symbol, 0, 0, $per_thread);
-                match SLOT.get($crate::loader::resolve) {
-                    Ok(addr) => {
-                        // SAFETY: the runtime exports this symbol with the declared signature.
-                        let f: unsafe extern "C" fn($($ty),*) -> $ret =
-                            unsafe { ::core::mem::transmute(addr) };
-                        // SAFETY: the caller upholds the C function's contract.
-                        unsafe { f($($arg),*) }
-                    }
-                    Err(failure) => $crate::loader::OnLoadFailure::on_load_failure(failure),
-                }
+            ::cuda_loader::lazy_function! {
+                #[doc = concat!(
+                    "`", stringify!($name), "` of the CUDA runtime API.\n\n",
+                    "See <https://docs.nvidia.com/cuda/cuda-runtime-api/> for its contract.",
+                )]
+                $name($($arg: $ty),*) -> $ret,
+                slot: ::cuda_loader::Slot::new($symbol, 0, 0, $per_thread),
+                resolve: $crate::loader::resolve,
+                on_failure: $crate::loader::OnLoadFailure::on_load_failure,
             }
         )*
     };

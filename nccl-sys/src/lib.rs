@@ -28,23 +28,15 @@ pub use loader::{library_error, library_path};
 macro_rules! nccl_functions {
     ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty => $symbol:literal; )*) => {
         $(
-            #[doc = concat!(
-                "`", stringify!($name), "` of NCCL.\n\n",
-                "See <https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html> for its contract.",
-            )]
-            #[inline]
-            pub unsafe fn $name($($arg: $ty),*) -> $ret {
-                static SLOT: ::cuda_loader::Slot = ::cuda_loader::Slot::new($symbol, 0, 0, c"");
-                match SLOT.get($crate::loader::resolve) {
-                    Ok(addr) => {
-                        // SAFETY: NCCL exports this symbol with the declared signature.
-                        let f: unsafe extern "C" fn($($ty),*) -> $ret =
-                            unsafe { ::core::mem::transmute(addr) };
-                        // SAFETY: the caller upholds the C function's contract.
-                        unsafe { f($($arg),*) }
-                    }
-                    Err(failure) => $crate::loader::OnLoadFailure::on_load_failure(failure),
-                }
+            ::cuda_loader::lazy_function! {
+                #[doc = concat!(
+                    "`", stringify!($name), "` of NCCL.\n\n",
+                    "See <https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html> for its contract.",
+                )]
+                $name($($arg: $ty),*) -> $ret,
+                slot: ::cuda_loader::Slot::new($symbol, 0, 0, c""),
+                resolve: $crate::loader::resolve,
+                on_failure: $crate::loader::OnLoadFailure::on_load_failure,
             }
         )*
     };
