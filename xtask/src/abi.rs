@@ -97,3 +97,54 @@ fn bare_fn(ty: &syn::Type) -> Option<&syn::TypeBareFn> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> AbiTable {
+        let file: syn::File = syn::parse_quote! {
+            pub type CUcontext = *mut CUctx_st;
+            pub type CUdevice_v1 = ::core::ffi::c_int;
+            pub type CUdevice = CUdevice_v1;
+            pub type PFN_cuCtxSynchronize_v2000 = Option<unsafe extern "C" fn() -> CUresult>;
+            pub type PFN_cuCtxSynchronize_v13000 = Option<unsafe extern "C" fn(ctx: CUcontext) -> CUresult>;
+            pub type PFN_cuMemAdvise_v8000 = Option<unsafe extern "C" fn(p: u64, n: usize, d: CUdevice_v1) -> CUresult>;
+            pub type PFN_cuMemAdvise_v12020 = Option<unsafe extern "C" fn(p: u64, n: usize, l: CUmemLocation) -> CUresult>;
+            pub type PFN_cuMemcpy_v4000 = Option<unsafe extern "C" fn(d: u64, s: u64, n: usize) -> CUresult>;
+            pub type PFN_cuMemcpy_v7000_ptds = Option<unsafe extern "C" fn(d: u64, s: u64, n: usize) -> CUresult>;
+        };
+        AbiTable::new(&file.items)
+    }
+
+    fn sig(t: &AbiTable, inputs: &[syn::Type]) -> String {
+        let ret: syn::Type = syn::parse_quote!(CUresult);
+        t.signature(inputs, Some(&ret))
+    }
+
+    #[test]
+    fn the_version_is_the_one_whose_signature_matches() {
+        let t = table();
+        assert_eq!(t.versions("cuCtxSynchronize", &sig(&t, &[])), Some((2000, 0)));
+        let ctx: syn::Type = syn::parse_quote!(CUcontext);
+        assert_eq!(t.versions("cuCtxSynchronize", &sig(&t, &[ctx])), Some((13000, 0)));
+    }
+
+    #[test]
+    fn aliases_are_resolved_before_comparing() {
+        let t = table();
+        let (p, n): (syn::Type, syn::Type) = (syn::parse_quote!(u64), syn::parse_quote!(usize));
+        let dev: syn::Type = syn::parse_quote!(CUdevice);
+        let loc: syn::Type = syn::parse_quote!(CUmemLocation);
+        assert_eq!(t.versions("cuMemAdvise", &sig(&t, &[p.clone(), n.clone(), dev])), Some((8000, 0)));
+        assert_eq!(t.versions("cuMemAdvise", &sig(&t, &[p, n, loc])), Some((12020, 0)));
+    }
+
+    #[test]
+    fn per_thread_variants_have_their_own_version() {
+        let t = table();
+        let (a, n): (syn::Type, syn::Type) = (syn::parse_quote!(u64), syn::parse_quote!(usize));
+        assert_eq!(t.versions("cuMemcpy", &sig(&t, &[a.clone(), a, n])), Some((4000, 7000)));
+        assert_eq!(t.versions("cuNoSuchFunction", &sig(&t, &[])), None);
+    }
+}

@@ -467,3 +467,58 @@ pub fn write_all(root: &Path, files: &[GeneratedFile]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn function(declared: &str) -> CFunction {
+        CFunction {
+            declared: declared.into(),
+            args: vec![],
+            ret: "()".into(),
+            arg_types: vec![],
+            ret_type: None,
+        }
+    }
+
+    #[test]
+    fn abi_suffixes_are_stripped_only_when_numeric() {
+        assert_eq!(strip_abi_suffix("cuMemAlloc_v2"), "cuMemAlloc");
+        assert_eq!(strip_abi_suffix("cuCtxCreate_v4"), "cuCtxCreate");
+        assert_eq!(strip_abi_suffix("cuMemAlloc"), "cuMemAlloc");
+        assert_eq!(strip_abi_suffix("cuFoo_v"), "cuFoo_v");
+        assert_eq!(strip_abi_suffix("cuFoo_vx2"), "cuFoo_vx2");
+    }
+
+    #[test]
+    fn canonical_names_follow_the_defines() {
+        let mut renames = BTreeMap::new();
+        renames
+            .insert("cuMemAlloc".to_string(), Rename { declared: "cuMemAlloc_v2".into(), per_thread: None });
+        renames.insert(
+            "cuGraphInstantiate".to_string(),
+            Rename { declared: "cuGraphInstantiateWithFlags".into(), per_thread: None },
+        );
+        renames.insert(
+            "cuMemcpy".to_string(),
+            Rename { declared: "cuMemcpy".into(), per_thread: Some("_ptds") },
+        );
+        let names = |d: &str| -> Vec<String> {
+            canonical_names(&function(d), &renames).into_iter().map(|(n, _)| n).collect()
+        };
+        // The suffixed spelling is reached through its define only.
+        assert_eq!(names("cuMemAlloc_v2"), ["cuMemAlloc"]);
+        // A define pointing at another real function gives both names.
+        assert_eq!(
+            names("cuGraphInstantiateWithFlags"),
+            ["cuGraphInstantiate", "cuGraphInstantiateWithFlags"]
+        );
+        // A suffixed declaration no define reaches keeps its own name.
+        assert_eq!(names("cuCtxSynchronize_v2"), ["cuCtxSynchronize_v2"]);
+        assert_eq!(
+            canonical_names(&function("cuMemcpy"), &renames),
+            [("cuMemcpy".to_string(), Some("_ptds"))]
+        );
+    }
+}

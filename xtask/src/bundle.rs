@@ -147,3 +147,24 @@ pub fn bench_bundle(root: &Path) -> Result<(), String> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executables_are_picked_by_kind() {
+        let json = concat!(
+            r#"{"reason":"compiler-artifact","target":{"kind":["bench"]},"executable":"/t/release/deps/pool-1a2b"}"#,
+            "\n",
+            r#"{"reason":"compiler-artifact","target":{"kind":["lib"]},"executable":null}"#,
+            "\n",
+            r#"{"reason":"compiler-artifact","target":{"kind":["example"]},"executable":"/t/gpu/examples/saxpy"}"#,
+            "\n",
+            r#"{"reason":"build-finished","success":true}"#,
+        );
+        assert_eq!(executables(json, "bench"), [PathBuf::from("/t/release/deps/pool-1a2b")]);
+        assert_eq!(executables(json, "example"), [PathBuf::from("/t/gpu/examples/saxpy")]);
+        assert!(executables(json, "test").is_empty());
+    }
+}

@@ -84,3 +84,67 @@ pub fn integer_define(file: &Path, name: &str) -> Result<i32, String> {
         .and_then(|c| c[1].parse().ok())
         .ok_or_else(|| format!("{name} not defined in {}", file.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(name: &str, text: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("xtask-cmacros-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn renames_cover_plain_and_per_thread_defines() {
+        let h = header(
+            "renames.h",
+            "#define cuMemAlloc                          cuMemAlloc_v2\n\
+             #define cuMemcpyHtoD                        __CUDA_API_PTDS(cuMemcpyHtoD_v2)\n\
+             #define cuMemcpy                            __CUDA_API_PTDS(cuMemcpy)\n\
+             #define cuStreamQuery                       __CUDA_API_PTSZ(cuStreamQuery)\n\
+             #define cuSelf                              cuSelf\n\
+             #define CU_NOT_A_FUNCTION                   1\n",
+        );
+        let r = renames(&[h.as_path()], "cu").unwrap();
+        assert_eq!(r["cuMemAlloc"].declared, "cuMemAlloc_v2");
+        assert_eq!(r["cuMemAlloc"].per_thread, None);
+        assert_eq!(r["cuMemcpyHtoD"].declared, "cuMemcpyHtoD_v2");
+        assert_eq!(r["cuMemcpyHtoD"].per_thread, Some("_ptds"));
+        assert_eq!(r["cuMemcpy"].declared, "cuMemcpy");
+        assert_eq!(r["cuStreamQuery"].per_thread, Some("_ptsz"));
+        assert!(!r.contains_key("cuSelf"), "an identity define is not a rename");
+        assert!(!r.contains_key("CU_NOT_A_FUNCTION"));
+    }
+
+    #[test]
+    fn cast_constants_keep_type_and_sign() {
+        let h = header(
+            "casts.h",
+            "#define CU_STREAM_LEGACY     ((CUstream)0x1)\n\
+             #define CU_DEVICE_CPU        ((CUdevice)-1)\n\
+             #define CU_LAUNCH_PARAM_END  ((void*)0x00)\n\
+             #define NOT_A_CAST           (1 << 3)\n",
+        );
+        let c = cast_constants(&[h.as_path()]).unwrap();
+        let found: Vec<(&str, &str, &str)> =
+            c.iter().map(|c| (c.name.as_str(), c.c_type.as_str(), c.value.as_str())).collect();
+        assert_eq!(
+            found,
+            [
+                ("CU_STREAM_LEGACY", "CUstream", "0x1"),
+                ("CU_DEVICE_CPU", "CUdevice", "-1"),
+                ("CU_LAUNCH_PARAM_END", "void*", "0x00")
+            ]
+        );
+    }
+
+    #[test]
+    fn integer_defines_are_read() {
+        let h = header("version.h", "#define CUDA_VERSION 13000\n");
+        assert_eq!(integer_define(&h, "CUDA_VERSION").unwrap(), 13000);
+        assert!(integer_define(&h, "CUDART_VERSION").is_err());
+    }
+}

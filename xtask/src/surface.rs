@@ -150,3 +150,32 @@ pub fn report(root: &Path, h: &Headers) -> Result<(), String> {
     }
     if all_complete { Ok(()) } else { Err("some header functions are not exposed".into()) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_and_windows_blocks_are_hidden() {
+        let text = "CUresult CUDAAPI cuA(void);\n\
+                    #if defined(__CUDA_API_VERSION_INTERNAL)\n\
+                    CUresult CUDAAPI cuOld(void);\n\
+                    #if X\n\
+                    CUresult CUDAAPI cuNested(void);\n\
+                    #endif\n\
+                    #else\n\
+                    CUresult CUDAAPI cuElse(void);\n\
+                    #endif\n\
+                    #ifdef _WIN32\n\
+                    CUresult CUDAAPI cuWGLGetDevice(void);\n\
+                    #endif\n\
+                    CUresult CUDAAPI cuB(void);\n";
+        let visible = visible_text(text);
+        for shown in ["cuA", "cuElse", "cuB"] {
+            assert!(visible.contains(shown), "{shown} hidden:\n{visible}");
+        }
+        for hidden in ["cuOld", "cuNested", "cuWGLGetDevice"] {
+            assert!(!visible.contains(hidden), "{hidden} shown:\n{visible}");
+        }
+    }
+}
