@@ -1,7 +1,8 @@
 //! Packing test and benchmark binaries for a GPU host that has no Rust toolchain.
 //!
 //! `gpu-bundle` writes `.gpu/`: a `cargo nextest archive` of the GPU suite, the `cargo-nextest`
-//! binary, the examples, and `run`, a script that runs the suite from the repository root.
+//! binary, the examples, `run` (the suite, from the repository root) and `sanitize` (each test
+//! binary under compute-sanitizer).
 //! `bench` writes `.bench/`: release builds of the benchmark binaries and `run`.
 
 use std::path::{Path, PathBuf};
@@ -14,6 +15,45 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 exec "$here/cargo-nextest" nextest run --profile gpu \
     --archive-file "$here/tests.tar.zst" --workspace-remap "$root" "$@"
+"#;
+
+const GPU_SANITIZE: &str = r#"#!/bin/bash
+# Runs every test binary of this bundle under compute-sanitizer, one process per binary (the
+# sanitizer is slow to start, so this beats one process per test). Usage, from the repository
+# root:  .gpu/sanitize [memcheck|racecheck|initcheck|synccheck] [extra compute-sanitizer args]
+# Memcheck also checks for leaks and reports memory errors only, not the API errors that the
+# bad-input tests provoke on purpose. The binary of deliberately faulting kernels is skipped.
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+tool=${1:-memcheck}; shift
+extra=()
+[ "$tool" = memcheck ] && extra=(--leak-check full --report-api-errors no)
+command -v compute-sanitizer >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
+dir=$(mktemp -d)
+"$here/cargo-nextest" nextest list --run-ignored all --archive-file "$here/tests.tar.zst"     --workspace-remap "$root" --extract-to "$dir" >/dev/null 2>&1 || { echo "cannot extract the archive"; exit 2; }
+cd "$root/tests" || exit 2
+# Binaries run side by side (the sanitizer is mostly host-bound), at most 8 at a time.
+names=()
+for b in $(find "$dir" -type f -path '*/deps/*' -perm -u+x ! -name '*.so' ! -name '*.d' | sort); do
+    name=$(basename "$b" | sed 's/-[0-9a-f]*$//')
+    case "$name" in fault|cuda_tests) continue ;; esac
+    names+=("$name")
+    while [ "$(jobs -rp | wc -l)" -ge 8 ]; do wait -n; done
+    ( CUDA_TEST_REQUIRE_GPU=1 compute-sanitizer --tool "$tool" "${extra[@]}" "$@" \
+        --target-processes all --error-exitcode 99 "$b" --test-threads 1 > "$dir/$name.out" 2>&1
+      echo $? > "$dir/$name.code" ) &
+done
+wait
+status=0
+for name in "${names[@]}"; do
+    code=$(cat "$dir/$name.code")
+    summary=$(grep -E '(ERROR|RACECHECK|LEAK) SUMMARY' "$dir/$name.out" | tail -1)
+    tests=$(grep -E '^test result' "$dir/$name.out" | tail -1)
+    printf '%-12s exit=%-3s %s | %s\n' "$name" "$code" "$summary" "$tests"
+    if [ "$code" -ne 0 ]; then status=1; grep -E '^=========' "$dir/$name.out" | head -40; fi
+done
+rm -rf "$dir"
+exit $status
 "#;
 
 const BENCH_RUN: &str = r#"#!/bin/sh
@@ -107,6 +147,7 @@ pub fn gpu_bundle(root: &Path) -> Result<(), String> {
     ]))?;
     copy_into(&executables(&json, "example"), &out.join("examples"))?;
     write_script(&out.join("run"), GPU_RUN)?;
+    write_script(&out.join("sanitize"), GPU_SANITIZE)?;
     let size = dir_size(&out);
     println!("packed the GPU suite into {} ({:.1} MiB)", out.display(), size as f64 / 1048576.0);
     if size > 64 * 1024 * 1024 {
