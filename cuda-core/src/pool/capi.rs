@@ -1,19 +1,26 @@
 //! A C interface to the current allocator, like CuPy's `cupy_memory.h`.
 //!
-//! C or C++ code in the same process declares:
+//! The declarations are in `cuda-core/include/cuda_core_memory.h`, with the rules on
+//! ownership, threads and errors; C or C++ code in a process that links cuda-core includes it:
 //!
 //! ```c
-//! typedef struct cuda_core_allocator_handle cuda_core_allocator_handle;
-//! cuda_core_allocator_handle* cuda_core_get_allocator_handle(void);
-//! void* cuda_core_malloc(cuda_core_allocator_handle* handle, size_t size);
-//! void cuda_core_free(cuda_core_allocator_handle* handle, void* ptr);
-//! void cuda_core_destroy_allocator_handle(cuda_core_allocator_handle* handle);
+//! #include "cuda_core_memory.h"
+//!
+//! cuda_core_allocator_handle *h = cuda_core_get_allocator_handle();
+//! void *p = cuda_core_malloc(h, 1 << 20);
+//! if (p == NULL) {
+//!     char why[256];
+//!     cuda_core_get_last_error(why, sizeof why);
+//! }
+//! cuda_core_free(h, p);
+//! cuda_core_destroy_allocator_handle(h);
 //! ```
 //!
 //! A handle captures the calling thread's current allocator ([`get_allocator`]) when it is
 //! made; memory is allocated on the legacy default stream. `cuda_core_malloc` returns null on
-//! failure (the reason is kept for [`last_error`]); memory must be freed before its handle is
-//! destroyed.
+//! failure (the reason is kept per thread, for [`last_error`] and `cuda_core_get_last_error`);
+//! memory still allocated when its handle is destroyed is freed then. A panic in a Rust
+//! allocator is caught at this boundary and kept as [`Error::CallbackPanicked`].
 //!
 //! [`get_allocator`]: super::get_allocator
 
@@ -21,7 +28,8 @@ use super::allocator::{Allocator, DeviceAllocation, StreamRef};
 use crate::Error;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 
 /// What a C handle holds: the allocator and the live allocations by address.
@@ -43,10 +51,23 @@ pub fn last_error() -> Option<Error> {
     LAST_ERROR.with(|l| l.borrow_mut().take())
 }
 
+/// Runs `f`, turning a panic (of a user's allocator) into a kept error and `fallback`.
+fn guarded<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let message = match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+            (Some(s), _) => (*s).to_owned(),
+            (None, Some(s)) => s.clone(),
+            (None, None) => "a panic without a message".to_owned(),
+        };
+        keep(Error::CallbackPanicked { message });
+        fallback
+    })
+}
+
 /// Creates a handle to the calling thread's current allocator; null if there is none.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuda_core_get_allocator_handle() -> *mut AllocatorHandle {
-    match super::get_allocator() {
+    guarded(std::ptr::null_mut(), || match super::get_allocator() {
         Ok(allocator) => {
             Box::into_raw(Box::new(AllocatorHandle { allocator, live: Mutex::new(HashMap::new()) }))
         }
@@ -54,14 +75,14 @@ pub extern "C" fn cuda_core_get_allocator_handle() -> *mut AllocatorHandle {
             keep(e);
             std::ptr::null_mut()
         }
-    }
+    })
 }
 
 /// Allocates `size` bytes of device memory through `handle`; null on failure or for size 0.
 ///
 /// # Safety
 ///
-/// `handle` came from [`cuda_core_get_allocator_handle`] and was not destroyed.
+/// `handle` is null or came from [`cuda_core_get_allocator_handle`] and was not destroyed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_core_malloc(handle: *mut AllocatorHandle, size: usize) -> *mut c_void {
     // SAFETY: the caller passes a live handle (or null, refused here).
@@ -69,7 +90,10 @@ pub unsafe extern "C" fn cuda_core_malloc(handle: *mut AllocatorHandle, size: us
         keep(Error::invalid("cuda_core_malloc", "the handle is null"));
         return std::ptr::null_mut();
     };
-    match h.allocator.allocate(size, StreamRef::legacy()) {
+    if size == 0 {
+        return std::ptr::null_mut();
+    }
+    guarded(std::ptr::null_mut(), || match h.allocator.allocate(size, StreamRef::legacy()) {
         Ok(a) if a.ptr != 0 => {
             h.live.lock().unwrap_or_else(|p| p.into_inner()).insert(a.ptr, a);
             a.ptr as *mut c_void
@@ -79,7 +103,7 @@ pub unsafe extern "C" fn cuda_core_malloc(handle: *mut AllocatorHandle, size: us
             keep(e);
             std::ptr::null_mut()
         }
-    }
+    })
 }
 
 /// Frees memory from [`cuda_core_malloc`] on the same handle; null is ignored, an unknown
@@ -87,7 +111,8 @@ pub unsafe extern "C" fn cuda_core_malloc(handle: *mut AllocatorHandle, size: us
 ///
 /// # Safety
 ///
-/// `handle` is live; no queued work still uses `ptr` on a stream other than the default one.
+/// `handle` is null or live; no queued work still uses `ptr` on a stream other than the
+/// legacy default one.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_core_free(handle: *mut AllocatorHandle, ptr: *mut c_void) {
     // SAFETY: the caller passes a live handle (or null, refused here).
@@ -99,12 +124,12 @@ pub unsafe extern "C" fn cuda_core_free(handle: *mut AllocatorHandle, ptr: *mut 
     }
     let found = h.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&(ptr as u64));
     match found {
-        // SAFETY: the allocation came from this handle's allocator and left its table: once.
-        Some(a) => {
+        Some(a) => guarded((), || {
+            // SAFETY: the allocation came from this handle's allocator and left its table: once.
             if let Err(e) = unsafe { h.allocator.deallocate(a, StreamRef::legacy()) } {
                 keep(e);
             }
-        }
+        }),
         None => {
             keep(Error::invalid("cuda_core_free", format!("{ptr:?} was not allocated through this handle")))
         }
@@ -115,7 +140,8 @@ pub unsafe extern "C" fn cuda_core_free(handle: *mut AllocatorHandle, ptr: *mut 
 ///
 /// # Safety
 ///
-/// `handle` came from [`cuda_core_get_allocator_handle`] and is not used afterwards.
+/// `handle` is null or came from [`cuda_core_get_allocator_handle`], and is not used
+/// afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_core_destroy_allocator_handle(handle: *mut AllocatorHandle) {
     if handle.is_null() {
@@ -123,11 +149,42 @@ pub unsafe extern "C" fn cuda_core_destroy_allocator_handle(handle: *mut Allocat
     }
     // SAFETY: the handle was made by Box::into_raw and is destroyed once.
     let h = unsafe { Box::from_raw(handle) };
-    let live = std::mem::take(&mut *h.live.lock().unwrap_or_else(|p| p.into_inner()));
-    for a in live.into_values() {
-        // SAFETY: each allocation came from this allocator and is given back once.
-        if let Err(e) = unsafe { h.allocator.deallocate(a, StreamRef::legacy()) } {
-            keep(e);
+    guarded((), move || {
+        let live = std::mem::take(&mut *h.live.lock().unwrap_or_else(|p| p.into_inner()));
+        for a in live.into_values() {
+            // SAFETY: each allocation came from this allocator and is given back once.
+            if let Err(e) = unsafe { h.allocator.deallocate(a, StreamRef::legacy()) } {
+                keep(e);
+            }
         }
-    }
+    })
+}
+
+/// Takes this thread's last error: writes its message (truncated, NUL-terminated) into
+/// `buf` of `len` bytes and returns the message's full length; 0 when there is none. With a
+/// null `buf` or a `len` of 0 the error is kept, so that a buffer can be sized first.
+///
+/// # Safety
+///
+/// `buf` is null or points to `len` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_core_get_last_error(buf: *mut c_char, len: usize) -> usize {
+    guarded(0, || {
+        LAST_ERROR.with(|l| {
+            let mut l = l.borrow_mut();
+            let Some(e) = l.as_ref() else { return 0 };
+            let message = e.to_string();
+            if buf.is_null() || len == 0 {
+                return message.len();
+            }
+            let n = message.len().min(len - 1);
+            // SAFETY: the caller gives `len` writable bytes at `buf`; n + 1 <= len are written.
+            unsafe {
+                std::ptr::copy_nonoverlapping(message.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n) = 0;
+            }
+            *l = None;
+            message.len()
+        })
+    })
 }

@@ -12,7 +12,9 @@
 //!   choose the current allocator per thread; [`alloc`] allocates through it.
 //! * [`hooks`]: callbacks around every upstream allocation, pool allocation and free;
 //!   [`DebugPrintHook`] and [`LineProfileHook`].
-//! * [`capi`]: a C interface to the current allocator.
+//! * [`capi`]: a C interface to the current allocator, declared for C and C++ in the header
+//!   `cuda-core/include/cuda_core_memory.h` (get a handle, malloc, free, destroy the handle,
+//!   and the last error), with its rules on ownership, threads and errors.
 //!
 //! ```no_run
 //! use cuda_core::pool::{MemoryPool, PoolLimit};
