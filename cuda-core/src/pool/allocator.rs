@@ -109,6 +109,7 @@ unsafe impl Sync for PinnedAllocation {}
 /// A source of page-locked (pinned) host memory.
 pub trait PinnedAllocator: Send + Sync {
     /// Allocates at least `size` bytes of page-locked host memory.
+    #[track_caller]
     fn allocate(&self, size: usize) -> Result<PinnedAllocation>;
 
     /// Gives `allocation` back.
@@ -117,6 +118,7 @@ pub trait PinnedAllocator: Send + Sync {
     ///
     /// `allocation` came from `allocate` on this allocator, was not given back before, and no
     /// queued copy still reads or writes it.
+    #[track_caller]
     unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()>;
 }
 

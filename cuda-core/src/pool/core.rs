@@ -114,6 +114,7 @@ impl PoolCore {
         location: &'static Location<'static>,
     ) -> HookEvent {
         HookEvent {
+            kind: hooks::MemoryKind::Device,
             device_id: self.device_id,
             size,
             mem_size,

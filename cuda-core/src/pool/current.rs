@@ -169,10 +169,12 @@ pub fn default_pinned_memory_pool() -> Result<&'static PinnedMemoryPool> {
 }
 
 impl PinnedAllocator for PinnedMemoryPool {
+    #[track_caller]
     fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
         self.allocate_raw(size)
     }
 
+    #[track_caller]
     unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()> {
         self.give_back(allocation, &[])
     }
@@ -181,10 +183,12 @@ impl PinnedAllocator for PinnedMemoryPool {
 struct DefaultPinned(&'static PinnedMemoryPool);
 
 impl PinnedAllocator for DefaultPinned {
+    #[track_caller]
     fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
         self.0.allocate_raw(size)
     }
 
+    #[track_caller]
     unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()> {
         self.0.give_back(allocation, &[])
     }
@@ -228,6 +232,7 @@ impl PinnedMemory {
 }
 
 impl Drop for PinnedMemory {
+    #[track_caller]
     fn drop(&mut self) {
         // SAFETY: the allocation came from this allocator and is given back once.
         let _ = unsafe { self.allocator.deallocate(self.allocation) };
@@ -236,6 +241,7 @@ impl Drop for PinnedMemory {
 
 /// Allocates `size` bytes of pinned host memory from this thread's pinned allocator (CuPy's
 /// `alloc_pinned_memory`).
+#[track_caller]
 pub fn alloc_pinned_memory(size: usize) -> Result<PinnedMemory> {
     let allocator = match CURRENT_PINNED.with(|c| c.borrow().clone()) {
         Some(a) => a,

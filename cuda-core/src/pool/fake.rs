@@ -1,6 +1,9 @@
-//! A counting upstream allocator and hand-completed events, for testing the pool on a CPU.
+//! Counting upstream allocators (device and pinned) and hand-completed events, for testing the
+//! pools on a CPU.
 
-use super::allocator::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
+use super::allocator::{
+    Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
+};
 use crate::{Error, Result};
 use cuda_driver_sys as sys;
 use std::collections::HashMap;
@@ -64,6 +67,52 @@ impl Allocator for CountingUpstream {
 
     fn name(&self) -> &'static str {
         "counting"
+    }
+}
+
+/// Pinned memory as addresses from a counter (never dereferenced), counted, under an optional
+/// capacity: the pinned pool's bookkeeping never touches the bytes.
+#[derive(Debug, Default)]
+pub(crate) struct CountingPinned {
+    pub(crate) state: Mutex<Upstream>,
+}
+
+impl CountingPinned {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        let s = CountingPinned::default();
+        s.get().capacity = capacity;
+        s
+    }
+
+    pub(crate) fn get(&self) -> std::sync::MutexGuard<'_, Upstream> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl PinnedAllocator for CountingPinned {
+    fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
+        let mut s = self.get();
+        let live: usize = s.live.values().sum();
+        if s.capacity != 0 && live + size > s.capacity {
+            return Err(Error::Driver {
+                call: "cuMemHostAlloc",
+                status: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            });
+        }
+        let ptr = 0x7f00_0000_0000 + s.next;
+        s.next += size as u64 + 4096;
+        s.live.insert(ptr, size);
+        s.allocations += 1;
+        Ok(PinnedAllocation { ptr: ptr as *mut u8, size })
+    }
+
+    unsafe fn deallocate(&self, a: PinnedAllocation) -> Result<()> {
+        let mut s = self.get();
+        if s.live.remove(&(a.ptr as u64)) != Some(a.size) {
+            return Err(Error::invalid("CountingPinned::deallocate", format!("{a:?} is not live")));
+        }
+        s.deallocations += 1;
+        Ok(())
     }
 }
 

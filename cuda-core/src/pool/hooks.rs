@@ -1,8 +1,10 @@
 //! Memory hooks: callbacks before and after each upstream allocation, pool allocation and free.
 //!
 //! Hooks are installed per thread, by name, for a scope ([`install`] returns a guard that
-//! removes the hook). While no thread has a hook installed, the pool pays one relaxed atomic
-//! load per call for this feature.
+//! removes the hook). They fire for both pools: [`MemoryPool`](super::MemoryPool) (device
+//! memory) and [`PinnedMemoryPool`](super::PinnedMemoryPool) (page-locked host memory);
+//! [`HookEvent::kind`] says which. While no thread has a hook installed, a pool pays one
+//! relaxed atomic load per call for this feature and allocates nothing for it.
 //!
 //! [`DebugPrintHook`](super::DebugPrintHook) prints one JSON line per event;
 //! [`LineProfileHook`](super::LineProfileHook) attributes bytes to call sites.
@@ -13,16 +15,38 @@ use std::panic::Location;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// The memory an event is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemoryKind {
+    /// Device memory, of a [`MemoryPool`](super::MemoryPool).
+    Device,
+    /// Page-locked host memory, of a [`PinnedMemoryPool`](super::PinnedMemoryPool).
+    PinnedHost,
+}
+
+impl MemoryKind {
+    /// A short lower-case name: `device` or `pinned_host`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryKind::Device => "device",
+            MemoryKind::PinnedHost => "pinned_host",
+        }
+    }
+}
+
 /// What a hook is told about an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HookEvent {
-    /// The device ordinal of the pool, or -1 where none is known.
+    /// Device or pinned host memory.
+    pub kind: MemoryKind,
+    /// The device ordinal of the pool, or -1 where none is known (always for pinned memory).
     pub device_id: i32,
     /// The bytes the caller asked for (0 for upstream events and frees).
     pub size: usize,
     /// The bytes reserved: the rounded size for the pool, the upstream size for upstream events.
     pub mem_size: usize,
-    /// The device address; 0 before an allocation is made.
+    /// The device address, or the host address for pinned memory; 0 before an allocation is
+    /// made.
     pub mem_ptr: u64,
     /// The pool's identity (its address), 0 for upstream events.
     pub pmem_id: usize,

@@ -10,8 +10,9 @@
 //!   ([`DeviceAllocator`], [`ManagedAllocator`], [`AsyncAllocator`], [`HostAllocator`]), the
 //!   pools, or a type of yours. [`set_allocator`], [`get_allocator`] and [`using_allocator`]
 //!   choose the current allocator per thread; [`alloc`] allocates through it.
-//! * [`hooks`]: callbacks around every upstream allocation, pool allocation and free;
-//!   [`DebugPrintHook`] and [`LineProfileHook`].
+//! * [`hooks`]: callbacks around every upstream allocation, pool allocation and free, of
+//!   device and pinned pools alike ([`hooks::MemoryKind`]); [`DebugPrintHook`] and
+//!   [`LineProfileHook`].
 //! * [`capi`]: a C interface to the current allocator, declared for C and C++ in the header
 //!   `cuda-core/include/cuda_core_memory.h` (get a handle, malloc, free, destroy the handle,
 //!   and the last error), with its rules on ownership, threads and errors.
@@ -43,6 +44,7 @@ mod current;
 pub mod hooks;
 mod memory_pool;
 mod pinned;
+mod pinned_buffer;
 mod report_hooks;
 mod shard;
 mod spin;
@@ -57,7 +59,8 @@ pub use current::{
     get_allocator, set_allocator, set_pinned_memory_allocator, using_allocator,
 };
 pub use memory_pool::{GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolBuffer, PoolLimit, default_memory_pool};
-pub use pinned::{PinnedBuffer, PinnedMemoryPool};
+pub use pinned::PinnedMemoryPool;
+pub use pinned_buffer::PinnedBuffer;
 pub use report_hooks::{DebugPrintHook, LineProfileHook, LineUsage};
 pub use upstream::{AsyncAllocator, DeviceAllocator, DriverEvents, HostAllocator, ManagedAllocator};
 
@@ -69,3 +72,5 @@ mod property;
 mod tests;
 #[cfg(test)]
 mod tests_api;
+#[cfg(test)]
+mod tests_pinned_hooks;

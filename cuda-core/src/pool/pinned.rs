@@ -2,10 +2,12 @@
 
 use super::allocator::{PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
 use super::core::round_size;
+use super::hooks::{self, HookEvent, MemoryKind, Point};
+use super::pinned_buffer::PinnedBuffer;
 use super::upstream::{DriverEvents, HostAllocator};
-use crate::{Context, Error, Result, Stream};
+use crate::{Context, Error, Result};
 use cuda_driver_sys as sys;
-use std::mem::MaybeUninit;
+use std::panic::Location;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Size classes: powers of two, so 64 cover every size.
@@ -103,12 +105,54 @@ impl PinnedMemoryPool {
     }
 
     /// Allocates a buffer of at least `size` bytes; 0 gives an empty buffer and no memory.
+    ///
+    /// [Memory hooks](super::hooks) see the allocation (and an upstream allocation, when the
+    /// pool grows) with [`MemoryKind::PinnedHost`].
+    #[track_caller]
     pub fn malloc(&self, size: usize) -> Result<PinnedBuffer<'_>> {
-        let allocation = self.allocate(size)?;
+        let allocation = self.allocate_raw(size)?;
         Ok(PinnedBuffer { pool: self, allocation, size, recorded: Vec::new() })
     }
 
-    fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
+    /// What hooks are told about an event of this pool.
+    fn event(
+        &self,
+        size: usize,
+        mem_size: usize,
+        mem_ptr: *mut u8,
+        location: &'static Location<'static>,
+    ) -> HookEvent {
+        HookEvent {
+            kind: MemoryKind::PinnedHost,
+            device_id: -1,
+            size,
+            mem_size,
+            mem_ptr: mem_ptr as u64,
+            pmem_id: self as *const Self as usize,
+            location,
+        }
+    }
+
+    #[inline]
+    #[track_caller]
+    pub(crate) fn allocate_raw(&self, size: usize) -> Result<PinnedAllocation> {
+        let location = Location::caller();
+        if hooks::any() {
+            return self.allocate_hooked(size, location);
+        }
+        self.allocate_inner(size, location)
+    }
+
+    #[cold]
+    fn allocate_hooked(&self, size: usize, location: &'static Location<'static>) -> Result<PinnedAllocation> {
+        let mem_size = pinned_size(size).unwrap_or(size);
+        hooks::call(Point::MallocPre, &self.event(size, mem_size, std::ptr::null_mut(), location));
+        let a = self.allocate_inner(size, location)?;
+        hooks::call(Point::MallocPost, &self.event(size, a.size, a.ptr, location));
+        Ok(a)
+    }
+
+    fn allocate_inner(&self, size: usize, location: &'static Location<'static>) -> Result<PinnedAllocation> {
         if size == 0 {
             return Ok(PinnedAllocation { ptr: std::ptr::null_mut(), size: 0 });
         }
@@ -127,11 +171,11 @@ impl PinnedMemoryPool {
                 return Ok(PinnedAllocation { ptr: ptr as *mut u8, size: class_size });
             }
         }
-        let a = match self.upstream.allocate(class_size) {
+        let a = match self.upstream_allocate(class_size, location) {
             Ok(a) => a,
             Err(e) if super::core::is_out_of_memory(&e) => {
                 self.free_all_blocks()?;
-                self.upstream.allocate(class_size).map_err(|_| Error::OutOfMemory {
+                self.upstream_allocate(class_size, location).map_err(|_| Error::OutOfMemory {
                     requested: size,
                     held: self.total_bytes(),
                     limit: None,
@@ -145,11 +189,43 @@ impl PinnedMemoryPool {
         Ok(PinnedAllocation { ptr: a.ptr, size: class_size })
     }
 
-    pub(crate) fn allocate_raw(&self, size: usize) -> Result<PinnedAllocation> {
-        self.allocate(size)
+    /// One upstream allocation, with the hooks around it.
+    fn upstream_allocate(
+        &self,
+        size: usize,
+        location: &'static Location<'static>,
+    ) -> Result<PinnedAllocation> {
+        let hooked = hooks::any();
+        if hooked {
+            let e = HookEvent { pmem_id: 0, ..self.event(0, size, std::ptr::null_mut(), location) };
+            hooks::call(Point::AllocPre, &e);
+        }
+        let a = self.upstream.allocate(size);
+        if let (true, Ok(a)) = (hooked, &a) {
+            hooks::call(
+                Point::AllocPost,
+                &HookEvent { pmem_id: 0, ..self.event(0, a.size, a.ptr, location) },
+            );
+        }
+        a
     }
 
+    /// Takes a buffer back; with `recorded` streams, keeps it from reuse until an event
+    /// recorded now on each has completed. Hooks see the free.
+    #[inline]
+    #[track_caller]
     pub(crate) fn give_back(&self, allocation: PinnedAllocation, recorded: &[sys::CUstream]) -> Result<()> {
+        if hooks::any() {
+            let e = self.event(0, allocation.size, allocation.ptr, Location::caller());
+            hooks::call(Point::FreePre, &e);
+            let r = self.give_back_inner(allocation, recorded);
+            hooks::call(Point::FreePost, &e);
+            return r;
+        }
+        self.give_back_inner(allocation, recorded)
+    }
+
+    fn give_back_inner(&self, allocation: PinnedAllocation, recorded: &[sys::CUstream]) -> Result<()> {
         if allocation.size == 0 {
             return Ok(());
         }
@@ -229,99 +305,5 @@ impl Drop for PinnedMemoryPool {
         for e in std::mem::take(&mut self.lock().idle_events) {
             self.events.destroy(e);
         }
-    }
-}
-
-/// Page-locked host memory from a [`PinnedMemoryPool`], given back when dropped.
-pub struct PinnedBuffer<'p> {
-    pool: &'p PinnedMemoryPool,
-    allocation: PinnedAllocation,
-    size: usize,
-    recorded: Vec<Stream>,
-}
-
-// SAFETY: the buffer owns its host memory exclusively; the pool it borrows is Sync.
-unsafe impl Send for PinnedBuffer<'_> {}
-// SAFETY: shared references only read the memory.
-unsafe impl Sync for PinnedBuffer<'_> {}
-
-impl std::fmt::Debug for PinnedBuffer<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedBuffer").field("ptr", &self.allocation.ptr).field("size", &self.size).finish()
-    }
-}
-
-impl PinnedBuffer<'_> {
-    /// The host address (null for an empty buffer).
-    pub fn as_ptr(&self) -> *const u8 {
-        self.allocation.ptr
-    }
-
-    /// The host address, for writing.
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.allocation.ptr
-    }
-
-    /// The bytes asked for.
-    pub fn len(&self) -> usize {
-        self.size
-    }
-
-    /// Whether the buffer has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.size == 0
-    }
-
-    /// The bytes as possibly uninitialized memory, to fill.
-    pub fn as_uninit_mut(&mut self) -> &mut [MaybeUninit<u8>] {
-        if self.size == 0 {
-            return &mut [];
-        }
-        // SAFETY: the buffer owns `size` bytes at `ptr` exclusively while `&mut self` lives.
-        unsafe { std::slice::from_raw_parts_mut(self.allocation.ptr.cast(), self.size) }
-    }
-
-    /// Copies `data` into the start of the buffer; more bytes than fit is an error.
-    pub fn write(&mut self, data: &[u8]) -> Result<()> {
-        if data.len() > self.size {
-            return Err(Error::invalid(
-                "PinnedBuffer::write",
-                format!("{} bytes do not fit in a buffer of {}", data.len(), self.size),
-            ));
-        }
-        for (d, s) in self.as_uninit_mut().iter_mut().zip(data) {
-            d.write(*s);
-        }
-        Ok(())
-    }
-
-    /// The bytes, read.
-    ///
-    /// # Safety
-    ///
-    /// The bytes were written (by [`write`](Self::write) or a completed copy), and no queued
-    /// copy writes them now.
-    pub unsafe fn as_slice(&self) -> &[u8] {
-        if self.size == 0 {
-            return &[];
-        }
-        // SAFETY: the caller guarantees the bytes are initialized and not being written.
-        unsafe { std::slice::from_raw_parts(self.allocation.ptr, self.size) }
-    }
-
-    /// Marks the buffer as used by work queued on `stream` (an asynchronous copy): when it is
-    /// dropped, it is kept from reuse until that work has completed.
-    pub fn record_stream(&mut self, stream: &Stream) {
-        if !self.recorded.iter().any(|s| s == stream) {
-            self.recorded.push(stream.clone());
-        }
-    }
-}
-
-impl Drop for PinnedBuffer<'_> {
-    fn drop(&mut self) {
-        // An error leaves the buffer out of reuse; there is no context to report it to.
-        let raws: Vec<sys::CUstream> = self.recorded.iter().map(Stream::as_raw).collect();
-        let _ = self.pool.give_back(self.allocation, &raws);
     }
 }

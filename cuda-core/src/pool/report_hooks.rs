@@ -1,12 +1,13 @@
 //! Two ready-made hooks: [`DebugPrintHook`] and [`LineProfileHook`].
 
-use super::hooks::{HookEvent, MemoryHook};
+use super::hooks::{HookEvent, MemoryHook, MemoryKind};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::Write;
 
-/// Writes one JSON line per event (CuPy's `DebugPrintHook`), e.g.
-/// `{"hook":"malloc","device_id":0,"size":1000,"mem_size":1024,"mem_ptr":140241027809280,"pmem_id":"0x5581c2f0","file":"src/main.rs","line":12}`.
+/// Writes one JSON line per event (CuPy's `DebugPrintHook`, with the memory's kind, `device`
+/// or `pinned_host`, added), e.g.
+/// `{"hook":"malloc","kind":"device","device_id":0,"size":1000,"mem_size":1024,"mem_ptr":140241027809280,"pmem_id":"0x5581c2f0","file":"src/main.rs","line":12}`.
 pub struct DebugPrintHook {
     out: RefCell<Box<dyn Write>>,
 }
@@ -35,7 +36,8 @@ impl DebugPrintHook {
         // A failed write of a debug line is not worth failing an allocation for.
         let _ = writeln!(
             out,
-            "{{\"hook\":\"{hook}\",\"device_id\":{},\"size\":{},\"mem_size\":{},\"mem_ptr\":{},\"pmem_id\":\"{:#x}\",\"file\":\"{file}\",\"line\":{}}}",
+            "{{\"hook\":\"{hook}\",\"kind\":\"{}\",\"device_id\":{},\"size\":{},\"mem_size\":{},\"mem_ptr\":{},\"pmem_id\":\"{:#x}\",\"file\":\"{file}\",\"line\":{}}}",
+            e.kind.name(),
             e.device_id,
             e.size,
             e.mem_size,
@@ -70,8 +72,10 @@ pub struct LineUsage {
     pub acquired_bytes: usize,
 }
 
-/// Attributes used and acquired bytes to the call sites that asked for them (CuPy's
-/// `LineProfileHook`); sites are known through `#[track_caller]`.
+/// Attributes used and acquired bytes of device memory to the call sites that asked for them
+/// (CuPy's `LineProfileHook`); sites are known through `#[track_caller]`. Events of pinned
+/// host memory ([`MemoryKind::PinnedHost`]) are not counted, so that the figures stay those of
+/// device memory.
 #[derive(Debug, Default)]
 pub struct LineProfileHook {
     sites: RefCell<BTreeMap<(&'static str, u32), LineUsage>>,
@@ -101,6 +105,9 @@ impl LineProfileHook {
     }
 
     fn site(&self, e: &HookEvent, f: impl FnOnce(&mut LineUsage)) {
+        if e.kind != MemoryKind::Device {
+            return;
+        }
         if let Ok(mut sites) = self.sites.try_borrow_mut() {
             f(sites.entry((e.location.file(), e.location.line())).or_default());
         }

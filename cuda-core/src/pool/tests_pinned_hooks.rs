@@ -1,0 +1,213 @@
+//! Memory hooks around the pinned pool, on a CPU against a counting upstream.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::allocator::{PinnedAllocator, StreamRef};
+use super::fake::{CountingPinned, CountingUpstream, ManualEvents};
+use super::hooks::{self, HookEvent, MemoryHook, MemoryKind};
+use super::*;
+use crate::Error;
+use std::cell::RefCell;
+use std::io::Write;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Every event a hook sees, whole, with the callback's name.
+#[derive(Default)]
+struct Tape(RefCell<Vec<(&'static str, HookEvent)>>);
+
+impl MemoryHook for Tape {
+    fn name(&self) -> &str {
+        "tape"
+    }
+    fn alloc_preprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("alloc_pre", *e));
+    }
+    fn alloc_postprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("alloc_post", *e));
+    }
+    fn malloc_preprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("malloc_pre", *e));
+    }
+    fn malloc_postprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("malloc_post", *e));
+    }
+    fn free_preprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("free_pre", *e));
+    }
+    fn free_postprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("free_post", *e));
+    }
+}
+
+impl Tape {
+    /// (callback, size, mem_size, mem_ptr, pmem_id) of each event.
+    fn brief(&self) -> Vec<(&'static str, usize, usize, u64, usize)> {
+        self.0.borrow().iter().map(|(n, e)| (*n, e.size, e.mem_size, e.mem_ptr, e.pmem_id)).collect()
+    }
+}
+
+fn pinned_pool(up: CountingPinned) -> (PinnedMemoryPool, Arc<CountingPinned>) {
+    let up = Arc::new(up);
+    (PinnedMemoryPool::with_parts(up.clone(), Arc::new(ManualEvents::default())), up)
+}
+
+#[test]
+fn pinned_pool_fires_upstream_malloc_and_free_hooks_in_order() {
+    let (pool, up) = pinned_pool(CountingPinned::default());
+    let tape = Rc::new(Tape::default());
+    let guard = hooks::install(tape.clone()).unwrap();
+    let line = line!() + 1;
+    let a = pool.malloc(700).unwrap();
+    let p = a.as_ptr() as u64;
+    drop(a);
+    let b = pool.malloc(600).unwrap(); // the same 1024-byte class: from the cache
+    assert_eq!(b.as_ptr() as u64, p);
+    drop(b);
+    drop(guard);
+    let after = pool.malloc(700).unwrap(); // no hook installed any more: not seen
+    drop(after);
+
+    let id = &pool as *const PinnedMemoryPool as usize;
+    let want = vec![
+        ("malloc_pre", 700, 1024, 0, id),
+        ("alloc_pre", 0, 1024, 0, 0),
+        ("alloc_post", 0, 1024, p, 0),
+        ("malloc_post", 700, 1024, p, id),
+        ("free_pre", 0, 1024, p, id),
+        ("free_post", 0, 1024, p, id),
+        ("malloc_pre", 600, 1024, 0, id),
+        ("malloc_post", 600, 1024, p, id),
+        ("free_pre", 0, 1024, p, id),
+        ("free_post", 0, 1024, p, id),
+    ];
+    assert_eq!(tape.brief(), want);
+    let events = tape.0.borrow();
+    assert!(events.iter().all(|(_, e)| e.kind == MemoryKind::PinnedHost && e.device_id == -1));
+    // The call site is the caller's, through `#[track_caller]`.
+    let (_, first) = events[0];
+    assert!(first.location.file().ends_with("tests_pinned_hooks.rs"), "{:?}", first.location);
+    assert_eq!(first.location.line(), line);
+    assert_eq!(events[2].1.location.line(), line, "the upstream allocation is attributed to the same site");
+    assert_eq!(up.get().allocations, 1);
+}
+
+#[test]
+fn pinned_hooks_see_the_caller_through_the_pinned_allocator_trait() {
+    let (pool, _up) = pinned_pool(CountingPinned::default());
+    let pool: Arc<dyn PinnedAllocator> = Arc::new(pool);
+    let tape = Rc::new(Tape::default());
+    let guard = hooks::install(tape.clone()).unwrap();
+    let line = line!() + 1;
+    let a = pool.allocate(5000).unwrap();
+    // SAFETY: allocated just above, given back once, no copy uses it.
+    unsafe { pool.deallocate(a) }.unwrap();
+    drop(guard);
+    let events = tape.0.borrow();
+    let names: Vec<&str> = events.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["malloc_pre", "alloc_pre", "alloc_post", "malloc_post", "free_pre", "free_post"]);
+    assert_eq!(events[3].1.mem_size, 8192, "5000 bytes are served from the 8 KiB class");
+    assert_eq!(events[0].1.location.line(), line);
+    assert_eq!(events[4].1.location.line(), line + 2, "the free is attributed to its own site");
+    assert!(events.iter().all(|(_, e)| e.location.file().ends_with("tests_pinned_hooks.rs")));
+}
+
+#[test]
+fn pinned_out_of_memory_retry_shows_both_upstream_attempts() {
+    // Room for 2 KiB: a cached 1 KiB buffer must go before a 2 KiB one fits.
+    let (pool, up) = pinned_pool(CountingPinned::with_capacity(2048));
+    drop(pool.malloc(1000).unwrap());
+    assert_eq!(pool.n_free_blocks(), 1);
+    let tape = Rc::new(Tape::default());
+    let guard = hooks::install(tape.clone()).unwrap();
+    let b = pool.malloc(2000).unwrap();
+    drop(guard);
+    let names: Vec<&str> = tape.0.borrow().iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["malloc_pre", "alloc_pre", "alloc_pre", "alloc_post", "malloc_post"]);
+    assert_eq!(pool.total_bytes(), 2048);
+    assert_eq!(up.get().deallocations, 1, "the cached buffer was released for the retry");
+    drop(b);
+}
+
+#[test]
+fn a_failed_pinned_allocation_fires_no_post_hooks() {
+    let (pool, _up) = pinned_pool(CountingPinned::with_capacity(1024));
+    let tape = Rc::new(Tape::default());
+    let guard = hooks::install(tape.clone()).unwrap();
+    let e = pool.malloc(4096).unwrap_err();
+    drop(guard);
+    assert!(matches!(e, Error::OutOfMemory { requested: 4096, held: 0, limit: None }), "{e}");
+    let names: Vec<&str> = tape.0.borrow().iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["malloc_pre", "alloc_pre", "alloc_pre"]);
+}
+
+#[test]
+fn a_pinned_buffer_recorded_on_a_stream_fires_its_free_hooks_when_dropped() {
+    let up = Arc::new(CountingPinned::default());
+    let ev = Arc::new(ManualEvents::default());
+    let pool = PinnedMemoryPool::with_parts(up, ev.clone());
+    let a = pool.allocate_raw(512).unwrap();
+    let tape = Rc::new(Tape::default());
+    let guard = hooks::install(tape.clone()).unwrap();
+    pool.give_back(a, &[0x4400 as cuda_driver_sys::CUstream]).unwrap();
+    drop(guard);
+    let (p, id) = (a.ptr as u64, &pool as *const PinnedMemoryPool as usize);
+    assert_eq!(tape.brief(), [("free_pre", 0, 512, p, id), ("free_post", 0, 512, p, id)]);
+    assert_eq!(pool.used_bytes(), 512, "still waiting for the copy");
+}
+
+/// A writer the test can read back.
+#[derive(Clone, Default)]
+struct Shared(Rc<RefCell<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn debug_print_hook_names_the_kind_of_memory() {
+    let (pinned, _) = pinned_pool(CountingPinned::default());
+    let device =
+        MemoryPool::with_parts(Arc::new(CountingUpstream::default()), Arc::new(ManualEvents::default()));
+    let out = Shared::default();
+    let guard = hooks::install(Rc::new(DebugPrintHook::new(Box::new(out.clone())))).unwrap();
+    drop(pinned.malloc(100).unwrap());
+    let d = device.allocate(100, StreamRef::legacy()).unwrap();
+    // SAFETY: allocated just above, freed once.
+    unsafe { device.deallocate(d, StreamRef::legacy()) }.unwrap();
+    drop(guard);
+    let text = String::from_utf8(out.0.borrow().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 6, "{text}");
+    for l in &lines[..3] {
+        assert!(l.contains("\"kind\":\"pinned_host\",\"device_id\":-1,"), "{text}");
+    }
+    for l in &lines[3..] {
+        assert!(l.contains("\"kind\":\"device\","), "{text}");
+    }
+    assert!(lines[1].starts_with("{\"hook\":\"malloc\",") && lines[1].contains("\"mem_size\":512"), "{text}");
+}
+
+#[test]
+fn line_profile_hook_counts_device_memory_only() {
+    let (pinned, _) = pinned_pool(CountingPinned::default());
+    let device =
+        MemoryPool::with_parts(Arc::new(CountingUpstream::default()), Arc::new(ManualEvents::default()));
+    let profile = Rc::new(LineProfileHook::new());
+    let guard = hooks::install(profile.clone()).unwrap();
+    let host = pinned.malloc(100_000).unwrap();
+    let d = device.allocate(1000, StreamRef::legacy()).unwrap();
+    drop(guard);
+    drop(host);
+    // SAFETY: allocated just above, freed once.
+    unsafe { device.deallocate(d, StreamRef::legacy()) }.unwrap();
+    let usage = profile.usage();
+    assert_eq!(usage.len(), 1, "{usage:?}");
+    assert_eq!(usage[0].1, LineUsage { used_bytes: 1024, acquired_bytes: 1024 });
+}
