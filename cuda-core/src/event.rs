@@ -97,9 +97,14 @@ impl Event {
 
     /// Captures the work queued so far on `stream`; the event completes when that work does
     /// ([`cuEventRecord`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)).
+    ///
+    /// The event and the stream must belong to the same context. On a default stream, the
+    /// stream's context is made current first, so the event captures that context's default
+    /// stream whatever context the thread had current.
     #[inline]
     pub fn record(&self, stream: &Stream) -> Result<()> {
         self.ctx.take_deferred()?;
+        stream.bind_if_default()?;
         // SAFETY: both handles are alive while their owners are borrowed.
         check("cuEventRecord", unsafe { sys::cuEventRecord(self.raw, stream.as_raw()) })
     }
@@ -109,6 +114,7 @@ impl Event {
     #[inline]
     pub fn record_with_flags(&self, stream: &Stream, flags: EventRecordFlags) -> Result<()> {
         self.ctx.take_deferred()?;
+        stream.bind_if_default()?;
         // SAFETY: both handles are alive while their owners are borrowed.
         check("cuEventRecordWithFlags", unsafe {
             sys::cuEventRecordWithFlags(self.raw, stream.as_raw(), flags.bits())

@@ -1,8 +1,10 @@
 //! `cuda_core::event`: record, query, synchronize, timing, flags.
 
 use cuda_core::event::EventRecordFlags;
-use cuda_core::{Context, Device, Error, Event, EventFlags, Stream, StreamFlags};
-use cuda_tests::{TestResult, ensure, gpu};
+use cuda_core::{Context, ContextFlags, Device, Error, Event, EventFlags, Stream, StreamFlags};
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 fn main() {
@@ -10,6 +12,10 @@ fn main() {
         gpu("record_query_synchronize", record_query_synchronize),
         gpu("elapsed_time_measures_the_gap", elapsed_time_measures_the_gap),
         gpu("flag_combinations_are_checked", flag_combinations_are_checked),
+        gpu(
+            "record_on_a_default_stream_captures_its_own_context",
+            record_on_a_default_stream_captures_its_own_context,
+        ),
     ]);
 }
 
@@ -60,5 +66,38 @@ fn flag_combinations_are_checked() -> TestResult {
         matches!(Event::elapsed_time(&timed, &ipc), Err(Error::InvalidArgument { .. })),
         "timing an event without timing was attempted"
     );
+    Ok(())
+}
+
+fn current_raw() -> Result<Option<cuda_core::driver_sys::CUcontext>, Error> {
+    Ok(Context::current()?.map(|c| c.as_raw()))
+}
+
+/// With another context current, recording on a default stream of `ctx` captures `ctx`'s
+/// default stream (work queued there before the record), not the current context's.
+fn record_on_a_default_stream_captures_its_own_context() -> TestResult {
+    let ctx = ctx()?;
+    let other = Context::create(&ctx.device(), ContextFlags::empty())?;
+    let e = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
+    for (i, s) in [Stream::legacy(&ctx), Stream::per_thread(&ctx)].into_iter().enumerate() {
+        ensure!(s.is_default(), "stream {i} is not a default stream");
+        let done = Arc::new(AtomicU32::new(0));
+        let d = done.clone();
+        s.launch_host_func(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            d.store(1, Ordering::SeqCst);
+        })?;
+        other.bind_to_thread()?;
+        if i == 0 {
+            e.record(&s)?;
+        } else {
+            e.record_with_flags(&s, EventRecordFlags::empty())?;
+        }
+        ensure_eq!(current_raw()?, Some(ctx.as_raw()));
+        ensure!(!e.query()?, "stream {i}: the event does not wait for the sleeping callback before it");
+        e.synchronize()?;
+        ensure_eq!(done.load(Ordering::SeqCst), 1);
+        ensure!(e.query()?, "stream {i}: a synchronized event is not complete");
+    }
     Ok(())
 }

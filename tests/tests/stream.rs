@@ -1,11 +1,12 @@
 //! `cuda_core::stream`: flags, priorities, default streams, adoption, callbacks, waits,
 //! attributes, memory operations, capture status.
 
+use cuda_core::stream::EventWaitFlags;
 use cuda_core::stream::{
     AccessPolicyWindow, AccessProperty, CaptureStatus, MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags,
     StreamWriteValueFlags,
 };
-use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, Stream, StreamFlags};
+use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -20,6 +21,7 @@ fn main() {
         gpu("host_callbacks_run_in_stream_order", host_callbacks_run_in_stream_order),
         gpu("callback_panic_is_reported_not_aborted", callback_panic_is_reported_not_aborted),
         gpu("wait_event_orders_two_streams", wait_event_orders_two_streams),
+        gpu("default_stream_waits_in_its_own_context", default_stream_waits_in_its_own_context),
         gpu("query_reports_pending_work", query_reports_pending_work),
         gpu("write_and_wait_value", write_and_wait_value),
         gpu("batch_mem_ops_run_in_order", batch_mem_ops_run_in_order),
@@ -139,6 +141,48 @@ fn wait_event_orders_two_streams() -> TestResult {
     b.synchronize()?;
     ensure_eq!(seen.load(Ordering::SeqCst), 1);
     a.synchronize()?;
+    Ok(())
+}
+
+fn current_raw() -> Result<Option<sys::CUcontext>, Error> {
+    Ok(Context::current()?.map(|c| c.as_raw()))
+}
+
+/// With another context current, a default stream of `ctx` waits on an event, runs a callback,
+/// reports pending work and synchronizes as `ctx`'s default stream, not the current context's.
+fn default_stream_waits_in_its_own_context() -> TestResult {
+    let ctx = ctx()?;
+    let other = Context::create(&ctx.device(), ContextFlags::empty())?;
+    let side = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let e = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
+    for (i, s) in [Stream::legacy(&ctx), Stream::per_thread(&ctx)].into_iter().enumerate() {
+        let flag = Arc::new(AtomicU32::new(0));
+        let seen = Arc::new(AtomicU32::new(u32::MAX));
+        let f = flag.clone();
+        side.launch_host_func(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            f.store(1, Ordering::SeqCst);
+        })?;
+        e.record(&side)?;
+        other.bind_to_thread()?;
+        if i == 0 {
+            s.wait_event(&e)?;
+        } else {
+            s.wait_event_with_flags(&e, EventWaitFlags::empty())?;
+        }
+        ensure_eq!(current_raw()?, Some(ctx.as_raw()));
+        other.bind_to_thread()?;
+        let (f, v) = (flag.clone(), seen.clone());
+        s.launch_host_func(move || v.store(f.load(Ordering::SeqCst), Ordering::SeqCst))?;
+        other.bind_to_thread()?;
+        ensure!(!s.query()?, "stream {i}: the default stream does not report the wait as pending");
+        other.bind_to_thread()?;
+        s.synchronize()?;
+        ensure_eq!(seen.load(Ordering::SeqCst), 1);
+        ensure_eq!(current_raw()?, Some(ctx.as_raw()));
+        ensure!(s.query()?, "stream {i}: a synchronized default stream reports pending work");
+        side.synchronize()?;
+    }
     Ok(())
 }
 

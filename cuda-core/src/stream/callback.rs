@@ -58,6 +58,7 @@ impl Stream {
     pub fn launch_host_func<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
         let ctx = self.context();
         ctx.take_deferred()?;
+        self.bind_if_default()?;
         let payload = Box::into_raw(Box::new(Payload { f, ctx: std::sync::Arc::downgrade(ctx.inner()) }));
         // SAFETY: the trampoline matches `CUhostFn` and takes back the box exactly once.
         let status = unsafe { sys::cuLaunchHostFunc(self.as_raw(), Some(trampoline::<F>), payload.cast()) };

@@ -42,6 +42,9 @@ struct StreamInner {
     raw: sys::CUstream,
     ctx: Context,
     owned: bool,
+    /// Whether `raw` is one of the default-stream handles, which name the stream of whatever
+    /// context is current rather than one stream of `ctx`.
+    default: bool,
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver synchronizes access to it.
@@ -50,6 +53,12 @@ unsafe impl Send for StreamInner {}
 unsafe impl Sync for StreamInner {}
 
 /// A CUDA stream: a queue of work that runs in order on the device.
+///
+/// A default stream ([`Stream::legacy`], [`Stream::per_thread`], or a default-stream handle
+/// given to [`Stream::from_raw`]) is the default stream *of its context*: the driver reads
+/// such a handle as the stream of the thread's current context, so calls on it make its
+/// context current first (one `cuCtxGetCurrent`). A created stream names its context itself
+/// and costs no such call.
 ///
 /// Cloning shares the same stream; an owned stream is destroyed when the last clone is dropped
 /// (work already queued still runs).
@@ -105,7 +114,8 @@ impl Stream {
     }
 
     fn wrap(ctx: &Context, raw: sys::CUstream, owned: bool) -> Stream {
-        Stream { inner: Arc::new(StreamInner { raw, ctx: ctx.clone(), owned }) }
+        let default = is_default_handle(raw);
+        Stream { inner: Arc::new(StreamInner { raw, ctx: ctx.clone(), owned, default }) }
     }
 
     /// The raw `CUstream`.
@@ -125,6 +135,21 @@ impl Stream {
         self.inner.owned
     }
 
+    /// Whether this is a default stream (legacy, per-thread, or the null handle), which the
+    /// driver resolves through the current context.
+    #[inline]
+    pub fn is_default(&self) -> bool {
+        self.inner.default
+    }
+
+    /// For a default stream, makes its context current (the handle names the current
+    /// context's default stream); for any other stream, does nothing. Keeps the call sites'
+    /// hot path to one branch for created streams.
+    #[inline]
+    pub(crate) fn bind_if_default(&self) -> Result<()> {
+        if self.inner.default { self.inner.ctx.make_current() } else { Ok(()) }
+    }
+
     /// Blocks until all work queued on the stream is done
     /// ([`cuStreamSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
     ///
@@ -133,6 +158,7 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         let ctx = &self.inner.ctx;
         ctx.take_deferred()?;
+        self.bind_if_default()?;
         // SAFETY: the stream is alive while `self` is.
         check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.inner.raw) })?;
         ctx.take_deferred()
@@ -142,6 +168,7 @@ impl Stream {
     /// ([`cuStreamQuery`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
     pub fn query(&self) -> Result<bool> {
         self.inner.ctx.take_deferred()?;
+        self.bind_if_default()?;
         // SAFETY: the stream is alive while `self` is.
         let status = unsafe { sys::cuStreamQuery(self.inner.raw) };
         if status == sys::CUresult::CUDA_ERROR_NOT_READY {
@@ -152,10 +179,12 @@ impl Stream {
 
     /// Makes later work on this stream wait until `event` completes (the work it captured)
     /// ([`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
-    /// The event may belong to another context or device.
+    /// The event may belong to another context or device. On a default stream, the stream's
+    /// context is made current first.
     #[inline]
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.inner.ctx.take_deferred()?;
+        self.bind_if_default()?;
         // SAFETY: both handles are alive while their owners are borrowed.
         check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.inner.raw, event.as_raw(), 0) })
     }
@@ -165,6 +194,7 @@ impl Stream {
     #[inline]
     pub fn wait_event_with_flags(&self, event: &Event, flags: EventWaitFlags) -> Result<()> {
         self.inner.ctx.take_deferred()?;
+        self.bind_if_default()?;
         // SAFETY: both handles are alive while their owners are borrowed.
         check("cuStreamWaitEvent", unsafe {
             sys::cuStreamWaitEvent(self.inner.raw, event.as_raw(), flags.bits())
@@ -197,6 +227,13 @@ impl Stream {
         check("cuStreamGetId", unsafe { sys::cuStreamGetId(self.inner.raw, &mut id) })?;
         Ok(id)
     }
+}
+
+/// Whether `raw` is a handle the driver resolves through the current context: the null
+/// stream, `CU_STREAM_LEGACY` or `CU_STREAM_PER_THREAD`.
+#[inline]
+fn is_default_handle(raw: sys::CUstream) -> bool {
+    raw.is_null() || raw == sys::CU_STREAM_LEGACY || raw == sys::CU_STREAM_PER_THREAD
 }
 
 impl PartialEq for Stream {
