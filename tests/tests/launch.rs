@@ -5,9 +5,9 @@
 mod kernels;
 
 use cuda_core::driver_sys as sys;
-use cuda_core::module::Module;
+use cuda_core::module::{FunctionAttribute, JitOptions, Library, Module};
 use cuda_core::occupancy::OccupancyFlags;
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
+use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
 
 fn main() {
@@ -26,6 +26,10 @@ fn main() {
         gpu(
             "launches_on_default_streams_and_from_other_threads",
             launches_on_default_streams_and_from_other_threads,
+        ),
+        gpu(
+            "library_kernel_block_size_is_checked_before_the_launch",
+            library_kernel_block_size_is_checked_before_the_launch,
         ),
     ]);
 }
@@ -215,5 +219,45 @@ fn launches_on_default_streams_and_from_other_threads() -> TestResult {
             .map_err(|_| "the launching thread panicked")?
     })?;
     s.check(a, 3)?;
+    Ok(())
+}
+
+fn library_kernel_block_size_is_checked_before_the_launch() -> TestResult {
+    let ctx = context()?;
+    let device = ctx.device();
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let library = Library::from_ptx(kernels::PTX, &JitOptions::new())?;
+    let saxpy = library.kernel("saxpy")?;
+    let max = saxpy.max_threads_per_block(&device)?;
+    ensure_eq!(i64::from(max), i64::from(saxpy.attribute(FunctionAttribute::MaxThreadsPerBlock, &device)?));
+    ensure!(
+        max > 0 && i64::from(max) <= i64::from(device.max_threads_per_block()?),
+        "a kernel limit of {max} threads per block"
+    );
+    ensure_eq!(saxpy.max_threads_per_block(&device)?, max);
+    let s = Saxpy::new(&ctx, 3 * max)?;
+    let (a, xp, yp) = (4.0f32, s.x.device_ptr(), s.y.device_ptr());
+    // Twice the limit, on a fresh kernel value (nothing remembered yet) and on the one that
+    // has asked already; a zero dimension too.
+    for (kernel, block) in [(library.kernel("saxpy")?, (max, 2, 1)), (saxpy.clone(), (max, 1, 2))] {
+        // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats; refused before the call.
+        let refused = unsafe { kernel.launch(&stream, &LaunchConfig::new(3, block), (&s.n, &a, &xp, &yp)) };
+        match refused {
+            Err(e @ Error::InvalidArgument { .. }) => {
+                ensure!(e.to_string().contains(&format!("{} threads", 2 * max)), "{e}")
+            }
+            other => return Err(format!("expected InvalidArgument, got {other:?}").into()),
+        }
+    }
+    // SAFETY: as above.
+    let zero = unsafe { saxpy.launch(&stream, &LaunchConfig::new(3, (max, 0, 1)), (&s.n, &a, &xp, &yp)) };
+    ensure!(matches!(zero, Err(Error::InvalidArgument { .. })), "{zero:?}");
+    // Nothing ran, and the context is usable: a block of exactly the limit launches.
+    stream.synchronize()?;
+    s.check(a, 0)?;
+    // SAFETY: as above; 3 blocks of `max` threads cover the 3 * max elements.
+    unsafe { saxpy.launch(&stream, &LaunchConfig::new(3, max), (&s.n, &a, &xp, &yp))? };
+    stream.synchronize()?;
+    s.check(a, 1)?;
     Ok(())
 }

@@ -253,14 +253,10 @@ unsafe fn launch_raw<A: KernelArgs>(
     args: A,
 ) -> Result<()> {
     config.check(operation, max_threads)?;
-    let ctx = stream.context();
     let raw_stream = stream.as_raw();
-    if is_special_stream(raw_stream) {
-        // The default-stream handles act on the current context.
-        ctx.enter()?;
-    } else {
-        ctx.take_deferred()?;
-    }
+    stream.context().take_deferred()?;
+    // The default-stream handles act on the current context.
+    stream.bind_if_default()?;
     let mut attrs = [const { MaybeUninit::uninit() }; 4];
     let raw = config.raw_config(raw_stream, &mut attrs);
     let mut pointers = args.pointers();
@@ -270,11 +266,6 @@ unsafe fn launch_raw<A: KernelArgs>(
     let status =
         unsafe { sys::cuLaunchKernelEx(&raw, f, pointers.as_mut().as_mut_ptr(), std::ptr::null_mut()) };
     check("cuLaunchKernelEx", status)
-}
-
-#[inline]
-fn is_special_stream(stream: sys::CUstream) -> bool {
-    stream.is_null() || stream == sys::CU_STREAM_LEGACY || stream == sys::CU_STREAM_PER_THREAD
 }
 
 impl Function<'_> {
@@ -330,7 +321,9 @@ impl Kernel<'_> {
     /// ([`cuLaunchKernelEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)
     /// with the `CUkernel` in place of a function).
     ///
-    /// The block size is checked by the driver here (the limit depends on the device).
+    /// A zero grid or block dimension, or a block larger than the kernel allows on the
+    /// stream's device ([`Kernel::max_threads_per_block`], asked once per device and then
+    /// remembered by this value), is an [`Error::InvalidArgument`] before the launch.
     ///
     /// # Safety
     ///
@@ -342,9 +335,19 @@ impl Kernel<'_> {
         config: &LaunchConfig,
         args: A,
     ) -> Result<()> {
+        let device = stream.context().device();
+        let max_threads = match self.cached_max_threads(&device) {
+            Some(max) => max,
+            None => {
+                // The first launch on this device: ask with the stream's context current, so
+                // that a lazily loaded kernel is loaded where it is about to run.
+                stream.context().make_current()?;
+                self.query_max_threads(&device)?
+            }
+        };
         // SAFETY: the driver accepts a CUkernel where a CUfunction is expected; the kernel is
         // live while `self` borrows its library; the caller vouches for the arguments.
-        unsafe { launch_raw("Kernel::launch", self.as_raw().cast(), 0, stream, config, args) }
+        unsafe { launch_raw("Kernel::launch", self.as_raw().cast(), max_threads, stream, config, args) }
     }
 }
 

@@ -8,6 +8,7 @@ use crate::module::CacheConfig;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Code loaded for every context, present and future
 /// ([`cuLibraryLoadData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
@@ -108,7 +109,7 @@ impl Library {
             ));
         }
         check("cuLibraryGetKernel", status)?;
-        Ok(Kernel { raw, _library: PhantomData })
+        Ok(Kernel::wrap(raw))
     }
 
     /// Every kernel in the library
@@ -122,7 +123,7 @@ impl Library {
         check("cuLibraryEnumerateKernels", unsafe {
             sys::cuLibraryEnumerateKernels(raw.as_mut_ptr(), count, self.raw)
         })?;
-        Ok(raw.into_iter().map(|raw| Kernel { raw, _library: PhantomData }).collect())
+        Ok(raw.into_iter().map(Kernel::wrap).collect())
     }
 
     /// The `__device__` variable `name` as it exists in `ctx`
@@ -181,10 +182,25 @@ impl Drop for Library {
 ///
 /// Launch it with [`Kernel::launch`](crate::launch) (in the stream's context), or get the
 /// [`Function`] for one context with [`Kernel::function`].
-#[derive(Clone, Copy, Debug)]
+///
+/// The value remembers the kernel's threads-per-block limit on the last device it was
+/// launched on, so keep it (rather than asking the library again) to launch repeatedly.
+#[derive(Debug)]
 pub struct Kernel<'l> {
     raw: sys::CUkernel,
+    /// `(ordinal + 1) << 32 | limit` for the last device asked about; 0 when none was.
+    max_threads: AtomicU64,
     _library: PhantomData<&'l Library>,
+}
+
+impl Clone for Kernel<'_> {
+    fn clone(&self) -> Self {
+        Kernel {
+            raw: self.raw,
+            max_threads: AtomicU64::new(self.max_threads.load(Ordering::Relaxed)),
+            _library: PhantomData,
+        }
+    }
 }
 
 // SAFETY: a CUkernel may be used from any thread.
@@ -193,6 +209,42 @@ unsafe impl Send for Kernel<'_> {}
 unsafe impl Sync for Kernel<'_> {}
 
 impl<'l> Kernel<'l> {
+    fn wrap(raw: sys::CUkernel) -> Kernel<'l> {
+        Kernel { raw, max_threads: AtomicU64::new(0), _library: PhantomData }
+    }
+
+    /// The most threads a block of this kernel may have on `device`
+    /// (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK` through
+    /// [`cuKernelGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    ///
+    /// The answer for the last device asked about is remembered: asking again for that device
+    /// makes no driver call and allocates nothing.
+    pub fn max_threads_per_block(&self, device: &Device) -> Result<u32> {
+        match self.cached_max_threads(device) {
+            Some(max) => Ok(max),
+            None => self.query_max_threads(device),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn cached_max_threads(&self, device: &Device) -> Option<u32> {
+        let packed = self.max_threads.load(Ordering::Relaxed);
+        if packed >> 32 == device_tag(device) { Some(packed as u32) } else { None }
+    }
+
+    #[cold]
+    pub(crate) fn query_max_threads(&self, device: &Device) -> Result<u32> {
+        let value = self.attribute(FunctionAttribute::MaxThreadsPerBlock, device)?;
+        let max = u32::try_from(value).map_err(|_| {
+            Error::invalid(
+                "Kernel::max_threads_per_block",
+                format!("the driver reported a limit of {value} threads per block"),
+            )
+        })?;
+        self.max_threads.store(device_tag(device) << 32 | u64::from(max), Ordering::Relaxed);
+        Ok(max)
+    }
+
     /// The raw `CUkernel`.
     #[inline]
     pub fn as_raw(&self) -> sys::CUkernel {
@@ -264,4 +316,10 @@ impl<'l> Kernel<'l> {
         check("cuKernelGetParamInfo", status)?;
         Ok(Some((offset, size)))
     }
+}
+
+/// The cache tag of a device: its ordinal plus one, so that 0 means "nothing cached".
+#[inline]
+fn device_tag(device: &Device) -> u64 {
+    u64::from(device.as_raw() as u32) + 1
 }
