@@ -4,9 +4,10 @@
 use cuda_core::memory::{
     Array, ArrayDescriptor, ArrayFlags, HostAllocFlags, HostRegisterFlags, ManagedBuffer, MemAdvice,
     MemAttach, MemLocation, MemoryType, MipmappedArray, PinnedHostBuffer, PitchedBuffer,
-    RegisteredHostMemory, address_range, pointer_attributes,
+    RegisteredHostMemory, address_range, memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async,
+    memcpy_3d_peer, pointer_attributes,
 };
-use cuda_core::{Context, Device, DeviceBuffer, DeviceViewMut, Error, Stream, StreamFlags};
+use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, DeviceViewMut, Error, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, multi_gpu};
 
@@ -32,6 +33,8 @@ fn main() {
         gpu("arrays_1d_2d_3d_layered_cubemap", arrays_1d_2d_3d_layered_cubemap),
         gpu("mipmapped_arrays", mipmapped_arrays),
         gpu("device_array_and_pitched_copies", device_array_and_pitched_copies),
+        gpu("raw_2d_copies_of_sub_rectangles", raw_2d_copies_of_sub_rectangles),
+        gpu("raw_3d_and_peer_copies_of_sub_boxes", raw_3d_and_peer_copies_of_sub_boxes),
         gpu("pointer_attributes_and_address_ranges", pointer_attributes_and_address_ranges),
         multi_gpu("peer_copies_between_devices", 2, peer_copies_between_devices),
     ]);
@@ -402,6 +405,218 @@ fn device_array_and_pitched_copies() -> TestResult {
     ensure_eq!(dense.to_vec()?, src[..w * h].to_vec());
     let narrow = PitchedBuffer::<u32>::new(&ctx, w - 1, h)?;
     invalid(q.copy_from_pitched(&narrow), "pitched buffers of different widths")?;
+    Ok(())
+}
+
+/// What the driver is asked to do, on host models of both sides: copy a box of `extent`
+/// (elements, rows, slices) from `src` at `from` to `dst` at `to`, where each side has rows of
+/// `layout.0` elements and slices of `layout.1` rows. Everything else in `dst` is kept.
+fn place(
+    dst: &mut [u32],
+    dst_layout: (usize, usize),
+    to: (usize, usize, usize),
+    src: &[u32],
+    src_layout: (usize, usize),
+    from: (usize, usize, usize),
+    extent: (usize, usize, usize),
+) {
+    let index = |layout: (usize, usize), (x, y, z): (usize, usize, usize)| (z * layout.1 + y) * layout.0 + x;
+    for z in 0..extent.2 {
+        for y in 0..extent.1 {
+            for x in 0..extent.0 {
+                dst[index(dst_layout, (to.0 + x, to.1 + y, to.2 + z))] =
+                    src[index(src_layout, (from.0 + x, from.1 + y, from.2 + z))];
+            }
+        }
+    }
+}
+
+fn zeroed_2d() -> sys::CUDA_MEMCPY2D {
+    // SAFETY: a plain C struct of integers, enums and pointers; all zeroes is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+fn zeroed_3d() -> sys::CUDA_MEMCPY3D {
+    // SAFETY: as above; the reserved pointers must be null.
+    unsafe { std::mem::zeroed() }
+}
+
+const DEVICE: sys::CUmemorytype = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+const HOST: sys::CUmemorytype = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
+const ARRAY: sys::CUmemorytype = sys::CUmemorytype::CU_MEMORYTYPE_ARRAY;
+
+fn u32_array(width: usize, height: usize, depth: usize) -> ArrayDescriptor {
+    ArrayDescriptor {
+        width,
+        height,
+        depth,
+        format: sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32,
+        num_channels: 1,
+        flags: ArrayFlags::empty(),
+    }
+}
+
+/// Sub-rectangles through `memcpy_2d`/`memcpy_2d_async`: device -> pitched -> host (a row
+/// length of its own) and host -> array -> device, each landing exactly where asked and
+/// leaving everything around it as it was.
+fn raw_2d_copies_of_sub_rectangles() -> TestResult {
+    const W: usize = 16;
+    const H: usize = 8;
+    let ctx = ctx()?;
+    let src: Vec<u32> = (0..(W * H) as u32).map(|i| i * 3 + 1).collect();
+    let dev = DeviceBuffer::from_slice(&ctx, &src)?;
+    let mut p = PitchedBuffer::<u32>::new(&ctx, W, H)?;
+    p.memset_d32(0xdead_beef)?;
+    // The raw calls act on the current context.
+    ctx.bind_to_thread()?;
+
+    // Device (rows of W) -> pitched: 5 × 4 elements from (3, 2) to (6, 1).
+    let mut c = zeroed_2d();
+    (c.srcXInBytes, c.srcY, c.srcMemoryType, c.srcDevice, c.srcPitch) =
+        (3 * 4, 2, DEVICE, dev.as_raw(), W * 4);
+    (c.dstXInBytes, c.dstY, c.dstMemoryType, c.dstDevice, c.dstPitch) =
+        (6 * 4, 1, DEVICE, p.as_raw(), p.pitch());
+    (c.WidthInBytes, c.Height) = (5 * 4, 4);
+    // SAFETY: both sides are live and the rectangle lies within each.
+    unsafe { memcpy_2d(&c)? };
+    ctx.synchronize()?;
+    let mut want = vec![0xdead_beef; W * H];
+    place(&mut want, (W, H), (6, 1, 0), &src, (W, H), (3, 2, 0), (5, 4, 1));
+    let mut out = vec![0u32; W * H];
+    p.copy_to_host(&mut out)?;
+    ensure_eq!(out, want);
+
+    // Pitched -> host rows of 10: the same block, from (6, 1) to (2, 3).
+    const HW: usize = 10;
+    const HH: usize = 8;
+    let mut host = vec![0x5555_5555u32; HW * HH];
+    let mut c = zeroed_2d();
+    (c.srcXInBytes, c.srcY, c.srcMemoryType, c.srcDevice, c.srcPitch) =
+        (6 * 4, 1, DEVICE, p.as_raw(), p.pitch());
+    (c.dstXInBytes, c.dstY, c.dstMemoryType, c.dstPitch) = (2 * 4, 3, HOST, HW * 4);
+    c.dstHost = host.as_mut_ptr().cast();
+    (c.WidthInBytes, c.Height) = (5 * 4, 4);
+    // SAFETY: as above; `host` holds HH rows of HW elements and outlives the synchronous copy.
+    unsafe { memcpy_2d(&c)? };
+    ctx.synchronize()?;
+    let mut want = vec![0x5555_5555u32; HW * HH];
+    place(&mut want, (HW, HH), (2, 3, 0), &src, (W, H), (3, 2, 0), (5, 4, 1));
+    ensure_eq!(host, want);
+
+    // Host (rows of W) -> a W × H array of 7s: 3 × 2 from (4, 3) to (1, 5).
+    let mut a = Array::new(&ctx, &u32_array(W, H, 0))?;
+    a.copy_from_host(&vec![7u32; W * H])?;
+    ctx.bind_to_thread()?;
+    let mut c = zeroed_2d();
+    (c.srcXInBytes, c.srcY, c.srcMemoryType, c.srcPitch) = (4 * 4, 3, HOST, W * 4);
+    c.srcHost = src.as_ptr().cast();
+    (c.dstXInBytes, c.dstY, c.dstMemoryType, c.dstArray) = (4, 5, ARRAY, a.as_raw());
+    (c.WidthInBytes, c.Height) = (3 * 4, 2);
+    // SAFETY: as above; the array is W × H elements of 4 bytes.
+    unsafe { memcpy_2d(&c)? };
+    ctx.synchronize()?;
+    let mut in_array = vec![7u32; W * H];
+    place(&mut in_array, (W, H), (1, 5, 0), &src, (W, H), (4, 3, 0), (3, 2, 1));
+    a.copy_to_host(&mut out)?;
+    ensure_eq!(out, in_array);
+
+    // Array -> device rows of W, stream-ordered: the 3 × 2 block from (1, 5) to (0, 0).
+    let back = DeviceBuffer::from_slice(&ctx, &vec![9u32; W * H])?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut c = zeroed_2d();
+    (c.srcXInBytes, c.srcY, c.srcMemoryType, c.srcArray) = (4, 5, ARRAY, a.as_raw());
+    (c.dstMemoryType, c.dstDevice, c.dstPitch) = (DEVICE, back.as_raw(), W * 4);
+    (c.WidthInBytes, c.Height) = (3 * 4, 2);
+    // SAFETY: as above; both sides outlive the synchronization below.
+    unsafe { memcpy_2d_async(&c, &stream)? };
+    stream.synchronize()?;
+    let mut want = vec![9u32; W * H];
+    place(&mut want, (W, H), (0, 0, 0), &src, (W, H), (4, 3, 0), (3, 2, 1));
+    ensure_eq!(back.to_vec()?, want);
+    Ok(())
+}
+
+/// Sub-boxes through `memcpy_3d`/`memcpy_3d_async`/`memcpy_3d_peer`: a 3D array -> dense
+/// device memory -> host memory of another pitch and height -> back into the array, and
+/// device memory of one context into device memory of another.
+fn raw_3d_and_peer_copies_of_sub_boxes() -> TestResult {
+    const X: usize = 8;
+    const Y: usize = 6;
+    const Z: usize = 4;
+    let ctx = ctx()?;
+    let values: Vec<u32> = (0..(X * Y * Z) as u32).map(|i| i ^ 0xa5a5_0000).collect();
+    let mut a = Array::new(&ctx, &u32_array(X, Y, Z))?;
+    a.copy_from_host(&values)?;
+    let dev = DeviceBuffer::from_slice(&ctx, &vec![u32::MAX; X * Y * Z])?;
+    ctx.bind_to_thread()?;
+
+    // Array -> device (rows of X, slices of Y rows): 3 × 2 × 2 from (2, 1, 1) to (4, 3, 2).
+    let mut c = zeroed_3d();
+    (c.srcXInBytes, c.srcY, c.srcZ, c.srcMemoryType, c.srcArray) = (2 * 4, 1, 1, ARRAY, a.as_raw());
+    (c.dstXInBytes, c.dstY, c.dstZ, c.dstMemoryType, c.dstDevice) = (4 * 4, 3, 2, DEVICE, dev.as_raw());
+    (c.dstPitch, c.dstHeight) = (X * 4, Y);
+    (c.WidthInBytes, c.Height, c.Depth) = (3 * 4, 2, 2);
+    // SAFETY: both sides are live and the box lies within each.
+    unsafe { memcpy_3d(&c)? };
+    ctx.synchronize()?;
+    let mut in_dev = vec![u32::MAX; X * Y * Z];
+    place(&mut in_dev, (X, Y), (4, 3, 2), &values, (X, Y), (2, 1, 1), (3, 2, 2));
+    ensure_eq!(dev.to_vec()?, in_dev);
+
+    // Device -> host rows of 5, slices of 4 rows: the box from (4, 3, 2) to (1, 1, 1).
+    const HX: usize = 5;
+    const HY: usize = 4;
+    const HZ: usize = 3;
+    let mut host = vec![0u32; HX * HY * HZ];
+    let mut c = zeroed_3d();
+    (c.srcXInBytes, c.srcY, c.srcZ, c.srcMemoryType, c.srcDevice) = (4 * 4, 3, 2, DEVICE, dev.as_raw());
+    (c.srcPitch, c.srcHeight) = (X * 4, Y);
+    (c.dstXInBytes, c.dstY, c.dstZ, c.dstMemoryType) = (4, 1, 1, HOST);
+    c.dstHost = host.as_mut_ptr().cast();
+    (c.dstPitch, c.dstHeight) = (HX * 4, HY);
+    (c.WidthInBytes, c.Height, c.Depth) = (3 * 4, 2, 2);
+    // SAFETY: as above; `host` holds HZ slices of HY rows of HX elements.
+    unsafe { memcpy_3d(&c)? };
+    ctx.synchronize()?;
+    let mut in_host = vec![0u32; HX * HY * HZ];
+    place(&mut in_host, (HX, HY), (1, 1, 1), &values, (X, Y), (2, 1, 1), (3, 2, 2));
+    ensure_eq!(host, in_host);
+
+    // Host -> array, stream-ordered: the box from (1, 1, 1) of the host copy to (0, 0, 0).
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut c = zeroed_3d();
+    (c.srcXInBytes, c.srcY, c.srcZ, c.srcMemoryType) = (4, 1, 1, HOST);
+    c.srcHost = host.as_ptr().cast();
+    (c.srcPitch, c.srcHeight) = (HX * 4, HY);
+    (c.dstMemoryType, c.dstArray) = (ARRAY, a.as_raw());
+    (c.WidthInBytes, c.Height, c.Depth) = (3 * 4, 2, 2);
+    // SAFETY: as above; `host` is neither dropped nor written before the stream is synchronized.
+    unsafe { memcpy_3d_async(&c, &stream)? };
+    stream.synchronize()?;
+    let mut in_array = values.clone();
+    place(&mut in_array, (X, Y), (0, 0, 0), &values, (X, Y), (2, 1, 1), (3, 2, 2));
+    let mut out = vec![0u32; X * Y * Z];
+    a.copy_to_host(&mut out)?;
+    ensure_eq!(out, in_array);
+
+    // Between contexts (a second one on the same device): the box from (4, 3, 2) of `dev` to
+    // (0, 2, 1) of memory in the other context.
+    let other = Context::create(&ctx.device(), ContextFlags::empty())?;
+    let far = DeviceBuffer::from_slice(&other, &vec![0u32; X * Y * Z])?;
+    // SAFETY: a plain C struct of integers, enums and pointers; all zeroes is a valid value.
+    let mut c: sys::CUDA_MEMCPY3D_PEER = unsafe { std::mem::zeroed() };
+    (c.srcXInBytes, c.srcY, c.srcZ, c.srcMemoryType, c.srcDevice) = (4 * 4, 3, 2, DEVICE, dev.as_raw());
+    (c.srcContext, c.srcPitch, c.srcHeight) = (ctx.as_raw(), X * 4, Y);
+    (c.dstXInBytes, c.dstY, c.dstZ, c.dstMemoryType, c.dstDevice) = (0, 2, 1, DEVICE, far.as_raw());
+    (c.dstContext, c.dstPitch, c.dstHeight) = (other.as_raw(), X * 4, Y);
+    (c.WidthInBytes, c.Height, c.Depth) = (3 * 4, 2, 2);
+    // SAFETY: both sides are live in the contexts named, and the box lies within each.
+    unsafe { memcpy_3d_peer(&c)? };
+    ctx.synchronize()?;
+    other.synchronize()?;
+    let mut in_far = vec![0u32; X * Y * Z];
+    place(&mut in_far, (X, Y), (0, 2, 1), &values, (X, Y), (2, 1, 1), (3, 2, 2));
+    ensure_eq!(far.to_vec()?, in_far);
     Ok(())
 }
 
