@@ -7,9 +7,12 @@
 //! 2. the symbols the compiled C object needs are exactly the ones this crate defines, and
 //!    this test binary, linked against cuda-core, defines each of them;
 //! 3. the functions, declared here by name as C would see them (`extern "C"`), link and behave
-//!    as the header says against an allocator of the test's own.
+//!    as the header says against an allocator of the test's own;
+//! 4. a C program that includes the header links against a shared library made of cuda-core
+//!    (a one-line cdylib built with `rustc` from the cuda-core rlib next to this test) and runs.
 //!
-//! Checks 1 and 2 are skipped, with a message, where no C compiler (or `nm`) is found.
+//! Checks 1, 2 and 4 are skipped, with a message, where no C compiler (or `nm`, or `rustc`
+//! and the rlib) is found.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -58,10 +61,24 @@ fn header_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
 }
 
-fn work_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c_header-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory of this process for `test`, removed when the test passes.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Scratch {
+        let dir =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c_header-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// The first of `candidates` that runs (`--version`), if any.
@@ -91,8 +108,13 @@ fn check_source() -> String {
 
 /// Compiles `source` (as `file`) with `compiler` and `flags` into an object; the diagnostics
 /// on failure.
-fn compile(compiler: &str, flags: &[&str], file: &str, source: &str) -> std::result::Result<PathBuf, String> {
-    let dir = work_dir();
+fn compile(
+    dir: &Path,
+    compiler: &str,
+    flags: &[&str],
+    file: &str,
+    source: &str,
+) -> std::result::Result<PathBuf, String> {
     let src = dir.join(file);
     std::fs::write(&src, source).unwrap();
     let obj = dir.join(format!("{file}.o"));
@@ -116,6 +138,7 @@ fn compile(compiler: &str, flags: &[&str], file: &str, source: &str) -> std::res
 #[test]
 fn the_header_compiles_as_c_and_cpp_with_the_exact_signatures() {
     let _keep = RUST_SIGNATURES;
+    let tmp = Scratch::new("compile");
     let Some(cc) =
         find_tool(&[std::env::var("CC").ok(), Some("cc".into()), Some("gcc".into()), Some("clang".into())])
     else {
@@ -123,12 +146,12 @@ fn the_header_compiles_as_c_and_cpp_with_the_exact_signatures() {
         return;
     };
     let strict = ["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-Wstrict-prototypes"];
-    compile(&cc, &strict, "check.c", &check_source()).unwrap_or_else(|e| panic!("{e}"));
+    compile(&tmp.0, &cc, &strict, "check.c", &check_source()).unwrap_or_else(|e| panic!("{e}"));
 
     // A wrong pointer type must be refused, or the check above proves nothing.
     let wrong =
         check_source().replace("size_t (*const f4)(char *, size_t)", "int (*const f4)(char *, size_t)");
-    assert!(compile(&cc, &strict, "wrong.c", &wrong).is_err(), "a mismatched signature compiled");
+    assert!(compile(&tmp.0, &cc, &strict, "wrong.c", &wrong).is_err(), "a mismatched signature compiled");
 
     match find_tool(&[
         std::env::var("CXX").ok(),
@@ -138,7 +161,7 @@ fn the_header_compiles_as_c_and_cpp_with_the_exact_signatures() {
     ]) {
         Some(cxx) => {
             let flags = ["-std=c++11", "-Wall", "-Wextra", "-Wpedantic", "-Werror"];
-            compile(&cxx, &flags, "check.cpp", &check_source()).unwrap_or_else(|e| panic!("{e}"));
+            compile(&tmp.0, &cxx, &flags, "check.cpp", &check_source()).unwrap_or_else(|e| panic!("{e}"));
         }
         None => println!("skipped the C++ half: no C++ compiler found (set CXX)"),
     }
@@ -165,7 +188,9 @@ fn the_symbols_the_header_names_are_the_ones_cuda_core_defines() {
         println!("skipped: no C compiler or no nm found (set CC and NM)");
         return;
     };
-    let obj = compile(&cc, &["-std=c11"], "symbols.c", &check_source()).unwrap_or_else(|e| panic!("{e}"));
+    let tmp = Scratch::new("symbols");
+    let obj =
+        compile(&tmp.0, &cc, &["-std=c11"], "symbols.c", &check_source()).unwrap_or_else(|e| panic!("{e}"));
     let mut needed: Vec<String> =
         symbols(&nm, "-u", &obj).into_iter().filter(|s| s.starts_with("cuda_core_")).collect();
     needed.sort();
@@ -258,4 +283,119 @@ fn the_functions_link_by_name_and_behave_as_the_header_says() {
         assert_eq!(counter.0.lock().unwrap().1, 0);
         cuda_core_destroy_allocator_handle(std::ptr::null_mut());
     }
+}
+
+/// A C program that calls every function of the header through the names it declares. In a
+/// fresh process no context is current, so the handle is NULL and the reason is kept; where
+/// one is made after all, it allocates and frees a mebibyte.
+const C_PROGRAM: &str = r#"
+#include "cuda_core_memory.h"
+#include <stdio.h>
+#include <string.h>
+
+int main(void) {
+    char why[512];
+    cuda_core_allocator_handle *h = cuda_core_get_allocator_handle();
+    if (h == NULL) {
+        size_t n = cuda_core_get_last_error(why, sizeof why);
+        if (n == 0 || strlen(why) == 0) return 2;
+        printf("no handle: %s\n", why);
+    } else {
+        void *p = cuda_core_malloc(h, 1 << 20);
+        cuda_core_free(h, p);
+        cuda_core_destroy_allocator_handle(h);
+        printf("handle: allocated %s\n", p == NULL ? "nothing" : "1 MiB");
+    }
+    if (cuda_core_malloc(NULL, 8) != NULL) return 3;
+    size_t n = cuda_core_get_last_error(why, sizeof why);
+    if (n == 0 || strstr(why, "null") == NULL) return 4;
+    printf("null handle: %s\n", why);
+    cuda_core_free(NULL, NULL);
+    cuda_core_destroy_allocator_handle(NULL);
+    if (cuda_core_get_last_error(NULL, 0) == 0) return 5; /* the NULL handle of free was refused */
+    return 0;
+}
+"#;
+
+/// The newest cuda-core rlib in the directory of this test binary (the one it was linked
+/// with, or a later build of the same source).
+fn cuda_core_rlib() -> Option<PathBuf> {
+    let deps = std::env::current_exe().ok()?.parent()?.to_path_buf();
+    std::fs::read_dir(deps)
+        .ok()?
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("libcuda_core-") && name.ends_with(".rlib")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max()
+        .map(|(_, p)| p)
+}
+
+#[test]
+fn a_c_program_links_against_cuda_core_and_runs() {
+    let Some(cc) =
+        find_tool(&[std::env::var("CC").ok(), Some("cc".into()), Some("gcc".into()), Some("clang".into())])
+    else {
+        println!("skipped: no C compiler found (set CC)");
+        return;
+    };
+    let (Some(rustc), Some(rlib)) =
+        (find_tool(&[std::env::var("RUSTC").ok(), Some("rustc".into())]), cuda_core_rlib())
+    else {
+        println!("skipped: no rustc or no cuda-core rlib next to this test to make a shared library of");
+        return;
+    };
+    let tmp = Scratch::new("program");
+    let dir = &tmp.0;
+    let lib_src = dir.join("capi_check.rs");
+    std::fs::write(&lib_src, "pub use cuda_core::pool::capi::*;\n").unwrap();
+    let lib = dir.join("libcapi_check.so");
+    let deps = rlib.parent().unwrap();
+    let out = Command::new(&rustc)
+        .args(["--edition", "2024", "--crate-type", "cdylib", "--crate-name", "capi_check"])
+        .arg("-L")
+        .arg(format!("dependency={}", deps.display()))
+        .arg("--extern")
+        .arg(format!("cuda_core={}", rlib.display()))
+        .arg(&lib_src)
+        .arg("-o")
+        .arg(&lib)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        // A toolchain other than the one that built the rlib, or a half-written rlib.
+        println!(
+            "skipped: rustc could not make the shared library:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+
+    let src = dir.join("program.c");
+    std::fs::write(&src, C_PROGRAM).unwrap();
+    let exe = dir.join("program");
+    let out = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg("-I")
+        .arg(header_dir())
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg(format!("-L{}", dir.display()))
+        .arg("-lcapi_check")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the C program does not link against cuda-core:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let run = Command::new(&exe).output().unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(stdout.contains("null handle: ") && stdout.contains("the handle is null"), "{stdout}");
 }
