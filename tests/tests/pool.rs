@@ -1,7 +1,8 @@
 //! `cuda_core::pool` on a GPU: data written and read back through pooled memory, across
 //! streams and threads; record_stream; limits; pinned pool; upstream allocators; the current
-//! allocator and the C interface.
+//! allocator and the C interface; memory hooks around both pools.
 
+use cuda_core::pool::hooks::{self, HookEvent, MemoryHook, MemoryKind};
 use cuda_core::pool::{
     self, Allocator, AsyncAllocator, DeviceAllocator, ManagedAllocator, MemoryPool, PinnedMemoryPool,
     PoolLimit, StreamRef,
@@ -9,6 +10,8 @@ use cuda_core::pool::{
 use cuda_core::{Context, Device, Error, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::mpsc;
 
@@ -23,6 +26,7 @@ fn main() {
         gpu("upstream_allocators_give_usable_memory", upstream_allocators_give_usable_memory),
         gpu("default_allocator_and_c_interface", default_allocator_and_c_interface),
         gpu("typed_views_of_pooled_memory", typed_views_of_pooled_memory),
+        gpu("hooks_see_device_and_pinned_pools", hooks_see_device_and_pinned_pools),
     ]);
 }
 
@@ -294,5 +298,67 @@ fn typed_views_of_pooled_memory() -> TestResult {
     }
     ensure_eq!(a.view::<u64>()?.len(), data.len() / 2);
     ensure!(pool.malloc(6, &s)?.view::<u32>().is_err(), "6 bytes are not whole u32 elements");
+    Ok(())
+}
+
+/// Keeps the post-events a hook sees: (callback, event).
+#[derive(Default)]
+struct Seen(RefCell<Vec<(&'static str, HookEvent)>>);
+
+impl MemoryHook for Seen {
+    fn name(&self) -> &str {
+        "seen"
+    }
+    fn alloc_postprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("alloc", *e));
+    }
+    fn malloc_postprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("malloc", *e));
+    }
+    fn free_postprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("free", *e));
+    }
+}
+
+fn hooks_see_device_and_pinned_pools() -> TestResult {
+    let ctx = ctx()?;
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let pinned = PinnedMemoryPool::new(&ctx);
+    let pool = MemoryPool::new(&ctx)?;
+    let seen = Rc::new(Seen::default());
+    let guard = hooks::install(seen.clone())?;
+    let data = pattern(750, 11);
+    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut h = pinned.malloc(bytes.len())?;
+    h.write(&bytes)?;
+    let d = pool.malloc(bytes.len(), &s)?;
+    // SAFETY: both buffers hold `bytes.len()` bytes; the stream is synchronized before either
+    // is dropped.
+    drv("cuMemcpyHtoDAsync", unsafe {
+        sys::cuMemcpyHtoDAsync(d.as_raw(), h.as_ptr().cast(), bytes.len(), s.as_raw())
+    })?;
+    s.synchronize()?;
+    ensure!(download(d.as_raw(), data.len(), &s)? == data, "data through hooked pools differs");
+    let (hp, dp) = (h.as_ptr() as u64, d.as_raw());
+    drop((h, d));
+    drop(guard);
+
+    let seen = seen.0.borrow();
+    let brief: Vec<(&str, MemoryKind, usize, u64)> =
+        seen.iter().map(|(n, e)| (*n, e.kind, e.mem_size, e.mem_ptr)).collect();
+    let want = vec![
+        ("alloc", MemoryKind::PinnedHost, 4096, hp),
+        ("malloc", MemoryKind::PinnedHost, 4096, hp),
+        ("alloc", MemoryKind::Device, 3072, dp),
+        ("malloc", MemoryKind::Device, 3072, dp),
+        ("free", MemoryKind::PinnedHost, 4096, hp),
+        ("free", MemoryKind::Device, 3072, dp),
+    ];
+    ensure_eq!(brief, want);
+    let device_id = i32::try_from(ctx.device().ordinal()).unwrap_or(-1);
+    for (_, e) in seen.iter() {
+        let want_id = if e.kind == MemoryKind::Device { device_id } else { -1 };
+        ensure_eq!(e.device_id, want_id);
+    }
     Ok(())
 }
