@@ -17,7 +17,10 @@
  *     may be handed out again at once: no work still queued on another stream may use it.
  *
  * Thread safety
- *   - A handle may be used from several threads at once; each call takes one short lock.
+ *   - A handle may be used from several threads at once: its table of live pointers is
+ *     guarded by a lock held only to add or remove one entry, and the allocators are
+ *     thread-safe. A handle keeps using the allocator it captured, whichever thread calls.
+ *   - Destroying a handle must not race with other calls on it.
  *   - The last error is kept per thread: read it on the thread whose call failed.
  *
  * Errors
