@@ -280,6 +280,11 @@ fn default_allocator_and_c_interface() -> TestResult {
         pool::capi::cuda_core_destroy_allocator_handle(h);
     }
     ensure_eq!(default.used_bytes(), before);
+    // The process-wide pool keeps freed blocks cached; releasing them returns every wholly free
+    // upstream allocation to the driver.
+    s.synchronize()?;
+    default.free_all_blocks(None)?;
+    ensure_eq!(default.total_bytes(), default.used_bytes());
     Ok(())
 }
 
