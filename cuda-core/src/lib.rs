@@ -37,7 +37,7 @@ pub use device::Device;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use launch::{Dim3, KernelArgs, LaunchConfig};
-pub use memory::{DeviceBuffer, DeviceView, DeviceViewMut};
+pub use memory::{DeviceBuffer, DeviceView, DeviceViewMut, ManagedBuffer, PinnedBuffer};
 pub use module::{Function, Kernel, Library, Module};
 pub use stream::{Stream, StreamFlags};
 

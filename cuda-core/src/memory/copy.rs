@@ -1,6 +1,7 @@
 //! Linear copies between host slices and device views: host to device, device to host, device
 //! to device (and between contexts, as peer copies), synchronous and stream-ordered.
 
+use super::pinned::PinnedBuffer;
 use super::same_len;
 use super::view::{DeviceView, DeviceViewMut};
 use crate::error::{Result, check};
@@ -9,18 +10,21 @@ use bytemuck::Pod;
 use cuda_driver_sys as sys;
 
 impl<T: Pod> DeviceViewMut<'_, T> {
-    /// Copies `src` from host memory into this view; the lengths must match
-    /// ([`cuMemcpyHtoD`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// Copies `src` from host memory into this view, in the order of the view's stream, and
+    /// returns when it is done; the lengths must match
+    /// ([`cuMemcpyHtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         same_len("copy_from_host", self.len, src.len())?;
         if self.len == 0 {
             return Ok(());
         }
         self.ctx.enter()?;
-        // SAFETY: the lengths match, the view is exclusively borrowed, and `src` is live memory.
-        super::finished(check("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD(self.ptr, src.as_ptr().cast(), self.size_in_bytes())
-        }))
+        // SAFETY: the lengths match, the view is exclusively borrowed, and `src` is live memory
+        // until the stream is synchronized below.
+        check("cuMemcpyHtoDAsync", unsafe {
+            sys::cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), self.size_in_bytes(), self.stream)
+        })?;
+        self.synchronize_stream()
     }
 
     /// Queues a copy of `src` from host memory into this view on `stream`
@@ -47,26 +51,22 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         })
     }
 
-    /// Copies `src` from device memory into this view; the lengths must match. Views of
-    /// different contexts are copied as peer copies
-    /// ([`cuMemcpyDtoD`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html),
-    /// [`cuMemcpyPeer`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// Copies `src` from device memory into this view and returns when it is done; the lengths
+    /// must match. The copy runs in the order of this view's stream, after the work queued so far
+    /// on the source's stream. Views of different contexts are copied as peer copies
+    /// ([`cuMemcpyDtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html),
+    /// [`cuMemcpyPeerAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_device(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         same_len("copy_from_device", self.len, src.len)?;
         if self.len == 0 {
             return Ok(());
         }
-        self.ctx.enter()?;
-        let bytes = self.size_in_bytes();
-        if self.ctx.as_raw() == src.ctx.as_raw() {
-            // SAFETY: both ranges are live device memory of `bytes` bytes; the destination is exclusive.
-            super::finished(check("cuMemcpyDtoD", unsafe { sys::cuMemcpyDtoD(self.ptr, src.ptr, bytes) }))
-        } else {
-            // SAFETY: as above, each range named with its own context.
-            super::finished(check("cuMemcpyPeer", unsafe {
-                sys::cuMemcpyPeer(self.ptr, self.ctx.as_raw(), src.ptr, src.ctx.as_raw(), bytes)
-            }))
+        if src.stream != self.stream || src.ctx.as_raw() != self.ctx.as_raw() {
+            src.ctx.enter()?;
+            src.synchronize_stream()?;
         }
+        self.copy_device_on(src, self.stream)?;
+        self.synchronize_stream()
     }
 
     /// Queues a copy of `src` from device memory into this view on `stream`; views of
@@ -83,42 +83,42 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         if self.len == 0 {
             return Ok(());
         }
+        self.copy_device_on(src, stream.as_raw())
+    }
+
+    /// Queues the device-to-device (or peer) copy on a raw stream; lengths already checked.
+    #[inline]
+    fn copy_device_on(&mut self, src: &DeviceView<'_, T>, stream: sys::CUstream) -> Result<()> {
         self.ctx.enter()?;
         let bytes = self.size_in_bytes();
         if self.ctx.as_raw() == src.ctx.as_raw() {
             // SAFETY: both ranges are live device memory of `bytes` bytes.
-            check("cuMemcpyDtoDAsync", unsafe {
-                sys::cuMemcpyDtoDAsync(self.ptr, src.ptr, bytes, stream.as_raw())
-            })
+            check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync(self.ptr, src.ptr, bytes, stream) })
         } else {
             // SAFETY: as above, each range named with its own context.
             check("cuMemcpyPeerAsync", unsafe {
-                sys::cuMemcpyPeerAsync(
-                    self.ptr,
-                    self.ctx.as_raw(),
-                    src.ptr,
-                    src.ctx.as_raw(),
-                    bytes,
-                    stream.as_raw(),
-                )
+                sys::cuMemcpyPeerAsync(self.ptr, self.ctx.as_raw(), src.ptr, src.ctx.as_raw(), bytes, stream)
             })
         }
     }
 }
 
 impl<T: Pod> DeviceView<'_, T> {
-    /// Copies this view into `dst` in host memory; the lengths must match
-    /// ([`cuMemcpyDtoH`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// Copies this view into `dst` in host memory, in the order of the view's stream, and
+    /// returns when it is done; the lengths must match
+    /// ([`cuMemcpyDtoHAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         same_len("copy_to_host", dst.len(), self.len)?;
         if self.len == 0 {
             return Ok(());
         }
         self.ctx.enter()?;
-        // SAFETY: the lengths match and `dst` is exclusively borrowed host memory.
-        check("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH(dst.as_mut_ptr().cast(), self.ptr, self.size_in_bytes())
-        })
+        // SAFETY: the lengths match and `dst` is exclusively borrowed host memory until the
+        // stream is synchronized below.
+        check("cuMemcpyDtoHAsync", unsafe {
+            sys::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.ptr, self.size_in_bytes(), self.stream)
+        })?;
+        self.synchronize_stream()
     }
 
     /// Queues a copy of this view into `dst` in host memory on `stream`
@@ -149,5 +149,48 @@ impl<T: Pod> DeviceView<'_, T> {
         let mut v = vec![T::zeroed(); self.len];
         self.copy_to_host(&mut v)?;
         Ok(v)
+    }
+}
+
+impl<T: Pod> DeviceViewMut<'_, T> {
+    /// Queues a copy of pinned host memory into this view on `stream`; the lengths must match
+    /// ([`cuMemcpyHtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Safe: `src` records the copy, and cannot be written or given back until it is done
+    /// (reading it meanwhile is allowed). Copies queued on other streams that write `src`
+    /// are waited for on `stream` first.
+    #[inline]
+    pub fn copy_from_pinned_async(&mut self, src: &PinnedBuffer<T>, stream: &Stream) -> Result<()> {
+        same_len("copy_from_pinned_async", self.len, src.len())?;
+        self.ctx.enter()?;
+        let (dst, bytes) = (self.ptr, self.size_in_bytes());
+        src.uses().around(stream, false, || {
+            // SAFETY: the lengths match; `src` stays alive and unwritten until the event
+            // recorded after this copy has completed.
+            check("cuMemcpyHtoDAsync", unsafe {
+                sys::cuMemcpyHtoDAsync(dst, src.as_ptr().cast(), bytes, stream.as_raw())
+            })
+        })
+    }
+}
+
+impl<T: Pod> DeviceView<'_, T> {
+    /// Queues a copy of this view into pinned host memory on `stream`; the lengths must match
+    /// ([`cuMemcpyDtoHAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Safe: `dst` records the copy, and cannot be read, written or given back until it is
+    /// done ([`PinnedBuffer::as_slice`] waits for it).
+    #[inline]
+    pub fn copy_to_pinned_async(&self, dst: &mut PinnedBuffer<T>, stream: &Stream) -> Result<()> {
+        same_len("copy_to_pinned_async", dst.len(), self.len)?;
+        self.ctx.enter()?;
+        let (src, bytes, host) = (self.ptr, self.size_in_bytes(), dst.as_mut_ptr_unchecked());
+        dst.uses().around(stream, true, || {
+            // SAFETY: the lengths match; `dst` stays alive, unread and unwritten by the host
+            // until the event recorded after this copy has completed.
+            check("cuMemcpyDtoHAsync", unsafe {
+                sys::cuMemcpyDtoHAsync(host.cast(), src, bytes, stream.as_raw())
+            })
+        })
     }
 }

@@ -1,15 +1,17 @@
 //! Managed (unified) memory: one address valid on the host and every device, migrated by the
 //! driver, with advice, prefetching, range attributes and stream attachment.
 
+use super::buffer::DeviceBuffer;
 use super::checked_bytes;
-use super::view::{DeviceView, DeviceViewMut};
-use crate::context::Context;
+use super::source::Source;
+use super::space::{HostAccessible, Managed};
+use crate::pool::ManagedAllocator;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
-use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// Which streams may access managed memory (`CUmemAttach_flags`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -23,7 +25,7 @@ pub enum MemAttach {
 }
 
 impl MemAttach {
-    fn bits(self) -> u32 {
+    pub(crate) fn bits(self) -> u32 {
         match self {
             MemAttach::Global => sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0,
             MemAttach::Host => sys::CUmemAttach_flags::CU_MEM_ATTACH_HOST.0,
@@ -106,75 +108,34 @@ impl MemAdvice {
     }
 }
 
-/// `len` elements of `T` in managed memory, freed on drop
-/// ([`cuMemAllocManaged`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
-///
-/// Its device address works in copies ([`ManagedBuffer::view`]) and kernels; the host may read
-/// and write it directly when no kernel uses it ([`ManagedBuffer::as_host_slice`]).
-#[derive(Debug)]
-pub struct ManagedBuffer<T: Pod> {
-    ptr: sys::CUdeviceptr,
-    len: usize,
-    ctx: Context,
-    _marker: PhantomData<T>,
-}
+/// `len` elements of `T` in managed memory: a [`DeviceBuffer`] whose memory the host can reach
+/// too ([`as_host_slice`](DeviceBuffer::as_host_slice)), migrated by the driver on demand.
+pub type ManagedBuffer<T> = DeviceBuffer<T, Managed>;
 
-// SAFETY: the buffer owns its memory; T is plain data.
-unsafe impl<T: Pod> Send for ManagedBuffer<T> {}
-// SAFETY: shared access only reads.
-unsafe impl<T: Pod> Sync for ManagedBuffer<T> {}
-
-impl<T: Pod> ManagedBuffer<T> {
-    /// Allocates `len` zeroed elements of managed memory.
-    pub fn new(ctx: &Context, len: usize, attach: MemAttach) -> Result<ManagedBuffer<T>> {
-        let bytes = checked_bytes::<T>("ManagedBuffer::new", len)?;
+impl<T: Pod> DeviceBuffer<T, Managed> {
+    /// Allocates `len` elements of managed memory for use on `stream`, attached as `attach`
+    /// says, and zeroes them; returns once they are zero
+    /// ([`cuMemAllocManaged`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// [`MemAttach::Single`] is refused: allocate globally or for the host, then attach to one
+    /// stream with [`attach_async`](Self::attach_async).
+    pub fn new_managed(stream: &Stream, len: usize, attach: MemAttach) -> Result<ManagedBuffer<T>> {
+        let bytes = checked_bytes::<T>("ManagedBuffer::new_managed", len)?;
         if attach == MemAttach::Single {
             return Err(Error::invalid(
-                "ManagedBuffer::new",
+                "ManagedBuffer::new_managed",
                 "allocate with MemAttach::Global or Host; attach to one stream with attach_async",
             ));
         }
-        ctx.enter()?;
-        let mut ptr = 0;
-        // SAFETY: one out-parameter; the context is current.
-        check("cuMemAllocManaged", unsafe { sys::cuMemAllocManaged(&mut ptr, bytes, attach.bits()) })?;
-        let mut b = ManagedBuffer { ptr, len, ctx: ctx.clone(), _marker: PhantomData };
+        let allocator = Arc::new(ManagedAllocator::with_attach(stream.context(), attach));
+        // SAFETY: `cuMemAllocManaged` hands out managed memory.
+        let mut b = unsafe { DeviceBuffer::allocate(Source::Shared(allocator), stream, len, bytes)? };
         b.view_mut().memset_d8(0)?;
         Ok(b)
     }
+}
 
-    /// The address (valid on host and device).
-    #[inline]
-    pub fn as_raw(&self) -> sys::CUdeviceptr {
-        self.ptr
-    }
-
-    /// The number of elements.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always false: buffers hold at least one element.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn bytes(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
-    }
-
-    /// A shared device view, for copies and kernel arguments.
-    pub fn view(&self) -> DeviceView<'_, T> {
-        DeviceView { ptr: self.ptr, len: self.len, ctx: &self.ctx, _marker: PhantomData }
-    }
-
-    /// An exclusive device view.
-    pub fn view_mut(&mut self) -> DeviceViewMut<'_, T> {
-        DeviceViewMut { ptr: self.ptr, len: self.len, ctx: &self.ctx, _marker: PhantomData }
-    }
-
+impl<T: Pod, S: HostAccessible> DeviceBuffer<T, S> {
     /// The memory as a host slice.
     ///
     /// # Safety
@@ -183,46 +144,50 @@ impl<T: Pod> ManagedBuffer<T> {
     /// devices without concurrent managed access no kernel may be running at all.
     pub unsafe fn as_host_slice(&self) -> &[T] {
         // SAFETY: managed memory is host-addressable; the caller excludes concurrent writers.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.len) }
+        unsafe { std::slice::from_raw_parts(self.as_raw() as *const T, self.len()) }
     }
 
     /// The memory as a mutable host slice.
     ///
     /// # Safety
     ///
-    /// As [`ManagedBuffer::as_host_slice`], and nothing may read it concurrently either.
+    /// As [`as_host_slice`](Self::as_host_slice), and nothing may read it concurrently either.
     pub unsafe fn as_host_slice_mut(&mut self) -> &mut [T] {
         // SAFETY: as above, exclusively.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.as_raw() as *mut T, self.len()) }
+    }
+
+    fn bytes(&self) -> usize {
+        self.size_in_bytes()
     }
 
     /// Gives the driver advice about the whole buffer
     /// ([`cuMemAdvise`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
     pub fn advise(&self, advice: MemAdvice, location: MemLocation) -> Result<()> {
-        self.ctx.enter()?;
+        self.context().enter()?;
         // SAFETY: the range is this allocation.
         check("cuMemAdvise", unsafe {
-            sys::cuMemAdvise(self.ptr, self.bytes(), advice.as_raw(), location.as_raw())
+            sys::cuMemAdvise(self.as_raw(), self.bytes(), advice.as_raw(), location.as_raw())
         })
     }
 
     /// Migrates the buffer to `location` in `stream`'s order
     /// ([`cuMemPrefetchAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
     pub fn prefetch_async(&self, location: MemLocation, stream: &Stream) -> Result<()> {
-        self.ctx.enter()?;
+        self.context().enter()?;
         // SAFETY: the range is this allocation; memory is freed only after queued work.
         check("cuMemPrefetchAsync", unsafe {
-            sys::cuMemPrefetchAsync(self.ptr, self.bytes(), location.as_raw(), 0, stream.as_raw())
+            sys::cuMemPrefetchAsync(self.as_raw(), self.bytes(), location.as_raw(), 0, stream.as_raw())
         })
     }
 
     /// Attaches the buffer to `stream` (or globally, or to the host) in stream order
     /// ([`cuStreamAttachMemAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
     pub fn attach_async(&self, stream: &Stream, attach: MemAttach) -> Result<()> {
-        self.ctx.enter()?;
+        self.context().enter()?;
         // SAFETY: the whole allocation (length 0 means all of it).
         check("cuStreamAttachMemAsync", unsafe {
-            sys::cuStreamAttachMemAsync(stream.as_raw(), self.ptr, 0, attach.bits())
+            sys::cuStreamAttachMemAsync(stream.as_raw(), self.as_raw(), 0, attach.bits())
         })
     }
 
@@ -230,7 +195,7 @@ impl<T: Pod> ManagedBuffer<T> {
         let mut v: i32 = 0;
         // SAFETY: a 4-byte out-value, as these attributes write; the range is this allocation.
         check("cuMemRangeGetAttribute", unsafe {
-            sys::cuMemRangeGetAttribute((&raw mut v).cast(), 4, attribute, self.ptr, self.bytes())
+            sys::cuMemRangeGetAttribute((&raw mut v).cast(), 4, attribute, self.as_raw(), self.bytes())
         })?;
         Ok(v)
     }
@@ -270,18 +235,10 @@ impl<T: Pod> ManagedBuffer<T> {
                 ids.as_mut_ptr().cast(),
                 ids.len() * 4,
                 sys::CUmem_range_attribute::CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY,
-                self.ptr,
+                self.as_raw(),
                 self.bytes(),
             )
         })?;
         Ok(ids.into_iter().filter(|&d| d >= 0).map(Device::from_raw).collect())
-    }
-}
-
-impl<T: Pod> Drop for ManagedBuffer<T> {
-    fn drop(&mut self) {
-        let ptr = self.ptr;
-        // SAFETY: this value owns the allocation and frees it once.
-        self.ctx.with_current_for_drop("cuMemFree", || unsafe { sys::cuMemFree(ptr) });
     }
 }

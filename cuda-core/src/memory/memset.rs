@@ -22,30 +22,36 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     }
 
     /// Sets every byte of the view to `value`
-    /// ([`cuMemsetD8`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// ([`cuMemsetD8Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+    /// in the order of the view's stream; returns when it is done).
     pub fn memset_d8(&mut self, value: u8) -> Result<()> {
         let n = self.units("memset_d8", 1)?;
         self.ctx.enter()?;
         // SAFETY: `n` bytes of exclusively borrowed device memory.
-        super::finished(check("cuMemsetD8", unsafe { sys::cuMemsetD8(self.ptr, value, n) }))
+        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(self.ptr, value, n, self.stream) })?;
+        self.synchronize_stream()
     }
 
     /// Sets every 16-bit unit of the view to `value`; the view must be 2-byte aligned and sized
-    /// ([`cuMemsetD16`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// ([`cuMemsetD16Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+    /// in the order of the view's stream; returns when it is done).
     pub fn memset_d16(&mut self, value: u16) -> Result<()> {
         let n = self.units("memset_d16", 2)?;
         self.ctx.enter()?;
         // SAFETY: `n` aligned 16-bit units of exclusively borrowed device memory.
-        super::finished(check("cuMemsetD16", unsafe { sys::cuMemsetD16(self.ptr, value, n) }))
+        check("cuMemsetD16Async", unsafe { sys::cuMemsetD16Async(self.ptr, value, n, self.stream) })?;
+        self.synchronize_stream()
     }
 
     /// Sets every 32-bit unit of the view to `value`; the view must be 4-byte aligned and sized
-    /// ([`cuMemsetD32`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// ([`cuMemsetD32Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+    /// in the order of the view's stream; returns when it is done).
     pub fn memset_d32(&mut self, value: u32) -> Result<()> {
         let n = self.units("memset_d32", 4)?;
         self.ctx.enter()?;
         // SAFETY: `n` aligned 32-bit units of exclusively borrowed device memory.
-        super::finished(check("cuMemsetD32", unsafe { sys::cuMemsetD32(self.ptr, value, n) }))
+        check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(self.ptr, value, n, self.stream) })?;
+        self.synchronize_stream()
     }
 
     /// [`Self::memset_d8`] in `stream`'s order

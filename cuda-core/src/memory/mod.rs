@@ -44,14 +44,18 @@
 //! ```
 
 mod array;
+mod buffer;
 mod copy;
 mod copy3d;
-mod device;
 mod host;
+mod host_uses;
 mod managed;
 mod memset;
+mod pinned;
 mod pitched;
 mod pointer;
+mod source;
+pub mod space;
 mod view;
 
 pub use array::{
@@ -59,8 +63,10 @@ pub use array::{
     SparseProperties,
 };
 pub use copy3d::{memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer};
-pub use device::DeviceBuffer;
-pub use host::{HostAllocFlags, HostRegisterFlags, PinnedHostBuffer, RegisteredHostMemory};
+pub use buffer::DeviceBuffer;
+pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
+pub use pinned::PinnedBuffer;
+pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
 pub use pitched::PitchedBuffer;
 pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attributes, set_sync_memops};

@@ -1,18 +1,26 @@
 //! Borrowed views of device memory: [`DeviceView`] (shared) and [`DeviceViewMut`] (exclusive).
 
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, check};
+use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 
 /// A shared view of `len` elements of `T` in device memory, borrowed from a buffer.
+///
+/// Its synchronous copies run in the order of the stream the buffer is ordered on (the default
+/// stream for a view made with [`from_raw`](Self::from_raw)) and return when they are done.
 #[derive(Debug)]
 pub struct DeviceView<'a, T> {
+    /// The device address of the first element; a kernel argument points at this field.
     pub(crate) ptr: sys::CUdeviceptr,
     pub(crate) len: usize,
     pub(crate) ctx: &'a Context,
+    /// The stream the viewed buffer is ordered on (null: the default stream), where the
+    /// view's synchronous copies and memsets run.
+    pub(crate) stream: sys::CUstream,
     pub(crate) _marker: PhantomData<&'a [T]>,
 }
 
@@ -25,13 +33,29 @@ impl<T> Clone for DeviceView<'_, T> {
 impl<T> Copy for DeviceView<'_, T> {}
 
 /// An exclusive view of `len` elements of `T` in device memory, borrowed from a buffer.
+///
+/// Its synchronous copies and memsets run as [`DeviceView`]'s do.
 #[derive(Debug)]
 pub struct DeviceViewMut<'a, T> {
+    /// The device address of the first element; a kernel argument points at this field.
     pub(crate) ptr: sys::CUdeviceptr,
     pub(crate) len: usize,
     pub(crate) ctx: &'a Context,
+    /// The stream the viewed buffer is ordered on (null: the default stream), where the
+    /// view's synchronous copies and memsets run.
+    pub(crate) stream: sys::CUstream,
     pub(crate) _marker: PhantomData<&'a mut [T]>,
 }
+
+// SAFETY: a view is an address, a length, a context reference and a stream handle that the
+// borrowed buffer keeps alive; the driver may be called with them from any thread.
+unsafe impl<T: Sync> Send for DeviceView<'_, T> {}
+// SAFETY: as above; shared access only reads the fields.
+unsafe impl<T: Sync> Sync for DeviceView<'_, T> {}
+// SAFETY: as for `DeviceView`; the exclusive borrow moves with the value.
+unsafe impl<T: Send> Send for DeviceViewMut<'_, T> {}
+// SAFETY: as for `DeviceView`.
+unsafe impl<T: Sync> Sync for DeviceViewMut<'_, T> {}
 
 pub(crate) fn range_of(
     operation: &'static str,
@@ -88,7 +112,21 @@ macro_rules! common {
             /// `ptr` must be `len` elements of `T` of device memory of `ctx`, valid (and, for
             /// a mutable view, not accessed through anything else) for `'a`.
             pub unsafe fn from_raw(ctx: &'a Context, ptr: sys::CUdeviceptr, len: usize) -> Self {
-                $name { ptr, len, ctx, _marker: PhantomData }
+                $name { ptr, len, ctx, stream: std::ptr::null_mut(), _marker: PhantomData }
+            }
+
+            /// A view of a buffer ordered on `stream`.
+            #[inline]
+            pub(crate) fn new(ptr: sys::CUdeviceptr, len: usize, stream: &'a Stream) -> Self {
+                $name { ptr, len, ctx: stream.context(), stream: stream.as_raw(), _marker: PhantomData }
+            }
+
+            /// Waits for the work queued so far on the view's stream.
+            #[inline]
+            pub(crate) fn synchronize_stream(&self) -> Result<()> {
+                // SAFETY: the stream outlives the view (the buffer holds it), or is the default
+                // stream of the current context, which the caller made current.
+                check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.stream) })
             }
 
             /// The device address of the first element.
@@ -134,6 +172,7 @@ macro_rules! common {
                     ptr: self.ptr + (start * std::mem::size_of::<T>()) as u64,
                     len: end - start,
                     ctx: self.ctx,
+                    stream: self.stream,
                     _marker: PhantomData,
                 })
             }
@@ -142,7 +181,7 @@ macro_rules! common {
             /// is not a whole number of `U`s is an [`Error::InvalidArgument`].
             pub fn cast<U: Pod>(&self) -> Result<DeviceView<'_, U>> {
                 let len = cast_check::<T, U>("cast", self.ptr, self.len)?;
-                Ok(DeviceView { ptr: self.ptr, len, ctx: self.ctx, _marker: PhantomData })
+                Ok(DeviceView { ptr: self.ptr, len, ctx: self.ctx, stream: self.stream, _marker: PhantomData })
             }
         }
     };
@@ -154,12 +193,12 @@ common!(DeviceViewMut);
 impl<'a, T: Pod> DeviceViewMut<'a, T> {
     /// A shorter-lived shared view of the same memory.
     pub fn as_view(&self) -> DeviceView<'_, T> {
-        DeviceView { ptr: self.ptr, len: self.len, ctx: self.ctx, _marker: PhantomData }
+        DeviceView { ptr: self.ptr, len: self.len, ctx: self.ctx, stream: self.stream, _marker: PhantomData }
     }
 
     /// A shorter-lived exclusive view of the same memory.
     pub fn reborrow(&mut self) -> DeviceViewMut<'_, T> {
-        DeviceViewMut { ptr: self.ptr, len: self.len, ctx: self.ctx, _marker: PhantomData }
+        DeviceViewMut { ptr: self.ptr, len: self.len, ctx: self.ctx, stream: self.stream, _marker: PhantomData }
     }
 
     /// An exclusive sub-view; a range past the end is an [`Error::InvalidArgument`].
@@ -169,6 +208,7 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
             ptr: self.ptr + (start * std::mem::size_of::<T>()) as u64,
             len: end - start,
             ctx: self.ctx,
+            stream: self.stream,
             _marker: PhantomData,
         })
     }
@@ -183,15 +223,15 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
         }
         let second = self.ptr + (mid * std::mem::size_of::<T>()) as u64;
         Ok((
-            DeviceViewMut { ptr: self.ptr, len: mid, ctx: self.ctx, _marker: PhantomData },
-            DeviceViewMut { ptr: second, len: self.len - mid, ctx: self.ctx, _marker: PhantomData },
+            DeviceViewMut { ptr: self.ptr, len: mid, ctx: self.ctx, stream: self.stream, _marker: PhantomData },
+            DeviceViewMut { ptr: second, len: self.len - mid, ctx: self.ctx, stream: self.stream, _marker: PhantomData },
         ))
     }
 
     /// The same memory as elements of `U`, exclusively; checked like [`Self::cast`].
     pub fn cast_mut<U: Pod>(&mut self) -> Result<DeviceViewMut<'_, U>> {
         let len = cast_check::<T, U>("cast_mut", self.ptr, self.len)?;
-        Ok(DeviceViewMut { ptr: self.ptr, len, ctx: self.ctx, _marker: PhantomData })
+        Ok(DeviceViewMut { ptr: self.ptr, len, ctx: self.ctx, stream: self.stream, _marker: PhantomData })
     }
 }
 

@@ -86,10 +86,45 @@ pub trait Allocator: Send + Sync {
     #[track_caller]
     unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()>;
 
+    /// Gives `allocation` back once the work queued so far on `stream` and on every stream of
+    /// `recorded` has passed it: what a buffer used on several streams does when it is dropped.
+    ///
+    /// The default makes `stream` wait for an event recorded now on each other stream, then
+    /// calls [`deallocate`](Self::deallocate) on `stream`. A pool that keeps blocks per stream
+    /// overrides it to keep the block from reuse until those events have completed.
+    ///
+    /// # Safety
+    ///
+    /// As for [`deallocate`](Self::deallocate); every stream that may still use the memory is
+    /// `stream` or in `recorded`.
+    #[track_caller]
+    unsafe fn deallocate_after(
+        &self,
+        allocation: DeviceAllocation,
+        stream: &Stream,
+        recorded: &[Stream],
+    ) -> Result<()> {
+        join_streams(stream, recorded)?;
+        // SAFETY: forwarded under the caller's contract; the other streams' uses are ordered
+        // before `stream` now.
+        unsafe { self.deallocate(allocation, StreamRef::from(stream)) }
+    }
+
     /// A short name for reports and hooks, e.g. `cuMemAlloc` or `MemoryPool`.
     fn name(&self) -> &'static str {
         "allocator"
     }
+}
+
+/// Makes `stream` wait for the work queued so far on each of `others` (an event recorded on
+/// each, `cuStreamWaitEvent`, the event destroyed once the wait is queued).
+pub(crate) fn join_streams(stream: &Stream, others: &[Stream]) -> Result<()> {
+    for other in others.iter().filter(|o| *o != stream) {
+        let event = crate::Event::new(other.context(), crate::EventFlags::DISABLE_TIMING)?;
+        event.record(other)?;
+        stream.wait_event(&event)?;
+    }
+    Ok(())
 }
 
 /// Page-locked host memory handed out by a [`PinnedAllocator`].
@@ -120,6 +155,31 @@ pub trait PinnedAllocator: Send + Sync {
     /// queued copy still reads or writes it.
     #[track_caller]
     unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()>;
+
+    /// Gives `allocation` back once the copies that use it, all queued on `stream` before
+    /// `event` was recorded there, have completed.
+    ///
+    /// The default waits for `event` on the host, then calls
+    /// [`deallocate`](Self::deallocate); a pool overrides it to keep the memory from reuse
+    /// until then instead of waiting.
+    ///
+    /// # Safety
+    ///
+    /// As for [`deallocate`](Self::deallocate), except that queued copies may still use the
+    /// memory: all of them are on `stream`, before `event`; `event` is a live event.
+    #[track_caller]
+    unsafe fn deallocate_after(
+        &self,
+        allocation: PinnedAllocation,
+        stream: &Stream,
+        event: sys::CUevent,
+    ) -> Result<()> {
+        let _ = stream;
+        // SAFETY: the caller vouches that the event is live.
+        crate::error::check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event) })?;
+        // SAFETY: no copy uses the memory any more; the rest is the caller's contract.
+        unsafe { self.deallocate(allocation) }
+    }
 }
 
 /// Events a pool records to keep a block from reuse until other streams are done with it.

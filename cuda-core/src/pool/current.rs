@@ -96,54 +96,15 @@ pub fn using_allocator(allocator: Arc<dyn Allocator>) -> AllocatorGuard {
     AllocatorGuard { previous, _not_send: std::marker::PhantomData }
 }
 
-/// Device memory from the current allocator, given back (ordered on its stream) when dropped.
-pub struct Memory {
-    allocator: Arc<dyn Allocator>,
-    allocation: DeviceAllocation,
-    stream: Stream,
+/// The allocator set for this thread, if any (not the default).
+#[inline]
+pub(crate) fn thread_allocator() -> Option<Arc<dyn Allocator>> {
+    CURRENT.with(|c| c.borrow().clone())
 }
 
-impl std::fmt::Debug for Memory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Memory")
-            .field("ptr", &self.allocation.ptr)
-            .field("size", &self.allocation.size)
-            .field("allocator", &self.allocator.name())
-            .finish()
-    }
-}
-
-impl Memory {
-    /// The device address.
-    pub fn as_raw(&self) -> sys::CUdeviceptr {
-        self.allocation.ptr
-    }
-
-    /// The bytes reserved.
-    pub fn len(&self) -> usize {
-        self.allocation.size
-    }
-
-    /// Whether no bytes are reserved.
-    pub fn is_empty(&self) -> bool {
-        self.allocation.size == 0
-    }
-}
-
-impl Drop for Memory {
-    fn drop(&mut self) {
-        // SAFETY: the allocation came from this allocator and is given back once, ordered after
-        // the work on the stream it was allocated for. An error cannot be reported from here.
-        let _ = unsafe { self.allocator.deallocate(self.allocation, StreamRef::from(&self.stream)) };
-    }
-}
-
-/// Allocates `size` bytes for `stream` from this thread's allocator (CuPy's `cupy.cuda.alloc`).
-#[track_caller]
-pub fn alloc(size: usize, stream: &Stream) -> Result<Memory> {
-    let allocator = get_allocator()?;
-    let allocation = allocator.allocate(size, stream.into())?;
-    Ok(Memory { allocator, allocation, stream: stream.clone() })
+/// The pinned allocator set for this thread, if any (not the default).
+pub(crate) fn current_pinned_allocator() -> Option<Arc<dyn PinnedAllocator>> {
+    CURRENT_PINNED.with(|c| c.borrow().clone())
 }
 
 /// Sets this thread's pinned-memory allocator; `None` restores the default (a process-wide
@@ -178,75 +139,15 @@ impl PinnedAllocator for PinnedMemoryPool {
     unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()> {
         self.give_back(allocation, &[])
     }
-}
-
-struct DefaultPinned(&'static PinnedMemoryPool);
-
-impl PinnedAllocator for DefaultPinned {
-    #[track_caller]
-    fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
-        self.0.allocate_raw(size)
-    }
 
     #[track_caller]
-    unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()> {
-        self.0.give_back(allocation, &[])
+    unsafe fn deallocate_after(
+        &self,
+        allocation: PinnedAllocation,
+        stream: &Stream,
+        _event: sys::CUevent,
+    ) -> Result<()> {
+        // The pool records its own event after the copies and defers reuse until it completes.
+        self.give_back(allocation, &[stream.as_raw()])
     }
-}
-
-/// Pinned host memory from the current pinned allocator, given back when dropped.
-pub struct PinnedMemory {
-    allocator: Arc<dyn PinnedAllocator>,
-    allocation: PinnedAllocation,
-}
-
-impl std::fmt::Debug for PinnedMemory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedMemory")
-            .field("ptr", &self.allocation.ptr)
-            .field("size", &self.allocation.size)
-            .finish()
-    }
-}
-
-impl PinnedMemory {
-    /// The host address.
-    pub fn as_ptr(&self) -> *const u8 {
-        self.allocation.ptr
-    }
-
-    /// The host address, for writing.
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.allocation.ptr
-    }
-
-    /// The bytes reserved.
-    pub fn len(&self) -> usize {
-        self.allocation.size
-    }
-
-    /// Whether no bytes are reserved.
-    pub fn is_empty(&self) -> bool {
-        self.allocation.size == 0
-    }
-}
-
-impl Drop for PinnedMemory {
-    #[track_caller]
-    fn drop(&mut self) {
-        // SAFETY: the allocation came from this allocator and is given back once.
-        let _ = unsafe { self.allocator.deallocate(self.allocation) };
-    }
-}
-
-/// Allocates `size` bytes of pinned host memory from this thread's pinned allocator (CuPy's
-/// `alloc_pinned_memory`).
-#[track_caller]
-pub fn alloc_pinned_memory(size: usize) -> Result<PinnedMemory> {
-    let allocator = match CURRENT_PINNED.with(|c| c.borrow().clone()) {
-        Some(a) => a,
-        None => Arc::new(DefaultPinned(default_pinned_memory_pool()?)),
-    };
-    let allocation = allocator.allocate(size)?;
-    Ok(PinnedMemory { allocator, allocation })
 }

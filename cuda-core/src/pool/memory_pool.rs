@@ -3,9 +3,7 @@
 use super::allocator::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
 use super::core::PoolCore;
 use super::upstream::{DeviceAllocator, DriverEvents};
-use crate::memory::{DeviceView, DeviceViewMut};
 use crate::{Context, Device, Error, Result, Stream};
-use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -64,7 +62,7 @@ impl PoolLimit {
 /// stream they are made on, splitting larger blocks; freed blocks merge with free neighbours and
 /// are reused by that stream at once, which is safe because work on one stream runs in order.
 /// A buffer used on another stream is kept from reuse until that stream has passed the point
-/// of use ([`PoolBuffer::record_stream`]).
+/// of use ([`DeviceBuffer::record_stream`](crate::DeviceBuffer::record_stream)).
 ///
 /// When the limit would be passed, or the upstream allocator is out of memory, the pool gives
 /// back all its wholly free blocks and retries once before failing with
@@ -74,7 +72,8 @@ impl PoolLimit {
 pub struct MemoryPool {
     core: PoolCore,
     device: Option<Device>,
-    context: Option<Context>,
+    /// Keeps the pool's context alive as long as the pool.
+    _context: Option<Context>,
 }
 
 impl std::fmt::Debug for MemoryPool {
@@ -99,7 +98,7 @@ impl MemoryPool {
         let mut core = PoolCore::new(upstream, Arc::new(DriverEvents::new(context)));
         let device = context.device();
         core.device_id = i32::try_from(device.ordinal()).unwrap_or(-1);
-        let pool = MemoryPool { core, device: Some(device), context: Some(context.clone()) };
+        let pool = MemoryPool { core, device: Some(device), _context: Some(context.clone()) };
         if let Ok(text) = std::env::var(GPU_MEMORY_LIMIT_ENV) {
             pool.set_limit(PoolLimit::parse(&text)?)?;
         }
@@ -109,7 +108,7 @@ impl MemoryPool {
     /// A pool on `upstream` with events from `events`, tied to no device: for allocators and
     /// event sources of your own (a fraction limit is then an error).
     pub fn with_parts(upstream: Arc<dyn Allocator>, events: Arc<dyn StreamEvents>) -> MemoryPool {
-        MemoryPool { core: PoolCore::new(upstream, events), device: None, context: None }
+        MemoryPool { core: PoolCore::new(upstream, events), device: None, _context: None }
     }
 
     /// The device whose memory this pool holds, if it is tied to one.
@@ -117,14 +116,19 @@ impl MemoryPool {
         self.device
     }
 
-    /// Allocates `size` bytes (rounded up to a multiple of 512) for use on `stream`; a size of
-    /// 0 gives an empty buffer without touching the pool.
+    /// Allocates `bytes` (rounded up to a multiple of 512) for a buffer on a raw stream.
     #[inline]
     #[track_caller]
-    pub fn malloc(&self, size: usize, stream: &Stream) -> Result<PoolBuffer<'_>> {
-        let raw = stream.as_raw();
-        let allocation = self.core.malloc(size, raw)?;
-        Ok(PoolBuffer { pool: self, allocation, size, stream: raw as usize, recorded: Vec::new() })
+    pub(crate) fn allocate_on(&self, bytes: usize, stream: sys::CUstream) -> Result<DeviceAllocation> {
+        self.core.malloc(bytes, stream)
+    }
+
+    /// Gives a buffer's allocation back; with `recorded` streams, keeps it from reuse until an
+    /// event recorded now on each of them has completed.
+    #[inline]
+    #[track_caller]
+    pub(crate) fn free_on(&self, allocation: DeviceAllocation, recorded: &[sys::CUstream]) -> Result<()> {
+        self.core.free(allocation, recorded)
     }
 
     /// Gives back to the upstream allocator every free block that is a whole upstream
@@ -177,19 +181,6 @@ impl MemoryPool {
     pub fn check_invariants(&self) -> Result<(), String> {
         self.core.check_invariants()
     }
-
-    #[inline]
-    #[track_caller]
-    fn free_buffer(&self, allocation: DeviceAllocation, recorded: &[Stream]) -> Result<()> {
-        match recorded {
-            [] => self.core.free(allocation, &[]),
-            [one] => self.core.free(allocation, &[one.as_raw()]),
-            many => {
-                let raws: Vec<sys::CUstream> = many.iter().map(Stream::as_raw).collect();
-                self.core.free(allocation, &raws)
-            }
-        }
-    }
 }
 
 impl Allocator for MemoryPool {
@@ -203,113 +194,22 @@ impl Allocator for MemoryPool {
         self.core.free(allocation, &[])
     }
 
-    fn name(&self) -> &'static str {
-        "MemoryPool"
-    }
-}
-
-/// Device memory from a [`MemoryPool`], given back when dropped.
-pub struct PoolBuffer<'p> {
-    pool: &'p MemoryPool,
-    allocation: DeviceAllocation,
-    size: usize,
-    /// The stream it was allocated on, as an integer (only compared).
-    stream: usize,
-    recorded: Vec<Stream>,
-}
-
-impl std::fmt::Debug for PoolBuffer<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PoolBuffer").field("ptr", &self.allocation.ptr).field("size", &self.size).finish()
-    }
-}
-
-impl PoolBuffer<'_> {
-    /// The device address (0 for an empty buffer).
-    #[inline]
-    pub fn as_raw(&self) -> sys::CUdeviceptr {
-        self.allocation.ptr
-    }
-
-    /// The bytes asked for.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.size
-    }
-
-    /// Whether the buffer has no bytes.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.size == 0
-    }
-
-    /// The bytes reserved: the size rounded up to a multiple of 512.
-    #[inline]
-    pub fn reserved(&self) -> usize {
-        self.allocation.size
-    }
-
-    /// The buffer as `len() / size_of::<T>()` elements of `T`, for copies and launches; a
-    /// length that is not a whole number of elements, or a pool tied to no context, is an
-    /// [`Error::InvalidArgument`].
-    pub fn view<T: Pod>(&self) -> Result<DeviceView<'_, T>> {
-        let (ctx, n) = self.elements::<T>("PoolBuffer::view")?;
-        // SAFETY: the buffer owns `n` elements of `T` of `ctx`'s memory while it is borrowed.
-        Ok(unsafe { DeviceView::from_raw(ctx, self.allocation.ptr, n) })
-    }
-
-    /// Like [`view`](Self::view), for writing.
-    pub fn view_mut<T: Pod>(&mut self) -> Result<DeviceViewMut<'_, T>> {
-        let (ctx, n) = self.elements::<T>("PoolBuffer::view_mut")?;
-        // SAFETY: as in `view`; `&mut self` makes this the only access while it lives.
-        Ok(unsafe { DeviceViewMut::from_raw(ctx, self.allocation.ptr, n) })
-    }
-
-    fn elements<T>(&self, operation: &'static str) -> Result<(&Context, usize)> {
-        let ctx = self.pool.context.as_ref().ok_or_else(|| {
-            Error::invalid(
-                operation,
-                "the pool has no context; make it with MemoryPool::new or with_allocator",
-            )
-        })?;
-        let size = std::mem::size_of::<T>();
-        if size == 0 || self.size % size != 0 {
-            return Err(Error::invalid(
-                operation,
-                format!("{} bytes are not a whole number of {size}-byte elements", self.size),
-            ));
-        }
-        Ok((ctx, self.size / size))
-    }
-
-    /// Marks the buffer as used on `stream` too: when it is freed, an event is recorded on
-    /// `stream` and the block is not reused until that event has completed (PyTorch's
-    /// `record_stream`). Recording the stream it was allocated on does nothing.
-    pub fn record_stream(&mut self, stream: &Stream) {
-        if stream.as_raw() as usize != self.stream && !self.recorded.iter().any(|s| s == stream) {
-            self.recorded.push(stream.clone());
-        }
-    }
-
-    /// Gives the buffer back now, reporting what `Drop` would have to keep.
     #[track_caller]
-    pub fn free(mut self) -> Result<()> {
-        let recorded = std::mem::take(&mut self.recorded);
-        let r = self.pool.free_buffer(self.allocation, &recorded);
-        std::mem::forget(self);
-        r
-    }
-}
-
-impl Drop for PoolBuffer<'_> {
-    #[track_caller]
-    fn drop(&mut self) {
-        if let Err(e) = self.pool.free_buffer(self.allocation, &self.recorded) {
-            // Only recording an event can fail here; the block then stays out of reuse.
-            if let Some(ctx) = &self.pool.context {
-                ctx.defer(e);
+    unsafe fn deallocate_after(&self, allocation: DeviceAllocation, stream: &Stream, recorded: &[Stream]) -> Result<()> {
+        // The block goes back to the arena it came from once every stream has passed this point.
+        match recorded {
+            [] => self.core.free(allocation, &[stream.as_raw()]),
+            [one] => self.core.free(allocation, &[stream.as_raw(), one.as_raw()]),
+            many => {
+                let raws: Vec<sys::CUstream> =
+                    std::iter::once(stream).chain(many).map(Stream::as_raw).collect();
+                self.core.free(allocation, &raws)
             }
         }
+    }
+
+    fn name(&self) -> &'static str {
+        "MemoryPool"
     }
 }
 
@@ -326,4 +226,23 @@ pub fn default_memory_pool(device: &Device) -> Result<&'static MemoryPool> {
     let pool: &'static MemoryPool = Box::leak(Box::new(MemoryPool::new(&ctx)?));
     pools.push((device.ordinal(), pool));
     Ok(pool)
+}
+
+/// The default pool of `device`, found without a lock once it exists: the path of every
+/// `DeviceBuffer::new` that uses the default pool.
+#[inline]
+pub(crate) fn default_pool_of(device: Device) -> Result<&'static MemoryPool> {
+    const FAST: usize = 64;
+    static POOLS: [OnceLock<&'static MemoryPool>; FAST] = [const { OnceLock::new() }; FAST];
+    let ordinal = device.ordinal();
+    match POOLS.get(ordinal) {
+        Some(slot) => match slot.get() {
+            Some(p) => Ok(p),
+            None => {
+                let p = default_memory_pool(&device)?;
+                Ok(*slot.get_or_init(|| p))
+            }
+        },
+        None => default_memory_pool(&device),
+    }
 }

@@ -1,15 +1,21 @@
 //! Memory pools and allocators, as CuPy's `cupy.cuda` offers them.
 //!
-//! * [`MemoryPool`]: a per-device cache of device memory. Requests are rounded up to 512
-//!   bytes and served best fit from the arena of the stream they are made on; freed blocks
-//!   merge with free neighbours and are reused by the same stream at once. A block used on
-//!   another stream is kept from reuse until that stream has passed the point of use
-//!   ([`PoolBuffer::record_stream`]).
-//! * [`PinnedMemoryPool`]: page-locked host memory in power-of-two size classes.
+//! Buffers ([`DeviceBuffer`](crate::DeviceBuffer), [`PinnedBuffer`](crate::memory::PinnedBuffer))
+//! get their memory from the allocators of this module:
+//!
+//! * [`MemoryPool`]: a per-device cache of device memory, the default allocator of
+//!   `DeviceBuffer::new`. Requests are rounded up to 512 bytes and served best fit from the
+//!   arena of the stream they are made on; freed blocks merge with free neighbours and are
+//!   reused by the same stream at once. A block used on another stream is kept from reuse until
+//!   that stream has passed the point of use
+//!   ([`DeviceBuffer::record_stream`](crate::DeviceBuffer::record_stream)).
+//! * [`PinnedMemoryPool`]: page-locked host memory in power-of-two size classes, the default
+//!   allocator of `PinnedBuffer::new`.
 //! * [`Allocator`] / [`PinnedAllocator`]: where memory comes from; the upstream allocators
 //!   ([`DeviceAllocator`], [`ManagedAllocator`], [`AsyncAllocator`], [`HostAllocator`]), the
 //!   pools, or a type of yours. [`set_allocator`], [`get_allocator`] and [`using_allocator`]
-//!   choose the current allocator per thread; [`alloc`] allocates through it.
+//!   choose the current allocator per thread (CuPy's names); `DeviceBuffer::new` allocates
+//!   through it, `DeviceBuffer::new_in` through a given one.
 //! * [`hooks`]: callbacks around every upstream allocation, pool allocation and free, of
 //!   device and pinned pools alike ([`hooks::MemoryKind`]); [`DebugPrintHook`] and
 //!   [`LineProfileHook`].
@@ -18,17 +24,19 @@
 //!   and the last error), with its rules on ownership, threads and errors.
 //!
 //! ```no_run
-//! use cuda_core::pool::{MemoryPool, PoolLimit};
-//! use cuda_core::{Context, Device, Stream, StreamFlags};
+//! use cuda_core::pool::{MemoryPool, PoolLimit, using_allocator};
+//! use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+//! use std::sync::Arc;
 //!
 //! # fn main() -> cuda_core::Result<()> {
 //! let ctx = Context::primary(&Device::get(0)?)?;
-//! let pool = MemoryPool::new(&ctx)?;
+//! let pool = Arc::new(MemoryPool::new(&ctx)?);
 //! pool.set_limit(PoolLimit::Fraction(0.5))?;
 //! let compute = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 //! let copies = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 //!
-//! let mut buffer = pool.malloc(1 << 20, &compute)?; // rounded to 512 bytes, best fit
+//! let _scope = using_allocator(pool.clone());
+//! let mut buffer = DeviceBuffer::<f32>::new(&compute, 1 << 18)?; // 1 MiB from `pool`
 //! // ... queue work on `compute`, then a copy of `buffer` on `copies` ...
 //! buffer.record_stream(&copies); // not reused until `copies` has passed this point
 //! drop(buffer); // back to `compute`'s free blocks
@@ -44,7 +52,6 @@ mod current;
 pub mod hooks;
 mod memory_pool;
 mod pinned;
-mod pinned_buffer;
 mod report_hooks;
 mod shard;
 mod spin;
@@ -55,12 +62,13 @@ pub use allocator::{
     Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
 };
 pub use current::{
-    AllocatorGuard, Memory, PinnedMemory, alloc, alloc_pinned_memory, default_pinned_memory_pool,
-    get_allocator, set_allocator, set_pinned_memory_allocator, using_allocator,
+    AllocatorGuard, default_pinned_memory_pool, get_allocator, set_allocator, set_pinned_memory_allocator,
+    using_allocator,
 };
-pub use memory_pool::{GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolBuffer, PoolLimit, default_memory_pool};
+pub(crate) use current::{current_pinned_allocator, thread_allocator};
+pub use memory_pool::{GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolLimit, default_memory_pool};
+pub(crate) use memory_pool::default_pool_of;
 pub use pinned::PinnedMemoryPool;
-pub use pinned_buffer::PinnedBuffer;
 pub use report_hooks::{DebugPrintHook, LineProfileHook, LineUsage};
 pub use upstream::{AsyncAllocator, DeviceAllocator, DriverEvents, HostAllocator, ManagedAllocator};
 

@@ -3,7 +3,6 @@
 use super::allocator::{PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
 use super::core::round_size;
 use super::hooks::{self, HookEvent, MemoryKind, Point};
-use super::pinned_buffer::PinnedBuffer;
 use super::upstream::{DriverEvents, HostAllocator};
 use crate::{Context, Error, Result};
 use cuda_driver_sys as sys;
@@ -72,8 +71,8 @@ pub(crate) fn pinned_size(size: usize) -> Option<usize> {
 ///
 /// Sizes are rounded up to 512 bytes and then to a power of two; a freed buffer is reused for
 /// requests of exactly its size class (no split or merge). A buffer that an asynchronous copy
-/// reads or writes is kept from reuse until the copy is done: call
-/// [`PinnedBuffer::record_stream`] with the copy's stream before dropping it.
+/// reads or writes is kept from reuse until the copy is done
+/// ([`PinnedBuffer`](crate::PinnedBuffer)s record their copies themselves).
 pub struct PinnedMemoryPool {
     state: Mutex<State>,
     upstream: Arc<dyn PinnedAllocator>,
@@ -102,16 +101,6 @@ impl PinnedMemoryPool {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Allocates a buffer of at least `size` bytes; 0 gives an empty buffer and no memory.
-    ///
-    /// [Memory hooks](super::hooks) see the allocation (and an upstream allocation, when the
-    /// pool grows) with [`MemoryKind::PinnedHost`].
-    #[track_caller]
-    pub fn malloc(&self, size: usize) -> Result<PinnedBuffer<'_>> {
-        let allocation = self.allocate_raw(size)?;
-        Ok(PinnedBuffer { pool: self, allocation, size, recorded: Vec::new() })
     }
 
     /// What hooks are told about an event of this pool.

@@ -51,12 +51,18 @@ impl Allocator for DeviceAllocator {
 #[derive(Clone, Debug)]
 pub struct ManagedAllocator {
     context: Context,
+    attach: crate::memory::MemAttach,
 }
 
 impl ManagedAllocator {
-    /// Allocates in `context`.
+    /// Allocates in `context`, attached globally.
     pub fn new(context: &Context) -> Self {
-        ManagedAllocator { context: context.clone() }
+        ManagedAllocator::with_attach(context, crate::memory::MemAttach::Global)
+    }
+
+    /// Allocates in `context`, attached as `attach` says (`Global` or `Host`).
+    pub fn with_attach(context: &Context, attach: crate::memory::MemAttach) -> Self {
+        ManagedAllocator { context: context.clone(), attach }
     }
 }
 
@@ -64,9 +70,8 @@ impl Allocator for ManagedAllocator {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = 0;
-        let flags = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0;
         // SAFETY: one out-parameter; the context is current.
-        check("cuMemAllocManaged", unsafe { sys::cuMemAllocManaged(&mut ptr, size, flags) })?;
+        check("cuMemAllocManaged", unsafe { sys::cuMemAllocManaged(&mut ptr, size, self.attach.bits()) })?;
         Ok(DeviceAllocation { ptr, size, token: 0 })
     }
 

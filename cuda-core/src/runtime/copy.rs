@@ -119,7 +119,7 @@ unsafe impl<T: Pod> DeviceResident for DeviceMemory<T> {}
 // SAFETY: the buffer holds `len()` elements in the primary context the runtime shares.
 unsafe impl<T: Pod> CopySource<T> for DeviceBuffer<T> {
     fn source_ptr(&self) -> *const c_void {
-        self.device_ptr() as *const c_void
+        self.as_raw() as *const c_void
     }
     fn source_len(&self) -> usize {
         self.len()
@@ -129,7 +129,7 @@ unsafe impl<T: Pod> CopySource<T> for DeviceBuffer<T> {
 // SAFETY: as above.
 unsafe impl<T: Pod> CopyDestination<T> for DeviceBuffer<T> {
     fn destination_ptr(&mut self) -> *mut c_void {
-        self.device_ptr() as *mut c_void
+        self.as_raw() as *mut c_void
     }
     fn destination_len(&self) -> usize {
         self.len()

@@ -1,0 +1,255 @@
+//! [`PinnedBuffer`]: the one owning, typed buffer of page-locked host memory, over any pinned
+//! allocator, safe to copy from and to asynchronously.
+
+use super::checked_bytes;
+use super::host::HostAllocFlags;
+use super::host_uses::HostUses;
+use crate::context::Context;
+use crate::error::{Error, Result, check};
+use crate::pool::{
+    HostAllocator, PinnedAllocation, PinnedAllocator, PinnedMemoryPool, current_pinned_allocator,
+    default_pinned_memory_pool,
+};
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// Where a pinned buffer's memory came from.
+enum PinnedSource {
+    /// The process-wide default [`PinnedMemoryPool`].
+    DefaultPool(&'static PinnedMemoryPool),
+    /// Any other pinned allocator.
+    Shared(Arc<dyn PinnedAllocator>),
+}
+
+impl PinnedSource {
+    fn allocator(&self) -> &dyn PinnedAllocator {
+        match self {
+            PinnedSource::DefaultPool(p) => *p,
+            PinnedSource::Shared(a) => &**a,
+        }
+    }
+}
+
+/// `len` elements of `T` in page-locked (pinned) host memory, from a pinned allocator, given
+/// back when dropped.
+///
+/// Copies to and from it run at full bus speed and truly asynchronously, and they are safe:
+/// the buffer records each stream-ordered copy that uses it
+/// ([`DeviceBuffer::copy_from_pinned_async`](super::DeviceBuffer::copy_from_pinned_async),
+/// [`DeviceBuffer::copy_to_pinned_async`](super::DeviceBuffer::copy_to_pinned_async) and the
+/// views' forms), and
+///
+/// * [`as_slice`](Self::as_slice) waits for copies that write it (device to host),
+/// * [`as_mut_slice`](Self::as_mut_slice) waits for every copy that uses it,
+/// * dropping it keeps the memory from reuse until those copies are done (the pinned pool
+///   defers reuse with an event; other allocators wait).
+///
+/// The memory comes from the thread's pinned allocator
+/// ([`pool::set_pinned_memory_allocator`](crate::pool::set_pinned_memory_allocator); by default
+/// the process-wide [`PinnedMemoryPool`]) with [`new`](Self::new), from a given one with
+/// [`new_in`](Self::new_in), or straight from `cuMemHostAlloc` with flags of your choice with
+/// [`with_flags`](Self::with_flags). New buffers are zeroed.
+pub struct PinnedBuffer<T: Pod> {
+    ptr: *mut T,
+    len: usize,
+    allocation: PinnedAllocation,
+    source: PinnedSource,
+    uses: HostUses,
+    _marker: PhantomData<T>,
+}
+
+// SAFETY: the buffer owns its host memory; T is plain data; the copy tracker is Send + Sync.
+unsafe impl<T: Pod> Send for PinnedBuffer<T> {}
+// SAFETY: shared access reads the memory only after pending writes are waited for.
+unsafe impl<T: Pod> Sync for PinnedBuffer<T> {}
+
+impl<T: Pod> std::fmt::Debug for PinnedBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("copies_in_flight", &self.uses.is_pending())
+            .finish()
+    }
+}
+
+impl<T: Pod> PinnedBuffer<T> {
+    /// Allocates `len` zeroed elements from the thread's pinned allocator (by default the
+    /// process-wide [`PinnedMemoryPool`]).
+    ///
+    /// A length of 0, or one whose byte size overflows, is an [`Error::InvalidArgument`].
+    #[track_caller]
+    pub fn new(len: usize) -> Result<PinnedBuffer<T>> {
+        let source = match current_pinned_allocator() {
+            Some(a) => PinnedSource::Shared(a),
+            None => PinnedSource::DefaultPool(default_pinned_memory_pool()?),
+        };
+        PinnedBuffer::allocate(source, len)
+    }
+
+    /// Allocates `len` zeroed elements from `allocator`.
+    #[track_caller]
+    pub fn new_in(len: usize, allocator: Arc<dyn PinnedAllocator>) -> Result<PinnedBuffer<T>> {
+        PinnedBuffer::allocate(PinnedSource::Shared(allocator), len)
+    }
+
+    /// Allocates `len` zeroed elements with `cuMemHostAlloc` and `flags`, through `ctx`
+    /// ([`cuMemHostAlloc`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    #[track_caller]
+    pub fn with_flags(ctx: &Context, len: usize, flags: HostAllocFlags) -> Result<PinnedBuffer<T>> {
+        PinnedBuffer::new_in(len, Arc::new(HostAllocator::with_flags(ctx, flags.bits())))
+    }
+
+    /// Allocates a pinned copy of `src` from the thread's pinned allocator.
+    #[track_caller]
+    pub fn from_slice(src: &[T]) -> Result<PinnedBuffer<T>> {
+        let mut b = PinnedBuffer::new(src.len())?;
+        b.as_mut_slice()?.copy_from_slice(src);
+        Ok(b)
+    }
+
+    #[track_caller]
+    fn allocate(source: PinnedSource, len: usize) -> Result<PinnedBuffer<T>> {
+        let bytes = checked_bytes::<T>("PinnedBuffer::new", len)?;
+        let allocation = source.allocator().allocate(bytes)?;
+        if allocation.size < bytes || (allocation.ptr as usize) % std::mem::align_of::<T>() != 0 {
+            // SAFETY: just allocated by this allocator and never used.
+            let _ = unsafe { source.allocator().deallocate(allocation) };
+            return Err(Error::invalid(
+                "PinnedBuffer::new",
+                format!(
+                    "the pinned allocator returned {} bytes at {:p} for {bytes} bytes aligned to {}",
+                    allocation.size,
+                    allocation.ptr,
+                    std::mem::align_of::<T>()
+                ),
+            ));
+        }
+        // SAFETY: `bytes` bytes at the address are owned by this buffer; zero bytes are a
+        // valid `T` (Pod).
+        unsafe { std::ptr::write_bytes(allocation.ptr, 0, bytes) };
+        Ok(PinnedBuffer {
+            ptr: allocation.ptr.cast(),
+            len,
+            allocation,
+            source,
+            uses: HostUses::new(),
+            _marker: PhantomData,
+        })
+    }
+
+    /// The number of elements.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: buffers hold at least one element.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    #[inline]
+    pub fn size_in_bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+
+    /// The host address of the first element (also its device address, under unified
+    /// addressing). Reading through it while a copy writes the memory is a data race.
+    #[inline]
+    pub fn as_ptr(&self) -> *const T {
+        self.ptr
+    }
+
+    /// The host address for a copy that this buffer records.
+    #[inline]
+    pub(crate) fn as_mut_ptr_unchecked(&mut self) -> *mut T {
+        self.ptr
+    }
+
+    /// The copy tracker, for the copies that record themselves.
+    #[inline]
+    pub(crate) fn uses(&self) -> &HostUses {
+        &self.uses
+    }
+
+    /// The elements, once the copies that write them have completed (waits for them).
+    ///
+    /// Fails only when waiting fails: a fault in earlier work of the stream, reported by the
+    /// driver.
+    pub fn as_slice(&self) -> Result<&[T]> {
+        self.uses.wait(false)?;
+        // SAFETY: `len` initialised elements owned by the buffer; no queued copy writes them,
+        // and new copies that write them need `&mut self`.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+    }
+
+    /// The elements for writing, once every copy that uses them has completed (waits for
+    /// them).
+    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        self.uses.wait(true)?;
+        // SAFETY: as in `as_slice`, exclusively: no queued copy reads or writes them.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    }
+
+    /// Copies `src` into the buffer (after the copies in flight); the lengths must match.
+    pub fn copy_from_slice(&mut self, src: &[T]) -> Result<()> {
+        super::same_len("PinnedBuffer::copy_from_slice", self.len, src.len())?;
+        self.as_mut_slice()?.copy_from_slice(src);
+        Ok(())
+    }
+
+    /// The elements in a new `Vec` (after the copies that write them).
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        Ok(self.as_slice()?.to_vec())
+    }
+
+    /// Waits for every copy in flight that uses the buffer.
+    pub fn synchronize(&self) -> Result<()> {
+        self.uses.wait(true)
+    }
+
+    /// The `cuMemHostAlloc` flags the driver reports for the memory
+    /// ([`cuMemHostGetFlags`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn driver_flags(&self) -> Result<HostAllocFlags> {
+        let mut f = 0;
+        // SAFETY: the pointer is a live pinned allocation; one out-parameter.
+        check("cuMemHostGetFlags", unsafe { sys::cuMemHostGetFlags(&mut f, self.ptr.cast()) })?;
+        Ok(HostAllocFlags::from_bits_retain(f))
+    }
+
+    /// The device address of the memory in `ctx`, for kernels that read or write it over the
+    /// bus ([`cuMemHostGetDevicePointer`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    pub fn device_ptr(&self, ctx: &Context) -> Result<sys::CUdeviceptr> {
+        super::host::host_device_ptr(ctx, self.ptr.cast())
+    }
+
+    /// Whether copies that use the buffer may still be in flight.
+    pub fn has_copies_in_flight(&self) -> bool {
+        self.uses.is_pending()
+    }
+}
+
+impl<T: Pod> Drop for PinnedBuffer<T> {
+    #[track_caller]
+    fn drop(&mut self) {
+        let allocator = self.source.allocator();
+        match self.uses.in_flight() {
+            Some((stream, event)) => {
+                // SAFETY: the allocation came from this allocator and is given back once; the
+                // copies still in flight are all on `stream` before `event`, which stays alive
+                // until `uses` drops.
+                if let Err(e) = unsafe { allocator.deallocate_after(self.allocation, &stream, event) } {
+                    stream.context().defer(e);
+                }
+            }
+            // SAFETY: as above, with no copy in flight. With no copy ever made there is no
+            // context to keep an error in; the memory then stays allocated.
+            None => drop(unsafe { allocator.deallocate(self.allocation) }),
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Where a [`DeviceBuffer`](super::DeviceBuffer)'s memory comes from and goes back to.
+
+use crate::pool::{Allocator, DeviceAllocation, MemoryPool, StreamRef, default_pool_of, thread_allocator};
+use crate::{Result, Stream};
+use std::sync::Arc;
+
+/// The allocator a buffer's memory came from.
+///
+/// The default pools live for the whole process, so a buffer refers to them without a reference
+/// count: allocating from the default pool touches no shared counter.
+#[derive(Clone)]
+pub(crate) enum Source {
+    /// The default [`MemoryPool`] of a device (the process-wide one of its primary context).
+    DefaultPool(&'static MemoryPool),
+    /// Any other allocator.
+    Shared(Arc<dyn Allocator>),
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Source {
+    /// The allocator `DeviceBuffer::new` uses on `stream`: the thread's (set with
+    /// [`set_allocator`](crate::pool::set_allocator) or
+    /// [`using_allocator`](crate::pool::using_allocator)), else the default pool of the stream's
+    /// device when the stream belongs to a primary context, else plain `cuMemAlloc` in the
+    /// stream's context.
+    #[inline]
+    pub(crate) fn current(stream: &Stream) -> Result<Source> {
+        if let Some(allocator) = thread_allocator() {
+            return Ok(Source::Shared(allocator));
+        }
+        let ctx = stream.context();
+        if ctx.is_primary() {
+            return Ok(Source::DefaultPool(default_pool_of(ctx.device())?));
+        }
+        Ok(Source::Shared(Arc::new(crate::pool::DeviceAllocator::new(ctx))))
+    }
+
+    /// Allocates `bytes` for use on `stream`.
+    #[inline]
+    #[track_caller]
+    pub(crate) fn allocate(&self, bytes: usize, stream: &Stream) -> Result<DeviceAllocation> {
+        match self {
+            Source::DefaultPool(pool) => pool.allocate_on(bytes, stream.as_raw()),
+            Source::Shared(a) => a.allocate(bytes, StreamRef::from(stream)),
+        }
+    }
+
+    /// Gives `allocation` back after the work queued on `stream` (and on `recorded`).
+    ///
+    /// # Safety
+    ///
+    /// `allocation` came from [`Source::allocate`] on this source and is given back once; every
+    /// stream that may still use it is `stream` or in `recorded`.
+    #[inline]
+    #[track_caller]
+    pub(crate) unsafe fn deallocate(
+        &self,
+        allocation: DeviceAllocation,
+        stream: &Stream,
+        recorded: &[Stream],
+    ) -> Result<()> {
+        match (self, recorded) {
+            (Source::DefaultPool(pool), []) => pool.free_on(allocation, &[]),
+            // SAFETY: forwarded under the caller's contract.
+            (Source::DefaultPool(pool), _) => unsafe { pool.deallocate_after(allocation, stream, recorded) },
+            // SAFETY: as above.
+            (Source::Shared(a), []) => unsafe { a.deallocate(allocation, StreamRef::from(stream)) },
+            // SAFETY: as above.
+            (Source::Shared(a), _) => unsafe { a.deallocate_after(allocation, stream, recorded) },
+        }
+    }
+
+    /// The allocator's short name (`MemoryPool`, `cuMemAlloc`, ...).
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Source::DefaultPool(_) => "MemoryPool",
+            Source::Shared(a) => a.name(),
+        }
+    }
+}
