@@ -289,6 +289,12 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         self.view().to_vec()
     }
 
+    /// Copies another buffer (of any memory space, context or device) into this one and returns
+    /// when it is done, as [`DeviceViewMut::copy_from_device`]; the lengths must match.
+    pub fn copy_from_device<S2: MemorySpace>(&mut self, src: &DeviceBuffer<T, S2>) -> Result<()> {
+        self.view_mut().copy_from_device(&src.view())
+    }
+
     /// Queues a copy of pinned host memory into the buffer on `stream`; safe, because `src`
     /// stays readable but cannot be written or freed until the copy is done (see
     /// [`PinnedBuffer`](super::PinnedBuffer))
