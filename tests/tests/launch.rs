@@ -1,5 +1,6 @@
 //! Kernel launches: results read back for plain, dynamic-shared-memory, cooperative, cluster,
-//! priority and programmatic-serialization launches, on several kinds of stream.
+//! priority and programmatic-serialization launches, on several kinds of stream; buffers and
+//! views as arguments; arguments checked against the kernel's parameter layout.
 
 #[path = "kernels/mod.rs"]
 mod kernels;
@@ -31,6 +32,18 @@ fn main() {
             "library_kernel_block_size_is_checked_before_the_launch",
             library_kernel_block_size_is_checked_before_the_launch,
         ),
+        gpu(
+            "buffers_views_and_raw_addresses_as_arguments_write_the_right_values",
+            buffers_views_and_raw_addresses_as_arguments_write_the_right_values,
+        ),
+        gpu(
+            "function_arguments_that_do_not_match_the_parameters_are_refused",
+            function_arguments_that_do_not_match_the_parameters_are_refused,
+        ),
+        gpu(
+            "library_kernel_arguments_that_do_not_match_the_parameters_are_refused",
+            library_kernel_arguments_that_do_not_match_the_parameters_are_refused,
+        ),
     ]);
 }
 
@@ -45,9 +58,12 @@ struct Saxpy {
 }
 
 impl Saxpy {
+    /// Buffers on the legacy default stream; the tests synchronize their launch streams before
+    /// checking.
     fn new(ctx: &Context, n: u32) -> Result<Saxpy, cuda_core::Error> {
-        let x = DeviceBuffer::from_slice(ctx, &(0..n).map(|i| i as f32).collect::<Vec<_>>())?;
-        let y = DeviceBuffer::from_slice(ctx, &vec![1.0f32; n as usize])?;
+        let legacy = Stream::legacy(ctx);
+        let x = DeviceBuffer::from_slice(&legacy, &(0..n).map(|i| i as f32).collect::<Vec<_>>())?;
+        let y = DeviceBuffer::from_slice(&legacy, &vec![1.0f32; n as usize])?;
         Ok(Saxpy { n, x, y })
     }
 
@@ -63,17 +79,17 @@ fn saxpy_results_are_read_back() -> TestResult {
     let ctx = context()?;
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
     let saxpy = module.function("saxpy")?;
-    let s = Saxpy::new(&ctx, 100_000)?;
+    let mut s = Saxpy::new(&ctx, 100_000)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let (a, xp, yp) = (2.0f32, s.x.device_ptr(), s.y.device_ptr());
+    let a = 2.0f32;
     // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats.
     unsafe {
-        saxpy.launch(&stream, &LaunchConfig::for_elements(s.n, 256), (&s.n, &a, &xp, &yp))?;
+        saxpy.launch(&stream, &LaunchConfig::for_elements(s.n, 256), (&s.n, &a, &s.x, &mut s.y))?;
         // A 2D grid covers the same threads when its x extent does.
         saxpy.launch(
             &stream,
             &LaunchConfig::new((s.n.div_ceil(128), 1), (128, 1, 1)),
-            (&s.n, &a, &xp, &yp),
+            (&s.n, &a, &s.x, &mut s.y),
         )?;
     }
     stream.synchronize()?;
@@ -91,13 +107,12 @@ fn dynamic_shared_memory_reverses_a_block() -> TestResult {
     let reverse = module.function("reverse")?;
     let n = 512u32;
     let host: Vec<u32> = (0..n).map(|i| i * 7 + 3).collect();
-    let input = DeviceBuffer::from_slice(&ctx, &host)?;
-    let output = DeviceBuffer::<u32>::zeroed(&ctx, n as usize)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let (ip, op) = (input.device_ptr(), output.device_ptr());
+    let input = DeviceBuffer::from_slice(&stream, &host)?;
+    let mut output = DeviceBuffer::<u32>::zeroed(&stream, n as usize)?;
     let config = LaunchConfig::new(1, n).shared_mem_bytes(n * 4);
     // SAFETY: reverse takes (u32*, u32*), each with ntid.x words, and ntid.x*4 bytes of shared memory.
-    unsafe { reverse.launch(&stream, &config, (&ip, &op))? };
+    unsafe { reverse.launch(&stream, &config, (&input, &mut output))? };
     stream.synchronize()?;
     let mut expected = host.clone();
     expected.reverse();
@@ -118,17 +133,19 @@ fn cooperative_launch_fits_the_device_or_is_refused() -> TestResult {
     let sms = device.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
     let resident = per_sm * sms;
     ensure!(resident > 0, "{per_sm} blocks per SM on {sms} SMs");
-    let s = Saxpy::new(&ctx, resident * block)?;
+    let mut s = Saxpy::new(&ctx, resident * block)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let (a, xp, yp) = (3.0f32, s.x.device_ptr(), s.y.device_ptr());
+    let a = 3.0f32;
     // SAFETY: as in saxpy_results_are_read_back; the grid covers exactly n elements.
-    unsafe { saxpy.launch_cooperative(&stream, &LaunchConfig::new(resident, block), (&s.n, &a, &xp, &yp))? };
+    unsafe {
+        saxpy.launch_cooperative(&stream, &LaunchConfig::new(resident, block), (&s.n, &a, &s.x, &mut s.y))?
+    };
     stream.synchronize()?;
     s.check(a, 1)?;
     // One block more than can be resident is refused, and the context stays usable.
     // SAFETY: as above; the extra block's threads are past n and do nothing.
     let too_large = unsafe {
-        saxpy.launch_cooperative(&stream, &LaunchConfig::new(resident + 1, block), (&s.n, &a, &xp, &yp))
+        saxpy.launch_cooperative(&stream, &LaunchConfig::new(resident + 1, block), (&s.n, &a, &s.x, &mut s.y))
     };
     ensure_eq!(
         too_large.err().and_then(|e| e.driver_status()),
@@ -146,18 +163,18 @@ fn cluster_launch_on_compute_9_and_later() -> TestResult {
     }
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
     let saxpy = module.function("saxpy")?;
-    let s = Saxpy::new(&ctx, 64 * 128)?;
+    let mut s = Saxpy::new(&ctx, 64 * 128)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let (a, xp, yp) = (0.5f32, s.x.device_ptr(), s.y.device_ptr());
+    let a = 0.5f32;
     let config = LaunchConfig::new(64, 128).cluster(4);
     // SAFETY: as in saxpy_results_are_read_back.
-    unsafe { saxpy.launch(&stream, &config, (&s.n, &a, &xp, &yp))? };
+    unsafe { saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))? };
     stream.synchronize()?;
     s.check(a, 1)?;
     // A grid that is not a multiple of the cluster is refused by the driver.
     // SAFETY: as above.
     let uneven =
-        unsafe { saxpy.launch(&stream, &LaunchConfig::new(63, 128).cluster(4), (&s.n, &a, &xp, &yp)) };
+        unsafe { saxpy.launch(&stream, &LaunchConfig::new(63, 128).cluster(4), (&s.n, &a, &s.x, &mut s.y)) };
     ensure!(uneven.is_err(), "63 blocks in clusters of 4 must be refused");
     stream.synchronize()?;
     s.check(a, 1)?;
@@ -168,19 +185,21 @@ fn priority_and_programmatic_serialization_launches() -> TestResult {
     let ctx = context()?;
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
     let saxpy = module.function("saxpy")?;
-    let s = Saxpy::new(&ctx, 10_000)?;
+    let mut s = Saxpy::new(&ctx, 10_000)?;
     let (least, greatest) = ctx.stream_priority_range()?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let (a, xp, yp) = (1.0f32, s.x.device_ptr(), s.y.device_ptr());
+    let a = 1.0f32;
     let base = LaunchConfig::for_elements(s.n, 256);
+    // Views of the whole buffers, passed by reference.
+    let (x, mut y) = (s.x.view(), s.y.view_mut());
     // SAFETY: as in saxpy_results_are_read_back.
     unsafe {
-        saxpy.launch(&stream, &base.priority(greatest), (&s.n, &a, &xp, &yp))?;
-        saxpy.launch(&stream, &base.priority(least), (&s.n, &a, &xp, &yp))?;
+        saxpy.launch(&stream, &base.priority(greatest), (&s.n, &a, &x, &mut y))?;
+        saxpy.launch(&stream, &base.priority(least), (&s.n, &a, &x, &mut y))?;
         if ctx.device().compute_capability()?.0 >= 9 {
-            saxpy.launch(&stream, &base.programmatic_stream_serialization(true), (&s.n, &a, &xp, &yp))?;
+            saxpy.launch(&stream, &base.programmatic_stream_serialization(true), (&s.n, &a, &x, &mut y))?;
         } else {
-            saxpy.launch(&stream, &base, (&s.n, &a, &xp, &yp))?;
+            saxpy.launch(&stream, &base, (&s.n, &a, &x, &mut y))?;
         }
     }
     stream.synchronize()?;
@@ -192,18 +211,18 @@ fn launches_on_default_streams_and_from_other_threads() -> TestResult {
     let ctx = context()?;
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
     let saxpy = module.function("saxpy")?;
-    let s = Saxpy::new(&ctx, 5000)?;
-    let (a, xp, yp) = (1.0f32, s.x.device_ptr(), s.y.device_ptr());
+    let mut s = Saxpy::new(&ctx, 5000)?;
+    let a = 1.0f32;
     let config = LaunchConfig::for_elements(s.n, 128);
     let legacy = Stream::legacy(&ctx);
     let per_thread = Stream::per_thread(&ctx);
     // SAFETY: as in saxpy_results_are_read_back.
     unsafe {
-        saxpy.launch(&legacy, &config, (&s.n, &a, &xp, &yp))?;
+        saxpy.launch(&legacy, &config, (&s.n, &a, &s.x, &mut s.y))?;
     }
     legacy.synchronize()?;
     // SAFETY: as above.
-    unsafe { saxpy.launch(&per_thread, &config, (&s.n, &a, &xp, &yp))? };
+    unsafe { saxpy.launch(&per_thread, &config, (&s.n, &a, &s.x, &mut s.y))? };
     per_thread.synchronize()?;
     // A thread on which no context is current launches on a created stream.
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
@@ -211,7 +230,7 @@ fn launches_on_default_streams_and_from_other_threads() -> TestResult {
         scope
             .spawn(|| -> TestResult {
                 // SAFETY: as above.
-                unsafe { saxpy.launch(&stream, &config, (&s.n, &a, &xp, &yp))? };
+                unsafe { saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))? };
                 stream.synchronize()?;
                 Ok(())
             })
@@ -235,13 +254,14 @@ fn library_kernel_block_size_is_checked_before_the_launch() -> TestResult {
         "a kernel limit of {max} threads per block"
     );
     ensure_eq!(saxpy.max_threads_per_block(&device)?, max);
-    let s = Saxpy::new(&ctx, 3 * max)?;
-    let (a, xp, yp) = (4.0f32, s.x.device_ptr(), s.y.device_ptr());
+    let mut s = Saxpy::new(&ctx, 3 * max)?;
+    let a = 4.0f32;
     // Twice the limit, on a fresh kernel value (nothing remembered yet) and on the one that
     // has asked already; a zero dimension too.
     for (kernel, block) in [(library.kernel("saxpy")?, (max, 2, 1)), (saxpy.clone(), (max, 1, 2))] {
         // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats; refused before the call.
-        let refused = unsafe { kernel.launch(&stream, &LaunchConfig::new(3, block), (&s.n, &a, &xp, &yp)) };
+        let refused =
+            unsafe { kernel.launch(&stream, &LaunchConfig::new(3, block), (&s.n, &a, &s.x, &mut s.y)) };
         match refused {
             Err(e @ Error::InvalidArgument { .. }) => {
                 ensure!(e.to_string().contains(&format!("{} threads", 2 * max)), "{e}")
@@ -250,13 +270,191 @@ fn library_kernel_block_size_is_checked_before_the_launch() -> TestResult {
         }
     }
     // SAFETY: as above.
-    let zero = unsafe { saxpy.launch(&stream, &LaunchConfig::new(3, (max, 0, 1)), (&s.n, &a, &xp, &yp)) };
+    let zero =
+        unsafe { saxpy.launch(&stream, &LaunchConfig::new(3, (max, 0, 1)), (&s.n, &a, &s.x, &mut s.y)) };
     ensure!(matches!(zero, Err(Error::InvalidArgument { .. })), "{zero:?}");
     // Nothing ran, and the context is usable: a block of exactly the limit launches.
     stream.synchronize()?;
     s.check(a, 0)?;
     // SAFETY: as above; 3 blocks of `max` threads cover the 3 * max elements.
-    unsafe { saxpy.launch(&stream, &LaunchConfig::new(3, max), (&s.n, &a, &xp, &yp))? };
+    unsafe { saxpy.launch(&stream, &LaunchConfig::new(3, max), (&s.n, &a, &s.x, &mut s.y))? };
+    stream.synchronize()?;
+    s.check(a, 1)?;
+    Ok(())
+}
+
+fn buffers_views_and_raw_addresses_as_arguments_write_the_right_values() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let saxpy = module.function("saxpy")?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let n = 4096u32;
+    let half = n / 2;
+    let host_x: Vec<f32> = (0..n).map(|i| (i % 500) as f32).collect();
+    let x = DeviceBuffer::from_slice(&stream, &host_x)?;
+    let mut y = DeviceBuffer::from_slice(&stream, &vec![1.0f32; n as usize])?;
+    let config = LaunchConfig::for_elements(n, 256);
+    // What each launch does to y, on the host: the kernel's fma rounds like mul_add.
+    let mut expected = vec![1.0f32; n as usize];
+    let mut saxpy_on_host = |a: f32, range: std::ops::Range<usize>| {
+        for i in range {
+            expected[i] = a.mul_add(host_x[i], expected[i]);
+        }
+    };
+    let all = 0..n as usize;
+    // SAFETY: saxpy takes (u32, f32, f32*, f32*); each launch passes views or addresses of at
+    // least as many floats as the n it passes.
+    unsafe {
+        // Buffers by reference.
+        saxpy.launch(&stream, &config, (&n, &2.0f32, &x, &mut y))?;
+        saxpy_on_host(2.0, all.clone());
+        // Views by value.
+        saxpy.launch(&stream, &config, (&n, &3.0f32, x.view(), y.view_mut()))?;
+        saxpy_on_host(3.0, all.clone());
+        // Views by reference, one shared and one exclusive.
+        saxpy.launch(&stream, &config, (&n, &0.5f32, &x.view(), &mut y.view_mut()))?;
+        saxpy_on_host(0.5, all.clone());
+        // A shared reference to an exclusive view.
+        let whole = y.view_mut();
+        saxpy.launch(&stream, &config, (&n, &-1.0f32, &x, &whole))?;
+        saxpy_on_host(-1.0, all.clone());
+        // Sub-views pass the address of their first element: the second halves only.
+        let (xs, mut ys) = (x.slice(half as usize..)?, y.slice_mut(half as usize..)?);
+        saxpy.launch(&stream, &LaunchConfig::for_elements(half, 256), (&half, &4.0f32, xs, &mut ys))?;
+        saxpy_on_host(4.0, half as usize..n as usize);
+        // Raw device addresses, as u64 values.
+        saxpy.launch(&stream, &config, (&n, &1.5f32, &x.as_raw(), &y.as_raw()))?;
+        saxpy_on_host(1.5, all);
+    }
+    stream.synchronize()?;
+    ensure_eq!(y.to_vec()?, expected);
+    Ok(())
+}
+
+/// Whether the driver reports parameter layouts (CUDA 12.4 and later), from the answer about a
+/// kernel's first parameter. Where it does not, launches are not checked, and the tests of
+/// refused launches have nothing to test.
+fn layout_is_reported(first: cuda_core::Result<Option<(usize, usize)>>) -> Result<bool, Error> {
+    match first {
+        Ok(_) => Ok(true),
+        Err(Error::Load { .. }) => Ok(false),
+        Err(e) if e.driver_status() == Some(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// `result` is an `InvalidArgument` whose message contains `expected`.
+fn refused(result: cuda_core::Result<()>, expected: &str) -> TestResult {
+    match result {
+        Err(e @ Error::InvalidArgument { .. }) => {
+            ensure!(e.to_string().contains(expected), "`{e}` does not say `{expected}`");
+            Ok(())
+        }
+        other => Err(format!("expected InvalidArgument saying `{expected}`, got {other:?}").into()),
+    }
+}
+
+fn function_arguments_that_do_not_match_the_parameters_are_refused() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let saxpy = module.function("saxpy")?;
+    let empty = module.function("empty")?;
+    if !layout_is_reported(saxpy.param_info(0))? {
+        return Ok(());
+    }
+    let mut s = Saxpy::new(&ctx, 1000)?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let config = LaunchConfig::for_elements(s.n, 256);
+    // The refused launches pass n = 0, so that even one that went through would touch no
+    // memory; the u32 given for a pointer is the first of two, so that 8 bytes read at it stay
+    // in bounds.
+    let (a, none, small) = (2.0f32, 0u32, [0u32; 2]);
+    // SAFETY: each launch below is refused before the call (and with n = 0 would do nothing).
+    unsafe {
+        refused(
+            saxpy.launch(&stream, &config, (&none, &a, &s.x)),
+            "Function::launch: the kernel takes 4 parameters but 3 arguments were given",
+        )?;
+        refused(
+            saxpy.launch(&stream, &config, (&none, &a, &s.x, &mut s.y, &none)),
+            "the kernel takes 4 parameters but 5 arguments were given",
+        )?;
+        refused(
+            saxpy.launch(&stream, &config, (&none, &a, &s.x, &small[0])),
+            "parameter 3 of the kernel is 8 bytes but argument 3 is 4 bytes",
+        )?;
+        refused(
+            saxpy.launch(&stream, &config, (&0u64, &a, &s.x, &mut s.y)),
+            "parameter 0 of the kernel is 4 bytes but argument 0 is 8 bytes",
+        )?;
+        refused(
+            saxpy.launch_cooperative(&stream, &LaunchConfig::new(1, 32), (&none, &a, &small[0], &mut s.y)),
+            "parameter 2 of the kernel is 8 bytes but argument 2 is 4 bytes",
+        )?;
+        refused(
+            empty.launch(&stream, &LaunchConfig::new(1, 1), (&none,)),
+            "the kernel takes 0 parameters but 1 argument was given",
+        )?;
+    }
+    // Nothing ran, and the context is usable.
+    stream.synchronize()?;
+    ensure!(ctx.deferred_error().is_none(), "{:?}", ctx.deferred_error());
+    s.check(a, 0)?;
+    // SAFETY: as in saxpy_results_are_read_back.
+    unsafe {
+        saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))?;
+        empty.launch(&stream, &LaunchConfig::new(1, 1), ())?;
+    }
+    stream.synchronize()?;
+    s.check(a, 1)?;
+    Ok(())
+}
+
+fn library_kernel_arguments_that_do_not_match_the_parameters_are_refused() -> TestResult {
+    let ctx = context()?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let library = Library::from_ptx(kernels::PTX, &JitOptions::new())?;
+    if !layout_is_reported(library.kernel("saxpy")?.param_info(&ctx, 0))? {
+        return Ok(());
+    }
+    let mut s = Saxpy::new(&ctx, 1000)?;
+    let config = LaunchConfig::for_elements(s.n, 256);
+    let (a, none, small) = (3.0f32, 0u32, [0u32; 2]);
+    // A fresh kernel value reads the layout at its first launch, here a refused one; the same
+    // value then refuses from what it remembered, and launches what matches.
+    let saxpy = library.kernel("saxpy")?;
+    let empty = library.kernel("empty")?;
+    // SAFETY: as in function_arguments_that_do_not_match_the_parameters_are_refused.
+    unsafe {
+        refused(
+            saxpy.launch(&stream, &config, (&none, &a, &s.x, &small[0])),
+            "Kernel::launch: parameter 3 of the kernel is 8 bytes but argument 3 is 4 bytes",
+        )?;
+        refused(
+            saxpy.launch(&stream, &config, (&none, &a, &s.x)),
+            "the kernel takes 4 parameters but 3 arguments were given",
+        )?;
+        refused(
+            saxpy.launch(&stream, &config, (&none, &a, &s.x, &mut s.y, &none)),
+            "the kernel takes 4 parameters but 5 arguments were given",
+        )?;
+        refused(
+            saxpy.clone().launch(&stream, &config, (&none, &a, &small[0], &mut s.y)),
+            "parameter 2 of the kernel is 8 bytes but argument 2 is 4 bytes",
+        )?;
+        refused(
+            empty.launch(&stream, &LaunchConfig::new(1, 1), (&none,)),
+            "the kernel takes 0 parameters but 1 argument was given",
+        )?;
+    }
+    stream.synchronize()?;
+    ensure!(ctx.deferred_error().is_none(), "{:?}", ctx.deferred_error());
+    s.check(a, 0)?;
+    // SAFETY: as in saxpy_results_are_read_back.
+    unsafe {
+        saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))?;
+        empty.launch(&stream, &LaunchConfig::new(1, 1), ())?;
+    }
     stream.synchronize()?;
     s.check(a, 1)?;
     Ok(())

@@ -171,6 +171,13 @@ impl Context {
         Ok(Context::wrap(raw, Device::from_raw(dev), Ownership::Borrowed))
     }
 
+    /// A context value around a made-up handle, owning nothing and touching no driver, for
+    /// unit tests of code that only carries a context along.
+    #[cfg(test)]
+    pub(crate) fn detached_for_tests() -> Context {
+        Context::wrap(std::ptr::NonNull::dangling().as_ptr(), Device::from_raw(0), Ownership::Borrowed)
+    }
+
     fn wrap(raw: sys::CUcontext, device: Device, ownership: Ownership) -> Context {
         Context {
             inner: Arc::new(ContextInner {

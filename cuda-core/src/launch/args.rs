@@ -1,43 +1,167 @@
-//! Typed kernel arguments without heap allocation.
+//! Typed kernel arguments without heap allocation: scalars and plain-data structs by
+//! reference, device buffers and views by their device address.
 
+use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace};
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
 use std::ffi::c_void;
+use std::mem::size_of;
 
-/// Kernel arguments: a tuple of references to the values of the kernel's parameters, in
-/// order, e.g. `(&n, &alpha, &x_ptr, &y_ptr)`; `()` for none.
+/// One argument of a kernel launch: something that can give the driver a pointer to the bytes
+/// of one kernel parameter, and say how many bytes that parameter has.
 ///
-/// [`pointers`](KernelArgs::pointers) makes the array of pointers to them that
-/// `cuLaunchKernelEx` reads, as a fixed-size array on the stack. Implemented for tuples of up
-/// to 16 references to `Copy` values.
+/// Implemented for:
+///
+/// * `&T` where `T` is [`Pod`]: a scalar (`u32`, `f32`, a `u64` device address...) or a
+///   plain-data struct, passed by value as its `size_of::<T>()` bytes;
+/// * `&DeviceBuffer<T>`, `&mut DeviceBuffer<T>`, `DeviceView<T>`, `&DeviceView<T>`,
+///   `DeviceViewMut<T>`, `&DeviceViewMut<T>` and `&mut DeviceViewMut<T>`: passed as the
+///   8-byte device address of their first element, for a `T*` parameter. Pass a buffer by
+///   `&mut` (or a [`DeviceViewMut`]) where the kernel writes through the pointer, so that the
+///   borrow checker sees the write.
+///
+/// Launches read the argument where it is: nothing is copied or allocated.
 ///
 /// # Safety
 ///
-/// An implementation must return one pointer per parameter, each to a value that lives as long
-/// as `self`'s borrows.
+/// [`arg_ptr`](KernelArg::arg_ptr) must return a pointer to [`arg_size`](KernelArg::arg_size)
+/// readable bytes that stay valid and unchanged while `self` is neither moved nor dropped.
+pub unsafe trait KernelArg {
+    /// A pointer to the bytes of the parameter's value, as `cuLaunchKernelEx` reads them.
+    fn arg_ptr(&self) -> *mut c_void;
+    /// The number of bytes the parameter has; compared with the kernel's parameter layout
+    /// before a launch, where the driver reports it.
+    fn arg_size(&self) -> usize;
+}
+
+// SAFETY: the pointer is to the referenced value, which outlives the reference, and has
+// `size_of::<T>()` bytes.
+unsafe impl<T: Pod> KernelArg for &T {
+    #[inline]
+    fn arg_ptr(&self) -> *mut c_void {
+        (*self as *const T).cast_mut().cast()
+    }
+
+    #[inline]
+    fn arg_size(&self) -> usize {
+        size_of::<T>()
+    }
+}
+
+/// The argument size of every buffer and view: one device address.
+const ADDRESS: usize = size_of::<sys::CUdeviceptr>();
+
+// SAFETY: the pointer is to the buffer's own address field, which lives as long as the
+// borrowed buffer and does not change while it is borrowed.
+unsafe impl<T: Pod, S: MemorySpace> KernelArg for &DeviceBuffer<T, S> {
+    #[inline]
+    fn arg_ptr(&self) -> *mut c_void {
+        (&self.ptr as *const sys::CUdeviceptr).cast_mut().cast()
+    }
+
+    #[inline]
+    fn arg_size(&self) -> usize {
+        ADDRESS
+    }
+}
+
+// SAFETY: as for `&DeviceBuffer<T>`; the exclusive borrow keeps the field unchanged too.
+unsafe impl<T: Pod, S: MemorySpace> KernelArg for &mut DeviceBuffer<T, S> {
+    #[inline]
+    fn arg_ptr(&self) -> *mut c_void {
+        (&self.ptr as *const sys::CUdeviceptr).cast_mut().cast()
+    }
+
+    #[inline]
+    fn arg_size(&self) -> usize {
+        ADDRESS
+    }
+}
+
+/// Implements [`KernelArg`] for a view type, by value and behind the given references.
+macro_rules! view_arg {
+    ($($arg:ty),+) => {$(
+        // SAFETY: the pointer is to the view's address field: inside `self` for a view held by
+        // value (valid while `self` stays where it is), inside the borrowed view otherwise.
+        // Nothing changes the field while it is borrowed.
+        unsafe impl<T> KernelArg for $arg {
+            #[inline]
+            fn arg_ptr(&self) -> *mut c_void {
+                (&self.ptr as *const sys::CUdeviceptr).cast_mut().cast()
+            }
+
+            #[inline]
+            fn arg_size(&self) -> usize {
+                ADDRESS
+            }
+        }
+    )+};
+}
+
+view_arg!(
+    DeviceView<'_, T>,
+    &DeviceView<'_, T>,
+    DeviceViewMut<'_, T>,
+    &DeviceViewMut<'_, T>,
+    &mut DeviceViewMut<'_, T>
+);
+
+/// The arguments of a kernel launch: a tuple of up to 16 [`KernelArg`]s, one per parameter of
+/// the kernel, in order, e.g. `(&n, &alpha, &x, &mut y)` with `x` and `y` device buffers, or
+/// `(&n, &alpha, &x_ptr, &y_ptr)` with raw `u64` device addresses; `()` for none.
+///
+/// [`pointers`](KernelArgs::pointers) makes the array of pointers that `cuLaunchKernelEx`
+/// reads and [`sizes`](KernelArgs::sizes) the sizes that are checked against the kernel's
+/// parameter layout, both as fixed-size arrays on the stack.
+///
+/// # Safety
+///
+/// An implementation must return one pointer per parameter, each to as many readable bytes as
+/// the size at the same index says, valid while `self` is neither moved nor dropped; the two
+/// arrays must have the same length.
 pub unsafe trait KernelArgs {
     /// The pointer array: `[*mut c_void; N]`.
     type Pointers: AsMut<[*mut c_void]>;
-    /// The pointer to each argument, in order.
+    /// The size array: `[usize; N]`.
+    type Sizes: AsRef<[usize]>;
+    /// The pointer to each argument's bytes, in order.
     fn pointers(&self) -> Self::Pointers;
+    /// The size in bytes of each argument, in order.
+    fn sizes(&self) -> Self::Sizes;
 }
 
 // SAFETY: no parameters, no pointers.
 unsafe impl KernelArgs for () {
     type Pointers = [*mut c_void; 0];
+    type Sizes = [usize; 0];
+
     #[inline]
     fn pointers(&self) -> [*mut c_void; 0] {
+        []
+    }
+
+    #[inline]
+    fn sizes(&self) -> [usize; 0] {
         []
     }
 }
 
 macro_rules! kernel_args {
     ($n:literal: $($name:ident $index:tt),+) => {
-        // SAFETY: one pointer per tuple element, each to the referenced value, which outlives
-        // the tuple's borrow.
-        unsafe impl<'a, $($name: Copy),+> KernelArgs for ($(&'a $name,)+) {
+        // SAFETY: one pointer and one size per tuple element, each from that element's
+        // `KernelArg` implementation, whose contract gives the validity.
+        unsafe impl<$($name: KernelArg),+> KernelArgs for ($($name,)+) {
             type Pointers = [*mut c_void; $n];
+            type Sizes = [usize; $n];
+
             #[inline]
             fn pointers(&self) -> [*mut c_void; $n] {
-                [$((self.$index as *const $name).cast_mut().cast()),+]
+                [$(self.$index.arg_ptr()),+]
+            }
+
+            #[inline]
+            fn sizes(&self) -> [usize; $n] {
+                [$(self.$index.arg_size()),+]
             }
         }
     };
@@ -63,15 +187,130 @@ kernel_args!(16: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::Context;
+
+    /// Hands out nothing and takes back anything: for buffers around made-up addresses.
+    struct NoMemory;
+
+    impl crate::pool::Allocator for NoMemory {
+        fn allocate(&self, size: usize, _: crate::pool::StreamRef<'_>) -> crate::Result<crate::pool::DeviceAllocation> {
+            Err(crate::Error::invalid("NoMemory", format!("{size} bytes: this allocator has none")))
+        }
+
+        unsafe fn deallocate(&self, _: crate::pool::DeviceAllocation, _: crate::pool::StreamRef<'_>) -> crate::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A buffer around a made-up address, on the default stream of a detached context; dropping
+    /// it calls no driver.
+    fn fake_buffer<T: Pod>(ctx: &Context, address: u64, len: usize) -> DeviceBuffer<T> {
+        let stream = crate::Stream::legacy(ctx);
+        let allocation = crate::pool::DeviceAllocation { ptr: address, size: len * size_of::<T>(), token: 0 };
+        // SAFETY: the buffer is never used for memory access; its allocator frees nothing.
+        let b = unsafe { DeviceBuffer::from_allocation(&stream, std::sync::Arc::new(NoMemory), allocation, len) };
+        b.unwrap()
+    }
+
+    fn address_at(p: *mut c_void) -> u64 {
+        // SAFETY: the tests only call this on pointers to device-address fields.
+        unsafe { p.cast::<u64>().read() }
+    }
 
     #[test]
-    fn arguments_point_at_the_values_in_order() {
+    fn scalar_arguments_point_at_the_values_in_order() {
         let (a, b, c) = (1u32, 2.5f64, 7u64);
-        let p = (&a, &b, &c).pointers();
+        let args = (&a, &b, &c);
+        let p = args.pointers();
         assert_eq!(p.len(), 3);
         assert_eq!(p[0] as *const u32, &a as *const u32);
         assert_eq!(p[1] as *const f64, &b as *const f64);
         assert_eq!(p[2] as *const u64, &c as *const u64);
+        assert_eq!(args.sizes(), [4, 8, 8]);
         assert_eq!(().pointers().len(), 0);
+        assert_eq!(().sizes().len(), 0);
+    }
+
+    #[test]
+    fn plain_data_structs_pass_by_value_with_their_size() {
+        #[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
+        #[repr(C)]
+        struct Params {
+            scale: f32,
+            count: u32,
+            offset: [u64; 2],
+        }
+        let params = Params { scale: 2.0, count: 3, offset: [4, 5] };
+        let small = 9u8;
+        let args = (&params, &small);
+        assert_eq!(args.sizes(), [24, 1]);
+        assert_eq!(args.pointers()[0] as *const Params, &params as *const Params);
+        assert_eq!(args.pointers()[1] as *const u8, &small as *const u8);
+    }
+
+    #[test]
+    fn buffers_pass_the_address_field_they_hold() {
+        let ctx = Context::detached_for_tests();
+        let x = fake_buffer::<f32>(&ctx, 0x7000_0000, 16);
+        let mut y = fake_buffer::<f32>(&ctx, 0x7000_1000, 16);
+        let (n, a) = (16u32, 2.0f32);
+        {
+            let args = (&n, &a, &x, &mut y);
+            let p = args.pointers();
+            assert_eq!(args.sizes(), [4, 4, 8, 8]);
+            assert_eq!(p[2] as *const u64, &x.ptr as *const u64, "the field inside the buffer");
+            assert_eq!(address_at(p[2]), 0x7000_0000);
+            assert_eq!(address_at(p[3]), 0x7000_1000);
+            assert_eq!(p[3] as *const u64, &args.3.ptr as *const u64);
+        }
+        assert_eq!((x.as_raw(), y.as_raw()), (0x7000_0000, 0x7000_1000));
+    }
+
+    #[test]
+    fn views_pass_the_address_field_they_hold() {
+        let ctx = Context::detached_for_tests();
+        let mut buffer = fake_buffer::<u32>(&ctx, 0x9000_0000, 64);
+        {
+            // A view of elements 4.. starts 16 bytes in. Held by value, its pointer is to the
+            // field inside the argument tuple; by reference, to the field of the view.
+            let view = buffer.slice(4..).unwrap();
+            let args = (view, &view);
+            let p = args.pointers();
+            assert_eq!(p[0] as *const u64, &args.0.ptr as *const u64);
+            assert_eq!(p[1] as *const u64, &view.ptr as *const u64);
+            assert_eq!(address_at(p[0]), 0x9000_0010);
+            assert_eq!(address_at(p[1]), 0x9000_0010);
+            assert_eq!(args.sizes(), [8, 8]);
+        }
+        {
+            let mut view = buffer.slice_mut(2..10).unwrap();
+            let field = &view.ptr as *const u64;
+            let shared = (&view,);
+            assert_eq!(shared.pointers()[0] as *const u64, field);
+            assert_eq!(address_at(shared.pointers()[0]), 0x9000_0008);
+            assert_eq!(shared.sizes(), [8]);
+            let exclusive = (&mut view,);
+            assert_eq!(exclusive.pointers()[0] as *const u64, field);
+            assert_eq!(exclusive.sizes(), [8]);
+            let owned = (view,);
+            assert_eq!(owned.pointers()[0] as *const u64, &owned.0.ptr as *const u64);
+            assert_eq!(address_at(owned.pointers()[0]), 0x9000_0008);
+            assert_eq!(owned.sizes(), [8]);
+        }
+        assert_eq!(buffer.as_raw(), 0x9000_0000);
+    }
+
+    #[test]
+    fn sixteen_arguments_fit() {
+        let v: [u16; 16] = std::array::from_fn(|i| i as u16);
+        let args = (
+            &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12],
+            &v[13], &v[14], &v[15],
+        );
+        let p = args.pointers();
+        for (i, pointer) in p.iter().enumerate() {
+            assert_eq!(*pointer as *const u16, &v[i] as *const u16);
+        }
+        assert_eq!(args.sizes(), [2; 16]);
     }
 }

@@ -7,26 +7,44 @@
 //! stream serialization). Nothing is allocated on the heap: the attributes and the argument
 //! pointers live on the stack.
 //!
-//! Launching is `unsafe`: the compiler cannot see the kernel's parameter list, and a kernel
-//! can read and write any memory its arguments point to.
+//! # Arguments
+//!
+//! The arguments are a tuple with one [`KernelArg`] per kernel parameter: scalars and
+//! plain-data structs by reference (`&n`), device buffers and views as themselves (`&x`,
+//! `&mut y`, `y.view_mut()`), which pass their device address. Where the driver reports the
+//! kernel's parameter layout
+//! ([`cuFuncGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html),
+//! [`cuKernelGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html);
+//! CUDA 12.4 and later), it is read once per [`Function`] or [`Kernel`] and every launch
+//! compares the number of arguments and the size of each with it: a mismatch is an
+//! [`Error::InvalidArgument`] naming the parameter, before anything is launched. With an older
+//! driver the comparison is skipped.
+//!
+//! Launching stays `unsafe`: matching sizes do not make matching types (a `u64` and a pointer
+//! have the same size), and a kernel can read and write any memory its arguments point to.
 //!
 //! ```no_run
 //! # fn main() -> cuda_core::Result<()> {
-//! use cuda_core::{Context, Device, LaunchConfig, Stream, StreamFlags, module::Module};
+//! use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags, module::Module};
 //! # let ptx = "";
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let module = Module::from_ptx(&ctx, ptx)?;
 //! let saxpy = module.function("saxpy")?;
 //! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-//! let (n, a, x, y) = (1024u32, 2.0f32, 0u64, 0u64); // device pointers from buffers
+//! let (n, a) = (1024u32, 2.0f32);
+//! let x = DeviceBuffer::from_slice(&ctx, &vec![1.0f32; n as usize])?;
+//! let mut y = DeviceBuffer::<f32>::zeroed(&ctx, n as usize)?;
 //! // SAFETY: saxpy takes (u32, f32, const float*, float*) and x, y hold n floats.
-//! unsafe { saxpy.launch(&stream, &LaunchConfig::for_elements(n, 256), (&n, &a, &x, &y))? };
+//! unsafe { saxpy.launch(&stream, &LaunchConfig::for_elements(n, 256), (&n, &a, &x, &mut y))? };
+//! stream.synchronize()?;
 //! # Ok(()) }
 //! ```
 
 mod args;
+mod params;
 
-pub use args::KernelArgs;
+pub use args::{KernelArg, KernelArgs};
+pub(crate) use params::ParamLayout;
 
 use crate::error::{Error, Result, check};
 use crate::module::{Function, Kernel};
@@ -248,21 +266,25 @@ unsafe fn launch_raw<A: KernelArgs>(
     operation: &'static str,
     f: sys::CUfunction,
     max_threads: u32,
+    params: &ParamLayout,
     stream: &Stream,
     config: &LaunchConfig,
     args: A,
 ) -> Result<()> {
     config.check(operation, max_threads)?;
+    params.check(operation, args.sizes().as_ref())?;
     let raw_stream = stream.as_raw();
     stream.context().take_deferred()?;
     // The default-stream handles act on the current context.
     stream.bind_if_default()?;
     let mut attrs = [const { MaybeUninit::uninit() }; 4];
     let raw = config.raw_config(raw_stream, &mut attrs);
+    // `args` stays where it is until the call returns: the pointers of views passed by value
+    // point into it.
     let mut pointers = args.pointers();
     // SAFETY: `raw` points at `numAttrs` initialised attributes in `attrs`; `pointers` holds
-    // one pointer per argument, to values borrowed for this call; the caller guarantees they
-    // match the kernel's parameters.
+    // one pointer per argument, to bytes that live until `args` is dropped after the call; the
+    // caller guarantees they match the kernel's parameters.
     let status =
         unsafe { sys::cuLaunchKernelEx(&raw, f, pointers.as_mut().as_mut_ptr(), std::ptr::null_mut()) };
     check("cuLaunchKernelEx", status)
@@ -272,16 +294,18 @@ impl Function<'_> {
     /// Launches the function on `stream`
     /// ([`cuLaunchKernelEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
     ///
-    /// A zero grid or block dimension, or a block larger than the function allows, is an
+    /// A zero grid or block dimension, a block larger than the function allows, or arguments
+    /// that differ in number or size from the kernel's parameters (where the driver reports
+    /// them, see [the module documentation](crate::launch#arguments)) are an
     /// [`Error::InvalidArgument`] before any call. A kernel that faults while it runs is
     /// reported by the next synchronizing call (stream, event or context synchronize).
     ///
     /// # Safety
     ///
     /// `args` must match the kernel's parameters in number, order and type, and every pointer
-    /// among them must be valid for what the kernel does with it until the kernel finishes
-    /// (the memory must stay allocated, and nothing else may use it in a conflicting way).
-    /// The stream must belong to the function's context.
+    /// among them (buffers and views included) must be valid for what the kernel does with it
+    /// until the kernel finishes (the memory must stay allocated, and nothing else may use it
+    /// in a conflicting way). The stream must belong to the function's context.
     #[inline]
     pub unsafe fn launch<A: KernelArgs>(
         &self,
@@ -292,7 +316,15 @@ impl Function<'_> {
         // SAFETY: the function is live while `self` borrows its module; the caller vouches
         // for the arguments.
         unsafe {
-            launch_raw("Function::launch", self.as_raw(), self.max_threads_per_block(), stream, config, args)
+            launch_raw(
+                "Function::launch",
+                self.as_raw(),
+                self.max_threads_per_block(),
+                self.param_layout(),
+                stream,
+                config,
+                args,
+            )
         }
     }
 
@@ -323,7 +355,10 @@ impl Kernel<'_> {
     ///
     /// A zero grid or block dimension, or a block larger than the kernel allows on the
     /// stream's device ([`Kernel::max_threads_per_block`], asked once per device and then
-    /// remembered by this value), is an [`Error::InvalidArgument`] before the launch.
+    /// remembered by this value), is an [`Error::InvalidArgument`] before the launch. So are
+    /// arguments that differ in number or size from the kernel's parameters, where the driver
+    /// reports them: the layout is asked for at the first launch and then remembered by this
+    /// value.
     ///
     /// # Safety
     ///
@@ -345,9 +380,19 @@ impl Kernel<'_> {
                 self.query_max_threads(&device)?
             }
         };
+        let params = match self.cached_param_layout() {
+            Some(params) => params,
+            None => {
+                // As above: the driver answers from the kernel as loaded in a context.
+                stream.context().make_current()?;
+                self.query_param_layout()
+            }
+        };
         // SAFETY: the driver accepts a CUkernel where a CUfunction is expected; the kernel is
         // live while `self` borrows its library; the caller vouches for the arguments.
-        unsafe { launch_raw("Kernel::launch", self.as_raw().cast(), max_threads, stream, config, args) }
+        unsafe {
+            launch_raw("Kernel::launch", self.as_raw().cast(), max_threads, params, stream, config, args)
+        }
     }
 }
 

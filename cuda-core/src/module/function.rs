@@ -3,6 +3,7 @@
 use super::driver_string;
 pub use crate::context::CacheConfig;
 use crate::error::{Error, Result, check};
+use crate::launch::ParamLayout;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 
@@ -16,8 +17,9 @@ use std::marker::PhantomData;
 pub struct Function<'m> {
     raw: sys::CUfunction,
     // Read once when the function is looked up so that a launch can check its block size
-    // without a driver call.
+    // and its arguments without a driver call.
     max_threads_per_block: u32,
+    params: ParamLayout,
     _code: PhantomData<&'m ()>,
 }
 
@@ -124,23 +126,32 @@ impl TryFrom<sys::CUsharedconfig> for SharedMemoryConfig {
 }
 
 impl<'m> Function<'m> {
-    /// Wraps a raw function, reading its block-size limit.
+    /// Wraps a raw function, reading its block-size limit and its parameter layout (see
+    /// [`Function::param_info`]), which launches are checked against. A driver that cannot
+    /// report the layout, or a function that lazy loading has not loaded yet, leaves launches
+    /// unchecked.
     ///
     /// # Safety
     ///
     /// `raw` must be a live function that stays loaded for `'m`.
     pub unsafe fn from_raw(raw: sys::CUfunction) -> Result<Function<'m>> {
-        let mut f = Function { raw, max_threads_per_block: 0, _code: PhantomData };
+        let mut f =
+            Function { raw, max_threads_per_block: 0, params: ParamLayout::UNKNOWN, _code: PhantomData };
         let mut value = 0;
         // SAFETY: a live function and one out-parameter.
         let status = unsafe {
             sys::cuFuncGetAttribute(&mut value, FunctionAttribute::MaxThreadsPerBlock.as_raw(), raw)
         };
         // Under lazy loading an enumerated function may not be loaded yet; its limit stays
-        // unknown (0) and the driver checks the block size at launch instead.
+        // unknown (0) and the driver checks the block size at launch instead. Its layout stays
+        // unknown too, rather than be read from a function the driver has not loaded.
         if status != sys::CUresult::CUDA_ERROR_FUNCTION_NOT_LOADED {
             check("cuFuncGetAttribute", status)?;
             f.max_threads_per_block = u32::try_from(value).unwrap_or(0);
+            f.params = ParamLayout::read(|index, offset, size| {
+                // SAFETY: a live function and two out-parameters.
+                unsafe { sys::cuFuncGetParamInfo(raw, index, offset, size) }
+            });
         }
         Ok(f)
     }
@@ -156,6 +167,12 @@ impl<'m> Function<'m> {
     #[inline]
     pub fn max_threads_per_block(&self) -> u32 {
         self.max_threads_per_block
+    }
+
+    /// The parameter layout read when the function was looked up.
+    #[inline]
+    pub(crate) fn param_layout(&self) -> &ParamLayout {
+        &self.params
     }
 
     /// One attribute

@@ -4,10 +4,12 @@ use super::{Function, FunctionAttribute, Global, JitLog, JitOptions, driver_stri
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
+use crate::launch::ParamLayout;
 use crate::module::CacheConfig;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::path::Path;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Code loaded for every context, present and future
@@ -184,12 +186,15 @@ impl Drop for Library {
 /// [`Function`] for one context with [`Kernel::function`].
 ///
 /// The value remembers the kernel's threads-per-block limit on the last device it was
-/// launched on, so keep it (rather than asking the library again) to launch repeatedly.
+/// launched on, and its parameter layout once a launch has asked for it, so keep it (rather
+/// than asking the library again) to launch repeatedly.
 #[derive(Debug)]
 pub struct Kernel<'l> {
     raw: sys::CUkernel,
     /// `(ordinal + 1) << 32 | limit` for the last device asked about; 0 when none was.
     max_threads: AtomicU64,
+    /// The parameter layout, the same on every device; read at the first launch.
+    params: OnceLock<ParamLayout>,
     _library: PhantomData<&'l Library>,
 }
 
@@ -198,6 +203,7 @@ impl Clone for Kernel<'_> {
         Kernel {
             raw: self.raw,
             max_threads: AtomicU64::new(self.max_threads.load(Ordering::Relaxed)),
+            params: self.params.clone(),
             _library: PhantomData,
         }
     }
@@ -210,7 +216,7 @@ unsafe impl Sync for Kernel<'_> {}
 
 impl<'l> Kernel<'l> {
     fn wrap(raw: sys::CUkernel) -> Kernel<'l> {
-        Kernel { raw, max_threads: AtomicU64::new(0), _library: PhantomData }
+        Kernel { raw, max_threads: AtomicU64::new(0), params: OnceLock::new(), _library: PhantomData }
     }
 
     /// The most threads a block of this kernel may have on `device`
@@ -243,6 +249,26 @@ impl<'l> Kernel<'l> {
         })?;
         self.max_threads.store(device_tag(device) << 32 | u64::from(max), Ordering::Relaxed);
         Ok(max)
+    }
+
+    /// The parameter layout, if a launch has read it already.
+    #[inline]
+    pub(crate) fn cached_param_layout(&self) -> Option<&ParamLayout> {
+        self.params.get()
+    }
+
+    /// Reads the parameter layout (`cuKernelGetParamInfo` for each parameter) and remembers
+    /// it; a driver that cannot report it gives a layout that checks nothing, remembered too.
+    /// The driver answers from the kernel as loaded in the current context.
+    #[cold]
+    pub(crate) fn query_param_layout(&self) -> &ParamLayout {
+        let raw = self.raw;
+        self.params.get_or_init(|| {
+            ParamLayout::read(|index, offset, size| {
+                // SAFETY: a live kernel and two out-parameters.
+                unsafe { sys::cuKernelGetParamInfo(raw, index, offset, size) }
+            })
+        })
     }
 
     /// The raw `CUkernel`.
