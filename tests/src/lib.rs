@@ -109,13 +109,21 @@ macro_rules! ensure {
     };
 }
 
-/// Fails the test unless the two values are equal.
+/// Fails the test unless the two values are equal; an optional message (format arguments) says
+/// what was compared.
 #[macro_export]
 macro_rules! ensure_eq {
     ($left:expr, $right:expr $(,)?) => {{
         let (l, r) = (&$left, &$right);
         if l != r {
             return Err(format!("{} != {}: {:?} != {:?}", stringify!($left), stringify!($right), l, r).into());
+        }
+    }};
+    ($left:expr, $right:expr, $($msg:tt)+) => {{
+        let (l, r) = (&$left, &$right);
+        if l != r {
+            let what = format!($($msg)+);
+            return Err(format!("{what}: {} != {}: {:?} != {:?}", stringify!($left), stringify!($right), l, r).into());
         }
     }};
 }

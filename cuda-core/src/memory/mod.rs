@@ -1,9 +1,29 @@
-//! Memory: device buffers and views, pinned and registered host memory, managed memory,
-//! pitched 2D allocations, CUDA arrays, copies (1D, 2D, 3D; synchronous and stream-ordered),
-//! memset, pointer attributes and address ranges.
+//! Memory: the one device buffer type and its views, pinned and registered host memory,
+//! managed memory, pitched 2D allocations, CUDA arrays, copies (1D, 2D, 3D; synchronous and
+//! stream-ordered), memset, pointer attributes and address ranges.
 //!
 //! See the [Memory Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
 //! section of the driver API.
+//!
+//! # The memory model
+//!
+//! * **One device buffer type**, [`DeviceBuffer<T, S>`](DeviceBuffer), typed over a
+//!   [`bytemuck::Pod`] element, whose memory comes from an [`Allocator`](crate::pool::Allocator):
+//!   the thread's current one (by default the device's [`MemoryPool`](crate::pool::MemoryPool)),
+//!   or one named with [`DeviceBuffer::new_in`] — plain `cuMemAlloc`, the driver's stream-ordered
+//!   pools, a `MemoryPool`, managed memory, or your own. Every module takes and returns these
+//!   buffers and their views ([`DeviceView`], [`DeviceViewMut`]).
+//! * **Stream-ordered.** A buffer is allocated for a stream and given back in that stream's
+//!   order; use on other streams is declared with [`DeviceBuffer::record_stream`].
+//! * **What the memory is reachable from is in the type**: `S` is [`DeviceOnly`] (the default)
+//!   or [`Managed`] ([`ManagedBuffer`]); only the latter has host slices. Pinned host memory is
+//!   [`PinnedBuffer`], read and written by the host as a slice.
+//! * **Safe asynchronous host copies**: a [`PinnedBuffer`] records each stream-ordered copy
+//!   that uses it and cannot be written, read (while a copy writes it) or freed before the copy
+//!   is done. Copies from arbitrary host slices (`copy_from_host_async` on `&[T]`) stay
+//!   `unsafe`: the borrow checker cannot see when the device is done with them.
+//! * **Kernel arguments**: buffers and views pass to a launch directly; their device address
+//!   is the argument.
 //!
 //! # What is checked
 //!
@@ -11,33 +31,26 @@
 //! allocation, a copy between views of different lengths, a view past the end of its buffer
 //! and a cast to a type the address is not aligned for are [`crate::Error::InvalidArgument`]s.
 //!
-//! # Host memory and stream-ordered copies
-//!
-//! A stream-ordered copy to or from a host slice (`*_async` taking `&[T]` or `&mut [T]`) is
-//! `unsafe`: the copy runs after the call returns, so the slice must stay alive and untouched
-//! until the stream has passed it, which the borrow checker cannot see.
-//!
 //! # Synchronous copies and memsets
 //!
-//! The forms without a stream (`copy_from`, `copy_to`, `memset_d32`, `DeviceBuffer::zeroed`,
-//! ...) run on the default stream and return only when they are done, so their result is
-//! visible to work queued afterwards on any stream, `StreamFlags::NON_BLOCKING` ones included.
-//! (The C calls may return earlier: a memset or a device-to-device copy once queued, a copy
-//! from pageable memory once staged; these wrappers wait for the default stream.) Like the C
-//! calls, they also wait for earlier work on blocking streams. The `_async` forms wait for
-//! nothing and are ordered only on their stream.
+//! The forms without a stream (`copy_from`, `copy_to`, `to_vec`, `memset_d32`, ...) run in the
+//! order of the stream the buffer is ordered on and return when they are done, so their result
+//! is visible to work queued afterwards on any stream. A view made from a raw address
+//! ([`DeviceView::from_raw`]) uses the default stream. The `_async` forms wait for nothing and
+//! are ordered only on the stream they are given.
 //!
 //! # Example
 //!
 //! ```no_run
-//! use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+//! use cuda_core::{Context, Device, DeviceBuffer, PinnedBuffer, Stream, StreamFlags};
 //! # fn main() -> cuda_core::Result<()> {
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-//! let mut buf = DeviceBuffer::<u32>::from_slice(&ctx, &[1, 2, 3, 4])?;
+//! let mut buf = DeviceBuffer::<u32>::from_slice(&stream, &[1, 2, 3, 4])?;
 //! buf.slice_mut(2..)?.memset_d32_async(7, &stream)?;
-//! stream.synchronize()?;
-//! assert_eq!(buf.to_vec()?, [1, 2, 7, 7]);
+//! let mut host = PinnedBuffer::<u32>::new(4)?;
+//! buf.copy_to_pinned_async(&mut host, &stream)?; // safe: `host` waits for the copy
+//! assert_eq!(host.as_slice()?, [1, 2, 7, 7]);
 //! // Mistakes are caught before any call: lengths differ here.
 //! assert!(buf.copy_from(&[0; 3]).is_err());
 //! # Ok(()) }
