@@ -5,8 +5,8 @@
 //! cargo run --release --example bandwidth -- 256   # MiB per copy (default 64)
 //! ```
 
-use cuda_core::memory::{HostAllocFlags, PinnedHostBuffer};
-use cuda_core::{Context, Device, DeviceBuffer};
+use cuda_core::memory::{HostAllocFlags, PinnedBuffer};
+use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -41,28 +41,24 @@ fn run(mib: usize) -> cuda_core::Result<()> {
     let ctx = Context::primary(&device)?;
     let len = mib << 18; // u32 elements
     let bytes = len * 4;
-    let mut device_a = DeviceBuffer::<u32>::zeroed(&ctx, len)?;
-    let mut device_b = DeviceBuffer::<u32>::zeroed(&ctx, len)?;
-    let mut pinned = PinnedHostBuffer::<u32>::new(&ctx, len, HostAllocFlags::empty())?;
+    // The synchronous copies below run on the buffers' stream and return when done.
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut device_a = DeviceBuffer::<u32>::zeroed(&stream, len)?;
+    let mut device_b = DeviceBuffer::<u32>::zeroed(&stream, len)?;
+    let mut pinned = PinnedBuffer::<u32>::with_flags(&ctx, len, HostAllocFlags::empty())?;
     let mut pageable = vec![0u32; len];
-    for (i, (p, q)) in pinned.iter_mut().zip(pageable.iter_mut()).enumerate() {
+    for (i, (p, q)) in pinned.as_mut_slice()?.iter_mut().zip(pageable.iter_mut()).enumerate() {
         *p = i as u32;
         *q = i as u32;
     }
 
     let rows = [
-        ("host to device, pinned", measure(bytes, || device_a.copy_from(&pinned))?),
+        ("host to device, pinned", measure(bytes, || device_a.copy_from(pinned.as_slice()?))?),
         ("host to device, pageable", measure(bytes, || device_a.copy_from(&pageable))?),
-        ("device to host, pinned", measure(bytes, || device_a.copy_to(&mut pinned))?),
+        ("device to host, pinned", measure(bytes, || device_a.copy_to(pinned.as_mut_slice()?))?),
         ("device to host, pageable", measure(bytes, || device_a.copy_to(&mut pageable))?),
         // A device-to-device copy reads and writes each byte: count both, as bandwidth tools do.
-        (
-            "device to device (read + write)",
-            2.0 * measure(bytes, || {
-                device_b.copy_from_device(&device_a)?;
-                ctx.synchronize()
-            })?,
-        ),
+        ("device to device (read + write)", 2.0 * measure(bytes, || device_b.copy_from_device(&device_a))?),
     ];
     if pageable.iter().enumerate().any(|(i, v)| *v != i as u32) {
         return Err(cuda_core::Error::invalid("bandwidth", "data read back differs from what was written"));

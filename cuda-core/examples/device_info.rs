@@ -115,17 +115,16 @@ fn self_check(device: &Device) -> cuda_core::Result<()> {
     );
     let n = 1u32 << 20;
     let host: Vec<u32> = (0..n).map(|i| i.wrapping_mul(2_654_435_761)).collect();
-    let mut data = DeviceBuffer::from_slice(&ctx, &host)?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut data = DeviceBuffer::from_slice(&stream, &host)?;
     let back = data.to_vec()?;
     if back != host {
         return Err(cuda_core::Error::invalid("self-check", "the copy round trip returned different data"));
     }
     let module = Module::from_ptx(&ctx, PTX)?;
     let add_one = module.function("add_one")?;
-    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let ptr = data.view_mut().device_ptr();
     // SAFETY: add_one takes (u32*, u32) and `data` holds n words.
-    unsafe { add_one.launch(&stream, &LaunchConfig::for_elements(n, 256), (&ptr, &n))? };
+    unsafe { add_one.launch(&stream, &LaunchConfig::for_elements(n, 256), (&mut data, &n))? };
     stream.synchronize()?;
     let result = data.to_vec()?;
     match result.iter().zip(&host).position(|(r, h)| *r != h.wrapping_add(1)) {

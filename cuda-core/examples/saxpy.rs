@@ -66,15 +66,15 @@ fn run(n: u32) -> cuda_core::Result<()> {
     let a = 2.5f32;
     let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
     let y: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-    let dx = DeviceBuffer::from_slice(&ctx, &x)?;
-    let mut dy = DeviceBuffer::from_slice(&ctx, &y)?;
+    let dx = DeviceBuffer::from_slice(&stream, &x)?;
+    let mut dy = DeviceBuffer::from_slice(&stream, &y)?;
 
     // The block size that gives the best occupancy for this kernel on this device.
     let best = saxpy.max_potential_block_size(0, 0, Default::default())?;
     let config = LaunchConfig::for_elements(n, best.block_size);
-    let (xp, yp) = (dx.device_ptr(), dy.view_mut().device_ptr());
+    // Buffers pass as their device addresses; `&mut dy` because the kernel writes to it.
     // SAFETY: saxpy takes (u32, f32, const f32*, f32*), and both buffers hold n floats.
-    unsafe { saxpy.launch(&stream, &config, (&n, &a, &xp, &yp))? };
+    unsafe { saxpy.launch(&stream, &config, (&n, &a, &dx, &mut dy))? };
     stream.synchronize()?;
 
     let result = dy.to_vec()?;

@@ -3,9 +3,11 @@
 
 use cuda_core::context::{CacheConfig, ExecAffinity, Limit};
 use cuda_core::memory::pointer_attributes;
-use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error};
+use cuda_core::pool::{DeviceAllocation, DeviceAllocator};
+use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use std::sync::Arc;
 
 fn main() {
     cuda_tests::run(&[
@@ -80,7 +82,8 @@ fn guard_restores_on_early_error_return() -> TestResult {
     let created = Context::create(&d, ContextFlags::empty())?;
     fn fails_while_pushed(ctx: &Context) -> Result<(), Error> {
         let _guard = ctx.push()?;
-        DeviceBuffer::<u32>::new(ctx, 0)?;
+        let stream = Stream::new(ctx, StreamFlags::NON_BLOCKING)?;
+        DeviceBuffer::<u32>::new(&stream, 0)?;
         Ok(())
     }
     ensure!(fails_while_pushed(&created).is_err(), "a zero-length allocation succeeded");
@@ -94,8 +97,9 @@ fn created_context_owns_its_memory() -> TestResult {
     let created = Context::create(&d, ContextFlags::empty())?;
     ensure!(!created.is_primary(), "created context claims to be primary");
     ensure!(created.as_raw() != primary.as_raw(), "created context is the primary one");
-    let a = DeviceBuffer::<u32>::from_slice(&created, &[1, 2, 3])?;
-    let b = DeviceBuffer::<u32>::from_slice(&primary, &[4, 5, 6])?;
+    let a = DeviceBuffer::<u32>::from_slice(&Stream::new(&created, StreamFlags::NON_BLOCKING)?, &[1, 2, 3])?;
+    let b = DeviceBuffer::<u32>::from_slice(&Stream::new(&primary, StreamFlags::NON_BLOCKING)?, &[4, 5, 6])?;
+    ensure!(a.context() == &created && b.context() == &primary, "buffers in the wrong contexts");
     ensure_eq!(pointer_attributes(a.as_raw())?.context, created.as_raw());
     ensure_eq!(pointer_attributes(b.as_raw())?.context, primary.as_raw());
     ensure_eq!(a.to_vec()?, vec![1, 2, 3]);
@@ -145,9 +149,19 @@ fn version_id_flags_affinity() -> TestResult {
 fn drop_errors_are_kept_and_reported_once() -> TestResult {
     let ctx = Context::primary(&Device::get(0)?)?;
     ctx.synchronize()?;
-    // A buffer adopting an address that was never allocated: freeing it fails in `Drop`.
-    // SAFETY: the address is never read or written; only the free is attempted.
-    let bogus = unsafe { DeviceBuffer::<u32>::from_raw(&ctx, 0x1000, 1, None) };
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    // A buffer adopting an address that was never allocated, as plain cuMemAlloc memory:
+    // freeing it fails in `Drop`.
+    let never_allocated = DeviceAllocation { ptr: 0x1000, size: 4, token: 0 };
+    // SAFETY: the address is never read or written; only the free (cuMemFree) is attempted.
+    let bogus = unsafe {
+        DeviceBuffer::<u32>::from_allocation(
+            &stream,
+            Arc::new(DeviceAllocator::new(&ctx)),
+            never_allocated,
+            1,
+        )?
+    };
     drop(bogus);
     let kept = ctx.deferred_error().ok_or("the free error was not kept")?;
     ensure_eq!(kept.call(), Some("cuMemFree"));
@@ -209,7 +223,9 @@ fn dropping_the_last_primary_retain_unbinds_it() -> TestResult {
     // And a fresh retain works on this thread right away.
     let ctx = Context::primary(&d)?;
     ctx.bind_to_thread()?;
-    let mut buf = DeviceBuffer::<u32>::zeroed(&ctx, 16)?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut buf = DeviceBuffer::<u32>::zeroed(&stream, 16)?;
+    ensure_eq!(buf.to_vec()?, vec![0u32; 16]);
     buf.copy_from(&[9u32; 16])?;
     let mut back = [0u32; 16];
     buf.copy_to(&mut back)?;

@@ -3,10 +3,12 @@
 //!
 //! A fault poisons the context for the rest of the process, so this binary holds only this test.
 
+use cuda_core::pool::{Allocator, DeviceAllocator};
 use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
 use std::ffi::c_void;
+use std::sync::Arc;
 
 fn main() {
     cuda_tests::run(&[gpu(
@@ -61,8 +63,12 @@ fn illegal_address_is_reported_by_synchronize() -> TestResult {
             )
         })
     };
+    // Plain cuMemAlloc memory, so that allocating and freeing call the driver (a pool may
+    // serve both from its cache without a call, which a poisoned context cannot refuse).
+    let plain: Arc<dyn Allocator> = Arc::new(DeviceAllocator::new(&ctx));
     // First a good store, to show the kernel works.
-    let good = DeviceBuffer::<u32>::zeroed(&ctx, 1)?;
+    let mut good = DeviceBuffer::<u32>::new_in(&s, 1, plain.clone())?;
+    good.copy_from(&[0])?;
     launch(good.as_raw())?;
     s.synchronize()?;
     ensure_eq!(good.to_vec()?, vec![42]);
@@ -73,7 +79,7 @@ fn illegal_address_is_reported_by_synchronize() -> TestResult {
     ensure!(err.to_string().contains("cuStreamSynchronize"), "error text: {err}");
     // The context is now unusable, and says so rather than crashing.
     ensure!(ctx.synchronize().is_err(), "a poisoned context synchronized cleanly");
-    ensure!(DeviceBuffer::<u32>::new(&ctx, 4).is_err(), "a poisoned context allocated");
+    ensure!(DeviceBuffer::<u32>::new_in(&s, 4, plain).is_err(), "a poisoned context allocated");
     // Dropping everything keeps the errors instead of panicking.
     drop(good);
     drop(s);

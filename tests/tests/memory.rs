@@ -1,15 +1,22 @@
 //! `cuda_core::memory`: device buffers and views, copies, memset, pinned, registered and
-//! managed memory, pitched 2D, arrays, pointer attributes, peer copies.
+//! managed memory, pitched 2D, arrays, pointer attributes, peer copies; buffers on streams
+//! (`record_stream`, `set_stream`) and the allocator they come from.
 
 use cuda_core::memory::{
     Array, ArrayDescriptor, ArrayFlags, HostAllocFlags, HostRegisterFlags, ManagedBuffer, MemAdvice,
-    MemAttach, MemLocation, MemoryType, MipmappedArray, PinnedHostBuffer, PitchedBuffer,
-    RegisteredHostMemory, address_range, memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async,
-    memcpy_3d_peer, pointer_attributes,
+    MemAttach, MemLocation, MemoryType, MipmappedArray, PinnedBuffer, PitchedBuffer, RegisteredHostMemory,
+    address_range, memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer,
+    pointer_attributes,
 };
-use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, DeviceViewMut, Error, Stream, StreamFlags};
+use cuda_core::pool::{Allocator, AsyncAllocator, DeviceAllocator, MemoryPool, using_allocator};
+use cuda_core::{
+    Context, ContextFlags, Device, DeviceBuffer, DeviceViewMut, Error, Event, EventFlags, Stream, StreamFlags,
+};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, multi_gpu};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
 
 fn main() {
     cuda_tests::run(&[
@@ -22,7 +29,14 @@ fn main() {
         gpu("misaligned_views_are_refused", misaligned_views_are_refused),
         gpu("memset_widths", memset_widths),
         gpu("async_copies_through_pinned_memory", async_copies_through_pinned_memory),
+        gpu("safe_pinned_pipeline_across_two_streams", safe_pinned_pipeline_across_two_streams),
         gpu("stream_ordered_allocation_and_free", stream_ordered_allocation_and_free),
+        gpu(
+            "record_stream_keeps_memory_of_any_allocator_from_reuse",
+            record_stream_keeps_memory_of_any_allocator_from_reuse,
+        ),
+        gpu("set_stream_moves_a_buffer_to_another_stream", set_stream_moves_a_buffer_to_another_stream),
+        gpu("using_allocator_chooses_where_new_allocates", using_allocator_chooses_where_new_allocates),
         gpu(
             "mapped_pinned_memory_is_reachable_from_the_device",
             mapped_pinned_memory_is_reachable_from_the_device,
@@ -44,6 +58,18 @@ fn ctx() -> Result<Context, Error> {
     Context::primary(&Device::get(0)?)
 }
 
+fn stream(ctx: &Context) -> Result<Stream, Error> {
+    Stream::new(ctx, StreamFlags::NON_BLOCKING)
+}
+
+/// The index of the first element where `got` and `want` differ, if any (lengths included).
+fn first_difference(got: &[u32], want: &[u32]) -> Option<usize> {
+    if got.len() != want.len() {
+        return Some(got.len().min(want.len()));
+    }
+    got.iter().zip(want).position(|(g, w)| g != w)
+}
+
 fn invalid<T: std::fmt::Debug>(r: Result<T, Error>, what: &str) -> TestResult {
     match r {
         Err(Error::InvalidArgument { message, .. }) => {
@@ -56,23 +82,34 @@ fn invalid<T: std::fmt::Debug>(r: Result<T, Error>, what: &str) -> TestResult {
 
 fn bad_sizes_are_refused_and_context_stays_usable() -> TestResult {
     let ctx = ctx()?;
-    invalid(DeviceBuffer::<u32>::new(&ctx, 0), "zero length")?;
-    invalid(DeviceBuffer::<u64>::new(&ctx, usize::MAX / 4), "overflowing length")?;
-    match DeviceBuffer::<u8>::new(&ctx, 1 << 52) {
+    let s = stream(&ctx)?;
+    let plain: Arc<dyn Allocator> = Arc::new(DeviceAllocator::new(&ctx));
+    invalid(DeviceBuffer::<u32>::new(&s, 0), "zero length")?;
+    invalid(DeviceBuffer::<u64>::new(&s, usize::MAX / 4), "overflowing length")?;
+    invalid(DeviceBuffer::<u32>::new_in(&s, 0, plain.clone()), "zero length from cuMemAlloc")?;
+    // Straight from the driver: its status.
+    match DeviceBuffer::<u8>::new_in(&s, 1 << 52, plain) {
         Err(e) => ensure_eq!(e.driver_status(), Some(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)),
         Ok(_) => return Err("a 4 PiB allocation succeeded".into()),
     }
-    invalid(PinnedHostBuffer::<u8>::new(&ctx, 0, HostAllocFlags::empty()), "zero pinned")?;
+    // Through the default pool, which gives back its cache and retries before it gives up.
+    match DeviceBuffer::<u8>::new(&s, 1 << 52) {
+        Err(Error::OutOfMemory { requested, .. }) => ensure_eq!(requested, 1usize << 52),
+        other => return Err(format!("a 4 PiB allocation from the default pool: {other:?}").into()),
+    }
+    invalid(PinnedBuffer::<u8>::new(0), "zero pinned")?;
+    invalid(PinnedBuffer::<u8>::with_flags(&ctx, 0, HostAllocFlags::empty()), "zero pinned with flags")?;
     invalid(PitchedBuffer::<u32>::new(&ctx, 16, 0), "zero height")?;
-    let b = DeviceBuffer::from_slice(&ctx, &[1u16, 2, 3])?;
+    let b = DeviceBuffer::from_slice(&s, &[1u16, 2, 3])?;
     ensure_eq!(b.to_vec()?, vec![1, 2, 3]);
     Ok(())
 }
 
 fn round_trip_and_views() -> TestResult {
     let ctx = ctx()?;
+    let s = stream(&ctx)?;
     let host: Vec<u32> = (0..10_000).map(|i| i * 3 + 1).collect();
-    let mut b = DeviceBuffer::new(&ctx, host.len())?;
+    let mut b = DeviceBuffer::new(&s, host.len())?;
     ensure_eq!(b.len(), host.len());
     ensure_eq!(b.size_in_bytes(), host.len() * 4);
     b.copy_from(&host)?;
@@ -92,7 +129,8 @@ fn round_trip_and_views() -> TestResult {
     ensure_eq!(v[20], host[20]);
     ensure_eq!(v[9_990..], [5; 10]);
     // Device to device, whole and sliced.
-    let mut c = DeviceBuffer::<u32>::zeroed(&ctx, host.len())?;
+    // Zeroed in `s`'s order, which the synchronous copies below follow.
+    let mut c = DeviceBuffer::<u32>::zeroed(&s, host.len())?;
     ensure_eq!(c.to_vec()?, vec![0; host.len()]);
     c.copy_from_device(&b)?;
     ensure_eq!(c.to_vec()?, v);
@@ -104,8 +142,9 @@ fn round_trip_and_views() -> TestResult {
 
 fn mismatched_and_out_of_bounds_copies_are_refused() -> TestResult {
     let ctx = ctx()?;
-    let mut a = DeviceBuffer::<f32>::new(&ctx, 100)?;
-    let b = DeviceBuffer::<f32>::new(&ctx, 99)?;
+    let s = stream(&ctx)?;
+    let mut a = DeviceBuffer::<f32>::new(&s, 100)?;
+    let b = DeviceBuffer::<f32>::new(&s, 99)?;
     invalid(a.copy_from(&[0.0; 101]), "longer host source")?;
     invalid(b.copy_to(&mut [0.0; 100]), "longer host destination")?;
     invalid(a.copy_from_device(&b), "device buffers of different lengths")?;
@@ -119,7 +158,8 @@ fn mismatched_and_out_of_bounds_copies_are_refused() -> TestResult {
 
 fn misaligned_views_are_refused() -> TestResult {
     let ctx = ctx()?;
-    let mut bytes = DeviceBuffer::<u8>::from_slice(&ctx, &[1, 0, 0, 0, 2, 0, 0, 0, 3])?;
+    let s = stream(&ctx)?;
+    let mut bytes = DeviceBuffer::<u8>::from_slice(&s, &[1, 0, 0, 0, 2, 0, 0, 0, 3])?;
     invalid(bytes.slice(1..5)?.cast::<u32>(), "cast of a misaligned view")?;
     invalid(bytes.slice(0..6)?.cast::<u32>(), "cast of a ragged view")?;
     let words = bytes.slice(0..8)?.cast::<u32>()?.to_vec()?;
@@ -133,8 +173,8 @@ fn misaligned_views_are_refused() -> TestResult {
 
 fn memset_widths() -> TestResult {
     let ctx = ctx()?;
-    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let mut b = DeviceBuffer::<u8>::new(&ctx, 64)?;
+    let s = stream(&ctx)?;
+    let mut b = DeviceBuffer::<u8>::new(&s, 64)?;
     b.view_mut().memset_d8(0xab)?;
     ensure_eq!(b.to_vec()?, vec![0xab; 64]);
     b.view_mut().memset_d16(0x1234)?;
@@ -150,22 +190,35 @@ fn memset_widths() -> TestResult {
 
 fn async_copies_through_pinned_memory() -> TestResult {
     let ctx = ctx()?;
-    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let s = stream(&ctx)?;
     let n = 1 << 20;
-    let src =
-        PinnedHostBuffer::from_slice(&ctx, &(0..n as u32).collect::<Vec<_>>(), HostAllocFlags::PORTABLE)?;
-    let mut dst = PinnedHostBuffer::<u32>::new(&ctx, n, HostAllocFlags::empty())?;
-    let mut a = DeviceBuffer::<u32>::new(&ctx, n)?;
-    let mut b = DeviceBuffer::<u32>::new(&ctx, n)?;
-    // SAFETY: `src` and `dst` outlive the synchronization below and are not touched before it.
-    unsafe {
-        a.copy_from_async(&src, &s)?;
-        b.copy_from_device_async(&a, &s)?;
-        b.copy_to_async(&mut dst, &s)?;
-    }
-    s.synchronize()?;
-    ensure!(dst[..] == src[..], "pinned round trip differs");
-    // Pageable memory through the same calls.
+    let input: Vec<u32> = (0..n as u32).collect();
+    // One buffer straight from cuMemHostAlloc with flags, one from the default pinned pool.
+    let mut src = PinnedBuffer::<u32>::with_flags(&ctx, n, HostAllocFlags::PORTABLE)?;
+    ensure!(src.driver_flags()?.contains(HostAllocFlags::PORTABLE), "flags {:?}", src.driver_flags()?);
+    src.copy_from_slice(&input)?;
+    let mut dst = PinnedBuffer::<u32>::new(n)?;
+    ensure!(dst.as_slice()?.iter().all(|&x| x == 0), "new pinned memory is not zeroed");
+    let mut a = DeviceBuffer::<u32>::new(&s, n)?;
+    let mut b = DeviceBuffer::<u32>::new(&s, n)?;
+    // No `unsafe`: the pinned buffers record the copies.
+    a.copy_from_pinned_async(&src, &s)?;
+    b.view_mut().copy_from_device_async(&a.view(), &s)?;
+    b.copy_to_pinned_async(&mut dst, &s)?;
+    ensure!(dst.has_copies_in_flight(), "a queued copy into pinned memory is not recorded");
+    // `as_slice` waits for the copy that writes `dst`; the stream is not synchronized here.
+    ensure!(dst.as_slice()? == src.as_slice()?, "pinned round trip differs");
+    ensure!(!dst.has_copies_in_flight(), "copies still in flight after as_slice waited for them");
+    ensure_eq!(dst.to_vec()?, input);
+    // The views' forms, on parts of the buffers.
+    let part = PinnedBuffer::from_slice(&input[..1000].iter().map(|x| x ^ 0xffff).collect::<Vec<_>>())?;
+    let mut back = PinnedBuffer::<u32>::new(1000)?;
+    a.slice_mut(5000..6000)?.copy_from_pinned_async(&part, &s)?;
+    a.slice(5000..6000)?.copy_to_pinned_async(&mut back, &s)?;
+    ensure!(back.as_slice()? == part.as_slice()?, "pinned round trip through views differs");
+    invalid(a.slice_mut(0..999)?.copy_from_pinned_async(&part, &s), "short view from pinned memory")?;
+    invalid(a.slice(0..1001)?.copy_to_pinned_async(&mut back, &s), "long view into pinned memory")?;
+    // Pageable memory through the unsafe stream-ordered calls.
     let page: Vec<u32> = (0..1000).rev().collect();
     let mut out = vec![0u32; 1000];
     // SAFETY: both vectors outlive the synchronization below.
@@ -178,57 +231,220 @@ fn async_copies_through_pinned_memory() -> TestResult {
     Ok(())
 }
 
+/// A pipeline without `unsafe`: host to device from pinned memory on stream `a`, device to
+/// device on `a`, device to host into other pinned memory on stream `b` after an event of `a`.
+/// The source is dropped as soon as everything is queued (while `a` is held back, so its copy
+/// has not run) and pinned memory of the same size is allocated and written at once: the
+/// dropped source must not be handed out again before the copy that reads it is done. The
+/// destination's `as_slice` waits for the copies.
+fn safe_pinned_pipeline_across_two_streams() -> TestResult {
+    let ctx = ctx()?;
+    let a = stream(&ctx)?;
+    let b = stream(&ctx)?;
+    let n = 1 << 20;
+    let input: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) ^ 0x5a5a).collect();
+    let src = PinnedBuffer::from_slice(&input)?;
+    let mut dst = PinnedBuffer::<u32>::new(n)?;
+    let mut d1 = DeviceBuffer::<u32>::new(&a, n)?;
+    let mut d2 = DeviceBuffer::<u32>::new(&a, n)?;
+    a.launch_host_func(|| std::thread::sleep(Duration::from_millis(200)))?;
+    d1.copy_from_pinned_async(&src, &a)?;
+    d2.view_mut().copy_from_device_async(&d1.view(), &a)?;
+    let copied = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
+    copied.record(&a)?;
+    b.wait_event(&copied)?;
+    d2.copy_to_pinned_async(&mut dst, &b)?;
+    d2.record_stream(&b);
+    ensure!(src.has_copies_in_flight(), "the copy reading the source is not recorded");
+    drop(src);
+    let mut other = PinnedBuffer::<u32>::new(n)?;
+    other.as_mut_slice()?.fill(0xdead_beef);
+    let got = dst.as_slice()?;
+    if let Some(i) = first_difference(got, &input) {
+        return Err(format!("element {i}: {:#x} instead of {:#x}", got[i], input[i]).into());
+    }
+    ensure!(!dst.has_copies_in_flight(), "copies still in flight after as_slice waited for them");
+    ensure!(other.as_slice()?.iter().all(|&x| x == 0xdead_beef), "the new pinned buffer changed");
+    Ok(())
+}
+
 fn stream_ordered_allocation_and_free() -> TestResult {
     let ctx = ctx()?;
     if !ctx.device().memory_pools_supported()? {
         return Err("the device has no memory pools".into());
     }
-    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let s = stream(&ctx)?;
+    let driver_pool: Arc<dyn Allocator> = Arc::new(AsyncAllocator::new(&ctx));
+    let mut out = PinnedBuffer::<u32>::new(4096)?;
     for round in 0..4u32 {
-        let mut b = DeviceBuffer::<u32>::new_async(&s, 4096)?;
-        ensure!(b.free_stream().is_some(), "stream-ordered buffer has no free stream");
+        let mut b = DeviceBuffer::<u32>::new_in(&s, 4096, driver_pool.clone())?;
+        ensure_eq!(b.allocator_name(), "cuMemAllocAsync");
+        ensure!(*b.stream() == s, "a buffer allocated on a stream is ordered on another");
         b.view_mut().memset_d32_async(round, &s)?;
-        let mut out = vec![0u32; 4096];
-        // SAFETY: `out` outlives the synchronization below.
-        unsafe { b.copy_to_async(&mut out, &s)? };
+        b.copy_to_pinned_async(&mut out, &s)?;
+        // Freed in `s`'s order (cuMemFreeAsync), after the copy.
         drop(b);
-        s.synchronize()?;
-        ensure_eq!(out, vec![round; 4096]);
+        ensure_eq!(out.to_vec()?, vec![round; 4096]);
     }
-    // A buffer allocated normally can be freed in stream order too.
-    let mut c = DeviceBuffer::<u8>::new(&ctx, 100)?;
-    c.set_free_stream(&s);
+    // A buffer of plain cuMemAlloc memory, moved to `s`, is freed after `s`'s work too.
+    let other = stream(&ctx)?;
+    let mut c = DeviceBuffer::<u8>::new_in(&other, 100, Arc::new(DeviceAllocator::new(&ctx)))?;
+    ensure_eq!(c.allocator_name(), "cuMemAlloc");
+    c.set_stream(&s);
+    c.view_mut().memset_d8_async(1, &s)?;
     drop(c);
     s.synchronize()?;
+    other.synchronize()?;
     ensure!(ctx.take_deferred_errors().is_empty(), "a stream-ordered free failed");
+    Ok(())
+}
+
+/// `record_stream` with memory of the driver's stream-ordered allocator, not a pool of this
+/// crate: a buffer of stream `s1` read by a copy queued on `s2` (held back by a host function)
+/// is recorded on `s2` and dropped; memory allocated next on `s1` and overwritten there must not
+/// change what the copy reads.
+fn record_stream_keeps_memory_of_any_allocator_from_reuse() -> TestResult {
+    let ctx = ctx()?;
+    if !ctx.device().memory_pools_supported()? {
+        return Err("the device has no memory pools".into());
+    }
+    let s1 = stream(&ctx)?;
+    let s2 = stream(&ctx)?;
+    let driver_pool: Arc<dyn Allocator> = Arc::new(AsyncAllocator::new(&ctx));
+    let n = 1 << 20;
+    let data: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+    let mut a = DeviceBuffer::<u32>::new_in(&s1, n, driver_pool.clone())?;
+    a.copy_from(&data)?;
+    let mut b = DeviceBuffer::<u32>::new_in(&s2, n, driver_pool.clone())?;
+    // Hold `s2` back until the test lets it go (or returns: the sender is dropped).
+    let (go, wait) = mpsc::channel::<()>();
+    s2.launch_host_func(move || {
+        let _ = wait.recv();
+    })?;
+    b.view_mut().copy_from_device_async(&a.view(), &s2)?;
+    a.record_stream(&s2);
+    a.record_stream(&s1);
+    ensure!(
+        a.recorded_streams().len() == 1 && a.recorded_streams()[0] == s2,
+        "recorded streams: {:?}",
+        a.recorded_streams()
+    );
+    drop(a);
+    // Likely the same memory, handed out again on `s1` and overwritten in `s1`'s order.
+    let mut c = DeviceBuffer::<u32>::new_in(&s1, n, driver_pool)?;
+    c.view_mut().memset_d32_async(0xdead_beef, &s1)?;
+    go.send(())?;
+    let got = b.to_vec()?;
+    if let Some(i) = first_difference(&got, &data) {
+        return Err(format!("element {i} of the copy: {:#x} instead of {:#x}", got[i], data[i]).into());
+    }
+    ensure!(c.to_vec()?.iter().all(|&x| x == 0xdead_beef), "the memset of the new buffer was lost");
+    s1.synchronize()?;
+    s2.synchronize()?;
+    ensure!(ctx.take_deferred_errors().is_empty(), "a stream-ordered free failed");
+    Ok(())
+}
+
+/// `set_stream` orders a buffer on another stream: `stream()` says so, the synchronous copies
+/// run there (after work queued there before them), and the data stays right.
+fn set_stream_moves_a_buffer_to_another_stream() -> TestResult {
+    let ctx = ctx()?;
+    let s1 = stream(&ctx)?;
+    let s2 = stream(&ctx)?;
+    let data: Vec<u32> = (0..4096).map(|i| i * 7 + 3).collect();
+    let mut b = DeviceBuffer::from_slice(&s1, &data)?;
+    ensure!(*b.stream() == s1, "the buffer is not on the stream it was allocated on");
+    b.set_stream(&s1);
+    ensure!(b.recorded_streams().is_empty(), "moving a buffer to its own stream recorded it");
+    b.set_stream(&s2);
+    ensure!(*b.stream() == s2, "set_stream did not move the buffer");
+    ensure!(
+        b.recorded_streams().len() == 1 && b.recorded_streams()[0] == s1,
+        "the previous stream is not kept for the free: {:?}",
+        b.recorded_streams()
+    );
+    ensure_eq!(b.to_vec()?, data);
+    // Behind a sleeping host function on `s2`, a memset queued there lands before a synchronous
+    // copy reads the buffer: the copy runs in `s2`'s order.
+    s2.launch_host_func(|| std::thread::sleep(Duration::from_millis(200)))?;
+    b.view_mut().memset_d32_async(7, &s2)?;
+    ensure_eq!(b.to_vec()?, vec![7u32; data.len()]);
+    b.copy_from(&data)?;
+    ensure_eq!(b.slice(100..200)?.to_vec()?, data[100..200].to_vec());
+    let mut c = DeviceBuffer::<u32>::zeroed(&s1, data.len())?;
+    c.copy_from_device(&b)?;
+    ensure_eq!(c.to_vec()?, data);
+    drop(b);
+    s1.synchronize()?;
+    s2.synchronize()?;
+    ensure!(ctx.take_deferred_errors().is_empty(), "freeing a moved buffer failed");
+    Ok(())
+}
+
+/// `using_allocator` changes where `DeviceBuffer::new` allocates, on this thread, until the
+/// guard is dropped; then the previous allocator is current again.
+fn using_allocator_chooses_where_new_allocates() -> TestResult {
+    let ctx = ctx()?;
+    let s = stream(&ctx)?;
+    let pool = Arc::new(MemoryPool::new(&ctx)?);
+    let data: Vec<u32> = (0..1024).map(|i| i ^ 0x0f0f).collect();
+    {
+        let _plain = using_allocator(Arc::new(DeviceAllocator::new(&ctx)));
+        {
+            let _pool = using_allocator(pool.clone());
+            let mut b = DeviceBuffer::<u32>::new(&s, 1024)?;
+            ensure_eq!(pool.used_bytes(), 4096);
+            ensure_eq!(b.allocator_name(), "MemoryPool");
+            b.copy_from(&data)?;
+            ensure_eq!(b.to_vec()?, data);
+            drop(b);
+            s.synchronize()?;
+            ensure_eq!(pool.used_bytes(), 0);
+            ensure_eq!(pool.total_bytes(), 4096);
+        }
+        // The outer guard's allocator again.
+        let c = DeviceBuffer::<u32>::new(&s, 1024)?;
+        ensure_eq!(c.allocator_name(), "cuMemAlloc");
+        ensure_eq!(pool.used_bytes(), 0);
+    }
+    // No guard: the default pool of the device, not `pool`.
+    let d = DeviceBuffer::<u32>::new(&s, 1024)?;
+    ensure_eq!(d.allocator_name(), "MemoryPool");
+    ensure_eq!(pool.used_bytes(), 0);
+    ensure_eq!(pool.total_bytes(), 4096);
+    drop(d);
+    s.synchronize()?;
+    pool.check_invariants()?;
     Ok(())
 }
 
 fn mapped_pinned_memory_is_reachable_from_the_device() -> TestResult {
     let ctx = ctx()?;
     let mut p =
-        PinnedHostBuffer::<u32>::new(&ctx, 256, HostAllocFlags::DEVICEMAP | HostAllocFlags::PORTABLE)?;
-    ensure!(p.iter().all(|&x| x == 0), "pinned memory is not zeroed");
+        PinnedBuffer::<u32>::with_flags(&ctx, 256, HostAllocFlags::DEVICEMAP | HostAllocFlags::PORTABLE)?;
+    ensure!(p.as_slice()?.iter().all(|&x| x == 0), "pinned memory is not zeroed");
     ensure!(p.driver_flags()?.contains(HostAllocFlags::DEVICEMAP), "flags {:?}", p.driver_flags()?);
-    let d = p.device_ptr()?;
+    let d = p.device_ptr(&ctx)?;
     ensure!(d != 0, "null device pointer");
     // SAFETY: `d` maps the 256 words of `p`, which outlives the view and is not accessed meanwhile.
     let mut view: DeviceViewMut<'_, u32> = unsafe { DeviceViewMut::from_raw(&ctx, d, 256) };
     view.memset_d32(0x55)?;
     ctx.synchronize()?;
-    ensure!(p.iter().all(|&x| x == 0x55), "a device memset did not reach mapped host memory");
-    p[0] = 1;
+    ensure!(p.as_slice()?.iter().all(|&x| x == 0x55), "a device memset did not reach mapped host memory");
+    p.as_mut_slice()?[0] = 1;
+    ensure_eq!(p.to_vec()?[..2], [1, 0x55]);
     ensure_eq!(pointer_attributes(d)?.memory_type, Some(MemoryType::Host));
     Ok(())
 }
 
 fn registered_host_memory() -> TestResult {
     let ctx = ctx()?;
+    let s = stream(&ctx)?;
     let mut host: Vec<u64> = (0..8192).collect();
     let dev = {
         let reg = RegisteredHostMemory::register(&ctx, &mut host, HostRegisterFlags::PORTABLE)?;
         ensure!(reg.device_ptr()? != 0, "no device address for registered memory");
-        DeviceBuffer::from_slice(&ctx, &reg)?
+        DeviceBuffer::from_slice(&s, &reg)?
     };
     ensure_eq!(dev.to_vec()?, host);
     invalid(
@@ -241,10 +457,13 @@ fn registered_host_memory() -> TestResult {
 fn managed_memory_advice_and_prefetch() -> TestResult {
     let ctx = ctx()?;
     let d = ctx.device();
-    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let mut m = ManagedBuffer::<u32>::new(&ctx, 1 << 16, MemAttach::Global)?;
+    let s = stream(&ctx)?;
+    let mut m = ManagedBuffer::<u32>::new_managed(&s, 1 << 16, MemAttach::Global)?;
+    ensure!(*m.stream() == s, "the managed buffer is not on its stream");
     ctx.synchronize()?;
     // SAFETY: no device work uses the buffer now.
+    ensure!(unsafe { m.as_host_slice() }.iter().all(|&x| x == 0), "new managed memory is not zeroed");
+    // SAFETY: as above.
     unsafe { m.as_host_slice_mut() }.iter_mut().enumerate().for_each(|(i, x)| *x = i as u32);
     m.advise(MemAdvice::SetReadMostly, MemLocation::Device(d))?;
     ensure!(m.is_read_mostly()?, "read-mostly advice not reported");
@@ -263,7 +482,7 @@ fn managed_memory_advice_and_prefetch() -> TestResult {
     ensure_eq!(copy.len(), 1 << 16);
     ensure!(copy.iter().enumerate().all(|(i, &x)| x == i as u32), "managed contents differ");
     ensure!(pointer_attributes(m.as_raw())?.is_managed, "not reported as managed");
-    invalid(ManagedBuffer::<u8>::new(&ctx, 16, MemAttach::Single), "single-stream allocation")?;
+    invalid(ManagedBuffer::<u8>::new_managed(&s, 16, MemAttach::Single), "single-stream allocation")?;
     Ok(())
 }
 
@@ -370,7 +589,7 @@ fn mipmapped_arrays() -> TestResult {
 
 fn device_array_and_pitched_copies() -> TestResult {
     let ctx = ctx()?;
-    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let s = stream(&ctx)?;
     let desc = ArrayDescriptor {
         width: 24,
         height: 10,
@@ -381,12 +600,13 @@ fn device_array_and_pitched_copies() -> TestResult {
     };
     let n = 24 * 10 * 3;
     let src: Vec<u32> = (0..n as u32).map(|i| i ^ 0x5a5a).collect();
-    let dev = DeviceBuffer::from_slice(&ctx, &src)?;
+    let dev = DeviceBuffer::from_slice(&s, &src)?;
     let mut a = Array::new(&ctx, &desc)?;
     a.copy_from_device(&dev.view())?;
     let mut b = Array::new(&ctx, &desc)?;
     b.copy_from_array(&a)?;
-    let mut out = DeviceBuffer::<u32>::zeroed(&ctx, n)?;
+    // Zeroed in `s`'s order, before the copy queued there.
+    let mut out = DeviceBuffer::<u32>::zeroed(&s, n)?;
     b.copy_to_device_async(&mut out.view_mut(), &s)?;
     s.synchronize()?;
     ensure_eq!(out.to_vec()?, src);
@@ -399,7 +619,7 @@ fn device_array_and_pitched_copies() -> TestResult {
     p.copy_from_device(&dev.slice(0..w * h)?)?;
     let mut q = PitchedBuffer::<u32>::new(&ctx, w, h)?;
     q.copy_from_pitched(&p)?;
-    let mut dense = DeviceBuffer::<u32>::zeroed(&ctx, w * h)?;
+    let mut dense = DeviceBuffer::<u32>::zeroed(&s, w * h)?;
     q.copy_to_device_async(&mut dense.view_mut(), &s)?;
     s.synchronize()?;
     ensure_eq!(dense.to_vec()?, src[..w * h].to_vec());
@@ -463,8 +683,11 @@ fn raw_2d_copies_of_sub_rectangles() -> TestResult {
     const W: usize = 16;
     const H: usize = 8;
     let ctx = ctx()?;
+    let stream = stream(&ctx)?;
     let src: Vec<u32> = (0..(W * H) as u32).map(|i| i * 3 + 1).collect();
-    let dev = DeviceBuffer::from_slice(&ctx, &src)?;
+    // `from_slice` returns once the copy is done, so the raw calls (which are not ordered on
+    // the buffers' stream) see the data.
+    let dev = DeviceBuffer::from_slice(&stream, &src)?;
     let mut p = PitchedBuffer::<u32>::new(&ctx, W, H)?;
     p.memset_d32(0xdead_beef)?;
     // The raw calls act on the current context.
@@ -521,8 +744,7 @@ fn raw_2d_copies_of_sub_rectangles() -> TestResult {
     ensure_eq!(out, in_array);
 
     // Array -> device rows of W, stream-ordered: the 3 × 2 block from (1, 5) to (0, 0).
-    let back = DeviceBuffer::from_slice(&ctx, &vec![9u32; W * H])?;
-    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let back = DeviceBuffer::from_slice(&stream, &vec![9u32; W * H])?;
     let mut c = zeroed_2d();
     (c.srcXInBytes, c.srcY, c.srcMemoryType, c.srcArray) = (4, 5, ARRAY, a.as_raw());
     (c.dstMemoryType, c.dstDevice, c.dstPitch) = (DEVICE, back.as_raw(), W * 4);
@@ -544,10 +766,11 @@ fn raw_3d_and_peer_copies_of_sub_boxes() -> TestResult {
     const Y: usize = 6;
     const Z: usize = 4;
     let ctx = ctx()?;
+    let stream = stream(&ctx)?;
     let values: Vec<u32> = (0..(X * Y * Z) as u32).map(|i| i ^ 0xa5a5_0000).collect();
     let mut a = Array::new(&ctx, &u32_array(X, Y, Z))?;
     a.copy_from_host(&values)?;
-    let dev = DeviceBuffer::from_slice(&ctx, &vec![u32::MAX; X * Y * Z])?;
+    let dev = DeviceBuffer::from_slice(&stream, &vec![u32::MAX; X * Y * Z])?;
     ctx.bind_to_thread()?;
 
     // Array -> device (rows of X, slices of Y rows): 3 × 2 × 2 from (2, 1, 1) to (4, 3, 2).
@@ -583,7 +806,6 @@ fn raw_3d_and_peer_copies_of_sub_boxes() -> TestResult {
     ensure_eq!(host, in_host);
 
     // Host -> array, stream-ordered: the box from (1, 1, 1) of the host copy to (0, 0, 0).
-    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let mut c = zeroed_3d();
     (c.srcXInBytes, c.srcY, c.srcZ, c.srcMemoryType) = (4, 1, 1, HOST);
     c.srcHost = host.as_ptr().cast();
@@ -602,7 +824,8 @@ fn raw_3d_and_peer_copies_of_sub_boxes() -> TestResult {
     // Between contexts (a second one on the same device): the box from (4, 3, 2) of `dev` to
     // (0, 2, 1) of memory in the other context.
     let other = Context::create(&ctx.device(), ContextFlags::empty())?;
-    let far = DeviceBuffer::from_slice(&other, &vec![0u32; X * Y * Z])?;
+    let other_stream = Stream::new(&other, StreamFlags::NON_BLOCKING)?;
+    let far = DeviceBuffer::from_slice(&other_stream, &vec![0u32; X * Y * Z])?;
     // SAFETY: a plain C struct of integers, enums and pointers; all zeroes is a valid value.
     let mut c: sys::CUDA_MEMCPY3D_PEER = unsafe { std::mem::zeroed() };
     (c.srcXInBytes, c.srcY, c.srcZ, c.srcMemoryType, c.srcDevice) = (4 * 4, 3, 2, DEVICE, dev.as_raw());
@@ -622,7 +845,11 @@ fn raw_3d_and_peer_copies_of_sub_boxes() -> TestResult {
 
 fn pointer_attributes_and_address_ranges() -> TestResult {
     let ctx = ctx()?;
-    let b = DeviceBuffer::<u32>::new(&ctx, 1000)?;
+    let s = stream(&ctx)?;
+    // Plain cuMemAlloc memory: each buffer is an allocation of its own (a pool's buffers may
+    // share one, and with it a range and a buffer id).
+    let plain: Arc<dyn Allocator> = Arc::new(DeviceAllocator::new(&ctx));
+    let b = DeviceBuffer::<u32>::new_in(&s, 1000, plain.clone())?;
     let a = pointer_attributes(b.as_raw() + 40)?;
     ensure_eq!(a.memory_type, Some(MemoryType::Device));
     ensure_eq!(a.context, ctx.as_raw());
@@ -631,8 +858,12 @@ fn pointer_attributes_and_address_ranges() -> TestResult {
     ensure!(a.range_size >= 4000, "range size {}", a.range_size);
     ensure!(!a.is_managed, "device memory reported managed");
     ensure!(a.buffer_id != 0, "no buffer id");
-    let other = DeviceBuffer::<u32>::new(&ctx, 10)?;
+    let other = DeviceBuffer::<u32>::new_in(&s, 10, plain)?;
     ensure!(pointer_attributes(other.as_raw())?.buffer_id != a.buffer_id, "two buffers share an id");
+    // Memory of the default pool is device memory of the context too.
+    let pooled = DeviceBuffer::<u32>::new(&s, 10)?;
+    let p = pointer_attributes(pooled.as_raw())?;
+    ensure_eq!((p.memory_type, p.context), (Some(MemoryType::Device), ctx.as_raw()));
     ensure_eq!(address_range(b.as_raw() + 100)?.0, b.as_raw());
     let local = 0u64;
     let unknown = pointer_attributes(&raw const local as sys::CUdeviceptr)?;
@@ -645,13 +876,15 @@ fn pointer_attributes_and_address_ranges() -> TestResult {
 fn peer_copies_between_devices() -> TestResult {
     let c0 = Context::primary(&Device::get(0)?)?;
     let c1 = Context::primary(&Device::get(1)?)?;
-    let a = DeviceBuffer::from_slice(&c0, &(0..4096u32).collect::<Vec<_>>())?;
-    let mut b = DeviceBuffer::<u32>::zeroed(&c1, 4096)?;
+    let (s0, s1) = (stream(&c0)?, stream(&c1)?);
+    let a = DeviceBuffer::from_slice(&s0, &(0..4096u32).collect::<Vec<_>>())?;
+    // Zeroed in `s1`'s order; the copy into it runs there too.
+    let mut b = DeviceBuffer::<u32>::zeroed(&s1, 4096)?;
     b.copy_from_device(&a)?;
     ensure_eq!(b.to_vec()?, a.to_vec()?);
-    let s = Stream::new(&c0, StreamFlags::NON_BLOCKING)?;
-    let mut c = DeviceBuffer::<u32>::zeroed(&c0, 4096)?;
-    c.copy_from_device_async(&b, &s)?;
+    let s = stream(&c0)?;
+    let mut c = DeviceBuffer::<u32>::zeroed(&s, 4096)?;
+    c.view_mut().copy_from_device_async(&b.view(), &s)?;
     s.synchronize()?;
     ensure_eq!(c.to_vec()?, a.to_vec()?);
     Ok(())

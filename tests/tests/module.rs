@@ -102,9 +102,9 @@ fn globals_are_typed_views_kernels_read_and_write() -> TestResult {
 
     let n = 1000u32;
     let host: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    let data = DeviceBuffer::from_slice(&ctx, &host)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let ptr = data.device_ptr();
+    let data = DeviceBuffer::from_slice(&stream, &host)?;
+    let ptr = data.as_raw();
     // SAFETY: scale_by_global takes (f32*, u32) and `data` holds n floats.
     unsafe {
         module.function("scale_by_global")?.launch(
@@ -130,9 +130,9 @@ fn linker_output_loads_as_a_cubin_module() -> TestResult {
     let module = Module::from_cubin(&ctx, &cubin)?;
     let module_again = Module::from_image(&ctx, &cubin, &JitOptions::new())?;
     ensure_eq!(module_again.functions()?.len(), 1);
-    let data = DeviceBuffer::from_slice(&ctx, &[1.5f32, -2.0, 4.0, 0.25])?;
     let stream = Stream::new(&ctx, StreamFlags::empty())?;
-    let ptr = data.device_ptr();
+    let data = DeviceBuffer::from_slice(&stream, &[1.5f32, -2.0, 4.0, 0.25])?;
+    let ptr = data.as_raw();
     // SAFETY: double_all takes one f32* and reads tid.x < 4 elements.
     unsafe { module.function("double_all")?.launch(&stream, &LaunchConfig::new(1, 4), (&ptr,))? };
     stream.synchronize()?;
@@ -160,10 +160,10 @@ fn library_kernels_launch_in_the_stream_context() -> TestResult {
 
     let n = 4096u32;
     let a = 2.0f32;
-    let x = DeviceBuffer::from_slice(&ctx, &(0..n).map(|i| i as f32).collect::<Vec<_>>())?;
-    let y = DeviceBuffer::from_slice(&ctx, &vec![1.0f32; n as usize])?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let (xp, yp) = (x.device_ptr(), y.device_ptr());
+    let x = DeviceBuffer::from_slice(&stream, &(0..n).map(|i| i as f32).collect::<Vec<_>>())?;
+    let y = DeviceBuffer::from_slice(&stream, &vec![1.0f32; n as usize])?;
+    let (xp, yp) = (x.as_raw(), y.as_raw());
     // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats.
     unsafe { saxpy.launch(&stream, &LaunchConfig::for_elements(n, 256), (&n, &a, &xp, &yp))? };
     stream.synchronize()?;
@@ -213,10 +213,10 @@ fn fat_binaries_load_their_cubin_or_ptx() -> TestResult {
     for module in [&with_cubin, &with_ptx] {
         let n = 256u32;
         let a = 4.0f32;
-        let x = DeviceBuffer::from_slice(&ctx, &vec![1.0f32; n as usize])?;
-        let y = DeviceBuffer::from_slice(&ctx, &vec![0.5f32; n as usize])?;
         let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-        let (xp, yp) = (x.device_ptr(), y.device_ptr());
+        let x = DeviceBuffer::from_slice(&stream, &vec![1.0f32; n as usize])?;
+        let y = DeviceBuffer::from_slice(&stream, &vec![0.5f32; n as usize])?;
+        let (xp, yp) = (x.as_raw(), y.as_raw());
         // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats.
         unsafe { module.function("saxpy")?.launch(&stream, &LaunchConfig::new(1, n), (&n, &a, &xp, &yp))? };
         stream.synchronize()?;

@@ -54,7 +54,8 @@ fn default_streams_work() -> TestResult {
     let ctx = ctx()?;
     for s in [Stream::legacy(&ctx), Stream::per_thread(&ctx)] {
         ensure!(!s.is_owned(), "a default stream is owned");
-        let mut b = DeviceBuffer::<u32>::new(&ctx, 256)?;
+        // A buffer on the default stream: its synchronous copies run there too.
+        let mut b = DeviceBuffer::<u32>::new(&s, 256)?;
         b.view_mut().memset_d32_async(9, &s)?;
         s.synchronize()?;
         ensure!(s.query()?, "idle default stream not ready");
@@ -117,7 +118,7 @@ fn callback_panic_is_reported_not_aborted() -> TestResult {
     ensure!(after.load(Ordering::SeqCst), "the callback after the panic did not run");
     // Reported once; the stream and context stay usable.
     s.synchronize()?;
-    let b = DeviceBuffer::from_slice(&ctx, &[5u8; 16])?;
+    let b = DeviceBuffer::from_slice(&s, &[5u8; 16])?;
     ensure_eq!(b.to_vec()?, vec![5u8; 16]);
     Ok(())
 }
@@ -200,7 +201,9 @@ fn write_and_wait_value() -> TestResult {
     let ctx = ctx()?;
     let a = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let b = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let flags = DeviceBuffer::<u64>::zeroed(&ctx, 4)?;
+    let flags = DeviceBuffer::<u64>::zeroed(&a, 4)?;
+    // Zeroed in `a`'s order: finish it before `b` writes and waits on the words.
+    a.synchronize()?;
     let base = flags.as_raw();
     // SAFETY: the addresses are aligned words of `flags`, alive until the synchronizations below;
     // `b` waits for a value `a` writes.
@@ -220,7 +223,8 @@ fn write_and_wait_value() -> TestResult {
 fn batch_mem_ops_run_in_order() -> TestResult {
     let ctx = ctx()?;
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let words = DeviceBuffer::<u64>::zeroed(&ctx, 3)?;
+    // Zeroed in `s`'s order, before the batch queued there.
+    let words = DeviceBuffer::<u64>::zeroed(&s, 3)?;
     let base = words.as_raw();
     let ops = [
         StreamMemOp::WriteValue32 { address: base, value: 5, flags: StreamWriteValueFlags::empty() },
@@ -252,7 +256,7 @@ fn access_policy_window_round_trip() -> TestResult {
     let max = usize::try_from(d.max_access_policy_window_size()?)?;
     ensure!(max > 0, "the device has no access-policy window");
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let buf = DeviceBuffer::<u8>::new(&ctx, 1 << 20)?;
+    let buf = DeviceBuffer::<u8>::new(&s, 1 << 20)?;
     let window = AccessPolicyWindow {
         base: buf.as_raw(),
         num_bytes: max.min(1 << 20),
