@@ -99,7 +99,7 @@ fn bad_sizes_are_refused_and_context_stays_usable() -> TestResult {
     }
     invalid(PinnedBuffer::<u8>::new(0), "zero pinned")?;
     invalid(PinnedBuffer::<u8>::with_flags(&ctx, 0, HostAllocFlags::empty()), "zero pinned with flags")?;
-    invalid(PitchedBuffer::<u32>::new(&ctx, 16, 0), "zero height")?;
+    invalid(PitchedBuffer::<u32>::new(&s, 16, 0), "zero height")?;
     let b = DeviceBuffer::from_slice(&s, &[1u16, 2, 3])?;
     ensure_eq!(b.to_vec()?, vec![1, 2, 3]);
     Ok(())
@@ -489,7 +489,8 @@ fn managed_memory_advice_and_prefetch() -> TestResult {
 fn pitched_2d_copies_and_memset() -> TestResult {
     let ctx = ctx()?;
     let (w, h) = (100usize, 7usize);
-    let mut p = PitchedBuffer::<u32>::new(&ctx, w, h)?;
+    let s = stream(&ctx)?;
+    let mut p = PitchedBuffer::<u32>::new(&s, w, h)?;
     ensure!(p.pitch() >= w * 4, "pitch {} for rows of {} bytes", p.pitch(), w * 4);
     p.memset_d32(0xfeed)?;
     let mut out = vec![0u32; w * h];
@@ -615,15 +616,15 @@ fn device_array_and_pitched_copies() -> TestResult {
     invalid(b.copy_from_array(&other), "arrays of different extents")?;
     // Dense device matrix -> pitched -> pitched -> dense.
     let (w, h) = (24usize, 30usize);
-    let mut p = PitchedBuffer::<u32>::new(&ctx, w, h)?;
+    let mut p = PitchedBuffer::<u32>::new(&s, w, h)?;
     p.copy_from_device(&dev.slice(0..w * h)?)?;
-    let mut q = PitchedBuffer::<u32>::new(&ctx, w, h)?;
+    let mut q = PitchedBuffer::<u32>::new(&s, w, h)?;
     q.copy_from_pitched(&p)?;
     let mut dense = DeviceBuffer::<u32>::zeroed(&s, w * h)?;
     q.copy_to_device_async(&mut dense.view_mut(), &s)?;
     s.synchronize()?;
     ensure_eq!(dense.to_vec()?, src[..w * h].to_vec());
-    let narrow = PitchedBuffer::<u32>::new(&ctx, w - 1, h)?;
+    let narrow = PitchedBuffer::<u32>::new(&s, w - 1, h)?;
     invalid(q.copy_from_pitched(&narrow), "pitched buffers of different widths")?;
     Ok(())
 }
@@ -688,7 +689,7 @@ fn raw_2d_copies_of_sub_rectangles() -> TestResult {
     // `from_slice` returns once the copy is done, so the raw calls (which are not ordered on
     // the buffers' stream) see the data.
     let dev = DeviceBuffer::from_slice(&stream, &src)?;
-    let mut p = PitchedBuffer::<u32>::new(&ctx, W, H)?;
+    let mut p = PitchedBuffer::<u32>::new(&stream, W, H)?;
     p.memset_d32(0xdead_beef)?;
     // The raw calls act on the current context.
     ctx.bind_to_thread()?;

@@ -214,20 +214,20 @@ impl<T: Pod> PitchedBuffer<T> {
         Ok(c)
     }
 
-    /// Copies a densely packed row-major device matrix into the buffer
-    /// ([`cuMemcpy2D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// Copies a densely packed row-major device matrix into the buffer, on the storage's stream,
+    /// and returns when it is done ([`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_device(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         let c = self.d2p("PitchedBuffer::copy_from_device", src)?;
         // SAFETY: both sides are live with matching sizes.
-        super::finished(check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) }))
+        self.run_sync("cuMemcpy2DAsync", |s| unsafe { sys::cuMemcpy2DAsync(&c, s) })
     }
 
-    /// Copies the buffer into a densely packed row-major device matrix
-    /// ([`cuMemcpy2D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// Copies the buffer into a densely packed row-major device matrix, on the storage's stream,
+    /// and returns when it is done ([`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_to_device(&self, dst: &mut DeviceViewMut<'_, T>) -> Result<()> {
         let c = self.p2d("PitchedBuffer::copy_to_device", dst)?;
         // SAFETY: both sides are live with matching sizes.
-        super::finished(check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) }))
+        self.run_sync("cuMemcpy2DAsync", |s| unsafe { sys::cuMemcpy2DAsync(&c, s) })
     }
 
     /// [`PitchedBuffer::copy_from_device`] in `stream`'s order
@@ -246,8 +246,8 @@ impl<T: Pod> PitchedBuffer<T> {
         check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync(&c, stream.as_raw()) })
     }
 
-    /// Copies another pitched buffer of the same width and height, whatever its pitch
-    /// ([`cuMemcpy2D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// Copies another pitched buffer of the same width and height, whatever its pitch, on this
+    /// buffer's storage's stream, and returns when it is done ([`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_pitched(&mut self, src: &PitchedBuffer<T>) -> Result<()> {
         if (self.width(), self.height()) != (src.width(), src.height()) {
             return Err(Error::invalid(
@@ -261,6 +261,9 @@ impl<T: Pod> PitchedBuffer<T> {
                 ),
             ));
         }
+        if src.storage().stream() != self.storage().stream() {
+            src.storage().view().synchronize_stream()?;
+        }
         let mut c = self.dense_copy("PitchedBuffer::copy_from_pitched", src.width() * src.height())?;
         c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
         c.srcDevice = src.as_raw();
@@ -269,6 +272,6 @@ impl<T: Pod> PitchedBuffer<T> {
         c.dstDevice = self.as_raw();
         c.dstPitch = self.pitch();
         // SAFETY: both sides are live with the same extent.
-        super::finished(check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) }))
+        self.run_sync("cuMemcpy2DAsync", |s| unsafe { sys::cuMemcpy2DAsync(&c, s) })
     }
 }

@@ -1,63 +1,90 @@
 //! Pitched 2D allocations: rows padded by the driver for aligned access, with 2D copies and
 //! 2D memset.
 
+use super::buffer::DeviceBuffer;
 use super::checked_bytes;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
+use crate::pool::Allocator;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// A `width` × `height` matrix of `T` in device memory whose rows start `pitch` bytes apart,
-/// freed on drop
-/// ([`cuMemAllocPitch`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+/// stored in a [`DeviceBuffer`] from any allocator and given back with it, in stream order.
+///
+/// The pitch is the row size rounded up to the device's texture pitch alignment (and to 128
+/// bytes, for coalesced rows), so the memory can back 2D textures as it is. Its synchronous
+/// copies and memsets run on the storage's stream and return when they are done.
 #[derive(Debug)]
 pub struct PitchedBuffer<T: Pod> {
-    ptr: sys::CUdeviceptr,
+    storage: DeviceBuffer<u8>,
     pitch: usize,
     width: usize,
     height: usize,
-    ctx: Context,
     _marker: PhantomData<T>,
 }
 
-// SAFETY: the buffer owns its memory; T is plain data.
-unsafe impl<T: Pod> Send for PitchedBuffer<T> {}
-// SAFETY: shared access only reads.
-unsafe impl<T: Pod> Sync for PitchedBuffer<T> {}
+/// The alignment of rows: the device's texture pitch alignment, at least 128 bytes.
+fn row_alignment(stream: &Stream) -> Result<usize> {
+    let texture = stream.context().device().texture_pitch_alignment()?;
+    Ok(usize::try_from(texture).unwrap_or(0).max(128).next_power_of_two())
+}
 
 impl<T: Pod> PitchedBuffer<T> {
-    /// Allocates `height` rows of `width` elements each.
-    pub fn new(ctx: &Context, width: usize, height: usize) -> Result<PitchedBuffer<T>> {
+    /// Allocates `height` rows of `width` elements each for use on `stream`, from the thread's
+    /// current allocator (as [`DeviceBuffer::new`]).
+    #[track_caller]
+    pub fn new(stream: &Stream, width: usize, height: usize) -> Result<PitchedBuffer<T>> {
+        let (pitch, bytes) = Self::layout(stream, width, height)?;
+        Self::wrap(DeviceBuffer::new(stream, bytes)?, pitch, width, height)
+    }
+
+    /// Allocates `height` rows of `width` elements each for use on `stream` from `allocator`.
+    #[track_caller]
+    pub fn new_in(
+        stream: &Stream,
+        width: usize,
+        height: usize,
+        allocator: Arc<dyn Allocator>,
+    ) -> Result<PitchedBuffer<T>> {
+        let (pitch, bytes) = Self::layout(stream, width, height)?;
+        Self::wrap(DeviceBuffer::new_in(stream, bytes, allocator)?, pitch, width, height)
+    }
+
+    fn layout(stream: &Stream, width: usize, height: usize) -> Result<(usize, usize)> {
         let row = checked_bytes::<T>("PitchedBuffer::new", width)?;
         if height == 0 {
             return Err(Error::invalid("PitchedBuffer::new", "a height of 0 rows was requested"));
         }
-        if row.checked_mul(height).is_none_or(|b| b > isize::MAX as usize) {
+        let align = row_alignment(stream)?;
+        let pitch = row.checked_next_multiple_of(align);
+        match pitch.and_then(|p| p.checked_mul(height)) {
+            Some(bytes) if bytes <= isize::MAX as usize => Ok((pitch.unwrap_or(row), bytes)),
+            _ => Err(Error::invalid("PitchedBuffer::new", format!("{width} × {height} elements overflow"))),
+        }
+    }
+
+    fn wrap(
+        storage: DeviceBuffer<u8>,
+        pitch: usize,
+        width: usize,
+        height: usize,
+    ) -> Result<PitchedBuffer<T>> {
+        if storage.as_raw() % std::mem::align_of::<T>() as u64 != 0 {
             return Err(Error::invalid(
                 "PitchedBuffer::new",
-                format!("{width} × {height} elements overflow"),
+                format!("the allocator returned {:#x}, not aligned for the element type", storage.as_raw()),
             ));
         }
-        // The call accepts 4, 8 or 16 as the access size it aligns rows for.
-        let element = match std::mem::size_of::<T>() {
-            s if s >= 16 => 16,
-            8..=15 => 8,
-            _ => 4,
-        };
-        ctx.enter()?;
-        let (mut ptr, mut pitch) = (0, 0);
-        // SAFETY: two out-parameters; the context is current.
-        check("cuMemAllocPitch", unsafe {
-            sys::cuMemAllocPitch(&mut ptr, &mut pitch, row, height, element)
-        })?;
-        Ok(PitchedBuffer { ptr, pitch, width, height, ctx: ctx.clone(), _marker: PhantomData })
+        Ok(PitchedBuffer { storage, pitch, width, height, _marker: PhantomData })
     }
 
     /// The device address of the first row.
     pub fn as_raw(&self) -> sys::CUdeviceptr {
-        self.ptr
+        self.storage.as_raw()
     }
 
     /// Bytes from one row to the next (at least `width * size_of::<T>()`).
@@ -77,7 +104,29 @@ impl<T: Pod> PitchedBuffer<T> {
 
     /// The context the memory belongs to.
     pub fn context(&self) -> &Context {
-        &self.ctx
+        self.storage.context()
+    }
+
+    /// The buffer that holds the rows (and their padding), e.g. for `record_stream` or
+    /// `set_stream`.
+    pub fn storage_mut(&mut self) -> &mut DeviceBuffer<u8> {
+        &mut self.storage
+    }
+
+    /// The buffer that holds the rows (and their padding).
+    pub fn storage(&self) -> &DeviceBuffer<u8> {
+        &self.storage
+    }
+
+    /// Runs a synchronous 2D operation: queued on the storage's stream, then waited for.
+    pub(crate) fn run_sync(
+        &self,
+        call: &'static str,
+        queue: impl FnOnce(sys::CUstream) -> sys::CUresult,
+    ) -> Result<()> {
+        let view = self.storage.view();
+        check(call, queue(self.storage.stream().as_raw()))?;
+        view.synchronize_stream()
     }
 
     fn row_bytes(&self) -> usize {
@@ -108,38 +157,42 @@ impl<T: Pod> PitchedBuffer<T> {
         c.srcHost = src.as_ptr().cast();
         c.srcPitch = self.row_bytes();
         c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        c.dstDevice = self.ptr;
+        c.dstDevice = self.as_raw();
         c.dstPitch = self.pitch;
-        self.ctx.enter()?;
+        self.context().enter()?;
         Ok(c)
     }
 
     fn d2h(&self, operation: &'static str, dst: &mut [T]) -> Result<sys::CUDA_MEMCPY2D> {
         let mut c = self.host_copy(operation, dst.len())?;
         c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        c.srcDevice = self.ptr;
+        c.srcDevice = self.as_raw();
         c.srcPitch = self.pitch;
         c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
         c.dstHost = dst.as_mut_ptr().cast();
         c.dstPitch = self.row_bytes();
-        self.ctx.enter()?;
+        self.context().enter()?;
         Ok(c)
     }
 
     /// Copies a densely packed row-major host matrix into the buffer
-    /// ([`cuMemcpy2D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// ([`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+    /// on the storage's stream, waited for).
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         let c = self.h2d("PitchedBuffer::copy_from_host", src)?;
-        // SAFETY: the descriptor names `src` and this allocation with matching sizes.
-        super::finished(check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) }))
+        // SAFETY: the descriptor names `src` and this allocation with matching sizes; `src`
+        // lives until the copy is waited for.
+        self.run_sync("cuMemcpy2DAsync", |s| unsafe { sys::cuMemcpy2DAsync(&c, s) })
     }
 
     /// Copies the buffer into a densely packed row-major host matrix
-    /// ([`cuMemcpy2D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// ([`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+    /// on the storage's stream, waited for).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         let c = self.d2h("PitchedBuffer::copy_to_host", dst)?;
-        // SAFETY: the descriptor names this allocation and `dst` with matching sizes.
-        check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&c) })
+        // SAFETY: the descriptor names this allocation and `dst` with matching sizes; `dst`
+        // lives until the copy is waited for.
+        self.run_sync("cuMemcpy2DAsync", |s| unsafe { sys::cuMemcpy2DAsync(&c, s) })
     }
 
     /// [`PitchedBuffer::copy_from_host`] in `stream`'s order
@@ -174,38 +227,44 @@ impl<T: Pod> PitchedBuffer<T> {
                 format!("rows of {row} bytes are not a multiple of {width} bytes"),
             ));
         }
-        self.ctx.enter()?;
+        self.context().enter()?;
         Ok(row / width)
     }
 
     /// Sets every byte of every row (not the padding) to `value`
-    /// ([`cuMemsetD2D8`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// ([`cuMemsetD2D8Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+    /// on the storage's stream, waited for).
     pub fn memset_d8(&mut self, value: u8) -> Result<()> {
         let w = self.units("PitchedBuffer::memset_d8", 1)?;
+        let (ptr, pitch, height) = (self.as_raw(), self.pitch, self.height);
         // SAFETY: the rectangle lies within this allocation.
-        super::finished(check("cuMemsetD2D8", unsafe {
-            sys::cuMemsetD2D8(self.ptr, self.pitch, value, w, self.height)
-        }))
+        self.run_sync("cuMemsetD2D8Async", |s| unsafe {
+            sys::cuMemsetD2D8Async(ptr, pitch, value, w, height, s)
+        })
     }
 
     /// Sets every 16-bit unit of every row to `value`
-    /// ([`cuMemsetD2D16`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// ([`cuMemsetD2D16Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+    /// on the storage's stream, waited for).
     pub fn memset_d16(&mut self, value: u16) -> Result<()> {
         let w = self.units("PitchedBuffer::memset_d16", 2)?;
-        // SAFETY: the rectangle lies within this allocation; rows are pitch-aligned.
-        super::finished(check("cuMemsetD2D16", unsafe {
-            sys::cuMemsetD2D16(self.ptr, self.pitch, value, w, self.height)
-        }))
+        let (ptr, pitch, height) = (self.as_raw(), self.pitch, self.height);
+        // SAFETY: the rectangle lies within this allocation.
+        self.run_sync("cuMemsetD2D16Async", |s| unsafe {
+            sys::cuMemsetD2D16Async(ptr, pitch, value, w, height, s)
+        })
     }
 
     /// Sets every 32-bit unit of every row to `value`
-    /// ([`cuMemsetD2D32`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// ([`cuMemsetD2D32Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+    /// on the storage's stream, waited for).
     pub fn memset_d32(&mut self, value: u32) -> Result<()> {
         let w = self.units("PitchedBuffer::memset_d32", 4)?;
-        // SAFETY: the rectangle lies within this allocation; rows are pitch-aligned.
-        super::finished(check("cuMemsetD2D32", unsafe {
-            sys::cuMemsetD2D32(self.ptr, self.pitch, value, w, self.height)
-        }))
+        let (ptr, pitch, height) = (self.as_raw(), self.pitch, self.height);
+        // SAFETY: the rectangle lies within this allocation.
+        self.run_sync("cuMemsetD2D32Async", |s| unsafe {
+            sys::cuMemsetD2D32Async(ptr, pitch, value, w, height, s)
+        })
     }
 
     /// [`PitchedBuffer::memset_d8`] in `stream`'s order
@@ -214,7 +273,7 @@ impl<T: Pod> PitchedBuffer<T> {
         let w = self.units("PitchedBuffer::memset_d8_async", 1)?;
         // SAFETY: as memset_d8; device memory is freed only after queued work.
         check("cuMemsetD2D8Async", unsafe {
-            sys::cuMemsetD2D8Async(self.ptr, self.pitch, value, w, self.height, stream.as_raw())
+            sys::cuMemsetD2D8Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw())
         })
     }
 
@@ -224,7 +283,7 @@ impl<T: Pod> PitchedBuffer<T> {
         let w = self.units("PitchedBuffer::memset_d16_async", 2)?;
         // SAFETY: as memset_d16; device memory is freed only after queued work.
         check("cuMemsetD2D16Async", unsafe {
-            sys::cuMemsetD2D16Async(self.ptr, self.pitch, value, w, self.height, stream.as_raw())
+            sys::cuMemsetD2D16Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw())
         })
     }
 
@@ -234,15 +293,7 @@ impl<T: Pod> PitchedBuffer<T> {
         let w = self.units("PitchedBuffer::memset_d32_async", 4)?;
         // SAFETY: as memset_d32; device memory is freed only after queued work.
         check("cuMemsetD2D32Async", unsafe {
-            sys::cuMemsetD2D32Async(self.ptr, self.pitch, value, w, self.height, stream.as_raw())
+            sys::cuMemsetD2D32Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw())
         })
-    }
-}
-
-impl<T: Pod> Drop for PitchedBuffer<T> {
-    fn drop(&mut self) {
-        let ptr = self.ptr;
-        // SAFETY: this value owns the allocation and frees it once.
-        self.ctx.with_current_for_drop("cuMemFree", || unsafe { sys::cuMemFree(ptr) });
     }
 }
