@@ -42,10 +42,10 @@ fn context_still_works(ctx: &Context) -> TestResult {
     let module = Module::from_ptx(ctx, kernels::PTX)?;
     let n = 1000u32;
     let a = 2.0f32;
-    let x = DeviceBuffer::from_slice(ctx, &vec![1.0f32; n as usize])?;
-    let y = DeviceBuffer::from_slice(ctx, &vec![0.5f32; n as usize])?;
-    let (xp, yp) = (x.device_ptr(), y.device_ptr());
     let stream = Stream::new(ctx, StreamFlags::NON_BLOCKING)?;
+    let x = DeviceBuffer::from_slice(&stream, &vec![1.0f32; n as usize])?;
+    let y = DeviceBuffer::from_slice(&stream, &vec![0.5f32; n as usize])?;
+    let (xp, yp) = (x.as_raw(), y.as_raw());
     // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats.
     unsafe {
         module.function("saxpy")?.launch(&stream, &LaunchConfig::for_elements(n, 128), (&n, &a, &xp, &yp))?
@@ -155,12 +155,12 @@ fn too_much_shared_memory_is_refused() -> TestResult {
 fn absurd_sizes_and_grids_are_refused() -> TestResult {
     let ctx = context()?;
     cuda_core::runtime::set_device(0)?;
-    let overflow = cuda_core::runtime::DeviceMemory::<u64>::malloc(usize::MAX / 4);
+    let overflow = cuda_core::runtime::malloc::<u64>(&Stream::legacy(&ctx), usize::MAX / 4);
     ensure!(
         matches!(overflow, Err(Error::InvalidArgument { .. })),
         "a byte count that overflows: {overflow:?}"
     );
-    let huge = cuda_core::runtime::DeviceMemory::<u8>::malloc(1 << 60);
+    let huge = cuda_core::runtime::malloc::<u8>(&Stream::legacy(&ctx), 1 << 60);
     ensure!(
         matches!(huge, Err(Error::Runtime { status, .. }) if status == cudart_sys::cudaError_t::cudaErrorMemoryAllocation),
         "an exabyte is out of memory: {huge:?}"
@@ -173,7 +173,7 @@ fn absurd_sizes_and_grids_are_refused() -> TestResult {
     let tall = unsafe { empty.launch(&stream, &LaunchConfig::new((1, 1 << 20), 32), ()) };
     ensure_eq!(tall.err().and_then(|e| e.driver_status()), Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE));
     stream.synchronize()?;
-    ensure!(cuda_core::runtime::DeviceMemory::<u8>::malloc(1 << 20).is_ok(), "the runtime still allocates");
+    ensure!(cuda_core::runtime::malloc::<u8>(&stream, 1 << 20).is_ok(), "the runtime still allocates");
     context_still_works(&ctx)
 }
 

@@ -5,7 +5,7 @@
 use cuda_core::mempool::ipc::PointerExportData;
 use cuda_core::mempool::{Access, MemPool, MemPoolProps, ShareableHandle};
 use cuda_core::pool::{AsyncAllocator, MemoryPool};
-use cuda_core::{Context, Device, Error, Stream, StreamFlags};
+use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu, multi_gpu};
 use std::process::{Command, Stdio};
@@ -76,6 +76,11 @@ fn default_and_current_pools() -> TestResult {
     MemPool::set_current(&dev, &default)?;
     ensure_eq!(MemPool::current(&dev)?.as_raw(), default.as_raw());
     ensure_eq!(default.access(&dev)?, Access::ReadWrite);
+    // Clones share the pool: an owned pool is destroyed with its last clone only.
+    ensure!(!default.is_owned() && created.is_owned(), "borrowed and owned pools");
+    let shared = created.clone();
+    drop(created);
+    ensure_eq!(shared.used_mem_current()?, 0);
     Ok(())
 }
 
@@ -94,7 +99,8 @@ fn attributes_round_trip_and_track_use() -> TestResult {
         ensure_eq!(pool.reuse_allow_internal_dependencies()?, on);
     }
     ensure_eq!(pool.used_mem_current()?, 0);
-    let a = pool.alloc_async(8 << 20, &s)?;
+    let a = DeviceBuffer::<u8>::new_in(&s, 8 << 20, pool.allocator(&ctx))?;
+    ensure_eq!(a.allocator_name(), "cuMemAllocAsync");
     s.synchronize()?;
     ensure!(
         pool.used_mem_current()? >= 8 << 20,
@@ -120,13 +126,13 @@ fn created_pool_allocates_and_trims() -> TestResult {
     let props = MemPoolProps { max_size: 64 << 20, ..MemPoolProps::device(ctx.device()) };
     let pool = MemPool::create(&props)?;
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let b = pool.alloc_async(WORDS * 4, &s)?;
+    let b = DeviceBuffer::<u32>::new_in(&s, WORDS, pool.allocator(&ctx))?;
     let data = pattern(1);
     upload(b.as_raw(), &data, &s)?;
     ensure!(download(b.as_raw(), &s)? == data, "data read back differs");
     drop(b);
     // Past max_size the pool refuses.
-    match pool.alloc_async(128 << 20, &s) {
+    match DeviceBuffer::<u8>::new_in(&s, 128 << 20, pool.allocator(&ctx)) {
         Err(e) => ensure_eq!(e.driver_status(), Some(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)),
         Ok(_) => return Err("a pool of 64 MiB gave 128 MiB".into()),
     }
@@ -139,16 +145,15 @@ fn created_pool_allocates_and_trims() -> TestResult {
 fn memory_pool_on_a_created_pool() -> TestResult {
     let ctx = ctx()?;
     let raw = MemPool::create(&MemPoolProps::device(ctx.device()))?;
-    let raw_handle = raw.as_raw();
-    let pool = MemoryPool::with_allocator(&ctx, std::sync::Arc::new(AsyncAllocator::from_pool(&ctx, raw)))?;
+    let upstream = std::sync::Arc::new(AsyncAllocator::from_pool(&ctx, raw.clone()));
+    let pool = std::sync::Arc::new(MemoryPool::with_allocator(&ctx, upstream)?);
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let b = pool.malloc(WORDS * 4, &s)?;
+    let b = DeviceBuffer::<u32>::new_in(&s, WORDS, pool.clone())?;
     let data = pattern(2);
     upload(b.as_raw(), &data, &s)?;
     ensure!(download(b.as_raw(), &s)? == data, "data read back differs");
-    // SAFETY: the pool is kept alive by the allocator inside `pool`.
-    let from = unsafe { MemPool::from_raw(raw_handle, false) };
-    ensure!(from.used_mem_current()? >= (WORDS * 4) as u64, "the upstream pool does not show the block");
+    // The allocator holds a clone of the pool, so `raw` is the same, live pool.
+    ensure!(raw.used_mem_current()? >= (WORDS * 4) as u64, "the upstream pool does not show the block");
     Ok(())
 }
 
@@ -161,7 +166,7 @@ fn another_device_gets_access_to_a_pool() -> TestResult {
     ensure_eq!(pool.access(&other)?, Access::ReadWrite);
     // The second device reads what the first wrote, through its own context.
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let b = pool.alloc_async(WORDS * 4, &s)?;
+    let b = DeviceBuffer::<u32>::new_in(&s, WORDS, pool.allocator(&ctx))?;
     upload(b.as_raw(), &pattern(3), &s)?;
     let ctx1 = Context::primary(&other)?;
     ctx1.bind_to_thread()?;
@@ -200,7 +205,7 @@ fn pool_and_pointer_shared_with_another_process() -> TestResult {
         r => r?,
     };
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let b = pool.alloc_async(WORDS * 4, &s)?;
+    let b = DeviceBuffer::<u32>::new_in(&s, WORDS, pool.allocator(&ctx))?;
     upload(b.as_raw(), &pattern(10), &s)?;
     // The pool is exported before its allocations, as the driver expects.
     let fd = pool.export_to_fd()?;
@@ -255,13 +260,19 @@ fn child(hex: &str) -> Result<(), String> {
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING).map_err(|e| e.to_string())?;
     // Access for this process's device; the resident device may already have it.
     let _ = pool.set_access(&ctx.device(), Access::ReadWrite);
-    let ptr = pool.import_pointer(&ctx, &data).map_err(|e| e.to_string())?;
-    let got = download(ptr.as_raw(), &s).map_err(|e| format!("{e:?}"))?;
+    // SAFETY: the parent exported an allocation of WORDS words, and frees it only after this
+    // process has exited (having freed its import below).
+    let mut imported = unsafe { pool.import_pointer::<u32>(&s, &data, WORDS) }.map_err(|e| e.to_string())?;
+    if imported.allocator_name() != "cuMemPoolImportPointer" {
+        return Err(format!("the import is given back by {}", imported.allocator_name()));
+    }
+    let got = imported.to_vec().map_err(|e| e.to_string())?;
     if got != pattern(10) {
         return Err("the parent's data differs in the child".into());
     }
-    upload(ptr.as_raw(), &pattern(20), &s).map_err(|e| format!("{e:?}"))?;
-    drop(ptr);
+    imported.copy_from(&pattern(20)).map_err(|e| e.to_string())?;
+    // Unmapped with cuMemFreeAsync on `s`; the error of that free is reported by `free`.
+    imported.free().map_err(|e| e.to_string())?;
     ctx.synchronize().map_err(|e| e.to_string())?;
     Ok(())
 }

@@ -33,12 +33,15 @@ fn a_device_is_not_its_own_peer() -> TestResult {
     );
     let ctx = Context::primary(&d)?;
     ensure!(matches!(ctx.enable_peer_access(&ctx), Err(Error::InvalidArgument { .. })), "self access");
-    // Between two contexts of one device the copy still works.
-    let a = DeviceBuffer::from_slice(&ctx, &[1u32, 2, 3])?;
-    let mut b = DeviceBuffer::<u32>::zeroed(&ctx, 3)?;
+    // Between two contexts of one device the copy still works. `copy_peer` is a default-stream
+    // copy that may return before it is done, so the buffers are ordered on the legacy default
+    // stream with it: the zeroing before it, the read back after it.
+    let s = Stream::legacy(&ctx);
+    let a = DeviceBuffer::from_slice(&s, &[1u32, 2, 3])?;
+    let mut b = DeviceBuffer::<u32>::zeroed(&s, 3)?;
     copy_peer(&mut b.view_mut(), &a.view())?;
     ensure_eq!(b.to_vec()?, [1, 2, 3]);
-    let mut short = DeviceBuffer::<u32>::zeroed(&ctx, 2)?;
+    let mut short = DeviceBuffer::<u32>::zeroed(&s, 2)?;
     ensure!(
         matches!(copy_peer(&mut short.view_mut(), &a.view()), Err(Error::InvalidArgument { .. })),
         "length"
@@ -78,22 +81,27 @@ fn peer_copies_between_devices() -> TestResult {
     let (d0, d1) = devices()?;
     let (c0, c1) = (Context::primary(&d0)?, Context::primary(&d1)?);
     let host: Vec<u32> = (0..1 << 20).map(|i: u32| i.wrapping_mul(2_654_435_761)).collect();
-    let a = DeviceBuffer::from_slice(&c0, &host)?;
-    let mut b = DeviceBuffer::<u32>::zeroed(&c1, host.len())?;
+    let stream = Stream::new(&c0, StreamFlags::NON_BLOCKING)?;
+    let a = DeviceBuffer::from_slice(&stream, &host)?;
+    // `copy_peer` is a default-stream copy that may return before it is done: order `b` on the
+    // legacy default stream of its context with it, the zeroing before it, the read after.
+    let mut b = DeviceBuffer::<u32>::zeroed(&Stream::legacy(&c1), host.len())?;
     copy_peer(&mut b.view_mut(), &a.view())?;
     ensure_eq!(b.to_vec()?, host);
-    let mut c = DeviceBuffer::<u32>::zeroed(&c0, host.len())?;
-    let stream = Stream::new(&c0, StreamFlags::NON_BLOCKING)?;
+    // Zeroed in `stream`'s order, before the copy queued there.
+    let mut c = DeviceBuffer::<u32>::zeroed(&stream, host.len())?;
     copy_peer_async(&mut c.view_mut(), &b.view(), &stream)?;
     stream.synchronize()?;
     ensure_eq!(c.to_vec()?, host);
     // The runtime's peer copy between allocations made on each device.
     rt::set_device(0)?;
-    let mut r0 = rt::DeviceMemory::<u32>::malloc(host.len())?;
-    r0.copy_from_host(&host)?;
+    let s0 = rt::Stream::create()?;
+    let mut r0 = rt::malloc::<u32>(&s0, host.len())?;
+    rt::memcpy(&mut r0, host.as_slice())?;
     rt::set_device(1)?;
-    let mut r1 = rt::DeviceMemory::<u32>::malloc(host.len())?;
-    ensure_eq!((r0.device(), r1.device()), (0, 1));
+    let s1 = rt::Stream::create()?;
+    let mut r1 = rt::malloc::<u32>(&s1, host.len())?;
+    ensure_eq!((r0.context().device().ordinal(), r1.context().device().ordinal()), (0, 1));
     rt::memcpy_peer(&mut r1, &r0)?;
     ensure_eq!(r1.to_vec()?, host);
     Ok(())
@@ -108,11 +116,12 @@ fn a_kernel_reads_peer_memory() -> TestResult {
     let _ = c1.disable_peer_access(&c0);
     c1.enable_peer_access(&c0)?;
     let n = 4096u32;
-    let x = DeviceBuffer::from_slice(&c0, &(0..n).map(|i| i as f32).collect::<Vec<_>>())?;
-    let y = DeviceBuffer::from_slice(&c1, &vec![1.0f32; n as usize])?;
-    let module = Module::from_ptx(&c1, kernels::PTX)?;
+    let s0 = Stream::new(&c0, StreamFlags::NON_BLOCKING)?;
     let stream = Stream::new(&c1, StreamFlags::NON_BLOCKING)?;
-    let (a, xp, yp) = (2.0f32, x.device_ptr(), y.device_ptr());
+    let x = DeviceBuffer::from_slice(&s0, &(0..n).map(|i| i as f32).collect::<Vec<_>>())?;
+    let y = DeviceBuffer::from_slice(&stream, &vec![1.0f32; n as usize])?;
+    let module = Module::from_ptx(&c1, kernels::PTX)?;
+    let (a, xp, yp) = (2.0f32, x.as_raw(), y.as_raw());
     // SAFETY: saxpy takes (u32, f32, f32*, f32*); x lives on device 0, readable from device 1
     // with peer access enabled above; both hold n floats.
     unsafe {

@@ -4,8 +4,8 @@
 
 use cuda_core::memory::{HostAllocFlags, HostRegisterFlags};
 use cuda_core::runtime::{
-    self as rt, Array, ChannelFormatDesc, ChannelFormatKind, DeviceMemory, Event, HostMemory,
-    HostRegistration, ManagedAttach, MemLocation, MemoryAdvise, MemoryType, Stream,
+    self as rt, Array, ChannelFormatDesc, ChannelFormatKind, Event, HostRegistration, ManagedAttach,
+    MemLocation, MemoryAdvise, MemoryType, Stream,
 };
 use cuda_core::{Context, Device, DeviceBuffer, DeviceView, Error, EventFlags, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
@@ -48,16 +48,23 @@ fn versions_and_devices_match_the_driver() -> TestResult {
 
 fn runtime_and_driver_share_the_primary_context() -> TestResult {
     rt::set_device(0)?;
-    let mut memory = DeviceMemory::<u32>::malloc(1000)?;
+    // A runtime call that needs the device's context: the runtime makes it current.
+    rt::device_synchronize()?;
     let ctx = Context::primary(&Device::get(0)?)?;
     let current = Context::current()?.ok_or("the runtime left no context current")?;
     ensure!(current == ctx, "the runtime's context is the primary context");
+    let stream = Stream::create()?;
+    ensure!(*stream.context() == ctx, "a runtime stream belongs to the primary context");
+    let mut memory = rt::malloc::<u32>(&stream, 1000)?;
+    ensure_eq!(memory.allocator_name(), "cudaMalloc");
+    ensure!(*memory.context() == ctx, "cudaMalloc memory belongs to the primary context");
     let host: Vec<u32> = (0..1000).collect();
-    memory.copy_from_host(&host)?;
+    rt::memcpy(&mut memory, host.as_slice())?;
     // SAFETY: the runtime allocation holds 1000 u32 in the primary context and outlives the view.
-    let view = unsafe { DeviceView::<u32>::from_raw(&ctx, memory.device_ptr(), 1000) };
+    let view = unsafe { DeviceView::<u32>::from_raw(&ctx, memory.as_raw(), 1000) };
     ensure_eq!(view.to_vec()?, host);
-    let buffer = DeviceBuffer::from_slice(&ctx, &vec![7u32; 1000])?;
+    // Memory of the driver's default pool, on the runtime stream.
+    let buffer = DeviceBuffer::from_slice(&stream, &vec![7u32; 1000])?;
     rt::memcpy(&mut memory, &buffer)?;
     ensure_eq!(memory.to_vec()?, vec![7u32; 1000]);
     Ok(())
@@ -67,17 +74,31 @@ fn memory_of_every_kind_round_trips() -> TestResult {
     rt::set_device(0)?;
     let n = 1 << 16;
     let host: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
-    let mut a = DeviceMemory::<f32>::malloc(n)?;
-    let mut b = DeviceMemory::<f32>::malloc(n)?;
-    ensure_eq!((a.len(), a.size_in_bytes(), a.device(), a.is_managed()), (n, n * 4, 0, false));
-    rt::memcpy(&mut a, host.as_slice())?;
     let stream = Stream::with_flags(StreamFlags::NON_BLOCKING)?;
+    let mut a = rt::malloc::<f32>(&stream, n)?;
+    let mut b = rt::malloc::<f32>(&stream, n)?;
+    ensure_eq!(
+        (a.len(), a.size_in_bytes(), a.context().device().ordinal(), a.allocator_name()),
+        (n, n * 4, 0, "cudaMalloc")
+    );
+    rt::memcpy(&mut a, host.as_slice())?;
     rt::memcpy_async(&mut b, &a, &stream)?;
     stream.synchronize()?;
-    let mut pinned = HostMemory::<f32>::alloc(n, HostAllocFlags::PORTABLE)?;
-    ensure!(pinned.iter().all(|x| *x == 0.0), "pinned memory starts zeroed");
+    let mut pinned = rt::host_alloc::<f32>(n, HostAllocFlags::PORTABLE)?;
+    ensure!(pinned.as_slice()?.iter().all(|x| *x == 0.0), "pinned memory starts zeroed");
+    ensure!(pinned.driver_flags()?.contains(HostAllocFlags::PORTABLE), "cudaHostAlloc got the flags");
     rt::memcpy(&mut pinned, &b)?;
-    ensure_eq!(&pinned[..], &host[..]);
+    ensure_eq!(pinned.as_slice()?, &host[..]);
+    // Safe stream-ordered copies with pinned memory: the buffer records them, and reading it
+    // waits for the copy that writes it.
+    let mut back = rt::host_alloc::<f32>(n, HostAllocFlags::empty())?;
+    rt::memcpy_async(&mut back, &a, &stream)?;
+    ensure!(back.has_copies_in_flight(), "the pinned buffer recorded the copy");
+    ensure_eq!(back.as_slice()?, &host[..]);
+    let mut c = rt::malloc::<f32>(&stream, n)?;
+    rt::memcpy_async(&mut c, &back, &stream)?;
+    back.as_mut_slice()?.fill(-1.0); // waits for the copy that reads it
+    ensure_eq!(c.to_vec()?, host);
     // Registered pageable memory, and async copies from and to pinned memory.
     let mut pageable = vec![0f32; n];
     {
@@ -89,17 +110,26 @@ fn memory_of_every_kind_round_trips() -> TestResult {
         ensure_eq!(attributes.memory_type, MemoryType::Host);
     }
     ensure_eq!(pageable, host);
-    ensure_eq!(rt::pointer_get_attributes(a.device_ptr())?.memory_type, MemoryType::Device);
-    ensure_eq!(rt::pointer_get_attributes(a.device_ptr())?.device_pointer, a.device_ptr());
+    ensure_eq!(rt::pointer_get_attributes(a.as_raw())?.memory_type, MemoryType::Device);
+    ensure_eq!(rt::pointer_get_attributes(a.as_raw())?.device_pointer, a.as_raw());
     ensure_eq!(rt::pointer_get_attributes(pageable.as_ptr() as u64)?.memory_type, MemoryType::Unregistered);
     rt::memset(&mut a, 0)?;
     ensure!(a.to_vec()?.iter().all(|x| *x == 0.0), "memset cleared it");
     rt::memset_async(&mut b, 0xff, &stream)?;
     stream.synchronize()?;
     ensure!(b.to_vec()?.iter().all(|x| x.to_bits() == u32::MAX), "memset_async set every byte");
+    // Views are copied and set too.
+    rt::memset(&mut b.slice_mut(..n / 2)?, 0)?;
+    let mut half = vec![1f32; n / 2];
+    rt::memcpy(half.as_mut_slice(), &b.slice(..n / 2)?)?;
+    ensure!(half.iter().all(|x| *x == 0.0), "memset of a view cleared it");
     // Different lengths are refused before the call.
-    let short = DeviceMemory::<f32>::malloc(n - 1)?;
+    let short = rt::malloc::<f32>(&stream, n - 1)?;
     ensure!(matches!(rt::memcpy(&mut a, &short), Err(Error::InvalidArgument { .. })), "length mismatch");
+    ensure!(
+        matches!(rt::memcpy_async(&mut back, &short, &stream), Err(Error::InvalidArgument { .. })),
+        "length mismatch, async"
+    );
     ensure!(rt::take_deferred_errors().is_empty(), "no errors were kept");
     Ok(())
 }
@@ -107,14 +137,15 @@ fn memory_of_every_kind_round_trips() -> TestResult {
 fn managed_memory_is_prefetched_and_advised() -> TestResult {
     rt::set_device(0)?;
     let n = 1 << 20;
-    let mut managed = DeviceMemory::<u32>::malloc_managed(n, ManagedAttach::Global)?;
-    ensure!(managed.is_managed(), "managed");
-    let host: Vec<u32> = (0..n as u32).collect();
-    managed.copy_from_host(&host)?;
     let stream = Stream::create()?;
+    let mut managed = rt::malloc_managed::<u32>(&stream, n, ManagedAttach::Global)?;
+    ensure_eq!(managed.allocator_name(), "cudaMallocManaged");
+    let host: Vec<u32> = (0..n as u32).collect();
+    rt::memcpy(&mut managed, host.as_slice())?;
     rt::mem_advise(&managed, MemoryAdvise::SetPreferredLocation, MemLocation::Device(0))?;
     rt::mem_advise(&managed, MemoryAdvise::SetAccessedBy, MemLocation::Device(0))?;
     rt::mem_advise(&managed, MemoryAdvise::SetReadMostly, MemLocation::Device(0))?;
+    ensure!(managed.is_read_mostly()?, "the driver sees the runtime's advice");
     let concurrent =
         rt::device_get_attribute(cudart_sys::cudaDeviceAttr::cudaDevAttrConcurrentManagedAccess, 0)?;
     if concurrent != 0 {
@@ -122,17 +153,22 @@ fn managed_memory_is_prefetched_and_advised() -> TestResult {
         rt::mem_prefetch_async(&managed, MemLocation::Host, &stream)?;
     }
     stream.synchronize()?;
-    ensure_eq!(rt::pointer_get_attributes(managed.device_ptr())?.memory_type, MemoryType::Managed);
+    ensure_eq!(rt::pointer_get_attributes(managed.as_raw())?.memory_type, MemoryType::Managed);
     ensure_eq!(managed.to_vec()?, host);
-    let plain = DeviceMemory::<u32>::malloc(16)?;
+    if concurrent != 0 {
+        // SAFETY: nothing writes the memory (the stream is synchronized), and with concurrent
+        // managed access the host may read it while other kernels run.
+        ensure_eq!(unsafe { managed.as_host_slice() }, &host[..]);
+    }
+    // Advice and prefetching of memory that is not managed do not compile (the functions take
+    // a ManagedBuffer): see the compile_fail examples of `mem_advise` and `mem_prefetch_async`.
     ensure!(
         matches!(
-            rt::mem_advise(&plain, MemoryAdvise::SetReadMostly, MemLocation::Device(0)),
+            rt::malloc_managed::<u32>(&stream, 0, ManagedAttach::Host),
             Err(Error::InvalidArgument { .. })
         ),
-        "advice on non-managed memory is refused"
+        "zero-size managed"
     );
-    ensure!(DeviceMemory::<u32>::malloc_managed(0, ManagedAttach::Host).is_err(), "zero-size managed");
     Ok(())
 }
 
@@ -142,9 +178,9 @@ fn copies_2d_arrays_and_3d() -> TestResult {
     // 8 rows of 16 floats, host pitch 64 bytes, device pitch 128 bytes.
     let (w, h) = (16usize, 8usize);
     let host: Vec<f32> = (0..w * h).map(|i| i as f32).collect();
-    let mut pitched = DeviceMemory::<f32>::malloc(32 * h)?;
+    let mut pitched = rt::malloc::<f32>(&stream, 32 * h)?;
     rt::memcpy_2d(&mut pitched, 128, host.as_slice(), 64, 64, h)?;
-    let mut copy = DeviceMemory::<f32>::malloc(32 * h)?;
+    let mut copy = rt::malloc::<f32>(&stream, 32 * h)?;
     rt::memcpy_2d_async(&mut copy, 128, &pitched, 128, 64, h, &stream)?;
     stream.synchronize()?;
     let mut back = vec![0f32; w * h];
@@ -168,7 +204,7 @@ fn copies_2d_arrays_and_3d() -> TestResult {
         rt::memcpy_2d_from_array(window.as_mut_slice(), 16, &array, 56, 2, 16, 3).is_err(),
         "past the row end"
     );
-    let mut from_device = DeviceMemory::<f32>::malloc(w * h)?;
+    let mut from_device = rt::malloc::<f32>(&stream, w * h)?;
     rt::memcpy_2d_from_array_async(&mut from_device, 64, &array, 0, 0, 64, h, &stream)?;
     rt::memcpy_2d_to_array_async(&mut array, 0, 0, &copy, 128, 64, h, &stream)?;
     stream.synchronize()?;
@@ -178,12 +214,12 @@ fn copies_2d_arrays_and_3d() -> TestResult {
     let volume: Vec<f32> = (0..x * y * z).map(|i| i as f32 * 2.0).collect();
     let mut array3 = Array::malloc_3d(desc, x, y, z)?;
     rt::memcpy_3d_to_array(&mut array3, volume.as_slice())?;
-    let mut linear = DeviceMemory::<f32>::malloc(x * y * z)?;
+    let mut linear = rt::malloc::<f32>(&stream, x * y * z)?;
     rt::memcpy_3d_from_array(&mut linear, &array3)?;
     ensure_eq!(linear.to_vec()?, volume);
     let mut array3b = Array::malloc_3d(desc, x, y, z)?;
     rt::memcpy_3d_to_array_async(&mut array3b, &linear, &stream)?;
-    let mut linear_b = DeviceMemory::<f32>::malloc(x * y * z)?;
+    let mut linear_b = rt::malloc::<f32>(&stream, x * y * z)?;
     rt::memcpy_3d_from_array_async(&mut linear_b, &array3b, &stream)?;
     stream.synchronize()?;
     ensure_eq!(linear_b.to_vec()?, volume);
@@ -198,7 +234,7 @@ fn streams_events_and_callbacks() -> TestResult {
     let stream = Stream::with_flags(StreamFlags::NON_BLOCKING)?;
     let other = Stream::create()?;
     let (start, end) = (Event::create()?, Event::create()?);
-    let mut big = DeviceMemory::<u8>::malloc(256 << 20)?;
+    let mut big = rt::malloc::<u8>(&stream, 256 << 20)?;
     start.record(&stream)?;
     rt::memset_async(&mut big, 1, &stream)?;
     end.record(&stream)?;
@@ -233,13 +269,13 @@ fn streams_events_and_callbacks() -> TestResult {
 
 fn peer_calls_on_one_device() -> TestResult {
     rt::set_device(0)?;
-    let mut a = DeviceMemory::<u64>::malloc(4096)?;
+    let stream = Stream::create()?;
+    let mut a = rt::malloc::<u64>(&stream, 4096)?;
     let host: Vec<u64> = (0..4096).map(|i| i * 3).collect();
-    a.copy_from_host(&host)?;
-    let mut b = DeviceMemory::<u64>::malloc(4096)?;
+    rt::memcpy(&mut a, host.as_slice())?;
+    let mut b = rt::malloc::<u64>(&stream, 4096)?;
     rt::memcpy_peer(&mut b, &a)?;
     ensure_eq!(b.to_vec()?, host);
-    let stream = Stream::create()?;
     rt::memset(&mut b, 0)?;
     rt::memcpy_peer_async(&mut b, &a, &stream)?;
     stream.synchronize()?;

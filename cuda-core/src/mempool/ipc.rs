@@ -3,16 +3,22 @@
 //!
 //! The exporting process creates a pool with [`ShareableHandle::PosixFileDescriptor`], sends
 //! the descriptor from [`MemPool::export_to_fd`] to the other process (over a Unix socket with
-//! `SCM_RIGHTS`, or by inheritance), and sends each allocation's [`PointerExportData`]. The
-//! importer calls [`MemPool::import_from_fd`] and [`MemPool::import_pointer`]; it must drop the
-//! imported pointer before the exporter frees the allocation.
+//! `SCM_RIGHTS`, or by inheritance), and sends each allocation's [`PointerExportData`] with its
+//! length. The importer calls [`MemPool::import_from_fd`] and [`MemPool::import_pointer`],
+//! which gives the allocation as a [`DeviceBuffer`]; dropping that buffer frees the import
+//! (`cuMemFreeAsync` on the buffer's stream), which must happen before the exporter frees the
+//! allocation.
 //!
 //! [`ShareableHandle::PosixFileDescriptor`]: super::ShareableHandle::PosixFileDescriptor
 
 use super::MemPool;
 use crate::error::check;
-use crate::{Context, Error, Result};
+use crate::memory::checked_bytes;
+use crate::pool::{Allocator, DeviceAllocation, StreamRef};
+use crate::{Context, DeviceBuffer, Error, Result, Stream};
+use bytemuck::Pod;
 use cuda_driver_sys as sys;
+use std::sync::Arc;
 
 /// What identifies one allocation of an exported pool to an importing process: 64 opaque
 /// bytes, safe to send by any means.
@@ -79,8 +85,29 @@ impl MemPool {
     }
 
     /// Maps an allocation exported by another process from the pool this one was imported
-    /// from ([`cuMemPoolImportPointer`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
-    pub fn import_pointer(&self, context: &Context, data: &PointerExportData) -> Result<ImportedPointer> {
+    /// from, as a buffer of `len` elements ordered on `stream`
+    /// ([`cuMemPoolImportPointer`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
+    ///
+    /// The buffer's allocator frees the import with
+    /// [`cuMemFreeAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)
+    /// on the buffer's stream when it is dropped, and keeps this (imported) pool alive until
+    /// then. A length of 0, or one whose byte size overflows, is an [`Error::InvalidArgument`],
+    /// as is an imported address not aligned for `T`.
+    ///
+    /// # Safety
+    ///
+    /// The exported allocation holds at least `len` elements of `T` (the importer cannot
+    /// check it: send the length with the export data), and the exporting process does not
+    /// free it until the returned buffer has been dropped here and that free has completed
+    /// (or the exporter's free is ordered after it).
+    pub unsafe fn import_pointer<T: Pod>(
+        &self,
+        stream: &Stream,
+        data: &PointerExportData,
+        len: usize,
+    ) -> Result<DeviceBuffer<T>> {
+        let bytes = checked_bytes::<T>("MemPool::import_pointer", len)?;
+        let context = stream.context();
         context.enter()?;
         let mut raw = sys::CUmemPoolPtrExportData { reserved: data.0 };
         let mut ptr = 0;
@@ -88,29 +115,57 @@ impl MemPool {
         check("cuMemPoolImportPointer", unsafe {
             sys::cuMemPoolImportPointer(&mut ptr, self.as_raw(), &mut raw)
         })?;
-        Ok(ImportedPointer { ptr, context: context.clone() })
+        let allocation = DeviceAllocation { ptr, size: bytes, token: 0 };
+        let allocator = Arc::new(ImportedMemory { context: context.clone(), _pool: self.clone() });
+        let adopted = if ptr % std::mem::align_of::<T>() as u64 == 0 {
+            let shared: Arc<dyn Allocator> = allocator.clone();
+            // SAFETY: the import is device memory of the stream's context that nothing else
+            // owns, aligned for `T`; the caller vouches that it holds `len` elements and stays
+            // allocated until it is freed here; `shared` frees it.
+            unsafe { DeviceBuffer::from_allocation(stream, shared, allocation, len) }
+        } else {
+            Err(Error::invalid(
+                "MemPool::import_pointer",
+                format!("the imported address {ptr:#x} is not aligned for the element type"),
+            ))
+        };
+        if adopted.is_err() {
+            // SAFETY: the import was not adopted and nothing used it.
+            let _ = unsafe { allocator.deallocate(allocation, StreamRef::from(stream)) };
+        }
+        adopted
     }
 }
 
-/// An allocation of another process, mapped into this one; unmapped (`cuMemFree`) on drop,
-/// which must happen before the exporter frees it.
+/// The allocator of imported allocations: nothing can be allocated from it; giving an import
+/// back unmaps it in this process with `cuMemFreeAsync`, ordered on the buffer's stream.
 #[derive(Debug)]
-pub struct ImportedPointer {
-    ptr: sys::CUdeviceptr,
+struct ImportedMemory {
     context: Context,
+    /// The imported pool, kept alive while its imports are.
+    _pool: MemPool,
 }
 
-impl ImportedPointer {
-    /// The device address in this process.
-    pub fn as_raw(&self) -> sys::CUdeviceptr {
-        self.ptr
+impl Allocator for ImportedMemory {
+    fn allocate(&self, _size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
+        Err(Error::invalid(
+            "MemPool::import_pointer",
+            "memory of an imported pool cannot be allocated here; the exporting process allocates it",
+        ))
     }
-}
 
-impl Drop for ImportedPointer {
-    fn drop(&mut self) {
-        let ptr = self.ptr;
-        // SAFETY: the mapping is released once.
-        self.context.with_current_for_drop("cuMemFree", || unsafe { sys::cuMemFree(ptr) });
+    unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
+        self.context.make_current()?;
+        if stream.as_raw().is_null() {
+            // Given back without a stream: work on streams that do not synchronize with the
+            // legacy stream may still use it, so wait.
+            self.context.synchronize()?;
+        }
+        // SAFETY: the caller gives back an import of this allocator, once, ordered on `stream`.
+        check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(allocation.ptr, stream.as_raw()) })
+    }
+
+    fn name(&self) -> &'static str {
+        "cuMemPoolImportPointer"
     }
 }

@@ -2,15 +2,35 @@
 //! ([Stream Ordered Memory Allocator](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
 //!
 //! [`MemPool`] wraps a `CUmemoryPool`: the device's default pool, its current pool, or one
-//! created with [`MemPoolProps`]. Memory comes from it with [`MemPool::alloc_async`], ordered
-//! on a stream. Pools created with a POSIX file-descriptor handle type can be shared with
-//! another process ([`ipc`]).
+//! created with [`MemPoolProps`]. Memory comes from it as the crate's
+//! [`DeviceBuffer`](crate::DeviceBuffer), through the stream-ordered allocator
+//! [`AsyncAllocator::from_pool`] (or [`MemPool::allocator`]): allocated with
+//! `cuMemAllocFromPoolAsync` on the buffer's stream, given back with `cuMemFreeAsync` in that
+//! stream's order. The allocator can also be the upstream of a
+//! [`MemoryPool`](crate::pool::MemoryPool). Pools created with a POSIX file-descriptor handle
+//! type can be shared with another process ([`ipc`]).
+//!
+//! ```no_run
+//! use cuda_core::mempool::{MemPool, MemPoolProps};
+//! use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+//! # fn main() -> cuda_core::Result<()> {
+//! let ctx = Context::primary(&Device::get(0)?)?;
+//! let pool = MemPool::create(&MemPoolProps::device(ctx.device()))?;
+//! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+//! let buffer = DeviceBuffer::<f32>::new_in(&stream, 1 << 20, pool.allocator(&ctx))?;
+//! stream.synchronize()?;
+//! assert!(pool.used_mem_current()? >= 4 << 20);
+//! drop(buffer); // cuMemFreeAsync on `stream`
+//! # Ok(()) }
+//! ```
 
 pub mod ipc;
 
 use crate::error::check;
-use crate::{Device, Error, Result, Stream};
+use crate::pool::{Allocator, AsyncAllocator};
+use crate::{Context, Device, Error, Result};
 use cuda_driver_sys as sys;
+use std::sync::Arc;
 
 /// How a pool's memory may be shared with other processes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -125,21 +145,33 @@ fn device_location(device: Device) -> Result<sys::CUmemLocation> {
 
 /// A stream-ordered memory pool of the driver (`CUmemoryPool`).
 ///
-/// A pool made by [`MemPool::create`] or imported is destroyed on drop (the driver keeps its
-/// memory until outstanding allocations are freed); the device's default and current pools
-/// are borrowed.
-#[derive(Debug)]
+/// A pool made by [`MemPool::create`] or imported is destroyed when the last clone is dropped
+/// (the driver keeps its memory until outstanding allocations are freed); the device's default
+/// and current pools are borrowed. Cloning is cheap and shares the pool: allocators made from
+/// it ([`MemPool::allocator`], [`AsyncAllocator::from_pool`]) hold a clone, so the pool lives
+/// as long as they do.
+#[derive(Clone, Debug)]
 pub struct MemPool {
+    inner: Arc<PoolHandle>,
+}
+
+/// The pool handle behind the clones of a [`MemPool`].
+#[derive(Debug)]
+struct PoolHandle {
     raw: sys::CUmemoryPool,
     owned: bool,
 }
 
 // SAFETY: a CUmemoryPool may be used from any thread; the driver synchronizes access to it.
-unsafe impl Send for MemPool {}
-// SAFETY: as above.
-unsafe impl Sync for MemPool {}
+unsafe impl Send for PoolHandle {}
+// SAFETY: as above; the fields are never mutated after creation.
+unsafe impl Sync for PoolHandle {}
 
 impl MemPool {
+    fn wrap(raw: sys::CUmemoryPool, owned: bool) -> MemPool {
+        MemPool { inner: Arc::new(PoolHandle { raw, owned }) }
+    }
+
     /// Creates a pool ([`cuMemPoolCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
     pub fn create(props: &MemPoolProps) -> Result<MemPool> {
         crate::device::init()?;
@@ -147,7 +179,7 @@ impl MemPool {
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the properties are a valid, initialized struct.
         check("cuMemPoolCreate", unsafe { sys::cuMemPoolCreate(&mut raw, &raw_props) })?;
-        Ok(MemPool { raw, owned: true })
+        Ok(MemPool::wrap(raw, true))
     }
 
     /// The device's default pool, borrowed
@@ -159,7 +191,7 @@ impl MemPool {
         check("cuDeviceGetDefaultMemPool", unsafe {
             sys::cuDeviceGetDefaultMemPool(&mut raw, device.as_raw())
         })?;
-        Ok(MemPool { raw, owned: false })
+        Ok(MemPool::wrap(raw, false))
     }
 
     /// The device's current pool, the one `cuMemAllocAsync` uses, borrowed
@@ -169,7 +201,7 @@ impl MemPool {
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter.
         check("cuDeviceGetMemPool", unsafe { sys::cuDeviceGetMemPool(&mut raw, device.as_raw()) })?;
-        Ok(MemPool { raw, owned: false })
+        Ok(MemPool::wrap(raw, false))
     }
 
     /// Makes `pool` the device's current pool
@@ -177,28 +209,43 @@ impl MemPool {
     /// it must stay alive while it is current.
     pub fn set_current(device: &Device, pool: &MemPool) -> Result<()> {
         // SAFETY: the pool is alive.
-        check("cuDeviceSetMemPool", unsafe { sys::cuDeviceSetMemPool(device.as_raw(), pool.raw) })
+        check("cuDeviceSetMemPool", unsafe { sys::cuDeviceSetMemPool(device.as_raw(), pool.as_raw()) })
     }
 
-    /// Wraps a raw pool; `owned` pools are destroyed on drop.
+    /// Wraps a raw pool; an `owned` pool is destroyed when the last clone is dropped.
     ///
     /// # Safety
     ///
-    /// `raw` is a live pool; if `owned`, nothing else destroys it.
+    /// `raw` is a live pool; if `owned`, nothing else destroys it; if not, it stays alive as
+    /// long as the returned value and its clones.
     pub unsafe fn from_raw(raw: sys::CUmemoryPool, owned: bool) -> MemPool {
-        MemPool { raw, owned }
+        MemPool::wrap(raw, owned)
     }
 
     /// The raw `CUmemoryPool`.
     pub fn as_raw(&self) -> sys::CUmemoryPool {
-        self.raw
+        self.inner.raw
+    }
+
+    /// Whether the pool is destroyed when the last clone is dropped (created or imported).
+    pub fn is_owned(&self) -> bool {
+        self.inner.owned
+    }
+
+    /// The stream-ordered allocator of this pool in `context` (a context of the pool's device):
+    /// [`AsyncAllocator::from_pool`] with a clone of the pool, shared. Buffers get their memory
+    /// from it with `DeviceBuffer::new_in(&stream, len, pool.allocator(&ctx))`
+    /// ([`cuMemAllocFromPoolAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html),
+    /// given back with `cuMemFreeAsync`).
+    pub fn allocator(&self, context: &Context) -> Arc<dyn Allocator> {
+        Arc::new(AsyncAllocator::from_pool(context, self.clone()))
     }
 
     fn get_u64(&self, attr: sys::CUmemPool_attribute) -> Result<u64> {
         let mut v: u64 = 0;
         // SAFETY: these attributes are 64-bit values.
         check("cuMemPoolGetAttribute", unsafe {
-            sys::cuMemPoolGetAttribute(self.raw, attr, (&mut v as *mut u64).cast())
+            sys::cuMemPoolGetAttribute(self.as_raw(), attr, (&mut v as *mut u64).cast())
         })?;
         Ok(v)
     }
@@ -206,7 +253,7 @@ impl MemPool {
     fn set_u64(&self, attr: sys::CUmemPool_attribute, mut v: u64) -> Result<()> {
         // SAFETY: these attributes are 64-bit values.
         check("cuMemPoolSetAttribute", unsafe {
-            sys::cuMemPoolSetAttribute(self.raw, attr, (&mut v as *mut u64).cast())
+            sys::cuMemPoolSetAttribute(self.as_raw(), attr, (&mut v as *mut u64).cast())
         })
     }
 
@@ -214,7 +261,7 @@ impl MemPool {
         let mut v: i32 = 0;
         // SAFETY: the reuse attributes are ints.
         check("cuMemPoolGetAttribute", unsafe {
-            sys::cuMemPoolGetAttribute(self.raw, attr, (&mut v as *mut i32).cast())
+            sys::cuMemPoolGetAttribute(self.as_raw(), attr, (&mut v as *mut i32).cast())
         })?;
         Ok(v != 0)
     }
@@ -223,7 +270,7 @@ impl MemPool {
         let mut v = i32::from(on);
         // SAFETY: the reuse attributes are ints.
         check("cuMemPoolSetAttribute", unsafe {
-            sys::cuMemPoolSetAttribute(self.raw, attr, (&mut v as *mut i32).cast())
+            sys::cuMemPoolSetAttribute(self.as_raw(), attr, (&mut v as *mut i32).cast())
         })
     }
 
@@ -305,7 +352,7 @@ impl MemPool {
     /// in use ([`cuMemPoolTrimTo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
     pub fn trim_to(&self, min_bytes_to_keep: usize) -> Result<()> {
         // SAFETY: the pool is alive.
-        check("cuMemPoolTrimTo", unsafe { sys::cuMemPoolTrimTo(self.raw, min_bytes_to_keep) })
+        check("cuMemPoolTrimTo", unsafe { sys::cuMemPoolTrimTo(self.as_raw(), min_bytes_to_keep) })
     }
 
     /// Grants `device` the given access to the pool's memory
@@ -313,7 +360,7 @@ impl MemPool {
     pub fn set_access(&self, device: &Device, access: Access) -> Result<()> {
         let desc = sys::CUmemAccessDesc { location: device_location(*device)?, flags: access.as_raw() };
         // SAFETY: one descriptor, read by the call.
-        check("cuMemPoolSetAccess", unsafe { sys::cuMemPoolSetAccess(self.raw, &desc, 1) })
+        check("cuMemPoolSetAccess", unsafe { sys::cuMemPoolSetAccess(self.as_raw(), &desc, 1) })
     }
 
     /// The access `device` has to the pool's memory
@@ -322,81 +369,19 @@ impl MemPool {
         let mut location = device_location(*device)?;
         let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
         // SAFETY: one out-parameter and one location, both live locals.
-        check("cuMemPoolGetAccess", unsafe { sys::cuMemPoolGetAccess(&mut flags, self.raw, &mut location) })?;
+        check("cuMemPoolGetAccess", unsafe {
+            sys::cuMemPoolGetAccess(&mut flags, self.as_raw(), &mut location)
+        })?;
         Access::try_from(flags)
     }
-
-    /// Allocates `size` bytes from this pool, ordered on `stream`
-    /// ([`cuMemAllocFromPoolAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html));
-    /// freed with `cuMemFreeAsync` on the same stream when dropped.
-    pub fn alloc_async(&self, size: usize, stream: &Stream) -> Result<MemPoolBuffer> {
-        stream.context().enter()?;
-        let mut ptr = 0;
-        // SAFETY: one out-parameter; the pool and the stream are alive.
-        check("cuMemAllocFromPoolAsync", unsafe {
-            sys::cuMemAllocFromPoolAsync(&mut ptr, size, self.raw, stream.as_raw())
-        })?;
-        Ok(MemPoolBuffer { ptr, size, stream: stream.clone(), owned: true })
-    }
 }
 
-impl Drop for MemPool {
+impl Drop for PoolHandle {
     fn drop(&mut self) {
         if self.owned {
-            // SAFETY: this value owns the pool and destroys it once. An error cannot be
-            // reported from here; the driver keeps memory still allocated until it is freed.
+            // SAFETY: the last clone destroys the pool once. An error cannot be reported from
+            // here; the driver keeps memory still allocated until it is freed.
             let _ = unsafe { sys::cuMemPoolDestroy(self.raw) };
-        }
-    }
-}
-
-/// Memory from a [`MemPool`], freed on its stream when dropped.
-#[derive(Debug)]
-pub struct MemPoolBuffer {
-    ptr: sys::CUdeviceptr,
-    size: usize,
-    stream: Stream,
-    owned: bool,
-}
-
-impl MemPoolBuffer {
-    /// The device address.
-    pub fn as_raw(&self) -> sys::CUdeviceptr {
-        self.ptr
-    }
-
-    /// The bytes allocated.
-    pub fn len(&self) -> usize {
-        self.size
-    }
-
-    /// Whether it has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.size == 0
-    }
-
-    /// The stream it is freed on.
-    pub fn stream(&self) -> &Stream {
-        &self.stream
-    }
-
-    /// Frees it on `stream` instead, ordered after the work queued there so far.
-    pub fn free_on(mut self, stream: &Stream) -> Result<()> {
-        self.owned = false;
-        stream.context().enter()?;
-        // SAFETY: the memory is freed once, here; the caller orders its uses before `stream`.
-        check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(self.ptr, stream.as_raw()) })
-    }
-}
-
-impl Drop for MemPoolBuffer {
-    fn drop(&mut self) {
-        if self.owned {
-            let (ptr, stream) = (self.ptr, self.stream.as_raw());
-            // SAFETY: the memory is freed once, ordered on the stream it was allocated on.
-            self.stream
-                .context()
-                .with_current_for_drop("cuMemFreeAsync", || unsafe { sys::cuMemFreeAsync(ptr, stream) });
         }
     }
 }

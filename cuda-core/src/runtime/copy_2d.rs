@@ -1,7 +1,12 @@
 //! Runtime 2D, array and 3D copies. Pitches, windows and extents are checked against both
-//! sides before any call.
+//! sides before any call. The synchronous forms wait for the default stream they run on, so
+//! their result is visible to any stream. The stream-ordered forms take device memory and [`PinnedBuffer`]s
+//! (which record the copy), as [`memcpy_async`](super::memcpy_async) does.
+//!
+//! [`PinnedBuffer`]: crate::PinnedBuffer
 
-use super::{Array, CopyDestination, CopySource, DeviceResident, Stream};
+use super::copy::finished;
+use super::{Array, AsyncDestination, AsyncSource, CopyDestination, CopySource};
 use crate::error::{Error, Result, check_runtime};
 use bytemuck::Pod;
 use cudart_sys as rt;
@@ -51,22 +56,17 @@ pub fn memcpy_2d<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Siz
     let size = std::mem::size_of::<T>();
     check_rows(op, "destination", dst.destination_len() * size, dpitch, width_bytes, height)?;
     check_rows(op, "source", src.source_len() * size, spitch, width_bytes, height)?;
+    let (d, s) = (dst.destination_ptr()?, src.source_ptr()?);
     // SAFETY: both sides hold the rows (checked above).
-    check_runtime("cudaMemcpy2D", unsafe {
-        rt::cudaMemcpy2D(
-            dst.destination_ptr(),
-            dpitch,
-            src.source_ptr(),
-            spitch,
-            width_bytes,
-            height,
-            rt::cudaMemcpyKind::cudaMemcpyDefault,
-        )
-    })
+    finished(check_runtime("cudaMemcpy2D", unsafe {
+        rt::cudaMemcpy2D(d, dpitch, s, spitch, width_bytes, height, rt::cudaMemcpyKind::cudaMemcpyDefault)
+    }))
 }
 
-/// [`memcpy_2d`] between device allocations, queued on `stream`
+/// [`memcpy_2d`] queued on `stream`, between device memory and [`PinnedBuffer`]s
 /// ([`cudaMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// [`PinnedBuffer`]: crate::PinnedBuffer
 pub fn memcpy_2d_async<T, D, S>(
     dst: &mut D,
     dpitch: usize,
@@ -74,29 +74,35 @@ pub fn memcpy_2d_async<T, D, S>(
     spitch: usize,
     width_bytes: usize,
     height: usize,
-    stream: &Stream,
+    stream: &crate::Stream,
 ) -> Result<()>
 where
     T: Pod,
-    D: CopyDestination<T> + DeviceResident + ?Sized,
-    S: CopySource<T> + DeviceResident + ?Sized,
+    D: AsyncDestination<T> + ?Sized,
+    S: AsyncSource<T> + ?Sized,
 {
     let op = "runtime::memcpy_2d_async";
     let size = std::mem::size_of::<T>();
     check_rows(op, "destination", dst.destination_len() * size, dpitch, width_bytes, height)?;
     check_rows(op, "source", src.source_len() * size, spitch, width_bytes, height)?;
-    // SAFETY: as for memcpy_2d; device memory's free waits for the copy.
-    check_runtime("cudaMemcpy2DAsync", unsafe {
-        rt::cudaMemcpy2DAsync(
-            dst.destination_ptr(),
-            dpitch,
-            src.source_ptr(),
-            spitch,
-            width_bytes,
-            height,
-            rt::cudaMemcpyKind::cudaMemcpyDefault,
-            stream.as_raw(),
-        )
+    stream.context().enter()?;
+    src.read_on(stream, |s| {
+        dst.write_on(stream, |d| {
+            // SAFETY: as for memcpy_2d; both sides stay allocated and untouched by the host
+            // until the copy has run (the traits' contracts).
+            check_runtime("cudaMemcpy2DAsync", unsafe {
+                rt::cudaMemcpy2DAsync(
+                    d,
+                    dpitch,
+                    s,
+                    spitch,
+                    width_bytes,
+                    height,
+                    rt::cudaMemcpyKind::cudaMemcpyDefault,
+                    stream.as_raw().cast(),
+                )
+            })
+        })
     })
 }
 
@@ -141,25 +147,28 @@ pub fn memcpy_2d_to_array<T: Pod, S: CopySource<T> + ?Sized>(
     let op = "runtime::memcpy_2d_to_array";
     check_window(op, dst, x, y, width_bytes, height)?;
     check_rows(op, "source", src.source_len() * std::mem::size_of::<T>(), spitch, width_bytes, height)?;
+    let s = src.source_ptr()?;
     // SAFETY: the window is inside the array and the source holds the rows.
-    check_runtime("cudaMemcpy2DToArray", unsafe {
+    finished(check_runtime("cudaMemcpy2DToArray", unsafe {
         rt::cudaMemcpy2DToArray(
             dst.as_raw(),
             x,
             y,
-            src.source_ptr(),
+            s,
             spitch,
             width_bytes,
             height,
             rt::cudaMemcpyKind::cudaMemcpyDefault,
         )
-    })
+    }))
 }
 
-/// [`memcpy_2d_to_array`] from device memory, queued on `stream`
+/// [`memcpy_2d_to_array`] queued on `stream`, from device memory or a [`PinnedBuffer`]
 /// ([`cudaMemcpy2DToArrayAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// [`PinnedBuffer`]: crate::PinnedBuffer
 #[allow(clippy::too_many_arguments)]
-pub fn memcpy_2d_to_array_async<T: Pod, S: CopySource<T> + DeviceResident + ?Sized>(
+pub fn memcpy_2d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
     dst: &mut Array,
     x: usize,
     y: usize,
@@ -167,24 +176,29 @@ pub fn memcpy_2d_to_array_async<T: Pod, S: CopySource<T> + DeviceResident + ?Siz
     spitch: usize,
     width_bytes: usize,
     height: usize,
-    stream: &Stream,
+    stream: &crate::Stream,
 ) -> Result<()> {
     let op = "runtime::memcpy_2d_to_array_async";
     check_window(op, dst, x, y, width_bytes, height)?;
     check_rows(op, "source", src.source_len() * std::mem::size_of::<T>(), spitch, width_bytes, height)?;
-    // SAFETY: as above; freeing the array or the device memory waits for the copy.
-    check_runtime("cudaMemcpy2DToArrayAsync", unsafe {
-        rt::cudaMemcpy2DToArrayAsync(
-            dst.as_raw(),
-            x,
-            y,
-            src.source_ptr(),
-            spitch,
-            width_bytes,
-            height,
-            rt::cudaMemcpyKind::cudaMemcpyDefault,
-            stream.as_raw(),
-        )
+    stream.context().enter()?;
+    let array = dst.as_raw();
+    src.read_on(stream, |s| {
+        // SAFETY: as above; freeing the array waits for the copy, and the source stays
+        // allocated and unwritten until it has run (the trait's contract).
+        check_runtime("cudaMemcpy2DToArrayAsync", unsafe {
+            rt::cudaMemcpy2DToArrayAsync(
+                array,
+                x,
+                y,
+                s,
+                spitch,
+                width_bytes,
+                height,
+                rt::cudaMemcpyKind::cudaMemcpyDefault,
+                stream.as_raw().cast(),
+            )
+        })
     })
 }
 
@@ -211,10 +225,11 @@ pub fn memcpy_2d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(
         width_bytes,
         height,
     )?;
+    let d = dst.destination_ptr()?;
     // SAFETY: the window is inside the array and the destination holds the rows.
-    check_runtime("cudaMemcpy2DFromArray", unsafe {
+    finished(check_runtime("cudaMemcpy2DFromArray", unsafe {
         rt::cudaMemcpy2DFromArray(
-            dst.destination_ptr(),
+            d,
             dpitch,
             src.as_raw(),
             x,
@@ -223,13 +238,15 @@ pub fn memcpy_2d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(
             height,
             rt::cudaMemcpyKind::cudaMemcpyDefault,
         )
-    })
+    }))
 }
 
-/// [`memcpy_2d_from_array`] into device memory, queued on `stream`
+/// [`memcpy_2d_from_array`] queued on `stream`, into device memory or a [`PinnedBuffer`]
 /// ([`cudaMemcpy2DFromArrayAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// [`PinnedBuffer`]: crate::PinnedBuffer
 #[allow(clippy::too_many_arguments)]
-pub fn memcpy_2d_from_array_async<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(
+pub fn memcpy_2d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
     dst: &mut D,
     dpitch: usize,
     src: &Array,
@@ -237,7 +254,7 @@ pub fn memcpy_2d_from_array_async<T: Pod, D: CopyDestination<T> + DeviceResident
     y: usize,
     width_bytes: usize,
     height: usize,
-    stream: &Stream,
+    stream: &crate::Stream,
 ) -> Result<()> {
     let op = "runtime::memcpy_2d_from_array_async";
     check_window(op, src, x, y, width_bytes, height)?;
@@ -249,19 +266,24 @@ pub fn memcpy_2d_from_array_async<T: Pod, D: CopyDestination<T> + DeviceResident
         width_bytes,
         height,
     )?;
-    // SAFETY: as above; freeing either side waits for the copy.
-    check_runtime("cudaMemcpy2DFromArrayAsync", unsafe {
-        rt::cudaMemcpy2DFromArrayAsync(
-            dst.destination_ptr(),
-            dpitch,
-            src.as_raw(),
-            x,
-            y,
-            width_bytes,
-            height,
-            rt::cudaMemcpyKind::cudaMemcpyDefault,
-            stream.as_raw(),
-        )
+    stream.context().enter()?;
+    let array = src.as_raw();
+    dst.write_on(stream, |d| {
+        // SAFETY: as above; freeing the array waits for the copy, and the destination stays
+        // allocated and untouched by the host until it has run (the trait's contract).
+        check_runtime("cudaMemcpy2DFromArrayAsync", unsafe {
+            rt::cudaMemcpy2DFromArrayAsync(
+                d,
+                dpitch,
+                array,
+                x,
+                y,
+                width_bytes,
+                height,
+                rt::cudaMemcpyKind::cudaMemcpyDefault,
+                stream.as_raw().cast(),
+            )
+        })
     })
 }
 
@@ -296,62 +318,74 @@ fn params_3d(
 /// Fills the whole array from tightly packed `src` (rows, then slices)
 /// ([`cudaMemcpy3D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
 pub fn memcpy_3d_to_array<T: Pod, S: CopySource<T> + ?Sized>(dst: &mut Array, src: &S) -> Result<()> {
-    let mut p = params_3d(
-        "runtime::memcpy_3d_to_array",
-        dst,
-        src.source_ptr().cast_mut(),
-        src.source_len() * std::mem::size_of::<T>(),
-    )?;
+    let op = "runtime::memcpy_3d_to_array";
+    let bytes = src.source_len() * std::mem::size_of::<T>();
+    params_3d(op, dst, std::ptr::null_mut(), bytes)?;
+    let mut p = params_3d(op, dst, src.source_ptr()?.cast_mut(), bytes)?;
     p.dstPtr = rt::cudaPitchedPtr::default();
     p.dstArray = dst.as_raw();
     // SAFETY: the parameters describe the whole array and a source of exactly its size; the
     // runtime only reads the source.
-    check_runtime("cudaMemcpy3D", unsafe { rt::cudaMemcpy3D(&p) })
+    finished(check_runtime("cudaMemcpy3D", unsafe { rt::cudaMemcpy3D(&p) }))
 }
 
-/// [`memcpy_3d_to_array`] from device memory, queued on `stream`
+/// [`memcpy_3d_to_array`] queued on `stream`, from device memory or a [`PinnedBuffer`]
 /// ([`cudaMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
-pub fn memcpy_3d_to_array_async<T: Pod, S: CopySource<T> + DeviceResident + ?Sized>(
+///
+/// [`PinnedBuffer`]: crate::PinnedBuffer
+pub fn memcpy_3d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
     dst: &mut Array,
     src: &S,
-    stream: &Stream,
+    stream: &crate::Stream,
 ) -> Result<()> {
-    let mut p = params_3d(
-        "runtime::memcpy_3d_to_array_async",
-        dst,
-        src.source_ptr().cast_mut(),
-        src.source_len() * std::mem::size_of::<T>(),
-    )?;
-    p.dstPtr = rt::cudaPitchedPtr::default();
-    p.dstArray = dst.as_raw();
-    // SAFETY: as above; freeing either side waits for the copy.
-    check_runtime("cudaMemcpy3DAsync", unsafe { rt::cudaMemcpy3DAsync(&p, stream.as_raw()) })
+    let op = "runtime::memcpy_3d_to_array_async";
+    let bytes = src.source_len() * std::mem::size_of::<T>();
+    params_3d(op, dst, std::ptr::null_mut(), bytes)?;
+    stream.context().enter()?;
+    src.read_on(stream, |s| {
+        let mut p = params_3d(op, dst, s.cast_mut(), bytes)?;
+        p.dstPtr = rt::cudaPitchedPtr::default();
+        p.dstArray = dst.as_raw();
+        // SAFETY: as above; freeing the array waits for the copy, and the source stays
+        // allocated and unwritten until it has run (the trait's contract).
+        check_runtime("cudaMemcpy3DAsync", unsafe { rt::cudaMemcpy3DAsync(&p, stream.as_raw().cast()) })
+    })
 }
 
 /// Reads the whole array into tightly packed `dst` (rows, then slices)
 /// ([`cudaMemcpy3D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
 pub fn memcpy_3d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(dst: &mut D, src: &Array) -> Result<()> {
+    let op = "runtime::memcpy_3d_from_array";
     let bytes = dst.destination_len() * std::mem::size_of::<T>();
-    let mut p = params_3d("runtime::memcpy_3d_from_array", src, dst.destination_ptr(), bytes)?;
+    params_3d(op, src, std::ptr::null_mut(), bytes)?;
+    let mut p = params_3d(op, src, dst.destination_ptr()?, bytes)?;
     p.srcPtr = rt::cudaPitchedPtr::default();
     p.srcArray = src.as_raw();
     // SAFETY: the parameters describe the whole array and a destination of exactly its size.
-    check_runtime("cudaMemcpy3D", unsafe { rt::cudaMemcpy3D(&p) })
+    finished(check_runtime("cudaMemcpy3D", unsafe { rt::cudaMemcpy3D(&p) }))
 }
 
-/// [`memcpy_3d_from_array`] into device memory, queued on `stream`
+/// [`memcpy_3d_from_array`] queued on `stream`, into device memory or a [`PinnedBuffer`]
 /// ([`cudaMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
-pub fn memcpy_3d_from_array_async<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(
+///
+/// [`PinnedBuffer`]: crate::PinnedBuffer
+pub fn memcpy_3d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
     dst: &mut D,
     src: &Array,
-    stream: &Stream,
+    stream: &crate::Stream,
 ) -> Result<()> {
+    let op = "runtime::memcpy_3d_from_array_async";
     let bytes = dst.destination_len() * std::mem::size_of::<T>();
-    let mut p = params_3d("runtime::memcpy_3d_from_array_async", src, dst.destination_ptr(), bytes)?;
-    p.srcPtr = rt::cudaPitchedPtr::default();
-    p.srcArray = src.as_raw();
-    // SAFETY: as above; freeing either side waits for the copy.
-    check_runtime("cudaMemcpy3DAsync", unsafe { rt::cudaMemcpy3DAsync(&p, stream.as_raw()) })
+    params_3d(op, src, std::ptr::null_mut(), bytes)?;
+    stream.context().enter()?;
+    dst.write_on(stream, |d| {
+        let mut p = params_3d(op, src, d, bytes)?;
+        p.srcPtr = rt::cudaPitchedPtr::default();
+        p.srcArray = src.as_raw();
+        // SAFETY: as above; freeing the array waits for the copy, and the destination stays
+        // allocated and untouched by the host until it has run (the trait's contract).
+        check_runtime("cudaMemcpy3DAsync", unsafe { rt::cudaMemcpy3DAsync(&p, stream.as_raw().cast()) })
+    })
 }
 
 #[cfg(test)]

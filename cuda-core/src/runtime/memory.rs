@@ -1,18 +1,19 @@
-//! Runtime allocations: device, managed, pinned host, registered host; memset,
-//! prefetch, advice and pointer attributes.
+//! Runtime allocations as the crate's buffers: the runtime's allocators (`cudaMalloc`,
+//! `cudaMallocManaged`, `cudaHostAlloc`) behind [`DeviceBuffer`], [`ManagedBuffer`] and
+//! [`PinnedBuffer`]; registered host memory; memset, prefetch, advice and pointer attributes.
 
-use super::{Stream, defer, ordinal};
+use super::copy::{CopyDestination, DeviceResident, finished};
+use super::{defer, ordinal};
+use crate::context::Context;
 use crate::error::{Error, Result, check_runtime};
-use crate::memory::{HostAllocFlags, HostRegisterFlags};
+use crate::memory::{
+    DeviceBuffer, HostAllocFlags, HostRegisterFlags, Managed, ManagedBuffer, PinnedBuffer, checked_bytes,
+};
+use crate::pool::{Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamRef};
 use bytemuck::Pod;
 use cudart_sys as rt;
 use std::ffi::c_void;
-use std::marker::PhantomData;
-
-fn bytes_of<T>(operation: &'static str, len: usize) -> Result<usize> {
-    len.checked_mul(std::mem::size_of::<T>())
-        .ok_or_else(|| Error::invalid(operation, format!("{len} elements overflow the address space")))
-}
+use std::sync::Arc;
 
 /// How a managed allocation is attached at first (`cudaMemAttach*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -23,179 +24,209 @@ pub enum ManagedAttach {
     Host,
 }
 
-/// Device memory from `cudaMalloc`, or managed memory from `cudaMallocManaged`: `len`
-/// elements of `T`, freed with `cudaFree` on drop.
-#[derive(Debug)]
-pub struct DeviceMemory<T: Pod> {
-    ptr: *mut c_void,
-    len: usize,
-    device: usize,
-    managed: bool,
-    _element: PhantomData<T>,
-}
-
-// SAFETY: device memory is not tied to a thread; the runtime synchronizes access to it.
-unsafe impl<T: Pod> Send for DeviceMemory<T> {}
-// SAFETY: `&DeviceMemory` only reads the handle.
-unsafe impl<T: Pod> Sync for DeviceMemory<T> {}
-
-impl<T: Pod> DeviceMemory<T> {
-    /// Allocates `len` elements on the current device
-    /// ([`cudaMalloc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
-    /// The contents are not initialised (any bit pattern is a valid `T`).
-    pub fn malloc(len: usize) -> Result<DeviceMemory<T>> {
-        let bytes = bytes_of::<T>("DeviceMemory::malloc", len)?;
-        let device = super::get_device()?;
-        let mut ptr = std::ptr::null_mut();
-        // SAFETY: one out-parameter.
-        check_runtime("cudaMalloc", unsafe { rt::cudaMalloc(&mut ptr, bytes) })?;
-        Ok(DeviceMemory { ptr, len, device, managed: false, _element: PhantomData })
-    }
-
-    /// Allocates `len` elements of managed memory, reachable from the host and every device
-    /// ([`cudaMallocManaged`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
-    pub fn malloc_managed(len: usize, attach: ManagedAttach) -> Result<DeviceMemory<T>> {
-        let bytes = bytes_of::<T>("DeviceMemory::malloc_managed", len)?;
-        if bytes == 0 {
-            return Err(Error::invalid(
-                "DeviceMemory::malloc_managed",
-                "a managed allocation needs at least one byte",
-            ));
-        }
-        let device = super::get_device()?;
-        let flags = match attach {
+impl ManagedAttach {
+    fn bits(self) -> u32 {
+        match self {
             ManagedAttach::Global => rt::cudaMemAttachGlobal,
             ManagedAttach::Host => rt::cudaMemAttachHost,
-        };
+        }
+    }
+}
+
+/// Device memory from
+/// [`cudaMalloc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html),
+/// given back with
+/// [`cudaFree`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)
+/// (which waits for the device to be done with it), as an [`Allocator`] of the crate: what
+/// [`malloc`] allocates through, and an upstream for a
+/// [`MemoryPool`](crate::pool::MemoryPool).
+///
+/// The runtime allocates in the thread's current context; this allocator makes its context
+/// current first (the runtime shares a device's primary context with the driver).
+#[derive(Clone, Debug)]
+pub struct RuntimeAllocator {
+    context: Context,
+}
+
+impl RuntimeAllocator {
+    /// Allocates in `context`.
+    pub fn new(context: &Context) -> RuntimeAllocator {
+        RuntimeAllocator { context: context.clone() }
+    }
+}
+
+impl Allocator for RuntimeAllocator {
+    fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
+        self.context.enter()?;
         let mut ptr = std::ptr::null_mut();
-        // SAFETY: one out-parameter.
-        check_runtime("cudaMallocManaged", unsafe { rt::cudaMallocManaged(&mut ptr, bytes, flags) })?;
-        Ok(DeviceMemory { ptr, len, device, managed: true, _element: PhantomData })
+        // SAFETY: one out-parameter; the context is current.
+        check_runtime("cudaMalloc", unsafe { rt::cudaMalloc(&mut ptr, size) })?;
+        Ok(DeviceAllocation { ptr: ptr as u64, size, token: 0 })
     }
 
-    /// The device address.
-    pub fn as_ptr(&self) -> *mut c_void {
-        self.ptr
+    unsafe fn deallocate(&self, allocation: DeviceAllocation, _stream: StreamRef<'_>) -> Result<()> {
+        self.context.make_current()?;
+        // SAFETY: the caller gives back an allocation of this allocator, once; cudaFree waits
+        // for the work that may still use it.
+        check_runtime("cudaFree", unsafe { rt::cudaFree(allocation.ptr as *mut c_void) })
     }
 
-    /// The device address as the driver API's `CUdeviceptr`, e.g. for a kernel argument.
-    pub fn device_ptr(&self) -> u64 {
-        self.ptr as u64
-    }
-
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The size in bytes.
-    pub fn size_in_bytes(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
-    }
-
-    /// The device that was current when it was allocated.
-    pub fn device(&self) -> usize {
-        self.device
-    }
-
-    /// Whether this is managed memory.
-    pub fn is_managed(&self) -> bool {
-        self.managed
-    }
-
-    /// Copies `src` in (same length)
-    /// ([`cudaMemcpy`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
-    pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
-        super::memcpy(self, src)
-    }
-
-    /// Copies the contents out into a new vector.
-    pub fn to_vec(&self) -> Result<Vec<T>> {
-        let mut v = vec![T::zeroed(); self.len];
-        super::memcpy(v.as_mut_slice(), self)?;
-        Ok(v)
+    fn name(&self) -> &'static str {
+        "cudaMalloc"
     }
 }
 
-impl<T: Pod> Drop for DeviceMemory<T> {
-    fn drop(&mut self) {
-        if self.ptr.is_null() {
-            return;
-        }
-        // SAFETY: this value owns the allocation; cudaFree waits for work that may use it.
-        if let Err(e) = check_runtime("cudaFree", unsafe { rt::cudaFree(self.ptr) }) {
-            defer(e);
-        }
+/// Managed memory from
+/// [`cudaMallocManaged`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html),
+/// attached as a [`ManagedAttach`] says, given back with `cudaFree`: what [`malloc_managed`]
+/// allocates through.
+///
+/// Buffers of managed memory have the type [`ManagedBuffer`], which only
+/// [`malloc_managed`] (or [`DeviceBuffer::from_allocation`]) makes from this allocator:
+/// [`DeviceBuffer::new_in`] with it would type the memory as device-only, which is allowed (it
+/// is device memory too) but loses the host access and advice.
+#[derive(Clone, Debug)]
+pub struct RuntimeManagedAllocator {
+    context: Context,
+    attach: ManagedAttach,
+}
+
+impl RuntimeManagedAllocator {
+    /// Allocates in `context`, attached as `attach` says.
+    pub fn new(context: &Context, attach: ManagedAttach) -> RuntimeManagedAllocator {
+        RuntimeManagedAllocator { context: context.clone(), attach }
+    }
+
+    /// How new allocations are attached.
+    pub fn attach(&self) -> ManagedAttach {
+        self.attach
     }
 }
 
-/// Page-locked host memory from `cudaHostAlloc`, zero-initialised, freed with `cudaFreeHost`
-/// on drop. It dereferences to `[T]`.
-#[derive(Debug)]
-pub struct HostMemory<T: Pod> {
-    ptr: *mut T,
-    len: usize,
+impl Allocator for RuntimeManagedAllocator {
+    fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
+        self.context.enter()?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the context is current; the flag is cudaMallocManaged's.
+        check_runtime("cudaMallocManaged", unsafe {
+            rt::cudaMallocManaged(&mut ptr, size, self.attach.bits())
+        })?;
+        Ok(DeviceAllocation { ptr: ptr as u64, size, token: 0 })
+    }
+
+    unsafe fn deallocate(&self, allocation: DeviceAllocation, _stream: StreamRef<'_>) -> Result<()> {
+        self.context.make_current()?;
+        // SAFETY: as for `RuntimeAllocator`.
+        check_runtime("cudaFree", unsafe { rt::cudaFree(allocation.ptr as *mut c_void) })
+    }
+
+    fn name(&self) -> &'static str {
+        "cudaMallocManaged"
+    }
+}
+
+/// Page-locked host memory from
+/// [`cudaHostAlloc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)
+/// with [`HostAllocFlags`], given back with
+/// [`cudaFreeHost`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html),
+/// as a [`PinnedAllocator`] of the crate: what [`host_alloc`] allocates through.
+///
+/// The runtime allocates through the current device's context; with
+/// [`HostAllocFlags::PORTABLE`] the memory is pinned for every context.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeHostAllocator {
     flags: HostAllocFlags,
 }
 
-// SAFETY: pinned host memory is ordinary memory; `&mut` access goes through `DerefMut`.
-unsafe impl<T: Pod> Send for HostMemory<T> {}
-// SAFETY: as above.
-unsafe impl<T: Pod> Sync for HostMemory<T> {}
-
-impl<T: Pod> HostMemory<T> {
-    /// Allocates `len` elements of pinned host memory
-    /// ([`cudaHostAlloc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
-    pub fn alloc(len: usize, flags: HostAllocFlags) -> Result<HostMemory<T>> {
-        let bytes = bytes_of::<T>("HostMemory::alloc", len)?;
-        if bytes == 0 {
-            return Err(Error::invalid("HostMemory::alloc", "a pinned allocation needs at least one byte"));
-        }
-        let mut ptr = std::ptr::null_mut();
-        // SAFETY: one out-parameter; the flag bits are cudaHostAlloc's.
-        check_runtime("cudaHostAlloc", unsafe { rt::cudaHostAlloc(&mut ptr, bytes, flags.bits()) })?;
-        // SAFETY: the runtime returned `bytes` writable bytes; zeroing makes them initialised.
-        unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
-        Ok(HostMemory { ptr: ptr.cast(), len, flags })
+impl RuntimeHostAllocator {
+    /// Allocates with `flags` (`cudaHostAllocPortable`, `cudaHostAllocMapped`,
+    /// `cudaHostAllocWriteCombined` have the bits of the driver's flags).
+    pub fn new(flags: HostAllocFlags) -> RuntimeHostAllocator {
+        RuntimeHostAllocator { flags }
     }
 
-    /// The flags it was allocated with.
+    /// The flags new allocations get.
     pub fn flags(&self) -> HostAllocFlags {
         self.flags
     }
 }
 
-impl<T: Pod> std::ops::Deref for HostMemory<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        // SAFETY: `len` initialised elements that live as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+impl PinnedAllocator for RuntimeHostAllocator {
+    fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the flag bits are cudaHostAlloc's.
+        check_runtime("cudaHostAlloc", unsafe { rt::cudaHostAlloc(&mut ptr, size, self.flags.bits()) })?;
+        Ok(PinnedAllocation { ptr: ptr.cast(), size })
+    }
+
+    unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()> {
+        // SAFETY: the caller gives back an allocation of this allocator, once, that no queued
+        // copy uses.
+        check_runtime("cudaFreeHost", unsafe { rt::cudaFreeHost(allocation.ptr.cast()) })
     }
 }
 
-impl<T: Pod> std::ops::DerefMut for HostMemory<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as above, borrowed mutably.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
+/// Allocates `len` elements of device memory with `cudaMalloc` in `stream`'s context, as a
+/// [`DeviceBuffer`] ordered on `stream`; given back with `cudaFree` when dropped
+/// ([`cudaMalloc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+/// The contents are whatever the memory held (any bit pattern is a valid `T`).
+///
+/// `stream` may be a runtime [`Stream`](super::Stream) (`&stream` dereferences to the driver
+/// stream it is) or any [`crate::Stream`]. A length of 0, or one whose byte size overflows, is
+/// an [`Error::InvalidArgument`]; the runtime's out-of-memory is
+/// [`Error::Runtime`] with `cudaErrorMemoryAllocation`.
+#[track_caller]
+pub fn malloc<T: Pod>(stream: &crate::Stream, len: usize) -> Result<DeviceBuffer<T>> {
+    DeviceBuffer::new_in(stream, len, Arc::new(RuntimeAllocator::new(stream.context())))
 }
 
-impl<T: Pod> Drop for HostMemory<T> {
-    fn drop(&mut self) {
-        // SAFETY: this value owns the allocation; cudaFreeHost waits for work that may use it.
-        if let Err(e) = check_runtime("cudaFreeHost", unsafe { rt::cudaFreeHost(self.ptr.cast()) }) {
-            defer(e);
+/// Allocates `len` elements of managed memory with `cudaMallocManaged` in `stream`'s context,
+/// attached as `attach` says, as a [`ManagedBuffer`] ordered on `stream`; given back with
+/// `cudaFree` when dropped
+/// ([`cudaMallocManaged`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+/// The contents are not initialised (the host reads zeros from pages never written).
+///
+/// A length of 0, or one whose byte size overflows, is an [`Error::InvalidArgument`].
+#[track_caller]
+pub fn malloc_managed<T: Pod>(
+    stream: &crate::Stream,
+    len: usize,
+    attach: ManagedAttach,
+) -> Result<ManagedBuffer<T>> {
+    let bytes = checked_bytes::<T>("runtime::malloc_managed", len)?;
+    let allocator = Arc::new(RuntimeManagedAllocator::new(stream.context(), attach));
+    let allocation = allocator.allocate(bytes, StreamRef::from(stream))?;
+    let shared: Arc<dyn Allocator> = allocator.clone();
+    // SAFETY: `cudaMallocManaged` just handed out `bytes` bytes of managed memory in the
+    // stream's context, aligned to 256 bytes, that nothing else owns; `shared` gives it back.
+    match unsafe { DeviceBuffer::<T, Managed>::from_allocation(stream, shared, allocation, len) } {
+        Ok(buffer) => Ok(buffer),
+        Err(e) => {
+            // SAFETY: the allocation was not adopted and nothing used it.
+            let _ = unsafe { allocator.deallocate(allocation, StreamRef::from(stream)) };
+            Err(e)
         }
     }
 }
 
-/// A host slice page-locked with `cudaHostRegister` while this value lives; unregistered on
-/// drop. It dereferences to the slice.
+/// Allocates `len` zeroed elements of page-locked host memory with `cudaHostAlloc` and `flags`,
+/// as a [`PinnedBuffer`]; given back with `cudaFreeHost` when dropped
+/// ([`cudaHostAlloc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// A length of 0, or one whose byte size overflows, is an [`Error::InvalidArgument`].
+#[track_caller]
+pub fn host_alloc<T: Pod>(len: usize, flags: HostAllocFlags) -> Result<PinnedBuffer<T>> {
+    PinnedBuffer::new_in(len, Arc::new(RuntimeHostAllocator::new(flags)))
+}
+
+/// A host slice page-locked with `cudaHostRegister` while this value lives, unregistered with
+/// [`cudaHostUnregister`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)
+/// on drop: a borrow of memory the caller owns, like the driver's
+/// [`RegisteredHostMemory`](crate::memory::RegisteredHostMemory). It dereferences to the slice
+/// and is a source or destination of the synchronous copies; stream-ordered copies with it are
+/// [`memcpy_async_unchecked`](super::memcpy_async_unchecked) (the host could touch the slice
+/// while they run). Unregistering errors are kept (see
+/// [`take_deferred_errors`](super::take_deferred_errors)).
 #[derive(Debug)]
 pub struct HostRegistration<'a, T: Pod> {
     slice: &'a mut [T],
@@ -241,20 +272,36 @@ impl<T: Pod> Drop for HostRegistration<'_, T> {
     }
 }
 
-/// Sets every byte of `dst` to `value`
+/// Sets every byte of `dst` (device memory: a [`DeviceBuffer`] of any memory space or a
+/// [`DeviceViewMut`](crate::DeviceViewMut)) to `value`, in its context
 /// ([`cudaMemset`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
-pub fn memset<T: Pod>(dst: &mut DeviceMemory<T>, value: u8) -> Result<()> {
-    // SAFETY: the allocation holds `size_in_bytes()` bytes.
-    check_runtime("cudaMemset", unsafe { rt::cudaMemset(dst.ptr, i32::from(value), dst.size_in_bytes()) })
+/// Like `cudaMemset`, it runs on the default stream: work queued on non-blocking streams that
+/// uses `dst` must be waited for first. It then waits for the default stream (the C call may
+/// return once the memset is queued), so the result is visible to any stream.
+pub fn memset<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(dst: &mut D, value: u8) -> Result<()> {
+    let bytes = dst.destination_len() * std::mem::size_of::<T>();
+    dst.resident_context().enter()?;
+    let ptr = dst.destination_ptr()?;
+    // SAFETY: device memory of `bytes` bytes, exclusively borrowed.
+    finished(check_runtime("cudaMemset", unsafe { rt::cudaMemset(ptr, i32::from(value), bytes) }))
 }
 
 /// [`memset`] queued on `stream`
 /// ([`cudaMemsetAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
-/// Freeing `dst` waits for it.
-pub fn memset_async<T: Pod>(dst: &mut DeviceMemory<T>, value: u8, stream: &Stream) -> Result<()> {
-    // SAFETY: as above; cudaFree synchronizes, so the memory outlives the operation.
+/// Device memory is given back in stream order (or after the device is done), so the memset
+/// never writes memory given back; if `stream` is not the buffer's own, declare it with
+/// [`DeviceBuffer::record_stream`] before the buffer is dropped.
+pub fn memset_async<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(
+    dst: &mut D,
+    value: u8,
+    stream: &crate::Stream,
+) -> Result<()> {
+    let bytes = dst.destination_len() * std::mem::size_of::<T>();
+    stream.context().enter()?;
+    let ptr = dst.destination_ptr()?;
+    // SAFETY: device memory of `bytes` bytes, exclusively borrowed while the call is queued.
     check_runtime("cudaMemsetAsync", unsafe {
-        rt::cudaMemsetAsync(dst.ptr, i32::from(value), dst.size_in_bytes(), stream.as_raw())
+        rt::cudaMemsetAsync(ptr, i32::from(value), bytes, stream.as_raw().cast())
     })
 }
 
@@ -281,30 +328,35 @@ impl MemLocation {
     }
 }
 
-fn require_managed<T: Pod>(operation: &'static str, memory: &DeviceMemory<T>) -> Result<()> {
-    if memory.managed {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            operation,
-            "only managed memory (DeviceMemory::malloc_managed) can be prefetched or advised",
-        ))
-    }
-}
-
-/// Migrates managed memory to `location` ahead of use, on `stream`
+/// Migrates managed memory to `location` ahead of use, in `stream`'s order
 /// ([`cudaMemPrefetchAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// Only managed memory can be prefetched, and the type says so: memory from [`malloc`] does not
+/// compile here.
+///
+/// ```compile_fail
+/// # fn f(memory: &cuda_core::DeviceBuffer<u32>, stream: &cuda_core::Stream) {
+/// use cuda_core::runtime::{MemLocation, mem_prefetch_async};
+/// let _ = mem_prefetch_async(memory, MemLocation::Device(0), stream); // device memory: refused
+/// # }
+/// ```
 pub fn mem_prefetch_async<T: Pod>(
-    memory: &DeviceMemory<T>,
+    memory: &ManagedBuffer<T>,
     location: MemLocation,
-    stream: &Stream,
+    stream: &crate::Stream,
 ) -> Result<()> {
-    let op = "runtime::mem_prefetch_async";
-    require_managed(op, memory)?;
-    let loc = location.to_raw(op)?;
-    // SAFETY: a managed range of `size_in_bytes()` bytes; flags must be 0.
+    let loc = location.to_raw("runtime::mem_prefetch_async")?;
+    stream.context().enter()?;
+    // SAFETY: the whole managed allocation of the buffer; flags must be 0. The memory is given
+    // back only after the work queued on the buffer's stream (and cudaFree waits for the device).
     check_runtime("cudaMemPrefetchAsync", unsafe {
-        rt::cudaMemPrefetchAsync(memory.ptr, memory.size_in_bytes(), loc, 0, stream.as_raw())
+        rt::cudaMemPrefetchAsync(
+            memory.as_raw() as *const c_void,
+            memory.size_in_bytes(),
+            loc,
+            0,
+            stream.as_raw().cast(),
+        )
     })
 }
 
@@ -327,17 +379,28 @@ pub enum MemoryAdvise {
 
 /// Gives advice about managed memory
 /// ([`cudaMemAdvise`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// Only managed memory can be advised, and the type says so: memory from [`malloc`] does not
+/// compile here.
+///
+/// ```compile_fail
+/// # fn f(memory: &cuda_core::DeviceBuffer<u32>) {
+/// use cuda_core::runtime::{MemLocation, MemoryAdvise, mem_advise};
+/// let _ = mem_advise(memory, MemoryAdvise::SetReadMostly, MemLocation::Device(0)); // refused
+/// # }
+/// ```
 pub fn mem_advise<T: Pod>(
-    memory: &DeviceMemory<T>,
+    memory: &ManagedBuffer<T>,
     advice: MemoryAdvise,
     location: MemLocation,
 ) -> Result<()> {
-    let op = "runtime::mem_advise";
-    require_managed(op, memory)?;
-    let loc = location.to_raw(op)?;
+    let loc = location.to_raw("runtime::mem_advise")?;
     let raw = rt::cudaMemoryAdvise(advice as u32 + 1);
-    // SAFETY: a managed range of `size_in_bytes()` bytes.
-    check_runtime("cudaMemAdvise", unsafe { rt::cudaMemAdvise(memory.ptr, memory.size_in_bytes(), raw, loc) })
+    memory.context().enter()?;
+    // SAFETY: the whole managed allocation of the buffer.
+    check_runtime("cudaMemAdvise", unsafe {
+        rt::cudaMemAdvise(memory.as_raw() as *const c_void, memory.size_in_bytes(), raw, loc)
+    })
 }
 
 /// What kind of memory a pointer points to (`cudaMemoryType`).
@@ -387,4 +450,52 @@ pub fn pointer_get_attributes(address: u64) -> Result<PointerAttributes> {
         device_pointer: raw.devicePointer as u64,
         host_pointer: raw.hostPointer as usize,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attach_and_advice_have_the_runtime_values() {
+        assert_eq!(ManagedAttach::Global.bits(), rt::cudaMemAttachGlobal);
+        assert_eq!(ManagedAttach::Host.bits(), rt::cudaMemAttachHost);
+        let raw = |a: MemoryAdvise| rt::cudaMemoryAdvise(a as u32 + 1);
+        use rt::cudaMemoryAdvise as A;
+        assert_eq!(raw(MemoryAdvise::SetReadMostly), A::cudaMemAdviseSetReadMostly);
+        assert_eq!(raw(MemoryAdvise::UnsetReadMostly), A::cudaMemAdviseUnsetReadMostly);
+        assert_eq!(raw(MemoryAdvise::SetPreferredLocation), A::cudaMemAdviseSetPreferredLocation);
+        assert_eq!(raw(MemoryAdvise::UnsetPreferredLocation), A::cudaMemAdviseUnsetPreferredLocation);
+        assert_eq!(raw(MemoryAdvise::SetAccessedBy), A::cudaMemAdviseSetAccessedBy);
+        assert_eq!(raw(MemoryAdvise::UnsetAccessedBy), A::cudaMemAdviseUnsetAccessedBy);
+    }
+
+    #[test]
+    fn host_alloc_flags_have_the_runtime_bits() {
+        assert_eq!(HostAllocFlags::PORTABLE.bits(), rt::cudaHostAllocPortable);
+        assert_eq!(HostAllocFlags::DEVICEMAP.bits(), rt::cudaHostAllocMapped);
+        assert_eq!(HostAllocFlags::WRITECOMBINED.bits(), rt::cudaHostAllocWriteCombined);
+        let a = RuntimeHostAllocator::new(HostAllocFlags::PORTABLE);
+        assert_eq!(a.flags(), HostAllocFlags::PORTABLE);
+    }
+
+    #[test]
+    fn bad_host_lengths_are_refused_before_any_call() {
+        let zero = host_alloc::<u32>(0, HostAllocFlags::empty());
+        assert!(matches!(zero, Err(Error::InvalidArgument { .. })), "{zero:?}");
+        let overflow = host_alloc::<u64>(usize::MAX / 4, HostAllocFlags::empty());
+        assert!(matches!(overflow, Err(Error::InvalidArgument { .. })), "{overflow:?}");
+    }
+
+    #[test]
+    fn locations_name_devices_by_ordinal() {
+        let device = MemLocation::Device(3).to_raw("t").ok();
+        assert_eq!(
+            device.map(|l| (l.type_, l.id)),
+            Some((rt::cudaMemLocationType::cudaMemLocationTypeDevice, 3))
+        );
+        let host = MemLocation::Host.to_raw("t").ok();
+        assert_eq!(host.map(|l| l.type_), Some(rt::cudaMemLocationType::cudaMemLocationTypeHost));
+        assert!(MemLocation::Device(usize::MAX).to_raw("t").is_err());
+    }
 }

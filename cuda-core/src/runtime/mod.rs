@@ -6,14 +6,39 @@
 //! are usable by driver code in that context and the other way round (through `as_raw`).
 //! Devices are named by ordinal, as the runtime does.
 //!
+//! Memory is the crate's: [`malloc`], [`malloc_managed`] and [`host_alloc`] return a
+//! [`DeviceBuffer`](crate::DeviceBuffer), a [`ManagedBuffer`](crate::ManagedBuffer) and a
+//! [`PinnedBuffer`](crate::PinnedBuffer) whose memory comes from the runtime's allocators
+//! ([`RuntimeAllocator`], [`RuntimeManagedAllocator`], [`RuntimeHostAllocator`]), and the
+//! copies, memsets, prefetches and advice take those buffers, their views, registered host
+//! memory and host slices. A runtime [`Stream`] is also a driver [`crate::Stream`], which
+//! buffers are allocated on.
+//!
+//! ```no_run
+//! use cuda_core::memory::HostAllocFlags;
+//! use cuda_core::runtime as rt;
+//! # fn main() -> cuda_core::Result<()> {
+//! rt::set_device(0)?;
+//! let stream = rt::Stream::create()?;
+//! let mut device = rt::malloc::<f32>(&stream, 1024)?; // cudaMalloc
+//! let mut pinned = rt::host_alloc::<f32>(1024, HostAllocFlags::PORTABLE)?; // cudaHostAlloc
+//! pinned.copy_from_slice(&[1.0; 1024])?;
+//! rt::memcpy_async(&mut device, &pinned, &stream)?; // safe: `pinned` records the copy
+//! rt::memcpy_async(&mut pinned, &device, &stream)?;
+//! assert_eq!(pinned.as_slice()?, &[1.0; 1024][..]); // waits for the copy
+//! # Ok(()) }
+//! ```
+//!
 //! See the [CUDA Runtime API](https://docs.nvidia.com/cuda/cuda-runtime-api/index.html).
 //! The runtime library (`libcudart.so.13`) is loaded on first use; without it every call
 //! returns [`Error::Load`] saying what to install.
 //!
 //! # Errors in `Drop`
 //!
-//! Freeing memory or destroying a stream can fail after a kernel faulted. Those errors, and
-//! panics of stream callbacks, are kept and returned by [`take_deferred_errors`].
+//! Freeing an array or destroying an event can fail after a kernel faulted. Those errors, and
+//! panics of stream callbacks, are kept and returned by [`take_deferred_errors`]. Buffers and
+//! streams keep theirs in their context, as everywhere in the crate
+//! ([`Context::take_deferred_errors`](crate::Context::take_deferred_errors)).
 
 mod array;
 mod copy;
@@ -23,8 +48,8 @@ mod stream;
 
 pub use array::{Array, ChannelFormatDesc, ChannelFormatKind};
 pub use copy::{
-    CopyDestination, CopySource, DeviceResident, memcpy, memcpy_async, memcpy_async_unchecked, memcpy_peer,
-    memcpy_peer_async,
+    AsyncDestination, AsyncSource, CopyDestination, CopySource, DeviceResident, memcpy, memcpy_async,
+    memcpy_async_unchecked, memcpy_peer, memcpy_peer_async,
 };
 pub use copy_2d::{
     memcpy_2d, memcpy_2d_async, memcpy_2d_from_array, memcpy_2d_from_array_async, memcpy_2d_to_array,
@@ -32,8 +57,9 @@ pub use copy_2d::{
     memcpy_3d_to_array_async,
 };
 pub use memory::{
-    DeviceMemory, HostMemory, HostRegistration, ManagedAttach, MemLocation, MemoryAdvise, MemoryType,
-    PointerAttributes, mem_advise, mem_prefetch_async, memset, memset_async, pointer_get_attributes,
+    HostRegistration, ManagedAttach, MemLocation, MemoryAdvise, MemoryType, PointerAttributes,
+    RuntimeAllocator, RuntimeHostAllocator, RuntimeManagedAllocator, host_alloc, malloc, malloc_managed,
+    mem_advise, mem_prefetch_async, memset, memset_async, pointer_get_attributes,
 };
 pub use stream::{Event, Stream};
 
@@ -54,6 +80,12 @@ pub(crate) fn defer(error: Error) {
 /// first.
 pub fn take_deferred_errors() -> Vec<Error> {
     std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+/// The primary context of the runtime's current device, where runtime streams are made.
+pub(crate) fn current_context() -> Result<crate::Context> {
+    let device = crate::Device::get(get_device()?)?;
+    crate::Context::primary(&device)
 }
 
 /// A device ordinal as the runtime's `int`, rejecting one that does not fit.

@@ -8,56 +8,56 @@ use cudart_sys as rt;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// A stream made by the runtime (`cudaStreamCreateWithFlags`) in the current device's primary
-/// context; destroyed on drop. `as_raw` gives the same handle the driver API uses.
+/// A stream of the current device's primary context, the stream
+/// [`cudaStreamCreateWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)
+/// makes; destroyed when dropped (work already queued still runs).
+///
+/// It is made through the driver (`cuStreamCreate` in the primary context the runtime uses), so
+/// it is also a driver [`crate::Stream`] and dereferences to one: the crate's buffers are
+/// allocated on it ([`malloc`](super::malloc)`(&stream, n)`, `DeviceBuffer::new(&stream, n)`),
+/// and every call that takes a `&cuda_core::Stream` takes `&stream`. Buffers allocated on it
+/// keep it alive. `as_raw` gives the handle both APIs use.
 #[derive(Debug)]
 pub struct Stream {
-    raw: rt::cudaStream_t,
+    inner: crate::Stream,
 }
-
-// SAFETY: a stream may be used from any thread; the runtime synchronizes access to it.
-unsafe impl Send for Stream {}
-// SAFETY: as above.
-unsafe impl Sync for Stream {}
 
 impl Stream {
     /// A blocking stream on the current device
     /// ([`cudaStreamCreate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
     pub fn create() -> Result<Stream> {
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: one out-parameter.
-        check_runtime("cudaStreamCreate", unsafe { rt::cudaStreamCreate(&mut raw) })?;
-        Ok(Stream { raw })
+        Stream::with_flags(StreamFlags::empty())
     }
 
-    /// A stream with flags, e.g. [`StreamFlags::NON_BLOCKING`]
+    /// A stream with flags, e.g. [`StreamFlags::NON_BLOCKING`], on the current device
     /// ([`cudaStreamCreateWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
     pub fn with_flags(flags: StreamFlags) -> Result<Stream> {
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: one out-parameter; the flag bits are the runtime's.
-        check_runtime("cudaStreamCreateWithFlags", unsafe {
-            rt::cudaStreamCreateWithFlags(&mut raw, flags.bits())
-        })?;
-        Ok(Stream { raw })
+        let ctx = super::current_context()?;
+        Ok(Stream { inner: crate::Stream::new(&ctx, flags)? })
     }
 
-    /// The raw `cudaStream_t` (also a `CUstream`).
+    /// The raw `cudaStream_t` (also the driver's `CUstream`).
     pub fn as_raw(&self) -> rt::cudaStream_t {
-        self.raw
+        self.inner.as_raw().cast()
+    }
+
+    /// The stream as a driver [`crate::Stream`] (what `Deref` gives too).
+    pub fn as_stream(&self) -> &crate::Stream {
+        &self.inner
     }
 
     /// Waits for all work queued on the stream
     /// ([`cudaStreamSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: a live stream.
-        check_runtime("cudaStreamSynchronize", unsafe { rt::cudaStreamSynchronize(self.raw) })
+        check_runtime("cudaStreamSynchronize", unsafe { rt::cudaStreamSynchronize(self.as_raw()) })
     }
 
     /// Whether all work queued on the stream is done
     /// ([`cudaStreamQuery`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
     pub fn query(&self) -> Result<bool> {
         // SAFETY: a live stream.
-        match unsafe { rt::cudaStreamQuery(self.raw) } {
+        match unsafe { rt::cudaStreamQuery(self.as_raw()) } {
             rt::cudaError_t::cudaSuccess => Ok(true),
             rt::cudaError_t::cudaErrorNotReady => Ok(false),
             status => Err(runtime_error("cudaStreamQuery", status)),
@@ -68,7 +68,7 @@ impl Stream {
     /// ([`cudaStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         // SAFETY: a live stream and event; flags 0.
-        check_runtime("cudaStreamWaitEvent", unsafe { rt::cudaStreamWaitEvent(self.raw, event.raw, 0) })
+        check_runtime("cudaStreamWaitEvent", unsafe { rt::cudaStreamWaitEvent(self.as_raw(), event.raw, 0) })
     }
 
     /// Runs `callback` on a runtime thread once the work queued so far is done, with the
@@ -80,13 +80,27 @@ impl Stream {
         let boxed: Box<Box<dyn FnOnce(Result<()>) + Send>> = Box::new(Box::new(callback));
         let data = Box::into_raw(boxed);
         // SAFETY: the trampoline takes back the box exactly once when the runtime calls it.
-        let status = unsafe { rt::cudaStreamAddCallback(self.raw, Some(trampoline), data.cast(), 0) };
+        let status = unsafe { rt::cudaStreamAddCallback(self.as_raw(), Some(trampoline), data.cast(), 0) };
         if let Err(e) = check_runtime("cudaStreamAddCallback", status) {
             // SAFETY: the runtime refused the callback, so it will never call it; the box is ours again.
             drop(unsafe { Box::from_raw(data) });
             return Err(e);
         }
         Ok(())
+    }
+}
+
+impl std::ops::Deref for Stream {
+    type Target = crate::Stream;
+
+    fn deref(&self) -> &crate::Stream {
+        &self.inner
+    }
+}
+
+impl AsRef<crate::Stream> for Stream {
+    fn as_ref(&self) -> &crate::Stream {
+        &self.inner
     }
 }
 
@@ -101,15 +115,6 @@ unsafe extern "C" fn trampoline(_stream: rt::cudaStream_t, status: rt::cudaError
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a panic with a non-string payload".into());
         defer(Error::CallbackPanicked { message });
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        // SAFETY: this value owns the stream; queued work still completes.
-        if let Err(e) = check_runtime("cudaStreamDestroy", unsafe { rt::cudaStreamDestroy(self.raw) }) {
-            defer(e);
-        }
     }
 }
 
@@ -154,7 +159,7 @@ impl Event {
     /// ([`cudaEventRecord`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
     pub fn record(&self, stream: &Stream) -> Result<()> {
         // SAFETY: a live event and stream.
-        check_runtime("cudaEventRecord", unsafe { rt::cudaEventRecord(self.raw, stream.raw) })
+        check_runtime("cudaEventRecord", unsafe { rt::cudaEventRecord(self.raw, stream.as_raw()) })
     }
 
     /// Whether the recorded work is done
