@@ -2,14 +2,14 @@
 //! disabling that access for a context, peer-to-peer attributes, and copies between contexts.
 //!
 //! See [Peer Context Memory Access](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PEER__ACCESS.html).
-//! These are methods of [`Device`] and [`Context`], plus [`copy_peer`] and [`copy_peer_async`].
+//! These are methods of [`Device`] and [`Context`]. Copies between contexts or devices are the
+//! buffers' and views' own copies ([`DeviceBuffer::copy_from_device`](crate::DeviceBuffer::copy_from_device),
+//! [`DeviceViewMut::copy_from_device_async`](crate::DeviceViewMut::copy_from_device_async)), which
+//! use `cuMemcpyPeer` when the contexts differ.
 
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::memory::{DeviceView, DeviceViewMut};
-use crate::stream::Stream;
-use bytemuck::Pod;
 use cuda_driver_sys as sys;
 
 /// A peer-to-peer attribute of a pair of devices (`CUdevice_P2PAttribute`).
@@ -115,55 +115,6 @@ impl Context {
         // SAFETY: `peer` is a live context; this context is current.
         check("cuCtxDisablePeerAccess", unsafe { sys::cuCtxDisablePeerAccess(peer.as_raw()) })
     }
-}
-
-fn same_len(operation: &'static str, dst: usize, src: usize) -> Result<()> {
-    if dst == src {
-        Ok(())
-    } else {
-        Err(Error::invalid(operation, format!("destination has {dst} elements but source has {src}")))
-    }
-}
-
-/// Copies device memory between contexts (on the same or different devices), with or without
-/// peer access enabled
-/// ([`cuMemcpyPeer`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
-pub fn copy_peer<T: Pod>(dst: &mut DeviceViewMut<'_, T>, src: &DeviceView<'_, T>) -> Result<()> {
-    same_len("copy_peer", dst.len(), src.len())?;
-    dst.context().enter()?;
-    // SAFETY: both views hold `size_in_bytes()` bytes in their contexts.
-    check("cuMemcpyPeer", unsafe {
-        sys::cuMemcpyPeer(
-            dst.device_ptr(),
-            dst.context().as_raw(),
-            src.device_ptr(),
-            src.context().as_raw(),
-            src.size_in_bytes(),
-        )
-    })
-}
-
-/// [`copy_peer`] queued on `stream`
-/// ([`cuMemcpyPeerAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
-pub fn copy_peer_async<T: Pod>(
-    dst: &mut DeviceViewMut<'_, T>,
-    src: &DeviceView<'_, T>,
-    stream: &Stream,
-) -> Result<()> {
-    same_len("copy_peer_async", dst.len(), src.len())?;
-    stream.context().enter()?;
-    // SAFETY: both views hold `size_in_bytes()` bytes; their buffers' frees are ordered after
-    // work queued before them, as for any async copy of device buffers.
-    check("cuMemcpyPeerAsync", unsafe {
-        sys::cuMemcpyPeerAsync(
-            dst.device_ptr(),
-            dst.context().as_raw(),
-            src.device_ptr(),
-            src.context().as_raw(),
-            src.size_in_bytes(),
-            stream.as_raw(),
-        )
-    })
 }
 
 #[cfg(test)]

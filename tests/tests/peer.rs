@@ -6,7 +6,7 @@ mod kernels;
 
 use cuda_core::driver_sys as sys;
 use cuda_core::module::Module;
-use cuda_core::peer::{P2PAttribute, copy_peer, copy_peer_async};
+use cuda_core::peer::P2PAttribute;
 use cuda_core::runtime as rt;
 use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, multi_gpu};
@@ -33,19 +33,14 @@ fn a_device_is_not_its_own_peer() -> TestResult {
     );
     let ctx = Context::primary(&d)?;
     ensure!(matches!(ctx.enable_peer_access(&ctx), Err(Error::InvalidArgument { .. })), "self access");
-    // Between two contexts of one device the copy still works. `copy_peer` is a default-stream
-    // copy that may return before it is done, so the buffers are ordered on the legacy default
-    // stream with it: the zeroing before it, the read back after it.
-    let s = Stream::legacy(&ctx);
-    let a = DeviceBuffer::from_slice(&s, &[1u32, 2, 3])?;
-    let mut b = DeviceBuffer::<u32>::zeroed(&s, 3)?;
-    copy_peer(&mut b.view_mut(), &a.view())?;
+    // Between two contexts of one device the copy is a peer copy and still works.
+    let other = Context::create(&d, cuda_core::ContextFlags::empty())?;
+    let a = DeviceBuffer::from_slice(&Stream::new(&ctx, StreamFlags::NON_BLOCKING)?, &[1u32, 2, 3])?;
+    let mut b = DeviceBuffer::<u32>::zeroed(&Stream::new(&other, StreamFlags::NON_BLOCKING)?, 3)?;
+    b.copy_from_device(&a)?;
     ensure_eq!(b.to_vec()?, [1, 2, 3]);
-    let mut short = DeviceBuffer::<u32>::zeroed(&s, 2)?;
-    ensure!(
-        matches!(copy_peer(&mut short.view_mut(), &a.view()), Err(Error::InvalidArgument { .. })),
-        "length"
-    );
+    let mut short = DeviceBuffer::<u32>::zeroed(b.stream(), 2)?;
+    ensure!(matches!(short.copy_from_device(&a), Err(Error::InvalidArgument { .. })), "length");
     Ok(())
 }
 
@@ -83,14 +78,13 @@ fn peer_copies_between_devices() -> TestResult {
     let host: Vec<u32> = (0..1 << 20).map(|i: u32| i.wrapping_mul(2_654_435_761)).collect();
     let stream = Stream::new(&c0, StreamFlags::NON_BLOCKING)?;
     let a = DeviceBuffer::from_slice(&stream, &host)?;
-    // `copy_peer` is a default-stream copy that may return before it is done: order `b` on the
-    // legacy default stream of its context with it, the zeroing before it, the read after.
-    let mut b = DeviceBuffer::<u32>::zeroed(&Stream::legacy(&c1), host.len())?;
-    copy_peer(&mut b.view_mut(), &a.view())?;
+    // A synchronous peer copy: after `a`'s stream, on `b`'s, waited for.
+    let mut b = DeviceBuffer::<u32>::zeroed(&Stream::new(&c1, StreamFlags::NON_BLOCKING)?, host.len())?;
+    b.copy_from_device(&a)?;
     ensure_eq!(b.to_vec()?, host);
-    // Zeroed in `stream`'s order, before the copy queued there.
+    // Zeroed in `stream`'s order, before the peer copy queued there.
     let mut c = DeviceBuffer::<u32>::zeroed(&stream, host.len())?;
-    copy_peer_async(&mut c.view_mut(), &b.view(), &stream)?;
+    c.view_mut().copy_from_device_async(&b.view(), &stream)?;
     stream.synchronize()?;
     ensure_eq!(c.to_vec()?, host);
     // The runtime's peer copy between allocations made on each device.
