@@ -110,9 +110,10 @@ impl ManagedTensor {
     /// The layout is checked against the buffer: the elements of `shape` (with strides, the
     /// largest index they reach, plus one) must fit in `buf.len()`, extents and strides must not
     /// be negative and there must be as many strides as extents; otherwise this is an
-    /// [`Error::InvalidArgument`] naming the mismatch. Then, and on any error, the buffer has
-    /// been dropped: check the layout before if it must be kept. The tensor's `strides` are always
-    /// filled in, also when `None` is given (some consumers want them).
+    /// [`Error::InvalidArgument`] naming the mismatch. On any error the buffer has been dropped
+    /// (its memory freed); to keep it, check first with [`check_layout`](super::check_layout).
+    /// The tensor's `strides` are always filled in, also when `None` is given (some consumers
+    /// want them).
     pub fn from_buffer_with_shape<T: DlpackDtype>(
         buf: DeviceBuffer<T>,
         shape: &[i64],

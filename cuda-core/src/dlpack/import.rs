@@ -220,8 +220,10 @@ impl ImportedTensor {
     /// not overflow, is not null unless the tensor is empty, and is aligned for `T`. A failed
     /// check is an [`Error::InvalidArgument`] that names the field.
     ///
-    /// The view does not order anything with the producer's streams: synchronize with the
-    /// producer (as its `__dlpack__(stream=...)` protocol does) before reading.
+    /// `ctx` should be the context the memory was allocated in: for PyTorch and CuPy, the
+    /// device's primary context ([`Context::primary`]). The view does not order anything with
+    /// the producer's streams: synchronize with the producer (as its `__dlpack__(stream=...)`
+    /// protocol does) before reading.
     pub fn view<'a, T: DlpackDtype>(&'a self, ctx: &'a Context) -> Result<DeviceView<'a, T>> {
         let plan = plan_view::<T>("ImportedTensor::view", self, ctx.device().ordinal(), false)?;
         // SAFETY: checked to be `len` elements of `T` of device memory of `ctx`'s device, lent

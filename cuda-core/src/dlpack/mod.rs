@@ -78,7 +78,16 @@ pub use ffi::{
 };
 pub use import::ImportedTensor;
 
+use crate::error::Result;
 use bitflags::bitflags;
+
+/// Checks a layout as [`ManagedTensor::from_buffer_with_shape`] does, without a buffer: that
+/// `shape` (with `strides`, in elements, if given) stays within `len` elements, with no negative
+/// extent or stride and as many strides as extents. A mismatch is an
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) that names it.
+pub fn check_layout(shape: &[i64], strides: Option<&[i64]>, len: usize) -> Result<()> {
+    layout::check_fits("dlpack::check_layout", shape, strides, len)
+}
 
 bitflags! {
     /// The flags of a [`DLManagedTensorVersioned`] (`DLPACK_FLAG_BITMASK_*`).

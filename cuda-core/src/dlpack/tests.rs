@@ -147,6 +147,9 @@ fn shapes_are_checked_against_the_length() {
     // An extent of 0 makes the tensor empty, whatever the others are.
     assert_eq!(element_count("t", &[i64::MAX, i64::MAX, 0]).ok(), Some(0));
     assert_eq!(element_count("t", &[]).ok(), Some(1));
+    assert!(check_layout(&[2, 5], None, 10).is_ok());
+    let m = message(check_layout(&[2, 5], Some(&[6, 1]), 10).unwrap_err());
+    assert!(m.contains("reach element 10 but the buffer has 10"), "{m}");
 }
 
 #[test]
