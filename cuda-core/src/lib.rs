@@ -18,6 +18,7 @@
 
 pub mod context;
 pub mod device;
+pub mod dlpack;
 pub mod error;
 pub mod event;
 pub mod launch;

@@ -5,6 +5,11 @@
 //! that needs several devices is ignored on a host with fewer. With `CUDA_TEST_REQUIRE_GPU=1`,
 //! a missing device is a failure instead: the GPU host runs the suite that way.
 //!
+//! A test may also need something besides devices (a Python with PyTorch, a tool): it names a
+//! check that says why it cannot run ([`gpu_needing`]), and is reported ignored with that reason
+//! when the check fails. The check runs when the binary lists its tests, only for tests that
+//! the filter selects and whose devices are present.
+//!
 //! The binaries speak libtest's command line, so `cargo test` and `cargo nextest` both run them.
 
 pub mod bench;
@@ -24,21 +29,33 @@ pub struct Test {
     pub devices: usize,
     /// The test.
     pub body: fn() -> TestResult,
+    /// What else the test needs: `Err(why)` reports it ignored, saying why.
+    pub requires: Option<fn() -> Result<(), String>>,
 }
 
 /// A test that needs one CUDA device.
 pub const fn gpu(name: &'static str, body: fn() -> TestResult) -> Test {
-    Test { name, devices: 1, body }
+    Test { name, devices: 1, body, requires: None }
+}
+
+/// A test that needs one CUDA device and what `requires` checks for; where that check fails
+/// the test is reported ignored (never passed), and the reason is printed.
+pub const fn gpu_needing(
+    name: &'static str,
+    requires: fn() -> Result<(), String>,
+    body: fn() -> TestResult,
+) -> Test {
+    Test { name, devices: 1, body, requires: Some(requires) }
 }
 
 /// A test that needs `devices` CUDA devices.
 pub const fn multi_gpu(name: &'static str, devices: usize, body: fn() -> TestResult) -> Test {
-    Test { name, devices, body }
+    Test { name, devices, body, requires: None }
 }
 
 /// A test that needs no device.
 pub const fn cpu(name: &'static str, body: fn() -> TestResult) -> Test {
-    Test { name, devices: 0, body }
+    Test { name, devices: 0, body, requires: None }
 }
 
 /// The number of CUDA devices present, or why there are none.
@@ -78,6 +95,9 @@ pub fn run(tests: &[Test]) -> ! {
     let args = libtest_mimic::Arguments::from_args();
     let needs_gpu = tests.iter().any(|t| t.devices > 0);
     let found = if needs_gpu { device_count() } else { Ok(0) };
+    // Which tests the filters select, whether or not they are ignored (`--ignored` lists only
+    // the ignored ones, which is what a failed check is to decide).
+    let selection = libtest_mimic::Arguments { ignored: false, ..args.clone() };
     let trials = tests
         .iter()
         .map(|t| {
@@ -86,14 +106,26 @@ pub fn run(tests: &[Test]) -> ! {
             let found = found.clone();
             let available = found.as_ref().map_or(0, |n| *n);
             let ignored = devices > 0 && available < devices && !(require_gpu() && available == 0);
-            libtest_mimic::Trial::test(t.name, move || {
+            let trial = libtest_mimic::Trial::test(t.name, move || {
                 if devices > 0 && available == 0 {
                     let why = found.err().unwrap_or_else(|| "no CUDA device found".into());
                     return Err(format!("CUDA_TEST_REQUIRE_GPU=1 but no GPU: {why}").into());
                 }
                 body()
-            })
-            .with_ignored_flag(ignored)
+            });
+            // Check what else the test needs only where it would run: selected, devices present.
+            let lacking = match t.requires {
+                Some(check) if !ignored && available >= devices && !selection.is_filtered_out(&trial) => {
+                    check().err()
+                }
+                _ => None,
+            };
+            if let Some(why) = &lacking {
+                if !args.list {
+                    eprintln!("{}: ignored: {why}", t.name);
+                }
+            }
+            trial.with_ignored_flag(ignored || lacking.is_some())
         })
         .collect();
     libtest_mimic::run(&args, trials).exit()
