@@ -7,7 +7,7 @@
 //! ```
 
 use cuda_core::dlpack::{DLDeviceType, DlpackDtype, ImportedTensor, ManagedTensor};
-use cuda_core::{Context, Device, DeviceBuffer, Error};
+use cuda_core::{Context, Device, DeviceBuffer, Error, Stream};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -28,7 +28,7 @@ fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
 fn run() -> cuda_core::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     let host: Vec<f32> = (0..24).map(|i| i as f32 * 0.25).collect();
-    let buf = DeviceBuffer::from_slice(&ctx, &host)?;
+    let buf = DeviceBuffer::from_slice(&Stream::legacy(&ctx), &host)?;
     let address = buf.as_raw();
 
     // The buffer moves into the tensor; a 4x6 row-major layout over its 24 elements.
@@ -69,7 +69,7 @@ fn run() -> cuda_core::Result<()> {
     println!("dropped    the deleter ran and freed the buffer");
 
     // The unversioned ABI, for consumers from before DLPack 1.0.
-    let buf = DeviceBuffer::from_slice(&ctx, &[7u8; 16])?;
+    let buf = DeviceBuffer::from_slice(&Stream::legacy(&ctx), &[7u8; 16])?;
     let raw = ManagedTensor::from_buffer(buf)?.into_raw_legacy();
     // SAFETY: handed over just above, to this importer only.
     let imported = unsafe { ImportedTensor::from_raw_legacy(raw)? };

@@ -12,8 +12,10 @@ use cuda_core::dlpack::{
     TensorFlags,
 };
 use cuda_core::mempool::MemPool;
+use cuda_core::pool::AsyncAllocator;
 use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -136,7 +138,7 @@ fn export_and_import_round_trip_frees_once() -> TestResult {
     let used_before = pool.used_mem_current()?;
     const N: usize = 1 << 20;
     let host: Vec<f32> = (0..N).map(|i| (i % 1000) as f32 * 0.5 - 100.0).collect();
-    let mut buf = DeviceBuffer::<f32>::new_async(&stream, N)?;
+    let mut buf = DeviceBuffer::<f32>::new_in(&stream, N, Arc::new(AsyncAllocator::new(&ctx)))?;
     stream.synchronize()?;
     buf.copy_from(&host)?;
     let address = buf.as_raw();
@@ -185,7 +187,7 @@ fn legacy_export_with_a_shape_imports_as_a_view() -> TestResult {
     let _serial = serial();
     let ctx = ctx()?;
     let host: Vec<i32> = (0..24).map(|i| i * 3 - 7).collect();
-    let buf = DeviceBuffer::from_slice(&ctx, &host)?;
+    let buf = DeviceBuffer::from_slice(&Stream::legacy(&ctx), &host)?;
     let address = buf.as_raw();
     let tensor = ManagedTensor::from_buffer_with_shape(buf, &[2, 3, 4], None)?;
     ensure_eq!(tensor.strides(), [12, 4, 1]);
@@ -211,7 +213,7 @@ fn legacy_export_with_a_shape_imports_as_a_view() -> TestResult {
     ensure_eq!(deletes() - before, 1);
 
     // Rows padded to 8 elements: exported with strides, imported, and refused as a flat view.
-    let buf = DeviceBuffer::from_slice(&ctx, &[1.0f64; 24])?;
+    let buf = DeviceBuffer::from_slice(&Stream::legacy(&ctx), &[1.0f64; 24])?;
     let tensor = ManagedTensor::from_buffer_with_shape(buf, &[3, 5], Some(&[8, 1]))?;
     let raw = tensor.into_raw();
     let before = deletes();
@@ -230,7 +232,7 @@ fn legacy_export_with_a_shape_imports_as_a_view() -> TestResult {
 fn bad_layouts_and_views_are_refused() -> TestResult {
     let _serial = serial();
     let ctx = ctx()?;
-    let buf = DeviceBuffer::<u16>::zeroed(&ctx, 10)?;
+    let buf = DeviceBuffer::<u16>::zeroed(&Stream::legacy(&ctx), 10)?;
     match ManagedTensor::from_buffer_with_shape(buf, &[3, 4], None) {
         Err(e @ Error::InvalidArgument { .. }) => {
             let text = e.to_string();
@@ -238,7 +240,7 @@ fn bad_layouts_and_views_are_refused() -> TestResult {
         }
         other => return Err(format!("a 3x4 shape over 10 elements gave {other:?}").into()),
     }
-    let buf = DeviceBuffer::<u16>::zeroed(&ctx, 12)?;
+    let buf = DeviceBuffer::<u16>::zeroed(&Stream::legacy(&ctx), 12)?;
     match ManagedTensor::from_buffer_with_shape(buf, &[3, 4], Some(&[5, 1])) {
         Err(e @ Error::InvalidArgument { .. }) => {
             let text = e.to_string();
@@ -248,7 +250,7 @@ fn bad_layouts_and_views_are_refused() -> TestResult {
     }
 
     // A read-only export can be viewed, not written.
-    let buf = DeviceBuffer::<u16>::zeroed(&ctx, 12)?;
+    let buf = DeviceBuffer::<u16>::zeroed(&Stream::legacy(&ctx), 12)?;
     let mut tensor = ManagedTensor::from_buffer_with_shape(buf, &[3, 4], Some(&[4, 1]))?;
     tensor.set_flags(TensorFlags::READ_ONLY);
     // SAFETY: handed over once, to this importer.
@@ -644,7 +646,7 @@ def _consume_cupy(capsule):
         let n = (SHAPE[0] * SHAPE[1]) as usize;
         let host: Vec<f32> = (0..n).map(|i| ((i * 7919) % 101) as f32 - 50.0).collect();
         let expected: f64 = host.iter().enumerate().map(|(i, &x)| i as f64 * f64::from(x)).sum();
-        let buf = DeviceBuffer::from_slice(ctx, &host).map_err(|e| e.to_string())?;
+        let buf = DeviceBuffer::from_slice(&Stream::legacy(ctx), &host).map_err(|e| e.to_string())?;
         let tensor = ManagedTensor::from_buffer_with_shape(buf, &SHAPE, None).map_err(|e| e.to_string())?;
         let before = deletes();
         let (ptr, name): (*mut c_void, &CStr) = match kind {
