@@ -51,40 +51,14 @@ unsafe impl<T: Pod> KernelArg for &T {
 /// The argument size of every buffer and view: one device address.
 const ADDRESS: usize = size_of::<sys::CUdeviceptr>();
 
-// SAFETY: the pointer is to the buffer's own address field, which lives as long as the
-// borrowed buffer and does not change while it is borrowed.
-unsafe impl<T: Pod, S: MemorySpace> KernelArg for &DeviceBuffer<T, S> {
-    #[inline]
-    fn arg_ptr(&self) -> *mut c_void {
-        (&self.ptr as *const sys::CUdeviceptr).cast_mut().cast()
-    }
-
-    #[inline]
-    fn arg_size(&self) -> usize {
-        ADDRESS
-    }
-}
-
-// SAFETY: as for `&DeviceBuffer<T>`; the exclusive borrow keeps the field unchanged too.
-unsafe impl<T: Pod, S: MemorySpace> KernelArg for &mut DeviceBuffer<T, S> {
-    #[inline]
-    fn arg_ptr(&self) -> *mut c_void {
-        (&self.ptr as *const sys::CUdeviceptr).cast_mut().cast()
-    }
-
-    #[inline]
-    fn arg_size(&self) -> usize {
-        ADDRESS
-    }
-}
-
-/// Implements [`KernelArg`] for a view type, by value and behind the given references.
-macro_rules! view_arg {
-    ($($arg:ty),+) => {$(
-        // SAFETY: the pointer is to the view's address field: inside `self` for a view held by
-        // value (valid while `self` stays where it is), inside the borrowed view otherwise.
-        // Nothing changes the field while it is borrowed.
-        unsafe impl<T> KernelArg for $arg {
+/// Implements [`KernelArg`] for buffers and views, by value and behind the given references:
+/// the argument is their device address.
+macro_rules! address_arg {
+    ($([$($generics:tt)*] $arg:ty),+ $(,)?) => {$(
+        // SAFETY: the pointer is to the address field of the buffer or view: inside `self` for
+        // a view held by value (valid while `self` stays where it is), inside the borrowed
+        // buffer or view otherwise. Nothing changes the field while it is borrowed.
+        unsafe impl<$($generics)*> KernelArg for $arg {
             #[inline]
             fn arg_ptr(&self) -> *mut c_void {
                 (&self.ptr as *const sys::CUdeviceptr).cast_mut().cast()
@@ -98,12 +72,14 @@ macro_rules! view_arg {
     )+};
 }
 
-view_arg!(
-    DeviceView<'_, T>,
-    &DeviceView<'_, T>,
-    DeviceViewMut<'_, T>,
-    &DeviceViewMut<'_, T>,
-    &mut DeviceViewMut<'_, T>
+address_arg!(
+    [T: Pod, S: MemorySpace] &DeviceBuffer<T, S>,
+    [T: Pod, S: MemorySpace] &mut DeviceBuffer<T, S>,
+    [T] DeviceView<'_, T>,
+    [T] &DeviceView<'_, T>,
+    [T] DeviceViewMut<'_, T>,
+    [T] &DeviceViewMut<'_, T>,
+    [T] &mut DeviceViewMut<'_, T>,
 );
 
 /// The arguments of a kernel launch: a tuple of up to 16 [`KernelArg`]s, one per parameter of

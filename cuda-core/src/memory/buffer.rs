@@ -176,23 +176,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         self.ptr
     }
 
-    /// The number of elements.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always false: buffers hold at least one element.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The size in bytes.
-    #[inline]
-    pub fn size_in_bytes(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
-    }
+    super::element_count!();
 
     /// The allocation behind the buffer: its address, the bytes reserved (an allocator may
     /// round the request up) and the allocator's token.

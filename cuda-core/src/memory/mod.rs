@@ -87,6 +87,31 @@ pub use view::{DeviceView, DeviceViewMut};
 
 use crate::error::{Error, Result};
 
+/// The element-count accessors every buffer and view has: `len`, `is_empty` and
+/// `size_in_bytes`, from a `len` field and the element type `T`.
+macro_rules! element_count {
+    () => {
+        /// The number of elements.
+        #[inline]
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        /// Whether there are no elements (never, for an owning buffer).
+        #[inline]
+        pub fn is_empty(&self) -> bool {
+            self.len == 0
+        }
+
+        /// The size in bytes.
+        #[inline]
+        pub fn size_in_bytes(&self) -> usize {
+            self.len * std::mem::size_of::<T>()
+        }
+    };
+}
+pub(crate) use element_count;
+
 /// Completes a synchronous copy or memset: the driver may return from those before the data has
 /// landed (a copy from pageable memory once it is staged, a memset or a device-to-device copy
 /// once it is queued), so wait for the default stream they ran on. Afterwards every stream sees

@@ -140,23 +140,7 @@ impl<T: Pod> PinnedBuffer<T> {
         })
     }
 
-    /// The number of elements.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always false: buffers hold at least one element.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The size in bytes.
-    #[inline]
-    pub fn size_in_bytes(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
-    }
+    super::element_count!();
 
     /// The host address of the first element (also its device address, under unified
     /// addressing). Reading through it while a copy writes the memory is a data race.

@@ -135,29 +135,7 @@ macro_rules! common {
                 self.ptr
             }
 
-            /// The device address of the first element (same as [`Self::as_raw`]).
-            #[inline]
-            pub fn device_ptr(&self) -> sys::CUdeviceptr {
-                self.ptr
-            }
-
-            /// The number of elements.
-            #[inline]
-            pub fn len(&self) -> usize {
-                self.len
-            }
-
-            /// Whether the view has no elements.
-            #[inline]
-            pub fn is_empty(&self) -> bool {
-                self.len == 0
-            }
-
-            /// The size in bytes.
-            #[inline]
-            pub fn size_in_bytes(&self) -> usize {
-                self.len * std::mem::size_of::<T>()
-            }
+            super::element_count!();
 
             /// The context the memory belongs to.
             #[inline]
