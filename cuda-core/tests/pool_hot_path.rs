@@ -1,14 +1,15 @@
 //! The pools' hot paths allocate nothing on the heap while no memory hook is installed: a
-//! counting global allocator watches steady-state malloc and free of both pools, on a CPU,
-//! through an upstream allocator and event source of the test's own.
+//! counting global allocator watches steady-state allocation and free of both pools, on a CPU,
+//! through an upstream allocator and event source of the test's own: the pools' `Allocator` and
+//! `PinnedAllocator` methods, and a `PinnedBuffer` from the pinned pool, made and dropped.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cuda_core::Result;
 use cuda_core::pool::{
     Allocator, DeviceAllocation, MemoryPool, PinnedAllocation, PinnedAllocator, PinnedMemoryPool,
-    StreamEvents, StreamRef, hooks,
+    StreamEvents, StreamRef, hooks, set_pinned_memory_allocator,
 };
+use cuda_core::{PinnedBuffer, Result};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::rc::Rc;
@@ -59,30 +60,38 @@ fn allocations_in(f: impl FnOnce()) -> usize {
     ALLOCATIONS.with(Cell::get) - before
 }
 
-/// Addresses from a counter, for either pool; nothing is ever dereferenced.
+/// Device addresses from a counter; nothing is ever dereferenced.
 #[derive(Default)]
 struct Addresses(AtomicU64);
 
-impl Addresses {
-    fn next(&self, size: usize) -> u64 {
-        0x5000_0000_0000 + self.0.fetch_add(size as u64 + 4096, Ordering::Relaxed)
-    }
-}
-
 impl Allocator for Addresses {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
-        Ok(DeviceAllocation { ptr: self.next(size), size, token: 0 })
+        let ptr = 0x5000_0000_0000 + self.0.fetch_add(size as u64 + 4096, Ordering::Relaxed);
+        Ok(DeviceAllocation { ptr, size, token: 0 })
     }
     unsafe fn deallocate(&self, _a: DeviceAllocation, _stream: StreamRef<'_>) -> Result<()> {
         Ok(())
     }
 }
 
-impl PinnedAllocator for Addresses {
+/// Host memory from the system allocator, page-aligned: a `PinnedBuffer` writes its memory (it
+/// is zeroed), so the pinned pool needs real memory under it.
+struct HostMemory;
+
+const PAGE: usize = 4096;
+
+impl PinnedAllocator for HostMemory {
     fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
-        Ok(PinnedAllocation { ptr: self.next(size) as *mut u8, size })
+        let layout = Layout::from_size_align(size.max(1), PAGE).expect("a valid layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { System.alloc(layout) };
+        assert!(!ptr.is_null(), "out of host memory");
+        Ok(PinnedAllocation { ptr, size })
     }
-    unsafe fn deallocate(&self, _a: PinnedAllocation) -> Result<()> {
+    unsafe fn deallocate(&self, a: PinnedAllocation) -> Result<()> {
+        let layout = Layout::from_size_align(a.size.max(1), PAGE).expect("a valid layout");
+        // SAFETY: allocated by `allocate` above with this layout, given back once.
+        unsafe { System.dealloc(a.ptr, layout) };
         Ok(())
     }
 }
@@ -113,23 +122,32 @@ impl hooks::MemoryHook for Quiet {
 }
 
 /// Steady-state work on both pools: every request is served from their caches.
-fn steady_state(device: &MemoryPool, pinned: &PinnedMemoryPool, rounds: usize) {
-    let pinned_dyn: &dyn PinnedAllocator = pinned;
+fn steady_state(device: &MemoryPool, pinned: &Arc<PinnedMemoryPool>, rounds: usize) {
+    let pinned_dyn: &dyn PinnedAllocator = &**pinned;
     for _ in 0..rounds {
         let d = device.allocate(1 << 20, StreamRef::legacy()).unwrap();
         // SAFETY: allocated just above, freed once.
         unsafe { device.deallocate(d, StreamRef::legacy()) }.unwrap();
-        drop(pinned.malloc(1 << 20).unwrap());
-        let p = pinned_dyn.allocate(3000).unwrap();
+        let p = pinned.allocate(1 << 20).unwrap();
         // SAFETY: allocated just above, given back once, no copy uses it.
+        unsafe { pinned.deallocate(p) }.unwrap();
+        let p = pinned_dyn.allocate(3000).unwrap();
+        // SAFETY: as above.
         unsafe { pinned_dyn.deallocate(p) }.unwrap();
+        // A buffer from a given pool (the `Arc` is cloned, not allocated), and one from the
+        // thread's pinned allocator (set by the caller); both zeroed, dropped with no copy.
+        let b = PinnedBuffer::<u32>::new_in(1000, pinned.clone()).unwrap();
+        assert_eq!(b.as_slice().unwrap()[999], 0);
+        drop(b);
+        drop(PinnedBuffer::<u8>::new(64 << 10).unwrap());
     }
 }
 
 #[test]
 fn steady_state_malloc_and_free_allocate_nothing_without_hooks() {
     let device = MemoryPool::with_parts(Arc::new(Addresses::default()), Arc::new(Done));
-    let pinned = PinnedMemoryPool::with_parts(Arc::new(Addresses::default()), Arc::new(Done));
+    let pinned = Arc::new(PinnedMemoryPool::with_parts(Arc::new(HostMemory), Arc::new(Done)));
+    set_pinned_memory_allocator(Some(pinned.clone()));
     steady_state(&device, &pinned, 1); // warm: the upstream blocks and the pools' lists
 
     assert_eq!(allocations_in(|| steady_state(&device, &pinned, 1000)), 0, "the hot paths allocated");
@@ -145,4 +163,8 @@ fn steady_state_malloc_and_free_allocate_nothing_without_hooks() {
         0,
         "the hook's removal restores the fast path"
     );
+    set_pinned_memory_allocator(None);
+    assert_eq!(pinned.used_bytes(), 0);
+    pinned.free_all_blocks().unwrap();
+    assert_eq!(pinned.total_bytes(), 0);
 }

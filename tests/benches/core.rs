@@ -1,8 +1,10 @@
 //! Event record, stream wait, and pinned/device copy bandwidth through `cuda-core`, against the
 //! raw `cuda-driver-sys` calls on the same handles in the same run.
 
-use cuda_core::memory::{HostAllocFlags, PinnedHostBuffer};
-use cuda_core::{Context, Device, DeviceBuffer, Event, EventFlags, Result, Stream, StreamFlags};
+use cuda_core::memory::HostAllocFlags;
+use cuda_core::{
+    Context, Device, DeviceBuffer, Event, EventFlags, PinnedBuffer, Result, Stream, StreamFlags,
+};
 use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, compare_bandwidth, print_table};
 use std::hint::black_box;
@@ -53,11 +55,13 @@ fn run() -> Result<Vec<Row>> {
     other.synchronize()?;
 
     let n = 64 << 20;
-    let host = PinnedHostBuffer::<u8>::new(&ctx, n, HostAllocFlags::empty())?;
-    let mut back = PinnedHostBuffer::<u8>::new(&ctx, n, HostAllocFlags::empty())?;
-    let mut dev = DeviceBuffer::<u8>::new(&ctx, n)?;
-    let mut dev2 = DeviceBuffer::<u8>::new(&ctx, n)?;
-    let (hp, bp, dp, dp2) = (host.as_ptr(), back.as_mut_ptr(), dev.as_raw(), dev2.as_raw());
+    // Plain `cuMemHostAlloc` memory (no flags) on the host, as the raw side would allocate it;
+    // device memory from the default pool, on the stream of the copies.
+    let host = PinnedBuffer::<u8>::with_flags(&ctx, n, HostAllocFlags::empty())?;
+    let mut back = PinnedBuffer::<u8>::with_flags(&ctx, n, HostAllocFlags::empty())?;
+    let mut dev = DeviceBuffer::<u8>::new(&s, n)?;
+    let mut dev2 = DeviceBuffer::<u8>::new(&s, n)?;
+    let (hp, bp, dp, dp2) = (host.as_ptr(), back.as_mut_slice()?.as_mut_ptr(), dev.as_raw(), dev2.as_raw());
 
     rows.push(compare_bandwidth(
         "pinned H2D 64 MiB",
@@ -65,8 +69,8 @@ fn run() -> Result<Vec<Row>> {
         10,
         n,
         || {
-            // SAFETY: `host` outlives the synchronization that follows.
-            unsafe { dev.copy_from_async(&host, &s) }.ok();
+            // Safe: `host` records the copy (one event) and stays unwritten until it is done.
+            dev.copy_from_pinned_async(&host, &s).ok();
             s.synchronize().ok();
         },
         // SAFETY: live allocations of `n` bytes.
@@ -81,8 +85,8 @@ fn run() -> Result<Vec<Row>> {
         10,
         n,
         || {
-            // SAFETY: `back` outlives the synchronization that follows and is not read meanwhile.
-            unsafe { dev2.copy_to_async(&mut back, &s) }.ok();
+            // Safe: `back` records the copy (one event) and is not read until it is done.
+            dev2.copy_to_pinned_async(&mut back, &s).ok();
             s.synchronize().ok();
         },
         // SAFETY: live allocations of `n` bytes.
@@ -91,7 +95,7 @@ fn run() -> Result<Vec<Row>> {
             sys::cuStreamSynchronize(sr);
         },
     ));
-    let src = DeviceBuffer::<u8>::zeroed(&ctx, n)?;
+    let src = DeviceBuffer::<u8>::zeroed(&s, n)?;
     let sp = src.as_raw();
     rows.push(compare_bandwidth(
         "D2D 64 MiB",
@@ -99,7 +103,7 @@ fn run() -> Result<Vec<Row>> {
         20,
         n,
         || {
-            dev2.copy_from_device_async(&src, &s).ok();
+            dev2.view_mut().copy_from_device_async(&src.view(), &s).ok();
             s.synchronize().ok();
         },
         // SAFETY: live allocations of `n` bytes.

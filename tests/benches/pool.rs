@@ -1,9 +1,12 @@
 //! Pool allocation against the driver's own allocators, in the same run: steady-state
-//! alloc+free of 1 MiB from `MemoryPool` against `cuMemAllocAsync`+`cuMemFreeAsync`, from
-//! `PinnedMemoryPool` against `cuMemHostAlloc`+`cuMemFreeHost`, and 16 threads at once.
+//! alloc+free of 1 MiB from `MemoryPool` (its `Allocator::allocate`/`deallocate`) against
+//! `cuMemAllocAsync`+`cuMemFreeAsync`, from `PinnedMemoryPool` against
+//! `cuMemHostAlloc`+`cuMemFreeHost`, and 16 threads at once; and what a `DeviceBuffer` costs on
+//! top: `DeviceBuffer::new`+drop of 1 MiB from the default pool against that pool's
+//! allocate+deallocate, and against `cuMemAllocAsync`+`cuMemFreeAsync`, on one stream.
 
-use cuda_core::pool::{Allocator, MemoryPool, PinnedMemoryPool, StreamRef};
-use cuda_core::{Context, Device, Result, Stream, StreamFlags};
+use cuda_core::pool::{self, Allocator, MemoryPool, PinnedAllocator, PinnedMemoryPool, StreamRef};
+use cuda_core::{Context, Device, DeviceBuffer, Result, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, print_table};
 use std::hint::black_box;
@@ -15,10 +18,28 @@ const THREADS: usize = 16;
 
 fn main() {
     match run() {
-        Ok(rows) => print_table(
-            "pools against the driver's allocators (same run; ours/raw < 0.1 is 10x faster)",
-            &rows,
-        ),
+        Ok((rows, buffer)) => {
+            print_table(
+                "pools against the driver's allocators (same run; ours/raw < 0.1 is 10x faster)",
+                &rows,
+            );
+            print_table(
+                "DeviceBuffer::new+drop, 1 MiB, default pool, one stream (ours = DeviceBuffer)",
+                &buffer,
+            );
+            // The two ratios of a buffer, in the table's ratio column: its cost over the pool's
+            // own calls, and how many times as much the driver's stream-ordered pair costs.
+            if let [over_pool, over_driver] = buffer.as_slice() {
+                let inverse =
+                    if over_driver.ours == 0.0 { f64::NAN } else { over_driver.raw / over_driver.ours };
+                for (name, ratio) in [
+                    ("DeviceBuffer::new+drop / pool allocate+deallocate", over_pool.ratio()),
+                    ("cuMemAllocAsync pair / DeviceBuffer::new+drop", inverse),
+                ] {
+                    println!("{name:<48} {:>12} {:>12} {ratio:>8.4}", "", "");
+                }
+            }
+        }
         Err(e) => eprintln!("benchmark skipped: {e}"),
     }
 }
@@ -32,7 +53,22 @@ fn raw_async_pair(stream: sys::CUstream) {
     }
 }
 
-fn run() -> Result<Vec<Row>> {
+/// One `DeviceBuffer::new` of 1 MiB from the thread's current allocator, dropped at once.
+#[inline]
+fn buffer_pair(stream: &Stream) {
+    drop(black_box(DeviceBuffer::<u8>::new(stream, black_box(MIB))));
+}
+
+/// Allocate and deallocate 1 MiB through `a`'s `Allocator` methods.
+#[inline]
+fn pool_pair<A: Allocator + ?Sized>(a: &A, stream: &Stream) {
+    if let Ok(m) = a.allocate(black_box(MIB), StreamRef::from(stream)) {
+        // SAFETY: allocated just above, freed once, on the same stream.
+        black_box(unsafe { a.deallocate(black_box(m), StreamRef::from(stream)) }).ok();
+    }
+}
+
+fn run() -> Result<(Vec<Row>, Vec<Row>)> {
     let ctx = Context::primary(&Device::get(0)?)?;
     ctx.bind_to_thread()?;
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
@@ -45,20 +81,14 @@ fn run() -> Result<Vec<Row>> {
         "1 MiB alloc+free: MemoryPool vs cuMemAllocAsync+FreeAsync",
         31,
         20_000,
-        || drop(black_box(pool.malloc(black_box(MIB), &s))),
+        || pool_pair(&pool, &s),
         || raw_async_pair(sr),
     ));
     rows.push(compare(
         "1 MiB alloc+free: MemoryPool as dyn Allocator vs the same",
         31,
         20_000,
-        || {
-            let a: &dyn Allocator = &pool;
-            if let Ok(m) = a.allocate(black_box(MIB), StreamRef::from(&s)) {
-                // SAFETY: allocated just above, freed once.
-                black_box(unsafe { a.deallocate(m, StreamRef::from(&s)) }).ok();
-            }
-        },
+        || pool_pair(black_box(&pool as &dyn Allocator), &s),
         || raw_async_pair(sr),
     ));
     s.synchronize()?;
@@ -66,7 +96,12 @@ fn run() -> Result<Vec<Row>> {
         "1 MiB alloc+free: PinnedMemoryPool vs cuMemHostAlloc+FreeHost",
         11,
         200,
-        || drop(black_box(pinned.malloc(black_box(MIB)))),
+        || {
+            if let Ok(p) = pinned.allocate(black_box(MIB)) {
+                // SAFETY: allocated just above, given back once; no copy uses it.
+                black_box(unsafe { pinned.deallocate(black_box(p)) }).ok();
+            }
+        },
         || {
             let mut p = std::ptr::null_mut();
             // SAFETY: the host allocation is freed right away.
@@ -77,7 +112,30 @@ fn run() -> Result<Vec<Row>> {
         },
     ));
     rows.push(threaded(&ctx, &pool)?);
-    Ok(rows)
+    s.synchronize()?;
+
+    // A buffer from the default pool: no allocator set on this thread, so `DeviceBuffer::new`
+    // takes the default pool of the stream's device; the reference is that pool's own calls.
+    pool::set_allocator(None);
+    let default = pool::default_memory_pool(&ctx.device())?;
+    let buffer = vec![
+        compare(
+            "1 MiB: DeviceBuffer::new+drop vs pool allocate+deallocate",
+            31,
+            20_000,
+            || buffer_pair(&s),
+            || pool_pair(default, &s),
+        ),
+        compare(
+            "1 MiB: DeviceBuffer::new+drop vs cuMemAllocAsync+FreeAsync",
+            31,
+            20_000,
+            || buffer_pair(&s),
+            || raw_async_pair(sr),
+        ),
+    ];
+    s.synchronize()?;
+    Ok((rows, buffer))
 }
 
 /// Mean ns per alloc+free pair and thread, with `THREADS` threads on their own streams.
@@ -94,7 +152,7 @@ fn per_thread(ctx: &Context, iters: u64, pool: Option<&MemoryPool>) -> Result<f6
                     // Warm the arena (or the driver's pool) of this stream.
                     for _ in 0..100 {
                         match pool {
-                            Some(p) => drop(p.malloc(MIB, &s)),
+                            Some(p) => pool_pair(p, &s),
                             None => raw_async_pair(sr),
                         }
                     }
@@ -102,7 +160,7 @@ fn per_thread(ctx: &Context, iters: u64, pool: Option<&MemoryPool>) -> Result<f6
                     let t = Instant::now();
                     for _ in 0..iters {
                         match pool {
-                            Some(p) => drop(black_box(p.malloc(black_box(MIB), &s))),
+                            Some(p) => pool_pair(p, &s),
                             None => raw_async_pair(sr),
                         }
                     }

@@ -5,7 +5,7 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::memory::{MemAttach, ManagedBuffer};
+use cuda_core::memory::{ManagedBuffer, MemAttach};
 use cuda_core::mempool::{MemPool, MemPoolProps};
 use cuda_core::module::Module;
 use cuda_core::pool::{
@@ -20,10 +20,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 fn main() {
     cuda_tests::run(&[
         gpu("a_kernel_writes_a_buffer_from_every_allocator", a_kernel_writes_a_buffer_from_every_allocator),
-        gpu("managed_buffers_are_kernel_arguments_and_host_slices", managed_buffers_are_kernel_arguments_and_host_slices),
-        gpu("new_uses_the_default_pool_or_the_current_allocator", new_uses_the_default_pool_or_the_current_allocator),
-        gpu("a_users_allocator_sees_every_allocation_and_free", a_users_allocator_sees_every_allocation_and_free),
-        gpu("recorded_streams_delay_the_free_for_every_allocator", recorded_streams_delay_the_free_for_every_allocator),
+        gpu(
+            "managed_buffers_are_kernel_arguments_and_host_slices",
+            managed_buffers_are_kernel_arguments_and_host_slices,
+        ),
+        gpu(
+            "new_uses_the_default_pool_or_the_current_allocator",
+            new_uses_the_default_pool_or_the_current_allocator,
+        ),
+        gpu(
+            "a_users_allocator_sees_every_allocation_and_free",
+            a_users_allocator_sees_every_allocation_and_free,
+        ),
+        gpu(
+            "recorded_streams_delay_the_free_for_every_allocator",
+            recorded_streams_delay_the_free_for_every_allocator,
+        ),
     ]);
 }
 
@@ -156,7 +168,11 @@ impl Allocator for Counting {
         Ok(a)
     }
 
-    unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> cuda_core::Result<()> {
+    unsafe fn deallocate(
+        &self,
+        allocation: DeviceAllocation,
+        stream: StreamRef<'_>,
+    ) -> cuda_core::Result<()> {
         self.live.fetch_sub(1, Ordering::SeqCst);
         // SAFETY: forwarded under the caller's contract.
         unsafe { self.inner.deallocate(allocation, stream) }

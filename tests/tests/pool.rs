@@ -1,13 +1,14 @@
-//! `cuda_core::pool` on a GPU: data written and read back through pooled memory, across
-//! streams and threads; record_stream; limits; pinned pool; upstream allocators; the current
-//! allocator and the C interface; memory hooks around both pools.
+//! `cuda_core::pool` on a GPU: data written and read back through pooled memory (`DeviceBuffer`s
+//! from a `MemoryPool`), across streams and threads; record_stream; limits; the pinned pool under
+//! `PinnedBuffer`s and their asynchronous copies; upstream allocators; the default pool, the
+//! current allocator and the C interface; memory hooks around both pools.
 
 use cuda_core::pool::hooks::{self, HookEvent, MemoryHook, MemoryKind};
 use cuda_core::pool::{
     self, Allocator, AsyncAllocator, DeviceAllocator, ManagedAllocator, MemoryPool, PinnedMemoryPool,
     PoolLimit, StreamRef,
 };
-use cuda_core::{Context, Device, Error, Stream, StreamFlags};
+use cuda_core::{Context, Device, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
 use std::cell::RefCell;
@@ -63,11 +64,12 @@ fn download(src: sys::CUdeviceptr, n: usize, stream: &Stream) -> Result<Vec<u32>
 
 fn pooled_memory_round_trips_data() -> TestResult {
     let ctx = ctx()?;
-    let pool = MemoryPool::new(&ctx)?;
+    let pool = Arc::new(MemoryPool::new(&ctx)?);
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let data = pattern(1 << 18, 7);
-    let b = pool.malloc(data.len() * 4, &s)?;
-    ensure_eq!(b.reserved(), 1 << 20);
+    let b = DeviceBuffer::<u8>::new_in(&s, data.len() * 4, pool.clone())?;
+    ensure_eq!(b.allocation().size, 1 << 20);
+    ensure_eq!(b.allocator_name(), "MemoryPool");
     upload(b.as_raw(), &data, &s)?;
     ensure!(download(b.as_raw(), data.len(), &s)? == data, "data read back differs");
     let ptr = b.as_raw();
@@ -75,9 +77,11 @@ fn pooled_memory_round_trips_data() -> TestResult {
     ensure_eq!(pool.used_bytes(), 0);
     ensure_eq!(pool.total_bytes(), 1 << 20);
     // Reused at once on the same stream.
-    let again = pool.malloc(1 << 20, &s)?;
+    let again = DeviceBuffer::<u8>::new_in(&s, 1 << 20, pool.clone())?;
     ensure_eq!(again.as_raw(), ptr);
-    drop(again);
+    // `free` gives the memory back now and reports what `Drop` would keep.
+    again.free()?;
+    ensure_eq!(pool.used_bytes(), 0);
     pool.free_all_blocks(None)?;
     ensure_eq!(pool.total_bytes(), 0);
     Ok(())
@@ -85,11 +89,12 @@ fn pooled_memory_round_trips_data() -> TestResult {
 
 fn split_blocks_do_not_overlap() -> TestResult {
     let ctx = ctx()?;
-    let pool = MemoryPool::new(&ctx)?;
+    let pool = Arc::new(MemoryPool::new(&ctx)?);
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    drop(pool.malloc(8 << 20, &s)?);
+    drop(DeviceBuffer::<u8>::new_in(&s, 8 << 20, pool.clone())?);
     let sizes = [3000usize, 1 << 20, 512, 70_000, 4];
-    let parts: Vec<_> = sizes.iter().map(|&n| pool.malloc(n * 4, &s)).collect::<Result<_, _>>()?;
+    let parts: Vec<DeviceBuffer<u8>> =
+        sizes.iter().map(|&n| DeviceBuffer::new_in(&s, n * 4, pool.clone())).collect::<Result<_, _>>()?;
     ensure_eq!(pool.total_bytes(), 8 << 20);
     for (i, (p, &n)) in parts.iter().zip(&sizes).enumerate() {
         upload(p.as_raw(), &pattern(n, i as u32), &s)?;
@@ -108,7 +113,7 @@ fn split_blocks_do_not_overlap() -> TestResult {
 
 fn record_stream_holds_block() -> TestResult {
     let ctx = ctx()?;
-    let pool = MemoryPool::new(&ctx)?;
+    let pool = Arc::new(MemoryPool::new(&ctx)?);
     let s1 = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let s2 = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     // Stall s2 until the test lets it go.
@@ -116,17 +121,19 @@ fn record_stream_holds_block() -> TestResult {
     s2.launch_host_func(move || {
         let _ = wait.recv();
     })?;
-    let mut b = pool.malloc(1 << 20, &s1)?;
+    let mut b = DeviceBuffer::<u8>::new_in(&s1, 1 << 20, pool.clone())?;
     let first = b.as_raw();
     b.record_stream(&s2);
+    ensure_eq!(b.recorded_streams().len(), 1);
     drop(b);
     ensure_eq!(pool.used_bytes(), 1 << 20);
-    let held = pool.malloc(1 << 20, &s1)?;
+    let held = DeviceBuffer::<u8>::new_in(&s1, 1 << 20, pool.clone())?;
     ensure!(held.as_raw() != first, "a block still used by a stalled stream was reused");
     let _ = go.send(());
     s2.synchronize()?;
-    // Now the event has completed: the next miss finds the block again.
-    let reused = pool.malloc(1 << 20, &s1)?;
+    s1.synchronize()?;
+    // Now the events have completed: the next miss finds the block again.
+    let reused = DeviceBuffer::<u8>::new_in(&s1, 1 << 20, pool.clone())?;
     ensure_eq!(reused.as_raw(), first);
     ensure_eq!(pool.total_bytes(), 2 << 20);
     Ok(())
@@ -134,7 +141,7 @@ fn record_stream_holds_block() -> TestResult {
 
 fn threads_share_one_pool() -> TestResult {
     let ctx = ctx()?;
-    let pool = MemoryPool::new(&ctx)?;
+    let pool = Arc::new(MemoryPool::new(&ctx)?);
     let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8u32)
             .map(|t| {
@@ -144,7 +151,8 @@ fn threads_share_one_pool() -> TestResult {
                     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING).map_err(|e| e.to_string())?;
                     for round in 0..20u32 {
                         let n = 1000 + (t as usize * 997 + round as usize * 131) % 50_000;
-                        let b = pool.malloc(n * 4, &s).map_err(|e| e.to_string())?;
+                        let b =
+                            DeviceBuffer::<u8>::new_in(&s, n * 4, pool.clone()).map_err(|e| e.to_string())?;
                         let data = pattern(n, t * 1000 + round);
                         upload(b.as_raw(), &data, &s).map_err(|e| format!("{e:?}"))?;
                         if download(b.as_raw(), n, &s).map_err(|e| format!("{e:?}"))? != data {
@@ -167,15 +175,15 @@ fn threads_share_one_pool() -> TestResult {
 
 fn limits_and_out_of_memory() -> TestResult {
     let ctx = ctx()?;
-    let pool = MemoryPool::new(&ctx)?;
+    let pool = Arc::new(MemoryPool::new(&ctx)?);
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let total = ctx.device().total_memory()?;
     pool.set_limit(PoolLimit::Fraction(0.5))?;
     ensure_eq!(pool.limit(), Some(total / 2));
     ensure!(pool.set_limit(PoolLimit::Fraction(1.5)).is_err(), "a fraction above 1 was accepted");
     pool.set_limit(PoolLimit::Bytes(4 << 20))?;
-    let a = pool.malloc(3 << 20, &s)?;
-    match pool.malloc(2 << 20, &s) {
+    let a = DeviceBuffer::<u8>::new_in(&s, 3 << 20, pool.clone())?;
+    match DeviceBuffer::<u8>::new_in(&s, 2 << 20, pool.clone()) {
         Err(Error::OutOfMemory { requested, held, limit }) => {
             ensure_eq!((requested, held, limit), (2 << 20, 3 << 20, Some(4 << 20)));
         }
@@ -183,44 +191,57 @@ fn limits_and_out_of_memory() -> TestResult {
     }
     drop(a);
     // At the limit the free block goes back and the larger request fits.
-    let b = pool.malloc(4 << 20, &s)?;
+    let b = DeviceBuffer::<u8>::new_in(&s, 4 << 20, pool.clone())?;
     ensure_eq!(pool.total_bytes(), 4 << 20);
     drop(b);
     pool.set_limit(PoolLimit::None)?;
     // More than the device has: the device refuses, the pool retries once, then says so.
-    match pool.malloc(total * 2, &s) {
+    match DeviceBuffer::<u8>::new_in(&s, total * 2, pool.clone()) {
         Err(Error::OutOfMemory { requested, limit: None, .. }) => ensure_eq!(requested, total * 2),
         other => return Err(format!("expected OutOfMemory, got {other:?}").into()),
     }
     ensure_eq!(pool.total_bytes(), 0);
+    // Buffers hold at least one element; a zero-byte request to the pool itself touches
+    // nothing.
+    match DeviceBuffer::<u8>::new_in(&s, 0, pool.clone()) {
+        Err(Error::InvalidArgument { .. }) => {}
+        other => return Err(format!("expected InvalidArgument, got {other:?}").into()),
+    }
+    let z = pool.allocate(0, StreamRef::from(&s))?;
+    ensure_eq!((z.ptr, z.size), (0, 0));
+    // SAFETY: allocated just above, freed once.
+    unsafe { pool.deallocate(z, StreamRef::from(&s)) }?;
+    ensure_eq!((pool.used_bytes(), pool.total_bytes()), (0, 0));
     Ok(())
 }
 
 fn pinned_pool_feeds_async_copies() -> TestResult {
     let ctx = ctx()?;
-    let pinned = PinnedMemoryPool::new(&ctx);
-    let pool = MemoryPool::new(&ctx)?;
+    let pinned = Arc::new(PinnedMemoryPool::new(&ctx));
+    let pool = Arc::new(MemoryPool::new(&ctx)?);
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let n = 1 << 18;
     let data = pattern(n, 99);
-    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let mut h = pinned.malloc(bytes.len())?;
-    h.write(&bytes)?;
-    let d = pool.malloc(bytes.len(), &s)?;
-    // SAFETY: both buffers hold `bytes.len()` bytes; the host buffer is kept from reuse until
-    // the copy's event has completed (record_stream below).
-    drv("cuMemcpyHtoDAsync", unsafe {
-        sys::cuMemcpyHtoDAsync(d.as_raw(), h.as_ptr().cast(), bytes.len(), s.as_raw())
-    })?;
+    let mut h = PinnedBuffer::<u32>::new_in(n, pinned.clone())?;
+    h.copy_from_slice(&data)?;
+    let mut d = DeviceBuffer::<u32>::new_in(&s, n, pool.clone())?;
+    // The copy records itself on `h`: dropped now, `h` is kept from reuse until the copy's
+    // event has completed.
+    d.copy_from_pinned_async(&h, &s)?;
+    ensure!(h.has_copies_in_flight(), "the copy was not recorded");
     let hp = h.as_ptr();
-    h.record_stream(&s);
     drop(h);
+    ensure_eq!((pinned.used_bytes(), pinned.n_free_blocks()), (1 << 20, 0));
     s.synchronize()?;
     ensure!(download(d.as_raw(), n, &s)? == data, "copy from pinned memory differs");
-    let again = pinned.malloc(bytes.len())?;
+    let mut again = PinnedBuffer::<u32>::new_in(n, pinned.clone())?;
     ensure_eq!(again.as_ptr(), hp);
     ensure_eq!(pinned.total_bytes(), 1 << 20);
+    // And back: reading the buffer waits for the copy that writes it.
+    d.copy_to_pinned_async(&mut again, &s)?;
+    ensure!(again.as_slice()? == data.as_slice(), "copy to pinned memory differs");
     drop(again);
+    ensure_eq!(pinned.used_bytes(), 0);
     pinned.free_all_blocks()?;
     ensure_eq!(pinned.total_bytes(), 0);
     Ok(())
@@ -261,11 +282,25 @@ fn default_allocator_and_c_interface() -> TestResult {
     let ctx = ctx()?;
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let default = pool::default_memory_pool(&ctx.device())?;
+    // With no allocator set, `DeviceBuffer::new` allocates from the default pool.
+    pool::set_allocator(None);
     let before = default.used_bytes();
-    let m = pool::alloc(1000, &s)?;
+    let m = DeviceBuffer::<u8>::new(&s, 1000)?;
     ensure_eq!(default.used_bytes(), before + 1024);
+    ensure_eq!(m.allocator_name(), "MemoryPool");
     drop(m);
     ensure_eq!(default.used_bytes(), before);
+    // Within `using_allocator`, from the allocator given.
+    let mine = Arc::new(MemoryPool::new(&ctx)?);
+    {
+        let _scope = pool::using_allocator(mine.clone());
+        let m = DeviceBuffer::<u8>::new(&s, 1000)?;
+        ensure_eq!((mine.used_bytes(), default.used_bytes()), (1024, before));
+        drop(m);
+    }
+    ensure_eq!((mine.used_bytes(), mine.total_bytes()), (0, 1024));
+    drop(DeviceBuffer::<u8>::new(&s, 1000)?);
+    ensure_eq!(mine.total_bytes(), 1024, "the scope ended: back to the default pool");
     let h = pool::capi::cuda_core_get_allocator_handle();
     ensure!(!h.is_null(), "no handle: {:?}", pool::capi::last_error());
     // SAFETY: the handle is live until destroyed; the pointer is freed before that.
@@ -297,19 +332,20 @@ fn default_allocator_and_c_interface() -> TestResult {
 
 fn typed_views_of_pooled_memory() -> TestResult {
     let ctx = ctx()?;
-    let pool = MemoryPool::new(&ctx)?;
+    let pool = Arc::new(MemoryPool::new(&ctx)?);
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let data = pattern(3000, 11);
-    let mut a = pool.malloc(data.len() * 4, &s)?;
-    a.view_mut::<u32>()?.copy_from_host(&data)?;
-    let b = pool.malloc(data.len() * 4, &s)?;
+    let mut a = DeviceBuffer::<u8>::new_in(&s, data.len() * 4, pool.clone())?;
+    a.view_mut().cast_mut::<u32>()?.copy_from_host(&data)?;
+    let b = DeviceBuffer::<u8>::new_in(&s, data.len() * 4, pool.clone())?;
     {
         let mut b = b;
-        b.view_mut::<u32>()?.copy_from_device(&a.view::<u32>()?)?;
-        ensure!(b.view::<u32>()?.to_vec()? == data, "device-to-device copy through views differs");
+        b.view_mut().cast_mut::<u32>()?.copy_from_device(&a.view().cast::<u32>()?)?;
+        ensure!(b.view().cast::<u32>()?.to_vec()? == data, "device-to-device copy through views differs");
     }
-    ensure_eq!(a.view::<u64>()?.len(), data.len() / 2);
-    ensure!(pool.malloc(6, &s)?.view::<u32>().is_err(), "6 bytes are not whole u32 elements");
+    ensure_eq!(a.view().cast::<u64>()?.len(), data.len() / 2);
+    let odd = DeviceBuffer::<u8>::new_in(&s, 6, pool.clone())?;
+    ensure!(odd.view().cast::<u32>().is_err(), "6 bytes are not whole u32 elements");
     Ok(())
 }
 
@@ -335,20 +371,15 @@ impl MemoryHook for Seen {
 fn hooks_see_device_and_pinned_pools() -> TestResult {
     let ctx = ctx()?;
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let pinned = PinnedMemoryPool::new(&ctx);
-    let pool = MemoryPool::new(&ctx)?;
+    let pinned = Arc::new(PinnedMemoryPool::new(&ctx));
+    let pool = Arc::new(MemoryPool::new(&ctx)?);
     let seen = Rc::new(Seen::default());
     let guard = hooks::install(seen.clone())?;
     let data = pattern(750, 11);
-    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let mut h = pinned.malloc(bytes.len())?;
-    h.write(&bytes)?;
-    let d = pool.malloc(bytes.len(), &s)?;
-    // SAFETY: both buffers hold `bytes.len()` bytes; the stream is synchronized before either
-    // is dropped.
-    drv("cuMemcpyHtoDAsync", unsafe {
-        sys::cuMemcpyHtoDAsync(d.as_raw(), h.as_ptr().cast(), bytes.len(), s.as_raw())
-    })?;
+    let mut h = PinnedBuffer::<u32>::new_in(data.len(), pinned.clone())?;
+    h.copy_from_slice(&data)?;
+    let mut d = DeviceBuffer::<u32>::new_in(&s, data.len(), pool.clone())?;
+    d.copy_from_pinned_async(&h, &s)?;
     s.synchronize()?;
     ensure!(download(d.as_raw(), data.len(), &s)? == data, "data through hooked pools differs");
     let (hp, dp) = (h.as_ptr() as u64, d.as_raw());

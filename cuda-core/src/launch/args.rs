@@ -169,11 +169,19 @@ mod tests {
     struct NoMemory;
 
     impl crate::pool::Allocator for NoMemory {
-        fn allocate(&self, size: usize, _: crate::pool::StreamRef<'_>) -> crate::Result<crate::pool::DeviceAllocation> {
+        fn allocate(
+            &self,
+            size: usize,
+            _: crate::pool::StreamRef<'_>,
+        ) -> crate::Result<crate::pool::DeviceAllocation> {
             Err(crate::Error::invalid("NoMemory", format!("{size} bytes: this allocator has none")))
         }
 
-        unsafe fn deallocate(&self, _: crate::pool::DeviceAllocation, _: crate::pool::StreamRef<'_>) -> crate::Result<()> {
+        unsafe fn deallocate(
+            &self,
+            _: crate::pool::DeviceAllocation,
+            _: crate::pool::StreamRef<'_>,
+        ) -> crate::Result<()> {
             Ok(())
         }
     }
@@ -184,7 +192,8 @@ mod tests {
         let stream = crate::Stream::legacy(ctx);
         let allocation = crate::pool::DeviceAllocation { ptr: address, size: len * size_of::<T>(), token: 0 };
         // SAFETY: the buffer is never used for memory access; its allocator frees nothing.
-        let b = unsafe { DeviceBuffer::from_allocation(&stream, std::sync::Arc::new(NoMemory), allocation, len) };
+        let b =
+            unsafe { DeviceBuffer::from_allocation(&stream, std::sync::Arc::new(NoMemory), allocation, len) };
         b.unwrap()
     }
 

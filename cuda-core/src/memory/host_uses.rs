@@ -43,7 +43,12 @@ unsafe impl Sync for HostUses {}
 impl HostUses {
     pub(crate) fn new() -> HostUses {
         HostUses {
-            uses: Mutex::new(Uses { event: std::ptr::null_mut(), ctx: None, stream: None, pending: Pending::None }),
+            uses: Mutex::new(Uses {
+                event: std::ptr::null_mut(),
+                ctx: None,
+                stream: None,
+                pending: Pending::None,
+            }),
         }
     }
 
@@ -55,7 +60,12 @@ impl HostUses {
     /// the host memory. If the copy was queued but cannot be recorded, waits for `stream` so that
     /// nothing is left untracked, and returns the error.
     #[inline]
-    pub(crate) fn around(&self, stream: &Stream, writes: bool, enqueue: impl FnOnce() -> Result<()>) -> Result<()> {
+    pub(crate) fn around(
+        &self,
+        stream: &Stream,
+        writes: bool,
+        enqueue: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let mut u = self.lock();
         let other_stream = u.stream.as_ref().is_some_and(|s| s != stream);
         if u.pending != Pending::None && other_stream {

@@ -75,14 +75,14 @@ pub use array::{
     Array, ArrayDescriptor, ArrayFlags, ArrayMemoryRequirements, BorrowedArray, MipmappedArray,
     SparseProperties,
 };
-pub use copy3d::{memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer};
 pub use buffer::DeviceBuffer;
+pub use copy3d::{memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer};
 pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
-pub use pinned::PinnedBuffer;
-pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
+pub use pinned::PinnedBuffer;
 pub use pitched::PitchedBuffer;
 pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attributes, set_sync_memops};
+pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};
 pub use view::{DeviceView, DeviceViewMut};
 
 use crate::error::{Error, Result};

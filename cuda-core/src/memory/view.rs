@@ -159,7 +159,13 @@ macro_rules! common {
             /// is not a whole number of `U`s is an [`Error::InvalidArgument`].
             pub fn cast<U: Pod>(&self) -> Result<DeviceView<'_, U>> {
                 let len = cast_check::<T, U>("cast", self.ptr, self.len)?;
-                Ok(DeviceView { ptr: self.ptr, len, ctx: self.ctx, stream: self.stream, _marker: PhantomData })
+                Ok(DeviceView {
+                    ptr: self.ptr,
+                    len,
+                    ctx: self.ctx,
+                    stream: self.stream,
+                    _marker: PhantomData,
+                })
             }
         }
     };
@@ -176,7 +182,13 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
 
     /// A shorter-lived exclusive view of the same memory.
     pub fn reborrow(&mut self) -> DeviceViewMut<'_, T> {
-        DeviceViewMut { ptr: self.ptr, len: self.len, ctx: self.ctx, stream: self.stream, _marker: PhantomData }
+        DeviceViewMut {
+            ptr: self.ptr,
+            len: self.len,
+            ctx: self.ctx,
+            stream: self.stream,
+            _marker: PhantomData,
+        }
     }
 
     /// An exclusive sub-view; a range past the end is an [`Error::InvalidArgument`].
@@ -201,8 +213,20 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
         }
         let second = self.ptr + (mid * std::mem::size_of::<T>()) as u64;
         Ok((
-            DeviceViewMut { ptr: self.ptr, len: mid, ctx: self.ctx, stream: self.stream, _marker: PhantomData },
-            DeviceViewMut { ptr: second, len: self.len - mid, ctx: self.ctx, stream: self.stream, _marker: PhantomData },
+            DeviceViewMut {
+                ptr: self.ptr,
+                len: mid,
+                ctx: self.ctx,
+                stream: self.stream,
+                _marker: PhantomData,
+            },
+            DeviceViewMut {
+                ptr: second,
+                len: self.len - mid,
+                ctx: self.ctx,
+                stream: self.stream,
+                _marker: PhantomData,
+            },
         ))
     }
 

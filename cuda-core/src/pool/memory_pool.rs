@@ -195,7 +195,12 @@ impl Allocator for MemoryPool {
     }
 
     #[track_caller]
-    unsafe fn deallocate_after(&self, allocation: DeviceAllocation, stream: &Stream, recorded: &[Stream]) -> Result<()> {
+    unsafe fn deallocate_after(
+        &self,
+        allocation: DeviceAllocation,
+        stream: &Stream,
+        recorded: &[Stream],
+    ) -> Result<()> {
         // The block goes back to the arena it came from once every stream has passed this point.
         match recorded {
             [] => self.core.free(allocation, &[stream.as_raw()]),

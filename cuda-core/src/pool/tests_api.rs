@@ -6,7 +6,7 @@ use super::allocator::{PinnedAllocation, PinnedAllocator, StreamRef};
 use super::core::ALLOCATION_UNIT as UNIT;
 use super::fake::{CountingUpstream, ManualEvents};
 use super::*;
-use crate::{Error, Result};
+use crate::{Error, PinnedBuffer, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::Write;
@@ -54,75 +54,149 @@ fn memory_pool_limits_and_counters() {
     pool.check_invariants().unwrap();
 }
 
-/// Pinned memory from the heap, counted.
+/// Pinned memory from the heap (real memory, 8-byte aligned, so buffers can be written and
+/// read), counted.
 #[derive(Default)]
-struct HeapPinned {
-    live: Mutex<HashMap<usize, Vec<u8>>>,
-    allocations: Mutex<usize>,
+pub(super) struct HeapPinned {
+    live: Mutex<HashMap<usize, Vec<u64>>>,
+    pub(super) allocations: Mutex<usize>,
+}
+
+impl HeapPinned {
+    pub(super) fn n_live(&self) -> usize {
+        self.live.lock().unwrap().len()
+    }
 }
 
 impl PinnedAllocator for HeapPinned {
     fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
-        let mut v = vec![0u8; size];
-        let ptr = v.as_mut_ptr();
+        let mut v = vec![0u64; size.div_ceil(8)];
+        let ptr = v.as_mut_ptr().cast::<u8>();
         self.live.lock().unwrap().insert(ptr as usize, v);
         *self.allocations.lock().unwrap() += 1;
         Ok(PinnedAllocation { ptr, size })
     }
     unsafe fn deallocate(&self, a: PinnedAllocation) -> Result<()> {
         match self.live.lock().unwrap().remove(&(a.ptr as usize)) {
-            Some(v) if v.len() == a.size => Ok(()),
+            Some(v) if v.len() == a.size.div_ceil(8) => Ok(()),
             _ => Err(Error::invalid("HeapPinned", "not live")),
         }
     }
 }
 
-#[test]
-fn pinned_pool_uses_power_of_two_classes_and_exact_reuse() {
+/// A pinned pool on the heap, with events that complete when the test says so.
+fn heap_pinned_pool() -> (Arc<PinnedMemoryPool>, Arc<HeapPinned>, Arc<ManualEvents>) {
     let up = Arc::new(HeapPinned::default());
     let ev = Arc::new(ManualEvents::default());
-    let pool = PinnedMemoryPool::with_parts(up.clone(), ev.clone());
-    let mut a = pool.malloc(1000).unwrap();
-    a.write(&[7; 1000]).unwrap();
-    assert!(a.write(&[0; 1001]).is_err());
-    // SAFETY: written just above, no copy is queued.
-    assert_eq!(unsafe { a.as_slice() }[999], 7);
+    (Arc::new(PinnedMemoryPool::with_parts(up.clone(), ev.clone())), up, ev)
+}
+
+#[test]
+fn pinned_pool_uses_power_of_two_classes_and_exact_reuse() {
+    let (pool, up, _ev) = heap_pinned_pool();
+    let mut a = PinnedBuffer::<u8>::new_in(1000, pool.clone()).unwrap();
+    assert_eq!(a.len(), 1000);
+    assert!(a.as_slice().unwrap().iter().all(|&x| x == 0), "new buffers are zeroed");
+    a.copy_from_slice(&[7; 1000]).unwrap();
+    assert!(a.copy_from_slice(&[0; 1001]).is_err());
+    assert_eq!(a.as_slice().unwrap()[999], 7);
     let pa = a.as_ptr();
     assert_eq!(pool.used_bytes(), 1024);
     drop(a);
-    assert_eq!(pool.n_free_blocks(), 1);
-    // 600 rounds to 1024 as well: the same buffer comes back.
-    let b = pool.malloc(600).unwrap();
+    assert_eq!((pool.used_bytes(), pool.n_free_blocks()), (0, 1));
+    // 600 rounds to 1024 as well: the same buffer comes back, zeroed again.
+    let b = PinnedBuffer::<u8>::new_in(600, pool.clone()).unwrap();
     assert_eq!(b.as_ptr(), pa);
-    // 1500 is another class (2048): a new buffer.
-    let c = pool.malloc(1500).unwrap();
-    assert_ne!(c.as_ptr(), pa);
+    assert!(b.as_slice().unwrap().iter().all(|&x| x == 0), "a reused buffer is zeroed");
+    // 375 u32 are 1500 bytes, another class (2048): a new buffer.
+    let c = PinnedBuffer::<u32>::new_in(375, pool.clone()).unwrap();
+    assert_ne!(c.as_ptr().cast::<u8>(), pa);
     assert_eq!(*up.allocations.lock().unwrap(), 2);
     assert_eq!(pool.total_bytes(), 1024 + 2048);
     drop((b, c));
-    assert!(pool.malloc(0).unwrap().is_empty());
+    // No buffer of 0 elements; a zero-byte request to the pool itself touches nothing.
+    let e = PinnedBuffer::<u8>::new_in(0, pool.clone()).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    let z = pool.allocate(0).unwrap();
+    assert!(z.ptr.is_null() && z.size == 0);
+    // SAFETY: allocated just above, given back once.
+    unsafe { pool.deallocate(z) }.unwrap();
+    assert_eq!(pool.total_bytes(), 1024 + 2048);
     pool.free_all_blocks().unwrap();
     assert_eq!(pool.total_bytes(), 0);
-    assert!(up.live.lock().unwrap().is_empty());
+    assert_eq!(up.n_live(), 0);
+}
+
+#[test]
+fn pinned_buffers_come_from_the_threads_pinned_allocator() {
+    let (pool, _up, ev) = heap_pinned_pool();
+    set_pinned_memory_allocator(Some(pool.clone()));
+    let b = PinnedBuffer::from_slice(&[1u32, 2, 3]).unwrap();
+    assert_eq!(b.as_slice().unwrap(), [1, 2, 3]);
+    assert_eq!(pool.used_bytes(), 512);
+    // Another thread has its own pinned allocator (here none is set: the default pool, which
+    // needs a GPU, so only the setting is checked).
+    std::thread::scope(|s| {
+        s.spawn(|| assert!(current_pinned_allocator().is_none()));
+    });
+    set_pinned_memory_allocator(None);
+    // No copy ever used the buffer: dropping it gives it back at once, with no event.
+    assert!(!b.has_copies_in_flight());
+    drop(b);
+    assert_eq!((pool.used_bytes(), pool.n_free_blocks()), (0, 1));
+    assert_eq!(ev.get().created, 0);
 }
 
 #[test]
 fn pinned_buffers_wait_for_their_copies_event() {
-    let up = Arc::new(HeapPinned::default());
-    let ev = Arc::new(ManualEvents::default());
-    let pool = PinnedMemoryPool::with_parts(up.clone(), ev.clone());
+    // What a dropped buffer with a copy in flight does: `PinnedAllocator::deallocate_after` on
+    // the pool gives it back through `give_back` with the copy's stream, and the pool records
+    // its own event there. (A `Stream` needs a GPU, so the stream here is a fake handle.)
+    let (pool, _up, ev) = heap_pinned_pool();
     let copy_stream = 0x4400 as cuda_driver_sys::CUstream;
     let a = pool.allocate_raw(512).unwrap();
     pool.give_back(a, &[copy_stream]).unwrap();
     assert_eq!(pool.used_bytes(), 512, "the copy may still read it");
+    assert_eq!(pool.n_free_blocks(), 0);
+    {
+        let e = ev.get();
+        assert_eq!((e.created, e.records), (1, 1));
+        assert!(e.events.values().all(|&(s, done)| s == copy_stream as usize && !done));
+    }
     let b = pool.allocate_raw(512).unwrap();
     assert_ne!(b.ptr, a.ptr);
+    // Releasing the cache leaves it alone too.
+    pool.free_all_blocks().unwrap();
+    assert_eq!(pool.total_bytes(), 1024);
     ev.complete(copy_stream);
     let c = pool.allocate_raw(512).unwrap();
     assert_eq!(c.ptr, a.ptr, "reused once the copy's event completed");
-    pool.give_back(b, &[]).unwrap();
-    pool.give_back(c, &[]).unwrap();
-    assert_eq!(pool.used_bytes(), 0);
+    // The next deferral reuses the completed event instead of creating one.
+    pool.give_back(c, &[copy_stream]).unwrap();
+    let (created, records) = {
+        let e = ev.get();
+        (e.created, e.records)
+    };
+    assert_eq!((created, records), (1, 2));
+    ev.complete(copy_stream);
+    // SAFETY: allocated above, given back once, no copy uses it.
+    unsafe { pool.deallocate(b) }.unwrap();
+    pool.free_all_blocks().unwrap();
+    assert_eq!((pool.used_bytes(), pool.total_bytes()), (0, 0));
+}
+
+#[test]
+fn a_pinned_buffer_used_on_two_streams_waits_for_both() {
+    let (pool, _up, ev) = heap_pinned_pool();
+    let (s1, s2) = (0x4400 as cuda_driver_sys::CUstream, 0x4800 as cuda_driver_sys::CUstream);
+    let a = pool.allocate_raw(4096).unwrap();
+    pool.give_back(a, &[s1, s2]).unwrap();
+    ev.complete(s1);
+    pool.free_all_blocks().unwrap();
+    assert_eq!((pool.used_bytes(), pool.total_bytes()), (4096, 4096), "stream 2 has not passed yet");
+    ev.complete(s2);
+    pool.free_all_blocks().unwrap();
+    assert_eq!((pool.used_bytes(), pool.total_bytes()), (0, 0));
 }
 
 #[test]

@@ -5,8 +5,9 @@
 use super::allocator::{PinnedAllocator, StreamRef};
 use super::fake::{CountingPinned, CountingUpstream, ManualEvents};
 use super::hooks::{self, HookEvent, MemoryHook, MemoryKind};
+use super::tests_api::HeapPinned;
 use super::*;
-use crate::Error;
+use crate::{Error, PinnedBuffer};
 use std::cell::RefCell;
 use std::io::Write;
 use std::rc::Rc;
@@ -54,21 +55,25 @@ fn pinned_pool(up: CountingPinned) -> (PinnedMemoryPool, Arc<CountingPinned>) {
 
 #[test]
 fn pinned_pool_fires_upstream_malloc_and_free_hooks_in_order() {
-    let (pool, up) = pinned_pool(CountingPinned::default());
+    // Buffers write their memory (they are zeroed): the pool sits on real heap memory.
+    let up = Arc::new(HeapPinned::default());
+    let pool = Arc::new(PinnedMemoryPool::with_parts(up.clone(), Arc::new(ManualEvents::default())));
     let tape = Rc::new(Tape::default());
     let guard = hooks::install(tape.clone()).unwrap();
     let line = line!() + 1;
-    let a = pool.malloc(700).unwrap();
+    let a = PinnedBuffer::<u8>::new_in(700, pool.clone()).unwrap();
     let p = a.as_ptr() as u64;
     drop(a);
-    let b = pool.malloc(600).unwrap(); // the same 1024-byte class: from the cache
+    // The same 1024-byte class: from the cache.
+    let b = PinnedBuffer::<u8>::new_in(600, pool.clone()).unwrap();
     assert_eq!(b.as_ptr() as u64, p);
     drop(b);
     drop(guard);
-    let after = pool.malloc(700).unwrap(); // no hook installed any more: not seen
+    // No hook installed any more: not seen.
+    let after = PinnedBuffer::<u8>::new_in(700, pool.clone()).unwrap();
     drop(after);
 
-    let id = &pool as *const PinnedMemoryPool as usize;
+    let id = Arc::as_ptr(&pool) as usize;
     let want = vec![
         ("malloc_pre", 700, 1024, 0, id),
         ("alloc_pre", 0, 1024, 0, 0),
@@ -84,12 +89,13 @@ fn pinned_pool_fires_upstream_malloc_and_free_hooks_in_order() {
     assert_eq!(tape.brief(), want);
     let events = tape.0.borrow();
     assert!(events.iter().all(|(_, e)| e.kind == MemoryKind::PinnedHost && e.device_id == -1));
-    // The call site is the caller's, through `#[track_caller]`.
+    // The call site is the caller's of `PinnedBuffer::new_in`, through `#[track_caller]` (and
+    // the `PinnedAllocator` trait object).
     let (_, first) = events[0];
     assert!(first.location.file().ends_with("tests_pinned_hooks.rs"), "{:?}", first.location);
     assert_eq!(first.location.line(), line);
     assert_eq!(events[2].1.location.line(), line, "the upstream allocation is attributed to the same site");
-    assert_eq!(up.get().allocations, 1);
+    assert_eq!(*up.allocations.lock().unwrap(), 1);
 }
 
 #[test]
@@ -116,17 +122,20 @@ fn pinned_hooks_see_the_caller_through_the_pinned_allocator_trait() {
 fn pinned_out_of_memory_retry_shows_both_upstream_attempts() {
     // Room for 2 KiB: a cached 1 KiB buffer must go before a 2 KiB one fits.
     let (pool, up) = pinned_pool(CountingPinned::with_capacity(2048));
-    drop(pool.malloc(1000).unwrap());
+    let a = pool.allocate(1000).unwrap();
+    // SAFETY: allocated just above, given back once, no copy uses it.
+    unsafe { pool.deallocate(a) }.unwrap();
     assert_eq!(pool.n_free_blocks(), 1);
     let tape = Rc::new(Tape::default());
     let guard = hooks::install(tape.clone()).unwrap();
-    let b = pool.malloc(2000).unwrap();
+    let b = pool.allocate(2000).unwrap();
     drop(guard);
     let names: Vec<&str> = tape.0.borrow().iter().map(|(n, _)| *n).collect();
     assert_eq!(names, ["malloc_pre", "alloc_pre", "alloc_pre", "alloc_post", "malloc_post"]);
     assert_eq!(pool.total_bytes(), 2048);
     assert_eq!(up.get().deallocations, 1, "the cached buffer was released for the retry");
-    drop(b);
+    // SAFETY: allocated above, given back once, no copy uses it.
+    unsafe { pool.deallocate(b) }.unwrap();
 }
 
 #[test]
@@ -134,7 +143,7 @@ fn a_failed_pinned_allocation_fires_no_post_hooks() {
     let (pool, _up) = pinned_pool(CountingPinned::with_capacity(1024));
     let tape = Rc::new(Tape::default());
     let guard = hooks::install(tape.clone()).unwrap();
-    let e = pool.malloc(4096).unwrap_err();
+    let e = pool.allocate(4096).unwrap_err();
     drop(guard);
     assert!(matches!(e, Error::OutOfMemory { requested: 4096, held: 0, limit: None }), "{e}");
     let names: Vec<&str> = tape.0.borrow().iter().map(|(n, _)| *n).collect();
@@ -142,7 +151,10 @@ fn a_failed_pinned_allocation_fires_no_post_hooks() {
 }
 
 #[test]
-fn a_pinned_buffer_recorded_on_a_stream_fires_its_free_hooks_when_dropped() {
+fn a_pinned_buffer_given_back_after_a_copy_fires_its_free_hooks_at_once() {
+    // What a buffer dropped with a copy in flight does (through `deallocate_after`, which
+    // needs a `Stream`, so `give_back` with a fake stream here): the free is seen at the
+    // drop, although the memory waits for the copy's event.
     let up = Arc::new(CountingPinned::default());
     let ev = Arc::new(ManualEvents::default());
     let pool = PinnedMemoryPool::with_parts(up, ev.clone());
@@ -177,7 +189,9 @@ fn debug_print_hook_names_the_kind_of_memory() {
         MemoryPool::with_parts(Arc::new(CountingUpstream::default()), Arc::new(ManualEvents::default()));
     let out = Shared::default();
     let guard = hooks::install(Rc::new(DebugPrintHook::new(Box::new(out.clone())))).unwrap();
-    drop(pinned.malloc(100).unwrap());
+    let h = pinned.allocate(100).unwrap();
+    // SAFETY: allocated just above, given back once, no copy uses it.
+    unsafe { pinned.deallocate(h) }.unwrap();
     let d = device.allocate(100, StreamRef::legacy()).unwrap();
     // SAFETY: allocated just above, freed once.
     unsafe { device.deallocate(d, StreamRef::legacy()) }.unwrap();
@@ -201,10 +215,11 @@ fn line_profile_hook_counts_device_memory_only() {
         MemoryPool::with_parts(Arc::new(CountingUpstream::default()), Arc::new(ManualEvents::default()));
     let profile = Rc::new(LineProfileHook::new());
     let guard = hooks::install(profile.clone()).unwrap();
-    let host = pinned.malloc(100_000).unwrap();
+    let host = pinned.allocate(100_000).unwrap();
     let d = device.allocate(1000, StreamRef::legacy()).unwrap();
     drop(guard);
-    drop(host);
+    // SAFETY: allocated above, given back once, no copy uses it.
+    unsafe { pinned.deallocate(host) }.unwrap();
     // SAFETY: allocated just above, freed once.
     unsafe { device.deallocate(d, StreamRef::legacy()) }.unwrap();
     let usage = profile.usage();
