@@ -32,8 +32,8 @@
 //! let saxpy = module.function("saxpy")?;
 //! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 //! let (n, a) = (1024u32, 2.0f32);
-//! let x = DeviceBuffer::from_slice(&ctx, &vec![1.0f32; n as usize])?;
-//! let mut y = DeviceBuffer::<f32>::zeroed(&ctx, n as usize)?;
+//! let x = DeviceBuffer::from_slice(&stream, &vec![1.0f32; n as usize])?;
+//! let mut y = DeviceBuffer::<f32>::zeroed(&stream, n as usize)?;
 //! // SAFETY: saxpy takes (u32, f32, const float*, float*) and x, y hold n floats.
 //! unsafe { saxpy.launch(&stream, &LaunchConfig::for_elements(n, 256), (&n, &a, &x, &mut y))? };
 //! stream.synchronize()?;
