@@ -218,12 +218,13 @@ impl Allocator for MemoryPool {
     }
 }
 
+/// The default pools created so far, with the ordinal of each one's device.
+static DEFAULT_POOLS: Mutex<Vec<(usize, &'static MemoryPool)>> = Mutex::new(Vec::new());
+
 /// The default pool of `device`, in its primary context: created on first use and kept for
 /// the life of the process (CuPy's `get_default_memory_pool`).
 pub fn default_memory_pool(device: &Device) -> Result<&'static MemoryPool> {
-    static POOLS: OnceLock<Mutex<Vec<(usize, &'static MemoryPool)>>> = OnceLock::new();
-    let pools = POOLS.get_or_init(|| Mutex::new(Vec::new()));
-    let mut pools = pools.lock().unwrap_or_else(|p| p.into_inner());
+    let mut pools = DEFAULT_POOLS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, p)) = pools.iter().find(|(d, _)| *d == device.ordinal()) {
         return Ok(p);
     }
@@ -231,6 +232,17 @@ pub fn default_memory_pool(device: &Device) -> Result<&'static MemoryPool> {
     let pool: &'static MemoryPool = Box::leak(Box::new(MemoryPool::new(&ctx)?));
     pools.push((device.ordinal(), pool));
     Ok(pool)
+}
+
+/// The default pools created so far (asking creates none); [`MemoryPool::device`] says whose.
+///
+/// Their cached blocks live as long as the process; a program that wants the driver to see
+/// every byte given back before it exits (a leak checker such as `compute-sanitizer
+/// --leak-check full` counts cached blocks as leaks) calls
+/// [`free_all_blocks`](MemoryPool::free_all_blocks) on each, after its last buffer is dropped.
+pub fn default_memory_pools() -> Vec<&'static MemoryPool> {
+    let pools = DEFAULT_POOLS.lock().unwrap_or_else(|p| p.into_inner());
+    pools.iter().map(|&(_, pool)| pool).collect()
 }
 
 /// The default pool of `device`, found without a lock once it exists: the path of every
