@@ -36,6 +36,7 @@ fn main() {
             record_stream_keeps_memory_of_any_allocator_from_reuse,
         ),
         gpu("set_stream_moves_a_buffer_to_another_stream", set_stream_moves_a_buffer_to_another_stream),
+        gpu("buffers_outlive_the_handles_of_their_stream", buffers_outlive_the_handles_of_their_stream),
         gpu("using_allocator_chooses_where_new_allocates", using_allocator_chooses_where_new_allocates),
         gpu(
             "mapped_pinned_memory_is_reachable_from_the_device",
@@ -347,6 +348,39 @@ fn record_stream_keeps_memory_of_any_allocator_from_reuse() -> TestResult {
 
 /// `set_stream` orders a buffer on another stream: `stream()` says so, the synchronous copies
 /// run there (after work queued there before them), and the data stays right.
+/// A buffer keeps its stream usable after the program dropped every handle of it: work queued
+/// before still runs in order, copies still wait for it, and the memory goes back to the pool.
+fn buffers_outlive_the_handles_of_their_stream() -> TestResult {
+    let ctx = ctx()?;
+    let pool = cuda_core::pool::default_memory_pool(&ctx.device())?;
+    let used_before = pool.used_bytes();
+    let data: Vec<u32> = (0..(1 << 16)).collect();
+    let (mut b, c) = {
+        let s = stream(&ctx)?;
+        let b = DeviceBuffer::from_slice(&s, &data)?;
+        let mut c = DeviceBuffer::<u32>::zeroed(&s, data.len())?;
+        // Behind a sleeping host function, a memset that a copy must wait for.
+        s.launch_host_func(|| std::thread::sleep(Duration::from_millis(100)))?;
+        c.view_mut().memset_d32_async(9, &s)?;
+        (b, c)
+    };
+    ensure_eq!(c.to_vec()?, vec![9u32; data.len()], "a copy on a stream with no handle left");
+    ensure!(b.stream().query().is_ok(), "the stream of a live buffer is gone");
+    b.copy_from_device(&c)?;
+    ensure_eq!(b.to_vec()?, vec![9u32; data.len()]);
+    drop((b, c));
+    // New streams, each going upstream once, let go of the streams nobody holds.
+    for i in 1..=8usize {
+        let s = stream(&ctx)?;
+        let big = DeviceBuffer::<u8>::new(&s, (3 << 20) + i * 4096)?;
+        ensure_eq!(big.len(), (3 << 20) + i * 4096);
+    }
+    ctx.synchronize()?;
+    ensure_eq!(pool.used_bytes(), used_before, "bytes in use after every buffer was dropped");
+    ensure!(ctx.take_deferred_errors().is_empty(), "giving memory back failed");
+    Ok(())
+}
+
 fn set_stream_moves_a_buffer_to_another_stream() -> TestResult {
     let ctx = ctx()?;
     let s1 = stream(&ctx)?;

@@ -2,7 +2,7 @@
 //! allocator, freed in stream order.
 
 use super::checked_bytes;
-use super::source::Source;
+use super::source::{HeldStream, Source};
 use super::space::{DeviceOnly, MemorySpace};
 use super::view::{DeviceView, DeviceViewMut, range_of};
 use crate::context::Context;
@@ -45,7 +45,7 @@ pub struct DeviceBuffer<T: Pod, S: MemorySpace = DeviceOnly> {
     len: usize,
     allocation: DeviceAllocation,
     source: Source,
-    stream: Stream,
+    stream: HeldStream,
     recorded: Vec<Stream>,
     _marker: PhantomData<(T, S)>,
 }
@@ -122,13 +122,13 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         len: usize,
         bytes: usize,
     ) -> Result<DeviceBuffer<T, S>> {
-        let allocation = source.allocate(bytes, stream)?;
+        let (allocation, held) = source.allocate(bytes, stream)?;
         Ok(DeviceBuffer {
             ptr: allocation.ptr,
             len,
             allocation,
             source,
-            stream: stream.clone(),
+            stream: held,
             recorded: Vec::new(),
             _marker: PhantomData,
         })
@@ -164,7 +164,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             len,
             allocation,
             source: Source::Shared(allocator),
-            stream: stream.clone(),
+            stream: HeldStream::Counted(stream.clone()),
             recorded: Vec::new(),
             _marker: PhantomData,
         })
@@ -206,8 +206,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// Orders the buffer on `stream` from now on: synchronous copies run there, and the memory
     /// is given back after the work queued there (and on the streams it was on before).
     pub fn set_stream(&mut self, stream: &Stream) {
-        if *stream != self.stream {
-            let previous = std::mem::replace(&mut self.stream, stream.clone());
+        if *stream != *self.stream {
+            let previous = std::mem::replace(&mut self.stream, HeldStream::Counted(stream.clone()));
             self.record_stream(&previous);
         }
     }
@@ -216,7 +216,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// not reused until `stream` has passed that point (PyTorch's `record_stream`), whatever the
     /// allocator. Recording the buffer's own stream does nothing.
     pub fn record_stream(&mut self, stream: &Stream) {
-        if *stream != self.stream && !self.recorded.contains(stream) {
+        if *stream != *self.stream && !self.recorded.contains(stream) {
             self.recorded.push(stream.clone());
         }
     }
@@ -317,7 +317,11 @@ impl<T: Pod, S: MemorySpace> Drop for DeviceBuffer<T, S> {
         // may use it are the buffer's and the recorded ones.
         let r = unsafe { self.source.deallocate(self.allocation, &self.stream, &self.recorded) };
         if let Err(e) = r {
-            self.stream.context().defer(e);
+            match &self.stream {
+                HeldStream::Counted(stream) => stream.context().defer(e),
+                // The allocation is back: the borrowed handle may be gone.
+                HeldStream::Kept(_) => self.source.defer(e),
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::pool::{Allocator, DeviceAllocation, MemoryPool, StreamRef, default_pool_of, thread_allocator};
 use crate::{Result, Stream};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// The allocator a buffer's memory came from.
@@ -40,13 +41,31 @@ impl Source {
         Ok(Source::Shared(Arc::new(crate::pool::DeviceAllocator::new(ctx))))
     }
 
-    /// Allocates `bytes` for use on `stream`.
+    /// Allocates `bytes` for use on `stream`, with the buffer's hold on the stream.
     #[inline]
     #[track_caller]
-    pub(crate) fn allocate(&self, bytes: usize, stream: &Stream) -> Result<DeviceAllocation> {
+    pub(crate) fn allocate(&self, bytes: usize, stream: &Stream) -> Result<(DeviceAllocation, HeldStream)> {
         match self {
-            Source::DefaultPool(pool) => pool.allocate_on(bytes, stream.as_raw()),
-            Source::Shared(a) => a.allocate(bytes, StreamRef::from(stream)),
+            Source::DefaultPool(pool) if bytes > 0 => {
+                let (allocation, kept) = pool.allocate_kept(bytes, stream)?;
+                Ok((allocation, HeldStream::Kept(kept)))
+            }
+            Source::DefaultPool(pool) => {
+                Ok((pool.allocate_on(bytes, stream.as_raw())?, HeldStream::Counted(stream.clone())))
+            }
+            Source::Shared(a) => {
+                Ok((a.allocate(bytes, StreamRef::from(stream))?, HeldStream::Counted(stream.clone())))
+            }
+        }
+    }
+
+    /// Keeps `e`, met while giving memory back after the buffer's hold on its stream may have
+    /// ended, in the context of the source (a default pool's) or prints it.
+    #[cold]
+    pub(crate) fn defer(&self, e: crate::Error) {
+        match self {
+            Source::DefaultPool(pool) => pool.defer(e),
+            Source::Shared(a) => eprintln!("cuda-core: {}: {e}", a.name()),
         }
     }
 
@@ -80,6 +99,28 @@ impl Source {
         match self {
             Source::DefaultPool(_) => "MemoryPool",
             Source::Shared(a) => a.name(),
+        }
+    }
+}
+
+/// A buffer's hold on its stream.
+pub(crate) enum HeldStream {
+    /// A counted handle of its own.
+    Counted(Stream),
+    /// An uncounted copy of the handle that the default pool's arena of the stream holds while
+    /// the buffer's allocation is in use: making and dropping the buffer costs no reference
+    /// count. It must not be used once the allocation has been given back.
+    Kept(ManuallyDrop<Stream>),
+}
+
+impl std::ops::Deref for HeldStream {
+    type Target = Stream;
+
+    #[inline]
+    fn deref(&self) -> &Stream {
+        match self {
+            HeldStream::Counted(s) => s,
+            HeldStream::Kept(s) => s,
         }
     }
 }

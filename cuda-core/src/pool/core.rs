@@ -8,8 +8,9 @@ use super::allocator::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
 use super::hooks::{self, HookEvent, Point};
 use super::shard::{GENERATION_MASK, Shard};
 use super::spin::{SpinGuard, SpinLock};
-use crate::{Error, Result};
+use crate::{Error, Result, Stream};
 use cuda_driver_sys as sys;
+use std::mem::ManuallyDrop;
 use std::panic::Location;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -130,9 +131,35 @@ impl PoolCore {
     pub(crate) fn malloc(&self, size: usize, stream: sys::CUstream) -> Result<DeviceAllocation> {
         let location = Location::caller();
         if hooks::any() {
-            return self.malloc_hooked(size, stream, location);
+            return self.malloc_hooked(size, stream, None, location).map(|(a, _)| a);
         }
-        self.malloc_inner(size, stream, location)
+        self.malloc_inner(size, stream, None, location).map(|(a, _)| a)
+    }
+
+    /// Like [`malloc`](Self::malloc), for a buffer on `stream` (`size` > 0): the stream's arena
+    /// holds a handle of the stream for as long as it exists, and an uncounted copy of that
+    /// handle comes back, valid while the allocation is in use.
+    #[inline]
+    #[track_caller]
+    pub(crate) fn malloc_kept(
+        &self,
+        size: usize,
+        stream: &Stream,
+    ) -> Result<(DeviceAllocation, ManuallyDrop<Stream>)> {
+        let location = Location::caller();
+        let (a, kept) = if hooks::any() {
+            self.malloc_hooked(size, stream.as_raw(), Some(stream), location)?
+        } else {
+            self.malloc_inner(size, stream.as_raw(), Some(stream), location)?
+        };
+        match kept {
+            Some(kept) => Ok((a, kept)),
+            None => {
+                // Only a zero-byte request has no arena.
+                self.free(a, &[])?;
+                Err(Error::invalid("MemoryPool::malloc", "a buffer needs at least one byte"))
+            }
+        }
     }
 
     #[cold]
@@ -140,13 +167,14 @@ impl PoolCore {
         &self,
         size: usize,
         stream: sys::CUstream,
+        keep: Option<&Stream>,
         location: &'static Location<'static>,
-    ) -> Result<DeviceAllocation> {
+    ) -> Result<(DeviceAllocation, Option<ManuallyDrop<Stream>>)> {
         let mem_size = round_size(size).unwrap_or(size);
         hooks::call(Point::MallocPre, &self.event(size, mem_size, 0, location));
-        let a = self.malloc_inner(size, stream, location)?;
+        let (a, kept) = self.malloc_inner(size, stream, keep, location)?;
         hooks::call(Point::MallocPost, &self.event(size, a.size, a.ptr, location));
-        Ok(a)
+        Ok((a, kept))
     }
 
     #[inline]
@@ -154,10 +182,11 @@ impl PoolCore {
         &self,
         size: usize,
         stream: sys::CUstream,
+        keep: Option<&Stream>,
         location: &'static Location<'static>,
-    ) -> Result<DeviceAllocation> {
+    ) -> Result<(DeviceAllocation, Option<ManuallyDrop<Stream>>)> {
         if size == 0 {
-            return Ok(DeviceAllocation { ptr: 0, size: 0, token: ZERO_TOKEN });
+            return Ok((DeviceAllocation { ptr: 0, size: 0, token: ZERO_TOKEN }, None));
         }
         let Some(rounded) = round_size(size) else {
             return Err(Error::invalid("MemoryPool::malloc", format!("{size} bytes cannot be rounded up")));
@@ -166,35 +195,43 @@ impl PoolCore {
         let s = shard_of(key);
         {
             let mut shard = self.lock(s);
-            if let Some(a) = Self::take(&mut shard, s, key, rounded) {
+            if let Some(a) = Self::take(&mut shard, s, key, rounded, keep) {
                 return Ok(a);
             }
             if shard.has_pending() {
                 shard.poll_pending(|e| self.events.is_complete(e));
-                if let Some(a) = Self::take(&mut shard, s, key, rounded) {
+                if let Some(a) = Self::take(&mut shard, s, key, rounded, keep) {
                     return Ok(a);
                 }
             }
         }
-        self.grow(s, key, size, rounded, stream, location)
+        self.grow(key, size, rounded, stream, keep, location)
     }
 
+    /// Best fit from the arena of `key`; with `keep`, the arena holds that stream's handle.
     #[inline]
-    fn take(shard: &mut Shard, s: usize, key: u64, rounded: usize) -> Option<DeviceAllocation> {
-        let (i, ptr, generation) = shard.take(key, rounded)?;
-        Some(DeviceAllocation { ptr, size: rounded, token: pack(s, generation, i) })
+    fn take(
+        shard: &mut Shard,
+        s: usize,
+        key: u64,
+        rounded: usize,
+        keep: Option<&Stream>,
+    ) -> Option<(DeviceAllocation, Option<ManuallyDrop<Stream>>)> {
+        let (i, ptr, generation, kept) = shard.take(key, rounded, keep)?;
+        Some((DeviceAllocation { ptr, size: rounded, token: pack(s, generation, i) }, kept))
     }
 
     #[cold]
     fn grow(
         &self,
-        s: usize,
         key: u64,
         size: usize,
         rounded: usize,
         stream: sys::CUstream,
+        keep: Option<&Stream>,
         location: &'static Location<'static>,
-    ) -> Result<DeviceAllocation> {
+    ) -> Result<(DeviceAllocation, Option<ManuallyDrop<Stream>>)> {
+        let s = shard_of(key);
         let upstream = match self.upstream_alloc(rounded, stream, location) {
             Ok(a) => a,
             Err(e) if is_out_of_memory(&e) => {
@@ -202,7 +239,7 @@ impl PoolCore {
                 // Another stream's cache may have come free meanwhile in this shard too.
                 {
                     let mut shard = self.lock(s);
-                    if let Some(a) = Self::take(&mut shard, s, key, rounded) {
+                    if let Some(a) = Self::take(&mut shard, s, key, rounded, keep) {
                         return Ok(a);
                     }
                 }
@@ -211,10 +248,18 @@ impl PoolCore {
             }
             Err(e) => return Err(e),
         };
-        let mut shard = self.lock(s);
-        let i = shard.insert_used(key, upstream.ptr, rounded, upstream.token);
-        let generation = shard.chunk(i).map_or(0, |c| c.generation);
-        Ok(DeviceAllocation { ptr: upstream.ptr, size: rounded, token: pack(s, generation, i) })
+        let mut retired = Vec::new();
+        let (allocation, kept) = {
+            let mut shard = self.lock(s);
+            let i = shard.insert_used(key, upstream.ptr, rounded, upstream.token);
+            let generation = shard.chunk(i).map_or(0, |c| c.generation);
+            let kept = keep.and_then(|stream| shard.keep(key, stream));
+            // Going upstream is the moment to let go of streams that only this pool still holds.
+            shard.retire_idle_keepers(&mut retired);
+            (DeviceAllocation { ptr: upstream.ptr, size: rounded, token: pack(s, generation, i) }, kept)
+        };
+        drop(retired);
+        Ok((allocation, kept))
     }
 
     fn out_of_memory(&self, requested: usize) -> Error {
@@ -324,6 +369,7 @@ impl PoolCore {
     pub(crate) fn free_all_blocks(&self, stream: Option<sys::CUstream>) -> Result<()> {
         let key = stream.map(stream_key);
         let mut released = Vec::new();
+        let mut keepers = Vec::new();
         for s in 0..SHARDS {
             if key.is_some_and(|k| shard_of(k) != s) {
                 continue;
@@ -332,8 +378,10 @@ impl PoolCore {
             if shard.has_pending() {
                 shard.poll_pending(|e| self.events.is_complete(e));
             }
-            shard.drain_whole_free(key, &mut released);
+            shard.drain_whole_free(key, &mut released, &mut keepers);
         }
+        // The streams of the arenas dropped go only now, outside the locks.
+        drop(keepers);
         let mut first_error = Ok(());
         for (ptr, size, token) in released {
             let allocation = DeviceAllocation { ptr, size, token };

@@ -8,6 +8,7 @@ use crate::error::check;
 use crate::{Context, Error, Result, Stream};
 use cuda_driver_sys as sys;
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 thread_local! {
@@ -23,8 +24,15 @@ thread_local! {
 ///
 /// [`MemoryPool`]: super::MemoryPool
 pub fn set_allocator(allocator: Option<Arc<dyn Allocator>>) {
+    if allocator.is_some() {
+        EVER_SET.store(true, Ordering::Relaxed);
+    }
     CURRENT.with(|c| *c.borrow_mut() = allocator);
 }
+
+/// Whether any thread has ever set an allocator: until then, no thread has one, and
+/// [`thread_allocator`] need not look.
+static EVER_SET: AtomicBool = AtomicBool::new(false);
 
 /// This thread's allocator: the one set, or the default pool of the current context's device.
 /// With neither a set allocator nor a current context, an [`Error::InvalidArgument`] says to
@@ -92,6 +100,7 @@ impl Drop for AllocatorGuard {
 /// Makes `allocator` this thread's allocator until the guard is dropped (CuPy's
 /// `using_allocator`).
 pub fn using_allocator(allocator: Arc<dyn Allocator>) -> AllocatorGuard {
+    EVER_SET.store(true, Ordering::Relaxed);
     let previous = CURRENT.with(|c| c.borrow_mut().replace(allocator));
     AllocatorGuard { previous, _not_send: std::marker::PhantomData }
 }
@@ -99,6 +108,10 @@ pub fn using_allocator(allocator: Arc<dyn Allocator>) -> AllocatorGuard {
 /// The allocator set for this thread, if any (not the default).
 #[inline]
 pub(crate) fn thread_allocator() -> Option<Arc<dyn Allocator>> {
+    // The flag is set on this thread before its own allocator is, so this thread sees it.
+    if !EVER_SET.load(Ordering::Relaxed) {
+        return None;
+    }
     CURRENT.with(|c| c.borrow().clone())
 }
 

@@ -5,6 +5,7 @@ use super::core::PoolCore;
 use super::upstream::{DeviceAllocator, DriverEvents};
 use crate::{Context, Device, Error, Result, Stream};
 use cuda_driver_sys as sys;
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The environment variable that sets the default limit of new pools: a byte count (`"N"`) or
@@ -73,7 +74,7 @@ pub struct MemoryPool {
     core: PoolCore,
     device: Option<Device>,
     /// Keeps the pool's context alive as long as the pool.
-    _context: Option<Context>,
+    context: Option<Context>,
 }
 
 impl std::fmt::Debug for MemoryPool {
@@ -98,7 +99,7 @@ impl MemoryPool {
         let mut core = PoolCore::new(upstream, Arc::new(DriverEvents::new(context)));
         let device = context.device();
         core.device_id = i32::try_from(device.ordinal()).unwrap_or(-1);
-        let pool = MemoryPool { core, device: Some(device), _context: Some(context.clone()) };
+        let pool = MemoryPool { core, device: Some(device), context: Some(context.clone()) };
         if let Ok(text) = std::env::var(GPU_MEMORY_LIMIT_ENV) {
             pool.set_limit(PoolLimit::parse(&text)?)?;
         }
@@ -108,7 +109,7 @@ impl MemoryPool {
     /// A pool on `upstream` with events from `events`, tied to no device: for allocators and
     /// event sources of your own (a fraction limit is then an error).
     pub fn with_parts(upstream: Arc<dyn Allocator>, events: Arc<dyn StreamEvents>) -> MemoryPool {
-        MemoryPool { core: PoolCore::new(upstream, events), device: None, _context: None }
+        MemoryPool { core: PoolCore::new(upstream, events), device: None, context: None }
     }
 
     /// The device whose memory this pool holds, if it is tied to one.
@@ -121,6 +122,28 @@ impl MemoryPool {
     #[track_caller]
     pub(crate) fn allocate_on(&self, bytes: usize, stream: sys::CUstream) -> Result<DeviceAllocation> {
         self.core.malloc(bytes, stream)
+    }
+
+    /// Allocates `bytes` (> 0) for a buffer on `stream`, whose arena then holds a handle of the
+    /// stream: the buffer borrows it through the uncounted copy returned, so that making and
+    /// dropping a buffer touches no reference count.
+    #[inline]
+    #[track_caller]
+    pub(crate) fn allocate_kept(
+        &self,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<(DeviceAllocation, ManuallyDrop<Stream>)> {
+        self.core.malloc_kept(bytes, stream)
+    }
+
+    /// Keeps `e`, an error met while giving memory back, in the pool's context (see
+    /// [`Context::take_deferred_errors`]); a pool tied to no context prints it.
+    pub(crate) fn defer(&self, e: Error) {
+        match &self.context {
+            Some(ctx) => ctx.defer(e),
+            None => eprintln!("cuda-core: MemoryPool: {e}"),
+        }
     }
 
     /// Gives a buffer's allocation back; with `recorded` streams, keeps it from reuse until an

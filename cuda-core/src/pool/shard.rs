@@ -6,6 +6,9 @@
 //! by size, each bin an intrusive list through the chunk slab, so that best fit is a binary
 //! search and no step of a steady-state allocate/free allocates on the heap.
 
+use crate::Stream;
+use std::mem::ManuallyDrop;
+
 /// No chunk.
 pub(crate) const NIL: u32 = u32::MAX;
 
@@ -55,7 +58,12 @@ struct Arena {
     bins: Vec<Bin>,
     /// Upstream allocations owned by this arena.
     blocks: usize,
+    /// A handle of the arena's stream, held for the buffers that borrow it (see [`Shard::keep`]).
+    keeper: Option<Stream>,
 }
+
+/// What [`Shard::take`] hands out: slot, address, generation and the kept stream handle.
+pub(crate) type Taken = (u32, u64, u32, Option<ManuallyDrop<Stream>>);
 
 /// Why a chunk could not be given back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +99,7 @@ impl Shard {
         match self.arena(stream) {
             Some(i) => i,
             None => {
-                self.arenas.push(Arena { stream, bins: Vec::new(), blocks: 0 });
+                self.arenas.push(Arena { stream, bins: Vec::new(), blocks: 0, keeper: None });
                 self.arenas.len() - 1
             }
         }
@@ -168,9 +176,10 @@ impl Shard {
     }
 
     /// Best fit from `stream`'s arena: the smallest free chunk of at least `size` bytes, split
-    /// when larger. Returns the chunk's slot and address, now in use.
+    /// when larger. Returns the chunk's slot, address and generation, now in use, and with
+    /// `keep`, the uncounted handle of [`keep`](Self::keep).
     #[inline]
-    pub(crate) fn take(&mut self, stream: u64, size: usize) -> Option<(u32, u64, u32)> {
+    pub(crate) fn take(&mut self, stream: u64, size: usize, keep: Option<&Stream>) -> Option<Taken> {
         let arena = self.arena(stream)?;
         let bins = &mut self.arenas[arena].bins;
         let at = bins.partition_point(|b| b.size < size);
@@ -214,7 +223,8 @@ impl Shard {
         c.generation = c.generation.wrapping_add(1);
         let generation = c.generation;
         self.used += size;
-        Some((i, addr, generation))
+        let kept = keep.map(|k| self.keep_in(arena, k));
+        Some((i, addr, generation, kept))
     }
 
     /// Records a new upstream allocation, wholly in use, in `stream`'s arena.
@@ -337,9 +347,58 @@ impl Shard {
         }
     }
 
+    /// Holds a handle of `stream` (arena `key`, which exists) for as long as the arena does,
+    /// and returns an uncounted copy of the held handle for a buffer whose chunk, in use, is in
+    /// the arena: the arena outlives the chunk's use, so the copy stays valid that long.
+    #[inline]
+    pub(crate) fn keep(&mut self, key: u64, stream: &Stream) -> Option<ManuallyDrop<Stream>> {
+        let arena = self.arena(key)?;
+        Some(self.keep_in(arena, stream))
+    }
+
+    /// [`keep`](Self::keep) in the arena at index `arena`.
+    #[inline]
+    fn keep_in(&mut self, arena: usize, stream: &Stream) -> ManuallyDrop<Stream> {
+        let kept = self.arenas[arena].keeper.get_or_insert_with(|| stream.clone());
+        // SAFETY: the keeper leaves the arena only when no chunk of it is in use
+        // (`retire_idle_keepers`) or the arena is dropped empty (`drain_whole_free`), so it
+        // outlives the caller's chunk.
+        unsafe { kept.uncounted() }
+    }
+
+    /// Takes the handles held for streams that nobody else holds any more, whose arenas have no
+    /// chunk in use or pending and whose work has finished, so that the streams can be
+    /// destroyed (outside the lock). Their arenas keep their free chunks.
+    pub(crate) fn retire_idle_keepers(&mut self, out: &mut Vec<Stream>) {
+        for a in 0..self.arenas.len() {
+            let orphan = self.arenas[a].keeper.as_ref().is_some_and(Stream::is_sole_handle);
+            if !orphan {
+                continue;
+            }
+            let key = self.arenas[a].stream;
+            let busy = self
+                .chunks
+                .iter()
+                .any(|c| c.stream == key && matches!(c.state, State::Used | State::Pending(_)));
+            // Dropping the last handle destroys an owned stream, whose handle the driver may
+            // then give to a new stream: the chunks freed in its order must be past use by then.
+            let idle =
+                self.arenas[a].keeper.as_ref().is_some_and(|k| !k.is_owned() || k.query().unwrap_or(false));
+            if !busy && idle {
+                out.extend(self.arenas[a].keeper.take());
+            }
+        }
+    }
+
     /// Removes every free chunk that is a whole upstream allocation, from `stream`'s arena or
-    /// all arenas, pushing its address and size to `out`; drops arenas left empty.
-    pub(crate) fn drain_whole_free(&mut self, stream: Option<u64>, out: &mut Vec<(u64, usize, u64)>) {
+    /// all arenas, pushing its address and size to `out`; drops arenas left empty, pushing the
+    /// stream handles they held to `keepers` (to be dropped outside the lock).
+    pub(crate) fn drain_whole_free(
+        &mut self,
+        stream: Option<u64>,
+        out: &mut Vec<(u64, usize, u64)>,
+        keepers: &mut Vec<Stream>,
+    ) {
         for arena in 0..self.arenas.len() {
             if stream.is_some_and(|s| s != self.arenas[arena].stream) {
                 continue;
@@ -370,6 +429,9 @@ impl Shard {
                     b += 1;
                 }
             }
+        }
+        for a in self.arenas.iter_mut().filter(|a| a.blocks == 0) {
+            keepers.extend(a.keeper.take());
         }
         self.arenas.retain(|a| a.blocks > 0);
     }

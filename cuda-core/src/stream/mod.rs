@@ -16,6 +16,7 @@ use crate::error::{Result, check};
 use crate::event::Event;
 use bitflags::bitflags;
 use cuda_driver_sys as sys;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 bitflags! {
@@ -111,6 +112,24 @@ impl Stream {
     /// alive as long as the returned value and its clones.
     pub unsafe fn from_raw(ctx: &Context, raw: sys::CUstream) -> Stream {
         Stream::wrap(ctx, raw, false)
+    }
+
+    /// A copy of this handle that is not counted: it must not be dropped (hence
+    /// `ManuallyDrop`), and clones made from it are counted as usual.
+    ///
+    /// # Safety
+    ///
+    /// `self`, or a clone of it, stays alive for as long as the copy is used.
+    #[inline]
+    pub(crate) unsafe fn uncounted(&self) -> ManuallyDrop<Stream> {
+        // SAFETY: the pointer comes from a live `Arc`; the copy never decrements the count
+        // (it is never dropped) and the caller keeps a counted handle alive meanwhile.
+        ManuallyDrop::new(Stream { inner: unsafe { Arc::from_raw(Arc::as_ptr(&self.inner)) } })
+    }
+
+    /// Whether this is the only handle of the stream (no other clone exists).
+    pub(crate) fn is_sole_handle(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
     }
 
     fn wrap(ctx: &Context, raw: sys::CUstream, owned: bool) -> Stream {
