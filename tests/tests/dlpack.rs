@@ -553,6 +553,7 @@ def _consume_torch(capsule):
     del t, x, w
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
+    getattr(torch._C, '_host_emptyCache', lambda: None)()
     return s
 
 def _consume_cupy(capsule):

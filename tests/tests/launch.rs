@@ -354,6 +354,23 @@ fn refused(result: cuda_core::Result<()>, expected: &str) -> TestResult {
     }
 }
 
+/// After refused launches: nothing ran and the context is usable; then `launch` (saxpy with
+/// matching arguments) runs once.
+fn nothing_ran_then(
+    ctx: &Context,
+    stream: &Stream,
+    s: &mut Saxpy,
+    a: f32,
+    launch: impl FnOnce(&mut Saxpy) -> cuda_core::Result<()>,
+) -> TestResult {
+    stream.synchronize()?;
+    ensure!(ctx.deferred_error().is_none(), "{:?}", ctx.deferred_error());
+    s.check(a, 0)?;
+    launch(s)?;
+    stream.synchronize()?;
+    s.check(a, 1)
+}
+
 fn function_arguments_that_do_not_match_the_parameters_are_refused() -> TestResult {
     let ctx = context()?;
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
@@ -396,18 +413,13 @@ fn function_arguments_that_do_not_match_the_parameters_are_refused() -> TestResu
             "the kernel takes 0 parameters but 1 argument was given",
         )?;
     }
-    // Nothing ran, and the context is usable.
-    stream.synchronize()?;
-    ensure!(ctx.deferred_error().is_none(), "{:?}", ctx.deferred_error());
-    s.check(a, 0)?;
-    // SAFETY: as in saxpy_results_are_read_back.
-    unsafe {
-        saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))?;
-        empty.launch(&stream, &LaunchConfig::new(1, 1), ())?;
-    }
-    stream.synchronize()?;
-    s.check(a, 1)?;
-    Ok(())
+    nothing_ran_then(&ctx, &stream, &mut s, a, |s| {
+        // SAFETY: as in saxpy_results_are_read_back.
+        unsafe {
+            saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))?;
+            empty.launch(&stream, &LaunchConfig::new(1, 1), ())
+        }
+    })
 }
 
 fn library_kernel_arguments_that_do_not_match_the_parameters_are_refused() -> TestResult {
@@ -447,15 +459,11 @@ fn library_kernel_arguments_that_do_not_match_the_parameters_are_refused() -> Te
             "the kernel takes 0 parameters but 1 argument was given",
         )?;
     }
-    stream.synchronize()?;
-    ensure!(ctx.deferred_error().is_none(), "{:?}", ctx.deferred_error());
-    s.check(a, 0)?;
-    // SAFETY: as in saxpy_results_are_read_back.
-    unsafe {
-        saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))?;
-        empty.launch(&stream, &LaunchConfig::new(1, 1), ())?;
-    }
-    stream.synchronize()?;
-    s.check(a, 1)?;
-    Ok(())
+    nothing_ran_then(&ctx, &stream, &mut s, a, |s| {
+        // SAFETY: as in saxpy_results_are_read_back.
+        unsafe {
+            saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))?;
+            empty.launch(&stream, &LaunchConfig::new(1, 1), ())
+        }
+    })
 }

@@ -913,8 +913,10 @@ fn peer_copies_between_devices() -> TestResult {
     let c1 = Context::primary(&Device::get(1)?)?;
     let (s0, s1) = (stream(&c0)?, stream(&c1)?);
     let a = DeviceBuffer::from_slice(&s0, &(0..4096u32).collect::<Vec<_>>())?;
-    // Zeroed in `s1`'s order; the copy into it runs there too.
-    let mut b = DeviceBuffer::<u32>::zeroed(&s1, 4096)?;
+    // Zeroed in `s1`'s order; the copy into it runs there too. Plain `cuMemAlloc` on device 1,
+    // so that its primary context (with the driver's peer staging memory) goes at the end.
+    let mut b = DeviceBuffer::<u32>::new_in(&s1, 4096, Arc::new(DeviceAllocator::new(&c1)))?;
+    b.view_mut().memset_d32_async(0, &s1)?;
     b.copy_from_device(&a)?;
     ensure_eq!(b.to_vec()?, a.to_vec()?);
     let s = stream(&c0)?;
