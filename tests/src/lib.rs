@@ -136,15 +136,8 @@ pub fn run(tests: &[Test]) -> ! {
 /// Gives what the default pools cache back to the driver, once every buffer is dropped, so
 /// that a leak checker sees only memory that was really kept; a failure is printed.
 pub fn release_default_pools() {
-    for pool in cuda_core::pool::default_memory_pools() {
-        // Blocks freed behind recorded streams come back once the device has caught up.
-        let caught_up = match pool.device() {
-            Some(device) => cuda_core::Context::primary(&device).and_then(|ctx| ctx.synchronize()),
-            None => Ok(()),
-        };
-        if let Err(e) = caught_up.and_then(|()| pool.free_all_blocks(None)) {
-            eprintln!("could not give the default pool's cached blocks back: {e}");
-        }
+    if let Err(e) = cuda_core::pool::release_default_pools() {
+        eprintln!("could not give the default pools' cached blocks back: {e}");
     }
 }
 

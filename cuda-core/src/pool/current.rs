@@ -128,18 +128,48 @@ pub fn set_pinned_memory_allocator(allocator: Option<Arc<dyn PinnedAllocator>>) 
 
 /// The default pinned pool (CuPy's `get_default_pinned_memory_pool`).
 pub fn default_pinned_memory_pool() -> Result<&'static PinnedMemoryPool> {
-    static POOL: OnceLock<&'static PinnedMemoryPool> = OnceLock::new();
     static INIT: Mutex<()> = Mutex::new(());
-    if let Some(p) = POOL.get() {
+    if let Some(p) = DEFAULT_PINNED.get() {
         return Ok(p);
     }
     let _once = INIT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = POOL.get() {
+    if let Some(p) = DEFAULT_PINNED.get() {
         return Ok(p);
     }
     let ctx = Context::primary(&crate::Device::get(0)?)?;
     let pool: &'static PinnedMemoryPool = Box::leak(Box::new(PinnedMemoryPool::new(&ctx)));
-    Ok(POOL.get_or_init(|| pool))
+    Ok(DEFAULT_PINNED.get_or_init(|| pool))
+}
+
+/// The default pinned pool, once made.
+static DEFAULT_PINNED: OnceLock<&'static PinnedMemoryPool> = OnceLock::new();
+
+/// Gives every block that the default pools made so far (device and pinned) hold free back to
+/// the driver, after waiting for the devices' work; pools are neither made nor closed by it.
+///
+/// The default pools live as long as the process and keep what they cache; a program that wants
+/// the driver to see every byte given back before it exits (a leak checker such as
+/// `compute-sanitizer --leak-check full` counts cached blocks as leaks) calls this after its
+/// last buffer is dropped. Blocks still in use stay; the first error is returned after trying
+/// every pool.
+pub fn release_default_pools() -> Result<()> {
+    let mut first = Ok(());
+    let mut keep = |r: Result<()>| {
+        if first.is_ok() {
+            first = r;
+        }
+    };
+    for pool in super::memory_pool::default_memory_pools() {
+        // Blocks freed behind recorded streams come back once the device has caught up.
+        if let Some(device) = pool.device() {
+            keep(Context::primary(&device).and_then(|ctx| ctx.synchronize()));
+        }
+        keep(pool.free_all_blocks(None));
+    }
+    if let Some(pinned) = DEFAULT_PINNED.get() {
+        keep(pinned.free_all_blocks());
+    }
+    first
 }
 
 impl PinnedAllocator for PinnedMemoryPool {

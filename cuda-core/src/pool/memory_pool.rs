@@ -257,13 +257,8 @@ pub fn default_memory_pool(device: &Device) -> Result<&'static MemoryPool> {
     Ok(pool)
 }
 
-/// The default pools created so far (asking creates none); [`MemoryPool::device`] says whose.
-///
-/// Their cached blocks live as long as the process; a program that wants the driver to see
-/// every byte given back before it exits (a leak checker such as `compute-sanitizer
-/// --leak-check full` counts cached blocks as leaks) calls
-/// [`free_all_blocks`](MemoryPool::free_all_blocks) on each, after its last buffer is dropped.
-pub fn default_memory_pools() -> Vec<&'static MemoryPool> {
+/// The default pools created so far (asking creates none).
+pub(crate) fn default_memory_pools() -> Vec<&'static MemoryPool> {
     let pools = DEFAULT_POOLS.lock().unwrap_or_else(|p| p.into_inner());
     pools.iter().map(|&(_, pool)| pool).collect()
 }

@@ -62,14 +62,12 @@ pub use allocator::{
     Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
 };
 pub use current::{
-    AllocatorGuard, default_pinned_memory_pool, get_allocator, set_allocator, set_pinned_memory_allocator,
-    using_allocator,
+    AllocatorGuard, default_pinned_memory_pool, get_allocator, release_default_pools, set_allocator,
+    set_pinned_memory_allocator, using_allocator,
 };
 pub(crate) use current::{current_pinned_allocator, thread_allocator};
 pub(crate) use memory_pool::default_pool_of;
-pub use memory_pool::{
-    GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolLimit, default_memory_pool, default_memory_pools,
-};
+pub use memory_pool::{GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolLimit, default_memory_pool};
 pub use pinned::PinnedMemoryPool;
 pub use report_hooks::{DebugPrintHook, LineProfileHook, LineUsage};
 pub use upstream::{AsyncAllocator, DeviceAllocator, DriverEvents, HostAllocator, ManagedAllocator};
