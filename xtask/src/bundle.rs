@@ -52,7 +52,11 @@ for name in "${names[@]}"; do
     summary=$(grep -E '(ERROR|RACECHECK|LEAK) SUMMARY' "$dir/$name.out" | tail -1)
     tests=$(grep -E '^test result' "$dir/$name.out" | tail -1)
     printf '%-12s exit=%-3s %s | %s\n' "$name" "$code" "$summary" "$tests"
-    if [ "$code" -ne 0 ]; then status=1; grep -E '^=========' "$dir/$name.out" | head -40; fi
+    if [ "$code" -ne 0 ]; then
+        status=1
+        grep -E '^test .*FAILED|^---- ' "$dir/$name.out" | head -20
+        grep -E '^=========' "$dir/$name.out" | head -40
+    fi
 done
 rm -rf "$dir"
 exit $status

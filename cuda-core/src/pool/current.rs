@@ -7,12 +7,14 @@ use super::pinned::PinnedMemoryPool;
 use crate::error::check;
 use crate::{Context, Error, Result, Stream};
 use cuda_driver_sys as sys;
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex, OnceLock};
 
 thread_local! {
     static CURRENT: RefCell<Option<Arc<dyn Allocator>>> = const { RefCell::new(None) };
+    /// Whether `CURRENT` holds an allocator: one plain thread-local read on the path of
+    /// `DeviceBuffer::new` (no destructor registration, no borrow).
+    static HAS_CURRENT: Cell<bool> = const { Cell::new(false) };
     static CURRENT_PINNED: RefCell<Option<Arc<dyn PinnedAllocator>>> = const { RefCell::new(None) };
     /// The default pools this thread has used, by device, so `get_allocator` makes one driver
     /// call and no allocation once warm.
@@ -24,15 +26,14 @@ thread_local! {
 ///
 /// [`MemoryPool`]: super::MemoryPool
 pub fn set_allocator(allocator: Option<Arc<dyn Allocator>>) {
-    if allocator.is_some() {
-        EVER_SET.store(true, Ordering::Relaxed);
-    }
-    CURRENT.with(|c| *c.borrow_mut() = allocator);
+    replace_current(allocator);
 }
 
-/// Whether any thread has ever set an allocator: until then, no thread has one, and
-/// [`thread_allocator`] need not look.
-static EVER_SET: AtomicBool = AtomicBool::new(false);
+/// Makes `allocator` this thread's allocator, returning the previous one.
+fn replace_current(allocator: Option<Arc<dyn Allocator>>) -> Option<Arc<dyn Allocator>> {
+    HAS_CURRENT.with(|h| h.set(allocator.is_some()));
+    CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), allocator))
+}
 
 /// This thread's allocator: the one set, or the default pool of the current context's device.
 /// With neither a set allocator nor a current context, an [`Error::InvalidArgument`] says to
@@ -92,24 +93,21 @@ pub struct AllocatorGuard {
 
 impl Drop for AllocatorGuard {
     fn drop(&mut self) {
-        let previous = self.previous.take();
-        CURRENT.with(|c| *c.borrow_mut() = previous);
+        replace_current(self.previous.take());
     }
 }
 
 /// Makes `allocator` this thread's allocator until the guard is dropped (CuPy's
 /// `using_allocator`).
 pub fn using_allocator(allocator: Arc<dyn Allocator>) -> AllocatorGuard {
-    EVER_SET.store(true, Ordering::Relaxed);
-    let previous = CURRENT.with(|c| c.borrow_mut().replace(allocator));
+    let previous = replace_current(Some(allocator));
     AllocatorGuard { previous, _not_send: std::marker::PhantomData }
 }
 
 /// The allocator set for this thread, if any (not the default).
 #[inline]
 pub(crate) fn thread_allocator() -> Option<Arc<dyn Allocator>> {
-    // The flag is set on this thread before its own allocator is, so this thread sees it.
-    if !EVER_SET.load(Ordering::Relaxed) {
+    if !HAS_CURRENT.with(Cell::get) {
         return None;
     }
     CURRENT.with(|c| c.borrow().clone())
