@@ -136,7 +136,8 @@ impl Child {
 /// checks and transforms for the child to check.
 fn exchange(shared: &DeviceBuffer<u32>, seed: u32, stream: &Stream) -> TestResult {
     let handle = IpcMemHandle::export(&shared.view())?;
-    let past_end = IpcMemHandle::from_parts(handle.handle(), handle.offset() + 4, handle.size_in_bytes());
+    let (_, allocation) = address_range(shared.as_raw())?;
+    let past_end = IpcMemHandle::from_parts(handle.handle(), allocation as u64 - 4, handle.size_in_bytes());
     let mut child = Child::spawn("memory")?;
     child.send(&format!("{} {} {seed}", hex(&handle.to_bytes()), hex(&past_end.to_bytes())))?;
     let answer = child.receive()?;
@@ -213,16 +214,20 @@ fn an_ipc_event_orders_the_childs_work() -> TestResult {
     let elements = 16 << 20;
     let shared = zeroed_in(&stream, elements, Arc::new(DeviceAllocator::new(&ctx)))?;
     stream.synchronize()?;
-    let event = Event::new(&ctx, EventFlags::INTERPROCESS | EventFlags::DISABLE_TIMING)?;
     let memory = IpcMemHandle::export(&shared.view())?;
-    let handle = IpcEventHandle::export(&event)?;
     let mut child = Child::spawn("event")?;
-    child.send(&format!("{} {}", hex(&memory.to_bytes()), hex(&handle.to_bytes())))?;
-    ensure_eq!(child.receive()?, "recorded");
-    // The child has queued its memset and recorded the event after it; it has not waited.
+    child.send(&hex(&memory.to_bytes()))?;
+    let answer = child.receive()?;
+    let Some(event) = answer.strip_prefix("recorded ") else {
+        return Err(format!("the child answered {answer:?}").into());
+    };
+    // The child has queued its memset and recorded its event after it; it has not waited.
+    let event = IpcEventHandle::from_bytes(&unhex(event)?)?.open(&ctx)?;
+    ensure!(event.flags().contains(EventFlags::INTERPROCESS), "{:?}", event.flags());
     stream.wait_event(&event)?;
     let got = shared.to_vec()?;
     ensure!(got.iter().all(|&v| v == 0xe7e7), "the parent read before the child's memset was done");
+    drop(event);
     child.send("done")?;
     child.finish()
 }
@@ -243,8 +248,9 @@ fn vmm_memory_is_shared_through_a_posix_fd() -> TestResult {
     let listener = UnixListener::bind(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut child = Child::spawn("vmm")?;
     child.send(&format!("{} {gran}", path.display()))?;
-    let (socket, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+    let socket = accept(&listener, &mut child);
     let _ = std::fs::remove_file(&path);
+    let socket = socket?;
     let fd = physical.export_fd()?;
     send_fd(&socket, fd.as_fd()).map_err(|e| format!("sending the descriptor: {e}"))?;
     drop(fd);
@@ -255,6 +261,28 @@ fn vmm_memory_is_shared_through_a_posix_fd() -> TestResult {
         "the child's writes through its import are not in the exporter's mapping"
     );
     Ok(())
+}
+
+/// The child's connection, or an error once the child has ended or a minute has passed.
+fn accept(listener: &UnixListener, child: &mut Child) -> Result<UnixStream, Failed> {
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let start = std::time::Instant::now();
+    loop {
+        match listener.accept() {
+            Ok((socket, _)) => {
+                socket.set_nonblocking(false).map_err(|e| e.to_string())?;
+                return Ok(socket);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if let Some(status) = child.process.try_wait().map_err(|e| e.to_string())? {
+                    return Err(format!("the child ended before connecting ({status})").into());
+                }
+                ensure!(start.elapsed() < std::time::Duration::from_secs(60), "the child did not connect");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => return Err(format!("accept: {e}").into()),
+        }
+    }
 }
 
 fn bad_handles_are_refused_with_typed_errors() -> TestResult {
@@ -365,16 +393,14 @@ mod child {
     fn event(ctx: &Context, stream: &Stream) -> Result<(), String> {
         let mut lines = lines();
         let line = next(&mut lines)?;
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let [memory, event] = fields[..] else { return Err(format!("bad request {line:?}")) };
+        let err = |e: Error| e.to_string();
         // SAFETY: the parent keeps the buffer until this child has read "done".
-        let mut opened = unsafe { handle(memory)?.open::<u32>(stream) }.map_err(|e| e.to_string())?;
-        let event = IpcEventHandle::from_bytes(&unhex(event)?)
-            .and_then(|h| h.open(ctx))
-            .map_err(|e| e.to_string())?;
-        opened.view_mut().memset_d32_async(0xe7e7, stream).map_err(|e| e.to_string())?;
-        event.record(stream).map_err(|e| e.to_string())?;
-        say("recorded")?;
+        let mut opened = unsafe { handle(line.trim())?.open::<u32>(stream) }.map_err(err)?;
+        let event = Event::new(ctx, EventFlags::INTERPROCESS | EventFlags::DISABLE_TIMING).map_err(err)?;
+        let exported = IpcEventHandle::export(&event).map_err(err)?;
+        opened.view_mut().memset_d32_async(0xe7e7, stream).map_err(err)?;
+        event.record(stream).map_err(err)?;
+        say(&format!("recorded {}", hex(&exported.to_bytes())))?;
         let done = next(&mut lines)?;
         if done != "done" {
             return Err(format!("expected \"done\", got {done:?}"));
