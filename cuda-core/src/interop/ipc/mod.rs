@@ -18,19 +18,20 @@
 //!
 //! ```no_run
 //! use cuda_core::interop::ipc::IpcMemHandle;
-//! use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
-//! # fn main() -> cuda_core::Result<()> {
-//! let ctx = Context::primary(&Device::get(0)?)?;
-//! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-//! // The exporting process:
-//! let buffer = DeviceBuffer::from_slice(&stream, &[1u32, 2, 3, 4])?;
-//! let bytes = IpcMemHandle::export(&buffer.slice(2..)?)?.to_bytes();
-//! // ... send `bytes`; in the importing process:
-//! let handle = IpcMemHandle::from_bytes(&bytes)?;
-//! // SAFETY: the exporter keeps `buffer` alive until the importer has dropped `imported`.
-//! let imported = unsafe { handle.open::<u32>(&stream)? };
-//! assert_eq!(imported.to_vec()?, [3, 4]);
-//! # Ok(()) }
+//! use cuda_core::{DeviceBuffer, Result, Stream};
+//!
+//! /// In the exporting process: the bytes to send for the buffer's elements from 2 on.
+//! fn export(buffer: &DeviceBuffer<u32>) -> Result<[u8; IpcMemHandle::ENCODED_LEN]> {
+//!     Ok(IpcMemHandle::export(&buffer.slice(2..)?)?.to_bytes())
+//! }
+//!
+//! /// In the importing process: the same elements, read.
+//! fn import(bytes: &[u8], stream: &Stream) -> Result<Vec<u32>> {
+//!     let handle = IpcMemHandle::from_bytes(bytes)?;
+//!     // SAFETY: the exporter keeps its buffer until this process says it is done.
+//!     let shared = unsafe { handle.open::<u32>(stream)? };
+//!     shared.to_vec() // dropping `shared` closes the handle
+//! }
 //! ```
 
 mod event;
