@@ -199,11 +199,7 @@ fn a_pooled_block_travels_with_its_offset() -> TestResult {
     let (base, _) = address_range(second.as_raw())?;
     ensure_eq!(handle.offset(), second.as_raw() - base);
     ensure_eq!(handle.size_in_bytes(), (N * 4) as u64);
-    ensure_eq!(
-        IpcMemHandle::export(&first.view())?.handle(),
-        handle.handle(),
-        "both blocks name one allocation"
-    );
+    ensure_eq!(address_range(first.as_raw())?.0, base, "both blocks lie in one allocation");
     exchange(&second, 23, &stream)?;
     ensure!(first.to_vec()?.iter().all(|&v| v == 0), "the block next to the shared one was written");
     Ok(())
