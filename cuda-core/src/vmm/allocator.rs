@@ -81,8 +81,10 @@ impl VmmAllocator {
         &self.props
     }
 
-    /// The mapping behind the live allocation at `ptr`, to export its physical memory or
-    /// change its access; `None` if no live allocation of this allocator starts there.
+    /// Runs `f` on the mapping behind the live allocation at `ptr` (to export its physical
+    /// memory, or change or read its access); `None` if no live allocation of this allocator
+    /// starts there. `f` runs under the allocator's lock: it must not allocate from or give
+    /// memory back to this allocator.
     pub fn with_mapping<R>(&self, ptr: sys::CUdeviceptr, f: impl FnOnce(&Mapping) -> R) -> Option<R> {
         self.lock().get(&ptr).map(f)
     }

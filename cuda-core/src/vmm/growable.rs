@@ -156,8 +156,7 @@ impl<T: Pod> GrowableBuffer<T> {
 
     /// Maps one chunk so that at least `bytes` are mapped.
     fn grow_mapping(&mut self, bytes: usize) -> Result<()> {
-        let wanted = round_up(bytes - self.mapped, self.chunk_granularity).unwrap_or(usize::MAX);
-        let size = wanted.min(self.range.size() - self.mapped);
+        let size = chunk_for(bytes, self.mapped, self.chunk_granularity, self.range.size());
         let physical = PhysicalMemory::new(self.range.context(), size, &self.props)?;
         let mapping = self.range.map(self.mapped, &physical)?;
         mapping.set_access(&self.grants)?;
@@ -267,6 +266,14 @@ impl<T: Pod> GrowableBuffer<T> {
     }
 }
 
+/// The size of the one chunk that makes at least `bytes` mapped when `mapped` are: the
+/// shortfall rounded up to `granularity`, but no more than is left of the `reserved` bytes
+/// (a multiple of `granularity`, and at least `bytes`).
+fn chunk_for(bytes: usize, mapped: usize, granularity: usize, reserved: usize) -> usize {
+    let wanted = round_up(bytes.saturating_sub(mapped), granularity).unwrap_or(usize::MAX);
+    wanted.min(reserved.saturating_sub(mapped))
+}
+
 impl<T: Pod> Drop for GrowableBuffer<T> {
     fn drop(&mut self) {
         if self.chunks.is_empty() {
@@ -276,5 +283,26 @@ impl<T: Pod> Drop for GrowableBuffer<T> {
         if let Err(e) = self.stream.synchronize() {
             self.stream.context().defer(e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_for;
+
+    const G: usize = 2 << 20;
+
+    #[test]
+    fn one_chunk_covers_the_shortfall_in_whole_granules() {
+        assert_eq!(chunk_for(4000, 0, G, 64 * G), G);
+        assert_eq!(chunk_for(G + 4, G, G, 64 * G), G);
+        assert_eq!(chunk_for(3 * G + 20, G, G, 64 * G), 3 * G);
+        assert_eq!(chunk_for(1024 * G, 512 * G, G, 1024 * G), 512 * G);
+    }
+
+    #[test]
+    fn chunks_stop_at_the_reservation() {
+        assert_eq!(chunk_for(8 * G, 6 * G, 4 * G, 8 * G), 2 * G);
+        assert_eq!(chunk_for(G, 0, G, G), G);
     }
 }
