@@ -302,12 +302,8 @@ fn bad_handles_are_refused_with_typed_errors() -> TestResult {
     // SAFETY: the handle names no memory; opening it must fail before anything is read.
     let opened = unsafe { forged.open::<u32>(&stream) };
     ensure!(matches!(opened, Err(Error::Driver { .. })), "opened a forged handle: {opened:?}");
-    // A handle opened in the process that exported it.
     let buffer = DeviceBuffer::<u32>::new_in(&stream, 64, Arc::new(DeviceAllocator::new(&ctx)))?;
     let own = IpcMemHandle::export(&buffer.view())?;
-    // SAFETY: the buffer outlives the attempt; the driver refuses it.
-    let opened = unsafe { own.open::<u32>(&stream) };
-    ensure!(matches!(opened, Err(Error::Driver { .. })), "opened its own export: {opened:?}");
     // Exported bytes that are not a whole number of elements.
     let odd = IpcMemHandle::from_parts(own.handle(), 0, 6);
     // SAFETY: refused before any call.

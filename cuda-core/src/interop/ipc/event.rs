@@ -38,8 +38,8 @@ impl IpcEventHandle {
 
     /// Opens the event in `context` of this process
     /// ([`cuIpcOpenEventHandle`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)):
-    /// it can be recorded, queried, synchronized and waited on, not timed. Opening it in the
-    /// process that exported it is the driver's error.
+    /// it can be waited on, queried and synchronized, not timed. A handle the driver cannot
+    /// open is the driver's error.
     pub fn open(&self, context: &Context) -> Result<Event> {
         context.enter()?;
         let raw = sys::CUipcEventHandle { reserved: handle_chars(&self.0) };

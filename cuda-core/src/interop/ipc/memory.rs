@@ -106,8 +106,9 @@ impl IpcMemHandle {
     ///
     /// Exported bytes that are not a whole number of `T`s, an offset and size that do not lie
     /// inside the opened allocation, or an address not aligned for `T`, are an
-    /// [`Error::InvalidArgument`] (the handle is closed again). A handle of memory that is freed, opened in the
-    /// process that exported it, or opened twice in one process is the driver's error.
+    /// [`Error::InvalidArgument`] (the handle is closed again). A handle the driver cannot open (memory that
+    /// is freed, bytes that name nothing; the driver may also refuse a handle opened in the
+    /// process that exported it) is the driver's error.
     ///
     /// # Safety
     ///
