@@ -434,6 +434,24 @@ fn vmm_allocator_backs_buffers_and_pools() -> TestResult {
     drop(pooled);
     stream.synchronize()?;
     pool.free_all_blocks(None)?;
+    // Exportable memory: the physical allocation behind a buffer, found by its address,
+    // exported as a descriptor and imported again, reads what the buffer holds.
+    let props = AllocationProperties::device(device).with_handle_types(HandleTypes::POSIX_FILE_DESCRIPTOR);
+    let grants = [AccessGrant::device(device, Access::ReadWrite)];
+    let shareable = Arc::new(VmmAllocator::with_properties(&ctx, props, &grants)?);
+    let mut buffer = DeviceBuffer::<u64>::new_in(&stream, host.len(), shareable.clone())?;
+    buffer.copy_from(&host)?;
+    let size = buffer.allocation().size;
+    let fd = shareable.with_mapping(buffer.as_raw(), |m| m.physical().export_fd()).ok_or("no mapping")??;
+    let imported = PhysicalMemory::import_fd(&ctx, fd.as_fd(), size)?;
+    let range = AddressRange::reserve(&ctx, size, 0)?;
+    let alias = range.map(0, &imported)?;
+    alias.set_access(&grants)?;
+    ensure!(
+        alias.view::<u64>(&stream)?.slice(..host.len())?.to_vec()? == host,
+        "the buffer's exported memory reads other values"
+    );
+    drop((alias, buffer));
     no_deferred(&ctx)
 }
 
@@ -535,6 +553,27 @@ fn a_kernel_on_gpu1_writes_vmm_memory_of_gpu0() -> TestResult {
         got.iter().zip(&xs).all(|(g, x)| *g == 2.0 * x + 1.0),
         "device 1's writes to device 0's memory are not all there"
     );
+
+    // A growable buffer on device 0 that device 1 may use too.
+    let grants = [AccessGrant::device(d0, Access::ReadWrite), AccessGrant::device(d1, Access::ReadWrite)];
+    let mut shared = GrowableBuffer::<f32>::with_properties(&s0, 4 * n, props, &grants)?;
+    shared.extend_from_slice(&vec![1.0f32; n])?;
+    ensure_eq!(shared.chunks()[0].access(MemLocation::Device(d1))?, Access::ReadWrite);
+    // SAFETY: as above; `shared` holds n floats, read-write for device 1.
+    unsafe {
+        module.function("saxpy")?.launch(
+            &s1,
+            &LaunchConfig::for_elements(count, 256),
+            (&count, &a, &x, &mut shared),
+        )?
+    };
+    s1.synchronize()?;
+    let got = shared.to_vec()?;
+    ensure!(
+        got.iter().zip(&xs).all(|(g, x)| *g == 2.0 * x + 1.0),
+        "device 1's writes to a growable buffer of device 0 are not all there"
+    );
+    drop(shared);
     no_deferred(&c0)?;
     no_deferred(&c1)
 }

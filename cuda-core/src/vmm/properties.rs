@@ -32,11 +32,26 @@ pub enum Granularity {
 }
 
 impl Granularity {
-    fn as_raw(self) -> sys::CUmemAllocationGranularity_flags {
+    /// The raw value.
+    pub fn as_raw(self) -> sys::CUmemAllocationGranularity_flags {
         match self {
             Granularity::Minimum => sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
             Granularity::Recommended => {
                 sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+            }
+        }
+    }
+}
+
+impl TryFrom<sys::CUmemAllocationGranularity_flags> for Granularity {
+    type Error = Error;
+    fn try_from(raw: sys::CUmemAllocationGranularity_flags) -> Result<Granularity> {
+        use sys::CUmemAllocationGranularity_flags as F;
+        match raw {
+            F::CU_MEM_ALLOC_GRANULARITY_MINIMUM => Ok(Granularity::Minimum),
+            F::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED => Ok(Granularity::Recommended),
+            other => {
+                Err(Error::invalid("Granularity::try_from", format!("unknown granularity flag {}", other.0)))
             }
         }
     }
@@ -210,6 +225,14 @@ mod tests {
         let numa = AllocationProperties::host_numa(3);
         assert_eq!(numa.to_raw().location.type_, sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA);
         assert_eq!(AllocationProperties::from_raw(&numa.to_raw()).ok(), Some(numa));
+    }
+
+    #[test]
+    fn granularity_flags_convert_both_ways() {
+        for g in [Granularity::Minimum, Granularity::Recommended] {
+            assert_eq!(Granularity::try_from(g.as_raw()).ok(), Some(g));
+        }
+        assert!(Granularity::try_from(sys::CUmemAllocationGranularity_flags(7)).is_err());
     }
 
     #[test]
