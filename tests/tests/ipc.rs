@@ -506,7 +506,8 @@ print("ok" if same else "mismatch")
             .map_err(|e| format!("writing to Python: {e}"))?;
         let out = consumer.wait_with_output().map_err(|e| e.to_string())?;
         ensure!(out.status.success(), "the CuPy consumer failed: {}", out.status);
-        let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let answer = stdout.lines().last().unwrap_or_default().trim().to_string();
         ensure_eq!(answer, "ok", "CuPy's check of the block");
         ensure!(second.to_vec()? == transform(&pattern(N, 41)), "CuPy's writes are not in the block");
         ensure!(first.to_vec()?.iter().all(|&v| v == 0), "the neighbouring block was written");
