@@ -21,6 +21,7 @@ pub mod device;
 pub mod dlpack;
 pub mod error;
 pub mod event;
+pub mod interop;
 pub mod launch;
 pub mod memory;
 pub mod mempool;
@@ -32,6 +33,7 @@ pub mod pool;
 pub mod profiler;
 pub mod runtime;
 pub mod stream;
+pub mod vmm;
 
 pub use context::{Context, ContextFlags, CurrentGuard};
 pub use device::Device;

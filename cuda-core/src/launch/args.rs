@@ -15,7 +15,8 @@ use std::mem::size_of;
 /// * `&T` where `T` is [`Pod`]: a scalar (`u32`, `f32`, a `u64` device address...) or a
 ///   plain-data struct, passed by value as its `size_of::<T>()` bytes;
 /// * `&DeviceBuffer<T>`, `&mut DeviceBuffer<T>`, `DeviceView<T>`, `&DeviceView<T>`,
-///   `DeviceViewMut<T>`, `&DeviceViewMut<T>` and `&mut DeviceViewMut<T>`: passed as the
+///   `DeviceViewMut<T>`, `&DeviceViewMut<T>`, `&mut DeviceViewMut<T>`, and
+///   `&GrowableBuffer<T>` and `&mut GrowableBuffer<T>` ([`crate::vmm`]): passed as the
 ///   8-byte device address of their first element, for a `T*` parameter. Pass a buffer by
 ///   `&mut` (or a [`DeviceViewMut`]) where the kernel writes through the pointer, so that the
 ///   borrow checker sees the write.
@@ -80,6 +81,8 @@ address_arg!(
     [T] DeviceViewMut<'_, T>,
     [T] &DeviceViewMut<'_, T>,
     [T] &mut DeviceViewMut<'_, T>,
+    [T: Pod] &crate::vmm::GrowableBuffer<T>,
+    [T: Pod] &mut crate::vmm::GrowableBuffer<T>,
 );
 
 /// The arguments of a kernel launch: a tuple of up to 16 [`KernelArg`]s, one per parameter of

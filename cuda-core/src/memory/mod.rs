@@ -11,7 +11,9 @@
 //!   [`bytemuck::Pod`] element, whose memory comes from an [`Allocator`](crate::pool::Allocator):
 //!   the thread's current one (by default the device's [`MemoryPool`](crate::pool::MemoryPool)),
 //!   or one named with [`DeviceBuffer::new_in`] — plain `cuMemAlloc`, the driver's stream-ordered
-//!   pools, a `MemoryPool`, managed memory, or your own. Every module takes and returns these
+//!   pools, a `MemoryPool`, managed memory, virtual memory management
+//!   ([`VmmAllocator`](crate::vmm::VmmAllocator)), memory opened from another process
+//!   ([`IpcMemHandle::open`](crate::interop::ipc::IpcMemHandle::open)), or your own. Every module takes and returns these
 //!   buffers and their views ([`DeviceView`], [`DeviceViewMut`]).
 //! * **Stream-ordered.** A buffer is allocated for a stream and given back in that stream's
 //!   order; use on other streams is declared with [`DeviceBuffer::record_stream`].
@@ -83,6 +85,7 @@ pub use pinned::PinnedBuffer;
 pub use pitched::PitchedBuffer;
 pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attributes, set_sync_memops};
 pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};
+pub(crate) use view::range_of;
 pub use view::{DeviceView, DeviceViewMut};
 
 use crate::error::{Error, Result};

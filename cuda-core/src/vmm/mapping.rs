@@ -1,0 +1,165 @@
+//! [`Mapping`]: physical memory mapped into an address range, and who may access it
+//! ([`AccessGrant`]).
+
+use super::physical::PhysicalMemory;
+use super::range::AddressRange;
+use crate::device::Device;
+use crate::error::{Error, Result, check};
+use crate::memory::{DeviceView, DeviceViewMut, MemLocation};
+use crate::mempool::Access;
+use crate::stream::Stream;
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
+
+/// Access to a mapping granted to one location (`CUmemAccessDesc`); a slice of them is what
+/// [`Mapping::set_access`] passes to the driver as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct AccessGrant(sys::CUmemAccessDesc);
+
+impl AccessGrant {
+    /// `access` for `location` (a device, or host memory where the driver supports it).
+    pub fn new(location: MemLocation, access: Access) -> AccessGrant {
+        AccessGrant(sys::CUmemAccessDesc { location: location.as_raw(), flags: access.as_raw() })
+    }
+
+    /// `access` for `device`.
+    pub fn device(device: Device, access: Access) -> AccessGrant {
+        AccessGrant::new(MemLocation::Device(device), access)
+    }
+
+    /// The raw `CUmemAccessDesc`.
+    pub fn as_raw(&self) -> sys::CUmemAccessDesc {
+        self.0
+    }
+}
+
+/// Physical memory mapped at an address: `size` bytes from [`as_raw`](Self::as_raw).
+///
+/// Made by [`AddressRange::map`]. The mapping holds its range and its physical allocation, so
+/// that whatever order the three are dropped in, the memory is unmapped
+/// ([`cuMemUnmap`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)) first,
+/// then released, then the addresses freed. Dropping it does not wait for the device: work
+/// that uses the memory must be done by then (synchronize its stream first).
+#[derive(Debug)]
+pub struct Mapping {
+    /// The first mapped address.
+    ptr: sys::CUdeviceptr,
+    size: usize,
+    // Field order is drop order after `Drop::drop` unmaps: the physical memory is released
+    // before the addresses are freed.
+    physical: PhysicalMemory,
+    range: AddressRange,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        let (ptr, size) = (self.ptr, self.size);
+        // SAFETY: this value made the mapping and unmaps it once.
+        self.range.context().with_current_for_drop("cuMemUnmap", || unsafe { sys::cuMemUnmap(ptr, size) });
+    }
+}
+
+impl Mapping {
+    pub(crate) fn new(
+        ptr: sys::CUdeviceptr,
+        size: usize,
+        range: AddressRange,
+        physical: PhysicalMemory,
+    ) -> Mapping {
+        Mapping { ptr, size, physical, range }
+    }
+
+    /// Sets the access of each location in `grants` to the mapped memory
+    /// ([`cuMemSetAccess`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
+    /// A device must be granted access before anything on it touches the memory; a device
+    /// other than the memory's own needs peer capability with it.
+    pub fn set_access(&self, grants: &[AccessGrant]) -> Result<()> {
+        if grants.is_empty() {
+            return Err(Error::invalid("Mapping::set_access", "no access grant was given"));
+        }
+        self.range.context().enter()?;
+        // SAFETY: `AccessGrant` is a transparent `CUmemAccessDesc`, so the slice is an array of
+        // `grants.len()` of them; the addresses are mapped while `self` lives.
+        check("cuMemSetAccess", unsafe {
+            sys::cuMemSetAccess(self.ptr, self.size, grants.as_ptr().cast(), grants.len())
+        })
+    }
+
+    /// The access `location` has to the mapped memory
+    /// ([`cuMemGetAccess`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
+    pub fn access(&self, location: MemLocation) -> Result<Access> {
+        self.range.context().enter()?;
+        let raw_location = location.as_raw();
+        let mut flags = 0u64;
+        // SAFETY: one out-parameter and one location, both live locals.
+        check("cuMemGetAccess", unsafe { sys::cuMemGetAccess(&mut flags, &raw_location, self.ptr) })?;
+        let flags = u32::try_from(flags).map_err(|_| {
+            Error::invalid("Mapping::access", format!("the driver reported unknown access flags {flags:#x}"))
+        })?;
+        Access::try_from(sys::CUmemAccess_flags(flags))
+    }
+
+    /// The first mapped address.
+    #[inline]
+    pub fn as_raw(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The number of bytes mapped.
+    #[inline]
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The range the memory is mapped into.
+    #[inline]
+    pub fn range(&self) -> &AddressRange {
+        &self.range
+    }
+
+    /// The physical allocation mapped.
+    #[inline]
+    pub fn physical(&self) -> &PhysicalMemory {
+        &self.physical
+    }
+
+    fn elements<T: Pod>(&self, operation: &'static str) -> Result<usize> {
+        let size = std::mem::size_of::<T>();
+        if size == 0 || self.size % size != 0 || self.ptr % std::mem::align_of::<T>() as u64 != 0 {
+            return Err(Error::invalid(
+                operation,
+                format!("{} mapped bytes are not a whole number of aligned {size}-byte elements", self.size),
+            ));
+        }
+        Ok(self.size / size)
+    }
+
+    /// A shared view of the mapped memory as elements of `T`, whose synchronous copies run in
+    /// `stream`'s order. The memory must be readable by `stream`'s device
+    /// ([`set_access`](Self::set_access)).
+    pub fn view<'a, T: Pod>(&'a self, stream: &'a Stream) -> Result<DeviceView<'a, T>> {
+        let len = self.elements::<T>("Mapping::view")?;
+        Ok(DeviceView::new(self.ptr, len, stream))
+    }
+
+    /// An exclusive view of the mapped memory as elements of `T`, as [`view`](Self::view).
+    pub fn view_mut<'a, T: Pod>(&'a mut self, stream: &'a Stream) -> Result<DeviceViewMut<'a, T>> {
+        let len = self.elements::<T>("Mapping::view_mut")?;
+        Ok(DeviceViewMut::new(self.ptr, len, stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grants_are_access_descriptors() {
+        assert_eq!(std::mem::size_of::<AccessGrant>(), std::mem::size_of::<sys::CUmemAccessDesc>());
+        let g = AccessGrant::device(Device::from_raw(2), Access::ReadWrite).as_raw();
+        assert_eq!(g.location.type_, sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE);
+        assert_eq!(g.location.id, 2);
+        assert_eq!(g.flags, sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    }
+}

@@ -1,0 +1,71 @@
+//! Virtual memory management: physical allocations, reserved address ranges, mappings and
+//! their access, shareable handles, and what is built on them — a buffer that grows in place
+//! ([`GrowableBuffer`]) and an allocator for any [`DeviceBuffer`](crate::DeviceBuffer)
+//! ([`VmmAllocator`]).
+//!
+//! See the [Virtual Memory Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
+//! section of the driver API.
+//!
+//! # The pieces
+//!
+//! * [`AllocationProperties`]: where physical memory lives (a device, or a host NUMA node),
+//!   which shareable handles it may be exported as ([`HandleTypes`]), compression and
+//!   GPUDirect RDMA; its [`Granularity`]. [`VmmSupport`] says what a device offers.
+//! * [`PhysicalMemory`]: memory without an address (`cuMemCreate`), exported as a POSIX file
+//!   descriptor or a [`FabricHandle`] and imported in another process, or retained from an
+//!   address it is mapped at.
+//! * [`AddressRange`]: reserved virtual addresses (`cuMemAddressReserve`), anywhere or at a
+//!   fixed address.
+//! * [`Mapping`]: physical memory mapped into a range (`cuMemMap`), with the access of each
+//!   device set with [`Mapping::set_access`] (`cuMemSetAccess`): memory of one device can be
+//!   made usable by another this way.
+//!
+//! # Lifetimes
+//!
+//! A mapping holds its range and its physical memory (both are shared handles), so they may
+//! be dropped in any order: unmapping comes first, then the physical memory is released once
+//! nothing holds it, then the addresses are freed. None of these waits for the device; a
+//! [`GrowableBuffer`] and the [`VmmAllocator`] wait for their stream before unmapping.
+//!
+//! # What is checked
+//!
+//! Sizes and offsets of physical allocations and mappings against the granularity (the
+//! error names it), mappings past the end of their range or physical allocation, and exports
+//! as a handle type the allocation was not made with, are [`crate::Error::InvalidArgument`]s
+//! before any call. What only the driver knows (a handle type or feature the system lacks, a
+//! descriptor that is not an exported allocation) is the driver's status, by name.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use cuda_core::mempool::Access;
+//! use cuda_core::vmm::{AccessGrant, AddressRange, AllocationProperties, Granularity, PhysicalMemory};
+//! use cuda_core::{Context, Device, Stream, StreamFlags};
+//! # fn main() -> cuda_core::Result<()> {
+//! let device = Device::get(0)?;
+//! let ctx = Context::primary(&device)?;
+//! let props = AllocationProperties::device(device);
+//! let chunk = props.granularity(Granularity::Recommended)?;
+//! let range = AddressRange::reserve(&ctx, 4 * chunk, 0)?;
+//! let physical = PhysicalMemory::new(&ctx, chunk, &props)?;
+//! let mut mapping = range.map(chunk, &physical)?; // the second chunk of the range
+//! mapping.set_access(&[AccessGrant::device(device, Access::ReadWrite)])?;
+//! drop((range, physical)); // the mapping keeps both
+//! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+//! mapping.view_mut::<u32>(&stream)?.memset_d32(7)?;
+//! # Ok(()) }
+//! ```
+
+mod allocator;
+mod growable;
+mod mapping;
+mod physical;
+mod properties;
+mod range;
+
+pub use allocator::VmmAllocator;
+pub use growable::GrowableBuffer;
+pub use mapping::{AccessGrant, Mapping};
+pub use physical::{FabricHandle, PhysicalMemory};
+pub use properties::{AllocationProperties, Granularity, HandleTypes, VmmSupport};
+pub use range::AddressRange;

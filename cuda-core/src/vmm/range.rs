@@ -1,0 +1,247 @@
+//! [`AddressRange`]: a reservation of device virtual addresses, into which physical memory is
+//! mapped.
+
+use super::mapping::Mapping;
+use super::physical::PhysicalMemory;
+use crate::context::Context;
+use crate::error::{Error, Result, check};
+use cuda_driver_sys as sys;
+use std::sync::Arc;
+
+/// A range of reserved device virtual addresses with no memory behind them until
+/// [`map`](Self::map)ped.
+///
+/// Clones share the reservation; it is freed
+/// ([`cuMemAddressFree`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html))
+/// when the last clone and the last [`Mapping`] into it are dropped, in whatever order.
+#[derive(Clone, Debug)]
+pub struct AddressRange {
+    inner: Arc<Reservation>,
+}
+
+#[derive(Debug)]
+struct Reservation {
+    ptr: sys::CUdeviceptr,
+    size: usize,
+    context: Context,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let (ptr, size) = (self.ptr, self.size);
+        // SAFETY: the reservation is freed once; every mapping into it holds this value, so
+        // none is left.
+        self.context
+            .with_current_for_drop("cuMemAddressFree", || unsafe { sys::cuMemAddressFree(ptr, size) });
+    }
+}
+
+impl AddressRange {
+    /// Reserves `size` bytes of virtual addresses, aligned to `alignment` bytes (0: the
+    /// driver's default, the allocation granularity)
+    /// ([`cuMemAddressReserve`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
+    ///
+    /// A size of 0 or an alignment that is not 0 or a power of two is an
+    /// [`Error::InvalidArgument`]; a size that is not a multiple of the allocation granularity
+    /// is the driver's `CUDA_ERROR_INVALID_VALUE`.
+    pub fn reserve(context: &Context, size: usize, alignment: usize) -> Result<AddressRange> {
+        AddressRange::reserve_with_hint("AddressRange::reserve", context, size, alignment, 0)
+    }
+
+    /// Reserves `size` bytes starting exactly at `address`, aligned as in
+    /// [`reserve`](Self::reserve). When the driver cannot give that address (it is taken,
+    /// or not aligned to the granularity), this is an [`Error::InvalidArgument`] and nothing
+    /// stays reserved.
+    pub fn reserve_at(
+        context: &Context,
+        size: usize,
+        alignment: usize,
+        address: sys::CUdeviceptr,
+    ) -> Result<AddressRange> {
+        if address == 0 {
+            return Err(Error::invalid(
+                "AddressRange::reserve_at",
+                "address 0 asks for no address; use AddressRange::reserve",
+            ));
+        }
+        let range =
+            AddressRange::reserve_with_hint("AddressRange::reserve_at", context, size, alignment, address)?;
+        if range.as_raw() != address {
+            return Err(Error::invalid(
+                "AddressRange::reserve_at",
+                format!(
+                    "{size} bytes at {address:#x} could not be reserved (the driver offered {:#x}); the \
+                     addresses are taken or not aligned to the allocation granularity",
+                    range.as_raw()
+                ),
+            ));
+        }
+        Ok(range)
+    }
+
+    fn reserve_with_hint(
+        operation: &'static str,
+        context: &Context,
+        size: usize,
+        alignment: usize,
+        address: sys::CUdeviceptr,
+    ) -> Result<AddressRange> {
+        if size == 0 {
+            return Err(Error::invalid(
+                operation,
+                "a size of 0 bytes was requested; reserve at least one granule",
+            ));
+        }
+        if alignment != 0 && !alignment.is_power_of_two() {
+            return Err(Error::invalid(
+                operation,
+                format!("alignment {alignment} is not a power of two; pass 0 for the default"),
+            ));
+        }
+        context.enter()?;
+        let mut ptr = 0;
+        // SAFETY: one out-parameter; flags must be 0.
+        check("cuMemAddressReserve", unsafe {
+            sys::cuMemAddressReserve(&mut ptr, size, alignment, address, 0)
+        })?;
+        Ok(AddressRange { inner: Arc::new(Reservation { ptr, size, context: context.clone() }) })
+    }
+
+    /// Maps all of `physical` at `offset` bytes into the range, as [`map_part`](Self::map_part)
+    /// with physical offset 0 and the physical allocation's size.
+    #[inline]
+    pub fn map(&self, offset: usize, physical: &PhysicalMemory) -> Result<Mapping> {
+        self.map_part(offset, physical, 0, physical.size())
+    }
+
+    /// Maps `size` bytes of `physical`, from `physical_offset`, at `offset` bytes into the range
+    /// ([`cuMemMap`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
+    /// Nothing may access the mapping until [`Mapping::set_access`] allows it.
+    ///
+    /// Checked before the call, as [`Error::InvalidArgument`]s: a size of 0, a mapping that
+    /// ends past the reserved range or past the physical allocation, and an offset or size
+    /// that is not a multiple of the allocation granularity (the message names it). Mapping
+    /// over addresses already mapped is the driver's error.
+    pub fn map_part(
+        &self,
+        offset: usize,
+        physical: &PhysicalMemory,
+        physical_offset: usize,
+        size: usize,
+    ) -> Result<Mapping> {
+        let granularity = physical.granularity();
+        check_mapping(self.size(), offset, physical.size(), physical_offset, size, granularity)?;
+        self.inner.context.enter()?;
+        let ptr = self.inner.ptr + offset as u64;
+        // SAFETY: the addresses are inside this reservation and the physical range inside the
+        // allocation (checked above); both stay alive while the mapping, which holds them, is.
+        check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, physical_offset, physical.as_raw(), 0) })?;
+        Ok(Mapping::new(ptr, size, self.clone(), physical.clone()))
+    }
+
+    /// The first reserved address.
+    #[inline]
+    pub fn as_raw(&self) -> sys::CUdeviceptr {
+        self.inner.ptr
+    }
+
+    /// The number of bytes reserved.
+    #[inline]
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// The context the range was reserved in.
+    #[inline]
+    pub fn context(&self) -> &Context {
+        &self.inner.context
+    }
+}
+
+/// Checks a mapping of `size` bytes at `offset` into a range of `range_size` bytes, from
+/// `physical_offset` of a physical allocation of `physical_size` bytes.
+fn check_mapping(
+    range_size: usize,
+    offset: usize,
+    physical_size: usize,
+    physical_offset: usize,
+    size: usize,
+    granularity: usize,
+) -> Result<()> {
+    const OP: &str = "AddressRange::map";
+    if size == 0 {
+        return Err(Error::invalid(OP, "a mapping of 0 bytes was requested; map at least one granule"));
+    }
+    for (what, value) in [("offset", offset), ("size", size), ("physical offset", physical_offset)] {
+        if granularity != 0 && value % granularity != 0 {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the {what} of {value} bytes is not a multiple of the allocation granularity of \
+                     {granularity} bytes"
+                ),
+            ));
+        }
+    }
+    match offset.checked_add(size) {
+        Some(end) if end <= range_size => {}
+        _ => {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "{size} bytes at offset {offset} end past the reserved range of {range_size} bytes; \
+                     reserve a larger range"
+                ),
+            ));
+        }
+    }
+    match physical_offset.checked_add(size) {
+        Some(end) if end <= physical_size => Ok(()),
+        _ => Err(Error::invalid(
+            OP,
+            format!(
+                "{size} bytes from physical offset {physical_offset} end past the physical allocation of \
+                 {physical_size} bytes"
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: usize = 2 << 20;
+
+    fn message(r: Result<()>) -> String {
+        match r {
+            Err(Error::InvalidArgument { message, .. }) => message,
+            other => format!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn mappings_inside_the_range_and_allocation_pass() {
+        assert!(check_mapping(4 * G, 0, 4 * G, 0, 4 * G, G).is_ok());
+        assert!(check_mapping(4 * G, 2 * G, G, 0, G, G).is_ok());
+        assert!(check_mapping(4 * G, 3 * G, 2 * G, G, G, G).is_ok());
+    }
+
+    #[test]
+    fn mappings_past_the_end_are_refused() {
+        assert!(message(check_mapping(4 * G, 3 * G, 2 * G, 0, 2 * G, G)).contains("past the reserved range"));
+        assert!(
+            message(check_mapping(4 * G, 0, 2 * G, G, 2 * G, G)).contains("past the physical allocation")
+        );
+        assert!(message(check_mapping(4 * G, usize::MAX - G + 1, G, 0, G, G)).contains("past the reserved"));
+    }
+
+    #[test]
+    fn unaligned_mappings_name_the_granularity() {
+        let m = message(check_mapping(4 * G, 4096, G, 0, G, G));
+        assert!(m.contains("offset of 4096") && m.contains(&G.to_string()), "{m}");
+        assert!(message(check_mapping(4 * G, 0, G, 0, 4096, G)).contains("size of 4096"));
+        assert!(message(check_mapping(4 * G, 0, 2 * G, 512, G, G)).contains("physical offset of 512"));
+        assert!(message(check_mapping(4 * G, 0, G, 0, 0, G)).contains("0 bytes"));
+    }
+}
