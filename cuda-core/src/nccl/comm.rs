@@ -41,6 +41,8 @@ pub struct Communicator {
     ranks: Cell<usize>,
     /// The rank of this communicator, once known.
     rank: Cell<Option<usize>>,
+    /// The configuration it was made with: NCCL keeps pointers to its names.
+    config: Config,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -66,6 +68,7 @@ impl Communicator {
             blocking,
             ranks: Cell::new(0),
             rank: Cell::new(None),
+            config: Config::default(),
             _not_sync: PhantomData,
         }
     }
@@ -151,7 +154,8 @@ impl Communicator {
         if status != nccl::ncclResult_t::ncclInProgress {
             check_nccl(call, status)?;
         }
-        let c = Communicator::wrap(raw, ctx.clone(), blocking);
+        let mut c = Communicator::wrap(raw, ctx.clone(), blocking);
+        c.config = config.clone();
         c.ranks.set(ranks);
         c.rank.set(Some(rank));
         Ok(c)
@@ -160,35 +164,88 @@ impl Communicator {
     /// Splits the clique: every rank calls this, and the ranks that pass the same `color` form
     /// a new clique, ordered by `key` (then by their rank here)
     /// ([`ncclCommSplit`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/comms.html#ncclcommsplit),
-    /// NCCL 2.18). A rank that passes `None` joins none and gets `None`.
+    /// NCCL 2.18). A rank that passes `None` joins none and gets `None`. Fields `config`
+    /// leaves undefined are inherited from this communicator.
     ///
-    /// Fields `config` leaves undefined are inherited from this communicator. A colour above
-    /// `i32::MAX` is an [`Error::InvalidArgument`]. Like initialisation, a split waits for every
-    /// rank: one thread splitting several communicators does so inside one
-    /// [`Group`](super::Group).
+    /// Like initialisation, a split waits for every rank, so one thread that drives several
+    /// communicators splits them together with [`split_all`](Self::split_all); inside a
+    /// [`Group`](super::Group) this is an [`Error::InvalidArgument`] (NCCL hands the new
+    /// communicator over only when the group ends). A colour above `i32::MAX` is one too.
     pub fn split(&self, color: Option<u32>, key: i32, config: &Config) -> Result<Option<Communicator>> {
         const OP: &str = "Communicator::split";
+        if super::group::in_group() {
+            return Err(Error::invalid(
+                OP,
+                "a split inside a Group returns its communicator only when the group ends; use Communicator::split_all",
+            ));
+        }
+        let mut split = Communicator::split_all(&[self], &[(color, key)], config)?;
+        Ok(split.pop().flatten())
+    }
+
+    /// Splits several communicators of one clique driven by this thread at once (one
+    /// `ncclCommSplit` each, in one group); `splits[i]` is the colour and key of `parents[i]`
+    /// (see [`split`](Self::split)). The result has one entry per parent. Lists of different
+    /// lengths are an [`Error::InvalidArgument`].
+    pub fn split_all(
+        parents: &[&Communicator],
+        splits: &[(Option<u32>, i32)],
+        config: &Config,
+    ) -> Result<Vec<Option<Communicator>>> {
+        const OP: &str = "Communicator::split_all";
         require("ncclCommSplit", since::SPLIT)?;
-        let color = match color {
-            Some(c) => {
-                i32::try_from(c).map_err(|_| Error::invalid(OP, format!("colour {c} is above i32::MAX")))?
+        crate::memory::same_len(OP, splits.len(), parents.len())?;
+        let mut colors = Vec::with_capacity(splits.len());
+        for (color, key) in splits {
+            let c = match color {
+                Some(c) => i32::try_from(*c)
+                    .map_err(|_| Error::invalid(OP, format!("colour {c} is above i32::MAX")))?,
+                None => nccl::NCCL_SPLIT_NOCOLOR,
+            };
+            colors.push((c, *key));
+        }
+        for p in parents {
+            p.ctx.take_deferred()?;
+        }
+        let mut raw_config = config.to_raw();
+        // NCCL writes each new handle into its slot when the split completes, which may be when
+        // the group ends or, for non-blocking parents, later: the slots live until then.
+        let mut slots: Vec<nccl::ncclComm_t> = vec![std::ptr::null_mut(); parents.len()];
+        let group = super::Group::start()?;
+        let mut failed = Ok(());
+        for ((parent, (color, key)), slot) in parents.iter().zip(&colors).zip(slots.iter_mut()) {
+            // SAFETY: a live communicator; `slot` and `raw_config` (and the names it points
+            // to, in `config`) outlive the split: it completes before this function returns,
+            // or the slots are leaked below.
+            let status = unsafe { nccl::ncclCommSplit(parent.raw, *color, *key, slot, &mut raw_config) };
+            failed = parent.status("ncclCommSplit", status);
+            if failed.is_err() {
+                break;
             }
-            None => nccl::NCCL_SPLIT_NOCOLOR,
-        };
-        self.ctx.take_deferred()?;
-        let mut c = config.to_raw();
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: a live communicator; `c` and the names it points to outlive the call.
-        let status = unsafe { nccl::ncclCommSplit(self.raw, color, key, &mut raw, &mut c) };
-        let in_progress = status == nccl::ncclResult_t::ncclInProgress;
-        if !in_progress {
-            check_nccl("ncclCommSplit", status)?;
         }
-        if raw.is_null() {
-            return Ok(None);
+        let ended = group.end();
+        let waited = failed
+            .and(ended)
+            .and_then(|()| parents.iter().filter(|p| !p.blocking).try_for_each(|p| p.wait_until_done()));
+        if let Err(e) = waited {
+            if parents.iter().any(|p| !p.blocking) {
+                // Splits may still complete in the background and write their slots.
+                std::mem::forget(slots);
+            }
+            return Err(e);
         }
-        let blocking = config.is_blocking().unwrap_or(self.blocking) && !in_progress;
-        Ok(Some(Communicator::wrap(raw, self.ctx.clone(), blocking)))
+        Ok(parents
+            .iter()
+            .zip(slots)
+            .map(|(parent, raw)| {
+                (!raw.is_null()).then(|| {
+                    let blocking = config.is_blocking().unwrap_or(parent.blocking);
+                    let mut c = Communicator::wrap(raw, parent.ctx.clone(), blocking);
+                    c.config = config.clone();
+                    c
+                })
+            })
+            .collect())
     }
 
     /// Adopts a raw communicator, which is destroyed when the value is dropped.
@@ -303,6 +360,12 @@ impl Communicator {
         }
     }
 
+    /// [`wait`](Self::wait) with no time limit.
+    fn wait_until_done(&self) -> Result<()> {
+        while self.wait(Duration::from_secs(1))? == Progress::InProgress {}
+        Ok(())
+    }
+
     /// Flushes the work queued on the communicator, then destroys it, returning what failed
     /// ([`ncclCommFinalize`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/comms.html#ncclcommfinalize),
     /// NCCL 2.14, then `ncclCommDestroy`). A non-blocking communicator is waited for (see
@@ -316,13 +379,12 @@ impl Communicator {
             }
             // SAFETY: a live communicator, finalized once.
             this.status("ncclCommFinalize", unsafe { nccl::ncclCommFinalize(this.raw) })?;
-            while this.wait(Duration::from_secs(1))? == Progress::InProgress {}
-            Ok(())
+            this.wait_until_done()
         })();
         // SAFETY: the communicator is destroyed once and `this` is not used or dropped again.
         let destroyed = this.status("ncclCommDestroy", unsafe { nccl::ncclCommDestroy(this.raw) });
-        // SAFETY: the context is moved out once; `this` is never dropped.
-        drop(unsafe { std::ptr::read(&this.ctx) });
+        // SAFETY: the fields that own something are moved out once; `this` is never dropped.
+        drop(unsafe { (std::ptr::read(&this.ctx), std::ptr::read(&this.config)) });
         flushed.and(destroyed)
     }
 
@@ -334,8 +396,8 @@ impl Communicator {
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: a live communicator, freed once; `this` is not used or dropped again.
         let r = this.status("ncclCommAbort", unsafe { nccl::ncclCommAbort(this.raw) });
-        // SAFETY: the context is moved out once; `this` is never dropped.
-        drop(unsafe { std::ptr::read(&this.ctx) });
+        // SAFETY: the fields that own something are moved out once; `this` is never dropped.
+        drop(unsafe { (std::ptr::read(&this.ctx), std::ptr::read(&this.config)) });
         r
     }
 

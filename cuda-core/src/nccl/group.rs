@@ -3,12 +3,23 @@
 use super::version::{require, since};
 use crate::error::{Error, Result, check_nccl, nccl_error};
 use nccl_sys as nccl;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 
 thread_local! {
     /// An error of a `ncclGroupEnd` run by a dropped guard, for the next `Group::start`.
     static DEFERRED: RefCell<Option<Error>> = const { RefCell::new(None) };
+    /// How many guards are open on this thread.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether a [`Group`] is open on this thread.
+pub(crate) fn in_group() -> bool {
+    DEPTH.try_with(Cell::get).unwrap_or(0) > 0
+}
+
+fn leave() {
+    let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
 }
 
 /// NCCL calls made on this thread while the guard lives are issued together when it ends
@@ -40,6 +51,7 @@ impl Group {
         }
         // SAFETY: no arguments; group state is per thread.
         check_nccl("ncclGroupStart", unsafe { nccl::ncclGroupStart() })?;
+        let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
         Ok(Group { ended: false, _not_send: PhantomData })
     }
 
@@ -48,6 +60,7 @@ impl Group {
     /// `ncclInProgress` (non-blocking communicators still working) counts as success.
     pub fn end(mut self) -> Result<()> {
         self.ended = true;
+        leave();
         // SAFETY: this guard's `ncclGroupStart` is still open.
         end_status(unsafe { nccl::ncclGroupEnd() })
     }
@@ -65,6 +78,7 @@ impl Group {
             estimatedTime: nccl::NCCL_UNDEF_FLOAT as f32,
         };
         self.ended = true;
+        leave();
         // SAFETY: this guard's `ncclGroupStart` is still open; one out-parameter, initialised
         // as `NCCL_SIM_INFO_INITIALIZER` does.
         end_status(unsafe { nccl::ncclGroupSimulateEnd(&mut info) })?;
@@ -79,6 +93,7 @@ fn end_status(status: nccl::ncclResult_t) -> Result<()> {
 impl Drop for Group {
     fn drop(&mut self) {
         if !self.ended {
+            leave();
             // SAFETY: this guard's `ncclGroupStart` is still open.
             let status = unsafe { nccl::ncclGroupEnd() };
             if status != nccl::ncclResult_t::ncclSuccess && status != nccl::ncclResult_t::ncclInProgress {
