@@ -361,7 +361,7 @@ impl Communicator {
     }
 
     /// [`wait`](Self::wait) with no time limit.
-    fn wait_until_done(&self) -> Result<()> {
+    pub(crate) fn wait_until_done(&self) -> Result<()> {
         while self.wait(Duration::from_secs(1))? == Progress::InProgress {}
         Ok(())
     }
@@ -371,6 +371,9 @@ impl Communicator {
     /// NCCL 2.14, then `ncclCommDestroy`). A non-blocking communicator is waited for (see
     /// [`wait`](Self::wait)) between the two. The communicator is destroyed even when the
     /// flush failed.
+    ///
+    /// A flush may wait for the other ranks to flush too: one thread that drives several
+    /// communicators finalizes them with [`finalize_all`](Self::finalize_all).
     pub fn finalize(self) -> Result<()> {
         let this = std::mem::ManuallyDrop::new(self);
         let flushed = (|| {
@@ -386,6 +389,35 @@ impl Communicator {
         // SAFETY: the fields that own something are moved out once; `this` is never dropped.
         drop(unsafe { (std::ptr::read(&this.ctx), std::ptr::read(&this.config)) });
         flushed.and(destroyed)
+    }
+
+    /// [`finalize`](Self::finalize) for several communicators driven by this thread (as made
+    /// by [`init_all`](Self::init_all)): their flushes start together in one group, so that
+    /// none waits on a peer that is not flushing yet; then each is destroyed. Every one is
+    /// destroyed; the first error is returned.
+    pub fn finalize_all(comms: Vec<Communicator>) -> Result<()> {
+        let comms: Vec<_> = comms.into_iter().map(std::mem::ManuallyDrop::new).collect();
+        let flushed = (|| {
+            if !at_least(since::CONFIG)? {
+                return Ok(());
+            }
+            super::group(|| {
+                comms.iter().try_for_each(|c| {
+                    // SAFETY: a live communicator, finalized once.
+                    c.status("ncclCommFinalize", unsafe { nccl::ncclCommFinalize(c.raw) })
+                })
+            })?;
+            comms.iter().filter(|c| !c.blocking).try_for_each(|c| c.wait_until_done())
+        })();
+        let mut result = flushed;
+        for c in comms {
+            // SAFETY: each communicator is destroyed once and never used or dropped again.
+            let destroyed = c.status("ncclCommDestroy", unsafe { nccl::ncclCommDestroy(c.raw) });
+            result = result.and(destroyed);
+            // SAFETY: the fields that own something are moved out once; `c` is never dropped.
+            drop(unsafe { (std::ptr::read(&c.ctx), std::ptr::read(&c.config)) });
+        }
+        result
     }
 
     /// Stops the communicator at once and frees it, also while its work waits on peers that
