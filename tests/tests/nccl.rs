@@ -16,7 +16,7 @@ mod nccl {
     pub mod processes;
 }
 
-use cuda_tests::multi_gpu;
+use cuda_tests::{gpu, multi_gpu};
 use nccl::{collectives, lifecycle, processes};
 
 fn main() {
@@ -26,19 +26,39 @@ fn main() {
         processes::child_main();
     }
     cuda_tests::run(&[
-        multi_gpu("all_reduce_matches_the_host_for_every_op", 2, collectives::all_reduce_matches_the_host_for_every_op),
+        multi_gpu(
+            "all_reduce_matches_the_host_for_every_op",
+            2,
+            collectives::all_reduce_matches_the_host_for_every_op,
+        ),
         multi_gpu("every_collective_matches_the_host", 2, collectives::every_collective_matches_the_host),
         multi_gpu("in_place_forms_match_the_host", 2, collectives::in_place_forms_match_the_host),
-        multi_gpu("bad_arguments_are_refused_before_the_call", 2, collectives::bad_arguments_are_refused_before_the_call),
+        multi_gpu(
+            "bad_arguments_are_refused_before_the_call",
+            2,
+            collectives::bad_arguments_are_refused_before_the_call,
+        ),
         multi_gpu("pre_mul_sum_scales_before_summing", 2, collectives::pre_mul_sum_scales_before_summing),
         multi_gpu("fp8_sums_where_the_library_and_device_have_them", 2, collectives::fp8_sums),
         multi_gpu("send_recv_ring_in_a_group", 2, collectives::send_recv_ring_in_a_group),
         multi_gpu("split_reorders_and_drops_ranks", 2, lifecycle::split_reorders_and_drops_ranks),
         multi_gpu("registered_nccl_memory_reduces", 2, lifecycle::registered_nccl_memory_reduces),
-        multi_gpu("simulated_group_estimates_and_runs_nothing", 2, lifecycle::simulated_group_estimates_and_runs_nothing),
-        multi_gpu("non_blocking_init_completes_by_polling", 2, lifecycle::non_blocking_init_completes_by_polling),
-        multi_gpu("abort_ends_a_collective_that_cannot_complete", 2, lifecycle::abort_ends_a_collective_that_cannot_complete),
-        multi_gpu("unique_id_and_version", 2, lifecycle::unique_id_and_version),
+        multi_gpu(
+            "simulated_group_estimates_and_runs_nothing",
+            2,
+            lifecycle::simulated_group_estimates_and_runs_nothing,
+        ),
+        multi_gpu(
+            "non_blocking_init_completes_by_polling",
+            2,
+            lifecycle::non_blocking_init_completes_by_polling,
+        ),
+        multi_gpu(
+            "abort_ends_a_collective_that_cannot_complete",
+            2,
+            lifecycle::abort_ends_a_collective_that_cannot_complete,
+        ),
+        gpu("unique_id_and_version", lifecycle::unique_id_and_version),
         multi_gpu("two_processes_one_rank_each", 2, processes::two_processes_one_rank_each),
     ]);
 }

@@ -7,8 +7,8 @@ use super::version::{require, since};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceView, DeviceViewMut};
-use bytemuck::Pod;
 use bitflags::bitflags;
+use bytemuck::Pod;
 use nccl_sys as nccl;
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -41,7 +41,12 @@ struct Registered<'a, T> {
 
 impl<'a, T: Pod> Registered<'a, T> {
     fn new(comm: &'a Communicator, memory: &impl Output<T>) -> Registered<'a, T> {
-        Registered { ptr: memory.device_ptr(), len: memory.count(), ctx: comm.context(), _borrow: PhantomData }
+        Registered {
+            ptr: memory.device_ptr(),
+            len: memory.count(),
+            ctx: comm.context(),
+            _borrow: PhantomData,
+        }
     }
 
     fn view(&self) -> DeviceView<'_, T> {

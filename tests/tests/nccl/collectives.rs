@@ -68,8 +68,9 @@ fn every_collective<T: Elem>(ranks: &[Rank]) -> TestResult {
     let mut recv = zeros::<T>(ranks, half)?;
     each(ranks, |i, r| r.comm.reduce_scatter(&send[i], &mut recv[i], ReduceOp::Sum, &r.stream))?;
     for (rank, got) in download(ranks, &recv)?.into_iter().enumerate() {
-        let want: Vec<T> =
-            (rank * half..(rank + 1) * half).map(|i| T::of(reduced(ReduceOp::Sum, n, i, T::INTEGER))).collect();
+        let want: Vec<T> = (rank * half..(rank + 1) * half)
+            .map(|i| T::of(reduced(ReduceOp::Sum, n, i, T::INTEGER)))
+            .collect();
         ensure_eq!(got, want, "reduce-scatter of {name}, rank {rank}");
     }
 
@@ -78,7 +79,8 @@ fn every_collective<T: Elem>(ranks: &[Rank]) -> TestResult {
     let mut recv = zeros::<T>(ranks, LEN)?;
     each(ranks, |i, r| r.comm.all_to_all(&send[i], &mut recv[i], &r.stream))?;
     for (rank, got) in download(ranks, &recv)?.into_iter().enumerate() {
-        let want: Vec<T> = (0..n).flat_map(|from| input::<T>(from, LEN)[rank * half..(rank + 1) * half].to_vec()).collect();
+        let want: Vec<T> =
+            (0..n).flat_map(|from| input::<T>(from, LEN)[rank * half..(rank + 1) * half].to_vec()).collect();
         ensure_eq!(got, want, "all-to-all of {name}, rank {rank}");
     }
     Ok(())
@@ -119,8 +121,13 @@ pub fn in_place_forms_match_the_host() -> TestResult {
     let mut bufs = upload(&ranks, |r| input::<i32>(r, LEN))?;
     each(&ranks, |i, r| r.comm.reduce_scatter_in_place(&mut bufs[i], ReduceOp::Sum, &r.stream))?;
     for (rank, got) in download(&ranks, &bufs)?.into_iter().enumerate() {
-        let want: Vec<i32> = (rank * half..(rank + 1) * half).map(|i| reduced(ReduceOp::Sum, n, i, true) as i32).collect();
-        ensure_eq!(got[rank * half..(rank + 1) * half].to_vec(), want, "in-place reduce-scatter, rank {rank}");
+        let want: Vec<i32> =
+            (rank * half..(rank + 1) * half).map(|i| reduced(ReduceOp::Sum, n, i, true) as i32).collect();
+        ensure_eq!(
+            got[rank * half..(rank + 1) * half].to_vec(),
+            want,
+            "in-place reduce-scatter, rank {rank}"
+        );
     }
 
     let mut bufs = upload(&ranks, |r| if r == 0 { input::<i32>(0, LEN) } else { vec![0; LEN] })?;
@@ -156,7 +163,10 @@ pub fn bad_arguments_are_refused_before_the_call() -> TestResult {
     let c = &r0.comm;
     refused("lengths differ", c.all_reduce(&send, &mut short, ReduceOp::Sum, &r0.stream))?;
     refused("all-gather output not ranks × input", c.all_gather(&send, &mut short, &r0.stream))?;
-    refused("reduce-scatter input not ranks × output", c.reduce_scatter(&send, &mut short, ReduceOp::Sum, &r0.stream))?;
+    refused(
+        "reduce-scatter input not ranks × output",
+        c.reduce_scatter(&send, &mut short, ReduceOp::Sum, &r0.stream),
+    )?;
     refused("in-place all-gather of an odd length", c.all_gather_in_place(&mut odd, &r0.stream))?;
     refused("all-to-all of an odd length", c.all_to_all(&odd_send, &mut odd, &r0.stream))?;
     refused("root out of range", c.broadcast(&send, &mut recv, 2, &r0.stream))?;
@@ -183,11 +193,16 @@ pub fn pre_mul_sum_scales_before_summing() -> TestResult {
     let ranks = clique()?;
     let n = ranks.len();
     // Host scalars: rank r multiplies by r + 2.
-    let ops = ranks.iter().enumerate().map(|(i, r)| PreMulSum::new(&r.comm, (i + 2) as f32)).collect::<Result<Vec<_>, _>>()?;
+    let ops = ranks
+        .iter()
+        .enumerate()
+        .map(|(i, r)| PreMulSum::new(&r.comm, (i + 2) as f32))
+        .collect::<Result<Vec<_>, _>>()?;
     let send = upload(&ranks, |r| input::<f32>(r, LEN))?;
     let mut recv = zeros::<f32>(&ranks, LEN)?;
     each(&ranks, |i, r| r.comm.all_reduce(&send[i], &mut recv[i], &ops[i], &r.stream))?;
-    let want: Vec<f32> = (0..LEN).map(|i| (0..n).map(|r| (r + 2) as f64 * value(r, i)).sum::<f64>() as f32).collect();
+    let want: Vec<f32> =
+        (0..LEN).map(|i| (0..n).map(|r| (r + 2) as f64 * value(r, i)).sum::<f64>() as f32).collect();
     for got in download(&ranks, &recv)? {
         ensure_eq!(got, want, "pre-multiplied sum with host scalars");
     }
@@ -213,7 +228,8 @@ pub fn pre_mul_sum_scales_before_summing() -> TestResult {
 
 fn fp8_sum<T: DataType + PartialEq + std::fmt::Debug>(ranks: &[Rank], one: T, two: T) -> TestResult {
     let send = upload8(ranks, one)?;
-    let mut recv: Vec<DeviceBuffer<T>> = ranks.iter().map(|r| DeviceBuffer::zeroed(&r.stream, LEN)).collect::<Result<_, _>>()?;
+    let mut recv: Vec<DeviceBuffer<T>> =
+        ranks.iter().map(|r| DeviceBuffer::zeroed(&r.stream, LEN)).collect::<Result<_, _>>()?;
     each(ranks, |i, r| r.comm.all_reduce(&send[i], &mut recv[i], ReduceOp::Sum, &r.stream))?;
     for r in ranks {
         r.stream.synchronize()?;

@@ -92,7 +92,10 @@ pub fn reduced(op: ReduceOp, ranks: usize, i: usize, integer: bool) -> f64 {
 }
 
 /// One buffer per rank holding `data[rank]`.
-pub fn upload<T: Elem>(ranks: &[Rank], data: impl Fn(usize) -> Vec<T>) -> Result<Vec<DeviceBuffer<T>>, Error> {
+pub fn upload<T: Elem>(
+    ranks: &[Rank],
+    data: impl Fn(usize) -> Vec<T>,
+) -> Result<Vec<DeviceBuffer<T>>, Error> {
     ranks.iter().enumerate().map(|(i, r)| DeviceBuffer::from_slice(&r.stream, &data(i))).collect()
 }
 

@@ -69,7 +69,10 @@ pub fn split_reorders_and_drops_ranks() -> TestResult {
     let g = Group::start()?;
     let inside = ranks[0].comm.split(Some(0), 0, &Config::new());
     g.end()?;
-    ensure!(matches!(inside, Err(Error::InvalidArgument { .. })), "a split inside a group was not refused: {inside:?}");
+    ensure!(
+        matches!(inside, Err(Error::InvalidArgument { .. })),
+        "a split inside a group was not refused: {inside:?}"
+    );
     Ok(())
 }
 
@@ -163,15 +166,18 @@ pub fn non_blocking_init_completes_by_polling() -> TestResult {
         ensure_eq!((comm.count()?, comm.rank()?), (2, rank), "rank {rank}");
         ensure!(comm.async_error()?.is_none(), "rank {rank} has an asynchronous error");
     }
-    let streams =
-        contexts.iter().map(|c| Stream::new(c, StreamFlags::NON_BLOCKING)).collect::<Result<Vec<_>, Error>>()?;
+    let streams = contexts
+        .iter()
+        .map(|c| Stream::new(c, StreamFlags::NON_BLOCKING))
+        .collect::<Result<Vec<_>, Error>>()?;
     let send = contexts
         .iter()
         .zip(&streams)
         .enumerate()
         .map(|(r, (_, s))| DeviceBuffer::from_slice(s, &input::<f32>(r, LEN)))
         .collect::<Result<Vec<_>, Error>>()?;
-    let mut recv = streams.iter().map(|s| DeviceBuffer::<f32>::zeroed(s, LEN)).collect::<Result<Vec<_>, Error>>()?;
+    let mut recv =
+        streams.iter().map(|s| DeviceBuffer::<f32>::zeroed(s, LEN)).collect::<Result<Vec<_>, Error>>()?;
     group(|| {
         for (i, comm) in comms.iter().enumerate() {
             comm.all_reduce(&send[i], &mut recv[i], ReduceOp::Sum, &streams[i])?;

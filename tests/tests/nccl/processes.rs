@@ -127,7 +127,11 @@ pub fn two_processes_one_rank_each() -> TestResult {
     let out = child.0.take().ok_or("the child is gone")?.wait_with_output()?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    ensure!(out.status.success(), "rank 1 failed with {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", out.status);
+    ensure!(
+        out.status.success(),
+        "rank 1 failed with {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
     ensure!(stdout.contains("all-reduce matched"), "rank 1 reported nothing:\n{stdout}\n{stderr}");
     Ok(())
 }
