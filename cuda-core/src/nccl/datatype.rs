@@ -11,7 +11,7 @@ mod sealed {
 
 /// An element type NCCL knows
 /// ([`ncclDataType_t`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/types.html#ncclDataType_t)):
-/// `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, [`f16`], [`bf16`], `f32`, `f64`, and the 8-bit
+/// `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, [`f16`](struct@f16), [`bf16`], `f32`, `f64`, and the 8-bit
 /// floats [`Float8E4M3`] and [`Float8E5M2`]. Sealed: the list is NCCL's.
 pub trait DataType: Pod + sealed::Sealed {
     /// The NCCL datatype.

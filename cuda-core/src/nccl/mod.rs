@@ -33,7 +33,7 @@
 //! overlap of the send and receive memory other than the in-place forms NCCL defines, that
 //! buffers and stream belong to the communicator's device, root and peer ranks, and that the
 //! loaded NCCL is new enough for the function (an [`Error::Load`](crate::Error::Load) that names
-//! the version needed and the one installed). These are [`Error::InvalidArgument`]s, made
+//! the version needed and the one installed). These are [`Error::InvalidArgument`](crate::Error::InvalidArgument)s, made
 //! before NCCL is called.
 //!
 //! # Non-blocking communicators
