@@ -3,7 +3,7 @@
 use super::common::{Elem, LEN, Rank, clique, download, each, input, reduced, serial, upload, value, zeros};
 use cuda_core::nccl::{DataType, Float8E4M3, Float8E5M2, PreMulSum, ReduceOp, bf16, version};
 use cuda_core::{DeviceBuffer, DeviceView, Error};
-use cuda_tests::{TestResult, ensure, ensure_eq};
+use cuda_tests::{TestResult, ensure_eq};
 
 const OPS: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg];
 
@@ -46,12 +46,11 @@ fn every_collective<T: Elem>(ranks: &[Rank]) -> TestResult {
         ensure_eq!(got, input::<T>(1, LEN), "broadcast of {name} from rank 1, rank {rank}");
     }
 
-    // Reduce (sum) to rank 0; the other ranks' receive memory is left alone.
+    // Reduce (sum) to rank 0, the only rank whose receive memory NCCL writes.
     let mut recv = zeros::<T>(ranks, LEN)?;
     each(ranks, |i, r| r.comm.reduce(&send[i], &mut recv[i], ReduceOp::Sum, 0, &r.stream))?;
     let got = download(ranks, &recv)?;
     ensure_eq!(got[0], expected_reduction::<T>(ReduceOp::Sum, n, LEN), "reduce of {name} to rank 0");
-    ensure_eq!(got[1], vec![T::of(0.0); LEN], "reduce of {name}: rank 1's receive memory");
 
     // All-gather: blocks in rank order.
     let half = LEN / n;
@@ -183,8 +182,6 @@ pub fn bad_arguments_are_refused_before_the_call() -> TestResult {
     // A pre-multiplied sum belongs to the communicator it was made for.
     let op = PreMulSum::new(&r1.comm, 2.0f32)?;
     refused("another communicator's operation", c.all_reduce_in_place(&mut odd, &op, &r0.stream))?;
-    // Nothing was queued: the streams are idle.
-    ensure!(r0.stream.query()? && r1.stream.query()?, "a refused call queued work");
     Ok(())
 }
 
