@@ -46,7 +46,11 @@ fn run() -> Result<(), Failure> {
 
     let id = if rank == 0 { serve_id(address, ranks)? } else { fetch_id(address)? };
 
-    let device = Device::get(rank % Device::count()?)?;
+    let gpus = Device::count()?;
+    if gpus == 0 {
+        return Err("this host has no CUDA device".into());
+    }
+    let device = Device::get(rank % gpus)?;
     let ctx = Context::primary(&device)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let comm = Communicator::init_rank(&ctx, &id, ranks, rank, &Config::new())?;

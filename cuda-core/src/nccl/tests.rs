@@ -89,3 +89,24 @@ fn datatypes_and_ops_map_to_nccl_values() {
     }
     assert_eq!(ReduceOp::from_raw(nccl::ncclRedOp_t(1000)), None);
 }
+
+#[test]
+fn overlap_and_ranks_are_checked() {
+    use super::collective::{disjoint, valid_rank};
+    use crate::memory::DeviceView;
+    let ctx = crate::Context::detached_for_tests();
+    // SAFETY: the views are only compared, never read.
+    let view = |ptr: u64, len: usize| unsafe { DeviceView::<f32>::from_raw(&ctx, ptr, len) };
+    assert!(disjoint::<f32>("t", &view(0x1000, 4), &view(0x1010, 4)).is_ok());
+    assert!(disjoint::<f32>("t", &view(0x1010, 4), &view(0x1000, 4)).is_ok());
+    assert!(matches!(
+        disjoint::<f32>("t", &view(0x1000, 4), &view(0x100c, 4)),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        disjoint::<f32>("t", &view(0x1000, 8), &view(0x1004, 1)),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert_eq!(valid_rank("t", "root", 1, 2).ok(), Some(1));
+    assert!(matches!(valid_rank("t", "root", 2, 2), Err(Error::InvalidArgument { .. })));
+}
