@@ -22,7 +22,13 @@ pub enum CtaPolicy {
 }
 
 impl CtaPolicy {
-    fn raw(self) -> i32 {
+    /// The policy of a raw `NCCL_CTA_POLICY_*` value; `None` for one this crate does not know.
+    pub fn from_raw(raw: i32) -> Option<CtaPolicy> {
+        [CtaPolicy::Default, CtaPolicy::Efficiency, CtaPolicy::Zero].into_iter().find(|p| p.raw() == raw)
+    }
+
+    /// The raw `NCCL_CTA_POLICY_*` value.
+    pub fn raw(self) -> i32 {
         match self {
             CtaPolicy::Default => nccl::NCCL_CTA_POLICY_DEFAULT as i32,
             CtaPolicy::Efficiency => nccl::NCCL_CTA_POLICY_EFFICIENCY as i32,
@@ -37,7 +43,8 @@ impl CtaPolicy {
 /// [`Communicator::split`](super::Communicator::split).
 ///
 /// Every field starts undefined, as `NCCL_CONFIG_INITIALIZER` leaves it, so that NCCL uses its
-/// default or the matching `NCCL_*` environment variable; each setter defines one.
+/// default or the matching `NCCL_*` environment variable; each setter defines one. A field newer
+/// than the loaded NCCL (the setters say which version brought it) is ignored by it.
 ///
 /// ```
 /// use cuda_core::nccl::{Config, CtaPolicy};

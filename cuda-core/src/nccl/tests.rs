@@ -60,6 +60,8 @@ fn config_setters_fill_their_fields() {
     let c = config.to_raw();
     assert_eq!((c.blocking, c.cgaClusterSize, c.minCTAs, c.maxCTAs, c.splitShare), (0, 2, 4, 8, 1));
     assert_eq!(c.CTAPolicy, nccl::NCCL_CTA_POLICY_ZERO as i32);
+    assert_eq!(CtaPolicy::from_raw(c.CTAPolicy), Some(CtaPolicy::Zero));
+    assert_eq!(CtaPolicy::from_raw(99), None);
     // SAFETY: the pointer points into `config`, alive here.
     let name = unsafe { std::ffi::CStr::from_ptr(c.netName) };
     assert_eq!(name.to_str().ok(), Some("Socket"));
