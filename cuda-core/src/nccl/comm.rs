@@ -9,6 +9,7 @@ use crate::error::{Error, Result, check_nccl, nccl_error};
 use nccl_sys as nccl;
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Where a non-blocking communicator's background work stands.
@@ -41,8 +42,8 @@ pub struct Communicator {
     ranks: Cell<usize>,
     /// The rank of this communicator, once known.
     rank: Cell<Option<usize>>,
-    /// The configuration it was made with: NCCL keeps pointers to its names.
-    config: Config,
+    /// The configuration it was made with, whose names NCCL may keep pointers to.
+    config: Arc<Config>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -68,7 +69,7 @@ impl Communicator {
             blocking,
             ranks: Cell::new(0),
             rank: Cell::new(None),
-            config: Config::default(),
+            config: Arc::default(),
             _not_sync: PhantomData,
         }
     }
@@ -105,7 +106,7 @@ impl Communicator {
             .zip(contexts)
             .enumerate()
             .map(|(rank, (raw, ctx))| {
-                let c = Communicator::wrap(raw, ctx, true);
+                let c = Communicator::wrap(raw, ctx, blocking_by_default());
                 c.ranks.set(devices.len());
                 c.rank.set(Some(rank));
                 c
@@ -136,15 +137,16 @@ impl Communicator {
         }
         let (n, r) = (to_int(OP, "the rank count", ranks)?, to_int(OP, "rank", rank)?);
         ctx.enter()?;
+        let kept = Arc::new(config.clone());
         let mut raw = std::ptr::null_mut();
         let (call, status) = if config.is_default() && !at_least(since::CONFIG)? {
             // SAFETY: one out-parameter; the id is passed by value.
             ("ncclCommInitRank", unsafe { nccl::ncclCommInitRank(&mut raw, n, id.as_raw(), r) })
         } else {
             require("ncclCommInitRankConfig", since::CONFIG)?;
-            let mut c = config.to_raw();
-            // SAFETY: one out-parameter; `c` and the names it points to (in `config`) outlive
-            // the call, which copies what it keeps.
+            let mut c = kept.to_raw();
+            // SAFETY: one out-parameter; `c` outlives the call, and the names it points to
+            // (in `kept`) live as long as the communicator.
             ("ncclCommInitRankConfig", unsafe {
                 nccl::ncclCommInitRankConfig(&mut raw, n, id.as_raw(), r, &mut c)
             })
@@ -155,7 +157,7 @@ impl Communicator {
             check_nccl(call, status)?;
         }
         let mut c = Communicator::wrap(raw, ctx.clone(), blocking);
-        c.config = config.clone();
+        c.config = kept;
         c.ranks.set(ranks);
         c.rank.set(Some(rank));
         Ok(c)
@@ -207,16 +209,17 @@ impl Communicator {
         for p in parents {
             p.ctx.take_deferred()?;
         }
-        let mut raw_config = config.to_raw();
+        let kept = Arc::new(config.clone());
+        let mut raw_config = kept.to_raw();
         // NCCL writes each new handle into its slot when the split completes, which may be when
         // the group ends or, for non-blocking parents, later: the slots live until then.
         let mut slots: Vec<nccl::ncclComm_t> = vec![std::ptr::null_mut(); parents.len()];
         let group = super::Group::start()?;
         let mut failed = Ok(());
         for ((parent, (color, key)), slot) in parents.iter().zip(&colors).zip(slots.iter_mut()) {
-            // SAFETY: a live communicator; `slot` and `raw_config` (and the names it points
-            // to, in `config`) outlive the split: it completes before this function returns,
-            // or the slots are leaked below.
+            // SAFETY: a live communicator; `slot` and `raw_config` outlive the split (it
+            // completes before this function returns, or the slots are leaked below), and the
+            // names `raw_config` points to (in `kept`) live as long as the new communicators.
             let status = unsafe { nccl::ncclCommSplit(parent.raw, *color, *key, slot, &mut raw_config) };
             failed = parent.status("ncclCommSplit", status);
             if failed.is_err() {
@@ -241,7 +244,7 @@ impl Communicator {
                 (!raw.is_null()).then(|| {
                     let blocking = config.is_blocking().unwrap_or(parent.blocking);
                     let mut c = Communicator::wrap(raw, parent.ctx.clone(), blocking);
-                    c.config = config.clone();
+                    c.config = kept.clone();
                     c
                 })
             })
