@@ -107,6 +107,10 @@ impl Drop for Group {
 
 /// Runs `f` inside a [`Group`] and ends it: `f`'s error wins; otherwise `ncclGroupEnd`'s.
 ///
+/// The calls `f` made before its error are still issued when the group ends, and a collective
+/// issued on some ranks only waits on the GPU for the others: after an error, abort the
+/// communicators whose calls did not all go out (or issue the missing ones).
+///
 /// ```no_run
 /// # use cuda_core::nccl::{Communicator, ReduceOp, group};
 /// # use cuda_core::{DeviceBuffer, Stream};
