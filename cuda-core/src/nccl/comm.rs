@@ -56,6 +56,19 @@ fn to_int(operation: &'static str, what: &str, value: usize) -> Result<i32> {
         .map_err(|_| Error::invalid(operation, format!("{what} {value} does not fit NCCL's int")))
 }
 
+/// An [`Error::InvalidArgument`] inside a [`Group`](super::Group): for calls whose results
+/// NCCL hands over only when the group ends.
+pub(crate) fn refuse_in_group(operation: &'static str) -> Result<()> {
+    if super::group::in_group() {
+        Err(Error::invalid(
+            operation,
+            "NCCL would complete this only when the group ends; call it outside the group",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 /// Whether the environment makes communicators non-blocking by default.
 fn blocking_by_default() -> bool {
     std::env::var("NCCL_COMM_BLOCKING").map_or(true, |v| v.trim() != "0")
@@ -174,13 +187,6 @@ impl Communicator {
     /// [`Group`](super::Group) this is an [`Error::InvalidArgument`] (NCCL hands the new
     /// communicator over only when the group ends). A colour above `i32::MAX` is one too.
     pub fn split(&self, color: Option<u32>, key: i32, config: &Config) -> Result<Option<Communicator>> {
-        const OP: &str = "Communicator::split";
-        if super::group::in_group() {
-            return Err(Error::invalid(
-                OP,
-                "a split inside a Group returns its communicator only when the group ends; use Communicator::split_all",
-            ));
-        }
         let mut split = Communicator::split_all(&[self], &[(color, key)], config)?;
         Ok(split.pop().flatten())
     }
@@ -188,7 +194,7 @@ impl Communicator {
     /// Splits several communicators of one clique driven by this thread at once (one
     /// `ncclCommSplit` each, in one group); `splits[i]` is the colour and key of `parents[i]`
     /// (see [`split`](Self::split)). The result has one entry per parent. Lists of different
-    /// lengths are an [`Error::InvalidArgument`].
+    /// lengths, or a call inside a [`Group`](super::Group), are an [`Error::InvalidArgument`].
     pub fn split_all(
         parents: &[&Communicator],
         splits: &[(Option<u32>, i32)],
@@ -196,6 +202,7 @@ impl Communicator {
     ) -> Result<Vec<Option<Communicator>>> {
         const OP: &str = "Communicator::split_all";
         require("ncclCommSplit", since::SPLIT)?;
+        refuse_in_group(OP)?;
         crate::memory::same_len(OP, splits.len(), parents.len())?;
         let mut colors = Vec::with_capacity(splits.len());
         for (color, key) in splits {
@@ -376,8 +383,11 @@ impl Communicator {
     /// flush failed.
     ///
     /// A flush may wait for the other ranks to flush too: one thread that drives several
-    /// communicators finalizes them with [`finalize_all`](Self::finalize_all).
+    /// communicators finalizes them with [`finalize_all`](Self::finalize_all). Inside a
+    /// [`Group`](super::Group) (where NCCL would flush only when the group ends) this is an
+    /// [`Error::InvalidArgument`], and the communicator is destroyed as by `Drop`.
     pub fn finalize(self) -> Result<()> {
+        refuse_in_group("Communicator::finalize")?;
         let this = std::mem::ManuallyDrop::new(self);
         let flushed = (|| {
             if !at_least(since::CONFIG)? {
@@ -397,8 +407,10 @@ impl Communicator {
     /// [`finalize`](Self::finalize) for several communicators driven by this thread (as made
     /// by [`init_all`](Self::init_all)): their flushes start together in one group, so that
     /// none waits on a peer that is not flushing yet; then each is destroyed. Every one is
-    /// destroyed; the first error is returned.
+    /// destroyed; the first error is returned. Inside a [`Group`](super::Group) this is an
+    /// [`Error::InvalidArgument`], and the communicators are destroyed as by `Drop`.
     pub fn finalize_all(comms: Vec<Communicator>) -> Result<()> {
+        refuse_in_group("Communicator::finalize_all")?;
         let comms: Vec<_> = comms.into_iter().map(std::mem::ManuallyDrop::new).collect();
         let flushed = (|| {
             if !at_least(since::CONFIG)? {

@@ -84,8 +84,9 @@ impl Communicator {
     /// NCCL 2.27); with [`WindowFlags::COLL_SYMMETRIC`] every rank passes memory of the same
     /// size, and collectives on it can use symmetric kernels. Deregistered when dropped.
     ///
-    /// The address must be aligned to 4096 bytes (NCCL's requirement), else this is an
-    /// [`Error::InvalidArgument`].
+    /// The address must be aligned to 4096 bytes (NCCL's requirement), and the call must not be
+    /// inside a [`Group`](super::Group) (NCCL would hand the window over only when it ends);
+    /// otherwise this is an [`Error::InvalidArgument`]. One rank per thread or process.
     pub fn register_window<'a, T: Pod>(
         &'a self,
         memory: impl Output<T> + 'a,
@@ -93,12 +94,7 @@ impl Communicator {
     ) -> Result<Window<'a, T>> {
         const OP: &str = "Communicator::register_window";
         require("ncclCommWindowRegister", since::WINDOW)?;
-        if super::group::in_group() {
-            return Err(Error::invalid(
-                OP,
-                "a window registered inside a Group is handed over only when the group ends; register it outside",
-            ));
-        }
+        super::comm::refuse_in_group(OP)?;
         self.context().take_deferred()?;
         self.on_device(OP, &memory)?;
         let align = u64::from(nccl::NCCL_WIN_REQUIRED_ALIGNMENT);
