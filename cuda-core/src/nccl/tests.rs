@@ -112,3 +112,20 @@ fn overlap_and_ranks_are_checked() {
     assert_eq!(valid_rank("t", "root", 1, 2).ok(), Some(1));
     assert!(matches!(valid_rank("t", "root", 2, 2), Err(Error::InvalidArgument { .. })));
 }
+
+#[test]
+fn without_nccl_calls_say_what_to_install() {
+    if nccl::library_error().is_none() {
+        return; // NCCL is installed here: the GPU tests cover the calls.
+    }
+    match UniqueId::new() {
+        Err(Error::Load { call, source }) => {
+            assert_eq!(call, "ncclGetUniqueId");
+            assert!(source.to_string().contains("libnccl.so.2"), "{source}");
+        }
+        other => unreachable!("expected a load error, got {other:?}"),
+    }
+    assert!(matches!(version(), Err(Error::Load { .. })));
+    assert!(matches!(Group::start(), Err(Error::Load { .. })));
+    assert!(!super::group::in_group());
+}
