@@ -235,6 +235,23 @@ pub(crate) fn runtime_error(call: &'static str, status: rt::cudaError_t) -> Erro
     Error::Runtime { call, status }
 }
 
+/// Turns an NCCL status into a `Result`, like [`check`]; `ncclSystemError` from a function that
+/// could not be loaded becomes [`Error::Load`].
+#[inline]
+pub(crate) fn check_nccl(call: &'static str, status: nccl::ncclResult_t) -> Result<()> {
+    if status == nccl::ncclResult_t::ncclSuccess { Ok(()) } else { Err(nccl_error(call, status)) }
+}
+
+#[cold]
+pub(crate) fn nccl_error(call: &'static str, status: nccl::ncclResult_t) -> Error {
+    if status == nccl::ncclResult_t::ncclSystemError {
+        if let Some(source) = nccl::load_error(call).or_else(nccl::library_error) {
+            return Error::Load { call, source };
+        }
+    }
+    Error::Nccl { call, status }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

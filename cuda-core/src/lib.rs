@@ -26,6 +26,7 @@ pub mod launch;
 pub mod memory;
 pub mod mempool;
 pub mod module;
+pub mod nccl;
 pub mod nvtx;
 pub mod occupancy;
 pub mod peer;

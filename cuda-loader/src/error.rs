@@ -51,8 +51,16 @@ pub enum LoadErrorKind {
     },
 }
 
-fn version_text(v: i32) -> String {
-    format!("{}.{}", v / 1000, (v % 1000) / 10)
+/// A version code as the library writes it: CUDA's `major * 1000 + minor * 10` (`12.5`), or
+/// NCCL's `major * 10000 + minor * 100 + patch` (`2.28.9`; before 2.9, `major * 1000 + minor * 100
+/// + patch`).
+fn version_text(library: &str, v: i32) -> String {
+    if library.starts_with("libnccl") {
+        let (major, rest) = if v >= 10000 { (v / 10000, v % 10000) } else { (v / 1000, v % 1000) };
+        format!("{major}.{}.{}", rest / 100, rest % 100)
+    } else {
+        format!("{}.{}", v / 1000, (v % 1000) / 10)
+    }
 }
 
 impl fmt::Display for LoadError {
@@ -86,8 +94,8 @@ impl fmt::Display for LoadError {
                 f,
                 "{symbol} needs {} {} or newer, but {} is installed; upgrade it",
                 self.library,
-                version_text(*needed),
-                version_text(*installed)
+                version_text(self.library, *needed),
+                version_text(self.library, *installed)
             ),
             LoadErrorKind::Unusable { file, reason } => {
                 write!(f, "{} (loaded from {file}) cannot be used: {reason}", self.library)
@@ -127,4 +135,29 @@ pub fn load_error(symbol: &str) -> Option<LoadError> {
 /// The latest load failure seen by the calling thread, if any.
 pub fn last_load_error() -> Option<LoadError> {
     LAST.with(|l| l.borrow().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_written_as_each_library_numbers_them() {
+        assert_eq!(version_text("libcuda.so.1", 12050), "12.5");
+        assert_eq!(version_text("libnccl.so.2", 22809), "2.28.9");
+        assert_eq!(version_text("libnccl.so.2", 2804), "2.8.4");
+        let e = LoadError {
+            library: "libnccl.so.2",
+            kind: LoadErrorKind::VersionTooOld {
+                symbol: "ncclCommSplit".into(),
+                needed: 21800,
+                installed: 21703,
+            },
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("2.18.0") && text.contains("2.17.3") && text.contains("ncclCommSplit"),
+            "{text}"
+        );
+    }
 }

@@ -1,0 +1,67 @@
+//! [`NcclAllocator`]: device memory from `ncclMemAlloc`, for buffers that NCCL moves fastest.
+
+use super::version::{require, since};
+use crate::context::Context;
+use crate::error::{Result, check, check_nccl};
+use crate::pool::{Allocator, DeviceAllocation, StreamRef};
+use cuda_driver_sys as sys;
+use nccl_sys as nccl;
+
+/// Device memory from
+/// [`ncclMemAlloc`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/comms.html#ncclmemalloc)
+/// (NCCL 2.19), freed with `ncclMemFree`: memory that NCCL can register for zero-copy
+/// transfers and NVLink access, which plain `cuMemAlloc` memory is not.
+///
+/// Use it as the allocator of buffers, directly or under a
+/// [`MemoryPool`](crate::pool::MemoryPool) (`ncclMemAlloc` is slow: it maps memory):
+///
+/// ```no_run
+/// use cuda_core::nccl::NcclAllocator;
+/// use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_core::Result<()> {
+/// let ctx = Context::primary(&Device::get(0)?)?;
+/// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+/// let buffer = DeviceBuffer::<f32>::new_in(&stream, 1 << 20, Arc::new(NcclAllocator::new(&ctx)))?;
+/// # Ok(()) }
+/// ```
+///
+/// `ncclMemFree` is not stream-ordered: giving memory back waits for the stream it is given
+/// back on first.
+#[derive(Clone, Debug)]
+pub struct NcclAllocator {
+    context: Context,
+}
+
+impl NcclAllocator {
+    /// Allocates on the device of `context`.
+    pub fn new(context: &Context) -> NcclAllocator {
+        NcclAllocator { context: context.clone() }
+    }
+}
+
+impl Allocator for NcclAllocator {
+    fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
+        require("ncclMemAlloc", since::REGISTER)?;
+        self.context.enter()?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the context (and so the device) is current.
+        check_nccl("ncclMemAlloc", unsafe { nccl::ncclMemAlloc(&mut ptr, size) })?;
+        Ok(DeviceAllocation { ptr: ptr as usize as sys::CUdeviceptr, size, token: 0 })
+    }
+
+    unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
+        self.context.enter()?;
+        // SAFETY: the caller's stream is alive; the free must come after its work.
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.as_raw()) })?;
+        // SAFETY: the caller gives back an allocation of this allocator, once, and no work
+        // uses it any more.
+        check_nccl("ncclMemFree", unsafe {
+            nccl::ncclMemFree(allocation.ptr as usize as *mut std::ffi::c_void)
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "ncclMemAlloc"
+    }
+}

@@ -1,0 +1,66 @@
+//! [`Input`] and [`Output`]: the buffers and views NCCL calls read and write.
+
+use crate::context::Context;
+use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace};
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Device memory an NCCL call reads: `&DeviceBuffer<T>` (of any memory space),
+/// `DeviceView<T>`, `&DeviceView<T>` and `&DeviceViewMut<T>`.
+pub trait Input<T>: sealed::Sealed {
+    /// The device address of the first element.
+    fn device_ptr(&self) -> sys::CUdeviceptr;
+    /// The number of elements.
+    fn count(&self) -> usize;
+    /// The context the memory belongs to.
+    fn memory_context(&self) -> &Context;
+}
+
+/// Device memory an NCCL call writes: `&mut DeviceBuffer<T>` (of any memory space),
+/// `DeviceViewMut<T>` and `&mut DeviceViewMut<T>`. The exclusive borrow shows the borrow
+/// checker that the call writes it.
+pub trait Output<T>: Input<T> {}
+
+macro_rules! memory {
+    ($kind:ident: $([$($generics:tt)*] $ty:ty),+ $(,)?) => {$(
+        impl<$($generics)*> sealed::Sealed for $ty {}
+        impl<$($generics)*> Input<T> for $ty {
+            #[inline]
+            fn device_ptr(&self) -> sys::CUdeviceptr {
+                self.as_raw()
+            }
+
+            #[inline]
+            fn count(&self) -> usize {
+                self.len()
+            }
+
+            #[inline]
+            fn memory_context(&self) -> &Context {
+                self.context()
+            }
+        }
+        memory!(@$kind [$($generics)*] $ty);
+    )+};
+    (@read [$($generics:tt)*] $ty:ty) => {};
+    (@write [$($generics:tt)*] $ty:ty) => {
+        impl<$($generics)*> Output<T> for $ty {}
+    };
+}
+
+memory!(read:
+    [T: Pod, S: MemorySpace] &DeviceBuffer<T, S>,
+    [T: Pod] DeviceView<'_, T>,
+    [T: Pod] &DeviceView<'_, T>,
+    [T: Pod] &DeviceViewMut<'_, T>,
+);
+
+memory!(write:
+    [T: Pod, S: MemorySpace] &mut DeviceBuffer<T, S>,
+    [T: Pod] DeviceViewMut<'_, T>,
+    [T: Pod] &mut DeviceViewMut<'_, T>,
+);

@@ -1,0 +1,365 @@
+//! Collectives: all-reduce, broadcast, reduce, all-gather and reduce-scatter, out of place and
+//! in place, with their arguments checked before NCCL is called.
+
+use super::buffers::{Input, Output};
+use super::comm::Communicator;
+use super::datatype::DataType;
+use super::op::Reduction;
+use super::version::require;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::memory::same_len;
+use crate::stream::Stream;
+use nccl_sys as nccl;
+use std::ffi::c_void;
+
+/// An [`Error::InvalidArgument`] unless `ctx` is on the communicator's device.
+#[inline]
+pub(crate) fn same_device(operation: &'static str, comm: &Communicator, ctx: &Context) -> Result<()> {
+    let (mine, theirs) = (comm.context().device(), ctx.device());
+    if mine == theirs {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            operation,
+            format!(
+                "the communicator works on device {} but the memory or stream is on device {}; use those of its device",
+                mine.ordinal(),
+                theirs.ordinal()
+            ),
+        ))
+    }
+}
+
+/// The raw device address of `memory`, as NCCL takes it.
+#[inline]
+pub(crate) fn address<T>(memory: &impl Input<T>) -> *mut c_void {
+    memory.device_ptr() as usize as *mut c_void
+}
+
+/// An [`Error::InvalidArgument`] if the two ranges of memory overlap.
+#[inline]
+pub(crate) fn disjoint<T>(operation: &'static str, a: &impl Input<T>, b: &impl Input<T>) -> Result<()> {
+    let size = std::mem::size_of::<T>() as u64;
+    let (a0, b0) = (a.device_ptr(), b.device_ptr());
+    let (a1, b1) = (a0 + a.count() as u64 * size, b0 + b.count() as u64 * size);
+    if a0 < b1 && b0 < a1 {
+        Err(Error::invalid(
+            operation,
+            "the send and receive memory overlap; use separate memory, or the call's in-place form",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// An [`Error::InvalidArgument`] unless `peer` is a rank of a clique of `ranks`.
+#[inline]
+pub(crate) fn valid_rank(operation: &'static str, what: &str, peer: usize, ranks: usize) -> Result<i32> {
+    match i32::try_from(peer) {
+        Ok(p) if peer < ranks => Ok(p),
+        _ => Err(Error::invalid(operation, format!("{what} {peer} is not a rank of this clique of {ranks}"))),
+    }
+}
+
+#[cold]
+fn not_a_multiple(operation: &'static str, what: &str, len: usize, ranks: usize) -> Error {
+    Error::invalid(operation, format!("{what} has {len} elements, not a multiple of the {ranks} ranks"))
+}
+
+impl Communicator {
+    /// The checks every call on a stream makes: a kept error, the datatype's NCCL version, the
+    /// stream's device.
+    #[inline]
+    pub(crate) fn prologue<T: DataType>(&self, operation: &'static str, stream: &Stream) -> Result<()> {
+        self.context().take_deferred()?;
+        if T::SINCE > 0 {
+            require(operation, T::SINCE)?;
+        }
+        same_device(operation, self, stream.context())
+    }
+
+    /// Checks that `memory` is on the communicator's device.
+    #[inline]
+    pub(crate) fn on_device<T>(&self, operation: &'static str, memory: &impl Input<T>) -> Result<()> {
+        same_device(operation, self, memory.memory_context())
+    }
+
+    /// Reduces `send` across the ranks with `op` and writes the result to `recv` on every rank
+    /// ([`ncclAllReduce`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclallreduce)).
+    /// The two must have the same length and must not overlap (see
+    /// [`all_reduce_in_place`](Self::all_reduce_in_place)).
+    pub fn all_reduce<T: DataType>(
+        &self,
+        send: impl Input<T>,
+        recv: impl Output<T>,
+        op: impl Reduction<T>,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::all_reduce";
+        self.prologue::<T>(OP, stream)?;
+        self.on_device(OP, &send)?;
+        self.on_device(OP, &recv)?;
+        same_len(OP, recv.count(), send.count())?;
+        disjoint(OP, &send, &recv)?;
+        let op = op.raw_for(self)?;
+        // SAFETY: both ranges are device memory of the communicator's device, `count`
+        // elements of `T` long, kept alive by the borrows until the call has queued the work
+        // (later frees are ordered after it on the stream or wait for the device).
+        let status = unsafe {
+            nccl::ncclAllReduce(
+                address(&send),
+                address(&recv),
+                send.count(),
+                T::RAW,
+                op,
+                self.as_raw(),
+                stream.as_raw().cast(),
+            )
+        };
+        self.status("ncclAllReduce", status)
+    }
+
+    /// [`all_reduce`](Self::all_reduce) with `buffer` as both send and receive memory.
+    pub fn all_reduce_in_place<T: DataType>(
+        &self,
+        buffer: impl Output<T>,
+        op: impl Reduction<T>,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::all_reduce_in_place";
+        self.prologue::<T>(OP, stream)?;
+        self.on_device(OP, &buffer)?;
+        let op = op.raw_for(self)?;
+        let p = address(&buffer);
+        // SAFETY: as in `all_reduce`; NCCL allows the same address for both.
+        let status = unsafe {
+            nccl::ncclAllReduce(p, p, buffer.count(), T::RAW, op, self.as_raw(), stream.as_raw().cast())
+        };
+        self.status("ncclAllReduce", status)
+    }
+
+    /// Copies `send` of rank `root` into `recv` of every rank
+    /// ([`ncclBroadcast`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclbroadcast));
+    /// `send` is read on the root only. The two have the same length and do not overlap; ranks
+    /// with nothing to send use [`broadcast_in_place`](Self::broadcast_in_place).
+    pub fn broadcast<T: DataType>(
+        &self,
+        send: impl Input<T>,
+        recv: impl Output<T>,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::broadcast";
+        self.prologue::<T>(OP, stream)?;
+        self.on_device(OP, &send)?;
+        self.on_device(OP, &recv)?;
+        same_len(OP, recv.count(), send.count())?;
+        disjoint(OP, &send, &recv)?;
+        let root = valid_rank(OP, "root", root, self.count()?)?;
+        // SAFETY: as in `all_reduce`.
+        let status = unsafe {
+            nccl::ncclBroadcast(
+                address(&send),
+                address(&recv),
+                send.count(),
+                T::RAW,
+                root,
+                self.as_raw(),
+                stream.as_raw().cast(),
+            )
+        };
+        self.status("ncclBroadcast", status)
+    }
+
+    /// [`broadcast`](Self::broadcast) with `buffer` as both memories: the root sends it, the
+    /// others receive into it.
+    pub fn broadcast_in_place<T: DataType>(
+        &self,
+        buffer: impl Output<T>,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::broadcast_in_place";
+        self.prologue::<T>(OP, stream)?;
+        self.on_device(OP, &buffer)?;
+        let root = valid_rank(OP, "root", root, self.count()?)?;
+        let p = address(&buffer);
+        // SAFETY: as in `all_reduce`; NCCL allows the same address for both.
+        let status = unsafe {
+            nccl::ncclBroadcast(p, p, buffer.count(), T::RAW, root, self.as_raw(), stream.as_raw().cast())
+        };
+        self.status("ncclBroadcast", status)
+    }
+
+    /// Reduces `send` across the ranks with `op` into `recv` of rank `root`
+    /// ([`ncclReduce`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclreduce));
+    /// `recv` is written on the root only. Same length, no overlap.
+    pub fn reduce<T: DataType>(
+        &self,
+        send: impl Input<T>,
+        recv: impl Output<T>,
+        op: impl Reduction<T>,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::reduce";
+        self.prologue::<T>(OP, stream)?;
+        self.on_device(OP, &send)?;
+        self.on_device(OP, &recv)?;
+        same_len(OP, recv.count(), send.count())?;
+        disjoint(OP, &send, &recv)?;
+        let root = valid_rank(OP, "root", root, self.count()?)?;
+        let op = op.raw_for(self)?;
+        // SAFETY: as in `all_reduce`.
+        let status = unsafe {
+            nccl::ncclReduce(
+                address(&send),
+                address(&recv),
+                send.count(),
+                T::RAW,
+                op,
+                root,
+                self.as_raw(),
+                stream.as_raw().cast(),
+            )
+        };
+        self.status("ncclReduce", status)
+    }
+
+    /// [`reduce`](Self::reduce) with `buffer` as both memories (the root's holds the result).
+    pub fn reduce_in_place<T: DataType>(
+        &self,
+        buffer: impl Output<T>,
+        op: impl Reduction<T>,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::reduce_in_place";
+        self.prologue::<T>(OP, stream)?;
+        self.on_device(OP, &buffer)?;
+        let root = valid_rank(OP, "root", root, self.count()?)?;
+        let op = op.raw_for(self)?;
+        let p = address(&buffer);
+        // SAFETY: as in `all_reduce`; NCCL allows the same address for both.
+        let status = unsafe {
+            nccl::ncclReduce(p, p, buffer.count(), T::RAW, op, root, self.as_raw(), stream.as_raw().cast())
+        };
+        self.status("ncclReduce", status)
+    }
+
+    /// Gathers `send` of every rank into `recv` of every rank, in rank order
+    /// ([`ncclAllGather`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclallgather)):
+    /// `recv` holds `send.len() * ranks` elements and does not overlap `send` (see
+    /// [`all_gather_in_place`](Self::all_gather_in_place)).
+    pub fn all_gather<T: DataType>(
+        &self,
+        send: impl Input<T>,
+        recv: impl Output<T>,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::all_gather";
+        self.prologue::<T>(OP, stream)?;
+        self.on_device(OP, &send)?;
+        self.on_device(OP, &recv)?;
+        let ranks = self.count()?;
+        same_len(OP, recv.count(), send.count().saturating_mul(ranks))?;
+        disjoint(OP, &send, &recv)?;
+        // SAFETY: as in `all_reduce`; `recv` holds `ranks` blocks of `send.count()`.
+        let status = unsafe {
+            nccl::ncclAllGather(
+                address(&send),
+                address(&recv),
+                send.count(),
+                T::RAW,
+                self.as_raw(),
+                stream.as_raw().cast(),
+            )
+        };
+        self.status("ncclAllGather", status)
+    }
+
+    /// [`all_gather`](Self::all_gather) in place: `buffer` holds one block per rank, and this
+    /// rank's block (at `rank * buffer.len() / ranks`) is what it sends. A length that is not a
+    /// multiple of the rank count is an [`Error::InvalidArgument`].
+    pub fn all_gather_in_place<T: DataType>(&self, buffer: impl Output<T>, stream: &Stream) -> Result<()> {
+        const OP: &str = "Communicator::all_gather_in_place";
+        self.prologue::<T>(OP, stream)?;
+        self.on_device(OP, &buffer)?;
+        let (ranks, rank) = (self.count()?, self.rank()?);
+        if ranks == 0 || buffer.count() % ranks != 0 {
+            return Err(not_a_multiple(OP, "the buffer", buffer.count(), ranks));
+        }
+        let block = buffer.count() / ranks;
+        let recv = address(&buffer);
+        let send = recv.cast::<T>().wrapping_add(rank * block).cast::<c_void>();
+        // SAFETY: as in `all_reduce`; the send block is this rank's block of `buffer`, the
+        // in-place layout NCCL defines.
+        let status =
+            unsafe { nccl::ncclAllGather(send, recv, block, T::RAW, self.as_raw(), stream.as_raw().cast()) };
+        self.status("ncclAllGather", status)
+    }
+
+    /// Reduces `send` across the ranks with `op` and scatters the result: rank `r` gets block
+    /// `r` in `recv`
+    /// ([`ncclReduceScatter`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclreducescatter)).
+    /// `send` holds `recv.len() * ranks` elements and does not overlap `recv` (see
+    /// [`reduce_scatter_in_place`](Self::reduce_scatter_in_place)).
+    pub fn reduce_scatter<T: DataType>(
+        &self,
+        send: impl Input<T>,
+        recv: impl Output<T>,
+        op: impl Reduction<T>,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::reduce_scatter";
+        self.prologue::<T>(OP, stream)?;
+        self.on_device(OP, &send)?;
+        self.on_device(OP, &recv)?;
+        let ranks = self.count()?;
+        same_len(OP, send.count(), recv.count().saturating_mul(ranks))?;
+        disjoint(OP, &send, &recv)?;
+        let op = op.raw_for(self)?;
+        // SAFETY: as in `all_reduce`; `send` holds `ranks` blocks of `recv.count()`.
+        let status = unsafe {
+            nccl::ncclReduceScatter(
+                address(&send),
+                address(&recv),
+                recv.count(),
+                T::RAW,
+                op,
+                self.as_raw(),
+                stream.as_raw().cast(),
+            )
+        };
+        self.status("ncclReduceScatter", status)
+    }
+
+    /// [`reduce_scatter`](Self::reduce_scatter) in place: `buffer` holds one block per rank,
+    /// and this rank's result lands in its own block (at `rank * buffer.len() / ranks`). A
+    /// length that is not a multiple of the rank count is an [`Error::InvalidArgument`].
+    pub fn reduce_scatter_in_place<T: DataType>(
+        &self,
+        buffer: impl Output<T>,
+        op: impl Reduction<T>,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::reduce_scatter_in_place";
+        self.prologue::<T>(OP, stream)?;
+        self.on_device(OP, &buffer)?;
+        let (ranks, rank) = (self.count()?, self.rank()?);
+        if ranks == 0 || buffer.count() % ranks != 0 {
+            return Err(not_a_multiple(OP, "the buffer", buffer.count(), ranks));
+        }
+        let op = op.raw_for(self)?;
+        let block = buffer.count() / ranks;
+        let send = address(&buffer);
+        let recv = send.cast::<T>().wrapping_add(rank * block).cast::<c_void>();
+        // SAFETY: as in `all_reduce`; the receive block is this rank's block of `buffer`, the
+        // in-place layout NCCL defines.
+        let status = unsafe {
+            nccl::ncclReduceScatter(send, recv, block, T::RAW, op, self.as_raw(), stream.as_raw().cast())
+        };
+        self.status("ncclReduceScatter", status)
+    }
+}

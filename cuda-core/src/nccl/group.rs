@@ -1,0 +1,142 @@
+//! [`Group`]: NCCL calls issued together (`ncclGroupStart` / `ncclGroupEnd`).
+
+use super::version::{require, since};
+use crate::error::{Error, Result, check_nccl, nccl_error};
+use nccl_sys as nccl;
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+
+thread_local! {
+    /// An error of a `ncclGroupEnd` run by a dropped guard, for the next `Group::start`.
+    static DEFERRED: RefCell<Option<Error>> = const { RefCell::new(None) };
+    /// How many guards are open on this thread.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether a [`Group`] is open on this thread.
+pub(crate) fn in_group() -> bool {
+    DEPTH.try_with(Cell::get).unwrap_or(0) > 0
+}
+
+fn leave() {
+    let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+}
+
+/// NCCL calls made on this thread while the guard lives are issued together when it ends
+/// ([`ncclGroupStart`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/group.html#ncclgroupstart)
+/// / `ncclGroupEnd`): one thread driving several communicators, a set of sends and receives
+/// that would block each other, or several collectives fused into one launch.
+///
+/// End it with [`end`](Self::end) to see errors. Dropped without `end` (on an early return or
+/// a panic), it ends the group anyway; an error there is returned by the next
+/// [`Group::start`] on this thread or read with [`take_deferred_group_error`]. Groups nest;
+/// the calls are issued when the outermost ends. The guard stays on its thread, as NCCL's
+/// group state is per thread; several threads may each hold a group at once.
+///
+/// On non-blocking communicators `end` may return while NCCL still works; wait for each
+/// communicator with [`Communicator::wait`](super::Communicator::wait).
+#[derive(Debug)]
+#[must_use = "the group ends as soon as the guard is dropped"]
+pub struct Group {
+    ended: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Group {
+    /// Starts a group on this thread. An error kept from a guard dropped earlier on this thread
+    /// is returned first (and the group is not started).
+    pub fn start() -> Result<Group> {
+        if let Some(e) = take_deferred_group_error() {
+            return Err(e);
+        }
+        // SAFETY: no arguments; group state is per thread.
+        check_nccl("ncclGroupStart", unsafe { nccl::ncclGroupStart() })?;
+        let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
+        Ok(Group { ended: false, _not_send: PhantomData })
+    }
+
+    /// Ends the group: the calls made in it are issued
+    /// ([`ncclGroupEnd`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/group.html#ncclgroupend)).
+    /// `ncclInProgress` (non-blocking communicators still working) counts as success.
+    pub fn end(mut self) -> Result<()> {
+        self.ended = true;
+        leave();
+        // SAFETY: this guard's `ncclGroupStart` is still open.
+        end_status(unsafe { nccl::ncclGroupEnd() })
+    }
+
+    /// Ends the group without running it and returns NCCL's estimate of how long its calls
+    /// would take, in microseconds
+    /// ([`ncclGroupSimulateEnd`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/group.html#ncclgroupsimulateend),
+    /// NCCL 2.22).
+    pub fn simulate_end(mut self) -> Result<f32> {
+        require("ncclGroupSimulateEnd", since::SIMULATE)?;
+        let mut info = nccl::ncclSimInfo_t {
+            size: std::mem::size_of::<nccl::ncclSimInfo_t>(),
+            magic: 0x7468_5283,
+            version: nccl::NCCL_VERSION_CODE,
+            estimatedTime: nccl::NCCL_UNDEF_FLOAT as f32,
+        };
+        self.ended = true;
+        leave();
+        // SAFETY: this guard's `ncclGroupStart` is still open; one out-parameter, initialised
+        // as `NCCL_SIM_INFO_INITIALIZER` does.
+        end_status(unsafe { nccl::ncclGroupSimulateEnd(&mut info) })?;
+        Ok(info.estimatedTime)
+    }
+}
+
+fn end_status(status: nccl::ncclResult_t) -> Result<()> {
+    if status == nccl::ncclResult_t::ncclInProgress { Ok(()) } else { check_nccl("ncclGroupEnd", status) }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if !self.ended {
+            leave();
+            // SAFETY: this guard's `ncclGroupStart` is still open.
+            let status = unsafe { nccl::ncclGroupEnd() };
+            if status != nccl::ncclResult_t::ncclSuccess && status != nccl::ncclResult_t::ncclInProgress {
+                let e = nccl_error("ncclGroupEnd", status);
+                // The thread-local may already be gone while the thread exits.
+                let _ = DEFERRED.try_with(|d| d.borrow_mut().get_or_insert(e).clone());
+            }
+        }
+    }
+}
+
+/// Runs `f` inside a [`Group`] and ends it: `f`'s error wins; otherwise `ncclGroupEnd`'s.
+///
+/// The calls `f` made before its error are still issued when the group ends, and a collective
+/// issued on some ranks only waits on the GPU for the others: after an error, abort the
+/// communicators whose calls did not all go out (or issue the missing ones).
+///
+/// ```no_run
+/// # use cuda_core::nccl::{Communicator, ReduceOp, group};
+/// # use cuda_core::{DeviceBuffer, Stream};
+/// # fn f(comms: &[Communicator], bufs: &mut [DeviceBuffer<f32>], streams: &[Stream]) -> cuda_core::Result<()> {
+/// group(|| {
+///     for ((comm, buf), stream) in comms.iter().zip(bufs.iter_mut()).zip(streams) {
+///         comm.all_reduce_in_place(buf, ReduceOp::Sum, stream)?;
+///     }
+///     Ok(())
+/// })
+/// # }
+/// ```
+pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
+    let g = Group::start()?;
+    match f() {
+        Ok(r) => g.end().map(|()| r),
+        Err(e) => {
+            // The calls made so far are issued; the first error is what the caller sees.
+            let _ = g.end();
+            Err(e)
+        }
+    }
+}
+
+/// The error of a `ncclGroupEnd` that a dropped [`Group`] ran on this thread, if any; reading
+/// it clears it.
+pub fn take_deferred_group_error() -> Option<Error> {
+    DEFERRED.try_with(|d| d.borrow_mut().take()).ok().flatten()
+}

@@ -1,0 +1,107 @@
+//! NCCL: collective and point-to-point communication between GPUs, in one process or many, on
+//! one host or several.
+//!
+//! See the [NCCL user guide](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/index.html)
+//! and its [API reference](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html).
+//! NCCL (`libnccl.so.2`) is loaded on first use, like the other libraries of this crate.
+//!
+//! # The pieces
+//!
+//! * [`UniqueId`]: made by one rank ([`UniqueId::new`]) and handed to the others as 128 bytes
+//!   over any transport (a socket, a file, MPI, a pipe).
+//! * [`Communicator`]: one rank of a clique on one device. [`Communicator::init_all`] makes a
+//!   clique over several devices of this process; [`Communicator::init_rank`] makes one rank
+//!   (one per process or thread) with a [`Config`] (blocking or not, CTA counts, network,
+//!   resource sharing, ...); [`Communicator::split`] makes sub-cliques by colour and key.
+//!   Dropping one destroys it; [`Communicator::finalize`] flushes and destroys it and returns
+//!   what failed; [`Communicator::abort`] stops it at once, also while its work hangs.
+//! * Collectives ([`Communicator::all_reduce`], [`broadcast`](Communicator::broadcast),
+//!   [`reduce`](Communicator::reduce), [`all_gather`](Communicator::all_gather),
+//!   [`reduce_scatter`](Communicator::reduce_scatter), [`all_to_all`](Communicator::all_to_all))
+//!   and point-to-point calls ([`send`](Communicator::send), [`recv`](Communicator::recv)) over
+//!   the crate's buffers and views, on an explicit [`Stream`](crate::Stream). The element type
+//!   is the NCCL datatype ([`DataType`]); the operation is a [`ReduceOp`] or a [`PreMulSum`].
+//! * [`Group`]: `ncclGroupStart`/`ncclGroupEnd` as a guard, and [`group`] for a closure. One
+//!   thread that drives several communicators (as after `init_all`) must issue their calls in
+//!   a group, or the first call blocks waiting for the others.
+//! * [`Registration`] (`ncclCommRegister`), [`Window`] (`ncclCommWindowRegister`) and
+//!   [`NcclAllocator`] (`ncclMemAlloc` as a [`pool::Allocator`](crate::pool::Allocator)).
+//!
+//! # What is checked before a call
+//!
+//! Element counts (equal, or a multiple of the number of ranks where the collective says so),
+//! overlap of the send and receive memory other than the in-place forms NCCL defines, that
+//! buffers and stream belong to the communicator's device, root and peer ranks, and that the
+//! loaded NCCL is new enough for the function (an [`Error::Load`](crate::Error::Load) that names
+//! the version needed and the one installed). These are [`Error::InvalidArgument`](crate::Error::InvalidArgument)s, made
+//! before NCCL is called.
+//!
+//! # Non-blocking communicators
+//!
+//! A communicator made with [`Config::blocking`]`(false)` returns from its calls while NCCL
+//! still works in the background. [`Communicator::poll`] says whether it is done and
+//! [`Communicator::wait`] waits for it with a timeout, sleeping between queries. Wait before
+//! reading results or issuing the next call on such a communicator.
+//!
+//! # NVLink SHARP
+//!
+//! Nothing here creates multicast objects itself. Programs that share GPU hosts with others
+//! may keep NCCL's NVLink SHARP off with `NCCL_NVLS_ENABLE=0` in the environment; the tests,
+//! benchmark and example of this crate do.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use cuda_core::nccl::{Communicator, ReduceOp, group};
+//! use cuda_core::{Device, DeviceBuffer, Stream, StreamFlags};
+//! # fn main() -> cuda_core::Result<()> {
+//! let devices = Device::all()?;
+//! let comms = Communicator::init_all(&devices)?;
+//! let mut work = Vec::new();
+//! for comm in &comms {
+//!     let stream = Stream::new(comm.context(), StreamFlags::NON_BLOCKING)?;
+//!     let send = DeviceBuffer::from_slice(&stream, &[1.0f32; 1024])?;
+//!     let recv = DeviceBuffer::<f32>::zeroed(&stream, 1024)?;
+//!     work.push((stream, send, recv));
+//! }
+//! // One thread drives every rank: issue their calls in one group.
+//! group(|| {
+//!     for (comm, (stream, send, recv)) in comms.iter().zip(&mut work) {
+//!         comm.all_reduce(&*send, &mut *recv, ReduceOp::Sum, stream)?;
+//!     }
+//!     Ok(())
+//! })?;
+//! for (stream, _, recv) in &work {
+//!     stream.synchronize()?;
+//!     assert_eq!(recv.to_vec()?[0], devices.len() as f32);
+//! }
+//! # Ok(()) }
+//! ```
+
+mod alloc;
+mod buffers;
+mod collective;
+mod comm;
+mod config;
+mod datatype;
+mod group;
+mod id;
+mod op;
+mod p2p;
+mod register;
+mod version;
+
+pub use alloc::NcclAllocator;
+pub use buffers::{Input, Output};
+pub use comm::{Communicator, Progress};
+pub use config::{Config, CtaPolicy};
+pub use datatype::{DataType, Float8E4M3, Float8E5M2};
+pub use group::{Group, group, take_deferred_group_error};
+pub use half::{bf16, f16};
+pub use id::UniqueId;
+pub use op::{PreMulSum, ReduceOp, Reduction};
+pub use register::{Registration, Window, WindowFlags};
+pub use version::{Version, version};
+
+#[cfg(test)]
+mod tests;
