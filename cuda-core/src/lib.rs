@@ -21,6 +21,7 @@ pub mod device;
 pub mod dlpack;
 pub mod error;
 pub mod event;
+pub mod graph;
 pub mod launch;
 pub mod memory;
 pub mod mempool;

@@ -67,7 +67,9 @@ pub use current::{
 };
 pub(crate) use current::{current_pinned_allocator, thread_allocator};
 pub(crate) use memory_pool::default_pool_of;
-pub use memory_pool::{GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolLimit, default_memory_pool, default_memory_pools};
+pub use memory_pool::{
+    GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolLimit, default_memory_pool, default_memory_pools,
+};
 pub use pinned::PinnedMemoryPool;
 pub use report_hooks::{DebugPrintHook, LineProfileHook, LineUsage};
 pub use upstream::{AsyncAllocator, DeviceAllocator, DriverEvents, HostAllocator, ManagedAllocator};
