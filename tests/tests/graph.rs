@@ -13,7 +13,9 @@ use cuda_core::graph::{
 };
 use cuda_core::module::{JitInputType, JitOptions, Linker, Module};
 use cuda_core::stream::CaptureStatus;
-use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, Stream, StreamFlags};
+use cuda_core::{
+    Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, Stream, StreamFlags,
+};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -318,7 +320,10 @@ fn host_node_runs_at_each_launch_and_its_panic_is_reported() -> TestResult {
     drop(graph);
     ensure_eq!(Arc::strong_count(&runs), 1, "the closure was dropped with the last graph");
 
-    let panicking = Graph::new(&ctx)?;
+    // A context of its own, so that no other test running meanwhile takes the report.
+    let own = Context::create(&Device::get(0)?, ContextFlags::empty())?;
+    let s = stream(&own)?;
+    let panicking = Graph::new(&own)?;
     panicking.add_host_node(&[], || panic!("host node failed on purpose"))?;
     let exec = panicking.instantiate(InstantiateFlags::empty())?;
     exec.launch(&s)?;
