@@ -9,7 +9,7 @@ mod kernels;
 use cuda_core::driver_sys as sys;
 use cuda_core::graph::{
     CaptureMode, ConditionalKind, DotFlags, Graph, GraphSlice, InstantiateFlags, NodeType,
-    exchange_capture_mode,
+    exchange_capture_mode, memory_usage, reset_memory_high_watermarks, trim_memory,
 };
 use cuda_core::module::{JitInputType, JitOptions, Linker, Module};
 use cuda_core::stream::CaptureStatus;
@@ -418,6 +418,13 @@ fn allocation_and_free_nodes_give_graph_owned_memory() -> TestResult {
     s.synchronize()?;
     ensure_eq!(out.to_vec()?, vec![11; 512]);
     ensure!(graph.add_mem_alloc_node(&[], 0).is_err(), "zero bytes are refused");
+    // The graph allocator reserved at least the allocation while the graph ran.
+    let device = ctx.device();
+    let usage = memory_usage(&device)?;
+    ensure!(usage.reserved_high >= 512 * 4 && usage.used_high >= 512 * 4, "{usage:?}");
+    drop(exec);
+    trim_memory(&device)?;
+    reset_memory_high_watermarks(&device)?;
     Ok(())
 }
 

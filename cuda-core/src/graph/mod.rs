@@ -14,6 +14,8 @@
 //!   uploaded ahead of time, updated as a whole from another graph of the same shape
 //!   ([`GraphExec::update`], whose refusal is [`Error::GraphUpdate`](crate::Error::GraphUpdate))
 //!   or node by node (kernel arguments, memsets, memcpys, events, enabling and disabling).
+//! * **Graph memory**: what allocation nodes use and hold per device ([`memory_usage`]), and
+//!   [`trim_memory`] to give the cached part back.
 //!
 //! # What a graph keeps alive
 //!
@@ -96,6 +98,7 @@ mod keep;
 mod kernel;
 mod memory;
 mod node;
+mod pool;
 
 pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureToGraph, exchange_capture_mode};
 pub use conditional::{ConditionalHandle, ConditionalKind, ConditionalNode};
@@ -103,6 +106,7 @@ pub use dot::DotFlags;
 pub use exec::{GraphExec, InstantiateFlags};
 pub use memory::GraphSlice;
 pub use node::{GraphNode, NodeType};
+pub use pool::{GraphMemoryUsage, memory_usage, reset_memory_high_watermarks, trim_memory};
 
 use crate::context::Context;
 use crate::error::{Result, check};
