@@ -11,7 +11,7 @@ use cuda_core::graph::{
     CaptureMode, ConditionalKind, DotFlags, Graph, GraphSlice, InstantiateFlags, NodeType,
     exchange_capture_mode, memory_usage, reset_memory_high_watermarks, trim_memory,
 };
-use cuda_core::module::{JitInputType, JitOptions, Linker, Module};
+use cuda_core::module::{JitInputType, JitOptions, Library, Linker, Module};
 use cuda_core::stream::CaptureStatus;
 use cuda_core::{
     Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, Stream, StreamFlags,
@@ -35,6 +35,7 @@ fn main() {
             exchange_capture_mode_returns_the_previous_mode,
         ),
         gpu("kernel_nodes_run_in_dependency_order", kernel_nodes_run_in_dependency_order),
+        gpu("library_kernel_nodes_run_in_the_graphs_context", library_kernel_nodes_run_in_the_graphs_context),
         gpu("memset_and_memcpy_nodes_write_the_values", memset_and_memcpy_nodes_write_the_values),
         gpu(
             "host_node_runs_at_each_launch_and_its_panic_is_reported",
@@ -263,6 +264,35 @@ fn kernel_nodes_run_in_dependency_order() -> TestResult {
     // SAFETY: refused before the driver sees it.
     let wrong = unsafe { graph.add_kernel_node(&[], &add, &config, (&n, &one)) };
     ensure!(matches!(wrong, Err(Error::InvalidArgument { .. })), "{wrong:?}");
+    Ok(())
+}
+
+fn library_kernel_nodes_run_in_the_graphs_context() -> TestResult {
+    let ctx = context()?;
+    let library = Arc::new(Library::from_ptx(kernels::PTX, &JitOptions::new())?);
+    let add = library.kernel("add_u32")?;
+    let s = stream(&ctx)?;
+    let mut data = DeviceBuffer::from_slice(&s, &range(N))?;
+    let graph = Graph::new(&ctx)?;
+    let config = LaunchConfig::for_elements(N, 256);
+    let (n, four) = (N, 4u32);
+    // SAFETY: add_u32 takes (u32*, u32, u32) and `data` holds N words; the graph keeps the
+    // library and the buffer.
+    let node = unsafe { graph.add_kernel_node(&[], &add, &config, (&mut data, &n, &four))? };
+    ensure_eq!(node.node_type()?, NodeType::Kernel);
+    // SAFETY: refused before the call: a 2-byte value where the kernel takes 4 bytes.
+    let wrong = unsafe { graph.add_kernel_node(&[], &add, &config, (&mut data, &n, &1u16)) };
+    ensure!(matches!(wrong, Err(Error::InvalidArgument { .. })), "{wrong:?}");
+    let data = Arc::new(data);
+    graph.keep(data.clone());
+    graph.keep(library.clone());
+    let exec = graph.instantiate(InstantiateFlags::empty())?;
+    exec.launch(&s)?;
+    // SAFETY: as above.
+    unsafe { exec.set_kernel_node_args(node, &add, &config, (&*data, &n, &(2 * four)))? };
+    exec.launch(&s)?;
+    s.synchronize()?;
+    ensure_eq!(data.to_vec()?, (0..N).map(|i| i + 12).collect::<Vec<_>>());
     Ok(())
 }
 

@@ -3,14 +3,13 @@
 
 use super::host::HostFunction;
 use super::keep::KeepAlive;
-use super::kernel::kernel_params;
+use super::kernel::{NodeKernel, kernel_params};
 use super::memory::{GraphSlice, memcpy_params, memset_params};
 use super::{Graph, GraphNode};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::event::Event;
 use crate::launch::{KernelArgs, LaunchConfig};
-use crate::module::Function;
 use crate::stream::Stream;
 use bitflags::bitflags;
 use bytemuck::Pod;
@@ -144,7 +143,7 @@ impl GraphExec {
     /// Gives a kernel node new arguments and launch configuration for later launches, as
     /// [`Graph::add_kernel_node`] takes them
     /// ([`cuGraphExecKernelNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
-    /// `node` is the node of the graph this was made from; the function must be in the same
+    /// `node` is the node of the graph this was made from; the kernel must run in the same
     /// context as the node's. Launch attributes of `config` are not changed this way.
     ///
     /// # Safety
@@ -154,13 +153,19 @@ impl GraphExec {
     pub unsafe fn set_kernel_node_args<A: KernelArgs>(
         &self,
         node: GraphNode<'_>,
-        function: &Function<'_>,
+        kernel: &impl NodeKernel,
         config: &LaunchConfig,
         args: A,
     ) -> Result<()> {
         let mut pointers = args.pointers();
-        let params =
-            kernel_params("GraphExec::set_kernel_node_args", function, config, &args, &mut pointers)?;
+        let params = kernel_params(
+            "GraphExec::set_kernel_node_args",
+            &self.ctx,
+            kernel,
+            config,
+            &args,
+            &mut pointers,
+        )?;
         // SAFETY: both handles are live; the pointers stay valid during the call (the driver
         // copies the arguments).
         check("cuGraphExecKernelNodeSetParams", unsafe {

@@ -2,26 +2,100 @@
 //! checked the same way, recorded into a graph.
 
 use super::{Graph, GraphNode};
+use crate::context::Context;
 use crate::error::{Result, check};
 use crate::launch::{KernelArgs, LaunchConfig};
-use crate::module::Function;
+use crate::module::{Function, Kernel};
 use cuda_driver_sys as sys;
 use std::mem::MaybeUninit;
 
-/// The raw parameters of a kernel node for `function`, `config` and the argument pointers
+/// What a kernel node launches: a module's [`Function`] or a library's [`Kernel`] (run in the
+/// graph's context).
+pub trait NodeKernel: sealed::Sealed {}
+
+impl NodeKernel for Function<'_> {}
+impl NodeKernel for Kernel<'_> {}
+
+mod sealed {
+    use crate::context::Context;
+    use crate::error::Result;
+    use crate::launch::ParamLayout;
+    use crate::module::{Function, Kernel};
+    use cuda_driver_sys as sys;
+
+    /// What a kernel node needs to know about its kernel.
+    pub struct Target {
+        pub(crate) func: sys::CUfunction,
+        pub(crate) kern: sys::CUkernel,
+        pub(crate) ctx: sys::CUcontext,
+        pub(crate) max_threads: u32,
+        pub(crate) params: ParamLayout,
+    }
+
+    pub trait Sealed {
+        /// The kernel as a node in `ctx` launches it.
+        fn target(&self, ctx: &Context) -> Result<Target>;
+    }
+
+    impl Sealed for Function<'_> {
+        #[inline]
+        fn target(&self, _: &Context) -> Result<Target> {
+            Ok(Target {
+                func: self.as_raw(),
+                kern: std::ptr::null_mut(),
+                ctx: std::ptr::null_mut(),
+                max_threads: self.max_threads_per_block(),
+                params: *self.param_layout(),
+            })
+        }
+    }
+
+    impl Sealed for Kernel<'_> {
+        #[inline]
+        fn target(&self, ctx: &Context) -> Result<Target> {
+            let device = ctx.device();
+            let max_threads = match self.cached_max_threads(&device) {
+                Some(max) => max,
+                None => {
+                    // The driver answers from the kernel as loaded in the current context.
+                    ctx.make_current()?;
+                    self.query_max_threads(&device)?
+                }
+            };
+            let params = match self.cached_param_layout() {
+                Some(params) => *params,
+                None => {
+                    ctx.make_current()?;
+                    *self.query_param_layout()
+                }
+            };
+            Ok(Target {
+                func: std::ptr::null_mut(),
+                kern: self.as_raw(),
+                ctx: ctx.as_raw(),
+                max_threads,
+                params,
+            })
+        }
+    }
+}
+
+/// The raw parameters of a kernel node for `kernel`, `config` and the argument pointers
 /// `pointers`, after the checks a launch makes.
 #[inline]
 pub(crate) fn kernel_params<A: KernelArgs>(
     operation: &'static str,
-    function: &Function<'_>,
+    ctx: &Context,
+    kernel: &impl NodeKernel,
     config: &LaunchConfig,
     args: &A,
     pointers: &mut A::Pointers,
 ) -> Result<sys::CUDA_KERNEL_NODE_PARAMS> {
-    config.check(operation, function.max_threads_per_block())?;
-    function.param_layout().check(operation, args.sizes().as_ref())?;
+    let target = kernel.target(ctx)?;
+    config.check(operation, target.max_threads)?;
+    target.params.check(operation, args.sizes().as_ref())?;
     Ok(sys::CUDA_KERNEL_NODE_PARAMS {
-        func: function.as_raw(),
+        func: target.func,
         gridDimX: config.grid.x,
         gridDimY: config.grid.y,
         gridDimZ: config.grid.z,
@@ -31,14 +105,14 @@ pub(crate) fn kernel_params<A: KernelArgs>(
         sharedMemBytes: config.shared_mem_bytes,
         kernelParams: pointers.as_mut().as_mut_ptr(),
         extra: std::ptr::null_mut(),
-        kern: std::ptr::null_mut(),
-        ctx: std::ptr::null_mut(),
+        kern: target.kern,
+        ctx: target.ctx,
     })
 }
 
 impl Graph {
-    /// Adds a node that launches `function` with `config` and `args`, as
-    /// [`Function::launch`] would ([`cuGraphAddKernelNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html);
+    /// Adds a node that launches `kernel` (a [`Function`] or a library [`Kernel`]) with
+    /// `config` and `args`, as [`Function::launch`] would ([`cuGraphAddKernelNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html);
     /// the launch attributes of `config` — cluster, cooperative, priority, programmatic
     /// serialization — are set with
     /// [`cuGraphKernelNodeSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
@@ -51,17 +125,18 @@ impl Graph {
     /// # Safety
     ///
     /// As for [`Function::launch`], for every launch of the graph: `args` match the kernel's
-    /// parameters, and the memory they point to and the function's module stay alive as long
+    /// parameters, and the memory they point to and the kernel's module or library stay alive as long
     /// as the graph and its executable graphs may run (hand them to [`Graph::keep`]).
     pub unsafe fn add_kernel_node<A: KernelArgs>(
         &self,
         dependencies: &[GraphNode<'_>],
-        function: &Function<'_>,
+        kernel: &impl NodeKernel,
         config: &LaunchConfig,
         args: A,
     ) -> Result<GraphNode<'_>> {
         let mut pointers = args.pointers();
-        let params = kernel_params("Graph::add_kernel_node", function, config, &args, &mut pointers)?;
+        let params =
+            kernel_params("Graph::add_kernel_node", &self.ctx, kernel, config, &args, &mut pointers)?;
         let graph = self.raw;
         // SAFETY: the graph is live; `params` points at one pointer per argument, each to bytes
         // that live until `args` is dropped after the call (the driver copies them).

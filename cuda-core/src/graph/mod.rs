@@ -104,6 +104,7 @@ pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureToGraph, exchange_ca
 pub use conditional::{ConditionalHandle, ConditionalKind, ConditionalNode};
 pub use dot::DotFlags;
 pub use exec::{GraphExec, InstantiateFlags};
+pub use kernel::NodeKernel;
 pub use memory::GraphSlice;
 pub use node::{GraphNode, NodeType};
 pub use pool::{GraphMemoryUsage, memory_usage, reset_memory_high_watermarks, trim_memory};
