@@ -386,6 +386,13 @@ fn child_graph_and_empty_nodes_run_the_child() -> TestResult {
     exec.launch(&s)?;
     s.synchronize()?;
     ensure_eq!(copy.to_vec()?, vec![9; 256]);
+    // The child's parameters change in place: a child of the same shape with another value.
+    let other = Graph::new(&ctx)?;
+    other.add_memset_node(&[], &GraphSlice::whole(&data), 21u32)?;
+    exec.set_child_graph_node(run_child, &other)?;
+    exec.launch(&s)?;
+    s.synchronize()?;
+    ensure_eq!(copy.to_vec()?, vec![21; 256]);
     // A clone runs the same nodes.
     let clone = parent.try_clone()?;
     ensure_eq!(clone.nodes()?.len(), 3);

@@ -226,6 +226,18 @@ impl GraphExec {
         Ok(())
     }
 
+    /// Gives a child-graph node the parameters of `child`, a graph of the same shape as the
+    /// node's ([`cuGraphExecChildGraphNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html));
+    /// what `child` keeps alive is kept alive too.
+    pub fn set_child_graph_node(&self, node: GraphNode<'_>, child: &Graph) -> Result<()> {
+        // SAFETY: the handles are live; the driver copies the child's parameters.
+        check("cuGraphExecChildGraphNodeSetParams", unsafe {
+            sys::cuGraphExecChildGraphNodeSetParams(self.raw, node.as_raw(), child.raw)
+        })?;
+        self.keep.push(child.keep.clone());
+        Ok(())
+    }
+
     /// Makes an event record node record `event`
     /// ([`cuGraphExecEventRecordNodeSetEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
     pub fn set_event_record_node(&self, node: GraphNode<'_>, event: &Arc<Event>) -> Result<()> {
