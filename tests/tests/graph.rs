@@ -8,7 +8,7 @@ mod kernels;
 
 use cuda_core::driver_sys as sys;
 use cuda_core::graph::{
-    CaptureMode, ConditionalKind, DotFlags, Graph, GraphSlice, InstantiateFlags, NodeType,
+    CaptureMode, ConditionalKind, DotFlags, EdgeKind, Graph, GraphSlice, InstantiateFlags, NodeType,
     exchange_capture_mode, memory_usage, reset_memory_high_watermarks, trim_memory,
 };
 use cuda_core::module::{JitInputType, JitOptions, Library, Linker, Module};
@@ -48,6 +48,7 @@ fn main() {
             allocation_and_free_nodes_give_graph_owned_memory,
         ),
         gpu("node_queries_and_dependencies", node_queries_and_dependencies),
+        gpu("programmatic_edges_join_kernel_nodes", programmatic_edges_join_kernel_nodes),
         gpu(
             "kernel_node_arguments_are_updated_then_relaunched",
             kernel_node_arguments_are_updated_then_relaunched,
@@ -476,12 +477,53 @@ fn node_queries_and_dependencies() -> TestResult {
     ensure_eq!(graph.root_nodes()?, vec![a]);
     ensure_eq!(a.dependents()?.len(), 2);
     ensure_eq!(d.dependencies()?.len(), 2);
-    graph.remove_dependency(b, d)?;
+    graph.remove_dependency(b, d, EdgeKind::Full)?;
     ensure_eq!(d.dependencies()?, vec![c]);
     ensure_eq!(b.dependents()?, Vec::new());
-    graph.add_dependency(b, d)?;
+    graph.add_dependency(b, d, EdgeKind::Full)?;
     ensure_eq!(d.dependencies()?.len(), 2);
     ensure_eq!(d.node_type()?, NodeType::Empty);
+    Ok(())
+}
+
+fn programmatic_edges_join_kernel_nodes() -> TestResult {
+    let ctx = context()?;
+    let major =
+        ctx.device().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    if major < 9 {
+        return Ok(()); // programmatic dependencies need compute capability 9.0
+    }
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let add = module.function("add_u32")?;
+    let s = stream(&ctx)?;
+    let mut first = DeviceBuffer::<u32>::zeroed(&s, N as usize)?;
+    let mut second = DeviceBuffer::<u32>::zeroed(&s, N as usize)?;
+    let mut third = DeviceBuffer::<u32>::zeroed(&s, N as usize)?;
+    s.synchronize()?;
+    let config = LaunchConfig::for_elements(N, 256);
+    let (n, one, two, three) = (N, 1u32, 2u32, 3u32);
+    let graph = Graph::new(&ctx)?;
+    // SAFETY: add_u32 takes (u32*, u32, u32); the buffers hold N words each and outlive the
+    // executable graph. The kernels touch different buffers, so early starts are harmless.
+    let (a, b, c) = unsafe {
+        (
+            graph.add_kernel_node(&[], &add, &config, (&mut first, &n, &one))?,
+            graph.add_kernel_node(&[], &add, &config, (&mut second, &n, &two))?,
+            graph.add_kernel_node(&[], &add, &config, (&mut third, &n, &three))?,
+        )
+    };
+    graph.add_dependency(a, b, EdgeKind::Programmatic)?;
+    graph.add_dependency(b, c, EdgeKind::LaunchOrder)?;
+    ensure_eq!(b.dependencies()?, vec![a]);
+    ensure_eq!(c.dependencies()?, vec![b]);
+    ensure_eq!(graph.root_nodes()?, vec![a]);
+    let exec = graph.instantiate(InstantiateFlags::empty())?;
+    exec.launch(&s)?;
+    s.synchronize()?;
+    drop(exec);
+    ensure_eq!(first.to_vec()?, vec![1; N as usize]);
+    ensure_eq!(second.to_vec()?, vec![2; N as usize]);
+    ensure_eq!(third.to_vec()?, vec![3; N as usize]);
     Ok(())
 }
 

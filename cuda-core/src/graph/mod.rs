@@ -106,7 +106,7 @@ pub use dot::DotFlags;
 pub use exec::{GraphExec, InstantiateFlags};
 pub use kernel::NodeKernel;
 pub use memory::GraphSlice;
-pub use node::{GraphNode, NodeType};
+pub use node::{EdgeKind, GraphNode, NodeType};
 pub use pool::{GraphMemoryUsage, memory_usage, reset_memory_high_watermarks, trim_memory};
 
 use crate::context::Context;

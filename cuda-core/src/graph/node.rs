@@ -87,6 +87,49 @@ impl TryFrom<sys::CUgraphNodeType> for NodeType {
     }
 }
 
+/// What an edge between two nodes waits for (`CUgraphEdgeData`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum EdgeKind {
+    /// The dependent node starts once the other has finished and its writes are visible.
+    #[default]
+    Full,
+    /// Between kernel nodes: the dependent kernel may start once every block of the other has
+    /// triggered programmatic completion (`cudaTriggerProgrammaticLaunchCompletion`, or its
+    /// end); it waits for the other's results with `cudaGridDependencySynchronize`
+    /// (`CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC` from `CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC`;
+    /// compute capability 9.0 and later).
+    Programmatic,
+    /// Between kernel nodes: the dependent kernel may start once every block of the other has
+    /// started (`CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC` from
+    /// `CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER`).
+    LaunchOrder,
+}
+
+impl EdgeKind {
+    /// The raw edge data.
+    pub fn as_raw(self) -> sys::CUgraphEdgeData {
+        use sys::CUgraphDependencyType as T;
+        let (port, type_) = match self {
+            EdgeKind::Full => (sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT, T::CU_GRAPH_DEPENDENCY_TYPE_DEFAULT),
+            EdgeKind::Programmatic => {
+                (sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC, T::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+            }
+            EdgeKind::LaunchOrder => {
+                (sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER, T::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+            }
+        };
+        sys::CUgraphEdgeData { from_port: port as u8, to_port: 0, type_: type_.0 as u8, reserved: [0; 5] }
+    }
+
+    /// The kind of raw edge data, where it is one of these.
+    pub fn from_raw(raw: &sys::CUgraphEdgeData) -> Option<EdgeKind> {
+        [EdgeKind::Full, EdgeKind::Programmatic, EdgeKind::LaunchOrder].into_iter().find(|kind| {
+            let k = kind.as_raw();
+            (k.from_port, k.to_port, k.type_) == (raw.from_port, raw.to_port, raw.type_)
+        })
+    }
+}
+
 impl<'g> GraphNode<'g> {
     pub(crate) fn wrap(raw: sys::CUgraphNode) -> GraphNode<'g> {
         GraphNode { raw, _graph: PhantomData }
@@ -186,21 +229,23 @@ impl Graph {
         })
     }
 
-    /// Makes `to` depend on `from`
+    /// Makes `to` depend on `from` through an edge of `kind`
     /// ([`cuGraphAddDependencies`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
-    pub fn add_dependency(&self, from: GraphNode<'_>, to: GraphNode<'_>) -> Result<()> {
-        // SAFETY: the graph and both nodes are live; one edge, no edge data.
+    pub fn add_dependency(&self, from: GraphNode<'_>, to: GraphNode<'_>, kind: EdgeKind) -> Result<()> {
+        let edge = kind.as_raw();
+        // SAFETY: the graph and both nodes are live; one edge with its data.
         check("cuGraphAddDependencies", unsafe {
-            sys::cuGraphAddDependencies(self.raw, &from.raw, &to.raw, std::ptr::null(), 1)
+            sys::cuGraphAddDependencies(self.raw, &from.raw, &to.raw, &edge, 1)
         })
     }
 
-    /// Removes the dependency of `to` on `from`
+    /// Removes the edge of `kind` from `from` to `to`
     /// ([`cuGraphRemoveDependencies`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
-    pub fn remove_dependency(&self, from: GraphNode<'_>, to: GraphNode<'_>) -> Result<()> {
+    pub fn remove_dependency(&self, from: GraphNode<'_>, to: GraphNode<'_>, kind: EdgeKind) -> Result<()> {
+        let edge = kind.as_raw();
         // SAFETY: as in `add_dependency`.
         check("cuGraphRemoveDependencies", unsafe {
-            sys::cuGraphRemoveDependencies(self.raw, &from.raw, &to.raw, std::ptr::null(), 1)
+            sys::cuGraphRemoveDependencies(self.raw, &from.raw, &to.raw, &edge, 1)
         })
     }
 
@@ -291,5 +336,16 @@ mod tests {
         assert_eq!(read, [a.as_raw(), b.as_raw()]);
         assert!(raw_nodes(&[]).is_null());
         assert_eq!(a.id(), 0x10);
+    }
+
+    #[test]
+    fn edge_kinds_round_trip_through_the_raw_edge_data() {
+        for kind in [EdgeKind::Full, EdgeKind::Programmatic, EdgeKind::LaunchOrder] {
+            assert_eq!(EdgeKind::from_raw(&kind.as_raw()), Some(kind));
+        }
+        let raw = EdgeKind::LaunchOrder.as_raw();
+        assert_eq!((raw.from_port, raw.type_), (2, 1));
+        let odd = sys::CUgraphEdgeData { from_port: 9, to_port: 0, type_: 0, reserved: [0; 5] };
+        assert_eq!(EdgeKind::from_raw(&odd), None);
     }
 }
