@@ -37,7 +37,7 @@
 //!
 //! * **Kernel nodes** ([`Graph::add_kernel_node`], [`GraphExec::set_kernel_node_args`]) take
 //!   arguments as [`launch`](crate::launch) does: the types cannot be checked, and the memory
-//!   the arguments point to, and the module of the function, must stay alive as long as the
+//!   the arguments point to, and the module or library of the kernel, must stay alive as long as the
 //!   graph and its executables may run. Hand them to [`Graph::keep`] (an `Arc<Module>`, an
 //!   `Arc<DeviceBuffer<T>>`) and the graph holds them for exactly that long.
 //! * **Capture** records calls that were made for later: a capture starts `unsafe`, and the
