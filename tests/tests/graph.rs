@@ -37,6 +37,7 @@ fn main() {
         gpu("kernel_nodes_run_in_dependency_order", kernel_nodes_run_in_dependency_order),
         gpu("library_kernel_nodes_run_in_the_graphs_context", library_kernel_nodes_run_in_the_graphs_context),
         gpu("memset_and_memcpy_nodes_write_the_values", memset_and_memcpy_nodes_write_the_values),
+        gpu("memcpy_3d_node_copies_a_rectangle", memcpy_3d_node_copies_a_rectangle),
         gpu(
             "host_node_runs_at_each_launch_and_its_panic_is_reported",
             host_node_runs_at_each_launch_and_its_panic_is_reported,
@@ -325,6 +326,43 @@ fn memset_and_memcpy_nodes_write_the_values() -> TestResult {
     ensure_eq!(words.to_vec()?, vec![0xdead_beef; 64]);
     let expected: Vec<u32> = (0..64).map(|i| if i >= 32 { 0xdead_beef } else { 0 }).collect();
     ensure_eq!(copy.to_vec()?, expected);
+    Ok(())
+}
+
+fn memcpy_3d_node_copies_a_rectangle() -> TestResult {
+    let ctx = context()?;
+    let s = stream(&ctx)?;
+    // A rectangle of 4 rows by 16 words at row 2, column 8 of an 8 x 32 word image, into a
+    // packed 4 x 16 image.
+    let (rows, columns) = (8usize, 32usize);
+    let image = DeviceBuffer::from_slice(&s, &range((rows * columns) as u32))?;
+    let packed = DeviceBuffer::<u32>::zeroed(&s, 4 * 16)?;
+    s.synchronize()?;
+    // SAFETY: CUDA_MEMCPY3D is plain data; all-zero is "nothing set".
+    let mut copy: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+    copy.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    copy.srcDevice = image.as_raw();
+    copy.srcPitch = columns * 4;
+    copy.srcXInBytes = 8 * 4;
+    copy.srcY = 2;
+    copy.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    copy.dstDevice = packed.as_raw();
+    copy.dstPitch = 16 * 4;
+    copy.WidthInBytes = 16 * 4;
+    copy.Height = 4;
+    copy.Depth = 1;
+    let (image, packed) = (Arc::new(image), Arc::new(packed));
+    let graph = Graph::new(&ctx)?;
+    // SAFETY: both buffers are kept by the graph; the rectangle lies within both.
+    let node = unsafe { graph.add_memcpy_3d_node(&[], &copy)? };
+    graph.keep(image.clone());
+    graph.keep(packed.clone());
+    ensure_eq!(node.node_type()?, NodeType::Memcpy);
+    graph.instantiate(InstantiateFlags::empty())?.launch(&s)?;
+    s.synchronize()?;
+    let expected: Vec<u32> =
+        (0..4).flat_map(|r| (0..16).map(move |c| ((2 + r) * columns + 8 + c) as u32)).collect();
+    ensure_eq!(packed.to_vec()?, expected);
     Ok(())
 }
 

@@ -171,6 +171,28 @@ impl Graph {
         Ok(node)
     }
 
+    /// Adds a node that makes any copy a `CUDA_MEMCPY3D` describes: 2D and 3D regions,
+    /// pitched memory, CUDA arrays, pinned host memory
+    /// ([`cuGraphAddMemcpyNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)),
+    /// as [`memory::memcpy_3d`](crate::memory::memcpy_3d) does at once.
+    ///
+    /// # Safety
+    ///
+    /// Every address and array `copy` names must stay live as long as the graph and its
+    /// executable graphs may run (hand their owners to [`Graph::keep`]), and the box must lie
+    /// within both sides.
+    pub unsafe fn add_memcpy_3d_node(
+        &self,
+        dependencies: &[GraphNode<'_>],
+        copy: &sys::CUDA_MEMCPY3D,
+    ) -> Result<GraphNode<'_>> {
+        let (graph, ctx) = (self.raw, self.ctx.as_raw());
+        // SAFETY: the graph is live; the caller vouches for the descriptor.
+        self.add_with("cuGraphAddMemcpyNode", dependencies, |out, deps, n| unsafe {
+            sys::cuGraphAddMemcpyNode(out, graph, deps, n, copy, ctx)
+        })
+    }
+
     fn keep_slice<T>(&self, slice: &GraphSlice<T>) {
         if let Some(owner) = slice.owner() {
             self.keep.push(owner);
