@@ -38,7 +38,7 @@ bitflags! {
 ///
 /// It keeps alive what the graph it was made from (and every graph it was updated from)
 /// keeps alive. Once launched, dropping it waits for the work queued in its context before it
-/// lets go of those values.
+/// lets go of those values (when there are any: a graph that keeps nothing is dropped at once).
 pub struct GraphExec {
     raw: sys::CUgraphExec,
     ctx: Context,

@@ -26,9 +26,10 @@ impl KeepAlive {
         self.items.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
-    /// Whether nothing is held.
+    /// Whether nothing is held, directly or through the lists held.
     pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
+        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        items.iter().all(|item| item.downcast_ref::<KeepAlive>().is_some_and(KeepAlive::is_empty))
     }
 }
 
@@ -50,5 +51,12 @@ mod tests {
         drop(exec);
         assert_eq!(Arc::strong_count(&value), 1);
         assert!(KeepAlive::default().is_empty());
+        let nested = KeepAlive::default();
+        nested.push(Arc::new(KeepAlive::default()));
+        assert!(nested.is_empty(), "only empty lists inside");
+        let inner = Arc::new(KeepAlive::default());
+        inner.push(Arc::new(1u8));
+        nested.push(inner);
+        assert!(!nested.is_empty());
     }
 }

@@ -30,8 +30,8 @@
 //!   instantiated from it (or updated from it) share its list. The values on it are dropped
 //!   once the graph and all of these are gone.
 //! * A [`GraphExec`] that has been launched waits, when dropped, for the work queued in its
-//!   context before it drops the values it keeps: a buffer is never given back while a launch
-//!   may still use it.
+//!   context before it drops the values it keeps (if it keeps any): a buffer is never given
+//!   back while a launch may still use it.
 //!
 //! What cannot be tracked is `unsafe` and says so:
 //!
