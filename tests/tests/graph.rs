@@ -12,7 +12,7 @@ use cuda_core::graph::{
     exchange_capture_mode, memory_usage, reset_memory_high_watermarks, trim_memory,
 };
 use cuda_core::module::{JitInputType, JitOptions, Library, Linker, Module};
-use cuda_core::stream::CaptureStatus;
+use cuda_core::stream::{CaptureStatus, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
 use cuda_core::{
     Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, Stream, StreamFlags,
 };
@@ -38,6 +38,7 @@ fn main() {
         gpu("library_kernel_nodes_run_in_the_graphs_context", library_kernel_nodes_run_in_the_graphs_context),
         gpu("memset_and_memcpy_nodes_write_the_values", memset_and_memcpy_nodes_write_the_values),
         gpu("memcpy_3d_node_copies_a_rectangle", memcpy_3d_node_copies_a_rectangle),
+        gpu("batch_mem_op_node_writes_and_waits", batch_mem_op_node_writes_and_waits),
         gpu(
             "host_node_runs_at_each_launch_and_its_panic_is_reported",
             host_node_runs_at_each_launch_and_its_panic_is_reported,
@@ -363,6 +364,46 @@ fn memcpy_3d_node_copies_a_rectangle() -> TestResult {
     let expected: Vec<u32> =
         (0..4).flat_map(|r| (0..16).map(move |c| ((2 + r) * columns + 8 + c) as u32)).collect();
     ensure_eq!(packed.to_vec()?, expected);
+    Ok(())
+}
+
+fn batch_mem_op_node_writes_and_waits() -> TestResult {
+    let ctx = context()?;
+    let s = stream(&ctx)?;
+    let flags = Arc::new(DeviceBuffer::<u32>::zeroed(&s, 4)?);
+    let copy = Arc::new(DeviceBuffer::<u32>::zeroed(&s, 4)?);
+    s.synchronize()?;
+    let (first, last) = (flags.as_raw(), flags.as_raw() + 12);
+    let graph = Graph::new(&ctx)?;
+    // SAFETY: both addresses are 4-byte aligned words of `flags`, which the graph keeps; the
+    // wait is satisfied by the write before it.
+    let (write, wait) = unsafe {
+        let write = graph.add_batch_mem_op_node(
+            &[],
+            &[
+                StreamMemOp::WriteValue32 {
+                    address: first,
+                    value: 77,
+                    flags: StreamWriteValueFlags::empty(),
+                },
+                StreamMemOp::WriteValue32 { address: last, value: 99, flags: StreamWriteValueFlags::empty() },
+            ],
+        )?;
+        let wait = graph.add_batch_mem_op_node(
+            &[write],
+            &[StreamMemOp::WaitValue32 { address: last, value: 99, flags: StreamWaitValueFlags::EQ }],
+        )?;
+        (write, wait)
+    };
+    graph.keep(flags.clone());
+    graph.add_memcpy_node(&[wait], &GraphSlice::whole(&copy), &GraphSlice::whole(&flags))?;
+    ensure_eq!(write.node_type()?, NodeType::BatchMemOp);
+    // SAFETY: refused before the call.
+    let empty = unsafe { graph.add_batch_mem_op_node(&[], &[]) };
+    ensure!(matches!(empty, Err(Error::InvalidArgument { .. })), "{empty:?}");
+    graph.instantiate(InstantiateFlags::empty())?.launch(&s)?;
+    s.synchronize()?;
+    ensure_eq!(copy.to_vec()?, vec![77, 0, 0, 99]);
     Ok(())
 }
 

@@ -8,8 +8,8 @@
 //! * **Capture** ([`Stream::begin_capture`](crate::Stream::begin_capture)): the work queued on
 //!   a stream between the start and [`Capture::end`] becomes a [`Graph`] instead of running.
 //! * **Explicit construction** ([`Graph::new`]): nodes of every kind — kernel, memcpy, memset,
-//!   host closure, child graph, empty, event record and wait, memory allocation and free, and
-//!   conditional (IF, IF/ELSE, WHILE, SWITCH) — each added after the nodes it depends on.
+//!   host closure, child graph, empty, event record and wait, memory allocation and free, batch
+//!   memory operations, and conditional (IF, IF/ELSE, WHILE, SWITCH) — each added after the nodes it depends on.
 //! * **Executable graphs** ([`Graph::instantiate`] → [`GraphExec`]): launched on a stream,
 //!   uploaded ahead of time, updated as a whole from another graph of the same shape
 //!   ([`GraphExec::update`], whose refusal is [`Error::GraphUpdate`](crate::Error::GraphUpdate))
@@ -96,6 +96,7 @@ mod exec;
 mod host;
 mod keep;
 mod kernel;
+mod memops;
 mod memory;
 mod node;
 mod pool;
