@@ -60,6 +60,7 @@ fn main() {
             whole_graph_update_and_its_refusal_as_a_typed_error,
         ),
         gpu("disabled_nodes_do_nothing_until_enabled", disabled_nodes_do_nothing_until_enabled),
+        gpu("refused_instantiation_is_a_typed_error", refused_instantiation_is_a_typed_error),
         gpu("memset_memcpy_host_and_event_nodes_are_updated", memset_memcpy_host_and_event_nodes_are_updated),
         gpu("dot_output_names_every_node", dot_output_names_every_node),
         gpu("graphs_keep_buffers_and_modules_alive", graphs_keep_buffers_and_modules_alive),
@@ -677,6 +678,29 @@ fn whole_graph_update_and_its_refusal_as_a_typed_error() -> TestResult {
     s.synchronize()?;
     drop(exec);
     ensure_eq!(data.to_vec()?, vec![15; N as usize]);
+    Ok(())
+}
+
+fn refused_instantiation_is_a_typed_error() -> TestResult {
+    let ctx = context()?;
+    let graph = Graph::new(&ctx)?;
+    graph.add_empty_node(&[])?;
+    // A conditional handle that no conditional node uses.
+    graph.conditional_handle(None)?;
+    let refused = graph.instantiate(InstantiateFlags::empty());
+    ensure!(
+        matches!(
+            refused,
+            Err(Error::GraphInstantiate { result, .. })
+                if result == sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED
+        ),
+        "{refused:?}"
+    );
+    // The context stays usable.
+    let fine = Graph::new(&ctx)?;
+    fine.add_empty_node(&[])?;
+    fine.instantiate(InstantiateFlags::empty())?.launch(&stream(&ctx)?)?;
+    ctx.synchronize()?;
     Ok(())
 }
 

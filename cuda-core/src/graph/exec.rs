@@ -58,19 +58,40 @@ impl std::fmt::Debug for GraphExec {
 
 impl Graph {
     /// Makes an executable graph of this graph's nodes as they are now
-    /// ([`cuGraphInstantiateWithFlags`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    /// ([`cuGraphInstantiateWithParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
     /// Later changes to this graph do not reach it (see [`GraphExec::update`]).
+    ///
+    /// A graph the driver refuses is [`Error::GraphInstantiate`], with the driver's reason
+    /// and the node it blames.
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<GraphExec> {
         self.ctx.enter()?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: the graph is live; one out-parameter.
-        check("cuGraphInstantiateWithFlags", unsafe {
-            sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.bits())
-        })?;
+        let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+            flags: flags.bits(),
+            hUploadStream: std::ptr::null_mut(),
+            hErrNode_out: std::ptr::null_mut(),
+            result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
+        };
+        // SAFETY: the graph is live; one out-parameter and the in-out parameters.
+        let status = unsafe { sys::cuGraphInstantiateWithParams(&mut raw, self.raw, &mut params) };
+        if status != sys::CUresult::CUDA_SUCCESS {
+            return Err(instantiate_refused(status, &params));
+        }
         let keep = KeepAlive::default();
         keep.push(self.keep.clone());
         Ok(GraphExec { raw, ctx: self.ctx.clone(), keep, launched: Cell::new(false) })
     }
+}
+
+#[cold]
+fn instantiate_refused(status: sys::CUresult, params: &sys::CUDA_GRAPH_INSTANTIATE_PARAMS) -> Error {
+    let result = params.result_out;
+    if result == sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS {
+        // Not a verdict on the graph: a load error, a bad context, ...
+        return crate::error::driver_error("cuGraphInstantiateWithParams", status);
+    }
+    let node = if params.hErrNode_out.is_null() { None } else { Some(params.hErrNode_out as usize) };
+    Error::GraphInstantiate { result, status, node }
 }
 
 impl GraphExec {
@@ -341,5 +362,28 @@ mod tests {
             text.contains("CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED") && text.contains("0x40"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_refused_instantiation_names_the_reason_or_is_a_driver_error() {
+        let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+            flags: 0,
+            hUploadStream: std::ptr::null_mut(),
+            hErrNode_out: std::ptr::null_mut(),
+            result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED,
+        };
+        let status = sys::CUresult::CUDA_ERROR_INVALID_VALUE;
+        let e = instantiate_refused(status, &params);
+        assert_eq!(
+            e,
+            Error::GraphInstantiate {
+                result: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED,
+                status,
+                node: None,
+            }
+        );
+        assert!(e.to_string().contains("CONDITIONAL_HANDLE_UNUSED"), "{e}");
+        params.result_out = sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS;
+        assert!(matches!(instantiate_refused(status, &params), Error::Driver { .. }));
     }
 }
