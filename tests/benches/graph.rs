@@ -1,7 +1,7 @@
 //! The host cost of graphs against the raw driver calls on the same graph, in the same run:
 //! launching a graph of 100 empty kernels (`GraphExec::launch` vs `cuGraphLaunch`), building
 //! and instantiating a 1000-node kernel graph (`Graph::add_kernel_node` + `instantiate` vs
-//! `cuGraphAddKernelNode` + `cuGraphInstantiateWithFlags`), and updating one kernel node's
+//! `cuGraphAddKernelNode` + `cuGraphInstantiateWithParams`), and updating one kernel node's
 //! arguments (`GraphExec::set_kernel_node_args` vs `cuGraphExecKernelNodeSetParams`).
 
 #[path = "../tests/kernels/graph.rs"]
@@ -126,8 +126,16 @@ fn raw_chain(f: sys::CUfunction, count: usize) {
         previous = node;
     }
     let mut exec = std::ptr::null_mut();
-    // SAFETY: the graph is live; one out-parameter.
-    check("cuGraphInstantiateWithFlags", unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) });
+    let mut instantiate = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+        flags: 0,
+        hUploadStream: std::ptr::null_mut(),
+        hErrNode_out: std::ptr::null_mut(),
+        result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
+    };
+    // SAFETY: the graph is live; one out-parameter and the in-out parameters.
+    check("cuGraphInstantiateWithParams", unsafe {
+        sys::cuGraphInstantiateWithParams(&mut exec, graph, &mut instantiate)
+    });
     // SAFETY: both were made above and are destroyed once.
     unsafe {
         check("cuGraphExecDestroy", sys::cuGraphExecDestroy(exec));
