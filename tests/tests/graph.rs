@@ -124,8 +124,7 @@ fn capture_records_work_that_each_launch_replays() -> TestResult {
     let data = Arc::new(data);
     graph.keep(data.clone());
     graph.keep(module.clone());
-    let exec = graph.instantiate(InstantiateFlags::empty())?;
-    exec.upload(&s)?;
+    let exec = graph.instantiate_and_upload(InstantiateFlags::empty(), &s)?;
     for _ in 0..3 {
         exec.launch(&s)?;
     }
@@ -529,7 +528,8 @@ fn allocation_and_free_nodes_give_graph_owned_memory() -> TestResult {
     let free = graph.add_mem_free_node(&[copy], ptr)?;
     ensure_eq!(alloc.node_type()?, NodeType::MemAlloc);
     ensure_eq!(free.node_type()?, NodeType::MemFree);
-    let exec = graph.instantiate(InstantiateFlags::empty())?;
+    let exec = graph.instantiate(InstantiateFlags::AUTO_FREE_ON_LAUNCH)?;
+    ensure_eq!(exec.flags()?, InstantiateFlags::AUTO_FREE_ON_LAUNCH);
     for _ in 0..2 {
         exec.launch(&s)?;
     }

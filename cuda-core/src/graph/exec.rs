@@ -64,15 +64,29 @@ impl Graph {
     /// A graph the driver refuses is [`Error::GraphInstantiate`], with the driver's reason
     /// and the node it blames.
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<GraphExec> {
+        self.instantiate_with(flags.bits(), std::ptr::null_mut())
+    }
+
+    /// Instantiates as [`instantiate`](Self::instantiate) does and uploads the executable
+    /// graph on `stream` in the same call (`CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD`), as
+    /// [`GraphExec::upload`] would.
+    pub fn instantiate_and_upload(&self, flags: InstantiateFlags, stream: &Stream) -> Result<GraphExec> {
+        stream.bind_if_default()?;
+        let upload = sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD.0 as u64;
+        self.instantiate_with(flags.bits() | upload, stream.as_raw())
+    }
+
+    fn instantiate_with(&self, flags: u64, upload: sys::CUstream) -> Result<GraphExec> {
         self.ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
-            flags: flags.bits(),
-            hUploadStream: std::ptr::null_mut(),
+            flags,
+            hUploadStream: upload,
             hErrNode_out: std::ptr::null_mut(),
             result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
         };
-        // SAFETY: the graph is live; one out-parameter and the in-out parameters.
+        // SAFETY: the graph (and the stream, when given) are live; one out-parameter and the
+        // in-out parameters.
         let status = unsafe { sys::cuGraphInstantiateWithParams(&mut raw, self.raw, &mut params) };
         if status != sys::CUresult::CUDA_SUCCESS {
             return Err(instantiate_refused(status, &params));
