@@ -74,6 +74,30 @@ pub enum Error {
         /// The compiler's error log: what is wrong with the input, and where.
         log: String,
     },
+    /// The driver refused to make an executable graph of a graph
+    /// (`cuGraphInstantiateWithParams`).
+    GraphInstantiate {
+        /// Why, as the driver says: `CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE` (a cycle or a
+        /// node that does not belong), `..._NODE_OPERATION_NOT_SUPPORTED`,
+        /// `..._MULTIPLE_CTXS_NOT_SUPPORTED`, `..._CONDITIONAL_HANDLE_UNUSED`, or `..._ERROR`.
+        result: sys::CUgraphInstantiateResult,
+        /// The status the call returned.
+        status: sys::CUresult,
+        /// The node the driver blames, as the address of its handle (compare with
+        /// [`GraphNode::id`](crate::graph::GraphNode::id)), when it names one.
+        node: Option<usize>,
+    },
+    /// The driver refused to update an executable graph from another graph
+    /// (`cuGraphExecUpdate`); the executable graph is unchanged and can still be launched.
+    GraphUpdate {
+        /// Why, as the driver says: `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`,
+        /// `..._NODE_TYPE_CHANGED`, `..._FUNCTION_CHANGED`, `..._PARAMETERS_CHANGED`,
+        /// `..._NOT_SUPPORTED`, `..._UNSUPPORTED_FUNCTION_CHANGE`, `..._ATTRIBUTES_CHANGED`.
+        result: sys::CUgraphExecUpdateResult,
+        /// The node of the new graph the driver blames, as the address of its handle
+        /// (compare with [`GraphNode::id`](crate::graph::GraphNode::id)), when it names one.
+        node: Option<usize>,
+    },
 }
 
 impl Error {
@@ -177,6 +201,25 @@ impl fmt::Display for Error {
                 }
             }
             Error::CallbackPanicked { message } => write!(f, "a stream callback panicked: {message}"),
+            Error::GraphInstantiate { result, status, node } => {
+                let why = result.name().unwrap_or("an unknown instantiation result");
+                let status = status.name().unwrap_or("an unknown status");
+                write!(f, "cuGraphInstantiateWithParams failed: {status}, {why}")?;
+                if let Some(node) = node {
+                    write!(f, " at node {node:#x}")?;
+                }
+                f.write_str("; fix the graph's structure or the node named")
+            }
+            Error::GraphUpdate { result, node } => {
+                let why = result.name().unwrap_or("an unknown update result");
+                write!(f, "cuGraphExecUpdate refused the update: {why}")?;
+                if let Some(node) = node {
+                    write!(f, " at node {node:#x}")?;
+                }
+                f.write_str(
+                    "; the executable graph is unchanged: instantiate the new graph instead, or change only node parameters",
+                )
+            }
             Error::Jit { call, status, log } => {
                 write_status(f, call, status.name(), i64::from(status.0), driver_description(*status))?;
                 if log.is_empty() { Ok(()) } else { write!(f, "; compiler log:\n{log}") }

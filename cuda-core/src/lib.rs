@@ -21,6 +21,7 @@ pub mod device;
 pub mod dlpack;
 pub mod error;
 pub mod event;
+pub mod graph;
 pub mod interop;
 pub mod launch;
 pub mod memory;

@@ -173,7 +173,7 @@ impl LaunchConfig {
 
     /// Rejects zero dimensions and a block larger than `max_threads` (when known).
     #[inline]
-    fn check(&self, operation: &'static str, max_threads: u32) -> Result<()> {
+    pub(crate) fn check(&self, operation: &'static str, max_threads: u32) -> Result<()> {
         let block = self.block.count();
         if self.grid.count() == 0 || block == 0 {
             return Err(zero_dimension(operation, self));

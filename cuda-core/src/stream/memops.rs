@@ -83,7 +83,7 @@ pub enum StreamMemOp {
 }
 
 impl StreamMemOp {
-    fn to_raw(self) -> sys::CUstreamBatchMemOpParams {
+    pub(crate) fn to_raw(self) -> sys::CUstreamBatchMemOpParams {
         use sys::CUstreamBatchMemOpType as T;
         // SAFETY: plain C unions; all zeroes is a valid value.
         let mut p: sys::CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };

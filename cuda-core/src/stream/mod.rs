@@ -6,6 +6,7 @@
 
 mod attributes;
 mod callback;
+pub(crate) use callback::report_panic;
 mod memops;
 
 pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus};

@@ -1,0 +1,260 @@
+//! Stream capture: the work queued on a stream recorded into a graph instead of run.
+
+use super::keep::KeepAlive;
+use super::{Graph, GraphNode};
+use crate::error::{Error, Result, check};
+use crate::stream::{CaptureStatus, Stream};
+use cuda_driver_sys as sys;
+use std::sync::Arc;
+
+/// Which calls made while a stream is captured are refused because they could wait on the
+/// work being captured (`CUstreamCaptureMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CaptureMode {
+    /// `CU_STREAM_CAPTURE_MODE_GLOBAL`: refused on every thread while any capture in
+    /// global mode is under way in the process (and on this thread while it captures in
+    /// thread-local mode).
+    Global,
+    /// `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`: refused on this thread only.
+    ThreadLocal,
+    /// `CU_STREAM_CAPTURE_MODE_RELAXED`: not refused; the caller makes sure nothing waits on
+    /// captured work.
+    Relaxed,
+}
+
+impl CaptureMode {
+    /// The raw value.
+    pub fn as_raw(self) -> sys::CUstreamCaptureMode {
+        use sys::CUstreamCaptureMode as M;
+        match self {
+            CaptureMode::Global => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            CaptureMode::ThreadLocal => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
+        }
+    }
+}
+
+impl TryFrom<sys::CUstreamCaptureMode> for CaptureMode {
+    type Error = Error;
+    fn try_from(raw: sys::CUstreamCaptureMode) -> Result<CaptureMode> {
+        use sys::CUstreamCaptureMode as M;
+        match raw {
+            M::CU_STREAM_CAPTURE_MODE_GLOBAL => Ok(CaptureMode::Global),
+            M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL => Ok(CaptureMode::ThreadLocal),
+            M::CU_STREAM_CAPTURE_MODE_RELAXED => Ok(CaptureMode::Relaxed),
+            other => Err(Error::invalid(
+                "CaptureMode::try_from",
+                format!("unknown CUstreamCaptureMode {}", other.0),
+            )),
+        }
+    }
+}
+
+/// Sets the calling thread's capture mode, which decides what this thread may call while
+/// another thread captures in global mode, and returns the previous one
+/// ([`cuThreadExchangeStreamCaptureMode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+/// Setting [`CaptureMode::Relaxed`] lets a thread make such calls; set the previous mode back
+/// afterwards.
+pub fn exchange_capture_mode(mode: CaptureMode) -> Result<CaptureMode> {
+    let mut raw = mode.as_raw();
+    // SAFETY: one in-out parameter.
+    check("cuThreadExchangeStreamCaptureMode", unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut raw) })?;
+    CaptureMode::try_from(raw)
+}
+
+/// Where a stream's capture stands
+/// ([`cuStreamGetCaptureInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CaptureInfo {
+    /// Whether the stream is capturing.
+    pub status: CaptureStatus,
+    /// The capture's process-unique id, while capturing.
+    pub id: Option<u64>,
+    /// How many nodes the next captured work will depend on.
+    pub dependencies: usize,
+}
+
+/// A capture under way on a stream, begun by [`Stream::begin_capture`]. [`end`](Self::end)
+/// ends it and returns the graph; dropping it ends it and discards what was captured.
+#[derive(Debug)]
+#[must_use = "the capture ends when this is dropped; call `end` to get the graph"]
+pub struct Capture<'s> {
+    active: Active<'s>,
+}
+
+impl Capture<'_> {
+    /// The stream being captured.
+    pub fn stream(&self) -> &Stream {
+        self.active.stream
+    }
+
+    /// Ends the capture ([`cuStreamEndCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html))
+    /// and returns the graph of the captured work. Its keep-alive list is empty: hand it
+    /// what the work uses ([`Graph::keep`]).
+    ///
+    /// A capture broken by a call that is not allowed while capturing (for instance
+    /// synchronizing the captured stream) fails here with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`;
+    /// so does ending on a stream that work of other streams joined but did not rejoin
+    /// (`CUDA_ERROR_STREAM_CAPTURE_UNJOINED`). The stream is no longer capturing either way.
+    pub fn end(mut self) -> Result<Graph> {
+        let raw = self.active.end()?;
+        Ok(Graph::adopt(self.active.stream.context(), raw, Arc::new(KeepAlive::default())))
+    }
+}
+
+/// A capture into an existing graph, begun by [`Stream::begin_capture_to_graph`].
+/// [`end`](Self::end) ends it, the captured nodes staying in the graph; dropping it ends it
+/// too (the nodes captured so far stay when the capture was valid).
+#[derive(Debug)]
+#[must_use = "the capture ends when this is dropped"]
+pub struct CaptureToGraph<'s> {
+    active: Active<'s>,
+}
+
+impl CaptureToGraph<'_> {
+    /// The stream being captured.
+    pub fn stream(&self) -> &Stream {
+        self.active.stream
+    }
+
+    /// Ends the capture, as [`Capture::end`] does, with the nodes left in the graph.
+    pub fn end(mut self) -> Result<()> {
+        self.active.end().map(|_| ())
+    }
+}
+
+/// A stream being captured; ends the capture once, by `end` or on drop.
+#[derive(Debug)]
+struct Active<'s> {
+    stream: &'s Stream,
+    /// Whether the graph the driver returns is a new one, which a dropped capture destroys.
+    new_graph: bool,
+    ended: bool,
+}
+
+impl Active<'_> {
+    /// Ends the capture of the stream and returns the driver's graph handle.
+    fn end(&mut self) -> Result<sys::CUgraph> {
+        self.ended = true;
+        self.stream.bind_if_default()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the stream is live; one out-parameter.
+        check("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(self.stream.as_raw(), &mut raw) })?;
+        Ok(raw)
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        // Discarding: an invalidated capture is what a caller that gave up expects, so errors
+        // are not kept.
+        if let Ok(raw) = self.end() {
+            if self.new_graph && !raw.is_null() {
+                // SAFETY: the new graph is this capture's alone.
+                let _ = unsafe { sys::cuGraphDestroy(raw) };
+            }
+        }
+    }
+}
+
+impl Stream {
+    /// Starts capturing this stream: work queued on it afterwards (and on streams that join
+    /// it by waiting on an event recorded here) is recorded into a graph instead of run, until
+    /// [`Capture::end`]
+    /// ([`cuStreamBeginCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    ///
+    /// Allocate memory before the capture: allocators that call the driver may be refused
+    /// while capturing, and synchronous copies wait, which invalidates the capture.
+    ///
+    /// # Safety
+    ///
+    /// Work is recorded now to run at every launch of the graph, later. Everything the
+    /// captured work refers to (buffers, modules, events, host memory) must stay alive as long
+    /// as the graph and its executable graphs may run: hand it to [`Graph::keep`] on the
+    /// returned graph. The safe calls made while capturing only promise safety for a run in
+    /// stream order now.
+    pub unsafe fn begin_capture(&self, mode: CaptureMode) -> Result<Capture<'_>> {
+        self.context().take_deferred()?;
+        self.bind_if_default()?;
+        // SAFETY: the stream is live.
+        check("cuStreamBeginCapture", unsafe { sys::cuStreamBeginCapture(self.as_raw(), mode.as_raw()) })?;
+        Ok(Capture { active: Active { stream: self, new_graph: true, ended: false } })
+    }
+
+    /// Starts capturing this stream into `graph`, the captured work depending on
+    /// `dependencies` (nodes of `graph`)
+    /// ([`cuStreamBeginCaptureToGraph`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html);
+    /// driver 12.3 or later).
+    ///
+    /// # Safety
+    ///
+    /// As for [`begin_capture`](Self::begin_capture); hand what the work uses to
+    /// [`Graph::keep`] on `graph`.
+    pub unsafe fn begin_capture_to_graph<'s>(
+        &'s self,
+        graph: &'s Graph,
+        dependencies: &[GraphNode<'_>],
+        mode: CaptureMode,
+    ) -> Result<CaptureToGraph<'s>> {
+        self.context().take_deferred()?;
+        self.bind_if_default()?;
+        // SAFETY: the stream, the graph and the nodes are live; no edge data.
+        check("cuStreamBeginCaptureToGraph", unsafe {
+            sys::cuStreamBeginCaptureToGraph(
+                self.as_raw(),
+                graph.as_raw(),
+                super::node::raw_nodes(dependencies),
+                std::ptr::null(),
+                dependencies.len(),
+                mode.as_raw(),
+            )
+        })?;
+        Ok(CaptureToGraph { active: Active { stream: self, new_graph: false, ended: false } })
+    }
+
+    /// Where this stream's capture stands: status, id and the number of nodes the next
+    /// captured work depends on
+    /// ([`cuStreamGetCaptureInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    pub fn capture_info(&self) -> Result<CaptureInfo> {
+        self.bind_if_default()?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut id = 0;
+        let mut dependencies: *const sys::CUgraphNode = std::ptr::null();
+        let mut count = 0;
+        // SAFETY: the stream is live; out-parameters or null for what is not asked.
+        check("cuStreamGetCaptureInfo", unsafe {
+            sys::cuStreamGetCaptureInfo(
+                self.as_raw(),
+                &mut status,
+                &mut id,
+                std::ptr::null_mut(),
+                &mut dependencies,
+                std::ptr::null_mut(),
+                &mut count,
+            )
+        })?;
+        let status = CaptureStatus::try_from(status)?;
+        let capturing = status != CaptureStatus::None;
+        Ok(CaptureInfo {
+            status,
+            id: capturing.then_some(id),
+            dependencies: if capturing { count } else { 0 },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_round_trip_through_the_raw_values() {
+        for mode in [CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
+            assert_eq!(CaptureMode::try_from(mode.as_raw()).ok(), Some(mode));
+        }
+        assert!(CaptureMode::try_from(sys::CUstreamCaptureMode(77)).is_err());
+    }
+}

@@ -1,0 +1,286 @@
+//! Memory nodes: memset and memcpy over device memory the graph keeps alive, and the
+//! allocation and free nodes of graph-owned memory.
+
+use super::{Graph, GraphNode};
+use crate::error::{Error, Result};
+use crate::memory::{DeviceBuffer, range_of};
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
+use std::any::Any;
+use std::marker::PhantomData;
+use std::ops::RangeBounds;
+use std::sync::Arc;
+
+/// A range of device memory that a memset or memcpy node refers to, with what keeps it
+/// allocated: a shared buffer, which the graph then holds, or (unsafely) nothing.
+pub struct GraphSlice<T> {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    owner: Option<Arc<dyn Any + Send + Sync>>,
+    _element: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for GraphSlice<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphSlice")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("len", &self.len)
+            .field("kept", &self.owner.is_some())
+            .finish()
+    }
+}
+
+impl<T: Pod> GraphSlice<T> {
+    /// All of `buffer`; a node made from it keeps the buffer alive.
+    pub fn whole(buffer: &Arc<DeviceBuffer<T>>) -> GraphSlice<T> {
+        GraphSlice {
+            ptr: buffer.as_raw(),
+            len: buffer.len(),
+            owner: Some(buffer.clone()),
+            _element: PhantomData,
+        }
+    }
+
+    /// Elements `range` of `buffer`; past the end is an [`Error::InvalidArgument`].
+    pub fn new(buffer: &Arc<DeviceBuffer<T>>, range: impl RangeBounds<usize>) -> Result<GraphSlice<T>> {
+        let (start, end) = range_of("GraphSlice::new", range, buffer.len())?;
+        Ok(GraphSlice {
+            ptr: buffer.as_raw() + (start * std::mem::size_of::<T>()) as u64,
+            len: end - start,
+            owner: Some(buffer.clone()),
+            _element: PhantomData,
+        })
+    }
+
+    /// `len` elements at device address `ptr`, kept alive by nothing: memory from an
+    /// allocation node ([`Graph::add_mem_alloc_node`]) or from elsewhere.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is aligned for `T`, and `len` elements there stay allocated, in the graph's
+    /// context, as long as the graph and its executable graphs may run.
+    pub unsafe fn from_raw(ptr: sys::CUdeviceptr, len: usize) -> GraphSlice<T> {
+        GraphSlice { ptr, len, owner: None, _element: PhantomData }
+    }
+
+    /// The device address of the first element.
+    pub fn as_raw(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    crate::memory::element_count!();
+}
+
+impl<T> GraphSlice<T> {
+    /// What keeps the memory allocated, if anything.
+    pub(crate) fn owner(&self) -> Option<Arc<dyn Any + Send + Sync>> {
+        self.owner.clone()
+    }
+}
+
+/// The parameters of a memset of `dst` to `value`, one row of 1-, 2- or 4-byte elements.
+pub(crate) fn memset_params<T: Pod>(
+    operation: &'static str,
+    dst: &GraphSlice<T>,
+    value: T,
+) -> Result<sys::CUDA_MEMSET_NODE_PARAMS> {
+    let size = std::mem::size_of::<T>();
+    if !matches!(size, 1 | 2 | 4) {
+        return Err(Error::invalid(
+            operation,
+            format!(
+                "a memset sets 1-, 2- or 4-byte elements, not {size}-byte ones; view the memory as u8, u16 or u32"
+            ),
+        ));
+    }
+    if dst.len == 0 {
+        return Err(Error::invalid(operation, "the destination is empty; give at least one element"));
+    }
+    let mut bits = [0u8; 4];
+    bits[..size].copy_from_slice(bytemuck::bytes_of(&value));
+    Ok(sys::CUDA_MEMSET_NODE_PARAMS {
+        dst: dst.ptr,
+        pitch: 0,
+        value: u32::from_ne_bytes(bits),
+        elementSize: size as u32,
+        width: dst.len,
+        height: 1,
+    })
+}
+
+/// The parameters of a device-to-device copy of `src` into `dst`, of equal lengths.
+pub(crate) fn memcpy_params<T: Pod>(
+    operation: &'static str,
+    dst: &GraphSlice<T>,
+    src: &GraphSlice<T>,
+) -> Result<sys::CUDA_MEMCPY3D> {
+    crate::memory::same_len(operation, dst.len, src.len)?;
+    if dst.len == 0 {
+        return Err(Error::invalid(operation, "the slices are empty; give at least one element"));
+    }
+    // SAFETY: CUDA_MEMCPY3D is plain C data; all-zero is "nothing set".
+    let mut p: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+    p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    p.srcDevice = src.ptr;
+    p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    p.dstDevice = dst.ptr;
+    p.WidthInBytes = dst.size_in_bytes();
+    p.Height = 1;
+    p.Depth = 1;
+    Ok(p)
+}
+
+impl Graph {
+    /// Adds a node that sets every element of `dst` to `value`; elements of 1, 2 or 4 bytes
+    /// ([`cuGraphAddMemsetNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    /// The graph keeps the memory alive.
+    pub fn add_memset_node<T: Pod>(
+        &self,
+        dependencies: &[GraphNode<'_>],
+        dst: &GraphSlice<T>,
+        value: T,
+    ) -> Result<GraphNode<'_>> {
+        let params = memset_params("Graph::add_memset_node", dst, value)?;
+        let (graph, ctx) = (self.raw, self.ctx.as_raw());
+        // SAFETY: the graph is live; `params` describes memory that stays allocated (kept
+        // below, or vouched for by `GraphSlice::from_raw`).
+        let node = self.add_with("cuGraphAddMemsetNode", dependencies, |out, deps, n| unsafe {
+            sys::cuGraphAddMemsetNode(out, graph, deps, n, &params, ctx)
+        })?;
+        self.keep_slice(dst);
+        Ok(node)
+    }
+
+    /// Adds a node that copies `src` into `dst` (device to device; the lengths must match)
+    /// ([`cuGraphAddMemcpyNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    /// The graph keeps both alive.
+    pub fn add_memcpy_node<T: Pod>(
+        &self,
+        dependencies: &[GraphNode<'_>],
+        dst: &GraphSlice<T>,
+        src: &GraphSlice<T>,
+    ) -> Result<GraphNode<'_>> {
+        let params = memcpy_params("Graph::add_memcpy_node", dst, src)?;
+        let (graph, ctx) = (self.raw, self.ctx.as_raw());
+        // SAFETY: as in `add_memset_node`.
+        let node = self.add_with("cuGraphAddMemcpyNode", dependencies, |out, deps, n| unsafe {
+            sys::cuGraphAddMemcpyNode(out, graph, deps, n, &params, ctx)
+        })?;
+        self.keep_slice(dst);
+        self.keep_slice(src);
+        Ok(node)
+    }
+
+    /// Adds a node that makes any copy a `CUDA_MEMCPY3D` describes: 2D and 3D regions,
+    /// pitched memory, CUDA arrays, pinned host memory
+    /// ([`cuGraphAddMemcpyNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)),
+    /// as [`memory::memcpy_3d`](crate::memory::memcpy_3d) does at once.
+    ///
+    /// # Safety
+    ///
+    /// Every address and array `copy` names must stay live as long as the graph and its
+    /// executable graphs may run (hand their owners to [`Graph::keep`]), and the box must lie
+    /// within both sides.
+    pub unsafe fn add_memcpy_3d_node(
+        &self,
+        dependencies: &[GraphNode<'_>],
+        copy: &sys::CUDA_MEMCPY3D,
+    ) -> Result<GraphNode<'_>> {
+        let (graph, ctx) = (self.raw, self.ctx.as_raw());
+        // SAFETY: the graph is live; the caller vouches for the descriptor.
+        self.add_with("cuGraphAddMemcpyNode", dependencies, |out, deps, n| unsafe {
+            sys::cuGraphAddMemcpyNode(out, graph, deps, n, copy, ctx)
+        })
+    }
+
+    fn keep_slice<T>(&self, slice: &GraphSlice<T>) {
+        if let Some(owner) = slice.owner() {
+            self.keep.push(owner);
+        }
+    }
+
+    /// Adds a node that allocates `bytes` of device memory on the graph's device, owned by
+    /// the graph, and returns it with the memory's address
+    /// ([`cuGraphAddMemAllocNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    ///
+    /// The address is the same at every launch. Nodes that depend on this one may use the
+    /// memory (through [`GraphSlice::from_raw`] or a kernel argument) until a free node
+    /// ([`add_mem_free_node`](Self::add_mem_free_node)), or, without one, until it is freed
+    /// outside the graph (`cuMemFreeAsync`) or by a launch of an executable graph
+    /// instantiated with [`AUTO_FREE_ON_LAUNCH`](super::InstantiateFlags::AUTO_FREE_ON_LAUNCH).
+    pub fn add_mem_alloc_node(
+        &self,
+        dependencies: &[GraphNode<'_>],
+        bytes: usize,
+    ) -> Result<(GraphNode<'_>, sys::CUdeviceptr)> {
+        if bytes == 0 {
+            return Err(Error::invalid(
+                "Graph::add_mem_alloc_node",
+                "0 bytes were asked for; ask for at least one",
+            ));
+        }
+        // SAFETY: CUDA_MEM_ALLOC_NODE_PARAMS is plain C data; all-zero is "nothing set".
+        let mut params: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        params.poolProps.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        params.poolProps.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        params.poolProps.location.id = self.ctx.device().as_raw();
+        params.bytesize = bytes;
+        let graph = self.raw;
+        let params_ptr: *mut sys::CUDA_MEM_ALLOC_NODE_PARAMS = &mut params;
+        // SAFETY: the graph is live; the driver writes the address into `params`.
+        let node = self.add_with("cuGraphAddMemAllocNode", dependencies, |out, deps, n| unsafe {
+            sys::cuGraphAddMemAllocNode(out, graph, deps, n, params_ptr)
+        })?;
+        Ok((node, params.dptr))
+    }
+
+    /// Adds a node that frees `ptr`, memory of an allocation node of this graph
+    /// ([`cuGraphAddMemFreeNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    /// The driver refuses any other address.
+    pub fn add_mem_free_node(
+        &self,
+        dependencies: &[GraphNode<'_>],
+        ptr: sys::CUdeviceptr,
+    ) -> Result<GraphNode<'_>> {
+        let graph = self.raw;
+        // SAFETY: the graph is live; the driver checks that `ptr` is graph memory of it.
+        self.add_with("cuGraphAddMemFreeNode", dependencies, |out, deps, n| unsafe {
+            sys::cuGraphAddMemFreeNode(out, graph, deps, n, ptr)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw<T: Pod>(len: usize) -> GraphSlice<T> {
+        // SAFETY: only parameters are built; nothing is launched.
+        unsafe { GraphSlice::from_raw(0x1000, len) }
+    }
+
+    #[test]
+    fn memsets_take_elements_of_one_two_or_four_bytes() {
+        let p = memset_params("t", &raw::<u32>(8), 0xdead_beefu32).ok();
+        let p = p.map(|p| (p.value, p.elementSize, p.width, p.height));
+        assert_eq!(p, Some((0xdead_beef, 4, 8, 1)));
+        let p = memset_params("t", &raw::<u16>(3), 0xabcdu16).ok().map(|p| (p.value, p.elementSize));
+        assert_eq!(p, Some((0xabcd, 2)));
+        let p = memset_params("t", &raw::<u8>(3), 7u8).ok().map(|p| (p.value, p.elementSize));
+        assert_eq!(p, Some((7, 1)));
+        let p = memset_params("t", &raw::<f32>(1), 1.0f32).ok().map(|p| p.value);
+        assert_eq!(p, Some(1.0f32.to_bits()));
+        assert!(matches!(memset_params("t", &raw::<u64>(1), 1u64), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(memset_params("t", &raw::<u32>(0), 1u32), Err(Error::InvalidArgument { .. })));
+    }
+
+    #[test]
+    fn copies_need_equal_lengths_and_count_bytes() {
+        let p = memcpy_params("t", &raw::<u64>(4), &raw::<u64>(4)).ok();
+        assert_eq!(p.map(|p| (p.WidthInBytes, p.Height, p.Depth)), Some((32, 1, 1)));
+        assert!(matches!(
+            memcpy_params("t", &raw::<u64>(4), &raw::<u64>(5)),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+}
