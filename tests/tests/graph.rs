@@ -596,6 +596,8 @@ fn programmatic_edges_join_kernel_nodes() -> TestResult {
     graph.add_dependency(b, c, EdgeKind::LaunchOrder)?;
     ensure_eq!(b.dependencies()?, vec![a]);
     ensure_eq!(c.dependencies()?, vec![b]);
+    ensure_eq!(b.dependency_edges()?, vec![(a, EdgeKind::Programmatic)]);
+    ensure_eq!(b.dependent_edges()?, vec![(c, EdgeKind::LaunchOrder)]);
     ensure_eq!(graph.root_nodes()?, vec![a]);
     let exec = graph.instantiate(InstantiateFlags::empty())?;
     exec.launch(&s)?;

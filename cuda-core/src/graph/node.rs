@@ -158,20 +158,63 @@ impl<'g> GraphNode<'g> {
     /// The nodes this one depends on
     /// ([`cuGraphNodeGetDependencies`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
     pub fn dependencies(&self) -> Result<Vec<GraphNode<'g>>> {
-        node_list("cuGraphNodeGetDependencies", |nodes, count| {
-            // SAFETY: the node is live; `nodes` is null or has room for `*count` handles.
-            unsafe { sys::cuGraphNodeGetDependencies(self.raw, nodes, std::ptr::null_mut(), count) }
+        Ok(self.dependency_edges()?.into_iter().map(|(node, _)| node).collect())
+    }
+
+    /// The nodes this one depends on, with the kind of each edge.
+    pub fn dependency_edges(&self) -> Result<Vec<(GraphNode<'g>, EdgeKind)>> {
+        edge_list("cuGraphNodeGetDependencies", |nodes, edges, count| {
+            // SAFETY: the node is live; `nodes` and `edges` are null or have room for `*count`.
+            unsafe { sys::cuGraphNodeGetDependencies(self.raw, nodes, edges, count) }
         })
     }
 
     /// The nodes that depend on this one
     /// ([`cuGraphNodeGetDependentNodes`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
     pub fn dependents(&self) -> Result<Vec<GraphNode<'g>>> {
-        node_list("cuGraphNodeGetDependentNodes", |nodes, count| {
-            // SAFETY: as in `dependencies`.
-            unsafe { sys::cuGraphNodeGetDependentNodes(self.raw, nodes, std::ptr::null_mut(), count) }
+        Ok(self.dependent_edges()?.into_iter().map(|(node, _)| node).collect())
+    }
+
+    /// The nodes that depend on this one, with the kind of each edge.
+    pub fn dependent_edges(&self) -> Result<Vec<(GraphNode<'g>, EdgeKind)>> {
+        edge_list("cuGraphNodeGetDependentNodes", |nodes, edges, count| {
+            // SAFETY: as in `dependency_edges`.
+            unsafe { sys::cuGraphNodeGetDependentNodes(self.raw, nodes, edges, count) }
         })
     }
+}
+
+/// Asks `query(null, null, &mut count)` for the number of edges, then
+/// `query(nodes, edges, &mut count)` for them. The edge data is always asked for: without it the
+/// driver refuses graphs whose edges carry any (`CUDA_ERROR_LOSSY_QUERY`).
+fn edge_list<'g>(
+    call: &'static str,
+    mut query: impl FnMut(*mut sys::CUgraphNode, *mut sys::CUgraphEdgeData, *mut usize) -> sys::CUresult,
+) -> Result<Vec<(GraphNode<'g>, EdgeKind)>> {
+    let mut count = 0;
+    check(call, query(std::ptr::null_mut(), std::ptr::null_mut(), &mut count))?;
+    let mut raw = vec![std::ptr::null_mut(); count];
+    let mut edges = vec![EdgeKind::Full.as_raw(); count];
+    if count > 0 {
+        check(call, query(raw.as_mut_ptr(), edges.as_mut_ptr(), &mut count))?;
+        raw.truncate(count);
+        edges.truncate(count);
+    }
+    raw.into_iter()
+        .zip(&edges)
+        .map(|(node, edge)| {
+            let kind = EdgeKind::from_raw(edge).ok_or_else(|| {
+                Error::invalid(
+                    call,
+                    format!(
+                        "an edge of a kind this crate does not know (ports {} -> {}, type {})",
+                        edge.from_port, edge.to_port, edge.type_
+                    ),
+                )
+            })?;
+            Ok((GraphNode::wrap(node), kind))
+        })
+        .collect()
 }
 
 /// Asks `query(null, &mut count)` for the number of nodes, then `query(buffer, &mut count)`

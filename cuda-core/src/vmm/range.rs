@@ -107,35 +107,23 @@ impl AddressRange {
         Ok(AddressRange { inner: Arc::new(Reservation { ptr, size, context: context.clone() }) })
     }
 
-    /// Maps all of `physical` at `offset` bytes into the range, as [`map_part`](Self::map_part)
-    /// with physical offset 0 and the physical allocation's size.
-    #[inline]
-    pub fn map(&self, offset: usize, physical: &PhysicalMemory) -> Result<Mapping> {
-        self.map_part(offset, physical, 0, physical.size())
-    }
-
-    /// Maps `size` bytes of `physical`, from `physical_offset`, at `offset` bytes into the range
+    /// Maps all of `physical` at `offset` bytes into the range
     /// ([`cuMemMap`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
-    /// Nothing may access the mapping until [`Mapping::set_access`] allows it.
+    /// Nothing may access the mapping until [`Mapping::set_access`] allows it. The driver maps
+    /// whole physical allocations only (a part, or from an offset, is `CUDA_ERROR_NOT_SUPPORTED`),
+    /// so to map pieces, make one [`PhysicalMemory`] per piece.
     ///
-    /// Checked before the call, as [`Error::InvalidArgument`]s: a size of 0, a mapping that
-    /// ends past the reserved range or past the physical allocation, and an offset or size
-    /// that is not a multiple of the allocation granularity (the message names it). Mapping
-    /// over addresses already mapped is the driver's error.
-    pub fn map_part(
-        &self,
-        offset: usize,
-        physical: &PhysicalMemory,
-        physical_offset: usize,
-        size: usize,
-    ) -> Result<Mapping> {
-        let granularity = physical.granularity();
-        check_mapping(self.size(), offset, physical.size(), physical_offset, size, granularity)?;
+    /// Checked before the call, as [`Error::InvalidArgument`]s: a mapping that ends past the
+    /// reserved range, and an offset that is not a multiple of the allocation granularity (the
+    /// message names it). Mapping over addresses already mapped is the driver's error.
+    pub fn map(&self, offset: usize, physical: &PhysicalMemory) -> Result<Mapping> {
+        let size = physical.size();
+        check_mapping(self.size(), offset, size, physical.granularity())?;
         self.inner.context.enter()?;
         let ptr = self.inner.ptr + offset as u64;
-        // SAFETY: the addresses are inside this reservation and the physical range inside the
-        // allocation (checked above); both stay alive while the mapping, which holds them, is.
-        check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, physical_offset, physical.as_raw(), 0) })?;
+        // SAFETY: the addresses are inside this reservation (checked above); the reservation and
+        // the physical allocation stay alive while the mapping, which holds them, is.
+        check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, 0, physical.as_raw(), 0) })?;
         Ok(Mapping::new(ptr, size, self.clone(), physical.clone()))
     }
 
@@ -158,21 +146,14 @@ impl AddressRange {
     }
 }
 
-/// Checks a mapping of `size` bytes at `offset` into a range of `range_size` bytes, from
-/// `physical_offset` of a physical allocation of `physical_size` bytes.
-fn check_mapping(
-    range_size: usize,
-    offset: usize,
-    physical_size: usize,
-    physical_offset: usize,
-    size: usize,
-    granularity: usize,
-) -> Result<()> {
+/// Checks a mapping of a physical allocation of `size` bytes at `offset` into a range of
+/// `range_size` bytes.
+fn check_mapping(range_size: usize, offset: usize, size: usize, granularity: usize) -> Result<()> {
     const OP: &str = "AddressRange::map";
     if size == 0 {
         return Err(Error::invalid(OP, "a mapping of 0 bytes was requested; map at least one granule"));
     }
-    for (what, value) in [("offset", offset), ("size", size), ("physical offset", physical_offset)] {
+    for (what, value) in [("offset", offset), ("size", size)] {
         if granularity != 0 && value % granularity != 0 {
             return Err(Error::invalid(
                 OP,
@@ -184,24 +165,12 @@ fn check_mapping(
         }
     }
     match offset.checked_add(size) {
-        Some(end) if end <= range_size => {}
-        _ => {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "{size} bytes at offset {offset} end past the reserved range of {range_size} bytes; \
-                     reserve a larger range"
-                ),
-            ));
-        }
-    }
-    match physical_offset.checked_add(size) {
-        Some(end) if end <= physical_size => Ok(()),
+        Some(end) if end <= range_size => Ok(()),
         _ => Err(Error::invalid(
             OP,
             format!(
-                "{size} bytes from physical offset {physical_offset} end past the physical allocation of \
-                 {physical_size} bytes"
+                "{size} bytes at offset {offset} end past the reserved range of {range_size} bytes; \
+                 reserve a larger range"
             ),
         )),
     }
@@ -221,27 +190,23 @@ mod tests {
     }
 
     #[test]
-    fn mappings_inside_the_range_and_allocation_pass() {
-        assert!(check_mapping(4 * G, 0, 4 * G, 0, 4 * G, G).is_ok());
-        assert!(check_mapping(4 * G, 2 * G, G, 0, G, G).is_ok());
-        assert!(check_mapping(4 * G, 3 * G, 2 * G, G, G, G).is_ok());
+    fn mappings_inside_the_range_pass() {
+        assert!(check_mapping(4 * G, 0, 4 * G, G).is_ok());
+        assert!(check_mapping(4 * G, 2 * G, G, G).is_ok());
+        assert!(check_mapping(4 * G, 3 * G, G, G).is_ok());
     }
 
     #[test]
     fn mappings_past_the_end_are_refused() {
-        assert!(message(check_mapping(4 * G, 3 * G, 2 * G, 0, 2 * G, G)).contains("past the reserved range"));
-        assert!(
-            message(check_mapping(4 * G, 0, 2 * G, G, 2 * G, G)).contains("past the physical allocation")
-        );
-        assert!(message(check_mapping(4 * G, usize::MAX - G + 1, G, 0, G, G)).contains("past the reserved"));
+        assert!(message(check_mapping(4 * G, 3 * G, 2 * G, G)).contains("past the reserved range"));
+        assert!(message(check_mapping(4 * G, usize::MAX - G + 1, G, G)).contains("past the reserved"));
     }
 
     #[test]
     fn unaligned_mappings_name_the_granularity() {
-        let m = message(check_mapping(4 * G, 4096, G, 0, G, G));
+        let m = message(check_mapping(4 * G, 4096, G, G));
         assert!(m.contains("offset of 4096") && m.contains(&G.to_string()), "{m}");
-        assert!(message(check_mapping(4 * G, 0, G, 0, 4096, G)).contains("size of 4096"));
-        assert!(message(check_mapping(4 * G, 0, 2 * G, 512, G, G)).contains("physical offset of 512"));
-        assert!(message(check_mapping(4 * G, 0, G, 0, 0, G)).contains("0 bytes"));
+        assert!(message(check_mapping(4 * G, 0, 4096, G)).contains("size of 4096"));
+        assert!(message(check_mapping(4 * G, 0, 0, G)).contains("0 bytes"));
     }
 }
