@@ -32,6 +32,7 @@ pub mod pool;
 pub mod profiler;
 pub mod runtime;
 pub mod stream;
+pub mod texture;
 
 pub use context::{Context, ContextFlags, CurrentGuard};
 pub use device::Device;
