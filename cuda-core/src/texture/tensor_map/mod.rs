@@ -9,6 +9,8 @@
 
 mod builder;
 mod checks;
+#[cfg(test)]
+mod tests;
 
 pub use builder::TensorMapBuilder;
 
@@ -254,7 +256,7 @@ unsafe impl KernelArg for &TensorMap<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+mod layout_tests {
     use super::*;
 
     #[test]
