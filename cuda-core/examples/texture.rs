@@ -9,8 +9,8 @@
 use cuda_core::memory::{Array, ArrayFlags};
 use cuda_core::module::Module;
 use cuda_core::texture::{
-    AddressMode, ChannelFormat, FilterMode, Resource, Swizzle, TensorDataType, TensorMapBuilder, TextureDescriptor,
-    TextureObject,
+    AddressMode, ChannelFormat, FilterMode, Resource, Swizzle, TensorDataType, TensorMapBuilder,
+    TextureDescriptor, TextureObject,
 };
 use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
@@ -111,7 +111,8 @@ fn run(scale: usize) -> cuda_core::Result<()> {
 
     // The same sampling on the host. The hardware keeps 8 fractional bits of the weights, so
     // the two agree to within 1/256 of the largest step between neighbours (31 here).
-    let at = |x: i64, y: i64| pixel(x.clamp(0, SIDE as i64 - 1) as usize, y.clamp(0, SIDE as i64 - 1) as usize);
+    let at =
+        |x: i64, y: i64| pixel(x.clamp(0, SIDE as i64 - 1) as usize, y.clamp(0, SIDE as i64 - 1) as usize);
     let mut worst = 0.0f32;
     for (i, &gpu) in result.iter().enumerate() {
         let (ox, oy) = (i % width as usize, i / width as usize);
@@ -136,7 +137,10 @@ fn run(scale: usize) -> cuda_core::Result<()> {
         .global_strides(&[(SIDE * 4) as u64])
         .swizzle(Swizzle::Bytes128)
         .tiled(&[32, 8])?;
-    println!("tensor map over {} bytes, ready for cp.async.bulk.tensor on compute capability 9.0+", map.footprint());
+    println!(
+        "tensor map over {} bytes, ready for cp.async.bulk.tensor on compute capability 9.0+",
+        map.footprint()
+    );
 
     if worst <= 32.0 / 256.0 {
         Ok(())
