@@ -280,9 +280,10 @@ const BLOCK_COMPRESSED: [ResourceViewFormat; 10] = [
 ];
 
 impl ResourceViewFormat {
-    /// The raw format. The channel formats are numbered 1 to 24 in the order of
-    /// [`CHANNEL_TYPES`], three channel counts each; the block-compressed ones follow from 25.
+    /// The raw format.
     pub fn as_raw(self) -> sys::CUresourceViewFormat {
+        // The header numbers the channel formats 1 to 24 in the order of `CHANNEL_TYPES`, three
+        // channel counts each; the block-compressed ones follow from 25.
         let value = match self {
             ResourceViewFormat::None => 0,
             ResourceViewFormat::Channels(f) => {
