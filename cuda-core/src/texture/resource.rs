@@ -3,7 +3,7 @@
 
 use super::format::{ChannelFormat, Texel, texel_size};
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, check};
 use crate::memory::{Array, ArrayDescriptor, DeviceView, MipmappedArray, PitchedBuffer};
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -196,16 +196,25 @@ impl<'a> Resource<'a> {
     /// An [`Error::InvalidArgument`] names the field at fault: `address` when the view does
     /// not start at a multiple of the device's texture alignment
     /// (`CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT`; slice at a multiple of it), `size_in_bytes`
-    /// when it holds more texels than a linear texture may
-    /// (`CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH`), `format` when `T`'s size is not
-    /// that of its texel format.
+    /// when it holds more texels than a linear texture of its format may
+    /// ([`cuDeviceGetTexture1DLinearMaxWidth`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)),
+    /// `format` when `T`'s size is not that of its texel format.
     pub fn linear<T: Texel>(view: DeviceView<'a, T>) -> Result<Resource<'a>> {
         const OP: &str = "Resource::linear";
         let format = texel_size::<T>(OP)?;
         let device = view.context().device();
         let alignment = attribute(OP, device.texture_alignment()?, "texture alignment")?;
         check_alignment(OP, "address", view.as_raw(), alignment, "texture alignment")?;
-        let max = attribute(OP, device.maximum_texture1d_linear_width()?, "maximum linear width")?;
+        let mut max = 0usize;
+        // SAFETY: one out-parameter; a device ordinal the context was made on.
+        check("cuDeviceGetTexture1DLinearMaxWidth", unsafe {
+            sys::cuDeviceGetTexture1DLinearMaxWidth(
+                &mut max,
+                format.channel_type().as_raw(),
+                format.channels(),
+                device.as_raw(),
+            )
+        })?;
         if view.is_empty() || view.len() > max {
             return Err(Error::invalid(
                 OP,
@@ -255,8 +264,9 @@ impl<'a> Resource<'a> {
             ("pitch_in_bytes", buffer.pitch(), device.maximum_texture2d_linear_pitch()?),
         ];
         for (field, value, max) in limits {
+            // A limit the device does not report (0) is not checked.
             let max = attribute(OP, max, "2D linear texture limit")?;
-            if value > max {
+            if max > 0 && value > max {
                 return Err(Error::invalid(
                     OP,
                     format!("`{field}` is {value}; the device's 2D linear textures allow at most {max}"),

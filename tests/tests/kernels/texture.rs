@@ -170,18 +170,21 @@ pub const TMA_PTX: &str = r#"
     mov.u32 %r3, %tid.x;
     mov.u32 %r4, tma_tile_smem;
     mov.u32 %r5, tma_tile_bar;
+    mov.u32 %r8, 1;
+    mov.u32 %r9, 1024;
     setp.eq.u32 %p1, %r3, 0;
     @!%p1 bra TMA_INIT_DONE;
-    mbarrier.init.shared.b64 [%r5], 1;
+    mbarrier.init.shared.b64 [%r5], %r8;
     fence.mbarrier_init.release.cluster;
     fence.proxy.async.shared::cta;
 TMA_INIT_DONE:
     bar.sync 0;
     @!%p1 bra TMA_WAIT;
-    mbarrier.arrive.expect_tx.shared.b64 %rd4, [%r5], 1024;
+    mbarrier.arrive.expect_tx.shared.b64 %rd4, [%r5], %r9;
     cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r4], [%rd2, {%r1, %r2}], [%r5];
 TMA_WAIT:
-    mbarrier.try_wait.parity.shared.b64 %p2, [%r5], 0;
+    mov.u32 %r6, 0;
+    mbarrier.try_wait.parity.shared.b64 %p2, [%r5], %r6;
     @!%p2 bra TMA_WAIT;
     shl.b32 %r6, %r3, 2;
     add.s32 %r7, %r4, %r6;
