@@ -50,16 +50,16 @@ mod format;
 mod object;
 mod resource;
 mod tensor_map;
+mod view;
 
-pub use descriptor::{
-    AddressMode, FilterMode, ReadMode, ResourceViewDescriptor, ResourceViewFormat, TextureDescriptor,
-};
+pub use descriptor::{AddressMode, FilterMode, ReadMode, TextureDescriptor};
 pub use format::{ChannelFormat, ChannelType, Texel};
 pub use object::{SurfaceObject, TextureObject};
 pub use resource::{Resource, ResourceDescriptor};
 pub use tensor_map::{
     Im2colWideMode, Interleave, L2Promotion, OobFill, Swizzle, TensorDataType, TensorMap, TensorMapBuilder,
 };
+pub use view::{ResourceViewDescriptor, ResourceViewFormat};
 
 /// Declares a Rust enum over the named constants of a raw newtype enum, with `as_raw` and a
 /// `TryFrom` of the raw value that refuses values the crate does not know.

@@ -1,8 +1,9 @@
 //! Texture and surface objects: 64-bit handles that kernels read (and, for surfaces, write)
 //! through, destroyed on drop, holding their resource.
 
-use super::descriptor::{ResourceViewDescriptor, TextureDescriptor};
+use super::descriptor::TextureDescriptor;
 use super::resource::{Resource, ResourceDescriptor};
+use super::view::ResourceViewDescriptor;
 use crate::error::{Error, Result, check};
 use crate::launch::KernelArg;
 use crate::memory::{Array, ArrayFlags};
