@@ -35,6 +35,7 @@ pub mod pool;
 pub mod profiler;
 pub mod runtime;
 pub mod stream;
+pub mod texture;
 pub mod vmm;
 
 pub use context::{Context, ContextFlags, CurrentGuard};

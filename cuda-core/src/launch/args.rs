@@ -19,7 +19,11 @@ use std::mem::size_of;
 ///   `&GrowableBuffer<T>` and `&mut GrowableBuffer<T>` ([`crate::vmm`]): passed as the
 ///   8-byte device address of their first element, for a `T*` parameter. Pass a buffer by
 ///   `&mut` (or a [`DeviceViewMut`]) where the kernel writes through the pointer, so that the
-///   borrow checker sees the write.
+///   borrow checker sees the write;
+/// * `&TextureObject` and `&SurfaceObject` ([`texture`](crate::texture)): their 64-bit handle,
+///   for a `.u64` parameter;
+/// * `&TensorMap`: its 128 bytes by value, for a `const __grid_constant__ CUtensorMap`
+///   (`.param .align 64 .b8 name[128]`).
 ///
 /// Launches read the argument where it is: nothing is copied or allocated.
 ///

@@ -192,6 +192,11 @@ impl Array {
         self.raw
     }
 
+    /// The context the array belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
     /// The array's descriptor
     /// ([`cuArray3DGetDescriptor`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn descriptor(&self) -> Result<ArrayDescriptor> {
@@ -375,6 +380,11 @@ impl MipmappedArray {
     /// The raw `CUmipmappedArray`.
     pub fn as_raw(&self) -> sys::CUmipmappedArray {
         self.raw
+    }
+
+    /// The context the array belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
     }
 
     /// The number of levels it was created with.
