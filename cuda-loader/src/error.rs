@@ -1,7 +1,6 @@
 //! Load errors and where they are kept for later reading.
 
 use std::cell::RefCell;
-use std::ffi::CStr;
 use std::fmt;
 use std::sync::Mutex;
 
@@ -99,16 +98,16 @@ impl fmt::Display for LoadError {
 impl std::error::Error for LoadError {}
 
 /// Errors recorded per symbol, kept for the life of the process. Only the cold path touches it.
-static RECORDED: Mutex<Vec<(&'static CStr, LoadError)>> = Mutex::new(Vec::new());
+static RECORDED: Mutex<Vec<(&'static str, LoadError)>> = Mutex::new(Vec::new());
 
 thread_local! {
     static LAST: RefCell<Option<LoadError>> = const { RefCell::new(None) };
 }
 
-pub(crate) fn record(symbol: &'static CStr, error: &LoadError) {
+pub(crate) fn record(function: &'static str, error: &LoadError) {
     if let Ok(mut all) = RECORDED.lock() {
-        if !all.iter().any(|(s, _)| *s == symbol) {
-            all.push((symbol, error.clone()));
+        if !all.iter().any(|(f, _)| *f == function) {
+            all.push((function, error.clone()));
         }
     }
     set_last(error);
@@ -118,10 +117,12 @@ pub(crate) fn set_last(error: &LoadError) {
     LAST.with(|l| *l.borrow_mut() = Some(error.clone()));
 }
 
-/// The reason `symbol` could not be resolved, if a call to it failed to load.
-pub fn load_error(symbol: &str) -> Option<LoadError> {
+/// The reason the function `function` could not be resolved, if a call to it failed to load.
+/// The name is the one the caller called (`cuCtxGetDevice_v2`, `cuEventElapsedTime_v2000`), so
+/// each ABI version of a function has its own record.
+pub fn load_error(function: &str) -> Option<LoadError> {
     let all = RECORDED.lock().ok()?;
-    all.iter().find(|(s, _)| s.to_bytes() == symbol.as_bytes()).map(|(_, e)| e.clone())
+    all.iter().find(|(f, _)| *f == function).map(|(_, e)| e.clone())
 }
 
 /// The latest load failure seen by the calling thread, if any.

@@ -42,7 +42,7 @@ macro_rules! runtime_functions {
                     "See <https://docs.nvidia.com/cuda/cuda-runtime-api/> for its contract.",
                 )]
                 $name($($arg: $ty),*) -> $ret,
-                slot: ::cuda_loader::Slot::new($symbol, 0, 0, $per_thread),
+                slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, 0, 0, $per_thread),
                 resolve: $crate::loader::resolve,
                 on_failure: $crate::loader::OnLoadFailure::on_load_failure,
             }

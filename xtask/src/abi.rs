@@ -3,12 +3,28 @@
 
 use std::collections::BTreeMap;
 
-/// One typedef: its version, whether it is the per-thread-default-stream variant, and its
-/// signature with every type alias resolved.
+/// One typedef: its version, whether it is the per-thread-default-stream variant, its
+/// signature with every type alias resolved, and its parameters as the typedef writes them.
 struct Variant {
     version: i32,
     per_thread: bool,
     signature: String,
+    params: Vec<(String, syn::Type)>,
+    output: Option<syn::Type>,
+}
+
+/// One ABI version of a function as its `PFN_` typedef declares it.
+pub struct TypedefVariant {
+    /// The function's base name (`cuMemAdvise`).
+    pub base: String,
+    /// The ABI version (`8000`).
+    pub version: i32,
+    /// The version of the per-thread-default-stream variant with the same signature; 0 if none.
+    pub per_thread_version: i32,
+    /// `(name, type)` of each parameter; unnamed ones are `argN`.
+    pub params: Vec<(String, syn::Type)>,
+    /// The return type; `None` for `void`.
+    pub output: Option<syn::Type>,
 }
 
 /// Every `PFN_` typedef, by the function's base name.
@@ -33,16 +49,27 @@ impl AbiTable {
             let Some(c) = pfn.as_ref().and_then(|re| re.captures(name)) else { continue };
             let Ok(version) = c[2].parse::<i32>() else { continue };
             let Some(f) = bare_fn(ty) else { continue };
-            let inputs: Vec<syn::Type> = f.inputs.iter().map(|a| a.ty.clone()).collect();
+            let params: Vec<(String, syn::Type)> = f
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    let name =
+                        a.name.as_ref().map(|(n, _)| n.to_string()).unwrap_or_else(|| format!("arg{i}"));
+                    (name, a.ty.clone())
+                })
+                .collect();
             let output = match &f.output {
                 syn::ReturnType::Default => None,
                 syn::ReturnType::Type(_, t) => Some((**t).clone()),
             };
-            found.push((c[1].to_string(), version, c.get(3).is_some(), inputs, output));
+            found.push((c[1].to_string(), version, c.get(3).is_some(), params, output));
         }
-        for (base, version, per_thread, inputs, output) in found {
+        for (base, version, per_thread, params, output) in found {
+            let inputs: Vec<syn::Type> = params.iter().map(|(_, t)| t.clone()).collect();
             let signature = table.signature(&inputs, output.as_ref());
-            table.variants.entry(base).or_default().push(Variant { version, per_thread, signature });
+            let variant = Variant { version, per_thread, signature, params, output };
+            table.variants.entry(base).or_default().push(variant);
         }
         table
     }
@@ -84,6 +111,32 @@ impl AbiTable {
                 .max()
         };
         Some((newest(false)?, newest(true).unwrap_or(0)))
+    }
+
+    /// Every default-stream ABI version of every function, by base name then version, each with
+    /// the per-thread version of the same signature (the newest such, 0 when there is none).
+    pub fn all_variants(&self) -> Vec<TypedefVariant> {
+        let mut out = Vec::new();
+        for (base, variants) in &self.variants {
+            let mut own: Vec<&Variant> = variants.iter().filter(|v| !v.per_thread).collect();
+            own.sort_by_key(|v| v.version);
+            for v in own {
+                let per_thread_version = variants
+                    .iter()
+                    .filter(|p| p.per_thread && p.signature == v.signature)
+                    .map(|p| p.version)
+                    .max()
+                    .unwrap_or(0);
+                out.push(TypedefVariant {
+                    base: base.clone(),
+                    version: v.version,
+                    per_thread_version,
+                    params: v.params.clone(),
+                    output: v.output.clone(),
+                });
+            }
+        }
+        out
     }
 }
 
@@ -146,5 +199,28 @@ mod tests {
         let (a, n): (syn::Type, syn::Type) = (syn::parse_quote!(u64), syn::parse_quote!(usize));
         assert_eq!(t.versions("cuMemcpy", &sig(&t, &[a.clone(), a, n])), Some((4000, 7000)));
         assert_eq!(t.versions("cuNoSuchFunction", &sig(&t, &[])), None);
+    }
+
+    #[test]
+    fn every_default_stream_variant_is_listed_with_its_parameters() {
+        let t = table();
+        let all: Vec<(String, i32, i32, usize)> = t
+            .all_variants()
+            .into_iter()
+            .map(|v| (v.base, v.version, v.per_thread_version, v.params.len()))
+            .collect();
+        assert_eq!(
+            all,
+            [
+                ("cuCtxSynchronize".to_string(), 2000, 0, 0),
+                ("cuCtxSynchronize".to_string(), 13000, 0, 1),
+                ("cuMemAdvise".to_string(), 8000, 0, 3),
+                ("cuMemAdvise".to_string(), 12020, 0, 3),
+                ("cuMemcpy".to_string(), 4000, 7000, 3),
+            ]
+        );
+        let advise = t.all_variants().into_iter().find(|v| v.version == 8000).map(|v| v.params);
+        let names: Vec<String> = advise.unwrap_or_default().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["p", "n", "d"]);
     }
 }

@@ -420,6 +420,8 @@ fn render_functions(
     abi: &AbiTable,
 ) -> Result<String, String> {
     let mut lines = BTreeMap::new();
+    // (symbol, version) of every driver ABI a declared name already reaches.
+    let mut reached = BTreeSet::new();
     for f in functions {
         let args: Vec<String> = f.args.iter().map(|(n, t)| format!("{n}: {t}")).collect();
         let sig = format!("({}) -> {}", args.join(", "), f.ret);
@@ -437,6 +439,7 @@ fn render_functions(
                         );
                         (*fallback_version, 0)
                     });
+                    reached.insert((symbol.to_string(), v));
                     format!("c\"{symbol}\", {v}, {ptv}")
                 }
                 Flavor::Runtime => {
@@ -452,8 +455,41 @@ fn render_functions(
             lines.insert(name.clone(), format!("    {name}{sig} => {tail};\n"));
         }
     }
+    if let Flavor::Driver { .. } = spec.flavor {
+        older_abi_lines(abi, &reached, &mut lines)?;
+    }
     let body: String = lines.into_values().collect();
     Ok(format!("crate::{}! {{\n{body}}}\n", spec.macro_name))
+}
+
+/// The ABI versions of driver functions that no declared name reaches, each as
+/// `<base>_v<version>` with the signature of its `PFN_<base>_v<version>` typedef, so that code
+/// can call an older ABI on a driver that lacks the newer one.
+fn older_abi_lines(
+    abi: &AbiTable,
+    reached: &BTreeSet<(String, i32)>,
+    lines: &mut BTreeMap<String, String>,
+) -> Result<(), String> {
+    for v in abi.all_variants() {
+        if reached.contains(&(v.base.clone(), v.version)) {
+            continue;
+        }
+        let name = format!("{}_v{}", v.base, v.version);
+        if lines.contains_key(&name) {
+            return Err(format!("{name} is both declared and an ABI variant"));
+        }
+        let args: Vec<String> = v.params.iter().map(|(n, t)| format!("{n}: {}", type_text(t))).collect();
+        let ret = v.output.as_ref().map(type_text).unwrap_or_else(|| "()".to_string());
+        let line = format!(
+            "    {name}({}) -> {ret} => c\"{}\", {}, {};\n",
+            args.join(", "),
+            v.base,
+            v.version,
+            v.per_thread_version
+        );
+        lines.insert(name, line);
+    }
+    Ok(())
 }
 
 /// Writes the generated files into `root`, returning their paths.
