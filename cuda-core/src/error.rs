@@ -194,14 +194,6 @@ impl std::error::Error for Error {
     }
 }
 
-/// The name a load error is recorded under: the C name without an ABI suffix.
-fn load_symbol(call: &str) -> &str {
-    match call.rfind("_v") {
-        Some(i) if call[i + 2..].bytes().all(|b| b.is_ascii_digit()) && i + 2 < call.len() => &call[..i],
-        _ => call,
-    }
-}
-
 /// Turns a driver status into a `Result`; a status that means "could not be loaded" becomes
 /// [`Error::Load`] with the loader's reason.
 #[inline]
@@ -212,7 +204,7 @@ pub(crate) fn check(call: &'static str, status: sys::CUresult) -> Result<()> {
 #[cold]
 pub(crate) fn driver_error(call: &'static str, status: sys::CUresult) -> Error {
     if status == sys::CUresult::CUDA_ERROR_NOT_FOUND || status == sys::CUresult::CUDA_ERROR_NOT_SUPPORTED {
-        if let Some(source) = sys::load_error(load_symbol(call)).or_else(sys::library_error) {
+        if let Some(source) = sys::load_error(call).or_else(sys::library_error) {
             return Error::Load { call, source };
         }
     }
@@ -260,13 +252,6 @@ mod tests {
         assert!(e.to_string().starts_with("cudaMalloc failed: cudaErrorMemoryAllocation"), "{e}");
         let e = Error::Nccl { call: "ncclAllReduce", status: nccl::ncclResult_t::ncclInvalidArgument };
         assert!(e.to_string().starts_with("ncclAllReduce failed: ncclInvalidArgument"), "{e}");
-    }
-
-    #[test]
-    fn abi_suffixes_are_stripped_for_load_lookups() {
-        assert_eq!(load_symbol("cuCtxSynchronize_v2"), "cuCtxSynchronize");
-        assert_eq!(load_symbol("cuMemAlloc"), "cuMemAlloc");
-        assert_eq!(load_symbol("cuGraph_v"), "cuGraph_v");
     }
 
     #[test]
