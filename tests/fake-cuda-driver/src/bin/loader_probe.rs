@@ -62,7 +62,7 @@ fn main() {
             println!("cuCtxCreate={}", status(s));
             report_error("cuCtxCreate", "cuCtxCreate");
             println!("cuCtxSynchronize_v2={}", status(sys::cuCtxSynchronize_v2(std::ptr::null_mut())));
-            report_error("cuCtxSynchronize", "cuCtxSynchronize");
+            report_error("cuCtxSynchronize", "cuCtxSynchronize_v2");
         },
         "no_library" => unsafe {
             println!("cuInit={}", status(sys::cuInit(0)));
