@@ -248,6 +248,115 @@ unsafe extern "C" fn cuMemcpy_ptds(_dst: u64, _src: u64, _n: usize) -> c_int {
     PER_THREAD_MEMCPY_STATUS
 }
 
+const MODULE_FUNCTION: usize = 0x3000;
+const LIBRARY_KERNEL: usize = 0x4000;
+
+unsafe extern "C" fn cuCtxSetFlags(flags: c_uint) -> c_int {
+    called(format!("cuCtxSetFlags@12010 flags={flags}"));
+    SUCCESS
+}
+
+unsafe extern "C" fn cuModuleUnload(_module: *mut c_void) -> c_int {
+    SUCCESS
+}
+
+unsafe extern "C" fn cuModuleGetFunctionCount(count: *mut c_uint, _module: *mut c_void) -> c_int {
+    called("cuModuleGetFunctionCount@12040".into());
+    status(put(count, 1))
+}
+
+unsafe extern "C" fn cuModuleEnumerateFunctions(out: *mut *mut c_void, n: c_uint, _m: *mut c_void) -> c_int {
+    called("cuModuleEnumerateFunctions@12040".into());
+    status(n == 1 && put(out, MODULE_FUNCTION as *mut c_void))
+}
+
+unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, _attribute: c_int, _f: *mut c_void) -> c_int {
+    status(put(value, 1024))
+}
+
+/// One 8-byte parameter, for functions and kernels alike.
+fn param_info(what: &str, index: usize, offset: *mut usize, size: *mut usize) -> c_int {
+    called(format!("{what}@12040 index={index}"));
+    if index > 0 {
+        return INVALID_VALUE;
+    }
+    status(put(offset, 0) && put(size, 8))
+}
+
+unsafe extern "C" fn cuFuncGetParamInfo(
+    _f: *mut c_void,
+    i: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> c_int {
+    param_info("cuFuncGetParamInfo", i, offset, size)
+}
+
+unsafe extern "C" fn cuKernelGetParamInfo(
+    _k: *mut c_void,
+    i: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> c_int {
+    param_info("cuKernelGetParamInfo", i, offset, size)
+}
+
+unsafe extern "C" fn cuFuncGetName(name: *mut *const std::ffi::c_char, _f: *mut c_void) -> c_int {
+    called("cuFuncGetName@12030".into());
+    status(put(name, c"fake_function".as_ptr()))
+}
+
+unsafe extern "C" fn cuKernelGetName(name: *mut *const std::ffi::c_char, _k: *mut c_void) -> c_int {
+    called("cuKernelGetName@12030".into());
+    status(put(name, c"fake_kernel".as_ptr()))
+}
+
+unsafe extern "C" fn cuFuncLoad(_f: *mut c_void) -> c_int {
+    called("cuFuncLoad@12040".into());
+    SUCCESS
+}
+
+unsafe extern "C" fn cuFuncIsLoaded(state: *mut c_int, _f: *mut c_void) -> c_int {
+    called("cuFuncIsLoaded@12040".into());
+    // CU_FUNCTION_LOADING_STATE_LOADED
+    status(put(state, 1))
+}
+
+unsafe extern "C" fn cuLibraryLoadData(
+    library: *mut *mut c_void,
+    _code: *const c_void,
+    _jit_options: *mut c_void,
+    _jit_values: *mut *mut c_void,
+    _n_jit: c_uint,
+    _library_options: *mut c_void,
+    _library_values: *mut *mut c_void,
+    _n_library: c_uint,
+) -> c_int {
+    status(put(library, new_handle()))
+}
+
+unsafe extern "C" fn cuLibraryUnload(_library: *mut c_void) -> c_int {
+    SUCCESS
+}
+
+unsafe extern "C" fn cuLibraryGetKernel(
+    kernel: *mut *mut c_void,
+    _library: *mut c_void,
+    _name: *const std::ffi::c_char,
+) -> c_int {
+    status(put(kernel, LIBRARY_KERNEL as *mut c_void))
+}
+
+unsafe extern "C" fn cuLibraryGetKernelCount(count: *mut c_uint, _library: *mut c_void) -> c_int {
+    called("cuLibraryGetKernelCount@12040".into());
+    status(put(count, 1))
+}
+
+unsafe extern "C" fn cuLibraryEnumerateKernels(out: *mut *mut c_void, n: c_uint, _l: *mut c_void) -> c_int {
+    called("cuLibraryEnumerateKernels@12040".into());
+    status(n == 1 && put(out, LIBRARY_KERNEL as *mut c_void))
+}
+
 macro_rules! addr {
     ($f:expr) => {
         $f as *const () as usize
@@ -290,6 +399,22 @@ fn implemented() -> Vec<(&'static str, i32, usize, usize)> {
         ("cuMemPrefetchAsync", 8000, addr!(cuMemPrefetchAsync_v8000), addr!(cuMemPrefetchAsync_v8000)),
         ("cuMemPrefetchAsync", 12020, addr!(cuMemPrefetchAsync_v12020), addr!(cuMemPrefetchAsync_v12020)),
         ("cuMemcpy", 4000, addr!(cuMemcpy), addr!(cuMemcpy_ptds)),
+        ("cuCtxSetFlags", 12010, addr!(cuCtxSetFlags), 0),
+        ("cuModuleUnload", 2000, addr!(cuModuleUnload), 0),
+        ("cuModuleGetFunctionCount", 12040, addr!(cuModuleGetFunctionCount), 0),
+        ("cuModuleEnumerateFunctions", 12040, addr!(cuModuleEnumerateFunctions), 0),
+        ("cuFuncGetAttribute", 2020, addr!(cuFuncGetAttribute), 0),
+        ("cuFuncGetParamInfo", 12040, addr!(cuFuncGetParamInfo), 0),
+        ("cuFuncGetName", 12030, addr!(cuFuncGetName), 0),
+        ("cuFuncLoad", 12040, addr!(cuFuncLoad), 0),
+        ("cuFuncIsLoaded", 12040, addr!(cuFuncIsLoaded), 0),
+        ("cuLibraryLoadData", 12000, addr!(cuLibraryLoadData), 0),
+        ("cuLibraryUnload", 12000, addr!(cuLibraryUnload), 0),
+        ("cuLibraryGetKernel", 12000, addr!(cuLibraryGetKernel), 0),
+        ("cuLibraryGetKernelCount", 12040, addr!(cuLibraryGetKernelCount), 0),
+        ("cuLibraryEnumerateKernels", 12040, addr!(cuLibraryEnumerateKernels), 0),
+        ("cuKernelGetName", 12030, addr!(cuKernelGetName), 0),
+        ("cuKernelGetParamInfo", 12040, addr!(cuKernelGetParamInfo), 0),
     ]
 }
 

@@ -101,6 +101,18 @@ fn a_driver_too_old_for_a_function_says_which_versions() {
 }
 
 #[test]
+fn a_function_newer_than_the_driver_is_never_asked_for() {
+    // Asked for cuCtxCreate at 12.5, a 12.4 driver would hand out its 11.4 ABI, whose
+    // arguments differ: the loader refuses before asking.
+    let r = probe("too_old", &[("FAKE_CUDA_DRIVER_VERSION", "12040")]);
+    assert_eq!(r["cuCtxCreate"], "CUDA_ERROR_NOT_SUPPORTED");
+    assert!(r["cuCtxCreate.kind"].contains("needed: 12050"), "{}", r["cuCtxCreate.kind"]);
+    assert!(r["cuCtxCreate.kind"].contains("installed: 12040"), "{}", r["cuCtxCreate.kind"]);
+    assert_eq!(r["lookups.cuCtxCreate"], "0");
+    assert_eq!(r["cuCtxCreate_v3020"], "CUDA_SUCCESS", "the older ABI is reachable by its own name");
+}
+
+#[test]
 fn version_not_sufficient_through_get_proc_address_v2() {
     let r = probe("too_old", &[("FAKE_CUDA_DRIVER_VERSION", "12080")]);
     assert_eq!(r["cuCtxCreate"], "CUDA_SUCCESS");

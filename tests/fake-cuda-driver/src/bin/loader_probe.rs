@@ -61,6 +61,9 @@ fn main() {
             let s = sys::cuCtxCreate(&mut ctx, std::ptr::null_mut(), 0, 0);
             println!("cuCtxCreate={}", status(s));
             report_error("cuCtxCreate", "cuCtxCreate");
+            println!("lookups.cuCtxCreate={}", lookups(c"cuCtxCreate"));
+            let s = sys::cuCtxCreate_v3020(&mut ctx, 0, 0);
+            println!("cuCtxCreate_v3020={}", status(s));
             println!("cuCtxSynchronize_v2={}", status(sys::cuCtxSynchronize_v2(std::ptr::null_mut())));
             report_error("cuCtxSynchronize", "cuCtxSynchronize_v2");
         },
