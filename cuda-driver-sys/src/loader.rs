@@ -141,7 +141,11 @@ pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
     };
     let missing = || LoadError {
         library: LIBRARY_NAME,
-        kind: LoadErrorKind::SymbolNotFound { symbol: symbol.clone(), file: driver.file.clone() },
+        kind: LoadErrorKind::SymbolNotFound {
+            symbol: symbol.clone(),
+            file: driver.file.clone(),
+            installed: Some(std::format!("{}.{}", d.version / 1000, (d.version % 1000) / 10)),
+        },
     };
     // A driver cannot have an ABI newer than itself. Asked for one anyway, older drivers answer
     // with the newest variant they have, whose signature differs: refuse before asking.

@@ -31,6 +31,8 @@ pub enum LoadErrorKind {
         symbol: String,
         /// The file the library was loaded from.
         file: String,
+        /// The loaded library's version, where it reports one (`13.0`, `2.18.3`).
+        installed: Option<String>,
     },
     /// The function exists only in a newer version of the library than the one installed.
     VersionTooOld {
@@ -76,11 +78,13 @@ impl fmt::Display for LoadError {
                 }
                 f.write_str(")")
             }
-            LoadErrorKind::SymbolNotFound { symbol, file } => write!(
-                f,
-                "{symbol} is not provided by {} (loaded from {file}); install a newer {}",
-                self.library, self.library
-            ),
+            LoadErrorKind::SymbolNotFound { symbol, file, installed } => {
+                write!(f, "{symbol} is not provided by {}", self.library)?;
+                if let Some(v) = installed {
+                    write!(f, " {v}")?;
+                }
+                write!(f, " (loaded from {file}); install a newer {}", self.library)
+            }
             LoadErrorKind::VersionTooOld { symbol, needed, installed } => write!(
                 f,
                 "{symbol} needs {} {} or newer, but {} is installed; upgrade it",

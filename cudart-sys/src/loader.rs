@@ -101,8 +101,9 @@ pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
     let loaded = RUNTIME.get().map_err(Clone::clone)?;
     let per_thread = per_thread_default_stream();
     let version = loaded.data.version;
+    let installed = || Some(std::format!("{}.{}", version / 1000, (version % 1000) / 10));
     if version >= BINDINGS_VERSION {
-        return RUNTIME.resolve_exported(slot, per_thread);
+        return RUNTIME.resolve_exported(slot, per_thread, installed());
     }
     let too_old = || LoadError {
         library: LIBRARY_NAME,
@@ -113,7 +114,7 @@ pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
         },
     };
     let Some(other) = cuda12_export(slot.function).map_err(|()| too_old())? else {
-        return RUNTIME.resolve_exported(slot, per_thread);
+        return RUNTIME.resolve_exported(slot, per_thread, installed());
     };
     // The per-thread export of the other name carries the same suffix.
     let suffix = slot.per_thread_name.to_bytes().get(slot.name.to_bytes().len()..).unwrap_or_default();
@@ -127,6 +128,7 @@ pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
         kind: LoadErrorKind::SymbolNotFound {
             symbol: name.to_string_lossy().into_owned(),
             file: loaded.file.clone(),
+            installed: installed(),
         },
     })
 }

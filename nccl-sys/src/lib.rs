@@ -22,7 +22,7 @@ pub use types::*;
 
 mod loader;
 pub use cuda_loader::{LoadError, LoadErrorKind, last_load_error, load_error};
-pub use loader::{library_error, library_path};
+pub use loader::{library_error, library_path, nccl_version};
 
 /// Expands each line of the generated function list into a lazily resolved function.
 macro_rules! nccl_functions {
