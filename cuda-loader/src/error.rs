@@ -1,11 +1,11 @@
 //! Load errors and where they are kept for later reading.
 
 use std::cell::RefCell;
-use std::fmt;
 use std::sync::Mutex;
 
 /// Why a library or one of its functions could not be used.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", message(.library, .kind))]
 pub struct LoadError {
     /// The library concerned, by its usual name (`libcuda.so.1`, `libcudart.so.13`, ...).
     pub library: &'static str,
@@ -56,50 +56,38 @@ fn version_text(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.kind {
-            LoadErrorKind::LibraryNotFound { tried, env_var, install_hint } => {
-                write!(
-                    f,
-                    "could not load {}: {install_hint}, or set {env_var} to the library's path (tried ",
-                    self.library
-                )?;
-                for (i, (file, why)) in tried.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str("; ")?;
-                    }
+/// The message of a [`LoadError`]: what failed and what to do about it.
+fn message(library: &str, kind: &LoadErrorKind) -> String {
+    match kind {
+        LoadErrorKind::LibraryNotFound { tried, env_var, install_hint } => {
+            let tried: Vec<String> = tried
+                .iter()
+                .map(|(file, why)| {
                     // The system loader's message usually starts with the file name already.
-                    if why.starts_with(file.as_str()) {
-                        f.write_str(why)?;
-                    } else {
-                        write!(f, "{file}: {why}")?;
-                    }
-                }
-                f.write_str(")")
-            }
-            LoadErrorKind::SymbolNotFound { symbol, file, installed } => {
-                write!(f, "{symbol} is not provided by {}", self.library)?;
-                if let Some(v) = installed {
-                    write!(f, " {v}")?;
-                }
-                write!(f, " (loaded from {file}); install a newer {}", self.library)
-            }
-            LoadErrorKind::VersionTooOld { symbol, needed, installed } => write!(
-                f,
-                "{symbol} needs {} {} or newer, but {} is installed; upgrade it",
-                self.library,
-                version_text(*needed),
-                version_text(*installed)
-            ),
-            LoadErrorKind::Unusable { file, reason } => {
-                write!(f, "{} (loaded from {file}) cannot be used: {reason}", self.library)
-            }
+                    if why.starts_with(file.as_str()) { why.clone() } else { format!("{file}: {why}") }
+                })
+                .collect();
+            format!(
+                "could not load {library}: {install_hint}, or set {env_var} to the library's path (tried {})",
+                tried.join("; ")
+            )
+        }
+        LoadErrorKind::SymbolNotFound { symbol, file, installed } => {
+            let version = installed.as_ref().map(|v| format!(" {v}")).unwrap_or_default();
+            format!(
+                "{symbol} is not provided by {library}{version} (loaded from {file}); install a newer {library}"
+            )
+        }
+        LoadErrorKind::VersionTooOld { symbol, needed, installed } => format!(
+            "{symbol} needs {library} {} or newer, but {} is installed; upgrade it",
+            version_text(*needed),
+            version_text(*installed)
+        ),
+        LoadErrorKind::Unusable { file, reason } => {
+            format!("{library} (loaded from {file}) cannot be used: {reason}")
         }
     }
 }
-
-impl std::error::Error for LoadError {}
 
 /// Errors recorded per symbol, kept for the life of the process. Only the cold path touches it.
 static RECORDED: Mutex<Vec<(&'static str, LoadError)>> = Mutex::new(Vec::new());
@@ -132,4 +120,64 @@ pub fn load_error(function: &str) -> Option<LoadError> {
 /// The latest load failure seen by the calling thread, if any.
 pub fn last_load_error() -> Option<LoadError> {
     LAST.with(|l| l.borrow().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(library: &'static str, kind: LoadErrorKind) -> String {
+        LoadError { library, kind }.to_string()
+    }
+
+    #[test]
+    fn each_reason_reads_as_what_failed_and_what_to_do() {
+        let tried = vec![
+            ("a.so".to_string(), "a.so: cannot open shared object file".to_string()),
+            ("b.so".to_string(), "no such file".to_string()),
+        ];
+        assert_eq!(
+            text(
+                "libx.so.1",
+                LoadErrorKind::LibraryNotFound { tried, env_var: "X_PATH", install_hint: "install X" }
+            ),
+            "could not load libx.so.1: install X, or set X_PATH to the library's path \
+             (tried a.so: cannot open shared object file; b.so: no such file)"
+        );
+        let missing = |installed: Option<&str>| LoadErrorKind::SymbolNotFound {
+            symbol: "cuFoo".into(),
+            file: "/lib/libcuda.so.1".into(),
+            installed: installed.map(Into::into),
+        };
+        assert_eq!(
+            text("libcuda.so.1", missing(Some("12.4"))),
+            "cuFoo is not provided by libcuda.so.1 12.4 (loaded from /lib/libcuda.so.1); install a newer libcuda.so.1"
+        );
+        assert_eq!(
+            text("libcuda.so.1", missing(None)),
+            "cuFoo is not provided by libcuda.so.1 (loaded from /lib/libcuda.so.1); install a newer libcuda.so.1"
+        );
+        let too_old =
+            LoadErrorKind::VersionTooOld { symbol: "cuCtxCreate".into(), needed: 12050, installed: 12040 };
+        assert_eq!(
+            text("libcuda.so.1", too_old),
+            "cuCtxCreate needs libcuda.so.1 12.5 or newer, but 12.4 is installed; upgrade it"
+        );
+        let unusable = LoadErrorKind::Unusable { file: "/x.so".into(), reason: "it is not a driver".into() };
+        assert_eq!(
+            text("libcuda.so.1", unusable),
+            "libcuda.so.1 (loaded from /x.so) cannot be used: it is not a driver"
+        );
+    }
+
+    #[test]
+    fn an_already_fixed_default_stream_says_which() {
+        let e = crate::AlreadyChosen { per_thread: true };
+        assert_eq!(
+            e.to_string(),
+            "the default stream is already fixed to the per-thread stream; choose before the first call"
+        );
+        let e = crate::AlreadyChosen { per_thread: false };
+        assert!(e.to_string().contains("fixed to the legacy stream"), "{e}");
+    }
 }
