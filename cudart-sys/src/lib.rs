@@ -16,10 +16,12 @@
 //! The bindings describe CUDA 13's ABI. Where a CUDA 12 runtime exports that ABI under another
 //! name (CUDA 13's `cudaMemAdvise` is CUDA 12's `cudaMemAdvise_v2`), a 12 runtime is called
 //! through that name. Where it does not export it at all (`cudaGetDeviceProperties`, whose
-//! `cudaDeviceProp` changed layout in 13.0, and the functions taking structs that changed), the
-//! call is refused before reaching the library, as a function too new for the installed
-//! runtime: it never reads or writes a struct of the wrong layout. `cargo xtask bindgen` finds
-//! these functions by comparing the two versions' `cuda_runtime_api.h` type by type. A missing library or symbol makes the function return
+//! `cudaDeviceProp` changed layout in 13.0, and the other functions taking structs that
+//! changed), the call is refused before reaching the library, as a function too new for the
+//! installed runtime: it never reads or writes a struct of the wrong layout. A struct that only
+//! gained fields at its end, passed alone through a pointer (`cudaPointerAttributes`), is no
+//! change: the 12 runtime reads and writes the fields it knows. `cargo xtask bindgen` finds these
+//! functions by comparing the two versions' `cuda_runtime_api.h` type by type. A missing library or symbol makes the function return
 //! [`cudaError_t::cudaErrorSymbolNotFound`] (functions returning a string return a message, and
 //! [`cudaCreateChannelDesc`] a zeroed descriptor); [`load_error`] says why. Nothing here panics.
 //!

@@ -3,17 +3,22 @@
 //! A function's ABI here is its signature with every alias resolved and every struct or union
 //! it reaches (through pointers too) spelled out field by field, so that a struct whose layout
 //! changed between 12 and 13 (`cudaDeviceProp`) makes every function that takes it differ.
+//! A struct reached through a pointer may have gained fields at its end (`reserved` arrays):
+//! the older library reads and writes the fields it knows, which sit at the same offsets.
 //! A CUDA 13 function whose name the CUDA 12 header declares with the same ABI needs nothing;
 //! one whose ABI CUDA 12 exports under a suffixed name (`cudaMemAdvise` is 12's
 //! `cudaMemAdvise_v2`) is resolved by that name on 12; any other is refused on 12.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// A function's parameters, `(name, type)`, and its result (`None` for `void`).
+type Signature = (Vec<(String, syn::Type)>, Option<syn::Type>);
+
 /// The functions and types of one header set, as bindgen wrote them.
 pub struct Catalog {
     aliases: BTreeMap<String, syn::Type>,
     records: BTreeMap<String, Vec<(String, syn::Type)>>,
-    functions: BTreeMap<String, (Vec<syn::Type>, Option<syn::Type>)>,
+    functions: BTreeMap<String, Signature>,
 }
 
 impl Catalog {
@@ -40,7 +45,13 @@ impl Catalog {
                             .inputs
                             .iter()
                             .filter_map(|a| match a {
-                                syn::FnArg::Typed(p) => Some((*p.ty).clone()),
+                                syn::FnArg::Typed(p) => {
+                                    let name = match &*p.pat {
+                                        syn::Pat::Ident(i) => i.ident.to_string(),
+                                        _ => String::new(),
+                                    };
+                                    Some((name, (*p.ty).clone()))
+                                }
                                 syn::FnArg::Receiver(_) => None,
                             })
                             .collect();
@@ -55,15 +66,6 @@ impl Catalog {
             }
         }
         c
-    }
-
-    /// The ABI of a declared function, or `None` when the headers do not declare it.
-    pub fn abi(&self, function: &str) -> Option<String> {
-        let (inputs, output) = self.functions.get(function)?;
-        let mut seen = BTreeSet::new();
-        let args: Vec<String> = inputs.iter().map(|t| self.deep(t, &mut seen)).collect();
-        let ret = output.as_ref().map(|t| self.deep(t, &mut seen)).unwrap_or_else(|| "()".into());
-        Some(format!("({}) -> {ret}", args.join(", ")))
     }
 
     fn deep(&self, ty: &syn::Type, seen: &mut BTreeSet<String>) -> String {
@@ -99,6 +101,82 @@ impl Catalog {
     }
 }
 
+/// Whether `older` can be called with what `newer` declares for `newer_fn` and `older_fn`: the
+/// same arguments and result, except that a struct or union an argument points to may have
+/// gained fields at its end (the older library reads and writes the part it knows, at the same
+/// offsets). That holds for one struct, not for an array of them, whose stride changed: a
+/// function with a count parameter (`num*`, `*count*`) may take arrays, and gets no such leeway.
+fn callable_as(newer: &Catalog, newer_fn: &str, older: &Catalog, older_fn: &str) -> bool {
+    let (Some((new_in, new_out)), Some((old_in, old_out))) =
+        (newer.functions.get(newer_fn), older.functions.get(older_fn))
+    else {
+        return false;
+    };
+    let same_result = match (new_out, old_out) {
+        (Some(a), Some(b)) => same_type(newer, a, older, b),
+        (None, None) => true,
+        _ => false,
+    };
+    let may_take_arrays = new_in.iter().any(|(name, _)| {
+        let name = name.to_ascii_lowercase();
+        name.starts_with("num") || name.contains("count")
+    });
+    same_result
+        && new_in.len() == old_in.len()
+        && new_in.iter().zip(old_in).all(|((_, a), (_, b))| {
+            if may_take_arrays {
+                same_type(newer, a, older, b)
+            } else {
+                arguments_match(newer, a, older, b, false)
+            }
+        })
+}
+
+fn same_type(newer: &Catalog, a: &syn::Type, older: &Catalog, b: &syn::Type) -> bool {
+    newer.deep(a, &mut BTreeSet::new()) == older.deep(b, &mut BTreeSet::new())
+}
+
+fn arguments_match(
+    newer: &Catalog,
+    a: &syn::Type,
+    older: &Catalog,
+    b: &syn::Type,
+    behind_pointer: bool,
+) -> bool {
+    if same_type(newer, a, older, b) {
+        return true;
+    }
+    match (a, b) {
+        (syn::Type::Ptr(pa), syn::Type::Ptr(pb)) => {
+            pa.mutability.is_some() == pb.mutability.is_some()
+                && arguments_match(newer, &pa.elem, older, &pb.elem, true)
+        }
+        _ if behind_pointer => match (newer.record(a), older.record(b)) {
+            (Some(new_fields), Some(old_fields)) => {
+                old_fields.len() < new_fields.len()
+                    && old_fields
+                        .iter()
+                        .zip(new_fields)
+                        .all(|((on, ot), (nn, nt))| on == nn && same_type(newer, nt, older, ot))
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+impl Catalog {
+    /// The fields of the struct or union `ty` names, through aliases.
+    fn record(&self, ty: &syn::Type) -> Option<&Vec<(String, syn::Type)>> {
+        let syn::Type::Path(p) = ty else { return None };
+        let name = p.path.segments.last()?.ident.to_string();
+        match self.aliases.get(&name) {
+            Some(target) => self.record(target),
+            None => self.records.get(&name),
+        }
+    }
+}
+
 fn fields<'a>(fields: impl Iterator<Item = &'a syn::Field>) -> Vec<(String, syn::Type)> {
     fields
         .enumerate()
@@ -108,13 +186,13 @@ fn fields<'a>(fields: impl Iterator<Item = &'a syn::Field>) -> Vec<(String, syn:
         .collect()
 }
 
-/// Every function of `newer` whose ABI `older` does not declare under the same name, with the
+/// Every function of `newer` that cannot be called as `older` declares it under the same name
+/// (see `callable_as`), with the
 /// suffixed name (`<name>_v<n>`, the highest `n`) under which `older` declares that ABI, if any.
 pub fn differences(newer: &Catalog, older: &Catalog) -> BTreeMap<String, Option<String>> {
     let mut out = BTreeMap::new();
     for name in newer.functions.keys() {
-        let Some(abi) = newer.abi(name) else { continue };
-        if older.abi(name).as_ref() == Some(&abi) {
+        if callable_as(newer, name, older, name) {
             continue;
         }
         let prefix = format!("{name}_v");
@@ -123,7 +201,7 @@ pub fn differences(newer: &Catalog, older: &Catalog) -> BTreeMap<String, Option<
             .keys()
             .filter_map(|o| {
                 let n: u32 = o.strip_prefix(&prefix)?.parse().ok()?;
-                (older.abi(o).as_ref() == Some(&abi)).then_some((n, o.clone()))
+                callable_as(newer, name, older, o).then_some((n, o.clone()))
             })
             .max()
             .map(|(_, o)| o);
@@ -186,5 +264,40 @@ mod tests {
         assert_eq!(d.get("cudaMemAdvise"), Some(&Some("cudaMemAdvise_v2".to_string())));
         assert_eq!(d.get("cudaStreamSynchronize"), None, "aliases resolve to the same type");
         assert_eq!(d.len(), 2);
+    }
+
+    #[test]
+    fn fields_added_at_the_end_of_a_pointed_to_struct_keep_it_callable() {
+        let v13 = catalog(syn::parse_quote! {
+            pub struct cudaPointerAttributes { pub type_: i32, pub device: i32, pub reserved: [i64; 8usize] }
+            pub struct cudaExtent { pub width: usize, pub height: usize, pub depth: usize, pub extra: usize }
+            pub struct cudaDeviceProp { pub name: [u8; 256usize], pub totalGlobalMem: usize }
+            unsafe extern "C" {
+                pub fn cudaPointerGetAttributes(a: *mut cudaPointerAttributes, p: *const u8) -> u32;
+                pub fn cudaByValue(e: cudaExtent) -> u32;
+                pub fn cudaGetDeviceProperties(prop: *mut cudaDeviceProp, device: i32) -> u32;
+                pub fn cudaArrayOf(a: *mut cudaPointerAttributes, numAttrs: usize) -> u32;
+            }
+        });
+        let v12 = catalog(syn::parse_quote! {
+            pub struct cudaPointerAttributes { pub type_: i32, pub device: i32 }
+            pub struct cudaExtent { pub width: usize, pub height: usize, pub depth: usize }
+            pub struct cudaDeviceProp { pub name: [u8; 256usize], pub clockRate: i32, pub totalGlobalMem: usize }
+            unsafe extern "C" {
+                pub fn cudaPointerGetAttributes(a: *mut cudaPointerAttributes, p: *const u8) -> u32;
+                pub fn cudaByValue(e: cudaExtent) -> u32;
+                pub fn cudaGetDeviceProperties(prop: *mut cudaDeviceProp, device: i32) -> u32;
+                pub fn cudaArrayOf(a: *mut cudaPointerAttributes, numAttrs: usize) -> u32;
+            }
+        });
+        let d = differences(&v13, &v12);
+        assert_eq!(d.get("cudaArrayOf"), Some(&None), "an array of grown structs has another stride");
+        assert_eq!(d.get("cudaPointerGetAttributes"), None);
+        assert_eq!(d.get("cudaByValue"), Some(&None), "a struct passed by value must match exactly");
+        assert_eq!(
+            d.get("cudaGetDeviceProperties"),
+            Some(&None),
+            "a field removed in the middle moves the rest"
+        );
     }
 }
