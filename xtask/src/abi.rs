@@ -114,16 +114,20 @@ impl AbiTable {
     }
 
     /// Every default-stream ABI version of every function, by base name then version, each with
-    /// the per-thread version of the same signature (the newest such, 0 when there is none).
+    /// its per-thread version: the newest per-thread typedef of the same signature from before
+    /// the next default-stream version (two versions can share a signature and differ in
+    /// meaning, as `cuStreamWaitValue32` 8.0 and 11.7 do), 0 when there is none.
     pub fn all_variants(&self) -> Vec<TypedefVariant> {
         let mut out = Vec::new();
         for (base, variants) in &self.variants {
             let mut own: Vec<&Variant> = variants.iter().filter(|v| !v.per_thread).collect();
             own.sort_by_key(|v| v.version);
-            for v in own {
+            let next_versions: Vec<i32> =
+                own.iter().skip(1).map(|v| v.version).chain(std::iter::once(i32::MAX)).collect();
+            for (v, next) in own.into_iter().zip(next_versions) {
                 let per_thread_version = variants
                     .iter()
-                    .filter(|p| p.per_thread && p.signature == v.signature)
+                    .filter(|p| p.per_thread && p.signature == v.signature && p.version < next)
                     .map(|p| p.version)
                     .max()
                     .unwrap_or(0);
@@ -166,6 +170,10 @@ mod tests {
             pub type PFN_cuMemAdvise_v12020 = Option<unsafe extern "C" fn(p: u64, n: usize, l: CUmemLocation) -> CUresult>;
             pub type PFN_cuMemcpy_v4000 = Option<unsafe extern "C" fn(d: u64, s: u64, n: usize) -> CUresult>;
             pub type PFN_cuMemcpy_v7000_ptds = Option<unsafe extern "C" fn(d: u64, s: u64, n: usize) -> CUresult>;
+            pub type PFN_cuStreamWaitValue32_v8000 = Option<unsafe extern "C" fn(s: CUstream, v: u32) -> CUresult>;
+            pub type PFN_cuStreamWaitValue32_v8000_ptsz = Option<unsafe extern "C" fn(s: CUstream, v: u32) -> CUresult>;
+            pub type PFN_cuStreamWaitValue32_v11070 = Option<unsafe extern "C" fn(s: CUstream, v: u32) -> CUresult>;
+            pub type PFN_cuStreamWaitValue32_v11070_ptsz = Option<unsafe extern "C" fn(s: CUstream, v: u32) -> CUresult>;
         };
         AbiTable::new(&file.items)
     }
@@ -217,6 +225,8 @@ mod tests {
                 ("cuMemAdvise".to_string(), 8000, 0, 3),
                 ("cuMemAdvise".to_string(), 12020, 0, 3),
                 ("cuMemcpy".to_string(), 4000, 7000, 3),
+                ("cuStreamWaitValue32".to_string(), 8000, 8000, 2),
+                ("cuStreamWaitValue32".to_string(), 11070, 11070, 2),
             ]
         );
         let advise = t.all_variants().into_iter().find(|v| v.version == 8000).map(|v| v.params);

@@ -431,7 +431,7 @@ crate::driver_functions! {
     cuStreamAddCallback(hStream: CUstream, callback: CUstreamCallback, userData: *mut ::core::ffi::c_void, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamAddCallback", 5000, 7000;
     cuStreamAttachMemAsync(hStream: CUstream, dptr: CUdeviceptr, length: usize, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamAttachMemAsync", 6000, 7000;
     cuStreamBatchMemOp(stream: CUstream, count: ::core::ffi::c_uint, paramArray: *mut CUstreamBatchMemOpParams, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamBatchMemOp", 11070, 11070;
-    cuStreamBatchMemOp_v8000(stream: CUstream, count: ::core::ffi::c_uint, paramArray: *mut CUstreamBatchMemOpParams, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamBatchMemOp", 8000, 11070;
+    cuStreamBatchMemOp_v8000(stream: CUstream, count: ::core::ffi::c_uint, paramArray: *mut CUstreamBatchMemOpParams, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamBatchMemOp", 8000, 8000;
     cuStreamBeginCapture(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult => c"cuStreamBeginCapture", 10010, 10010;
     cuStreamBeginCaptureToGraph(hStream: CUstream, hGraph: CUgraph, dependencies: *const CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, mode: CUstreamCaptureMode) -> CUresult => c"cuStreamBeginCaptureToGraph", 12030, 12030;
     cuStreamCopyAttributes(dst: CUstream, src: CUstream) -> CUresult => c"cuStreamCopyAttributes", 11000, 11000;
@@ -458,13 +458,13 @@ crate::driver_functions! {
     cuStreamUpdateCaptureDependencies_v11030(hStream: CUstream, dependencies: *mut CUgraphNode, numDependencies: usize, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamUpdateCaptureDependencies", 11030, 11030;
     cuStreamWaitEvent(hStream: CUstream, hEvent: CUevent, Flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWaitEvent", 3020, 7000;
     cuStreamWaitValue32(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWaitValue32", 11070, 11070;
-    cuStreamWaitValue32_v8000(stream: CUstream, addr: CUdeviceptr_v2, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWaitValue32", 8000, 11070;
+    cuStreamWaitValue32_v8000(stream: CUstream, addr: CUdeviceptr_v2, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWaitValue32", 8000, 8000;
     cuStreamWaitValue64(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWaitValue64", 11070, 11070;
-    cuStreamWaitValue64_v9000(stream: CUstream, addr: CUdeviceptr_v2, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWaitValue64", 9000, 11070;
+    cuStreamWaitValue64_v9000(stream: CUstream, addr: CUdeviceptr_v2, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWaitValue64", 9000, 9000;
     cuStreamWriteValue32(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWriteValue32", 11070, 11070;
-    cuStreamWriteValue32_v8000(stream: CUstream, addr: CUdeviceptr_v2, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWriteValue32", 8000, 11070;
+    cuStreamWriteValue32_v8000(stream: CUstream, addr: CUdeviceptr_v2, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWriteValue32", 8000, 8000;
     cuStreamWriteValue64(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWriteValue64", 11070, 11070;
-    cuStreamWriteValue64_v9000(stream: CUstream, addr: CUdeviceptr_v2, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWriteValue64", 9000, 11070;
+    cuStreamWriteValue64_v9000(stream: CUstream, addr: CUdeviceptr_v2, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult => c"cuStreamWriteValue64", 9000, 9000;
     cuSurfObjectCreate(pSurfObject: *mut CUsurfObject, pResDesc: *const CUDA_RESOURCE_DESC) -> CUresult => c"cuSurfObjectCreate", 5000, 0;
     cuSurfObjectDestroy(surfObject: CUsurfObject) -> CUresult => c"cuSurfObjectDestroy", 5000, 0;
     cuSurfObjectGetResourceDesc(pResDesc: *mut CUDA_RESOURCE_DESC, surfObject: CUsurfObject) -> CUresult => c"cuSurfObjectGetResourceDesc", 5000, 0;
