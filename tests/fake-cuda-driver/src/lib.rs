@@ -12,6 +12,8 @@
 //!   arguments that tell versions apart; `fake_cuda_calls` returns the record and
 //!   `fake_cuda_lookups(name)` counts the lookups of a name.
 //!
+//! * `ncclGetVersion` (and no other NCCL function) lets the same file stand in for an old NCCL.
+//!
 //! Handles are made-up numbers: a context is `0x1000 + device` (primary) or
 //! `0x2000 + 16 * n + device` (created), so the device of any context can be read back.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
@@ -144,4 +146,17 @@ pub unsafe extern "C" fn fake_cuda_lookups(name: *const c_char) -> c_uint {
 pub extern "C" fn fake_cuda_calls() -> *const c_char {
     let text = CALLS.lock().map(|all| all.join("\n")).unwrap_or_default();
     CString::new(text).unwrap_or_default().into_raw()
+}
+
+/// `ncclGetVersion`, so that this library also stands in for an NCCL that has nothing else:
+/// it reports `FAKE_NCCL_VERSION` (default 21803, NCCL 2.18.3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> c_int {
+    if version.is_null() {
+        return 4; // ncclInvalidArgument
+    }
+    let v = std::env::var("FAKE_NCCL_VERSION").ok().and_then(|v| v.parse().ok()).unwrap_or(21803);
+    // SAFETY: the caller passes a valid pointer.
+    unsafe { *version = v };
+    SUCCESS
 }

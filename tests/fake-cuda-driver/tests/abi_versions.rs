@@ -14,8 +14,11 @@ fn fake_driver() -> PathBuf {
     let probe = PathBuf::from(env!("CARGO_BIN_EXE_abi-probe"));
     let dir = probe.parent().map(PathBuf::from).unwrap_or_default();
     let name = if cfg!(windows) { "fake_cuda_driver.dll" } else { "libfake_cuda_driver.so" };
-    let direct = dir.join(name);
-    if direct.exists() { direct } else { dir.join("deps").join(name) }
+    // `cargo test` rebuilds the copy in deps/; one next to the binaries may be left from an
+    // earlier `cargo build`. The newer one is this build's.
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let (direct, in_deps) = (dir.join(name), dir.join("deps").join(name));
+    if modified(&direct) > modified(&in_deps) { direct } else { in_deps }
 }
 
 fn probe(version: i32) -> BTreeMap<String, String> {

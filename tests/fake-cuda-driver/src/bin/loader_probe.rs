@@ -110,6 +110,25 @@ fn main() {
             println!("cuMemcpy={}", sys::cuMemcpy(0, 0, 0).0);
             println!("set_per_thread_late={}", sys::set_per_thread_default_stream(true).is_err());
         },
+        "nccl" => unsafe {
+            println!("nccl_version={:?}", nccl_sys::nccl_version());
+            let mut v = 0;
+            println!("ncclGetVersion={:?} {v}", nccl_sys::ncclGetVersion(&mut v).name());
+            let mut comm = std::ptr::null_mut();
+            let s = nccl_sys::ncclCommShrink(
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+                &mut comm,
+                std::ptr::null_mut(),
+                0,
+            );
+            println!("ncclCommShrink={:?}", s.name());
+            match nccl_sys::load_error("ncclCommShrink") {
+                Some(e) => println!("ncclCommShrink.message={e}"),
+                None => println!("ncclCommShrink.message=none"),
+            }
+        },
         other => {
             eprintln!("unknown scenario {other:?}");
             std::process::exit(2);
