@@ -7,16 +7,16 @@
 use cuda_driver_sys as sys;
 use cudart_sys as rt;
 use nccl_sys as nccl;
-use std::fmt;
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in this crate.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A CUDA driver call returned an error status.
+    #[error("{}", driver_text(.call, *.status))]
     Driver {
         /// The C function that failed, e.g. `cuMemAlloc`.
         call: &'static str,
@@ -24,6 +24,7 @@ pub enum Error {
         status: sys::CUresult,
     },
     /// A CUDA runtime call returned an error status.
+    #[error("{}", runtime_text(.call, *.status))]
     Runtime {
         /// The C function that failed, e.g. `cudaMalloc`.
         call: &'static str,
@@ -31,6 +32,7 @@ pub enum Error {
         status: rt::cudaError_t,
     },
     /// An NCCL call returned an error status.
+    #[error("{}", nccl_text(.call, *.status))]
     Nccl {
         /// The C function that failed, e.g. `ncclAllReduce`.
         call: &'static str,
@@ -38,6 +40,7 @@ pub enum Error {
         status: nccl::ncclResult_t,
     },
     /// A library, or one of its functions, could not be loaded.
+    #[error("{call} could not be loaded: {source}")]
     Load {
         /// The C function that was being called.
         call: &'static str,
@@ -45,6 +48,7 @@ pub enum Error {
         source: sys::LoadError,
     },
     /// An argument was rejected before any call was made (sizes, bounds, alignment, ranges).
+    #[error("{operation}: {message}")]
     InvalidArgument {
         /// The operation that rejected it, e.g. `DeviceBuffer::copy_from`.
         operation: &'static str,
@@ -52,6 +56,7 @@ pub enum Error {
         message: String,
     },
     /// A memory pool or allocator could not satisfy a request, even after releasing its cache.
+    #[error("{}", out_of_memory_text(*.requested, *.held, *.limit))]
     OutOfMemory {
         /// The bytes asked for.
         requested: usize,
@@ -61,21 +66,14 @@ pub enum Error {
         limit: Option<usize>,
     },
     /// A host function run by the GPU (a stream callback) panicked; the panic was caught.
+    #[error("a stream callback panicked: {message}")]
     CallbackPanicked {
         /// The panic's message.
         message: String,
     },
-    /// The JIT compiler or linker rejected its input (PTX, cubin, fat binary, linker input).
-    Jit {
-        /// The C function that failed, e.g. `cuModuleLoadDataEx`.
-        call: &'static str,
-        /// The status it returned.
-        status: sys::CUresult,
-        /// The compiler's error log: what is wrong with the input, and where.
-        log: String,
-    },
     /// The driver refused to make an executable graph of a graph
     /// (`cuGraphInstantiateWithParams`).
+    #[error("{}", graph_instantiate_text(*.result, *.status, *.node))]
     GraphInstantiate {
         /// Why, as the driver says: `CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE` (a cycle or a
         /// node that does not belong), `..._NODE_OPERATION_NOT_SUPPORTED`,
@@ -89,6 +87,7 @@ pub enum Error {
     },
     /// The driver refused to update an executable graph from another graph
     /// (`cuGraphExecUpdate`); the executable graph is unchanged and can still be launched.
+    #[error("{}", graph_update_text(*.result, *.node))]
     GraphUpdate {
         /// Why, as the driver says: `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`,
         /// `..._NODE_TYPE_CHANGED`, `..._FUNCTION_CHANGED`, `..._PARAMETERS_CHANGED`,
@@ -97,6 +96,16 @@ pub enum Error {
         /// The node of the new graph the driver blames, as the address of its handle
         /// (compare with [`GraphNode::id`](crate::graph::GraphNode::id)), when it names one.
         node: Option<usize>,
+    },
+    /// The JIT compiler or linker rejected its input (PTX, cubin, fat binary, linker input).
+    #[error("{}", jit_text(.call, *.status, .log))]
+    Jit {
+        /// The C function that failed, e.g. `cuModuleLoadDataEx`.
+        call: &'static str,
+        /// The status it returned.
+        status: sys::CUresult,
+        /// The compiler's error log: what is wrong with the input, and where.
+        log: String,
     },
 }
 
@@ -161,88 +170,61 @@ fn nccl_description(status: nccl::ncclResult_t) -> Option<String> {
     Some(unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned())
 }
 
-fn write_status(
-    f: &mut fmt::Formatter<'_>,
-    call: &str,
-    name: Option<&str>,
-    raw: i64,
-    description: Option<String>,
-) -> fmt::Result {
-    write!(f, "{call} failed: ")?;
-    match name {
-        Some(n) => f.write_str(n)?,
-        None => write!(f, "unknown status {raw}")?,
-    }
+/// `<call> failed: <status name> (<description>)`, or `unknown status <n>` for a status the
+/// headers do not name.
+fn status_text(call: &str, name: Option<&str>, raw: i64, description: Option<String>) -> String {
+    let name = name.map_or_else(|| format!("unknown status {raw}"), str::to_string);
     match description {
-        Some(d) => write!(f, " ({d})"),
-        None => Ok(()),
+        Some(d) => format!("{call} failed: {name} ({d})"),
+        None => format!("{call} failed: {name}"),
     }
 }
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Driver { call, status } => {
-                write_status(f, call, status.name(), i64::from(status.0), driver_description(*status))
-            }
-            Error::Runtime { call, status } => {
-                write_status(f, call, status.name(), i64::from(status.0), runtime_description(*status))
-            }
-            Error::Nccl { call, status } => {
-                write_status(f, call, status.name(), i64::from(status.0), nccl_description(*status))
-            }
-            Error::Load { call, source } => write!(f, "{call} could not be loaded: {source}"),
-            Error::InvalidArgument { operation, message } => write!(f, "{operation}: {message}"),
-            Error::OutOfMemory { requested, held, limit } => {
-                write!(f, "out of memory: {requested} bytes requested while {held} bytes are held")?;
-                match limit {
-                    Some(l) => write!(f, " under a limit of {l} bytes; raise the limit or free memory"),
-                    None => f.write_str("; free memory or lower the request"),
-                }
-            }
-            Error::CallbackPanicked { message } => write!(f, "a stream callback panicked: {message}"),
-            Error::GraphInstantiate { result, status, node } => {
-                let why = result.name().unwrap_or("an unknown instantiation result");
-                let status = status.name().unwrap_or("an unknown status");
-                write!(f, "cuGraphInstantiateWithParams failed: {status}, {why}")?;
-                if let Some(node) = node {
-                    write!(f, " at node {node:#x}")?;
-                }
-                f.write_str("; fix the graph's structure or the node named")
-            }
-            Error::GraphUpdate { result, node } => {
-                let why = result.name().unwrap_or("an unknown update result");
-                write!(f, "cuGraphExecUpdate refused the update: {why}")?;
-                if let Some(node) = node {
-                    write!(f, " at node {node:#x}")?;
-                }
-                f.write_str(
-                    "; the executable graph is unchanged: instantiate the new graph instead, or change only node parameters",
-                )
-            }
-            Error::Jit { call, status, log } => {
-                write_status(f, call, status.name(), i64::from(status.0), driver_description(*status))?;
-                if log.is_empty() { Ok(()) } else { write!(f, "; compiler log:\n{log}") }
-            }
-        }
+fn driver_text(call: &str, status: sys::CUresult) -> String {
+    status_text(call, status.name(), i64::from(status.0), driver_description(status))
+}
+
+fn runtime_text(call: &str, status: rt::cudaError_t) -> String {
+    status_text(call, status.name(), i64::from(status.0), runtime_description(status))
+}
+
+fn nccl_text(call: &str, status: nccl::ncclResult_t) -> String {
+    status_text(call, status.name(), i64::from(status.0), nccl_description(status))
+}
+
+fn jit_text(call: &str, status: sys::CUresult, log: &str) -> String {
+    let text = driver_text(call, status);
+    if log.is_empty() { text } else { format!("{text}; compiler log:\n{log}") }
+}
+
+fn out_of_memory_text(requested: usize, held: usize, limit: Option<usize>) -> String {
+    let head = format!("out of memory: {requested} bytes requested while {held} bytes are held");
+    match limit {
+        Some(l) => format!("{head} under a limit of {l} bytes; raise the limit or free memory"),
+        None => format!("{head}; free memory or lower the request"),
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Load { source, .. } => Some(source),
-            _ => None,
-        }
-    }
+fn graph_instantiate_text(
+    result: sys::CUgraphInstantiateResult,
+    status: sys::CUresult,
+    node: Option<usize>,
+) -> String {
+    let why = result.name().unwrap_or("an unknown instantiation result");
+    let status = status.name().unwrap_or("an unknown status");
+    let at = node.map(|n| format!(" at node {n:#x}")).unwrap_or_default();
+    format!(
+        "cuGraphInstantiateWithParams failed: {status}, {why}{at}; fix the graph's structure or the node named"
+    )
 }
 
-/// The name a load error is recorded under: the C name without an ABI suffix.
-fn load_symbol(call: &str) -> &str {
-    match call.rfind("_v") {
-        Some(i) if call[i + 2..].bytes().all(|b| b.is_ascii_digit()) && i + 2 < call.len() => &call[..i],
-        _ => call,
-    }
+fn graph_update_text(result: sys::CUgraphExecUpdateResult, node: Option<usize>) -> String {
+    let why = result.name().unwrap_or("an unknown update result");
+    let at = node.map(|n| format!(" at node {n:#x}")).unwrap_or_default();
+    format!(
+        "cuGraphExecUpdate refused the update: {why}{at}; the executable graph is unchanged: instantiate \
+         the new graph instead, or change only node parameters"
+    )
 }
 
 /// Turns a driver status into a `Result`; a status that means "could not be loaded" becomes
@@ -255,7 +237,7 @@ pub(crate) fn check(call: &'static str, status: sys::CUresult) -> Result<()> {
 #[cold]
 pub(crate) fn driver_error(call: &'static str, status: sys::CUresult) -> Error {
     if status == sys::CUresult::CUDA_ERROR_NOT_FOUND || status == sys::CUresult::CUDA_ERROR_NOT_SUPPORTED {
-        if let Some(source) = sys::load_error(load_symbol(call)).or_else(sys::library_error) {
+        if let Some(source) = sys::load_error(call).or_else(sys::library_error) {
             return Error::Load { call, source };
         }
     }
@@ -323,18 +305,50 @@ mod tests {
     }
 
     #[test]
-    fn abi_suffixes_are_stripped_for_load_lookups() {
-        assert_eq!(load_symbol("cuCtxSynchronize_v2"), "cuCtxSynchronize");
-        assert_eq!(load_symbol("cuMemAlloc"), "cuMemAlloc");
-        assert_eq!(load_symbol("cuGraph_v"), "cuGraph_v");
+    fn load_and_jit_errors_keep_their_messages() {
+        let source = sys::LoadError {
+            library: "libcuda.so.1",
+            kind: sys::LoadErrorKind::VersionTooOld {
+                symbol: "cuFuncLoad".into(),
+                needed: 12040,
+                installed: 12020,
+            },
+        };
+        let e = Error::Load { call: "cuFuncLoad", source: source.clone() };
+        assert_eq!(
+            e.to_string(),
+            "cuFuncLoad could not be loaded: cuFuncLoad needs libcuda.so.1 12.4 or newer, but 12.2 is installed; upgrade it"
+        );
+        let cause = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(cause, Some(source.to_string()));
+        let e = Error::Jit {
+            call: "cuModuleLoadData",
+            status: sys::CUresult(123_456),
+            log: "line 3: bad".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cuModuleLoadData failed: unknown status 123456; compiler log:\nline 3: bad"
+        );
+        let e = Error::invalid("DeviceBuffer::copy_from", "lengths differ");
+        assert_eq!(e.to_string(), "DeviceBuffer::copy_from: lengths differ");
+        let e = Error::CallbackPanicked { message: "boom".into() };
+        assert_eq!(e.to_string(), "a stream callback panicked: boom");
     }
 
     #[test]
     fn out_of_memory_states_size_held_and_limit() {
         let e = Error::OutOfMemory { requested: 1024, held: 4096, limit: Some(8192) };
         let text = e.to_string();
-        for part in ["1024", "4096", "8192"] {
-            assert!(text.contains(part), "{text}");
-        }
+        assert_eq!(
+            text,
+            "out of memory: 1024 bytes requested while 4096 bytes are held under a limit of 8192 bytes; \
+             raise the limit or free memory"
+        );
+        let e = Error::OutOfMemory { requested: 1024, held: 4096, limit: None };
+        assert_eq!(
+            e.to_string(),
+            "out of memory: 1024 bytes requested while 4096 bytes are held; free memory or lower the request"
+        );
     }
 }

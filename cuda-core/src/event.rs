@@ -3,6 +3,7 @@
 //! See the [Event Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)
 //! section of the driver API.
 
+use crate::abi::AbiVersions;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::stream::Stream;
@@ -154,9 +155,17 @@ impl Event {
                 "an event was created with DISABLE_TIMING; create both without it to time them",
             ));
         }
+        // Drivers before 12.8 have the first version only, which reads the same arguments.
+        static ELAPSED: AbiVersions = AbiVersions::new("cuEventElapsedTime", &[12080, 2000]);
         let mut ms = 0.0f32;
-        // SAFETY: both events are alive; one out-parameter.
-        check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime(&mut ms, start.raw, end.raw) })?;
+        let status = if ELAPSED.choose()? == 12080 {
+            // SAFETY: both events are alive; one out-parameter.
+            unsafe { sys::cuEventElapsedTime(&mut ms, start.raw, end.raw) }
+        } else {
+            // SAFETY: as above.
+            unsafe { sys::cuEventElapsedTime_v2000(&mut ms, start.raw, end.raw) }
+        };
+        check("cuEventElapsedTime", status)?;
         Ok(ms)
     }
 }

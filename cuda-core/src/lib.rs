@@ -16,6 +16,7 @@
 //!   still be writing. Everything checkable (sizes, bounds, alignment) is checked.
 //! * **Streams.** Work that runs asynchronously takes the stream it runs on explicitly.
 
+mod abi;
 pub mod context;
 pub mod device;
 pub mod dlpack;

@@ -5,6 +5,19 @@
 //! is the one C code calls (`cuMemAlloc`, never `cuMemAlloc_v2`); newer ABI variants that C code
 //! calls by their suffixed name (`cuCtxSynchronize_v2`) keep it.
 //!
+//! # Older ABI versions
+//!
+//! Where a function's ABI changed, `cudaTypedefs.h` keeps a `PFN_<name>_v<version>` typedef for
+//! every version. The names above get the newest; every other version is a function of its
+//! own named `<name>_v<version>`, with the signature of its typedef, resolved at exactly that
+//! version: [`cuEventElapsedTime_v2000`] (drivers before 12.8), [`cuCtxCreate_v3020`] (the
+//! `cuCtxCreate_v2` of C, before 12.5), [`cuMemAdvise_v8000`] and [`cuMemPrefetchAsync_v8000`]
+//! (a device ordinal instead of a `CUmemLocation`, before 12.2). The suffix is the typedef's
+//! version, not C's `_v2`, so it says which drivers have it. Code that must run on older
+//! drivers calls the newest version that [`check_abi_version`] accepts; a function asked for at
+//! a version newer than the installed driver is never resolved (the driver would hand out an
+//! older ABI), it fails as below.
+//!
 //! # Loading
 //!
 //! `libcuda` is opened on the first call of any function: the file named by
@@ -36,7 +49,8 @@ pub use types::*;
 mod loader;
 pub use cuda_loader::{AlreadyChosen, LoadError, LoadErrorKind, last_load_error, load_error};
 pub use loader::{
-    driver_version, library_error, library_path, per_thread_default_stream, set_per_thread_default_stream,
+    check_abi_version, driver_version, library_error, library_path, per_thread_default_stream,
+    set_per_thread_default_stream,
 };
 
 /// Expands each line of the generated function list into a lazily resolved function.
@@ -51,7 +65,7 @@ macro_rules! driver_functions {
                     "See <https://docs.nvidia.com/cuda/cuda-driver-api/> for its contract.",
                 )]
                 $name($($arg: $ty),*) -> $ret,
-                slot: ::cuda_loader::Slot::new($symbol, $version, $pt_version, c""),
+                slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, $version, $pt_version, c""),
                 resolve: $crate::loader::resolve,
                 on_failure: $crate::loader::failure_status,
             }

@@ -97,6 +97,20 @@ pub fn driver_version() -> Result<i32, LoadError> {
     DRIVER.get().map(|d| d.data.version).map_err(Clone::clone)
 }
 
+/// Whether the installed driver has ABI `version` of a function (drivers have every ABI up to
+/// their own version): `Ok` when it does, else the error a call would give, naming `function`,
+/// the version needed and the version installed, or why the driver could not be loaded.
+pub fn check_abi_version(function: &str, version: i32) -> Result<(), LoadError> {
+    let installed = driver_version()?;
+    if version <= installed {
+        return Ok(());
+    }
+    Err(LoadError {
+        library: LIBRARY_NAME,
+        kind: LoadErrorKind::VersionTooOld { symbol: function.to_string(), needed: version, installed },
+    })
+}
+
 /// Why `libcuda` could not be loaded, if it could not; loads it if that was not tried yet.
 pub fn library_error() -> Option<LoadError> {
     DRIVER.get().err().cloned()
@@ -120,15 +134,24 @@ pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
     } else {
         (CU_GET_PROC_ADDRESS_LEGACY_STREAM, slot.version)
     };
-    let symbol = slot.name.to_string_lossy().into_owned();
+    let symbol = slot.function.to_string();
     let too_old = || LoadError {
         library: LIBRARY_NAME,
         kind: LoadErrorKind::VersionTooOld { symbol: symbol.clone(), needed: version, installed: d.version },
     };
     let missing = || LoadError {
         library: LIBRARY_NAME,
-        kind: LoadErrorKind::SymbolNotFound { symbol: symbol.clone(), file: driver.file.clone() },
+        kind: LoadErrorKind::SymbolNotFound {
+            symbol: symbol.clone(),
+            file: driver.file.clone(),
+            installed: Some(std::format!("{}.{}", d.version / 1000, (d.version % 1000) / 10)),
+        },
     };
+    // A driver cannot have an ABI newer than itself. Asked for one anyway, older drivers answer
+    // with the newest variant they have, whose signature differs: refuse before asking.
+    if version > d.version {
+        return Err(too_old());
+    }
     let mut pfn: *mut c_void = core::ptr::null_mut();
     if let Some(get_proc) = d.get_proc_v2 {
         let mut query = CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS;
@@ -147,9 +170,7 @@ pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
         // SAFETY: as above.
         let status = unsafe { get_proc(slot.name.as_ptr(), &mut pfn, version, flags) };
         if status != CUresult::CUDA_SUCCESS || pfn.is_null() {
-            // The old entry point does not say why; a version above the driver's is the
-            // likely reason when there is one.
-            return Err(if version > d.version { too_old() } else { missing() });
+            return Err(missing());
         }
     }
     Ok(pfn as usize)

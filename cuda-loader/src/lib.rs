@@ -3,7 +3,8 @@
 //! Nothing here panics or aborts. A library that cannot be opened, a symbol it lacks, or a
 //! function newer than the installed library becomes a [`LoadError`]: the generated function
 //! that needed it returns its library's own error status, and the full reason can be read back
-//! with [`load_error`] (by symbol) or [`last_load_error`] (the calling thread's latest).
+//! with [`load_error`] (by the name of the function called, ABI suffix included) or
+//! [`last_load_error`] (the calling thread's latest).
 //!
 //! * [`Library`] finds a shared library on first use: an environment variable naming the file
 //!   wins, then a list of standard names is tried in order.

@@ -102,8 +102,14 @@ pub fn symbol_address(library: &libloading::Library, name: &std::ffi::CStr) -> O
 
 impl<T: Send + Sync + 'static> Library<T> {
     /// Resolves a slot by its exported name (its per-thread variant's name when `per_thread` is
-    /// set and the slot has one), for libraries whose functions are plain exports.
-    pub fn resolve_exported(&self, slot: &crate::Slot, per_thread: bool) -> Result<usize, LoadError> {
+    /// set and the slot has one), for libraries whose functions are plain exports. `installed`
+    /// is the library's version, for the error when the symbol is missing.
+    pub fn resolve_exported(
+        &self,
+        slot: &crate::Slot,
+        per_thread: bool,
+        installed: Option<String>,
+    ) -> Result<usize, LoadError> {
         let loaded = self.get().map_err(Clone::clone)?;
         let name =
             if per_thread && !slot.per_thread_name.is_empty() { slot.per_thread_name } else { slot.name };
@@ -112,6 +118,7 @@ impl<T: Send + Sync + 'static> Library<T> {
             kind: LoadErrorKind::SymbolNotFound {
                 symbol: name.to_string_lossy().into_owned(),
                 file: loaded.file.clone(),
+                installed,
             },
         })
     }

@@ -29,6 +29,9 @@ pub enum Failure {
 /// is remembered too, so a missing function costs the same on later calls.
 pub struct Slot {
     addr: AtomicUsize,
+    /// The name callers know the function by (`cuEventElapsedTime_v2000`); load errors are
+    /// recorded under it.
+    pub function: &'static str,
     /// The name to look the function up by.
     pub name: &'static CStr,
     /// The ABI version to ask for, where the library versions its functions (the driver).
@@ -40,14 +43,22 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// An unresolved slot for the function `name`.
+    /// An unresolved slot for the function callers know as `function`, looked up as `name`.
     pub const fn new(
+        function: &'static str,
         name: &'static CStr,
         version: i32,
         per_thread_version: i32,
         per_thread_name: &'static CStr,
     ) -> Self {
-        Slot { addr: AtomicUsize::new(UNRESOLVED), name, version, per_thread_version, per_thread_name }
+        Slot {
+            addr: AtomicUsize::new(UNRESOLVED),
+            function,
+            name,
+            version,
+            per_thread_version,
+            per_thread_name,
+        }
     }
 
     /// The function's address, resolving it with `resolve` on first use.
@@ -67,7 +78,7 @@ impl Slot {
         seen: usize,
         resolve: fn(&Slot) -> Result<usize, LoadError>,
     ) -> Result<usize, Failure> {
-        let symbol = self.name;
+        let symbol = self.function;
         if seen != UNRESOLVED {
             return Err(self.failure_of(seen, symbol));
         }
@@ -102,8 +113,8 @@ impl Slot {
         }
     }
 
-    fn failure_of(&self, code: usize, symbol: &'static CStr) -> Failure {
-        if let Some(e) = crate::load_error(&symbol.to_string_lossy()) {
+    fn failure_of(&self, code: usize, symbol: &'static str) -> Failure {
+        if let Some(e) = crate::load_error(symbol) {
             set_last(&e);
         }
         if code == FAILED_TOO_OLD { Failure::TooOld } else { Failure::Missing }

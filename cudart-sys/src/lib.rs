@@ -6,9 +6,22 @@
 //! # Loading
 //!
 //! The runtime is opened on the first call of any function: the file named by
-//! `CUDART_LIBRARY_PATH` if set, else `libcudart.so.13` (`cudart64_13.dll` on Windows). Each
+//! `CUDART_LIBRARY_PATH` if set, else `libcudart.so.13`, then `libcudart.so.12`
+//! (`cudart64_13.dll`, `cudart64_12.dll` on Windows); [`runtime_version`] says which. Each
 //! function is looked up by its exported name once; afterwards a call costs one atomic load and an
-//! indirect call. A missing library or symbol makes the function return
+//! indirect call.
+//!
+//! # CUDA 12 runtimes
+//!
+//! The bindings describe CUDA 13's ABI. Where a CUDA 12 runtime exports that ABI under another
+//! name (CUDA 13's `cudaMemAdvise` is CUDA 12's `cudaMemAdvise_v2`), a 12 runtime is called
+//! through that name. Where it does not export it at all (`cudaGetDeviceProperties`, whose
+//! `cudaDeviceProp` changed layout in 13.0, and the other functions taking structs that
+//! changed), the call is refused before reaching the library, as a function too new for the
+//! installed runtime: it never reads or writes a struct of the wrong layout. A struct that only
+//! gained fields at its end, passed alone through a pointer (`cudaPointerAttributes`), is no
+//! change: the 12 runtime reads and writes the fields it knows. `cargo xtask bindgen` finds these
+//! functions by comparing the two versions' `cuda_runtime_api.h` type by type. A missing library or symbol makes the function return
 //! [`cudaError_t::cudaErrorSymbolNotFound`] (functions returning a string return a message, and
 //! [`cudaCreateChannelDesc`] a zeroed descriptor); [`load_error`] says why. Nothing here panics.
 //!
@@ -29,7 +42,9 @@ pub use types::*;
 
 mod loader;
 pub use cuda_loader::{AlreadyChosen, LoadError, LoadErrorKind, last_load_error, load_error};
-pub use loader::{library_error, library_path, per_thread_default_stream, set_per_thread_default_stream};
+pub use loader::{
+    library_error, library_path, per_thread_default_stream, runtime_version, set_per_thread_default_stream,
+};
 
 /// Expands each line of the generated function list into a lazily resolved function.
 macro_rules! runtime_functions {
@@ -42,7 +57,7 @@ macro_rules! runtime_functions {
                     "See <https://docs.nvidia.com/cuda/cuda-runtime-api/> for its contract.",
                 )]
                 $name($($arg: $ty),*) -> $ret,
-                slot: ::cuda_loader::Slot::new($symbol, 0, 0, $per_thread),
+                slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, 0, 0, $per_thread),
                 resolve: $crate::loader::resolve,
                 on_failure: $crate::loader::OnLoadFailure::on_load_failure,
             }

@@ -22,7 +22,7 @@ pub use types::*;
 
 mod loader;
 pub use cuda_loader::{LoadError, LoadErrorKind, last_load_error, load_error};
-pub use loader::{library_error, library_path};
+pub use loader::{library_error, library_path, nccl_version};
 
 /// Expands each line of the generated function list into a lazily resolved function.
 macro_rules! nccl_functions {
@@ -34,7 +34,7 @@ macro_rules! nccl_functions {
                     "See <https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html> for its contract.",
                 )]
                 $name($($arg: $ty),*) -> $ret,
-                slot: ::cuda_loader::Slot::new($symbol, 0, 0, c""),
+                slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, 0, 0, c""),
                 resolve: $crate::loader::resolve,
                 on_failure: $crate::loader::OnLoadFailure::on_load_failure,
             }

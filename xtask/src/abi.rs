@@ -3,12 +3,28 @@
 
 use std::collections::BTreeMap;
 
-/// One typedef: its version, whether it is the per-thread-default-stream variant, and its
-/// signature with every type alias resolved.
+/// One typedef: its version, whether it is the per-thread-default-stream variant, its
+/// signature with every type alias resolved, and its parameters as the typedef writes them.
 struct Variant {
     version: i32,
     per_thread: bool,
     signature: String,
+    params: Vec<(String, syn::Type)>,
+    output: Option<syn::Type>,
+}
+
+/// One ABI version of a function as its `PFN_` typedef declares it.
+pub struct TypedefVariant {
+    /// The function's base name (`cuMemAdvise`).
+    pub base: String,
+    /// The ABI version (`8000`).
+    pub version: i32,
+    /// The version of the per-thread-default-stream variant with the same signature; 0 if none.
+    pub per_thread_version: i32,
+    /// `(name, type)` of each parameter; unnamed ones are `argN`.
+    pub params: Vec<(String, syn::Type)>,
+    /// The return type; `None` for `void`.
+    pub output: Option<syn::Type>,
 }
 
 /// Every `PFN_` typedef, by the function's base name.
@@ -33,16 +49,27 @@ impl AbiTable {
             let Some(c) = pfn.as_ref().and_then(|re| re.captures(name)) else { continue };
             let Ok(version) = c[2].parse::<i32>() else { continue };
             let Some(f) = bare_fn(ty) else { continue };
-            let inputs: Vec<syn::Type> = f.inputs.iter().map(|a| a.ty.clone()).collect();
+            let params: Vec<(String, syn::Type)> = f
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    let name =
+                        a.name.as_ref().map(|(n, _)| n.to_string()).unwrap_or_else(|| format!("arg{i}"));
+                    (name, a.ty.clone())
+                })
+                .collect();
             let output = match &f.output {
                 syn::ReturnType::Default => None,
                 syn::ReturnType::Type(_, t) => Some((**t).clone()),
             };
-            found.push((c[1].to_string(), version, c.get(3).is_some(), inputs, output));
+            found.push((c[1].to_string(), version, c.get(3).is_some(), params, output));
         }
-        for (base, version, per_thread, inputs, output) in found {
+        for (base, version, per_thread, params, output) in found {
+            let inputs: Vec<syn::Type> = params.iter().map(|(_, t)| t.clone()).collect();
             let signature = table.signature(&inputs, output.as_ref());
-            table.variants.entry(base).or_default().push(Variant { version, per_thread, signature });
+            let variant = Variant { version, per_thread, signature, params, output };
+            table.variants.entry(base).or_default().push(variant);
         }
         table
     }
@@ -85,6 +112,36 @@ impl AbiTable {
         };
         Some((newest(false)?, newest(true).unwrap_or(0)))
     }
+
+    /// Every default-stream ABI version of every function, by base name then version, each with
+    /// its per-thread version: the newest per-thread typedef of the same signature from before
+    /// the next default-stream version (two versions can share a signature and differ in
+    /// meaning, as `cuStreamWaitValue32` 8.0 and 11.7 do), 0 when there is none.
+    pub fn all_variants(&self) -> Vec<TypedefVariant> {
+        let mut out = Vec::new();
+        for (base, variants) in &self.variants {
+            let mut own: Vec<&Variant> = variants.iter().filter(|v| !v.per_thread).collect();
+            own.sort_by_key(|v| v.version);
+            let next_versions: Vec<i32> =
+                own.iter().skip(1).map(|v| v.version).chain(std::iter::once(i32::MAX)).collect();
+            for (v, next) in own.into_iter().zip(next_versions) {
+                let per_thread_version = variants
+                    .iter()
+                    .filter(|p| p.per_thread && p.signature == v.signature && p.version < next)
+                    .map(|p| p.version)
+                    .max()
+                    .unwrap_or(0);
+                out.push(TypedefVariant {
+                    base: base.clone(),
+                    version: v.version,
+                    per_thread_version,
+                    params: v.params.clone(),
+                    output: v.output.clone(),
+                });
+            }
+        }
+        out
+    }
 }
 
 fn bare_fn(ty: &syn::Type) -> Option<&syn::TypeBareFn> {
@@ -113,6 +170,10 @@ mod tests {
             pub type PFN_cuMemAdvise_v12020 = Option<unsafe extern "C" fn(p: u64, n: usize, l: CUmemLocation) -> CUresult>;
             pub type PFN_cuMemcpy_v4000 = Option<unsafe extern "C" fn(d: u64, s: u64, n: usize) -> CUresult>;
             pub type PFN_cuMemcpy_v7000_ptds = Option<unsafe extern "C" fn(d: u64, s: u64, n: usize) -> CUresult>;
+            pub type PFN_cuStreamWaitValue32_v8000 = Option<unsafe extern "C" fn(s: CUstream, v: u32) -> CUresult>;
+            pub type PFN_cuStreamWaitValue32_v8000_ptsz = Option<unsafe extern "C" fn(s: CUstream, v: u32) -> CUresult>;
+            pub type PFN_cuStreamWaitValue32_v11070 = Option<unsafe extern "C" fn(s: CUstream, v: u32) -> CUresult>;
+            pub type PFN_cuStreamWaitValue32_v11070_ptsz = Option<unsafe extern "C" fn(s: CUstream, v: u32) -> CUresult>;
         };
         AbiTable::new(&file.items)
     }
@@ -146,5 +207,30 @@ mod tests {
         let (a, n): (syn::Type, syn::Type) = (syn::parse_quote!(u64), syn::parse_quote!(usize));
         assert_eq!(t.versions("cuMemcpy", &sig(&t, &[a.clone(), a, n])), Some((4000, 7000)));
         assert_eq!(t.versions("cuNoSuchFunction", &sig(&t, &[])), None);
+    }
+
+    #[test]
+    fn every_default_stream_variant_is_listed_with_its_parameters() {
+        let t = table();
+        let all: Vec<(String, i32, i32, usize)> = t
+            .all_variants()
+            .into_iter()
+            .map(|v| (v.base, v.version, v.per_thread_version, v.params.len()))
+            .collect();
+        assert_eq!(
+            all,
+            [
+                ("cuCtxSynchronize".to_string(), 2000, 0, 0),
+                ("cuCtxSynchronize".to_string(), 13000, 0, 1),
+                ("cuMemAdvise".to_string(), 8000, 0, 3),
+                ("cuMemAdvise".to_string(), 12020, 0, 3),
+                ("cuMemcpy".to_string(), 4000, 7000, 3),
+                ("cuStreamWaitValue32".to_string(), 8000, 8000, 2),
+                ("cuStreamWaitValue32".to_string(), 11070, 11070, 2),
+            ]
+        );
+        let advise = t.all_variants().into_iter().find(|v| v.version == 8000).map(|v| v.params);
+        let names: Vec<String> = advise.unwrap_or_default().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["p", "n", "d"]);
     }
 }

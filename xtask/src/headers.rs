@@ -9,6 +9,7 @@ pub const WHEELS: &[(&str, &str)] = &[
     ("nvidia-cuda-profiler-api", "13.0.85"),
     ("nvidia-nvtx", "13.0.85"),
     ("nvidia-nccl-cu13", "2.28.9"),
+    ("nvidia-cuda-runtime-cu12", "12.9.79"),
 ];
 
 /// Include directories for the four header sets, and a line saying where they came from.
@@ -19,6 +20,11 @@ pub struct Headers {
     pub nvtx: PathBuf,
     /// Holds nccl.h.
     pub nccl: PathBuf,
+    /// Holds the CUDA 12 runtime's cuda_runtime_api.h, against which the runtime crate finds the
+    /// functions whose CUDA 13 ABI `libcudart.so.12` lacks.
+    pub cuda12_runtime: PathBuf,
+    /// Where the CUDA 12 runtime headers came from, for the generated file's header.
+    pub origin_cuda12: String,
     /// Written at the top of generated files.
     pub origin_cuda: String,
     /// Written at the top of generated NCCL files.
@@ -31,8 +37,8 @@ pub fn locate(
     cuda_root: Option<PathBuf>,
     nccl_root: Option<PathBuf>,
 ) -> Result<Headers, String> {
-    let needs_wheels = cuda_root.is_none() || nccl_root.is_none();
-    let wheel_include = if needs_wheels { Some(fetch_wheels(root)?) } else { None };
+    // The CUDA 12 runtime headers always come from their wheel.
+    let wheel_include = Some(fetch_wheels(root)?);
     let (cuda, origin_cuda) = match (&cuda_root, &wheel_include) {
         (Some(r), _) => (r.join("include"), "a local CUDA toolkit (--cuda-root)".to_string()),
         (None, Some(w)) => (
@@ -51,7 +57,19 @@ pub fn locate(
         }
         (None, None) => return Err("no NCCL headers".into()),
     };
-    for (dir, file) in [(&cuda, "cuda.h"), (&cuda, "cuda_runtime_api.h"), (&nccl, "nccl.h")] {
+    let (cuda12_runtime, origin_cuda12) = match &wheel_include {
+        Some(w) => (
+            w.join("nvidia/cuda_runtime/include"),
+            format!("NVIDIA wheel nvidia-cuda-runtime-cu12=={}", WHEELS[4].1),
+        ),
+        None => return Err("no CUDA 12 runtime headers".into()),
+    };
+    for (dir, file) in [
+        (&cuda, "cuda.h"),
+        (&cuda, "cuda_runtime_api.h"),
+        (&nccl, "nccl.h"),
+        (&cuda12_runtime, "cuda_runtime_api.h"),
+    ] {
         if !dir.join(file).is_file() {
             return Err(format!("{} not found in {}", file, dir.display()));
         }
@@ -60,7 +78,7 @@ pub fn locate(
     if !nvtx.join("nvtx3/nvToolsExt.h").is_file() {
         return Err(format!("nvtx3/nvToolsExt.h not found in {}", nvtx.display()));
     }
-    Ok(Headers { cuda, nvtx, nccl, origin_cuda, origin_nccl })
+    Ok(Headers { cuda, nvtx, nccl, cuda12_runtime, origin_cuda, origin_nccl, origin_cuda12 })
 }
 
 /// Downloads and unpacks the headers of the pinned wheels once; returns the unpacked root.

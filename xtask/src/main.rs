@@ -12,6 +12,7 @@ mod bindgen;
 mod bundle;
 mod cmacros;
 mod headers;
+mod runtime12;
 mod surface;
 
 use std::path::{Path, PathBuf};

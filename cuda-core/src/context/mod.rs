@@ -39,6 +39,7 @@ mod config;
 
 pub use config::{CacheConfig, ExecAffinity, Limit, PrimaryContextState};
 
+use crate::abi::AbiVersions;
 use crate::device::{self, Device};
 use crate::error::{Error, Result, check};
 use bitflags::bitflags;
@@ -120,13 +121,20 @@ impl Context {
     /// Creates a new context on the device
     /// ([`cuCtxCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)).
     /// The thread's current context is left as it was; the new one is destroyed on drop.
+    /// Drivers before 12.5 lack the form with creation parameters; this passes none, so the
+    /// older form (C's `cuCtxCreate_v2`) does the same there.
     pub fn create(device: &Device, flags: ContextFlags) -> Result<Context> {
+        static CREATE: AbiVersions = AbiVersions::new("cuCtxCreate", &[12050, 3020]);
         device::init()?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: one out-parameter; null creation parameters are allowed.
-        check("cuCtxCreate", unsafe {
-            sys::cuCtxCreate(&mut raw, std::ptr::null_mut(), flags.bits(), device.as_raw())
-        })?;
+        let status = if CREATE.choose()? == 12050 {
+            // SAFETY: one out-parameter; null creation parameters are allowed.
+            unsafe { sys::cuCtxCreate(&mut raw, std::ptr::null_mut(), flags.bits(), device.as_raw()) }
+        } else {
+            // SAFETY: one out-parameter.
+            unsafe { sys::cuCtxCreate_v3020(&mut raw, flags.bits(), device.as_raw()) }
+        };
+        check("cuCtxCreate", status)?;
         let ctx = Context::wrap(raw, *device, Ownership::Created);
         // cuCtxCreate pushed the new context; pop it so creation changes nothing on this thread.
         let mut popped = std::ptr::null_mut();
@@ -154,10 +162,12 @@ impl Context {
     /// `raw` must be a live context and stay alive as long as the returned value, its clones,
     /// and everything made through them.
     pub unsafe fn from_raw(raw: sys::CUcontext) -> Result<Context> {
+        static GET_DEVICE: AbiVersions = AbiVersions::new("cuCtxGetDevice", &[13000, 2000]);
         let mut dev = 0;
-        // SAFETY: the caller guarantees the context is live.
-        let status = unsafe { sys::cuCtxGetDevice_v2(&mut dev, raw) };
-        if status != sys::CUresult::CUDA_SUCCESS {
+        if GET_DEVICE.choose()? == 13000 {
+            // SAFETY: the caller guarantees the context is live.
+            check("cuCtxGetDevice_v2", unsafe { sys::cuCtxGetDevice_v2(&mut dev, raw) })?;
+        } else {
             // Drivers before 13.0 lack the form that names the context: ask with it pushed.
             // SAFETY: the context is live; the pop below undoes the push.
             check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent(raw) })?;

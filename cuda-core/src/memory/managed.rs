@@ -5,6 +5,7 @@ use super::buffer::DeviceBuffer;
 use super::checked_bytes;
 use super::source::Source;
 use super::space::{HostAccessible, Managed};
+use crate::abi::AbiVersions;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::pool::ManagedAllocator;
@@ -58,6 +59,16 @@ impl MemLocation {
             MemLocation::HostNumaCurrent => (T::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, 0),
         };
         sys::CUmemLocation { type_, id }
+    }
+
+    /// The `CUdevice` that the first ABI of `cuMemAdvise` and `cuMemPrefetchAsync` takes for
+    /// this location (`CU_DEVICE_CPU` for the host); `None` for NUMA nodes, which it cannot name.
+    pub(crate) fn device_ordinal(self) -> Option<sys::CUdevice> {
+        match self {
+            MemLocation::Device(d) => Some(d.as_raw()),
+            MemLocation::Host => Some(sys::CU_DEVICE_CPU),
+            MemLocation::HostNuma(_) | MemLocation::HostNumaCurrent => None,
+        }
     }
 
     /// The location a raw type and id name; `None` for "no location" (`CU_MEM_LOCATION_TYPE_INVALID`).
@@ -163,22 +174,43 @@ impl<T: Pod, S: HostAccessible> DeviceBuffer<T, S> {
 
     /// Gives the driver advice about the whole buffer
     /// ([`cuMemAdvise`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    ///
+    /// Drivers before 12.2 take a device or the host only: a NUMA location there is an
+    /// [`Error::Load`] naming the version needed.
     pub fn advise(&self, advice: MemAdvice, location: MemLocation) -> Result<()> {
+        static ADVISE: AbiVersions = AbiVersions::new("cuMemAdvise", &[12020, 8000]);
+        let version = ADVISE.choose()?;
         self.context().enter()?;
-        // SAFETY: the range is this allocation.
-        check("cuMemAdvise", unsafe {
-            sys::cuMemAdvise(self.as_raw(), self.bytes(), advice.as_raw(), location.as_raw())
-        })
+        let status = if version == 12020 {
+            // SAFETY: the range is this allocation.
+            unsafe { sys::cuMemAdvise(self.as_raw(), self.bytes(), advice.as_raw(), location.as_raw()) }
+        } else {
+            let device = location.device_ordinal().ok_or_else(|| ADVISE.needs(12020))?;
+            // SAFETY: as above.
+            unsafe { sys::cuMemAdvise_v8000(self.as_raw(), self.bytes(), advice.as_raw(), device) }
+        };
+        check("cuMemAdvise", status)
     }
 
     /// Migrates the buffer to `location` in `stream`'s order
     /// ([`cuMemPrefetchAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    ///
+    /// Drivers before 12.2 take a device or the host only: a NUMA location there is an
+    /// [`Error::Load`] naming the version needed.
     pub fn prefetch_async(&self, location: MemLocation, stream: &Stream) -> Result<()> {
+        static PREFETCH: AbiVersions = AbiVersions::new("cuMemPrefetchAsync", &[12020, 8000]);
+        let version = PREFETCH.choose()?;
         self.context().enter()?;
-        // SAFETY: the range is this allocation; memory is freed only after queued work.
-        check("cuMemPrefetchAsync", unsafe {
-            sys::cuMemPrefetchAsync(self.as_raw(), self.bytes(), location.as_raw(), 0, stream.as_raw())
-        })
+        let (ptr, bytes) = (self.as_raw(), self.bytes());
+        let status = if version == 12020 {
+            // SAFETY: the range is this allocation; memory is freed only after queued work.
+            unsafe { sys::cuMemPrefetchAsync(ptr, bytes, location.as_raw(), 0, stream.as_raw()) }
+        } else {
+            let device = location.device_ordinal().ok_or_else(|| PREFETCH.needs(12020))?;
+            // SAFETY: as above.
+            unsafe { sys::cuMemPrefetchAsync_v8000(ptr, bytes, device, stream.as_raw()) }
+        };
+        check("cuMemPrefetchAsync", status)
     }
 
     /// Attaches the buffer to `stream` (or globally, or to the host) in stream order

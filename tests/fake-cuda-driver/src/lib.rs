@@ -1,14 +1,27 @@
-//! A stand-in `libcuda` that exports just enough of the driver for the loader's tests.
+//! A stand-in `libcuda` for the loader's and the safe layer's CPU tests.
 //!
-//! * `cuDriverGetVersion` reports `FAKE_CUDA_DRIVER_VERSION` (default 13000).
-//! * `cuGetProcAddress_v2` and `cuGetProcAddress` know a few functions, each introduced at a
-//!   version; asking at a version the fake driver does not reach is "version not sufficient",
-//!   asking for any other name is "symbol not found". `FAKE_CUDA_RESOLVE_DELAY_MS` makes every
-//!   lookup sleep, to widen races.
-//! * `fake_cuda_lookups(name)` counts the lookups of a name, for the tests to read.
+//! * `cuDriverGetVersion` reports `FAKE_CUDA_DRIVER_VERSION` (default 13000): set it to 12000,
+//!   12020, 12040, 12080 or 13000 to emulate that driver.
+//! * `cuGetProcAddress_v2` and `cuGetProcAddress` answer from the ABI table that
+//!   `cuda-driver-sys` generates from `cudaTypedefs.h` (see [`abi`]): asked for a function at a
+//!   version, they hand out the newest ABI of it that both the version asked for and the
+//!   emulated driver reach, as a real driver does. No such ABI is "version not sufficient"; a
+//!   function this fake does not implement is "symbol not found". `FAKE_CUDA_RESOLVE_DELAY_MS`
+//!   makes every lookup sleep, to widen races.
+//! * Every implemented entry point records its name, the ABI version it implements and the
+//!   arguments that tell versions apart; `fake_cuda_calls` returns the record and
+//!   `fake_cuda_lookups(name)` counts the lookups of a name.
+//!
+//! * `ncclGetVersion` (and no other NCCL function) lets the same file stand in for an old NCCL.
+//!
+//! Handles are made-up numbers: a context is `0x1000 + device` (primary) or
+//! `0x2000 + 16 * n + device` (created), so the device of any context can be read back.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+pub mod abi;
+mod entry_points;
+
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::sync::Mutex;
 
 const SUCCESS: c_int = 0;
@@ -25,50 +38,26 @@ pub const FAKE_DEVICE_COUNT: c_int = 3;
 pub const PER_THREAD_MEMCPY_STATUS: c_int = 999;
 
 static LOOKUPS: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
+static CALLS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 fn driver_version() -> c_int {
     std::env::var("FAKE_CUDA_DRIVER_VERSION").ok().and_then(|v| v.parse().ok()).unwrap_or(13000)
 }
 
-unsafe extern "C" fn fake_cuInit(_flags: c_uint) -> c_int {
-    SUCCESS
-}
-
-unsafe extern "C" fn fake_cuDeviceGetCount(count: *mut c_int) -> c_int {
-    if count.is_null() {
-        return INVALID_VALUE;
+/// Records one call of an entry point, e.g. `cuMemAdvise@8000 device=-1`.
+fn called(what: String) {
+    if let Ok(mut all) = CALLS.lock() {
+        all.push(what);
     }
-    // SAFETY: the caller passes a valid pointer, as the C contract requires.
-    unsafe { *count = FAKE_DEVICE_COUNT };
-    SUCCESS
 }
 
-unsafe extern "C" fn fake_cuMemcpy(_dst: u64, _src: u64, _n: usize) -> c_int {
-    SUCCESS
-}
-
-unsafe extern "C" fn fake_cuMemcpy_ptds(_dst: u64, _src: u64, _n: usize) -> c_int {
-    PER_THREAD_MEMCPY_STATUS
-}
-
-unsafe extern "C" fn fake_cuCtxCreate(
-    _ctx: *mut *mut c_void,
-    _p: *mut c_void,
-    _f: c_uint,
-    _d: c_int,
-) -> c_int {
-    SUCCESS
-}
-
-/// (name, version introduced, legacy address, per-thread address)
-fn table() -> [(&'static str, c_int, usize, usize); 5] {
-    [
-        ("cuInit", 2000, fake_cuInit as *const () as usize, 0),
-        ("cuDeviceGetCount", 2000, fake_cuDeviceGetCount as *const () as usize, 0),
-        ("cuMemcpy", 4000, fake_cuMemcpy as *const () as usize, fake_cuMemcpy_ptds as *const () as usize),
-        ("cuCtxCreate", 12050, fake_cuCtxCreate as *const () as usize, 0),
-        ("cuCtxSynchronize", 13000, fake_cuInit as *const () as usize, 0),
-    ]
+fn count_lookup(name: &str) {
+    if let Ok(mut all) = LOOKUPS.lock() {
+        match all.iter_mut().find(|(n, _)| n == name) {
+            Some((_, c)) => *c += 1,
+            None => all.push((name.to_string(), 1)),
+        }
+    }
 }
 
 fn lookup(symbol: *const c_char, version: c_int, flags: u64) -> (c_int, usize) {
@@ -80,20 +69,19 @@ fn lookup(symbol: *const c_char, version: c_int, flags: u64) -> (c_int, usize) {
     if let Ok(ms) = std::env::var("FAKE_CUDA_RESOLVE_DELAY_MS") {
         std::thread::sleep(std::time::Duration::from_millis(ms.parse().unwrap_or(0)));
     }
-    if let Ok(mut all) = LOOKUPS.lock() {
-        match all.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, c)) => *c += 1,
-            None => all.push((name.clone(), 1)),
-        }
+    count_lookup(&name);
+    let per_thread = flags & PER_THREAD_FLAG != 0;
+    // A driver answers with the newest ABI it has that the caller's version reaches; a driver
+    // older than the version asked for has only older ABIs to give.
+    let reach = version.min(driver_version());
+    match abi::answer(&name, reach, per_thread) {
+        abi::Answer::Unknown => (QUERY_SYMBOL_NOT_FOUND, 0),
+        abi::Answer::TooOld => (QUERY_VERSION_NOT_SUFFICIENT, 0),
+        abi::Answer::Abi(abi_version) => match entry_points::address(&name, abi_version, per_thread) {
+            Some(addr) => (QUERY_SUCCESS, addr),
+            None => (QUERY_SYMBOL_NOT_FOUND, 0),
+        },
     }
-    let Some((_, introduced, legacy, per_thread)) = table().into_iter().find(|(n, ..)| *n == name) else {
-        return (QUERY_SYMBOL_NOT_FOUND, 0);
-    };
-    if introduced > driver_version() || version < introduced {
-        return (QUERY_VERSION_NOT_SUFFICIENT, 0);
-    }
-    let addr = if flags & PER_THREAD_FLAG != 0 && per_thread != 0 { per_thread } else { legacy };
-    (QUERY_SUCCESS, addr)
 }
 
 /// `cuDriverGetVersion`.
@@ -150,4 +138,25 @@ pub unsafe extern "C" fn fake_cuda_lookups(name: *const c_char) -> c_uint {
     // SAFETY: the caller passes a NUL-terminated name.
     let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
     LOOKUPS.lock().ok().and_then(|all| all.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)).unwrap_or(0)
+}
+
+/// Every entry point called so far, one per line (`name@abi-version details`). The string is
+/// the caller's to keep; it is never freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn fake_cuda_calls() -> *const c_char {
+    let text = CALLS.lock().map(|all| all.join("\n")).unwrap_or_default();
+    CString::new(text).unwrap_or_default().into_raw()
+}
+
+/// `ncclGetVersion`, so that this library also stands in for an NCCL that has nothing else:
+/// it reports `FAKE_NCCL_VERSION` (default 21803, NCCL 2.18.3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> c_int {
+    if version.is_null() {
+        return 4; // ncclInvalidArgument
+    }
+    let v = std::env::var("FAKE_NCCL_VERSION").ok().and_then(|v| v.parse().ok()).unwrap_or(21803);
+    // SAFETY: the caller passes a valid pointer.
+    unsafe { *version = v };
+    SUCCESS
 }

@@ -10,8 +10,11 @@ fn fake_driver() -> PathBuf {
     let probe = PathBuf::from(env!("CARGO_BIN_EXE_loader-probe"));
     let dir = probe.parent().map(PathBuf::from).unwrap_or_default();
     let name = if cfg!(windows) { "fake_cuda_driver.dll" } else { "libfake_cuda_driver.so" };
-    let direct = dir.join(name);
-    if direct.exists() { direct } else { dir.join("deps").join(name) }
+    // `cargo test` rebuilds the copy in deps/; one next to the binaries may be left from an
+    // earlier `cargo build`. The newer one is this build's.
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let (direct, in_deps) = (dir.join(name), dir.join("deps").join(name));
+    if modified(&direct) > modified(&in_deps) { direct } else { in_deps }
 }
 
 /// Runs the probe with a scenario and environment; returns its `key=value` lines.
@@ -21,7 +24,9 @@ fn probe(scenario: &str, env: &[(&str, &str)]) -> BTreeMap<String, String> {
         .env_remove("CUDA_API_PER_THREAD_DEFAULT_STREAM")
         .env_remove("FAKE_CUDA_DRIVER_VERSION")
         .env_remove("FAKE_CUDA_RESOLVE_DELAY_MS")
-        .env("CUDA_DRIVER_LIBRARY_PATH", fake_driver());
+        .env_remove("FAKE_NCCL_VERSION")
+        .env("CUDA_DRIVER_LIBRARY_PATH", fake_driver())
+        .env("NCCL_LIBRARY_PATH", fake_driver());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -101,6 +106,18 @@ fn a_driver_too_old_for_a_function_says_which_versions() {
 }
 
 #[test]
+fn a_function_newer_than_the_driver_is_never_asked_for() {
+    // Asked for cuCtxCreate at 12.5, a 12.4 driver would hand out its 11.4 ABI, whose
+    // arguments differ: the loader refuses before asking.
+    let r = probe("too_old", &[("FAKE_CUDA_DRIVER_VERSION", "12040")]);
+    assert_eq!(r["cuCtxCreate"], "CUDA_ERROR_NOT_SUPPORTED");
+    assert!(r["cuCtxCreate.kind"].contains("needed: 12050"), "{}", r["cuCtxCreate.kind"]);
+    assert!(r["cuCtxCreate.kind"].contains("installed: 12040"), "{}", r["cuCtxCreate.kind"]);
+    assert_eq!(r["lookups.cuCtxCreate"], "0");
+    assert_eq!(r["cuCtxCreate_v3020"], "CUDA_SUCCESS", "the older ABI is reachable by its own name");
+}
+
+#[test]
 fn version_not_sufficient_through_get_proc_address_v2() {
     let r = probe("too_old", &[("FAKE_CUDA_DRIVER_VERSION", "12080")]);
     assert_eq!(r["cuCtxCreate"], "CUDA_SUCCESS");
@@ -129,4 +146,19 @@ fn per_thread_default_stream_selects_the_ptds_variant() {
     assert_eq!(r["set_per_thread_late"], "true", "the choice is fixed by the first resolution");
     let r = probe("legacy", &[("CUDA_API_PER_THREAD_DEFAULT_STREAM", "1")]);
     assert_eq!(r["cuMemcpy"], "999", "the environment variable selects the per-thread variant");
+}
+
+#[test]
+fn an_nccl_function_newer_than_the_library_names_the_version_loaded() {
+    let r = probe("nccl", &[]);
+    assert_eq!(r["nccl_version"], "Ok(21803)");
+    assert_eq!(r["ncclGetVersion"], "Some(\"ncclSuccess\") 21803");
+    assert_eq!(r["ncclCommShrink"], "Some(\"ncclSystemError\")");
+    let message = &r["ncclCommShrink.message"];
+    assert!(
+        message.starts_with("ncclCommShrink is not provided by libnccl.so.2 2.18.3 (loaded from "),
+        "{message}"
+    );
+    let r = probe("nccl", &[("FAKE_NCCL_VERSION", "22809")]);
+    assert!(r["ncclCommShrink.message"].contains("libnccl.so.2 2.28.9"), "{}", r["ncclCommShrink.message"]);
 }

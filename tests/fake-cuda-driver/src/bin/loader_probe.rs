@@ -61,8 +61,11 @@ fn main() {
             let s = sys::cuCtxCreate(&mut ctx, std::ptr::null_mut(), 0, 0);
             println!("cuCtxCreate={}", status(s));
             report_error("cuCtxCreate", "cuCtxCreate");
+            println!("lookups.cuCtxCreate={}", lookups(c"cuCtxCreate"));
+            let s = sys::cuCtxCreate_v3020(&mut ctx, 0, 0);
+            println!("cuCtxCreate_v3020={}", status(s));
             println!("cuCtxSynchronize_v2={}", status(sys::cuCtxSynchronize_v2(std::ptr::null_mut())));
-            report_error("cuCtxSynchronize", "cuCtxSynchronize");
+            report_error("cuCtxSynchronize", "cuCtxSynchronize_v2");
         },
         "no_library" => unsafe {
             println!("cuInit={}", status(sys::cuInit(0)));
@@ -106,6 +109,25 @@ fn main() {
         "legacy" => unsafe {
             println!("cuMemcpy={}", sys::cuMemcpy(0, 0, 0).0);
             println!("set_per_thread_late={}", sys::set_per_thread_default_stream(true).is_err());
+        },
+        "nccl" => unsafe {
+            println!("nccl_version={:?}", nccl_sys::nccl_version());
+            let mut v = 0;
+            println!("ncclGetVersion={:?} {v}", nccl_sys::ncclGetVersion(&mut v).name());
+            let mut comm = std::ptr::null_mut();
+            let s = nccl_sys::ncclCommShrink(
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+                &mut comm,
+                std::ptr::null_mut(),
+                0,
+            );
+            println!("ncclCommShrink={:?}", s.name());
+            match nccl_sys::load_error("ncclCommShrink") {
+                Some(e) => println!("ncclCommShrink.message={e}"),
+                None => println!("ncclCommShrink.message=none"),
+            }
         },
         other => {
             eprintln!("unknown scenario {other:?}");
