@@ -4,7 +4,6 @@
 use super::checked_bytes;
 use super::source::{HeldStream, Source};
 use super::space::{DeviceOnly, MemorySpace};
-use super::view::{DeviceView, DeviceViewMut, range_of};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::pool::{Allocator, DeviceAllocation};
@@ -12,7 +11,6 @@ use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
-use std::ops::RangeBounds;
 use std::sync::Arc;
 
 /// `len` elements of `T` in memory space `S` ([`DeviceOnly`] by default, or
@@ -226,33 +224,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         &self.recorded
     }
 
-    /// A shared view of the whole buffer.
-    #[inline]
-    pub fn view(&self) -> DeviceView<'_, T> {
-        DeviceView::new(self.ptr, self.len, &self.stream)
-    }
-
-    /// An exclusive view of the whole buffer.
-    #[inline]
-    pub fn view_mut(&mut self) -> DeviceViewMut<'_, T> {
-        DeviceViewMut::new(self.ptr, self.len, &self.stream)
-    }
-
-    /// A shared view of `range`; past the end is an [`Error::InvalidArgument`].
-    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceView<'_, T>> {
-        let (start, end) = range_of("DeviceBuffer::slice", range, self.len)?;
-        Ok(DeviceView::new(self.element(start), end - start, &self.stream))
-    }
-
-    /// An exclusive view of `range`; past the end is an [`Error::InvalidArgument`].
-    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceViewMut<'_, T>> {
-        let (start, end) = range_of("DeviceBuffer::slice_mut", range, self.len)?;
-        Ok(DeviceViewMut::new(self.element(start), end - start, &self.stream))
-    }
-
-    fn element(&self, index: usize) -> sys::CUdeviceptr {
-        self.ptr + (index * std::mem::size_of::<T>()) as u64
-    }
+    crate::memory::device_views!("DeviceBuffer");
 
     /// Copies `src` from the host into the buffer, in the buffer's stream's order, and returns
     /// when it is done; the lengths must match

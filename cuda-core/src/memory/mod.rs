@@ -115,6 +115,50 @@ macro_rules! element_count {
 }
 pub(crate) use element_count;
 
+/// The view accessors of an owning type of device memory (`view`, `view_mut`, `slice`,
+/// `slice_mut`), for a type with fields `ptr` (the first element's address), `len` and `stream`
+/// (the stream its views are ordered on); `$name` names the type in errors.
+macro_rules! device_views {
+    ($name:literal) => {
+        /// A shared view of the whole buffer.
+        #[inline]
+        pub fn view(&self) -> $crate::memory::DeviceView<'_, T> {
+            $crate::memory::DeviceView::new(self.ptr, self.len, &self.stream)
+        }
+
+        /// An exclusive view of the whole buffer.
+        #[inline]
+        pub fn view_mut(&mut self) -> $crate::memory::DeviceViewMut<'_, T> {
+            $crate::memory::DeviceViewMut::new(self.ptr, self.len, &self.stream)
+        }
+
+        /// A shared view of `range`; past the end is an
+        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+        pub fn slice(
+            &self,
+            range: impl std::ops::RangeBounds<usize>,
+        ) -> $crate::Result<$crate::memory::DeviceView<'_, T>> {
+            let (start, end) = $crate::memory::range_of(concat!($name, "::slice"), range, self.len)?;
+            Ok($crate::memory::DeviceView::new(self.element(start), end - start, &self.stream))
+        }
+
+        /// An exclusive view of `range`; past the end is an
+        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+        pub fn slice_mut(
+            &mut self,
+            range: impl std::ops::RangeBounds<usize>,
+        ) -> $crate::Result<$crate::memory::DeviceViewMut<'_, T>> {
+            let (start, end) = $crate::memory::range_of(concat!($name, "::slice_mut"), range, self.len)?;
+            Ok($crate::memory::DeviceViewMut::new(self.element(start), end - start, &self.stream))
+        }
+
+        fn element(&self, index: usize) -> cuda_driver_sys::CUdeviceptr {
+            self.ptr + (index * std::mem::size_of::<T>()) as u64
+        }
+    };
+}
+pub(crate) use device_views;
+
 /// Completes a synchronous copy or memset: the driver may return from those before the data has
 /// landed (a copy from pageable memory once it is staged, a memset or a device-to-device copy
 /// once it is queued), so wait for the default stream they ran on. Afterwards every stream sees

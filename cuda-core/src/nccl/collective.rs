@@ -79,6 +79,22 @@ impl Communicator {
         same_device(operation, self, stream.context())
     }
 
+    /// The checks of a call with separate send and receive memory: the [`prologue`](Self::prologue),
+    /// both on the communicator's device, and not overlapping.
+    #[inline]
+    fn out_of_place<T: DataType>(
+        &self,
+        operation: &'static str,
+        stream: &Stream,
+        send: &impl Input<T>,
+        recv: &impl Input<T>,
+    ) -> Result<()> {
+        self.prologue::<T>(operation, stream)?;
+        self.on_device(operation, send)?;
+        self.on_device(operation, recv)?;
+        disjoint(operation, send, recv)
+    }
+
     /// Checks that `memory` is on the communicator's device.
     #[inline]
     pub(crate) fn on_device<T>(&self, operation: &'static str, memory: &impl Input<T>) -> Result<()> {
@@ -97,11 +113,8 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "Communicator::all_reduce";
-        self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &send)?;
-        self.on_device(OP, &recv)?;
+        self.out_of_place::<T>(OP, stream, &send, &recv)?;
         same_len(OP, recv.count(), send.count())?;
-        disjoint(OP, &send, &recv)?;
         let op = op.raw_for(self)?;
         // SAFETY: both ranges are device memory of the communicator's device, `count`
         // elements of `T` long, kept alive by the borrows until the call has queued the work
@@ -151,11 +164,8 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "Communicator::broadcast";
-        self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &send)?;
-        self.on_device(OP, &recv)?;
+        self.out_of_place::<T>(OP, stream, &send, &recv)?;
         same_len(OP, recv.count(), send.count())?;
-        disjoint(OP, &send, &recv)?;
         let root = valid_rank(OP, "root", root, self.count()?)?;
         // SAFETY: as in `all_reduce`.
         let status = unsafe {
@@ -204,11 +214,8 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "Communicator::reduce";
-        self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &send)?;
-        self.on_device(OP, &recv)?;
+        self.out_of_place::<T>(OP, stream, &send, &recv)?;
         same_len(OP, recv.count(), send.count())?;
-        disjoint(OP, &send, &recv)?;
         let root = valid_rank(OP, "root", root, self.count()?)?;
         let op = op.raw_for(self)?;
         // SAFETY: as in `all_reduce`.
@@ -259,12 +266,9 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "Communicator::all_gather";
-        self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &send)?;
-        self.on_device(OP, &recv)?;
+        self.out_of_place::<T>(OP, stream, &send, &recv)?;
         let ranks = self.count()?;
         same_len(OP, recv.count(), send.count().saturating_mul(ranks))?;
-        disjoint(OP, &send, &recv)?;
         // SAFETY: as in `all_reduce`; `recv` holds `ranks` blocks of `send.count()`.
         let status = unsafe {
             nccl::ncclAllGather(
@@ -313,12 +317,9 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "Communicator::reduce_scatter";
-        self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &send)?;
-        self.on_device(OP, &recv)?;
+        self.out_of_place::<T>(OP, stream, &send, &recv)?;
         let ranks = self.count()?;
         same_len(OP, send.count(), recv.count().saturating_mul(ranks))?;
-        disjoint(OP, &send, &recv)?;
         let op = op.raw_for(self)?;
         // SAFETY: as in `all_reduce`; `send` holds `ranks` blocks of `recv.count()`.
         let status = unsafe {

@@ -6,13 +6,12 @@ use super::physical::{PhysicalMemory, round_up};
 use super::properties::{AllocationProperties, Granularity};
 use super::range::AddressRange;
 use crate::error::{Error, Result};
-use crate::memory::{DeviceView, DeviceViewMut, MemLocation, checked_bytes, range_of};
+use crate::memory::{MemLocation, checked_bytes};
 use crate::mempool::Access;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
-use std::ops::RangeBounds;
 
 /// `len` elements of `T` at an address that never changes, in a virtual range reserved once
 /// for up to [`max_len`](Self::max_len) elements.
@@ -226,33 +225,7 @@ impl<T: Pod> GrowableBuffer<T> {
         &self.stream
     }
 
-    /// A shared view of the whole buffer.
-    #[inline]
-    pub fn view(&self) -> DeviceView<'_, T> {
-        DeviceView::new(self.ptr, self.len, &self.stream)
-    }
-
-    /// An exclusive view of the whole buffer.
-    #[inline]
-    pub fn view_mut(&mut self) -> DeviceViewMut<'_, T> {
-        DeviceViewMut::new(self.ptr, self.len, &self.stream)
-    }
-
-    /// A shared view of `range`; past the end is an [`Error::InvalidArgument`].
-    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceView<'_, T>> {
-        let (start, end) = range_of("GrowableBuffer::slice", range, self.len)?;
-        Ok(DeviceView::new(self.element(start), end - start, &self.stream))
-    }
-
-    /// An exclusive view of `range`; past the end is an [`Error::InvalidArgument`].
-    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceViewMut<'_, T>> {
-        let (start, end) = range_of("GrowableBuffer::slice_mut", range, self.len)?;
-        Ok(DeviceViewMut::new(self.element(start), end - start, &self.stream))
-    }
-
-    fn element(&self, index: usize) -> sys::CUdeviceptr {
-        self.ptr + (index * std::mem::size_of::<T>()) as u64
-    }
+    crate::memory::device_views!("GrowableBuffer");
 
     /// Copies the buffer into a new `Vec`, in the buffer's stream's order, and returns when it
     /// is done.
