@@ -246,7 +246,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     }
 
     /// Copies another buffer (of any memory space, context or device) into this one and returns
-    /// when it is done, as [`DeviceViewMut::copy_from_device`]; the lengths must match.
+    /// when it is done, as [`DeviceViewMut::copy_from_device`](super::DeviceViewMut::copy_from_device); the lengths must match.
     pub fn copy_from_device<S2: MemorySpace>(&mut self, src: &DeviceBuffer<T, S2>) -> Result<()> {
         self.view_mut().copy_from_device(&src.view())
     }
