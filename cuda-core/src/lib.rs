@@ -52,3 +52,38 @@ pub use cuda_driver_sys as driver_sys;
 pub use cudart_sys as runtime_sys;
 pub use nccl_sys;
 pub use nvtx_sys;
+
+/// The user guide's chapters (`docs/src`), included so that `cargo test` compiles every Rust
+/// snippet in them. Only built for doctests.
+#[cfg(doctest)]
+mod guide {
+    macro_rules! chapters {
+        ($($name:ident = $file:literal;)*) => {
+            $(
+                #[doc = include_str!(concat!("../../docs/src/", $file))]
+                pub struct $name;
+            )*
+        };
+    }
+    chapters! {
+        Introduction = "introduction.md";
+        GettingStarted = "getting-started.md";
+        Memory = "memory.md";
+        Pools = "pools.md";
+        Streams = "streams.md";
+        Kernels = "kernels.md";
+        Graphs = "graphs.md";
+        Vmm = "vmm.md";
+        Ipc = "ipc.md";
+        Textures = "textures.md";
+        Nccl = "nccl.md";
+        Dlpack = "dlpack.md";
+        Nvtx = "nvtx.md";
+        Runtime = "runtime.md";
+        Loading = "loading.md";
+        Errors = "errors.md";
+        SysCrates = "sys-crates.md";
+        GpuTesting = "gpu-testing.md";
+        ComingFrom = "coming-from.md";
+    }
+}
