@@ -56,13 +56,15 @@ pub use loader::{
 /// Expands each line of the generated function list into a lazily resolved function.
 macro_rules! driver_functions {
     ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
-        => $symbol:literal, $version:literal, $pt_version:literal; )*) => {
+        => $symbol:literal, $version:literal, $pt_version:literal,
+        $header:literal, $section:literal, $url:literal; )*) => {
         $(
             ::cuda_loader::lazy_function! {
                 #[doc = concat!(
-                    "`", stringify!($name), "` of the CUDA driver API, resolved as `",
-                    stringify!($symbol), "` at ABI version ", stringify!($version), ".\n\n",
-                    "See <https://docs.nvidia.com/cuda/cuda-driver-api/> for its contract.",
+                    "`", stringify!($name), "` from `", $header, "`, section [", $section, "](", $url,
+                    "); the loader asks for ABI version ", stringify!($version),
+                    " (`cuGetProcAddress` of `", stringify!($symbol), "`).\n\n",
+                    "See the section for its contract.",
                 )]
                 $name($($arg: $ty),*) -> $ret,
                 slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, $version, $pt_version, c""),

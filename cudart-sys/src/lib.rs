@@ -49,12 +49,13 @@ pub use loader::{
 /// Expands each line of the generated function list into a lazily resolved function.
 macro_rules! runtime_functions {
     ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
-        => $symbol:literal, $per_thread:literal; )*) => {
+        => $symbol:literal, $per_thread:literal, $header:literal, $section:literal, $url:literal; )*) => {
         $(
             ::cuda_loader::lazy_function! {
                 #[doc = concat!(
-                    "`", stringify!($name), "` of the CUDA runtime API.\n\n",
-                    "See <https://docs.nvidia.com/cuda/cuda-runtime-api/> for its contract.",
+                    "`", stringify!($name), "` from `", $header, "`, section [", $section, "](", $url,
+                    "); the loader resolves the exported symbol `", stringify!($symbol), "`.\n\n",
+                    "See the section for its contract.",
                 )]
                 $name($($arg: $ty),*) -> $ret,
                 slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, 0, 0, $per_thread),

@@ -26,12 +26,14 @@ pub use loader::{library_error, library_path, nccl_version};
 
 /// Expands each line of the generated function list into a lazily resolved function.
 macro_rules! nccl_functions {
-    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty => $symbol:literal; )*) => {
+    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
+        => $symbol:literal, $header:literal, $section:literal, $url:literal; )*) => {
         $(
             ::cuda_loader::lazy_function! {
                 #[doc = concat!(
-                    "`", stringify!($name), "` of NCCL.\n\n",
-                    "See <https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html> for its contract.",
+                    "`", stringify!($name), "` from `", $header, "`, section [", $section, "](", $url,
+                    "); the loader resolves the exported symbol `", stringify!($symbol), "`.\n\n",
+                    "See the section for its contract.",
                 )]
                 $name($($arg: $ty),*) -> $ret,
                 slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, 0, 0, c""),

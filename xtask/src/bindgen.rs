@@ -2,6 +2,7 @@
 
 use crate::abi::AbiTable;
 use crate::cmacros::{self, Rename};
+use crate::docgroups::{DocIndex, DocPlace};
 use crate::headers::Headers;
 use crate::runtime12;
 use regex::Regex;
@@ -41,6 +42,9 @@ struct CrateSpec {
     macro_files: Vec<PathBuf>,
     prefix: &'static str,
     flavor: Flavor,
+    /// Headers whose doxygen groups place each function, the base address of the group pages,
+    /// and the page for functions in no group; `None` where the list carries no doc places.
+    docs: Option<(Vec<PathBuf>, &'static str, DocPlace)>,
 }
 
 /// Generates every file of the four crates in memory.
@@ -73,6 +77,7 @@ fn cuda12_table(h: &Headers, runtime13: &CrateSpec) -> Result<GeneratedFile, Str
         dir: runtime13.dir,
         macro_name: runtime13.macro_name,
         prefix: runtime13.prefix,
+        docs: None,
     };
     let file13 = run_bindgen(&api_only(&h.cuda))?;
     let file12 = run_bindgen(&api_only(&h.cuda12_runtime))?;
@@ -134,6 +139,15 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
                 .collect(),
             prefix: "cu",
             flavor: Flavor::Driver { fallback_version },
+            docs: Some((
+                driver_headers
+                    .iter()
+                    .filter(|f| f.starts_with("cuda") && !f.contains("Typedefs"))
+                    .map(|f| c.join(f))
+                    .collect(),
+                DRIVER_DOCS,
+                index_place("cuda.h", DRIVER_DOCS),
+            )),
         },
         CrateSpec {
             dir: "cudart-sys",
@@ -147,6 +161,11 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
             macro_files: runtime_headers.iter().map(|f| c.join(f)).collect(),
             prefix: "cuda",
             flavor: Flavor::Runtime,
+            docs: Some((
+                runtime_headers.iter().map(|f| c.join(f)).collect(),
+                RUNTIME_DOCS,
+                index_place("cuda_runtime_api.h", RUNTIME_DOCS),
+            )),
         },
         CrateSpec {
             dir: "nvtx-sys",
@@ -160,6 +179,7 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
             macro_files: nvtx_headers.iter().map(|f| h.nvtx.join(f)).collect(),
             prefix: "nvtx",
             flavor: Flavor::Nvtx { slots: nvtx_slots },
+            docs: None,
         },
         CrateSpec {
             dir: "nccl-sys",
@@ -173,8 +193,25 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
             macro_files: vec![h.nccl.join("nccl.h")],
             prefix: "nccl",
             flavor: Flavor::Nccl,
+            docs: Some((
+                vec![h.nccl.join("nccl.h")],
+                NCCL_DOCS,
+                DocPlace { header: "nccl.h".into(), section: "NCCL API".into(), url: NCCL_DOCS.into() },
+            )),
         },
     ])
+}
+
+/// Base address of the driver API reference.
+const DRIVER_DOCS: &str = "https://docs.nvidia.com/cuda/cuda-driver-api/";
+/// Base address of the runtime API reference.
+const RUNTIME_DOCS: &str = "https://docs.nvidia.com/cuda/cuda-runtime-api/";
+/// NCCL's API page; its headers have no doxygen groups.
+const NCCL_DOCS: &str = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html";
+
+/// The index page of an API reference, for functions in no group.
+fn index_place(header: &str, base: &str) -> DocPlace {
+    DocPlace { header: header.into(), section: "API index".into(), url: format!("{base}index.html") }
 }
 
 /// The runtime headers include `crt/host_defines.h`, which ships with nvcc rather than with the
@@ -457,13 +494,35 @@ fn render_functions(
     renames: &BTreeMap<String, Rename>,
     abi: &AbiTable,
 ) -> Result<String, String> {
+    let docs = match &spec.docs {
+        Some((headers, base, index)) => {
+            let refs: Vec<&Path> = headers.iter().map(PathBuf::as_path).collect();
+            Some(DocIndex::new(&refs, spec.prefix, base, index.clone())?)
+        }
+        None => None,
+    };
+    let doc_tail = |names: &[&str]| match &docs {
+        Some(d) => {
+            let p = d.place(names);
+            format!(", {:?}, {:?}, {:?}", p.header, p.section, p.url)
+        }
+        None => String::new(),
+    };
     let mut lines = BTreeMap::new();
     // (symbol, version) of every driver ABI a declared name already reaches.
     let mut reached = BTreeSet::new();
     for f in functions {
         let args: Vec<String> = f.args.iter().map(|(n, t)| format!("{n}: {t}")).collect();
         let sig = format!("({}) -> {}", args.join(", "), f.ret);
-        for (name, per_thread) in canonical_names(f, renames) {
+        let names = canonical_names(f, renames);
+        // The header may declare the function under any of the names that reach it.
+        let aliases: Vec<&str> = names
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .chain([f.declared.as_str(), strip_abi_suffix(&f.declared)])
+            .collect();
+        for (name, per_thread) in &names {
+            let per_thread = *per_thread;
             let tail = match &spec.flavor {
                 Flavor::Driver { fallback_version } => {
                     let symbol = strip_abi_suffix(&f.declared);
@@ -490,11 +549,13 @@ fn render_functions(
                     None => return Err(format!("{}: no NVTX callback id", f.declared)),
                 },
             };
-            lines.insert(name.clone(), format!("    {name}{sig} => {tail};\n"));
+            let lookup: Vec<&str> = [name.as_str()].into_iter().chain(aliases.iter().copied()).collect();
+            let doc = doc_tail(&lookup);
+            lines.insert(name.clone(), format!("    {name}{sig} => {tail}{doc};\n"));
         }
     }
     if let Flavor::Driver { .. } = spec.flavor {
-        older_abi_lines(abi, &reached, &mut lines)?;
+        older_abi_lines(abi, &reached, &mut lines, &doc_tail)?;
     }
     let body: String = lines.into_values().collect();
     Ok(format!("crate::{}! {{\n{body}}}\n", spec.macro_name))
@@ -507,6 +568,7 @@ fn older_abi_lines(
     abi: &AbiTable,
     reached: &BTreeSet<(String, i32)>,
     lines: &mut BTreeMap<String, String>,
+    doc_tail: &dyn Fn(&[&str]) -> String,
 ) -> Result<(), String> {
     for v in abi.all_variants() {
         if reached.contains(&(v.base.clone(), v.version)) {
@@ -519,11 +581,12 @@ fn older_abi_lines(
         let args: Vec<String> = v.params.iter().map(|(n, t)| format!("{n}: {}", type_text(t))).collect();
         let ret = v.output.as_ref().map(type_text).unwrap_or_else(|| "()".to_string());
         let line = format!(
-            "    {name}({}) -> {ret} => c\"{}\", {}, {};\n",
+            "    {name}({}) -> {ret} => c\"{}\", {}, {}{};\n",
             args.join(", "),
             v.base,
             v.version,
-            v.per_thread_version
+            v.per_thread_version,
+            doc_tail(&[&v.base])
         );
         lines.insert(name, line);
     }

@@ -11,6 +11,7 @@ mod abi;
 mod bindgen;
 mod bundle;
 mod cmacros;
+mod docgroups;
 mod headers;
 mod runtime12;
 mod surface;
