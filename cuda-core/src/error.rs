@@ -55,6 +55,15 @@ pub enum Error {
         /// What was wrong, in words that say how to fix it.
         message: String,
     },
+    /// What was asked does not exist on this platform (a Windows handle on Linux, say); nothing
+    /// was called.
+    #[error("{operation}: {message}")]
+    Unsupported {
+        /// The operation that refused it, e.g. `ExternalMemory::import`.
+        operation: &'static str,
+        /// What is missing, and what to use instead.
+        message: String,
+    },
     /// A memory pool or allocator could not satisfy a request, even after releasing its cache.
     #[error("{}", out_of_memory_text(*.requested, *.held, *.limit))]
     OutOfMemory {

@@ -9,7 +9,7 @@ use bitflags::bitflags;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
-use std::mem::ManuallyDrop;
+use std::sync::Arc;
 
 bitflags! {
     /// Array creation flags (`CUDA_ARRAY3D_*`).
@@ -144,7 +144,7 @@ unsafe impl Sync for Array {}
 /// it dereferences to [`Array`] and lives no longer than its owner.
 #[derive(Debug)]
 pub struct BorrowedArray<'a> {
-    array: ManuallyDrop<Array>,
+    array: Array,
     _owner: PhantomData<&'a ()>,
 }
 
@@ -187,6 +187,11 @@ impl Array {
         Ok(Array { raw, ctx: ctx.clone(), owned: true })
     }
 
+    /// An array that `owner` keeps alive, borrowed for `'a`.
+    pub(crate) fn borrowed<'a>(raw: sys::CUarray, ctx: &Context) -> BorrowedArray<'a> {
+        BorrowedArray { array: Array { raw, ctx: ctx.clone(), owned: false }, _owner: PhantomData }
+    }
+
     /// The raw `CUarray`.
     pub fn as_raw(&self) -> sys::CUarray {
         self.raw
@@ -215,10 +220,7 @@ impl Array {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the array is alive; one out-parameter.
         check("cuArrayGetPlane", unsafe { sys::cuArrayGetPlane(&mut raw, self.raw, index) })?;
-        Ok(BorrowedArray {
-            array: ManuallyDrop::new(Array { raw, ctx: self.ctx.clone(), owned: false }),
-            _owner: PhantomData,
-        })
+        Ok(Array::borrowed(raw, &self.ctx))
     }
 
     /// The tiling of a sparse array
@@ -355,6 +357,25 @@ pub struct MipmappedArray {
     raw: sys::CUmipmappedArray,
     ctx: Context,
     levels: u32,
+    /// Whether dropping this value destroys the array.
+    owned: bool,
+    /// What must outlive the array (the external memory it is mapped from).
+    _owner: Option<Arc<dyn std::fmt::Debug + Send + Sync>>,
+}
+
+/// A mipmapped array owned by another (a mapped graphics resource); it dereferences to
+/// [`MipmappedArray`] and lives no longer than its owner.
+#[derive(Debug)]
+pub struct BorrowedMipmappedArray<'a> {
+    array: MipmappedArray,
+    _owner: PhantomData<&'a ()>,
+}
+
+impl std::ops::Deref for BorrowedMipmappedArray<'_> {
+    type Target = MipmappedArray;
+    fn deref(&self) -> &MipmappedArray {
+        &self.array
+    }
 }
 
 // SAFETY: a CUmipmappedArray may be used from any thread.
@@ -374,7 +395,34 @@ impl MipmappedArray {
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a valid descriptor; the context is current.
         check("cuMipmappedArrayCreate", unsafe { sys::cuMipmappedArrayCreate(&mut raw, &d, levels) })?;
-        Ok(MipmappedArray { raw, ctx: ctx.clone(), levels })
+        Ok(MipmappedArray { raw, ctx: ctx.clone(), levels, owned: true, _owner: None })
+    }
+
+    /// Takes ownership of `raw`, which has `levels` levels and is destroyed on drop before
+    /// `owner` is released.
+    pub(crate) fn adopt(
+        raw: sys::CUmipmappedArray,
+        ctx: &Context,
+        levels: u32,
+        owner: Arc<dyn std::fmt::Debug + Send + Sync>,
+    ) -> MipmappedArray {
+        MipmappedArray { raw, ctx: ctx.clone(), levels, owned: true, _owner: Some(owner) }
+    }
+
+    /// Borrows `raw`, which something else destroys, counting its levels (the driver does not
+    /// say how many there are, so each is asked for until it refuses).
+    pub(crate) fn borrowed<'a>(raw: sys::CUmipmappedArray, ctx: &Context) -> BorrowedMipmappedArray<'a> {
+        let mut levels = 0;
+        let mut level = std::ptr::null_mut();
+        // SAFETY: the array is alive while its owner is; one out-parameter per call.
+        while levels < 32
+            && unsafe { sys::cuMipmappedArrayGetLevel(&mut level, raw, levels) }
+                == sys::CUresult::CUDA_SUCCESS
+        {
+            levels += 1;
+        }
+        let array = MipmappedArray { raw, ctx: ctx.clone(), levels, owned: false, _owner: None };
+        BorrowedMipmappedArray { array, _owner: PhantomData }
     }
 
     /// The raw `CUmipmappedArray`.
@@ -407,10 +455,7 @@ impl MipmappedArray {
         check("cuMipmappedArrayGetLevel", unsafe {
             sys::cuMipmappedArrayGetLevel(&mut raw, self.raw, level)
         })?;
-        Ok(BorrowedArray {
-            array: ManuallyDrop::new(Array { raw, ctx: self.ctx.clone(), owned: false }),
-            _owner: PhantomData,
-        })
+        Ok(Array::borrowed(raw, &self.ctx))
     }
 
     /// The tiling of a sparse mipmapped array
@@ -442,6 +487,9 @@ impl MipmappedArray {
 
 impl Drop for MipmappedArray {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let raw = self.raw;
         // SAFETY: this value created the array and destroys it once.
         self.ctx.with_current_for_drop("cuMipmappedArrayDestroy", || unsafe {

@@ -74,8 +74,8 @@ pub mod space;
 mod view;
 
 pub use array::{
-    Array, ArrayDescriptor, ArrayFlags, ArrayMemoryRequirements, BorrowedArray, MipmappedArray,
-    SparseProperties,
+    Array, ArrayDescriptor, ArrayFlags, ArrayMemoryRequirements, BorrowedArray, BorrowedMipmappedArray,
+    MipmappedArray, SparseProperties,
 };
 pub use buffer::DeviceBuffer;
 pub use copy3d::{memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer};

@@ -1,0 +1,453 @@
+//! [`ExternalSemaphore`]: a semaphore or fence of another API, signalled and waited on in a
+//! stream's order.
+
+use super::{Raw, Refused, Win32Handle, fd_raw, settle, win32_raw};
+use crate::context::Context;
+use crate::error::{Error, Result, check};
+use crate::{Event, EventFlags, Stream};
+use cuda_driver_sys as sys;
+use std::ffi::c_void;
+use std::os::fd::OwnedFd;
+use std::sync::Mutex;
+
+/// What an external semaphore is imported from (`CUexternalSemaphoreHandleType` and its
+/// handle).
+#[derive(Debug)]
+pub enum SemaphoreHandle {
+    /// An opaque POSIX file descriptor of a binary semaphore (Vulkan's
+    /// `VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT` on a binary `VkSemaphore`).
+    OpaqueFd(OwnedFd),
+    /// An opaque POSIX file descriptor of a Vulkan timeline semaphore.
+    TimelineFd(OwnedFd),
+    /// A Windows NT handle or name of a binary semaphore.
+    OpaqueWin32(Win32Handle),
+    /// A global share (KMT) handle of a binary semaphore.
+    OpaqueWin32Kmt(*mut c_void),
+    /// A Windows NT handle or name of a Vulkan timeline semaphore.
+    TimelineWin32(Win32Handle),
+    /// A shared Direct3D 12 fence.
+    D3D12Fence(Win32Handle),
+    /// A shared Direct3D 11 fence.
+    D3D11Fence(Win32Handle),
+    /// A Direct3D 11 keyed mutex.
+    D3D11KeyedMutex(Win32Handle),
+    /// A global share (KMT) handle of a Direct3D 11 keyed mutex.
+    D3D11KeyedMutexKmt(*mut c_void),
+    /// An `NvSciSyncObj`.
+    NvSciSync(*mut c_void),
+}
+
+/// The kind of an imported semaphore, which decides the parameters its signals and waits take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SemaphoreKind {
+    /// A binary semaphore: signalled or not, no value.
+    Binary,
+    /// A timeline semaphore or fence: signals set a 64-bit value, waits wait for one.
+    Timeline,
+    /// A Direct3D 11 keyed mutex: signals release and waits acquire a key.
+    KeyedMutex,
+    /// An NvSciSync object: signals and waits take an `NvSciSyncFence`.
+    NvSciSync,
+}
+
+impl SemaphoreHandle {
+    fn raw_kind(&self) -> sys::CUexternalSemaphoreHandleType {
+        use sys::CUexternalSemaphoreHandleType as K;
+        match self {
+            SemaphoreHandle::OpaqueFd(_) => K::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD,
+            SemaphoreHandle::TimelineFd(_) => K::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD,
+            SemaphoreHandle::OpaqueWin32(_) => K::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32,
+            SemaphoreHandle::OpaqueWin32Kmt(_) => K::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32_KMT,
+            SemaphoreHandle::TimelineWin32(_) => {
+                K::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_WIN32
+            }
+            SemaphoreHandle::D3D12Fence(_) => K::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D12_FENCE,
+            SemaphoreHandle::D3D11Fence(_) => K::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_FENCE,
+            SemaphoreHandle::D3D11KeyedMutex(_) => K::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX,
+            SemaphoreHandle::D3D11KeyedMutexKmt(_) => {
+                K::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX_KMT
+            }
+            SemaphoreHandle::NvSciSync(_) => K::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC,
+        }
+    }
+
+    fn kind(&self) -> SemaphoreKind {
+        match self {
+            SemaphoreHandle::OpaqueFd(_)
+            | SemaphoreHandle::OpaqueWin32(_)
+            | SemaphoreHandle::OpaqueWin32Kmt(_) => SemaphoreKind::Binary,
+            SemaphoreHandle::TimelineFd(_)
+            | SemaphoreHandle::TimelineWin32(_)
+            | SemaphoreHandle::D3D12Fence(_)
+            | SemaphoreHandle::D3D11Fence(_) => SemaphoreKind::Timeline,
+            SemaphoreHandle::D3D11KeyedMutex(_) | SemaphoreHandle::D3D11KeyedMutexKmt(_) => {
+                SemaphoreKind::KeyedMutex
+            }
+            SemaphoreHandle::NvSciSync(_) => SemaphoreKind::NvSciSync,
+        }
+    }
+
+    fn raw(&self) -> Result<Raw> {
+        const OP: &str = "ExternalSemaphore::import";
+        match self {
+            SemaphoreHandle::OpaqueFd(fd) | SemaphoreHandle::TimelineFd(fd) => fd_raw(OP, fd),
+            SemaphoreHandle::OpaqueWin32(h)
+            | SemaphoreHandle::TimelineWin32(h)
+            | SemaphoreHandle::D3D12Fence(h)
+            | SemaphoreHandle::D3D11Fence(h)
+            | SemaphoreHandle::D3D11KeyedMutex(h) => win32_raw(OP, h),
+            SemaphoreHandle::OpaqueWin32Kmt(h) | SemaphoreHandle::D3D11KeyedMutexKmt(h) => {
+                win32_raw(OP, &Win32Handle::Handle(*h))
+            }
+            SemaphoreHandle::NvSciSync(object) => Ok(Raw::Object(object.cast_const())),
+        }
+    }
+
+    fn into_fd(self) -> Option<OwnedFd> {
+        match self {
+            SemaphoreHandle::OpaqueFd(fd) | SemaphoreHandle::TimelineFd(fd) => Some(fd),
+            _ => None,
+        }
+    }
+}
+
+/// What a signal does (`CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS`): nothing more for a binary
+/// semaphore, the value to set for a timeline, the key to release for a keyed mutex.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SignalParams {
+    value: Option<u64>,
+    key: Option<u64>,
+    fence: Option<*mut c_void>,
+    skip_memsync: bool,
+}
+
+impl SignalParams {
+    /// A signal of a binary semaphore.
+    pub fn new() -> SignalParams {
+        SignalParams::default()
+    }
+
+    /// A signal that sets a timeline semaphore or fence to `value`.
+    pub fn value(value: u64) -> SignalParams {
+        SignalParams { value: Some(value), ..SignalParams::default() }
+    }
+
+    /// A signal that releases a keyed mutex with `key`.
+    pub fn keyed_mutex(key: u64) -> SignalParams {
+        SignalParams { key: Some(key), ..SignalParams::default() }
+    }
+
+    /// A signal of an NvSciSync object that fills the `NvSciSyncFence` at `fence`.
+    ///
+    /// # Safety
+    ///
+    /// `fence` points to an `NvSciSyncFence` that stays valid until the signal is enqueued.
+    pub unsafe fn nvsci_fence(fence: *mut c_void) -> SignalParams {
+        SignalParams { fence: Some(fence), ..SignalParams::default() }
+    }
+
+    /// Skips the memory synchronisation of NvSciBuf memory objects that the signal otherwise
+    /// performs (`CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC`).
+    pub fn skip_nvscibuf_memsync(self) -> SignalParams {
+        SignalParams { skip_memsync: true, ..self }
+    }
+
+    fn to_raw(self, kind: SemaphoreKind) -> Result<sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS> {
+        check_params("ExternalSemaphore::signal", kind, self.value, self.key, self.fence)?;
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut raw: sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS = unsafe { std::mem::zeroed() };
+        raw.params.fence.value = self.value.unwrap_or(0);
+        raw.params.keyedMutex.key = self.key.unwrap_or(0);
+        raw.params.nvSciSync.fence = self.fence.unwrap_or(std::ptr::null_mut());
+        if self.skip_memsync {
+            raw.flags = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC;
+        }
+        Ok(raw)
+    }
+}
+
+/// What a wait waits for (`CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS`): a signal of a binary
+/// semaphore, a value of a timeline, a key of a keyed mutex.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitParams {
+    value: Option<u64>,
+    key: Option<(u64, u32)>,
+    fence: Option<*mut c_void>,
+    skip_memsync: bool,
+}
+
+impl WaitParams {
+    /// A wait for a signal of a binary semaphore.
+    pub fn new() -> WaitParams {
+        WaitParams::default()
+    }
+
+    /// A wait until a timeline semaphore or fence reaches `value` or more.
+    pub fn value(value: u64) -> WaitParams {
+        WaitParams { value: Some(value), ..WaitParams::default() }
+    }
+
+    /// A wait that acquires a keyed mutex with `key`, giving up after `timeout_ms`
+    /// milliseconds (`u32::MAX` waits for ever).
+    pub fn keyed_mutex(key: u64, timeout_ms: u32) -> WaitParams {
+        WaitParams { key: Some((key, timeout_ms)), ..WaitParams::default() }
+    }
+
+    /// A wait on the `NvSciSyncFence` at `fence`.
+    ///
+    /// # Safety
+    ///
+    /// `fence` points to an `NvSciSyncFence` that stays valid until the wait is enqueued.
+    pub unsafe fn nvsci_fence(fence: *mut c_void) -> WaitParams {
+        WaitParams { fence: Some(fence), ..WaitParams::default() }
+    }
+
+    /// Skips the memory synchronisation of NvSciBuf memory objects that the wait otherwise
+    /// performs (`CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC`).
+    pub fn skip_nvscibuf_memsync(self) -> WaitParams {
+        WaitParams { skip_memsync: true, ..self }
+    }
+
+    fn to_raw(self, kind: SemaphoreKind) -> Result<sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS> {
+        check_params("ExternalSemaphore::wait", kind, self.value, self.key.map(|k| k.0), self.fence)?;
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut raw: sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS = unsafe { std::mem::zeroed() };
+        raw.params.fence.value = self.value.unwrap_or(0);
+        if let Some((key, timeout_ms)) = self.key {
+            raw.params.keyedMutex.key = key;
+            raw.params.keyedMutex.timeoutMs = timeout_ms;
+        }
+        raw.params.nvSciSync.fence = self.fence.unwrap_or(std::ptr::null_mut());
+        if self.skip_memsync {
+            raw.flags = sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC;
+        }
+        Ok(raw)
+    }
+}
+
+/// Refuses parameters that do not fit the semaphore's kind, saying which to use.
+fn check_params(
+    operation: &'static str,
+    kind: SemaphoreKind,
+    value: Option<u64>,
+    key: Option<u64>,
+    fence: Option<*mut c_void>,
+) -> Result<()> {
+    let (given, wanted) = match (value.is_some(), key.is_some(), fence.is_some()) {
+        (false, false, false) => ("no value", SemaphoreKind::Binary),
+        (true, false, false) => ("a value", SemaphoreKind::Timeline),
+        (false, true, false) => ("a keyed-mutex key", SemaphoreKind::KeyedMutex),
+        (false, false, true) => ("an NvSciSync fence", SemaphoreKind::NvSciSync),
+        _ => return Err(Error::invalid(operation, "give one of a value, a key or a fence")),
+    };
+    // A timeline may also be used without a value: it then means value 0.
+    if wanted == kind || (kind == SemaphoreKind::Timeline && wanted == SemaphoreKind::Binary) {
+        return Ok(());
+    }
+    let fix = match kind {
+        SemaphoreKind::Binary => "new()",
+        SemaphoreKind::Timeline => "value(v)",
+        SemaphoreKind::KeyedMutex => "keyed_mutex(key, ..)",
+        SemaphoreKind::NvSciSync => "nvsci_fence(fence)",
+    };
+    Err(Error::invalid(operation, format!("{given} for a {kind:?} semaphore; use {fix}")))
+}
+
+/// An imported semaphore, destroyed on drop once the signals and waits enqueued on it are done
+/// ([`cuImportExternalSemaphore`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
+#[derive(Debug)]
+pub struct ExternalSemaphore {
+    raw: sys::CUexternalSemaphore,
+    context: Context,
+    kind: SemaphoreKind,
+    /// Events after the signals and waits not yet known to be done.
+    pending: Mutex<Vec<Event>>,
+}
+
+// SAFETY: a CUexternalSemaphore may be used from any thread; `pending` is behind a lock.
+unsafe impl Send for ExternalSemaphore {}
+// SAFETY: as above.
+unsafe impl Sync for ExternalSemaphore {}
+
+impl ExternalSemaphore {
+    /// Imports the semaphore `handle` names into `context`
+    /// ([`cuImportExternalSemaphore`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
+    ///
+    /// On success a file descriptor belongs to the driver; on failure it comes back in the
+    /// [`Refused`]: a Windows handle off Windows is [`Error::Unsupported`], a descriptor that
+    /// is not such a semaphore the driver's error.
+    pub fn import(
+        context: &Context,
+        handle: SemaphoreHandle,
+    ) -> Result<ExternalSemaphore, Box<Refused<SemaphoreHandle>>> {
+        let imported = Self::import_raw(context, &handle);
+        let kind = handle.kind();
+        settle(imported, handle, SemaphoreHandle::into_fd).map(|raw| ExternalSemaphore {
+            raw,
+            context: context.clone(),
+            kind,
+            pending: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn import_raw(context: &Context, handle: &SemaphoreHandle) -> Result<sys::CUexternalSemaphore> {
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut desc: sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC = unsafe { std::mem::zeroed() };
+        desc.type_ = handle.raw_kind();
+        match handle.raw()? {
+            Raw::Fd(fd) => desc.handle.fd = fd,
+            Raw::Win32 { handle, name } => {
+                desc.handle.win32.handle = handle;
+                desc.handle.win32.name = name;
+            }
+            Raw::Object(object) => desc.handle.nvSciSyncObj = object,
+        }
+        context.enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter and a filled descriptor whose name (if any) outlives the call.
+        check("cuImportExternalSemaphore", unsafe { sys::cuImportExternalSemaphore(&mut raw, &desc) })?;
+        Ok(raw)
+    }
+
+    /// The raw `CUexternalSemaphore`.
+    pub fn as_raw(&self) -> sys::CUexternalSemaphore {
+        self.raw
+    }
+
+    /// The context it was imported into.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// Its kind, which decides the parameters of its signals and waits.
+    pub fn kind(&self) -> SemaphoreKind {
+        self.kind
+    }
+
+    /// Signals the semaphore once the work enqueued on `stream` so far is done
+    /// ([`cuSignalExternalSemaphoresAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
+    ///
+    /// Parameters that do not fit the [`kind`](Self::kind) (a value for a binary semaphore, a
+    /// key for a timeline) are an [`Error::InvalidArgument`].
+    pub fn signal(&self, stream: &Stream, params: SignalParams) -> Result<()> {
+        signal_all(stream, &[(self, params)])
+    }
+
+    /// Makes the work enqueued on `stream` from now on wait until the semaphore is signalled
+    /// (a timeline: reaches the value)
+    /// ([`cuWaitExternalSemaphoresAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
+    ///
+    /// Parameters that do not fit the [`kind`](Self::kind) are an [`Error::InvalidArgument`].
+    pub fn wait(&self, stream: &Stream, params: WaitParams) -> Result<()> {
+        wait_all(stream, &[(self, params)])
+    }
+
+    /// Notes that `stream` uses the semaphore until the work enqueued so far is done.
+    fn track(&self, stream: &Stream) -> Result<()> {
+        let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pending.retain(|event| !matches!(event.query(), Ok(true)));
+        let event = Event::new(&self.context, EventFlags::DISABLE_TIMING)?;
+        event.record(stream)?;
+        pending.push(event);
+        Ok(())
+    }
+}
+
+impl Drop for ExternalSemaphore {
+    fn drop(&mut self) {
+        let pending =
+            std::mem::take(self.pending.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for event in pending {
+            if let Err(e) = event.synchronize() {
+                self.context.defer(e);
+            }
+        }
+        let raw = self.raw;
+        // SAFETY: imported once here and destroyed once, after its signals and waits.
+        self.context.with_current_for_drop("cuDestroyExternalSemaphore", || unsafe {
+            sys::cuDestroyExternalSemaphore(raw)
+        });
+    }
+}
+
+/// Signals every semaphore of `signals` with its parameters, in one call, once the work
+/// enqueued on `stream` so far is done
+/// ([`cuSignalExternalSemaphoresAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
+///
+/// Parameters that do not fit a semaphore's kind, or semaphores of another context than the
+/// stream's, are an [`Error::InvalidArgument`] before any call.
+pub fn signal_all(stream: &Stream, signals: &[(&ExternalSemaphore, SignalParams)]) -> Result<()> {
+    let (handles, params) = batch("signal_all", stream, signals, |s, p| p.to_raw(s.kind))?;
+    let count =
+        u32::try_from(handles.len()).map_err(|_| Error::invalid("signal_all", "too many semaphores"))?;
+    // SAFETY: two arrays of `count` elements; the semaphores and the stream are alive.
+    check("cuSignalExternalSemaphoresAsync", unsafe {
+        sys::cuSignalExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw())
+    })?;
+    signals.iter().try_for_each(|(s, _)| s.track(stream))
+}
+
+/// Makes the work enqueued on `stream` from now on wait for every semaphore of `waits`, in one
+/// call ([`cuWaitExternalSemaphoresAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
+///
+/// Errors as for [`signal_all`].
+pub fn wait_all(stream: &Stream, waits: &[(&ExternalSemaphore, WaitParams)]) -> Result<()> {
+    let (handles, params) = batch("wait_all", stream, waits, |s, p| p.to_raw(s.kind))?;
+    let count =
+        u32::try_from(handles.len()).map_err(|_| Error::invalid("wait_all", "too many semaphores"))?;
+    // SAFETY: two arrays of `count` elements; the semaphores and the stream are alive.
+    check("cuWaitExternalSemaphoresAsync", unsafe {
+        sys::cuWaitExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw())
+    })?;
+    waits.iter().try_for_each(|(s, _)| s.track(stream))
+}
+
+/// The handle and raw-parameter arrays of a batch, checked.
+fn batch<P: Copy, R>(
+    operation: &'static str,
+    stream: &Stream,
+    items: &[(&ExternalSemaphore, P)],
+    to_raw: impl Fn(&ExternalSemaphore, P) -> Result<R>,
+) -> Result<(Vec<sys::CUexternalSemaphore>, Vec<R>)> {
+    if items.is_empty() {
+        return Err(Error::invalid(operation, "no semaphores given"));
+    }
+    if let Some((other, _)) = items.iter().find(|(s, _)| s.context != *stream.context()) {
+        return Err(Error::invalid(
+            operation,
+            format!("semaphore {:p} belongs to another context than the stream", other.raw),
+        ));
+    }
+    let params = items.iter().map(|(s, p)| to_raw(s, *p)).collect::<Result<Vec<R>>>()?;
+    stream.context().enter()?;
+    Ok((items.iter().map(|(s, _)| s.raw).collect(), params))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_must_fit_the_kind() {
+        use SemaphoreKind::*;
+        assert!(SignalParams::new().to_raw(Binary).is_ok());
+        assert!(SignalParams::value(3).to_raw(Timeline).is_ok_and(|r| r.params.fence.value == 3));
+        assert!(WaitParams::new().to_raw(Timeline).is_ok(), "a timeline wait without a value waits for 0");
+        let e = SignalParams::value(1).to_raw(Binary).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("a value for a Binary semaphore; use new()"), "{e}");
+        let e =
+            WaitParams::keyed_mutex(1, 5).to_raw(Timeline).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("use value(v)"), "{e}");
+        let raw = WaitParams::keyed_mutex(7, 250).to_raw(KeyedMutex);
+        assert!(raw.is_ok_and(|r| (r.params.keyedMutex.key, r.params.keyedMutex.timeoutMs) == (7, 250)));
+        assert!(SignalParams::keyed_mutex(1).to_raw(NvSciSync).is_err());
+    }
+
+    #[test]
+    fn skipping_the_memsync_sets_the_flag() {
+        let raw = SignalParams::new().skip_nvscibuf_memsync().to_raw(SemaphoreKind::Binary);
+        assert!(raw.is_ok_and(|r| r.flags == sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC));
+        let raw = WaitParams::value(2).skip_nvscibuf_memsync().to_raw(SemaphoreKind::Timeline);
+        assert!(raw.is_ok_and(|r| r.flags == sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC));
+    }
+}

@@ -1,0 +1,461 @@
+//! EGL images as [`GraphicsResource`]s, EGL frames, EGL stream connections and events from
+//! EGL syncs.
+
+use super::{GraphicsResource, Mapped, RegisterFlags};
+use crate::context::Context;
+use crate::error::{Error, Result, check};
+use crate::memory::DeviceView;
+use crate::{Event, EventFlags, Stream};
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+/// A frame of an EGL image or stream (`CUeglFrame`): up to three planes, each a CUDA array or
+/// pitched device memory, with their extent and formats. It lives no longer than what holds
+/// its planes (a mapping, an acquired stream frame, the buffer it was made of).
+#[derive(Clone, Copy)]
+pub struct EglFrame<'a> {
+    raw: sys::CUeglFrame,
+    _planes: PhantomData<&'a ()>,
+}
+
+impl std::fmt::Debug for EglFrame<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EglFrame")
+            .field("width", &self.raw.width)
+            .field("height", &self.raw.height)
+            .field("depth", &self.raw.depth)
+            .field("pitch", &self.raw.pitch)
+            .field("planes", &self.raw.planeCount)
+            .field("channels", &self.raw.numChannels)
+            .field("pitched", &self.is_pitched())
+            .field("color_format", &self.raw.eglColorFormat)
+            .field("format", &self.raw.cuFormat)
+            .finish()
+    }
+}
+
+impl<'a> EglFrame<'a> {
+    /// A one-plane pitched frame over `memory`: `height` rows of `pitch` bytes, each holding
+    /// `width` elements of `channels` channels of `format`, in EGL colour format
+    /// `color_format`; for [`EglStreamProducer::present`].
+    ///
+    /// Rows that do not fit in `pitch` bytes, or more rows than `memory` holds, are an
+    /// [`Error::InvalidArgument`].
+    pub fn pitched<T: Pod>(
+        memory: DeviceView<'a, T>,
+        width: u32,
+        height: u32,
+        pitch: u32,
+        channels: u32,
+        format: sys::CUarray_format,
+        color_format: sys::CUeglColorFormat,
+    ) -> Result<EglFrame<'a>> {
+        const OP: &str = "EglFrame::pitched";
+        let row = u64::from(width) * u64::from(channels) * std::mem::size_of::<T>() as u64;
+        if width == 0 || height == 0 || row > u64::from(pitch) {
+            return Err(Error::invalid(
+                OP,
+                format!("{width} elements of {channels} channels do not fit a pitch of {pitch} bytes"),
+            ));
+        }
+        if u64::from(pitch) * u64::from(height) > memory.size_in_bytes() as u64 {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "{height} rows of {pitch} bytes do not fit the {} bytes given",
+                    memory.size_in_bytes()
+                ),
+            ));
+        }
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut raw: sys::CUeglFrame = unsafe { std::mem::zeroed() };
+        let mut planes = [std::ptr::null_mut(); 3];
+        planes[0] = memory.as_raw() as *mut c_void;
+        raw.frame = sys::CUeglFrame_st__bindgen_ty_1 { pPitch: planes };
+        raw.width = width;
+        raw.height = height;
+        raw.depth = 1;
+        raw.pitch = pitch;
+        raw.planeCount = 1;
+        raw.numChannels = channels;
+        raw.frameType = sys::CUeglFrameType::CU_EGL_FRAME_TYPE_PITCH;
+        raw.eglColorFormat = color_format;
+        raw.cuFormat = format;
+        Ok(EglFrame { raw, _planes: PhantomData })
+    }
+
+    /// Wraps a raw frame.
+    ///
+    /// # Safety
+    ///
+    /// Its planes stay valid for `'a`.
+    pub unsafe fn from_raw(raw: sys::CUeglFrame) -> EglFrame<'a> {
+        EglFrame { raw, _planes: PhantomData }
+    }
+
+    /// The raw `CUeglFrame`.
+    pub fn as_raw(&self) -> sys::CUeglFrame {
+        self.raw
+    }
+
+    /// Width in elements.
+    pub fn width(&self) -> u32 {
+        self.raw.width
+    }
+
+    /// Height in elements.
+    pub fn height(&self) -> u32 {
+        self.raw.height
+    }
+
+    /// Depth in elements.
+    pub fn depth(&self) -> u32 {
+        self.raw.depth
+    }
+
+    /// Bytes per row of a pitched frame.
+    pub fn pitch(&self) -> u32 {
+        self.raw.pitch
+    }
+
+    /// The number of planes (1 to 3).
+    pub fn plane_count(&self) -> u32 {
+        self.raw.planeCount
+    }
+
+    /// Channels per element.
+    pub fn channels(&self) -> u32 {
+        self.raw.numChannels
+    }
+
+    /// Whether the planes are pitched device memory (else CUDA arrays).
+    pub fn is_pitched(&self) -> bool {
+        self.raw.frameType == sys::CUeglFrameType::CU_EGL_FRAME_TYPE_PITCH
+    }
+
+    /// The EGL colour format.
+    pub fn color_format(&self) -> sys::CUeglColorFormat {
+        self.raw.eglColorFormat
+    }
+
+    /// The element format of each channel.
+    pub fn format(&self) -> sys::CUarray_format {
+        self.raw.cuFormat
+    }
+
+    /// The device address of pitched plane `plane`, if the frame is pitched and has it.
+    pub fn plane_pointer(&self, plane: usize) -> Option<sys::CUdeviceptr> {
+        if !self.is_pitched() || plane >= self.raw.planeCount as usize {
+            return None;
+        }
+        // SAFETY: a pitched frame's union holds plane pointers.
+        unsafe { self.raw.frame.pPitch }.get(plane).map(|p| *p as sys::CUdeviceptr)
+    }
+
+    /// The CUDA array of plane `plane`, if the frame is made of arrays and has it.
+    pub fn plane_array(&self, plane: usize) -> Option<sys::CUarray> {
+        if self.is_pitched() || plane >= self.raw.planeCount as usize {
+            return None;
+        }
+        // SAFETY: an array frame's union holds plane arrays.
+        unsafe { self.raw.frame.pArray }.get(plane).copied()
+    }
+}
+
+fn mapped_egl_frame<'a>(
+    resource: sys::CUgraphicsResource,
+    index: u32,
+    mip_level: u32,
+) -> Result<EglFrame<'a>> {
+    // SAFETY: a plain C struct; all zeroes is a valid value.
+    let mut raw: sys::CUeglFrame = unsafe { std::mem::zeroed() };
+    // SAFETY: one out-parameter; the caller's resource is mapped or acquired.
+    check("cuGraphicsResourceGetMappedEglFrame", unsafe {
+        sys::cuGraphicsResourceGetMappedEglFrame(&mut raw, resource, index, mip_level)
+    })?;
+    Ok(EglFrame { raw, _planes: PhantomData })
+}
+
+impl GraphicsResource {
+    /// Registers EGL image `image`
+    /// ([`cuGraphicsEGLRegisterImage`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    /// Mapped, it is an EGL frame ([`Mapped::egl_frame`]).
+    ///
+    /// A null image is an [`Error::InvalidArgument`]; one CUDA cannot map, the driver's error.
+    ///
+    /// # Safety
+    ///
+    /// `image` is a live `EGLImageKHR` that stays alive while the resource is registered.
+    pub unsafe fn egl_image(
+        context: &Context,
+        image: *mut c_void,
+        flags: RegisterFlags,
+    ) -> Result<GraphicsResource> {
+        if image.is_null() {
+            return Err(Error::invalid("GraphicsResource::egl_image", "a null EGLImage"));
+        }
+        // SAFETY: one out-parameter; the caller vouches for the image.
+        GraphicsResource::register(context, "cuGraphicsEGLRegisterImage", |raw| unsafe {
+            sys::cuGraphicsEGLRegisterImage(raw, image, flags.bits())
+        })
+    }
+}
+
+impl Mapped<'_> {
+    /// Layer `array_index`, level `mip_level` of mapped resource `index` as an EGL frame
+    /// ([`cuGraphicsResourceGetMappedEglFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    /// Resources that are not EGL images are the driver's error.
+    pub fn egl_frame(&self, index: usize, array_index: u32, mip_level: u32) -> Result<EglFrame<'_>> {
+        let resource = self.resource("Mapped::egl_frame", index)?;
+        self.stream.context().enter()?;
+        mapped_egl_frame(resource, array_index, mip_level)
+    }
+}
+
+/// Where an EGL stream consumer wants its frames (`CUeglResourceLocationFlags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EglResourceLocation {
+    /// In system memory.
+    SystemMemory,
+    /// In video memory.
+    VideoMemory,
+}
+
+fn stream_handle(stream: Option<&Stream>) -> sys::CUstream {
+    stream.map_or(std::ptr::null_mut(), Stream::as_raw)
+}
+
+fn timeout_ms(timeout: Option<Duration>) -> u32 {
+    timeout.map_or(sys::CUDA_EGL_INFINITE_TIMEOUT, |t| u32::try_from(t.as_millis()).unwrap_or(u32::MAX - 1))
+}
+
+/// CUDA connected to an EGL stream as its consumer; disconnected on drop
+/// ([`cuEGLStreamConsumerConnect`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+#[derive(Debug)]
+pub struct EglStreamConsumer {
+    conn: sys::CUeglStreamConnection,
+    context: Context,
+}
+
+// SAFETY: the connection is used through `&mut self` only.
+unsafe impl Send for EglStreamConsumer {}
+
+impl EglStreamConsumer {
+    /// Connects CUDA, in `context`, as the consumer of EGL stream `stream`, with frames where
+    /// `location` says (or where the driver chooses)
+    /// ([`cuEGLStreamConsumerConnect`, `cuEGLStreamConsumerConnectWithFlags`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    /// A stream in the wrong state, or a display without CUDA consumers, is the driver's error.
+    ///
+    /// # Safety
+    ///
+    /// `stream` is a live `EGLStreamKHR` that outlives the connection.
+    pub unsafe fn connect(
+        context: &Context,
+        stream: *mut c_void,
+        location: Option<EglResourceLocation>,
+    ) -> Result<EglStreamConsumer> {
+        context.enter()?;
+        let mut conn = std::ptr::null_mut();
+        match location {
+            // SAFETY: one out-parameter; the caller vouches for the stream.
+            None => check("cuEGLStreamConsumerConnect", unsafe {
+                sys::cuEGLStreamConsumerConnect(&mut conn, stream)
+            })?,
+            Some(location) => {
+                let flags = match location {
+                    EglResourceLocation::SystemMemory => {
+                        sys::CUeglResourceLocationFlags::CU_EGL_RESOURCE_LOCATION_SYSMEM
+                    }
+                    EglResourceLocation::VideoMemory => {
+                        sys::CUeglResourceLocationFlags::CU_EGL_RESOURCE_LOCATION_VIDMEM
+                    }
+                };
+                // SAFETY: as above.
+                check("cuEGLStreamConsumerConnectWithFlags", unsafe {
+                    sys::cuEGLStreamConsumerConnectWithFlags(&mut conn, stream, flags.0)
+                })?
+            }
+        }
+        Ok(EglStreamConsumer { conn, context: context.clone() })
+    }
+
+    /// Takes the next frame the producer presented, ordered on `stream` (`None`: the default
+    /// stream), waiting at most `timeout` (`None`: for ever); the guard gives it back
+    /// ([`cuEGLStreamConsumerAcquireFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    /// No frame in time is the driver's `CUDA_ERROR_LAUNCH_TIMEOUT`.
+    pub fn acquire(
+        &mut self,
+        stream: Option<&Stream>,
+        timeout: Option<Duration>,
+    ) -> Result<AcquiredFrame<'_>> {
+        self.context.enter()?;
+        let mut resource = std::ptr::null_mut();
+        let mut raw_stream = stream_handle(stream);
+        // SAFETY: out-parameters and a live connection.
+        check("cuEGLStreamConsumerAcquireFrame", unsafe {
+            sys::cuEGLStreamConsumerAcquireFrame(
+                &mut self.conn,
+                &mut resource,
+                &mut raw_stream,
+                timeout_ms(timeout),
+            )
+        })?;
+        Ok(AcquiredFrame { consumer: self, resource, stream: stream.cloned(), released: false })
+    }
+}
+
+impl Drop for EglStreamConsumer {
+    fn drop(&mut self) {
+        let conn = &mut self.conn as *mut sys::CUeglStreamConnection;
+        // SAFETY: connected once and disconnected once; no frame is held (it borrows `self`).
+        self.context.with_current_for_drop("cuEGLStreamConsumerDisconnect", || unsafe {
+            sys::cuEGLStreamConsumerDisconnect(conn)
+        });
+    }
+}
+
+/// A frame a consumer holds; released back to the stream when dropped
+/// ([`cuEGLStreamConsumerReleaseFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+#[derive(Debug)]
+pub struct AcquiredFrame<'a> {
+    consumer: &'a mut EglStreamConsumer,
+    resource: sys::CUgraphicsResource,
+    stream: Option<Stream>,
+    released: bool,
+}
+
+impl AcquiredFrame<'_> {
+    /// The frame's planes and formats
+    /// ([`cuGraphicsResourceGetMappedEglFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    pub fn frame(&self) -> Result<EglFrame<'_>> {
+        self.consumer.context.enter()?;
+        mapped_egl_frame(self.resource, 0, 0)
+    }
+
+    /// Gives the frame back to the stream now, after the work enqueued on its stream.
+    pub fn release(mut self) -> Result<()> {
+        self.released = true;
+        self.consumer.context.enter()?;
+        check("cuEGLStreamConsumerReleaseFrame", self.release_raw())
+    }
+
+    fn release_raw(&mut self) -> sys::CUresult {
+        let mut stream = stream_handle(self.stream.as_ref());
+        // SAFETY: the frame was acquired from this connection and is released once.
+        unsafe { sys::cuEGLStreamConsumerReleaseFrame(&mut self.consumer.conn, self.resource, &mut stream) }
+    }
+}
+
+impl Drop for AcquiredFrame<'_> {
+    fn drop(&mut self) {
+        if !self.released {
+            let context = self.consumer.context.clone();
+            context.with_current_for_drop("cuEGLStreamConsumerReleaseFrame", || self.release_raw());
+        }
+    }
+}
+
+/// CUDA connected to an EGL stream as its producer; disconnected on drop
+/// ([`cuEGLStreamProducerConnect`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+#[derive(Debug)]
+pub struct EglStreamProducer {
+    conn: sys::CUeglStreamConnection,
+    context: Context,
+}
+
+// SAFETY: the connection is used through `&mut self` only.
+unsafe impl Send for EglStreamProducer {}
+
+impl EglStreamProducer {
+    /// Connects CUDA, in `context`, as the producer of EGL stream `stream`, whose frames are
+    /// `width` by `height`; a consumer must be connected first
+    /// ([`cuEGLStreamProducerConnect`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    ///
+    /// # Safety
+    ///
+    /// `stream` is a live `EGLStreamKHR` that outlives the connection.
+    pub unsafe fn connect(
+        context: &Context,
+        stream: *mut c_void,
+        width: u32,
+        height: u32,
+    ) -> Result<EglStreamProducer> {
+        const OP: &str = "EglStreamProducer::connect";
+        let w = i32::try_from(width).map_err(|_| Error::invalid(OP, "the width does not fit an EGLint"))?;
+        let h = i32::try_from(height).map_err(|_| Error::invalid(OP, "the height does not fit an EGLint"))?;
+        context.enter()?;
+        let mut conn = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the caller vouches for the stream.
+        check("cuEGLStreamProducerConnect", unsafe {
+            sys::cuEGLStreamProducerConnect(&mut conn, stream, w, h)
+        })?;
+        Ok(EglStreamProducer { conn, context: context.clone() })
+    }
+
+    /// Presents `frame` to the consumer after the work enqueued on `stream`
+    /// ([`cuEGLStreamProducerPresentFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    ///
+    /// # Safety
+    ///
+    /// The frame's planes stay allocated, and are not written, until
+    /// [`return_frame`](Self::return_frame) gives the frame back.
+    pub unsafe fn present(&mut self, frame: &EglFrame<'_>, stream: Option<&Stream>) -> Result<()> {
+        self.context.enter()?;
+        let mut raw_stream = stream_handle(stream);
+        // SAFETY: a live connection; the caller keeps the planes.
+        check("cuEGLStreamProducerPresentFrame", unsafe {
+            sys::cuEGLStreamProducerPresentFrame(&mut self.conn, frame.raw, &mut raw_stream)
+        })
+    }
+
+    /// Takes back a frame the consumer has released, ordered on `stream`; its planes are the
+    /// caller's again
+    /// ([`cuEGLStreamProducerReturnFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    /// No released frame is the driver's error.
+    pub fn return_frame(&mut self, stream: Option<&Stream>) -> Result<EglFrame<'static>> {
+        self.context.enter()?;
+        let mut raw_stream = stream_handle(stream);
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut raw: sys::CUeglFrame = unsafe { std::mem::zeroed() };
+        // SAFETY: one out-parameter and a live connection.
+        check("cuEGLStreamProducerReturnFrame", unsafe {
+            sys::cuEGLStreamProducerReturnFrame(&mut self.conn, &mut raw, &mut raw_stream)
+        })?;
+        Ok(EglFrame { raw, _planes: PhantomData })
+    }
+}
+
+impl Drop for EglStreamProducer {
+    fn drop(&mut self) {
+        let conn = &mut self.conn as *mut sys::CUeglStreamConnection;
+        // SAFETY: connected once and disconnected once.
+        self.context.with_current_for_drop("cuEGLStreamProducerDisconnect", || unsafe {
+            sys::cuEGLStreamProducerDisconnect(conn)
+        });
+    }
+}
+
+/// An event, in `context`, that completes when EGL sync object `sync` is signalled; streams
+/// can wait on it ([`cuEventCreateFromEGLSync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+/// Only `BLOCKING_SYNC` of `flags` applies; the event cannot be recorded again.
+///
+/// # Safety
+///
+/// `sync` is a live `EGLSyncKHR` (a fence sync) that stays alive while the event is used.
+pub unsafe fn event_from_egl_sync(context: &Context, sync: *mut c_void, flags: EventFlags) -> Result<Event> {
+    if sync.is_null() {
+        return Err(Error::invalid("event_from_egl_sync", "a null EGLSync"));
+    }
+    context.enter()?;
+    let mut raw = std::ptr::null_mut();
+    let flags = flags & EventFlags::BLOCKING_SYNC;
+    // SAFETY: one out-parameter; the caller vouches for the sync object.
+    check("cuEventCreateFromEGLSync", unsafe {
+        sys::cuEventCreateFromEGLSync(&mut raw, sync, flags.bits())
+    })?;
+    // SAFETY: created above in `context` with `flags`, owned by nothing else.
+    Ok(unsafe { Event::from_raw(context, raw, flags) })
+}

@@ -1,0 +1,327 @@
+//! OpenGL and EGL resources registered with CUDA, mapped on a stream while a guard lives.
+//!
+//! A [`GraphicsResource`] is an OpenGL buffer or image ([`GraphicsResource::gl_buffer`],
+//! [`GraphicsResource::gl_image`]) or an EGL image ([`GraphicsResource::egl_image`])
+//! registered once; it is unregistered on drop. [`GraphicsResource::map`] (or [`map_all`] for
+//! several at once) maps it for CUDA in a stream's order and returns a [`Mapped`] guard: while
+//! it lives, the resource's memory is a device view, a CUDA array, a mipmapped array or an EGL
+//! frame, and the graphics API must leave it alone; dropping the guard (or
+//! [`Mapped::unmap`]) hands it back, ordered after the stream's work. The borrow checker keeps
+//! a resource from being mapped twice, used after it is unmapped, or unmapped twice.
+//!
+//! EGL streams connect CUDA as a frame consumer ([`EglStreamConsumer`]) or producer
+//! ([`EglStreamProducer`]). VDPAU stays with the raw `cuda_driver_sys` calls.
+//!
+//! The calls need the graphics context current on the calling thread (OpenGL) or a valid
+//! display (EGL); the driver says when it is not. See
+//! [Graphics Interoperability](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html),
+//! [OpenGL Interoperability](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GL.html) and
+//! [EGL Interoperability](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html).
+//!
+//! ```compile_fail
+//! # use cuda_core::interop::graphics::GraphicsResource;
+//! # fn f(resource: &mut GraphicsResource, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
+//! let mapped = resource.map(stream)?;
+//! let view = mapped.buffer::<f32>(0)?;
+//! mapped.unmap()?; // refused: `view` still borrows the mapping
+//! drop(view);
+//! # Ok(()) }
+//! ```
+//!
+//! ```compile_fail
+//! # use cuda_core::interop::graphics::GraphicsResource;
+//! # fn f(resource: &mut GraphicsResource, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
+//! let first = resource.map(stream)?;
+//! let second = resource.map(stream)?; // refused: the resource is mapped already
+//! drop(first);
+//! # Ok(()) }
+//! ```
+
+mod egl;
+mod gl;
+
+pub use egl::{
+    AcquiredFrame, EglFrame, EglResourceLocation, EglStreamConsumer, EglStreamProducer, event_from_egl_sync,
+};
+pub use gl::{GlDeviceList, GlImageTarget, gl_devices};
+
+use crate::Stream;
+use crate::context::Context;
+use crate::error::{Error, Result, check};
+use crate::memory::{
+    Array, BorrowedArray, BorrowedMipmappedArray, DeviceView, DeviceViewMut, MipmappedArray,
+};
+use bitflags::bitflags;
+use bytemuck::Pod;
+use cuda_driver_sys as sys;
+use std::marker::PhantomData;
+
+bitflags! {
+    /// How CUDA will use a resource, given when it is registered (`CU_GRAPHICS_REGISTER_FLAGS_*`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct RegisterFlags: u32 {
+        /// CUDA only reads it.
+        const READ_ONLY = 0x1;
+        /// CUDA writes all of it and does not read what was there.
+        const WRITE_DISCARD = 0x2;
+        /// CUDA binds it as a surface.
+        const SURFACE_LDST = 0x4;
+        /// CUDA samples it with texture gather.
+        const TEXTURE_GATHER = 0x8;
+    }
+}
+
+/// How CUDA will use a resource while mapped (`CU_GRAPHICS_MAP_RESOURCE_FLAGS_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum MapFlags {
+    /// Reads and writes.
+    #[default]
+    ReadWrite,
+    /// CUDA only reads it.
+    ReadOnly,
+    /// CUDA writes all of it and does not read what was there.
+    WriteDiscard,
+}
+
+/// A graphics resource registered with CUDA, unregistered on drop
+/// ([`cuGraphicsUnregisterResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+#[derive(Debug)]
+pub struct GraphicsResource {
+    raw: sys::CUgraphicsResource,
+    context: Context,
+}
+
+// SAFETY: a CUgraphicsResource may be used from any thread that has the graphics context.
+unsafe impl Send for GraphicsResource {}
+
+impl GraphicsResource {
+    /// Registers with `register` (one driver call writing the handle), in `context`.
+    fn register(
+        context: &Context,
+        call: &'static str,
+        register: impl FnOnce(*mut sys::CUgraphicsResource) -> sys::CUresult,
+    ) -> Result<GraphicsResource> {
+        context.enter()?;
+        let mut raw = std::ptr::null_mut();
+        check(call, register(&mut raw))?;
+        Ok(GraphicsResource { raw, context: context.clone() })
+    }
+
+    /// Wraps a registered resource and takes ownership: it is unregistered on drop.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live resource registered in `context` that nothing else unregisters.
+    pub unsafe fn from_raw(context: &Context, raw: sys::CUgraphicsResource) -> GraphicsResource {
+        GraphicsResource { raw, context: context.clone() }
+    }
+
+    /// The raw `CUgraphicsResource`.
+    pub fn as_raw(&self) -> sys::CUgraphicsResource {
+        self.raw
+    }
+
+    /// The context it is registered in.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// Says how the next mappings will be used
+    /// ([`cuGraphicsResourceSetMapFlags`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+    pub fn set_map_flags(&mut self, flags: MapFlags) -> Result<()> {
+        use sys::CUgraphicsMapResourceFlags as F;
+        let raw = match flags {
+            MapFlags::ReadWrite => F::CU_GRAPHICS_MAP_RESOURCE_FLAGS_NONE,
+            MapFlags::ReadOnly => F::CU_GRAPHICS_MAP_RESOURCE_FLAGS_READ_ONLY,
+            MapFlags::WriteDiscard => F::CU_GRAPHICS_MAP_RESOURCE_FLAGS_WRITE_DISCARD,
+        };
+        self.context.enter()?;
+        // SAFETY: the resource is registered and not mapped (mapping borrows it).
+        check("cuGraphicsResourceSetMapFlags", unsafe { sys::cuGraphicsResourceSetMapFlags(self.raw, raw.0) })
+    }
+
+    /// Maps the resource for CUDA, ordered after the graphics API's work and before `stream`'s
+    /// later work, until the guard is dropped
+    /// ([`cuGraphicsMapResources`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+    /// It is the guard's resource 0.
+    ///
+    /// A stream of another context is an [`Error::InvalidArgument`]; a resource the driver
+    /// finds mapped already (through its raw handle) is `CUDA_ERROR_ALREADY_MAPPED`.
+    pub fn map<'a>(&'a mut self, stream: &Stream) -> Result<Mapped<'a>> {
+        map_all([self], stream)
+    }
+}
+
+impl Drop for GraphicsResource {
+    fn drop(&mut self) {
+        let raw = self.raw;
+        // SAFETY: registered once and unregistered once; no guard maps it (it would borrow it).
+        self.context.with_current_for_drop("cuGraphicsUnregisterResource", || unsafe {
+            sys::cuGraphicsUnregisterResource(raw)
+        });
+    }
+}
+
+/// Maps several resources for CUDA in one call, in `stream`'s order; the guard's resource `i`
+/// is the `i`-th given
+/// ([`cuGraphicsMapResources`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+///
+/// None, or resources of another context than the stream's, are an [`Error::InvalidArgument`].
+pub fn map_all<'a>(
+    resources: impl IntoIterator<Item = &'a mut GraphicsResource>,
+    stream: &Stream,
+) -> Result<Mapped<'a>> {
+    const OP: &str = "graphics::map_all";
+    let mut raw = Vec::new();
+    for resource in resources {
+        if resource.context != *stream.context() {
+            return Err(Error::invalid(OP, "a resource registered in another context than the stream's"));
+        }
+        raw.push(resource.raw);
+    }
+    if raw.is_empty() {
+        return Err(Error::invalid(OP, "no resources to map"));
+    }
+    let count = u32::try_from(raw.len()).map_err(|_| Error::invalid(OP, "too many resources"))?;
+    stream.context().enter()?;
+    // SAFETY: `count` live resources, exclusively borrowed, and a live stream.
+    check("cuGraphicsMapResources", unsafe {
+        sys::cuGraphicsMapResources(count, raw.as_mut_ptr(), stream.as_raw())
+    })?;
+    Ok(Mapped { raw, stream: stream.clone(), unmapped: false, _resources: PhantomData })
+}
+
+/// Resources mapped for CUDA; they are unmapped when the guard is dropped, ordered after the
+/// work enqueued on its stream by then
+/// ([`cuGraphicsUnmapResources`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+/// An error while unmapping on drop is kept by the context (see
+/// [`Context::deferred_error`](crate::Context::deferred_error)); [`unmap`](Self::unmap) returns it.
+#[derive(Debug)]
+pub struct Mapped<'a> {
+    raw: Vec<sys::CUgraphicsResource>,
+    stream: Stream,
+    unmapped: bool,
+    _resources: PhantomData<&'a mut GraphicsResource>,
+}
+
+impl Mapped<'_> {
+    /// How many resources are mapped.
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Whether none are (never: mapping needs one).
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// The stream the mapping is ordered on, which views of it use.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    fn resource(&self, operation: &'static str, index: usize) -> Result<sys::CUgraphicsResource> {
+        self.raw.get(index).copied().ok_or_else(|| {
+            Error::invalid(
+                operation,
+                format!("resource {index} does not exist; {} are mapped", self.raw.len()),
+            )
+        })
+    }
+
+    /// The device address and size in bytes of mapped buffer `index`
+    /// ([`cuGraphicsResourceGetMappedPointer`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+    /// An image has no address: the driver says `CUDA_ERROR_NOT_MAPPED_AS_POINTER`.
+    pub fn pointer(&self, index: usize) -> Result<(sys::CUdeviceptr, usize)> {
+        let resource = self.resource("Mapped::pointer", index)?;
+        self.stream.context().enter()?;
+        let (mut ptr, mut size) = (0, 0);
+        // SAFETY: two out-parameters; the resource is mapped while `self` lives.
+        check("cuGraphicsResourceGetMappedPointer", unsafe {
+            sys::cuGraphicsResourceGetMappedPointer(&mut ptr, &mut size, resource)
+        })?;
+        Ok((ptr, size))
+    }
+
+    fn elements<T: Pod>(&self, operation: &'static str, index: usize) -> Result<(sys::CUdeviceptr, usize)> {
+        let (ptr, bytes) = self.pointer(index)?;
+        let size = std::mem::size_of::<T>();
+        if size == 0 || bytes % size != 0 || ptr % std::mem::align_of::<T>() as u64 != 0 {
+            return Err(Error::invalid(
+                operation,
+                format!(
+                    "{bytes} mapped bytes at {ptr:#x} are not a whole, aligned number of {size}-byte elements"
+                ),
+            ));
+        }
+        Ok((ptr, bytes / size))
+    }
+
+    /// Mapped buffer `index` as a view of `T`s, ordered on the guard's stream.
+    ///
+    /// A size that is not a whole number of `T`s is an [`Error::InvalidArgument`]; an image
+    /// the driver's `CUDA_ERROR_NOT_MAPPED_AS_POINTER`.
+    pub fn buffer<T: Pod>(&self, index: usize) -> Result<DeviceView<'_, T>> {
+        let (ptr, len) = self.elements::<T>("Mapped::buffer", index)?;
+        Ok(DeviceView::new(ptr, len, &self.stream))
+    }
+
+    /// Mapped buffer `index` as an exclusive view of `T`s (for kernels that write it).
+    ///
+    /// Errors as for [`buffer`](Self::buffer).
+    pub fn buffer_mut<T: Pod>(&mut self, index: usize) -> Result<DeviceViewMut<'_, T>> {
+        let (ptr, len) = self.elements::<T>("Mapped::buffer_mut", index)?;
+        Ok(DeviceViewMut::new(ptr, len, &self.stream))
+    }
+
+    /// Layer or cube face `array_index`, level `mip_level` of mapped image `index`, as a CUDA
+    /// array
+    /// ([`cuGraphicsSubResourceGetMappedArray`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+    /// A buffer is `CUDA_ERROR_NOT_MAPPED_AS_ARRAY`.
+    pub fn array(&self, index: usize, array_index: u32, mip_level: u32) -> Result<BorrowedArray<'_>> {
+        let resource = self.resource("Mapped::array", index)?;
+        self.stream.context().enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the resource is mapped while `self` lives.
+        check("cuGraphicsSubResourceGetMappedArray", unsafe {
+            sys::cuGraphicsSubResourceGetMappedArray(&mut raw, resource, array_index, mip_level)
+        })?;
+        Ok(Array::borrowed(raw, self.stream.context()))
+    }
+
+    /// Mapped image `index` with all its levels, as a mipmapped array
+    /// ([`cuGraphicsResourceGetMappedMipmappedArray`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+    pub fn mipmapped_array(&self, index: usize) -> Result<BorrowedMipmappedArray<'_>> {
+        let resource = self.resource("Mapped::mipmapped_array", index)?;
+        self.stream.context().enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the resource is mapped while `self` lives.
+        check("cuGraphicsResourceGetMappedMipmappedArray", unsafe {
+            sys::cuGraphicsResourceGetMappedMipmappedArray(&mut raw, resource)
+        })?;
+        Ok(MipmappedArray::borrowed(raw, self.stream.context()))
+    }
+
+    /// Unmaps now, returning the driver's answer
+    /// ([`cuGraphicsUnmapResources`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+    pub fn unmap(mut self) -> Result<()> {
+        self.unmapped = true;
+        self.stream.context().enter()?;
+        check("cuGraphicsUnmapResources", self.unmap_raw())
+    }
+
+    fn unmap_raw(&mut self) -> sys::CUresult {
+        let count = self.raw.len() as u32;
+        // SAFETY: the resources were mapped together on this stream and are unmapped once.
+        unsafe { sys::cuGraphicsUnmapResources(count, self.raw.as_mut_ptr(), self.stream.as_raw()) }
+    }
+}
+
+impl Drop for Mapped<'_> {
+    fn drop(&mut self) {
+        if !self.unmapped {
+            let context = self.stream.context().clone();
+            context.with_current_for_drop("cuGraphicsUnmapResources", || self.unmap_raw());
+        }
+    }
+}
