@@ -75,6 +75,7 @@ mod guide {
         Graphs = "graphs.md";
         Vmm = "vmm.md";
         Ipc = "ipc.md";
+        Interop = "interop.md";
         Textures = "textures.md";
         Nccl = "nccl.md";
         Dlpack = "dlpack.md";

@@ -18,7 +18,7 @@
 //! [OpenGL Interoperability](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GL.html) and
 //! [EGL Interoperability](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html).
 //!
-//! ```compile_fail
+//! ```compile_fail,E0505
 //! # use cuda_core::interop::graphics::GraphicsResource;
 //! # fn f(resource: &mut GraphicsResource, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
 //! let mapped = resource.map(stream)?;
@@ -28,7 +28,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! ```compile_fail
+//! ```compile_fail,E0499
 //! # use cuda_core::interop::graphics::GraphicsResource;
 //! # fn f(resource: &mut GraphicsResource, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
 //! let first = resource.map(stream)?;

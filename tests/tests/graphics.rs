@@ -1,0 +1,318 @@
+//! Graphics interop against a real OpenGL context made through EGL with no display: a GL
+//! buffer written by a kernel while mapped and read back with GL, a GL texture read and written
+//! as CUDA arrays, an EGL image mapped as an EGL frame, an EGL stream carrying a CUDA frame
+//! from producer to consumer, and an event made from an EGL fence. Names that do not exist, a
+//! resource mapped behind the guard's back, and the wrong view of a mapping are refused with
+//! typed errors, and the context goes on.
+
+#[path = "peers/egl.rs"]
+mod egl;
+#[path = "kernels/mod.rs"]
+mod kernels;
+
+use cuda_core::interop::graphics::{
+    EglFrame, EglStreamConsumer, EglStreamProducer, GlDeviceList, GlImageTarget, GraphicsResource, MapFlags,
+    RegisterFlags, event_from_egl_sync, gl_devices, map_all,
+};
+use cuda_core::module::Module;
+use cuda_core::{Context, Device, DeviceBuffer, Error, EventFlags, LaunchConfig, Stream, StreamFlags};
+use cuda_driver_sys as sys;
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu_needing};
+use egl::Gl;
+use std::time::Duration;
+
+fn main() {
+    cuda_tests::run(&[
+        gpu_needing("gl_context_renders_on_a_cuda_device", egl_present, gl_context_renders_on_a_cuda_device),
+        gpu_needing("gl_buffer_is_written_by_a_kernel_while_mapped", egl_present, gl_buffer_is_written_by_a_kernel_while_mapped),
+        gpu_needing("gl_texture_is_read_and_written_as_arrays", egl_present, gl_texture_is_read_and_written_as_arrays),
+        gpu_needing("egl_image_maps_as_an_egl_frame", egl_image_present, egl_image_maps_as_an_egl_frame),
+        gpu_needing("egl_stream_carries_a_cuda_frame", egl_stream_present, egl_stream_carries_a_cuda_frame),
+        gpu_needing("egl_fence_becomes_an_event", egl_fence_present, egl_fence_becomes_an_event),
+        gpu_needing("gl_names_that_do_not_exist_are_refused", egl_present, gl_names_that_do_not_exist_are_refused),
+        gpu_needing("mapping_misuse_is_refused", egl_present, mapping_misuse_is_refused),
+    ]);
+}
+
+/// A GL context on CUDA device 0, current on this thread, with that device's primary context
+/// bound and a stream.
+fn setup() -> Result<(Gl, Context, Stream), String> {
+    let gl = Gl::new(0)?;
+    let ctx = Context::primary(&Device::get(0).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    ctx.bind_to_thread().map_err(|e| e.to_string())?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING).map_err(|e| e.to_string())?;
+    Ok((gl, ctx, stream))
+}
+
+fn egl_present() -> Result<(), String> {
+    Gl::new(0).map(drop)
+}
+
+fn egl_needing(extension: &str) -> Result<(), String> {
+    let gl = Gl::new(0)?;
+    if gl.has_extension(extension) { Ok(()) } else { Err(format!("the EGL display lacks {extension}")) }
+}
+
+fn egl_image_present() -> Result<(), String> {
+    egl_needing("EGL_KHR_gl_texture_2D_image")
+}
+
+fn egl_stream_present() -> Result<(), String> {
+    egl_needing("EGL_KHR_stream")
+}
+
+fn egl_fence_present() -> Result<(), String> {
+    egl_needing("EGL_KHR_fence_sync")
+}
+
+fn no_deferred(ctx: &Context) -> TestResult {
+    let deferred = ctx.take_deferred_errors();
+    ensure!(deferred.is_empty(), "errors were kept from drops: {deferred:?}");
+    Ok(())
+}
+
+fn still_usable(stream: &Stream) -> TestResult {
+    let data: Vec<u32> = (0..1024).collect();
+    let buffer = DeviceBuffer::from_slice(stream, &data)?;
+    ensure!(buffer.to_vec()? == data, "the context no longer round-trips a buffer");
+    Ok(())
+}
+
+fn gl_context_renders_on_a_cuda_device() -> TestResult {
+    let (gl, _ctx, _stream) = setup()?;
+    let devices = gl_devices(GlDeviceList::All)?;
+    let zero = Device::get(0)?;
+    ensure!(devices.contains(&zero), "{} renders on {devices:?}, not on CUDA device 0", gl.describe());
+    Ok(())
+}
+
+fn gl_buffer_is_written_by_a_kernel_while_mapped() -> TestResult {
+    let (gl, ctx, stream) = setup()?;
+    let n = 1 << 16;
+    let ys: Vec<f32> = (0..n).map(|i| (i % 31) as f32).collect();
+    let name = gl.create_buffer(bytemuck::cast_slice(&ys))?;
+    let mut resource = GraphicsResource::gl_buffer(&ctx, name, RegisterFlags::empty())?;
+    let xs: Vec<f32> = (0..n).map(|i| (i % 7) as f32 - 3.0).collect();
+    let x = DeviceBuffer::from_slice(&stream, &xs)?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let saxpy = module.function("saxpy")?;
+    {
+        let mut mapped = resource.map(&stream)?;
+        ensure_eq!(mapped.pointer(0)?.1, n * 4, "the mapped size");
+        let y = mapped.buffer_mut::<f32>(0)?;
+        ensure_eq!(y.len(), n);
+        let (count, a) = (n as u32, 2.0f32);
+        // SAFETY: saxpy takes (u32 n, f32 a, const f32* x, f32* y); x and y hold n floats.
+        unsafe { saxpy.launch(&stream, &LaunchConfig::for_elements(count, 256), (&count, &a, &x, y))? };
+        mapped.unmap()?;
+    }
+    let bytes = gl.read_buffer(name, n * 4)?;
+    let got: &[f32] = bytemuck::try_cast_slice(&bytes).map_err(|e| e.to_string())?;
+    let wrong = (0..n).find(|&i| got[i] != 2.0 * xs[i] + ys[i]);
+    ensure!(wrong.is_none(), "element {wrong:?}: GL read {:?}", wrong.map(|i| got[i]));
+    // A second mapping, through the drop of its guard, sees GL's data too.
+    resource.set_map_flags(MapFlags::ReadOnly)?;
+    let mapped = resource.map(&stream)?;
+    ensure!(mapped.buffer::<f32>(0)?.to_vec()? == got, "a read-only mapping reads other values");
+    drop(mapped);
+    drop(resource);
+    gl.delete_buffer(name);
+    ensure_eq!(gl.error(), 0, "GL reported an error");
+    no_deferred(&ctx)
+}
+
+fn gl_texture_is_read_and_written_as_arrays() -> TestResult {
+    let (gl, ctx, stream) = setup()?;
+    let (width, height) = (64u32, 16u32);
+    let initial: Vec<f32> = (0..width * height).map(|i| i as f32).collect();
+    let texture = gl.create_texture_r32f(width, height, 2, &initial)?;
+    let mut resource = GraphicsResource::gl_image(&ctx, texture, GlImageTarget::Texture2D, RegisterFlags::SURFACE_LDST)?;
+    let written: Vec<f32> = initial.iter().map(|v| 1000.0 - v).collect();
+    {
+        let mapped = resource.map(&stream)?;
+        let mut level0 = mapped.array(0, 0, 0)?;
+        let d = level0.descriptor()?;
+        ensure_eq!((d.width, d.height, d.num_channels), (width as usize, height as usize, 1));
+        ensure_eq!(d.format, sys::CUarray_format::CU_AD_FORMAT_FLOAT);
+        let mut seen = vec![0f32; initial.len()];
+        level0.copy_to_host(&mut seen)?;
+        ensure!(seen == initial, "CUDA reads other values than GL wrote (first {:?})", seen.first());
+        level0.copy_from_host(&written)?;
+        let levels = mapped.mipmapped_array(0)?;
+        ensure_eq!(levels.levels(), 2, "the mipmapped view's levels");
+        ensure_eq!(levels.level(1)?.descriptor()?.width, (width / 2) as usize);
+    }
+    let back = gl.read_texture_r32f(texture, 0, width, height)?;
+    ensure!(back == written, "GL reads other values than CUDA wrote (first {:?})", back.first());
+    drop(resource);
+    gl.delete_texture(texture);
+    no_deferred(&ctx)
+}
+
+fn egl_image_maps_as_an_egl_frame() -> TestResult {
+    let (gl, ctx, stream) = setup()?;
+    let (width, height) = (32u32, 8u32);
+    let data: Vec<f32> = (0..width * height).map(|i| (i * 3) as f32).collect();
+    let texture = gl.create_texture_r32f(width, height, 1, &data)?;
+    let image = gl.create_image_from_texture(texture)?;
+    // SAFETY: the image lives until after the resource is dropped.
+    let mut resource = unsafe { GraphicsResource::egl_image(&ctx, image, RegisterFlags::READ_ONLY)? };
+    {
+        let mapped = resource.map(&stream)?;
+        let frame = mapped.egl_frame(0, 0, 0)?;
+        ensure_eq!((frame.width(), frame.height(), frame.plane_count()), (width, height, 1), "{frame:?}");
+        let mut seen = vec![0f32; data.len()];
+        if let Some(array) = frame.plane_array(0) {
+            // SAFETY: the array is the mapped frame's plane; the host buffer holds its bytes.
+            let status = unsafe { sys::cuMemcpyAtoH(seen.as_mut_ptr().cast(), array, 0, seen.len() * 4) };
+            cuda_tests::drv("cuMemcpyAtoH", status)?;
+        } else if let Some(ptr) = frame.plane_pointer(0) {
+            let pitch = frame.pitch() as usize;
+            for row in 0..height as usize {
+                let start = row * width as usize;
+                // SAFETY: row `row` of the pitched plane holds `width` floats.
+                let status = unsafe {
+                    sys::cuMemcpyDtoH(seen[start..].as_mut_ptr().cast(), ptr + (row * pitch) as u64, width as usize * 4)
+                };
+                cuda_tests::drv("cuMemcpyDtoH", status)?;
+            }
+        } else {
+            return Err(format!("the frame has no plane 0: {frame:?}").into());
+        }
+        ensure!(seen == data, "the EGL frame holds other values (first {:?})", seen.first());
+    }
+    drop(resource);
+    gl.destroy_image(image);
+    gl.delete_texture(texture);
+    no_deferred(&ctx)
+}
+
+fn egl_stream_carries_a_cuda_frame() -> TestResult {
+    let (gl, ctx, stream) = setup()?;
+    let egl_stream = gl.create_stream()?;
+    let (width, height) = (64u32, 4u32);
+    let pitch = width * 4;
+    let data: Vec<u32> = (0..width * height).map(|i| 0xabc0_0000 | i).collect();
+    let source = DeviceBuffer::from_slice(&stream, &data)?;
+    let outcome = (|| -> TestResult {
+        // SAFETY: the EGL stream outlives both connections (destroyed below, after them).
+        let mut consumer = unsafe { EglStreamConsumer::connect(&ctx, egl_stream, None)? };
+        // SAFETY: as above.
+        let mut producer = unsafe { EglStreamProducer::connect(&ctx, egl_stream, width, height)? };
+        let frame = EglFrame::pitched(
+            source.view(),
+            width,
+            height,
+            pitch,
+            1,
+            sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32,
+            sys::CUeglColorFormat::CU_EGL_COLOR_FORMAT_R,
+        )?;
+        // SAFETY: `source` is neither freed nor written until the frame comes back.
+        unsafe { producer.present(&frame, Some(&stream))? };
+        let acquired = consumer.acquire(Some(&stream), Some(Duration::from_secs(5)))?;
+        let received = acquired.frame()?;
+        ensure_eq!((received.width(), received.height()), (width, height), "{received:?}");
+        let ptr = received.plane_pointer(0).ok_or_else(|| format!("not a pitched frame: {received:?}"))?;
+        let mut seen = vec![0u32; data.len()];
+        for row in 0..height as usize {
+            let start = row * width as usize;
+            // SAFETY: each row of the received plane holds `width` words.
+            let status = unsafe {
+                sys::cuMemcpyDtoH(
+                    seen[start..].as_mut_ptr().cast(),
+                    ptr + (row * received.pitch() as usize) as u64,
+                    width as usize * 4,
+                )
+            };
+            cuda_tests::drv("cuMemcpyDtoH", status)?;
+        }
+        ensure!(seen == data, "the consumer received other values (first {:#x})", seen[0]);
+        acquired.release()?;
+        let back = producer.return_frame(Some(&stream))?;
+        ensure_eq!(back.plane_pointer(0), Some(source.as_raw()), "the producer got another frame back");
+        Ok(())
+    })();
+    gl.destroy_stream(egl_stream);
+    outcome?;
+    stream.synchronize()?;
+    no_deferred(&ctx)
+}
+
+fn egl_fence_becomes_an_event() -> TestResult {
+    let (gl, ctx, stream) = setup()?;
+    let name = gl.create_buffer(&[1u8; 4096])?;
+    let sync = gl.create_fence_sync()?;
+    // SAFETY: the sync object lives until after the event is dropped.
+    let event = unsafe { event_from_egl_sync(&ctx, sync, EventFlags::BLOCKING_SYNC)? };
+    stream.wait_event(&event)?;
+    stream.synchronize()?;
+    event.synchronize()?;
+    ensure!(event.query()?, "the EGL fence's event is not complete after GL finished");
+    drop(event);
+    gl.destroy_sync(sync);
+    gl.delete_buffer(name);
+    no_deferred(&ctx)
+}
+
+fn gl_names_that_do_not_exist_are_refused() -> TestResult {
+    let (gl, ctx, stream) = setup()?;
+    let missing = GraphicsResource::gl_buffer(&ctx, 987_654, RegisterFlags::empty());
+    ensure!(
+        matches!(missing, Err(Error::Driver { call: "cuGraphicsGLRegisterBuffer", .. })),
+        "an unknown buffer name: {missing:?}"
+    );
+    let missing = GraphicsResource::gl_image(&ctx, 987_654, GlImageTarget::Texture2D, RegisterFlags::empty());
+    ensure!(
+        matches!(missing, Err(Error::Driver { call: "cuGraphicsGLRegisterImage", .. })),
+        "an unknown texture name: {missing:?}"
+    );
+    let zero = GraphicsResource::gl_buffer(&ctx, 0, RegisterFlags::empty());
+    ensure!(matches!(zero, Err(Error::InvalidArgument { .. })), "name 0: {zero:?}");
+    // A buffer registered as an image is the wrong kind of object.
+    let name = gl.create_buffer(&[0u8; 256])?;
+    let wrong = GraphicsResource::gl_image(&ctx, name, GlImageTarget::Texture2D, RegisterFlags::empty());
+    ensure!(matches!(wrong, Err(Error::Driver { .. })), "a buffer as a texture: {wrong:?}");
+    gl.delete_buffer(name);
+    still_usable(&stream)?;
+    no_deferred(&ctx)
+}
+
+fn mapping_misuse_is_refused() -> TestResult {
+    let (gl, ctx, stream) = setup()?;
+    let buffer = gl.create_buffer(&[0u8; 12])?;
+    let texture = gl.create_texture_r32f(8, 8, 1, &[0.0; 64])?;
+    let mut as_buffer = GraphicsResource::gl_buffer(&ctx, buffer, RegisterFlags::empty())?;
+    let mut as_image = GraphicsResource::gl_image(&ctx, texture, GlImageTarget::Texture2D, RegisterFlags::empty())?;
+    {
+        let mapped = map_all([&mut as_buffer, &mut as_image], &stream)?;
+        ensure_eq!(mapped.len(), 2);
+        let status = |r: Result<_, Error>| r.err().and_then(|e| e.driver_status());
+        ensure_eq!(status(mapped.buffer::<u8>(1).map(drop)), Some(sys::CUresult::CUDA_ERROR_NOT_MAPPED_AS_POINTER));
+        ensure_eq!(status(mapped.array(0, 0, 0).map(drop)), Some(sys::CUresult::CUDA_ERROR_NOT_MAPPED_AS_ARRAY));
+        let odd = mapped.buffer::<u64>(0);
+        ensure!(matches!(odd, Err(Error::InvalidArgument { .. })), "12 bytes as u64s: {odd:?}");
+        let past = mapped.buffer::<u8>(2);
+        ensure!(matches!(past, Err(Error::InvalidArgument { .. })), "resource 2 of 2: {past:?}");
+    }
+    // Mapped behind the guard's back, through the raw handle: the guard's map is refused.
+    let mut raw = as_buffer.as_raw();
+    // SAFETY: a registered resource and a live stream.
+    cuda_tests::drv("cuGraphicsMapResources", unsafe { sys::cuGraphicsMapResources(1, &mut raw, stream.as_raw()) })?;
+    let twice = as_buffer.map(&stream).map(drop);
+    ensure_eq!(twice.err().and_then(|e| e.driver_status()), Some(sys::CUresult::CUDA_ERROR_ALREADY_MAPPED));
+    // SAFETY: mapped just above.
+    cuda_tests::drv("cuGraphicsUnmapResources", unsafe { sys::cuGraphicsUnmapResources(1, &mut raw, stream.as_raw()) })?;
+    // Unmapping what is not mapped is the driver's error, and harms nothing.
+    // SAFETY: a registered resource and a live stream.
+    let again = unsafe { sys::cuGraphicsUnmapResources(1, &mut raw, stream.as_raw()) };
+    ensure_eq!(again, sys::CUresult::CUDA_ERROR_NOT_MAPPED);
+    let mapped = as_buffer.map(&stream)?;
+    ensure_eq!(mapped.buffer::<u8>(0)?.len(), 12);
+    mapped.unmap()?;
+    drop((as_buffer, as_image));
+    gl.delete_buffer(buffer);
+    gl.delete_texture(texture);
+    still_usable(&stream)?;
+    no_deferred(&ctx)
+}
