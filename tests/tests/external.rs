@@ -13,6 +13,7 @@ use cuda_core::interop::external::{
     ExternalMemory, ExternalMemoryFlags, ExternalSemaphore, MemoryHandle, SemaphoreHandle, SemaphoreKind,
     SignalParams, WaitParams, signal_all,
 };
+use cuda_core::graph::{Graph, InstantiateFlags};
 use cuda_core::memory::{ArrayDescriptor, ArrayFlags};
 use cuda_core::module::Module;
 use cuda_core::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
@@ -20,6 +21,7 @@ use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, Stre
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Duration;
 use vulkan::Vulkan;
 
@@ -34,6 +36,7 @@ fn main() {
             vulkan_buffer_is_computed_on_between_timeline_signals,
         ),
         gpu_needing("vulkan_binary_semaphore_orders_a_read", vulkan_present, vulkan_binary_semaphore_orders_a_read),
+        gpu_needing("vulkan_timeline_is_waited_on_and_signalled_by_a_graph", vulkan_present, vulkan_timeline_is_waited_on_and_signalled_by_a_graph),
         gpu_needing("vulkan_image_maps_as_a_mipmapped_array", vulkan_present, vulkan_image_maps_as_a_mipmapped_array),
         gpu_needing(
             "vulkan_size_larger_than_the_object_is_refused",
@@ -328,6 +331,40 @@ fn semaphore_parameters_must_fit_the_kind() -> TestResult {
     ensure!(matches!(keyed, Err(Error::InvalidArgument { .. })), "{keyed:?}");
     ensure!(stream.query()?, "a refused signal or wait reached the stream");
     still_usable(&stream)?;
+    drop(semaphore);
+    no_deferred(&ctx)
+}
+
+fn vulkan_timeline_is_waited_on_and_signalled_by_a_graph() -> TestResult {
+    let (device, ctx, stream) = setup()?;
+    let vk = vulkan_for(&device)?;
+    let timeline = vk.timeline_semaphore(0)?;
+    let semaphore = Arc::new(ExternalSemaphore::import(
+        &ctx,
+        SemaphoreHandle::TimelineFd(vk.export_semaphore_fd(&timeline)?),
+    )?);
+    // Each launch waits for Vulkan's odd value and answers with the next even one.
+    let graph = Graph::new(&ctx)?;
+    let wait = graph.add_external_wait_node(&[], &[(&semaphore, WaitParams::value(1))])?;
+    graph.add_external_signal_node(&[wait], &[(&semaphore, SignalParams::value(2))])?;
+    let zero = graph.add_external_signal_node(&[], &[(&semaphore, SignalParams::new().skip_nvscibuf_memsync())]);
+    ensure!(zero.is_ok(), "a timeline signal without a value (value 0) was refused: {zero:?}");
+    let bad = graph.add_external_wait_node(&[], &[(&semaphore, WaitParams::keyed_mutex(0, 1))]);
+    ensure!(matches!(bad, Err(Error::InvalidArgument { .. })), "a keyed-mutex wait on a timeline: {bad:?}");
+    let graph = Graph::new(&ctx)?;
+    let wait = graph.add_external_wait_node(&[], &[(&semaphore, WaitParams::value(1))])?;
+    graph.add_external_signal_node(&[wait], &[(&semaphore, SignalParams::value(2))])?;
+    let exec = graph.instantiate(InstantiateFlags::empty())?;
+    drop(graph);
+    exec.launch(&stream)?;
+    std::thread::sleep(Duration::from_millis(20));
+    ensure_eq!(vk.semaphore_value(&timeline)?, 0, "the graph signalled before its wait was satisfied");
+    vk.signal_on_host(&timeline, 1)?;
+    vk.wait_on_host(&timeline, 2, Duration::from_secs(5))?;
+    stream.synchronize()?;
+    drop(exec);
+    // The graph kept the semaphore alive; this is the last handle.
+    ensure_eq!(Arc::strong_count(&semaphore), 1);
     drop(semaphore);
     no_deferred(&ctx)
 }

@@ -8,7 +8,8 @@
 //! * **Capture** ([`Stream::begin_capture`](crate::Stream::begin_capture)): the work queued on
 //!   a stream between the start and [`Capture::end`] becomes a [`Graph`] instead of running.
 //! * **Explicit construction** ([`Graph::new`]): nodes of every kind — kernel, memcpy, memset,
-//!   host closure, child graph, empty, event record and wait, memory allocation and free, batch
+//!   host closure, child graph, empty, event record and wait, external-semaphore signal and
+//!   wait, memory allocation and free, batch
 //!   memory operations, and conditional (IF, IF/ELSE, WHILE, SWITCH) — each added after the nodes it depends on.
 //! * **Executable graphs** ([`Graph::instantiate`] → [`GraphExec`]): launched on a stream,
 //!   uploaded ahead of time, updated as a whole from another graph of the same shape
@@ -93,6 +94,7 @@ mod capture;
 mod conditional;
 mod dot;
 mod exec;
+mod external;
 mod host;
 mod keep;
 mod kernel;

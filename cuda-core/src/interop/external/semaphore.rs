@@ -152,7 +152,7 @@ impl SignalParams {
         SignalParams { skip_memsync: true, ..self }
     }
 
-    fn to_raw(self, kind: SemaphoreKind) -> Result<sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS> {
+    pub(crate) fn to_raw(self, kind: SemaphoreKind) -> Result<sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS> {
         check_params("ExternalSemaphore::signal", kind, self.value, self.key, self.fence)?;
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut raw: sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS = unsafe { std::mem::zeroed() };
@@ -208,7 +208,7 @@ impl WaitParams {
         WaitParams { skip_memsync: true, ..self }
     }
 
-    fn to_raw(self, kind: SemaphoreKind) -> Result<sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS> {
+    pub(crate) fn to_raw(self, kind: SemaphoreKind) -> Result<sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS> {
         check_params("ExternalSemaphore::wait", kind, self.value, self.key.map(|k| k.0), self.fence)?;
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut raw: sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS = unsafe { std::mem::zeroed() };
