@@ -9,11 +9,11 @@ mod kernels;
 #[path = "peers/vulkan.rs"]
 mod vulkan;
 
+use cuda_core::graph::{Graph, InstantiateFlags};
 use cuda_core::interop::external::{
     ExternalMemory, ExternalMemoryFlags, ExternalSemaphore, MemoryHandle, SemaphoreHandle, SemaphoreKind,
     SignalParams, WaitParams, signal_all,
 };
-use cuda_core::graph::{Graph, InstantiateFlags};
 use cuda_core::memory::{ArrayDescriptor, ArrayFlags};
 use cuda_core::module::Module;
 use cuda_core::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
@@ -28,16 +28,31 @@ use vulkan::Vulkan;
 fn main() {
     cuda_tests::run(&[
         gpu("cuda_memory_exported_as_an_fd_imports_twice", cuda_memory_exported_as_an_fd_imports_twice),
-        gpu("handles_that_are_not_memory_are_refused_and_given_back", handles_that_are_not_memory_are_refused_and_given_back),
+        gpu(
+            "handles_that_are_not_memory_are_refused_and_given_back",
+            handles_that_are_not_memory_are_refused_and_given_back,
+        ),
         gpu("ranges_past_the_object_are_refused", ranges_past_the_object_are_refused),
         gpu_needing(
             "vulkan_buffer_is_computed_on_between_timeline_signals",
             vulkan_present,
             vulkan_buffer_is_computed_on_between_timeline_signals,
         ),
-        gpu_needing("vulkan_binary_semaphore_orders_a_read", vulkan_present, vulkan_binary_semaphore_orders_a_read),
-        gpu_needing("vulkan_timeline_is_waited_on_and_signalled_by_a_graph", vulkan_present, vulkan_timeline_is_waited_on_and_signalled_by_a_graph),
-        gpu_needing("vulkan_image_maps_as_a_mipmapped_array", vulkan_present, vulkan_image_maps_as_a_mipmapped_array),
+        gpu_needing(
+            "vulkan_binary_semaphore_orders_a_read",
+            vulkan_present,
+            vulkan_binary_semaphore_orders_a_read,
+        ),
+        gpu_needing(
+            "vulkan_timeline_is_waited_on_and_signalled_by_a_graph",
+            vulkan_present,
+            vulkan_timeline_is_waited_on_and_signalled_by_a_graph,
+        ),
+        gpu_needing(
+            "vulkan_image_maps_as_a_mipmapped_array",
+            vulkan_present,
+            vulkan_image_maps_as_a_mipmapped_array,
+        ),
         gpu_needing(
             "vulkan_size_larger_than_the_object_is_refused",
             vulkan_present,
@@ -94,13 +109,16 @@ fn cuda_memory_exported_as_an_fd_imports_twice() -> TestResult {
     let size = props.granularity(Granularity::Recommended)?;
     let physical = PhysicalMemory::new(&ctx, size, &props)?;
     let flags = ExternalMemoryFlags::empty();
-    let first = ExternalMemory::import(&ctx, MemoryHandle::OpaqueFd(physical.export_fd()?), size as u64, flags)?;
-    let second = ExternalMemory::import(&ctx, MemoryHandle::OpaqueFd(physical.export_fd()?), size as u64, flags)?;
+    let first =
+        ExternalMemory::import(&ctx, MemoryHandle::OpaqueFd(physical.export_fd()?), size as u64, flags)?;
+    let second =
+        ExternalMemory::import(&ctx, MemoryHandle::OpaqueFd(physical.export_fd()?), size as u64, flags)?;
     ensure_eq!(first.size(), size as u64);
     let n = size / 4;
     let data: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
     // SAFETY: nothing else uses the allocation; the copies are ordered on one stream.
-    let (mut writer, reader) = unsafe { (first.map_buffer::<u32>(0, n, &stream)?, second.map_buffer::<u32>(0, n, &stream)?) };
+    let (mut writer, reader) =
+        unsafe { (first.map_buffer::<u32>(0, n, &stream)?, second.map_buffer::<u32>(0, n, &stream)?) };
     writer.copy_from(&data)?;
     ensure!(reader.to_vec()? == data, "the second import does not see what the first wrote");
     // A range at an offset maps the same bytes.
@@ -118,12 +136,21 @@ fn cuda_memory_exported_as_an_fd_imports_twice() -> TestResult {
 fn handles_that_are_not_memory_are_refused_and_given_back() -> TestResult {
     let (_, ctx, stream) = setup()?;
     let file = std::fs::File::open("/dev/null").map_err(|e| e.to_string())?;
-    let refused = ExternalMemory::import(&ctx, MemoryHandle::OpaqueFd(file.into()), 1 << 20, ExternalMemoryFlags::empty());
+    let refused = ExternalMemory::import(
+        &ctx,
+        MemoryHandle::OpaqueFd(file.into()),
+        1 << 20,
+        ExternalMemoryFlags::empty(),
+    );
     let refused = match refused {
         Ok(_) => return Err("/dev/null was imported as memory".into()),
         Err(r) => r,
     };
-    ensure!(matches!(refused.error(), Error::Driver { call: "cuImportExternalMemory", .. }), "{}", refused.error());
+    ensure!(
+        matches!(refused.error(), Error::Driver { call: "cuImportExternalMemory", .. }),
+        "{}",
+        refused.error()
+    );
     match refused.into_handle() {
         MemoryHandle::OpaqueFd(fd) => ensure!(is_open(&fd), "the refused descriptor was closed"),
         other => return Err(format!("another handle came back: {other:?}").into()),
@@ -139,9 +166,14 @@ fn handles_that_are_not_memory_are_refused_and_given_back() -> TestResult {
     ensure!(matches!(&handle, SemaphoreHandle::TimelineFd(fd) if is_open(fd)), "the semaphore's descriptor");
     // Windows handles do not exist here, and nothing is called for them.
     let win32 = cuda_core::interop::external::Win32Handle::Handle(std::ptr::null_mut());
-    let refused = ExternalMemory::import(&ctx, MemoryHandle::OpaqueWin32(win32), 4096, ExternalMemoryFlags::empty());
-    ensure!(matches!(refused.as_ref().err().map(|r| r.error()), Some(Error::Unsupported { .. })), "{refused:?}");
-    let refused = ExternalMemory::import(&ctx, MemoryHandle::OpaqueFd(dev_null()?), 0, ExternalMemoryFlags::empty());
+    let refused =
+        ExternalMemory::import(&ctx, MemoryHandle::OpaqueWin32(win32), 4096, ExternalMemoryFlags::empty());
+    ensure!(
+        matches!(refused.as_ref().err().map(|r| r.error()), Some(Error::Unsupported { .. })),
+        "{refused:?}"
+    );
+    let refused =
+        ExternalMemory::import(&ctx, MemoryHandle::OpaqueFd(dev_null()?), 0, ExternalMemoryFlags::empty());
     ensure!(matches!(refused.err().map(|r| r.into_parts().0), Some(Error::InvalidArgument { .. })), "size 0");
     still_usable(&stream)?;
     no_deferred(&ctx)
@@ -156,7 +188,12 @@ fn ranges_past_the_object_are_refused() -> TestResult {
     let props = AllocationProperties::device(device).with_handle_types(HandleTypes::POSIX_FILE_DESCRIPTOR);
     let size = props.granularity(Granularity::Recommended)?;
     let physical = PhysicalMemory::new(&ctx, size, &props)?;
-    let memory = ExternalMemory::import(&ctx, MemoryHandle::OpaqueFd(physical.export_fd()?), size as u64, ExternalMemoryFlags::empty())?;
+    let memory = ExternalMemory::import(
+        &ctx,
+        MemoryHandle::OpaqueFd(physical.export_fd()?),
+        size as u64,
+        ExternalMemoryFlags::empty(),
+    )?;
     let n = size / 4;
     // SAFETY: nothing else uses the allocation.
     let past = unsafe { memory.map_buffer::<u32>(4, n, &stream) };
@@ -188,7 +225,8 @@ fn vulkan_buffer_is_computed_on_between_timeline_signals() -> TestResult {
         buffer.allocation_size(),
         ExternalMemoryFlags::DEDICATED,
     )?;
-    let semaphore = ExternalSemaphore::import(&ctx, SemaphoreHandle::TimelineFd(vk.export_semaphore_fd(&timeline)?))?;
+    let semaphore =
+        ExternalSemaphore::import(&ctx, SemaphoreHandle::TimelineFd(vk.export_semaphore_fd(&timeline)?))?;
     ensure_eq!(semaphore.kind(), SemaphoreKind::Timeline);
     // SAFETY: Vulkan writes the buffer only before value 1 and reads it after value 2.
     let mut y = unsafe { memory.map_buffer::<f32>(0, n, &stream)? };
@@ -232,7 +270,8 @@ fn vulkan_binary_semaphore_orders_a_read() -> TestResult {
         buffer.allocation_size(),
         ExternalMemoryFlags::DEDICATED,
     )?;
-    let semaphore = ExternalSemaphore::import(&ctx, SemaphoreHandle::OpaqueFd(vk.export_semaphore_fd(&binary)?))?;
+    let semaphore =
+        ExternalSemaphore::import(&ctx, SemaphoreHandle::OpaqueFd(vk.export_semaphore_fd(&binary)?))?;
     ensure_eq!(semaphore.kind(), SemaphoreKind::Binary);
     // SAFETY: Vulkan reads the buffer only after the semaphore's signal.
     let mut y = unsafe { memory.map_buffer::<u32>(0, n, &stream)? };
@@ -258,7 +297,8 @@ fn vulkan_image_maps_as_a_mipmapped_array() -> TestResult {
         image.allocation_size(),
         ExternalMemoryFlags::DEDICATED,
     )?;
-    let semaphore = ExternalSemaphore::import(&ctx, SemaphoreHandle::TimelineFd(vk.export_semaphore_fd(&timeline)?))?;
+    let semaphore =
+        ExternalSemaphore::import(&ctx, SemaphoreHandle::TimelineFd(vk.export_semaphore_fd(&timeline)?))?;
     let descriptor = ArrayDescriptor {
         width: width as usize,
         height: height as usize,
@@ -294,19 +334,41 @@ fn vulkan_size_larger_than_the_object_is_refused() -> TestResult {
     let (device, ctx, stream) = setup()?;
     let vk = vulkan_for(&device)?;
     let buffer = vk.exportable_buffer(1 << 20)?;
-    let fd = vk.export_memory_fd(&buffer)?;
-    let too_big = buffer.allocation_size() * 4;
-    let refused = match ExternalMemory::import(&ctx, MemoryHandle::OpaqueFd(fd), too_big, ExternalMemoryFlags::DEDICATED) {
-        Ok(_) => return Err(format!("{too_big} bytes of a {}-byte object were imported", buffer.allocation_size()).into()),
-        Err(r) => r,
-    };
-    ensure!(matches!(refused.error(), Error::Driver { .. }), "{}", refused.error());
-    let fd = match refused.into_handle() {
-        MemoryHandle::OpaqueFd(fd) => fd,
-        other => return Err(format!("another handle came back: {other:?}").into()),
-    };
-    // The descriptor that came back still imports with the right size.
-    let memory = ExternalMemory::import(&ctx, MemoryHandle::OpaqueFd(fd), buffer.allocation_size(), ExternalMemoryFlags::DEDICATED)?;
+    let real = buffer.allocation_size();
+    let too_big = real * 4;
+    let imported = ExternalMemory::import(
+        &ctx,
+        MemoryHandle::OpaqueFd(vk.export_memory_fd(&buffer)?),
+        too_big,
+        ExternalMemoryFlags::DEDICATED,
+    );
+    match imported {
+        Err(refused) => {
+            let (error, handle) = refused.into_parts();
+            ensure!(matches!(error, Error::Driver { .. }), "{error}");
+            ensure!(
+                matches!(&handle, MemoryHandle::OpaqueFd(fd) if is_open(fd)),
+                "the descriptor came back closed"
+            );
+        }
+        Ok(memory) => {
+            // The driver took the size on trust: the bytes past the object cannot be mapped.
+            // SAFETY: Vulkan does not touch the buffer.
+            let past = unsafe { memory.map_buffer::<u8>(real, real as usize, &stream) };
+            ensure!(
+                matches!(past, Err(Error::Driver { call: "cuExternalMemoryGetMappedBuffer", .. })),
+                "{too_big} bytes of a {real}-byte object were imported, and its bytes past {real} mapped: {:?}",
+                past.map(|b| b.len())
+            );
+        }
+    }
+    // The right size imports and maps.
+    let memory = ExternalMemory::import(
+        &ctx,
+        MemoryHandle::OpaqueFd(vk.export_memory_fd(&buffer)?),
+        real,
+        ExternalMemoryFlags::DEDICATED,
+    )?;
     // SAFETY: Vulkan does not touch the buffer.
     let mut view = unsafe { memory.map_buffer::<u8>(0, 1 << 20, &stream)? };
     view.view_mut().memset_d8(7)?;
@@ -320,7 +382,8 @@ fn semaphore_parameters_must_fit_the_kind() -> TestResult {
     let (device, ctx, stream) = setup()?;
     let vk = vulkan_for(&device)?;
     let binary = vk.binary_semaphore()?;
-    let semaphore = ExternalSemaphore::import(&ctx, SemaphoreHandle::OpaqueFd(vk.export_semaphore_fd(&binary)?))?;
+    let semaphore =
+        ExternalSemaphore::import(&ctx, SemaphoreHandle::OpaqueFd(vk.export_semaphore_fd(&binary)?))?;
     let with_value = semaphore.signal(&stream, SignalParams::value(3));
     let message = match with_value {
         Err(Error::InvalidArgument { message, .. }) => message,
@@ -343,14 +406,20 @@ fn vulkan_timeline_is_waited_on_and_signalled_by_a_graph() -> TestResult {
         &ctx,
         SemaphoreHandle::TimelineFd(vk.export_semaphore_fd(&timeline)?),
     )?);
-    // Each launch waits for Vulkan's odd value and answers with the next even one.
-    let graph = Graph::new(&ctx)?;
-    let wait = graph.add_external_wait_node(&[], &[(&semaphore, WaitParams::value(1))])?;
-    graph.add_external_signal_node(&[wait], &[(&semaphore, SignalParams::value(2))])?;
-    let zero = graph.add_external_signal_node(&[], &[(&semaphore, SignalParams::new().skip_nvscibuf_memsync())]);
-    ensure!(zero.is_ok(), "a timeline signal without a value (value 0) was refused: {zero:?}");
-    let bad = graph.add_external_wait_node(&[], &[(&semaphore, WaitParams::keyed_mutex(0, 1))]);
-    ensure!(matches!(bad, Err(Error::InvalidArgument { .. })), "a keyed-mutex wait on a timeline: {bad:?}");
+    // Parameters of another kind are refused; a timeline signal without a value sets 0.
+    {
+        let graph = Graph::new(&ctx)?;
+        let zero = graph.add_external_signal_node(&[], &[(&semaphore, SignalParams::new())]);
+        ensure!(zero.is_ok(), "a timeline signal without a value (value 0) was refused: {zero:?}");
+        let bad = graph.add_external_wait_node(&[], &[(&semaphore, WaitParams::keyed_mutex(0, 1))]);
+        ensure!(
+            matches!(bad, Err(Error::InvalidArgument { .. })),
+            "a keyed-mutex wait on a timeline: {bad:?}"
+        );
+        let none = graph.add_external_wait_node(&[], &[]);
+        ensure!(matches!(none, Err(Error::InvalidArgument { .. })), "a node of no semaphores: {none:?}");
+    }
+    // A launch waits for Vulkan's value 1 and answers with 2.
     let graph = Graph::new(&ctx)?;
     let wait = graph.add_external_wait_node(&[], &[(&semaphore, WaitParams::value(1))])?;
     graph.add_external_signal_node(&[wait], &[(&semaphore, SignalParams::value(2))])?;

@@ -1,6 +1,6 @@
 //! Graphics interop against a real OpenGL context made through EGL with no display: a GL
 //! buffer written by a kernel while mapped and read back with GL, a GL texture read and written
-//! as CUDA arrays, an EGL image mapped as an EGL frame, an EGL stream carrying a CUDA frame
+//! as CUDA arrays, an EGL image read as an EGL frame, an EGL stream carrying a CUDA frame
 //! from producer to consumer, and an event made from an EGL fence. Names that do not exist, a
 //! resource mapped behind the guard's back, and the wrong view of a mapping are refused with
 //! typed errors, and the context goes on.
@@ -24,12 +24,24 @@ use std::time::Duration;
 fn main() {
     cuda_tests::run(&[
         gpu_needing("gl_context_renders_on_a_cuda_device", egl_present, gl_context_renders_on_a_cuda_device),
-        gpu_needing("gl_buffer_is_written_by_a_kernel_while_mapped", egl_present, gl_buffer_is_written_by_a_kernel_while_mapped),
-        gpu_needing("gl_texture_is_read_and_written_as_arrays", egl_present, gl_texture_is_read_and_written_as_arrays),
+        gpu_needing(
+            "gl_buffer_is_written_by_a_kernel_while_mapped",
+            egl_present,
+            gl_buffer_is_written_by_a_kernel_while_mapped,
+        ),
+        gpu_needing(
+            "gl_texture_is_read_and_written_as_arrays",
+            egl_present,
+            gl_texture_is_read_and_written_as_arrays,
+        ),
         gpu_needing("egl_image_maps_as_an_egl_frame", egl_image_present, egl_image_maps_as_an_egl_frame),
         gpu_needing("egl_stream_carries_a_cuda_frame", egl_stream_present, egl_stream_carries_a_cuda_frame),
         gpu_needing("egl_fence_becomes_an_event", egl_fence_present, egl_fence_becomes_an_event),
-        gpu_needing("gl_names_that_do_not_exist_are_refused", egl_present, gl_names_that_do_not_exist_are_refused),
+        gpu_needing(
+            "gl_names_that_do_not_exist_are_refused",
+            egl_present,
+            gl_names_that_do_not_exist_are_refused,
+        ),
         gpu_needing("mapping_misuse_is_refused", egl_present, mapping_misuse_is_refused),
     ]);
 }
@@ -62,7 +74,20 @@ fn egl_stream_present() -> Result<(), String> {
 }
 
 fn egl_fence_present() -> Result<(), String> {
-    egl_needing("EGL_KHR_fence_sync")
+    egl_needing("EGL_KHR_fence_sync")?;
+    Device::get(0).map_err(|e| e.to_string())?;
+    let (mut function, mut found) =
+        (std::ptr::null_mut(), sys::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS);
+    // SAFETY: a lookup by name into two locals.
+    let status = unsafe {
+        sys::cuGetProcAddress(c"cuEventCreateFromEGLSync".as_ptr(), &mut function, 9000, 0, &mut found)
+    };
+    if status != sys::CUresult::CUDA_SUCCESS || function.is_null() {
+        return Err(
+            "the driver does not provide cuEventCreateFromEGLSync (NVIDIA provides it on Tegra)".into()
+        );
+    }
+    Ok(())
 }
 
 fn no_deferred(ctx: &Context) -> TestResult {
@@ -126,42 +151,56 @@ fn gl_texture_is_read_and_written_as_arrays() -> TestResult {
     let (width, height) = (64u32, 16u32);
     let initial: Vec<f32> = (0..width * height).map(|i| i as f32).collect();
     let texture = gl.create_texture_r32f(width, height, 2, &initial)?;
-    let mut resource = GraphicsResource::gl_image(&ctx, texture, GlImageTarget::Texture2D, RegisterFlags::SURFACE_LDST)?;
+    let mut resource =
+        GraphicsResource::gl_image(&ctx, texture, GlImageTarget::Texture2D, RegisterFlags::SURFACE_LDST)?;
     let written: Vec<f32> = initial.iter().map(|v| 1000.0 - v).collect();
     {
         let mapped = resource.map(&stream)?;
+        // The synchronous copies below run on the default stream: let the mapping land first.
+        mapped.stream().synchronize()?;
         let mut level0 = mapped.array(0, 0, 0)?;
         let d = level0.descriptor()?;
         ensure_eq!((d.width, d.height, d.num_channels), (width as usize, height as usize, 1));
         ensure_eq!(d.format, sys::CUarray_format::CU_AD_FORMAT_FLOAT);
         let mut seen = vec![0f32; initial.len()];
         level0.copy_to_host(&mut seen)?;
-        ensure!(seen == initial, "CUDA reads other values than GL wrote (first {:?})", seen.first());
+        let wrong = (0..seen.len()).find(|&i| seen[i] != initial[i]);
+        ensure!(
+            wrong.is_none(),
+            "CUDA reads other values than GL wrote: at {wrong:?} {:?}",
+            wrong.map(|i| (seen[i], initial[i]))
+        );
         level0.copy_from_host(&written)?;
         let levels = mapped.mipmapped_array(0)?;
         ensure_eq!(levels.levels(), 2, "the mipmapped view's levels");
         ensure_eq!(levels.level(1)?.descriptor()?.width, (width / 2) as usize);
     }
     let back = gl.read_texture_r32f(texture, 0, width, height)?;
-    ensure!(back == written, "GL reads other values than CUDA wrote (first {:?})", back.first());
+    let wrong = (0..back.len()).find(|&i| back[i] != written[i]);
+    ensure!(
+        wrong.is_none(),
+        "GL reads other values than CUDA wrote: at {wrong:?} {:?}",
+        wrong.map(|i| (back[i], written[i]))
+    );
     drop(resource);
     gl.delete_texture(texture);
     no_deferred(&ctx)
 }
 
 fn egl_image_maps_as_an_egl_frame() -> TestResult {
-    let (gl, ctx, stream) = setup()?;
+    let (gl, ctx, _stream) = setup()?;
     let (width, height) = (32u32, 8u32);
-    let data: Vec<f32> = (0..width * height).map(|i| (i * 3) as f32).collect();
-    let texture = gl.create_texture_r32f(width, height, 1, &data)?;
+    let data: Vec<u32> = (0..width * height).map(|i| 0x8000_0000 | (i * 0x0101)).collect();
+    let texture = gl.create_texture_rgba8(width, height, &data)?;
     let image = gl.create_image_from_texture(texture)?;
     // SAFETY: the image lives until after the resource is dropped.
-    let mut resource = unsafe { GraphicsResource::egl_image(&ctx, image, RegisterFlags::READ_ONLY)? };
+    let resource = unsafe { GraphicsResource::egl_image(&ctx, image, MapFlags::ReadOnly)? };
+    // Nothing orders the two APIs' work on an EGL image: GL finishes before CUDA reads.
+    gl.finish();
     {
-        let mapped = resource.map(&stream)?;
-        let frame = mapped.egl_frame(0, 0, 0)?;
+        let frame = resource.egl_frame(0, 0)?;
         ensure_eq!((frame.width(), frame.height(), frame.plane_count()), (width, height, 1), "{frame:?}");
-        let mut seen = vec![0f32; data.len()];
+        let mut seen = vec![0u32; data.len()];
         if let Some(array) = frame.plane_array(0) {
             // SAFETY: the array is the mapped frame's plane; the host buffer holds its bytes.
             let status = unsafe { sys::cuMemcpyAtoH(seen.as_mut_ptr().cast(), array, 0, seen.len() * 4) };
@@ -170,16 +209,20 @@ fn egl_image_maps_as_an_egl_frame() -> TestResult {
             let pitch = frame.pitch() as usize;
             for row in 0..height as usize {
                 let start = row * width as usize;
-                // SAFETY: row `row` of the pitched plane holds `width` floats.
+                // SAFETY: row `row` of the pitched plane holds `width` texels.
                 let status = unsafe {
-                    sys::cuMemcpyDtoH(seen[start..].as_mut_ptr().cast(), ptr + (row * pitch) as u64, width as usize * 4)
+                    sys::cuMemcpyDtoH(
+                        seen[start..].as_mut_ptr().cast(),
+                        ptr + (row * pitch) as u64,
+                        width as usize * 4,
+                    )
                 };
                 cuda_tests::drv("cuMemcpyDtoH", status)?;
             }
         } else {
             return Err(format!("the frame has no plane 0: {frame:?}").into());
         }
-        ensure!(seen == data, "the EGL frame holds other values (first {:?})", seen.first());
+        ensure!(seen == data, "the EGL frame holds other values (first {:#x}, {frame:?})", seen[0]);
     }
     drop(resource);
     gl.destroy_image(image);
@@ -193,6 +236,7 @@ fn egl_stream_carries_a_cuda_frame() -> TestResult {
     let (width, height) = (64u32, 4u32);
     let pitch = width * 4;
     let data: Vec<u32> = (0..width * height).map(|i| 0xabc0_0000 | i).collect();
+    // Each texel is four 8-bit channels (ARGB), one u32 here.
     let source = DeviceBuffer::from_slice(&stream, &data)?;
     let outcome = (|| -> TestResult {
         // SAFETY: the EGL stream outlives both connections (destroyed below, after them).
@@ -204,12 +248,28 @@ fn egl_stream_carries_a_cuda_frame() -> TestResult {
             width,
             height,
             pitch,
-            1,
-            sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32,
-            sys::CUeglColorFormat::CU_EGL_COLOR_FORMAT_R,
+            4,
+            sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT8,
+            sys::CUeglColorFormat::CU_EGL_COLOR_FORMAT_ARGB,
         )?;
         // SAFETY: `source` is neither freed nor written until the frame comes back.
-        unsafe { producer.present(&frame, Some(&stream))? };
+        if let Err(e) = unsafe { producer.present(&frame, Some(&stream)) } {
+            let mut raw = frame.as_raw();
+            raw.width = width * 4;
+            // SAFETY: as above.
+            let bytes_wide = unsafe { producer.present(&EglFrame::from_raw(raw), None) };
+            let mut raw = frame.as_raw();
+            raw.numChannels = 1;
+            raw.cuFormat = sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32;
+            raw.eglColorFormat = sys::CUeglColorFormat::CU_EGL_COLOR_FORMAT_R;
+            // SAFETY: as above.
+            let r32 = unsafe { producer.present(&EglFrame::from_raw(raw), None) };
+            return Err(format!(
+                "present: {e}; width in bytes: {bytes_wide:?}; R u32: {r32:?}; state {:?}",
+                gl.stream_state(egl_stream)
+            )
+            .into());
+        }
         let acquired = consumer.acquire(Some(&stream), Some(Duration::from_secs(5)))?;
         let received = acquired.frame()?;
         ensure_eq!((received.width(), received.height()), (width, height), "{received:?}");
@@ -283,13 +343,20 @@ fn mapping_misuse_is_refused() -> TestResult {
     let buffer = gl.create_buffer(&[0u8; 12])?;
     let texture = gl.create_texture_r32f(8, 8, 1, &[0.0; 64])?;
     let mut as_buffer = GraphicsResource::gl_buffer(&ctx, buffer, RegisterFlags::empty())?;
-    let mut as_image = GraphicsResource::gl_image(&ctx, texture, GlImageTarget::Texture2D, RegisterFlags::empty())?;
+    let mut as_image =
+        GraphicsResource::gl_image(&ctx, texture, GlImageTarget::Texture2D, RegisterFlags::empty())?;
     {
         let mapped = map_all([&mut as_buffer, &mut as_image], &stream)?;
         ensure_eq!(mapped.len(), 2);
         let status = |r: Result<_, Error>| r.err().and_then(|e| e.driver_status());
-        ensure_eq!(status(mapped.buffer::<u8>(1).map(drop)), Some(sys::CUresult::CUDA_ERROR_NOT_MAPPED_AS_POINTER));
-        ensure_eq!(status(mapped.array(0, 0, 0).map(drop)), Some(sys::CUresult::CUDA_ERROR_NOT_MAPPED_AS_ARRAY));
+        ensure_eq!(
+            status(mapped.buffer::<u8>(1).map(drop)),
+            Some(sys::CUresult::CUDA_ERROR_NOT_MAPPED_AS_POINTER)
+        );
+        ensure_eq!(
+            status(mapped.array(0, 0, 0).map(drop)),
+            Some(sys::CUresult::CUDA_ERROR_NOT_MAPPED_AS_ARRAY)
+        );
         let odd = mapped.buffer::<u64>(0);
         ensure!(matches!(odd, Err(Error::InvalidArgument { .. })), "12 bytes as u64s: {odd:?}");
         let past = mapped.buffer::<u8>(2);
@@ -298,11 +365,15 @@ fn mapping_misuse_is_refused() -> TestResult {
     // Mapped behind the guard's back, through the raw handle: the guard's map is refused.
     let mut raw = as_buffer.as_raw();
     // SAFETY: a registered resource and a live stream.
-    cuda_tests::drv("cuGraphicsMapResources", unsafe { sys::cuGraphicsMapResources(1, &mut raw, stream.as_raw()) })?;
+    cuda_tests::drv("cuGraphicsMapResources", unsafe {
+        sys::cuGraphicsMapResources(1, &mut raw, stream.as_raw())
+    })?;
     let twice = as_buffer.map(&stream).map(drop);
     ensure_eq!(twice.err().and_then(|e| e.driver_status()), Some(sys::CUresult::CUDA_ERROR_ALREADY_MAPPED));
     // SAFETY: mapped just above.
-    cuda_tests::drv("cuGraphicsUnmapResources", unsafe { sys::cuGraphicsUnmapResources(1, &mut raw, stream.as_raw()) })?;
+    cuda_tests::drv("cuGraphicsUnmapResources", unsafe {
+        sys::cuGraphicsUnmapResources(1, &mut raw, stream.as_raw())
+    })?;
     // Unmapping what is not mapped is the driver's error, and harms nothing.
     // SAFETY: a registered resource and a live stream.
     let again = unsafe { sys::cuGraphicsUnmapResources(1, &mut raw, stream.as_raw()) };

@@ -85,6 +85,10 @@ const GL_PACK_ALIGNMENT: GLenum = 0x0D05;
 const GL_UNPACK_ALIGNMENT: GLenum = 0x0CF5;
 const GL_RED: GLenum = 0x1903;
 const GL_FLOAT: GLenum = 0x1406;
+const GL_RGBA: GLenum = 0x1908;
+const GL_UNSIGNED_BYTE: GLenum = 0x1401;
+/// `GL_RGBA8`, the internal format of [`Gl::create_texture_rgba8`].
+pub const GL_RGBA8: u32 = 0x8058;
 const GL_TEXTURE_MIN_FILTER: GLenum = 0x2801;
 const GL_TEXTURE_MAG_FILTER: GLenum = 0x2800;
 const GL_TEXTURE_MAX_LEVEL: GLenum = 0x813D;
@@ -466,18 +470,40 @@ impl Gl {
         // SAFETY: the context is current; one name is written to `name`.
         unsafe { (self.gl.glGenTextures)(1, &mut name) };
         self.check("glGenTextures")?;
-        let result = self.fill_texture(name, (w, h), levels, data);
+        let pixels = (GL_R32F, GL_RED, GL_FLOAT, data.as_ptr().cast());
+        let result = self.fill_texture(name, (w, h), levels, pixels);
         // SAFETY: unbinding is always valid.
         unsafe { (self.gl.glBindTexture)(GL_TEXTURE_2D, 0) };
         result.inspect_err(|_| self.delete_texture(name)).map(|()| name)
     }
 
+    /// A GL_TEXTURE_2D of format GL_RGBA8 with one level, filled from `data` (one `u32` of
+    /// R, G, B, A bytes in memory order per texel); returns its name.
+    pub fn create_texture_rgba8(&self, width: u32, height: u32, data: &[u32]) -> Result<u32, String> {
+        self.begin("create_texture_rgba8")?;
+        let (w, h, count) = level_extent(width, height, 1, 0)?;
+        if data.len() != count {
+            return Err(format!("{width}x{height} texture needs {count} texels, got {}", data.len()));
+        }
+        let mut name = 0;
+        // SAFETY: the context is current; one name is written to `name`.
+        unsafe { (self.gl.glGenTextures)(1, &mut name) };
+        self.check("glGenTextures")?;
+        let pixels = (GL_RGBA8, GL_RGBA, GL_UNSIGNED_BYTE, data.as_ptr().cast());
+        let result = self.fill_texture(name, (w, h), 1, pixels);
+        // SAFETY: unbinding is always valid.
+        unsafe { (self.gl.glBindTexture)(GL_TEXTURE_2D, 0) };
+        result.inspect_err(|_| self.delete_texture(name)).map(|()| name)
+    }
+
+    /// Allocates `levels` levels of texture `name` in `internal` format and fills level 0 from
+    /// `pixels` (of `format` and `kind`, `w` by `h`).
     fn fill_texture(
         &self,
         name: u32,
         (w, h): (GLsizei, GLsizei),
         levels: GLint,
-        data: &[f32],
+        (internal, format, kind, pixels): (GLenum, GLenum, GLenum, *const c_void),
     ) -> Result<(), String> {
         // SAFETY: the context is current; every call below reads only plain values.
         unsafe {
@@ -492,23 +518,24 @@ impl Gl {
         match self.gl_opt.glTexStorage2D.filter(|_| self.version >= (4, 2)) {
             Some(storage) => {
                 // SAFETY: plain values; allocates every level.
-                unsafe { storage(GL_TEXTURE_2D, levels, GL_R32F, w, h) };
+                unsafe { storage(GL_TEXTURE_2D, levels, internal, w, h) };
                 self.check("glTexStorage2D")?;
             }
             None => {
-                let (tex_image, format) = (self.gl.glTexImage2D, GL_R32F as GLint);
+                let tex_image = self.gl.glTexImage2D;
                 for level in 0..levels {
                     let (lw, lh) = ((w >> level).max(1), (h >> level).max(1));
                     // SAFETY: a null pixel pointer only allocates the level; level 0 is filled below.
-                    unsafe { tex_image(GL_TEXTURE_2D, level, format, lw, lh, 0, GL_RED, GL_FLOAT, null()) };
+                    unsafe {
+                        tex_image(GL_TEXTURE_2D, level, internal as GLint, lw, lh, 0, format, kind, null())
+                    };
                     self.check("glTexImage2D")?;
                 }
             }
         }
-        // SAFETY: `data` holds w * h floats, rows 4-byte aligned as GL_UNPACK_ALIGNMENT says.
-        unsafe {
-            (self.gl.glTexSubImage2D)(GL_TEXTURE_2D, 0, 0, 0, w, h, GL_RED, GL_FLOAT, data.as_ptr().cast())
-        };
+        // SAFETY: `pixels` holds w * h texels of 4 bytes, rows 4-byte aligned as
+        // GL_UNPACK_ALIGNMENT says.
+        unsafe { (self.gl.glTexSubImage2D)(GL_TEXTURE_2D, 0, 0, 0, w, h, format, kind, pixels) };
         self.check("glTexSubImage2D")
     }
 

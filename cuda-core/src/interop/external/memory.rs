@@ -68,13 +68,6 @@ impl MemoryHandle {
             MemoryHandle::NvSciBuf(object) => Ok(Raw::Object(object.cast_const())),
         }
     }
-
-    fn into_fd(self) -> Option<OwnedFd> {
-        match self {
-            MemoryHandle::OpaqueFd(fd) | MemoryHandle::DmaBufFd(fd) => Some(fd),
-            _ => None,
-        }
-    }
 }
 
 bitflags! {
@@ -136,7 +129,7 @@ impl ExternalMemory {
         flags: ExternalMemoryFlags,
     ) -> Result<ExternalMemory, Box<Refused<MemoryHandle>>> {
         let imported = Self::import_raw(context, &handle, size, flags);
-        settle(imported, handle, MemoryHandle::into_fd)
+        settle(imported, handle)
             .map(|raw| ExternalMemory { inner: Arc::new(Imported { raw, context: context.clone(), size }) })
     }
 
@@ -152,13 +145,14 @@ impl ExternalMemory {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut desc: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC = unsafe { std::mem::zeroed() };
         desc.type_ = handle.kind();
-        match handle.raw()? {
-            Raw::Fd(fd) => desc.handle.fd = fd,
+        let source = handle.raw()?;
+        match &source {
+            Raw::Fd(fd) => desc.handle.fd = fd.raw(),
             Raw::Win32 { handle, name } => {
-                desc.handle.win32.handle = handle;
-                desc.handle.win32.name = name;
+                desc.handle.win32.handle = *handle;
+                desc.handle.win32.name = *name;
             }
-            Raw::Object(object) => desc.handle.nvSciBufObject = object,
+            Raw::Object(object) => desc.handle.nvSciBufObject = *object,
         }
         desc.size = size;
         desc.flags = flags.bits();
@@ -166,6 +160,9 @@ impl ExternalMemory {
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a filled descriptor whose name (if any) outlives the call.
         check("cuImportExternalMemory", unsafe { sys::cuImportExternalMemory(&mut raw, &desc) })?;
+        if let Raw::Fd(duplicate) = source {
+            duplicate.given();
+        }
         Ok(raw)
     }
 

@@ -7,8 +7,9 @@
 //! [`ExternalSemaphore::import`] takes a semaphore in, to be signalled and waited on in a
 //! stream's order, with fence values for timeline semaphores.
 //!
-//! A POSIX file descriptor passes to the driver when the import succeeds, as the driver
-//! requires, and comes back to the caller in a [`Refused`] when it fails. Windows handles stay
+//! A POSIX file descriptor is consumed when the import succeeds, as the driver requires (the
+//! driver is given a duplicate and closes it when the object is destroyed), and comes back to
+//! the caller, open, in a [`Refused`] when it fails. Windows handles stay
 //! the caller's either way, and are [`Error::Unsupported`] on other systems.
 //!
 //! See [External Resource Interoperability](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html).
@@ -24,7 +25,7 @@ pub use semaphore::{
 use super::Refused;
 use crate::error::Error;
 use std::ffi::c_void;
-use std::os::fd::{IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// A Windows handle to import: an NT handle, or the name of a named object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,9 +39,79 @@ pub enum Win32Handle {
 /// The platform part of a handle description: a file descriptor, a Windows handle and name, or
 /// an NvSci object, in the form both descriptor unions take.
 pub(crate) enum Raw {
-    Fd(i32),
+    Fd(Duplicate),
     Win32 { handle: *mut c_void, name: *const c_void },
     Object(*const c_void),
+}
+
+/// A duplicate of the caller's descriptor, which is what the driver is given: the driver takes
+/// over the descriptor of an import that succeeds, and may close it when one fails, so the
+/// caller's own descriptor never reaches the driver and is the caller's whatever happens.
+pub(crate) struct Duplicate {
+    fd: RawFd,
+    original: RawFd,
+}
+
+impl Duplicate {
+    fn new(operation: &'static str, fd: &OwnedFd) -> Result<Duplicate, Error> {
+        let original = fd.as_raw_fd();
+        // SAFETY: F_DUPFD_CLOEXEC only makes a new descriptor, numbered 3 or above.
+        let duplicate = unsafe { libc::fcntl(original, libc::F_DUPFD_CLOEXEC, 3) };
+        if duplicate < 0 {
+            let why = std::io::Error::last_os_error();
+            return Err(Error::invalid(
+                operation,
+                format!("descriptor {original} could not be duplicated: {why}"),
+            ));
+        }
+        Ok(Duplicate { fd: duplicate, original })
+    }
+
+    /// The number the driver is given.
+    pub(crate) fn raw(&self) -> RawFd {
+        self.fd
+    }
+
+    /// The import succeeded: the descriptor is the driver's now.
+    pub(crate) fn given(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Duplicate {
+    /// After a refused import: closes the duplicate, unless the driver closed it already (its
+    /// number may by now name another file of this process, which is left alone).
+    fn drop(&mut self) {
+        if same_open_file(self.fd, self.original) {
+            // SAFETY: the number still names the duplicate made here, which nothing else owns.
+            unsafe { libc::close(self.fd) };
+        }
+    }
+}
+
+/// Whether descriptors `a` and `b` name the same open file description.
+fn same_open_file(a: RawFd, b: RawFd) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const KCMP_FILE: libc::c_long = 0;
+        // SAFETY: getpid has no preconditions; kcmp only compares this process's descriptors.
+        let order = unsafe {
+            let pid = libc::c_long::from(libc::getpid());
+            libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_FILE, libc::c_long::from(a), libc::c_long::from(b))
+        };
+        if order >= 0 {
+            return order == 0;
+        }
+    }
+    // Without kcmp (another system, or a sandbox that forbids it): the same file and flags.
+    // SAFETY: plain C structs filled by fstat and fcntl, which only read the descriptors.
+    unsafe {
+        let (mut sa, mut sb) = (std::mem::zeroed::<libc::stat>(), std::mem::zeroed::<libc::stat>());
+        libc::fstat(a, &mut sa) == 0
+            && libc::fstat(b, &mut sb) == 0
+            && (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+            && libc::fcntl(a, libc::F_GETFL) == libc::fcntl(b, libc::F_GETFL)
+    }
 }
 
 /// The raw form of `handle`, or `Unsupported` where this platform has no such handle.
@@ -65,31 +136,71 @@ pub(crate) fn win32_raw(operation: &'static str, handle: &Win32Handle) -> Result
 
 /// The raw form of a file descriptor, or `Unsupported` on Windows.
 pub(crate) fn fd_raw(operation: &'static str, fd: &OwnedFd) -> Result<Raw, Error> {
-    use std::os::fd::AsRawFd;
     if cfg!(windows) {
         return Err(Error::Unsupported {
             operation,
             message: "POSIX file descriptors do not exist on Windows; import a Win32 handle".into(),
         });
     }
-    Ok(Raw::Fd(fd.as_raw_fd()))
+    Duplicate::new(operation, fd).map(Raw::Fd)
 }
 
-/// Completes an import: on success the driver owns a file descriptor, so it is released
-/// without closing; on failure the handle goes back to the caller.
-pub(crate) fn settle<H, T>(
-    outcome: Result<T, Error>,
-    handle: H,
-    into_fd: impl FnOnce(H) -> Option<OwnedFd>,
-) -> Result<T, Box<Refused<H>>> {
+/// Completes an import: on success the caller's handle is dropped (the driver holds its own
+/// duplicate of a descriptor); on failure it goes back to the caller.
+pub(crate) fn settle<H, T>(outcome: Result<T, Error>, handle: H) -> Result<T, Box<Refused<H>>> {
     match outcome {
         Ok(value) => {
-            if let Some(fd) = into_fd(handle) {
-                // The driver closes it when the imported object is destroyed.
-                let _ = fd.into_raw_fd();
-            }
+            drop(handle);
             Ok(value)
         }
         Err(error) => Err(Refused::new(error, handle)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        use std::os::fd::FromRawFd;
+        let mut ends = [-1; 2];
+        // SAFETY: pipe writes two new descriptors into the array.
+        assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0, "pipe failed");
+        // SAFETY: both are new descriptors that nothing else owns.
+        unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) }
+    }
+
+    #[test]
+    fn a_refused_duplicate_is_closed_and_the_original_kept() -> Result<(), Error> {
+        let (reader, _writer) = pipe();
+        let duplicate = Duplicate::new("test", &reader)?;
+        let number = duplicate.raw();
+        assert!(number >= 3 && number != reader.as_raw_fd());
+        assert!(same_open_file(number, reader.as_raw_fd()));
+        drop(duplicate);
+        assert!(!same_open_file(number, reader.as_raw_fd()), "the duplicate is still open");
+        // SAFETY: F_GETFD only reads the flags.
+        assert_ne!(unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_GETFD) }, -1, "the original was closed");
+        Ok(())
+    }
+
+    #[test]
+    fn a_duplicate_the_driver_closed_is_left_alone() -> Result<(), Error> {
+        let (reader, _writer) = pipe();
+        let duplicate = Duplicate::new("test", &reader)?;
+        // The driver closes it; the number may be reused by another file at once.
+        // SAFETY: closing the duplicate made above, as a failed import may.
+        unsafe { libc::close(duplicate.raw()) };
+        let (other, _other_writer) = pipe();
+        drop(duplicate);
+        // SAFETY: F_GETFD only reads the flags.
+        assert_ne!(unsafe { libc::fcntl(other.as_raw_fd(), libc::F_GETFD) }, -1, "another file was closed");
+        Ok(())
+    }
+
+    #[test]
+    fn windows_handles_are_unsupported_here() {
+        let e = win32_raw("test", &Win32Handle::Handle(std::ptr::null_mut())).err();
+        assert!(matches!(e, Some(Error::Unsupported { .. })), "{e:?}");
     }
 }

@@ -102,13 +102,6 @@ impl SemaphoreHandle {
             SemaphoreHandle::NvSciSync(object) => Ok(Raw::Object(object.cast_const())),
         }
     }
-
-    fn into_fd(self) -> Option<OwnedFd> {
-        match self {
-            SemaphoreHandle::OpaqueFd(fd) | SemaphoreHandle::TimelineFd(fd) => Some(fd),
-            _ => None,
-        }
-    }
 }
 
 /// What a signal does (`CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS`): nothing more for a binary
@@ -282,7 +275,7 @@ impl ExternalSemaphore {
     ) -> Result<ExternalSemaphore, Box<Refused<SemaphoreHandle>>> {
         let imported = Self::import_raw(context, &handle);
         let kind = handle.kind();
-        settle(imported, handle, SemaphoreHandle::into_fd).map(|raw| ExternalSemaphore {
+        settle(imported, handle).map(|raw| ExternalSemaphore {
             raw,
             context: context.clone(),
             kind,
@@ -294,18 +287,22 @@ impl ExternalSemaphore {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut desc: sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC = unsafe { std::mem::zeroed() };
         desc.type_ = handle.raw_kind();
-        match handle.raw()? {
-            Raw::Fd(fd) => desc.handle.fd = fd,
+        let source = handle.raw()?;
+        match &source {
+            Raw::Fd(fd) => desc.handle.fd = fd.raw(),
             Raw::Win32 { handle, name } => {
-                desc.handle.win32.handle = handle;
-                desc.handle.win32.name = name;
+                desc.handle.win32.handle = *handle;
+                desc.handle.win32.name = *name;
             }
-            Raw::Object(object) => desc.handle.nvSciSyncObj = object,
+            Raw::Object(object) => desc.handle.nvSciSyncObj = *object,
         }
         context.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a filled descriptor whose name (if any) outlives the call.
         check("cuImportExternalSemaphore", unsafe { sys::cuImportExternalSemaphore(&mut raw, &desc) })?;
+        if let Raw::Fd(duplicate) = source {
+            duplicate.given();
+        }
         Ok(raw)
     }
 

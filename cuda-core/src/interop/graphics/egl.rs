@@ -1,10 +1,10 @@
 //! EGL images as [`GraphicsResource`]s, EGL frames, EGL stream connections and events from
 //! EGL syncs.
 
-use super::{GraphicsResource, Mapped, RegisterFlags};
+use super::{GraphicsResource, MapFlags};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use crate::memory::DeviceView;
+use crate::memory::{ArrayDescriptor, ArrayFlags, DeviceView};
 use crate::{Event, EventFlags, Stream};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
@@ -42,8 +42,8 @@ impl<'a> EglFrame<'a> {
     /// `width` elements of `channels` channels of `format`, in EGL colour format
     /// `color_format`; for [`EglStreamProducer::present`].
     ///
-    /// Rows that do not fit in `pitch` bytes, or more rows than `memory` holds, are an
-    /// [`Error::InvalidArgument`].
+    /// Rows that do not fit in `pitch` bytes (for the plain integer and float formats), or
+    /// more rows than `memory` holds, are an [`Error::InvalidArgument`].
     pub fn pitched<T: Pod>(
         memory: DeviceView<'a, T>,
         width: u32,
@@ -54,7 +54,15 @@ impl<'a> EglFrame<'a> {
         color_format: sys::CUeglColorFormat,
     ) -> Result<EglFrame<'a>> {
         const OP: &str = "EglFrame::pitched";
-        let row = u64::from(width) * u64::from(channels) * std::mem::size_of::<T>() as u64;
+        let descriptor = ArrayDescriptor {
+            width: width as usize,
+            height: height as usize,
+            depth: 0,
+            format,
+            num_channels: channels,
+            flags: ArrayFlags::empty(),
+        };
+        let row = descriptor.element_bytes().map_or(0, |bytes| u64::from(width) * bytes as u64);
         if width == 0 || height == 0 || row > u64::from(pitch) {
             return Err(Error::invalid(
                 OP,
@@ -180,11 +188,12 @@ fn mapped_egl_frame<'a>(
 }
 
 impl GraphicsResource {
-    /// Registers EGL image `image`
+    /// Registers EGL image `image` for CUDA, which will use it as `usage` says
     /// ([`cuGraphicsEGLRegisterImage`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
-    /// Mapped, it is an EGL frame ([`Mapped::egl_frame`]).
+    /// An EGL image is not mapped: [`egl_frame`](Self::egl_frame) reaches it while it is
+    /// registered.
     ///
-    /// A null image is an [`Error::InvalidArgument`]; one CUDA cannot map, the driver's error.
+    /// A null image is an [`Error::InvalidArgument`]; one CUDA cannot use, the driver's error.
     ///
     /// # Safety
     ///
@@ -192,26 +201,27 @@ impl GraphicsResource {
     pub unsafe fn egl_image(
         context: &Context,
         image: *mut c_void,
-        flags: RegisterFlags,
+        usage: MapFlags,
     ) -> Result<GraphicsResource> {
         if image.is_null() {
             return Err(Error::invalid("GraphicsResource::egl_image", "a null EGLImage"));
         }
+        let flags = usage.as_raw();
         // SAFETY: one out-parameter; the caller vouches for the image.
         GraphicsResource::register(context, "cuGraphicsEGLRegisterImage", |raw| unsafe {
-            sys::cuGraphicsEGLRegisterImage(raw, image, flags.bits())
+            sys::cuGraphicsEGLRegisterImage(raw, image, flags)
         })
     }
-}
 
-impl Mapped<'_> {
-    /// Layer `array_index`, level `mip_level` of mapped resource `index` as an EGL frame
+    /// Layer `index`, level `mip_level` of a registered EGL image as an EGL frame
     /// ([`cuGraphicsResourceGetMappedEglFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
-    /// Resources that are not EGL images are the driver's error.
-    pub fn egl_frame(&self, index: usize, array_index: u32, mip_level: u32) -> Result<EglFrame<'_>> {
-        let resource = self.resource("Mapped::egl_frame", index)?;
-        self.stream.context().enter()?;
-        mapped_egl_frame(resource, array_index, mip_level)
+    ///
+    /// Nothing orders CUDA's access with the other API's: finish its work first (`glFinish`),
+    /// and finish CUDA's (synchronize the stream or an event) before it goes on. A resource
+    /// that is no EGL image is the driver's error.
+    pub fn egl_frame(&self, index: u32, mip_level: u32) -> Result<EglFrame<'_>> {
+        self.context.enter()?;
+        mapped_egl_frame(self.raw, index, mip_level)
     }
 }
 
@@ -440,7 +450,9 @@ impl Drop for EglStreamProducer {
 
 /// An event, in `context`, that completes when EGL sync object `sync` is signalled; streams
 /// can wait on it ([`cuEventCreateFromEGLSync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
-/// Only `BLOCKING_SYNC` of `flags` applies; the event cannot be recorded again.
+/// Only `BLOCKING_SYNC` of `flags` applies; the event cannot be recorded again. Drivers that
+/// lack the call (NVIDIA's drivers for discrete GPUs provide it on Tegra only) make it an
+/// [`Error::Load`].
 ///
 /// # Safety
 ///

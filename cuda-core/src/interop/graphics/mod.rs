@@ -3,13 +3,15 @@
 //! A [`GraphicsResource`] is an OpenGL buffer or image ([`GraphicsResource::gl_buffer`],
 //! [`GraphicsResource::gl_image`]) or an EGL image ([`GraphicsResource::egl_image`])
 //! registered once; it is unregistered on drop. [`GraphicsResource::map`] (or [`map_all`] for
-//! several at once) maps it for CUDA in a stream's order and returns a [`Mapped`] guard: while
-//! it lives, the resource's memory is a device view, a CUDA array, a mipmapped array or an EGL
-//! frame, and the graphics API must leave it alone; dropping the guard (or
+//! several at once) maps an OpenGL resource for CUDA in a stream's order and returns a
+//! [`Mapped`] guard: while it lives, the resource's memory is a device view, a CUDA array or a
+//! mipmapped array, and the graphics API must leave it alone; dropping the guard (or
 //! [`Mapped::unmap`]) hands it back, ordered after the stream's work. The borrow checker keeps
 //! a resource from being mapped twice, used after it is unmapped, or unmapped twice.
 //!
-//! EGL streams connect CUDA as a frame consumer ([`EglStreamConsumer`]) or producer
+//! An EGL image is not mapped: [`GraphicsResource::egl_frame`] reaches it while it is
+//! registered, and the application orders the two APIs' work itself. EGL streams connect
+//! CUDA as a frame consumer ([`EglStreamConsumer`]) or producer
 //! ([`EglStreamProducer`]). VDPAU stays with the raw `cuda_driver_sys` calls.
 //!
 //! The calls need the graphics context current on the calling thread (OpenGL) or a valid
@@ -71,7 +73,8 @@ bitflags! {
     }
 }
 
-/// How CUDA will use a resource while mapped (`CU_GRAPHICS_MAP_RESOURCE_FLAGS_*`).
+/// How CUDA will use a resource while mapped, or an EGL image while registered
+/// (`CU_GRAPHICS_MAP_RESOURCE_FLAGS_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum MapFlags {
     /// Reads and writes.
@@ -81,6 +84,17 @@ pub enum MapFlags {
     ReadOnly,
     /// CUDA writes all of it and does not read what was there.
     WriteDiscard,
+}
+
+impl MapFlags {
+    fn as_raw(self) -> u32 {
+        use sys::CUgraphicsMapResourceFlags as F;
+        match self {
+            MapFlags::ReadWrite => F::CU_GRAPHICS_MAP_RESOURCE_FLAGS_NONE.0,
+            MapFlags::ReadOnly => F::CU_GRAPHICS_MAP_RESOURCE_FLAGS_READ_ONLY.0,
+            MapFlags::WriteDiscard => F::CU_GRAPHICS_MAP_RESOURCE_FLAGS_WRITE_DISCARD.0,
+        }
+    }
 }
 
 /// A graphics resource registered with CUDA, unregistered on drop
@@ -129,15 +143,11 @@ impl GraphicsResource {
     /// Says how the next mappings will be used
     /// ([`cuGraphicsResourceSetMapFlags`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
     pub fn set_map_flags(&mut self, flags: MapFlags) -> Result<()> {
-        use sys::CUgraphicsMapResourceFlags as F;
-        let raw = match flags {
-            MapFlags::ReadWrite => F::CU_GRAPHICS_MAP_RESOURCE_FLAGS_NONE,
-            MapFlags::ReadOnly => F::CU_GRAPHICS_MAP_RESOURCE_FLAGS_READ_ONLY,
-            MapFlags::WriteDiscard => F::CU_GRAPHICS_MAP_RESOURCE_FLAGS_WRITE_DISCARD,
-        };
         self.context.enter()?;
         // SAFETY: the resource is registered and not mapped (mapping borrows it).
-        check("cuGraphicsResourceSetMapFlags", unsafe { sys::cuGraphicsResourceSetMapFlags(self.raw, raw.0) })
+        check("cuGraphicsResourceSetMapFlags", unsafe {
+            sys::cuGraphicsResourceSetMapFlags(self.raw, flags.as_raw())
+        })
     }
 
     /// Maps the resource for CUDA, ordered after the graphics API's work and before `stream`'s
@@ -278,6 +288,10 @@ impl Mapped<'_> {
     /// array
     /// ([`cuGraphicsSubResourceGetMappedArray`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
     /// A buffer is `CUDA_ERROR_NOT_MAPPED_AS_ARRAY`.
+    ///
+    /// The mapping is ordered on the guard's [`stream`](Self::stream) only: copy with the
+    /// `_async` calls on it, or synchronize it before the synchronous copies (which run on the
+    /// default stream).
     pub fn array(&self, index: usize, array_index: u32, mip_level: u32) -> Result<BorrowedArray<'_>> {
         let resource = self.resource("Mapped::array", index)?;
         self.stream.context().enter()?;
