@@ -15,6 +15,16 @@
 //!   parameters must match the kernel), adopting raw handles, and reading memory a kernel may
 //!   still be writing. Everything checkable (sizes, bounds, alignment) is checked.
 //! * **Streams.** Work that runs asynchronously takes the stream it runs on explicitly.
+//!
+//! # Errors of thin wrappers
+//!
+//! Many functions make exactly one C call and link that call's section of NVIDIA's reference.
+//! Where such a function's documentation says nothing more about errors, it fails exactly when
+//! that call does: with [`Error::Driver`] (for the runtime [`Error::Runtime`], for NCCL
+//! [`Error::Nccl`]) naming the call and the status it returned, whose meaning for that call the
+//! linked section lists; or with [`Error::Load`] when the library, or that function in it, is
+//! missing from the installed driver. Failures that depend on the arguments or on state this
+//! crate checks first are documented on the function itself.
 
 mod abi;
 pub mod context;
