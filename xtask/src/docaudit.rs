@@ -63,10 +63,12 @@ pub enum Kind {
     Errors,
     /// A function calling a C function with no link to NVIDIA's documentation near it.
     Link,
+    /// A doc link on a C function's name that leads to a page not documenting it.
+    WrongPage,
 }
 
 impl Kind {
-    const ALL: [Kind; 3] = [Kind::Safety, Kind::Errors, Kind::Link];
+    const ALL: [Kind; 4] = [Kind::Safety, Kind::Errors, Kind::Link, Kind::WrongPage];
 
     fn describe(self) -> &'static str {
         match self {
@@ -75,6 +77,7 @@ impl Kind {
             Kind::Link => {
                 "calls a C function, but no NVIDIA documentation link in its doc, its type's or its module's"
             }
+            Kind::WrongPage => "a C function's name links a page that does not document it",
         }
     }
 
@@ -83,6 +86,7 @@ impl Kind {
             Kind::Safety => "no `# Safety`",
             Kind::Errors => "errors not documented",
             Kind::Link => "no NVIDIA link",
+            Kind::WrongPage => "linked to the wrong page",
         }
     }
 }
@@ -133,6 +137,60 @@ fn links_docs(doc: &str, library: Library) -> bool {
     doc.contains(NVIDIA_DOCS) || (library == Library::Nvtx && doc.contains(NVTX_DOCS))
 }
 
+/// Whether `doc` links the page documenting the C function `name`: `page` itself (an anchor
+/// allowed), or a page whose anchor is the function's name, as NCCL's per-topic pages have.
+fn links_page(doc: &str, name: &str, page: &str) -> bool {
+    urls(doc).any(|url| url_documents(url, name, page))
+}
+
+fn url_documents(url: &str, name: &str, page: &str) -> bool {
+    let (base, anchor) = url.split_once('#').unwrap_or((url, ""));
+    base == page || anchor.eq_ignore_ascii_case(name)
+}
+
+/// The `https://` addresses in a text.
+fn urls(text: &str) -> impl Iterator<Item = &str> {
+    text.match_indices("https://").map(move |(i, _)| {
+        let rest = &text[i..];
+        let end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '>' | '"' | '`'))
+            .unwrap_or(rest.len());
+        &rest[..end]
+    })
+}
+
+/// Every doc-comment link of the form ``[`cuName`](address)`` in a file whose address is not
+/// a page documenting that function.
+fn wrong_pages(file: &str, text: &str, pages: &BTreeMap<String, String>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if !(trimmed.starts_with("///") || trimmed.starts_with("//!")) {
+            continue;
+        }
+        let mut rest = trimmed;
+        while let Some(start) = rest.find("[`") {
+            rest = &rest[start + 2..];
+            let Some(end) = rest.find("`](") else { break };
+            let name = &rest[..end];
+            let after = &rest[end + 3..];
+            let url = after.split(')').next().unwrap_or_default();
+            if let Some(page) = pages.get(name) {
+                if url.starts_with("https://") && !url_documents(url, name, page) {
+                    out.push(Finding {
+                        file: file.to_string(),
+                        line: n + 1,
+                        item: name.to_string(),
+                        kind: Kind::WrongPage,
+                        detail: format!("{url}; it is documented in {page}"),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
 /// One module of the crate, as parsed.
 struct Module {
     /// File, relative to the workspace root.
@@ -144,6 +202,8 @@ struct Module {
     /// Its `//!` documentation.
     doc: String,
     items: Vec<syn::Item>,
+    /// The file's text, for the module a file holds; empty for an inline module.
+    source: String,
 }
 
 /// What the checks need from the whole crate.
@@ -226,7 +286,12 @@ fn load_module(
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let parsed = syn::parse_file(&text).map_err(|e| format!("{}: {e}", file.display()))?;
     let rel = file.strip_prefix(root).unwrap_or(file).to_string_lossy().into_owned();
-    add_module(root, rel, path, exposed, doc_of(&parsed.attrs), parsed.items, children, out)
+    let first = out.len();
+    add_module(root, rel, path, exposed, doc_of(&parsed.attrs), parsed.items, children, out)?;
+    if let Some(m) = out.get_mut(first) {
+        m.source = text;
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -252,7 +317,7 @@ fn add_module(
             submodules.push((m.clone(), sub_path, sub_exposed, children.join(&name)));
         }
     }
-    out.push(Module { file: file.clone(), path, exposed, doc, items });
+    out.push(Module { file: file.clone(), path, exposed, doc, items, source: String::new() });
     for (m, sub_path, sub_exposed, dir) in submodules {
         match m.content {
             Some((_, items)) => {
@@ -308,6 +373,7 @@ fn audit(krate: &Crate) -> Vec<Finding> {
         if EXCLUDED.iter().any(|e| m.file.starts_with(e)) {
             continue;
         }
+        findings.extend(wrong_pages(&m.file, &m.source, &krate.pages));
         let mut audit_fn = |item: String,
                             sig: &syn::Signature,
                             attrs: &[syn::Attribute],
@@ -398,7 +464,7 @@ fn check(krate: &Crate, f: &Function<'_>, findings: &mut Vec<Finding>) {
         let thin_wrapper = krate.convention
             && calls.len() == 1
             && !f.body.as_ref().is_some_and(makes_errors)
-            && calls.iter().all(|c| krate.pages.get(c).is_some_and(|url| doc.contains(url.as_str())));
+            && calls.iter().all(|c| krate.pages.get(c).is_some_and(|page| links_page(&doc, c, page)));
         if !thin_wrapper {
             report(Kind::Errors, String::new());
         }
@@ -655,6 +721,9 @@ pub fn unlinked_calls() -> Result<()> {
     Ok(())
 }
 
+/// Frees ([`cuMemFree`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+pub fn wrong_page() {}
+
 /// Frees ([`cuMemFree`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
 pub fn checks_first(p: u64) -> Result<()> {
     if p == 0 { return Err(Error::invalid("checks_first", "null")); }
@@ -751,6 +820,7 @@ impl Hidden {
             ("public::no_safety".to_string(), Kind::Safety),
             ("public::undocumented_errors".to_string(), Kind::Errors),
             ("public::checks_first".to_string(), Kind::Errors),
+            ("cuMemFree".to_string(), Kind::WrongPage),
             ("public::unlinked_calls".to_string(), Kind::Errors),
             ("public::unlinked_calls".to_string(), Kind::Link),
             ("public::nvtx_call".to_string(), Kind::Link),
@@ -778,6 +848,21 @@ impl Hidden {
         assert!(says_errors("A length of zero is rejected."));
         assert!(!says_errors("Allocates memory; errorless in practice."));
         assert!(!says_errors("Allocates memory."));
+    }
+
+    #[test]
+    fn a_page_is_recognised_by_address_or_by_the_anchor_of_the_function() {
+        let nccl = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html";
+        let doc = "Sums ([`ncclAllReduce`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclallreduce)).";
+        assert!(links_page(doc, "ncclAllReduce", nccl));
+        assert!(!links_page(doc, "ncclBroadcast", nccl));
+        let mem = "https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html";
+        assert!(links_page(&format!("See <{mem}#group__CUDA__MEM_1gabc>."), "cuMemAlloc", mem));
+        assert!(!links_page(
+            "See <https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html>.",
+            "cuMemAlloc",
+            mem
+        ));
     }
 
     #[test]
