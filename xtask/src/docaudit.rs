@@ -515,10 +515,21 @@ fn doc_of(attrs: &[syn::Attribute]) -> String {
     for attr in attrs {
         if let syn::Meta::NameValue(nv) = &attr.meta {
             if nv.path.is_ident("doc") {
-                if let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) = &nv.value {
-                    doc.push_str(&s.value());
-                    doc.push('\n');
+                match &nv.value {
+                    syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => doc.push_str(&s.value()),
+                    // `#[doc = concat!("…", stringify!(…), "…")]`, as macros write: its literals.
+                    syn::Expr::Macro(m) if m.mac.path.is_ident("concat") => {
+                        for tree in m.mac.tokens.clone() {
+                            if let TokenTree::Literal(lit) = tree {
+                                if let syn::Lit::Str(s) = syn::Lit::new(lit) {
+                                    doc.push_str(&s.value());
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
                 }
+                doc.push('\n');
             }
         }
     }
@@ -582,7 +593,12 @@ fn c_calls(tokens: TokenStream, out: &mut BTreeSet<String>) {
                     (trees.get(i + 1), trees.get(i + 2)),
                     (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) if a.as_char() == ':' && b.as_char() == ':'
                 );
-                if let (true, Some(TokenTree::Ident(name))) = (path_sep, trees.get(i + 3)) {
+                // `sys::cudaMemcpyKind::…` names a type, not a function.
+                let type_path = matches!(
+                    (trees.get(i + 4), trees.get(i + 5)),
+                    (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) if a.as_char() == ':' && b.as_char() == ':'
+                );
+                if let (true, false, Some(TokenTree::Ident(name))) = (path_sep, type_path, trees.get(i + 3)) {
                     let name = name.to_string();
                     if library_of(&name).is_some() {
                         out.insert(name);
@@ -745,6 +761,13 @@ impl Stream {
 /// Names things.
 pub fn nvtx_call() { unsafe { sys::nvtxMarkA(c"m".as_ptr()) } }
 
+macro_rules! attributes {
+    ($fn:ident, $attr:ident) => {
+        #[doc = concat!("The value of `", stringify!($attr), "`; fails when the driver refuses.")]
+        pub fn $fn(&self) -> Result<i32> { self.attribute($attr) }
+    };
+}
+
 macro_rules! views {
     ($name:literal) => {
         /// A slice.
@@ -870,11 +893,15 @@ impl Hidden {
         let mut calls = BTreeSet::new();
         let tokens: TokenStream = "check(\"x\", unsafe { sys::cuMemAlloc(&mut p, n) }); \
             let s = sys::CUresult::CUDA_SUCCESS; rt::cudaMalloc(p, n); nccl::ncclAllReduce(); \
+            rt::cudaMemcpy(d, s, n, rt::cudaMemcpyKind::cudaMemcpyDefault); \
             other::cuNotSys(); sys::per_thread_default_stream();"
             .parse()
             .unwrap_or_default();
         c_calls(tokens, &mut calls);
-        assert_eq!(calls.into_iter().collect::<Vec<_>>(), ["cuMemAlloc", "cudaMalloc", "ncclAllReduce"]);
+        assert_eq!(
+            calls.into_iter().collect::<Vec<_>>(),
+            ["cuMemAlloc", "cudaMalloc", "cudaMemcpy", "ncclAllReduce"]
+        );
         assert_eq!(library_of("cudaMalloc"), Some(Library::Runtime));
         assert_eq!(library_of("cuMemAlloc"), Some(Library::Driver));
         assert_eq!(library_of("current"), None);
