@@ -18,13 +18,16 @@
 //!
 //! # Errors of thin wrappers
 //!
-//! Many functions make exactly one C call and link that call's section of NVIDIA's reference.
-//! Where such a function's documentation says nothing more about errors, it fails exactly when
-//! that call does: with [`Error::Driver`] (for the runtime [`Error::Runtime`], for NCCL
+//! Many functions make one C call and link that call's section of NVIDIA's reference. Where
+//! such a function's documentation says nothing more about errors, it fails exactly when that
+//! call does: with [`Error::Driver`] (for the runtime [`Error::Runtime`], for NCCL
 //! [`Error::Nccl`]) naming the call and the status it returned, whose meaning for that call the
 //! linked section lists; or with [`Error::Load`] when the library, or that function in it, is
-//! missing from the installed driver. Failures that depend on the arguments or on state this
-//! crate checks first are documented on the function itself.
+//! missing from what is installed. Constructors that first initialise the driver
+//! ([`device::init`]) can also fail with `cuInit`'s status, and an error kept from an earlier
+//! `Drop` is returned as the [`context`] module describes. Failures that depend on the
+//! arguments, or on state this crate checks before the call, are documented on the function
+//! itself.
 
 mod abi;
 pub mod context;
