@@ -15,6 +15,19 @@
 //!   parameters must match the kernel), adopting raw handles, and reading memory a kernel may
 //!   still be writing. Everything checkable (sizes, bounds, alignment) is checked.
 //! * **Streams.** Work that runs asynchronously takes the stream it runs on explicitly.
+//!
+//! # Errors of thin wrappers
+//!
+//! Many functions make one C call and link that call's section of NVIDIA's reference. Where
+//! such a function's documentation says nothing more about errors, it fails exactly when that
+//! call does: with [`Error::Driver`] (for the runtime [`Error::Runtime`], for NCCL
+//! [`Error::Nccl`]) naming the call and the status it returned, whose meaning for that call the
+//! linked section lists; or with [`Error::Load`] when the library, or that function in it, is
+//! missing from what is installed. Constructors that first initialise the driver
+//! ([`device::init`]) can also fail with `cuInit`'s status, and an error kept from an earlier
+//! `Drop` is returned as the [`context`] module describes. Failures that depend on the
+//! arguments, or on state this crate checks before the call, are documented on the function
+//! itself.
 
 mod abi;
 pub mod context;

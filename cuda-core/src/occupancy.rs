@@ -199,7 +199,8 @@ impl Function<'_> {
 
     /// How many clusters of `config.cluster` blocks can be resident on the device at once
     /// ([`cuOccupancyMaxActiveClusters`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__OCCUPANCY.html)).
-    /// `config` must set [`LaunchConfig::cluster`].
+    /// `config` must set [`LaunchConfig::cluster`]: without it this is an
+    /// [`Error::InvalidArgument`], checked before the call.
     pub fn max_active_clusters(&self, config: &LaunchConfig) -> Result<u32> {
         if config.cluster.is_none() {
             return Err(Error::invalid(

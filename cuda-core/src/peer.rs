@@ -76,6 +76,8 @@ impl Device {
 
     /// A peer-to-peer attribute of the link from this device to `peer`
     /// ([`cuDeviceGetP2PAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PEER__ACCESS.html)).
+    ///
+    /// Asking about a device and itself is an [`Error::InvalidArgument`]: there is no link.
     pub fn p2p_attribute(&self, peer: &Device, attribute: P2PAttribute) -> Result<i32> {
         if self == peer {
             return Err(Error::invalid(

@@ -24,6 +24,8 @@ pub fn stop() -> Result<()> {
 
 /// Starts collection and returns a guard that stops it when dropped.
 ///
+/// Fails as [`start`] does: with the driver's status when no context is current.
+///
 /// ```no_run
 /// # fn main() -> cuda_core::Result<()> {
 /// let _profiling = cuda_core::profiler::scope()?;

@@ -18,12 +18,14 @@ pub mod protocol;
 
 /// Expands each line of the generated function list into a call through its protocol slot.
 macro_rules! nvtx_functions {
-    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty => $module:ident, $id:literal; )*) => {
+    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty => $module:ident, $id:literal,
+        $header:literal, $section:literal, $url:literal; )*) => {
         $(
             #[doc = concat!(
-                "`", stringify!($name), "` of NVTX (callback module ", stringify!($module),
-                ", id ", stringify!($id), ").\n\n",
-                "See <https://nvidia.github.io/NVTX/doxygen/> for its contract.",
+                "`", stringify!($name), "` from `", $header, "`, section [", $section, "](", $url,
+                "); called through slot ", stringify!($id), " of the NVTX v3 tool protocol's ",
+                stringify!($module), " callback table (no library is loaded).\n\n",
+                "See the section for its contract.",
             )]
             #[inline]
             pub unsafe fn $name($($arg: $ty),*) -> $ret {

@@ -2,7 +2,7 @@
 
 use crate::abi::AbiTable;
 use crate::cmacros::{self, Rename};
-use crate::docgroups::{DocIndex, DocPlace};
+use crate::docgroups::{DocIndex, DocPlace, PageNames};
 use crate::headers::Headers;
 use crate::runtime12;
 use regex::Regex;
@@ -42,9 +42,20 @@ struct CrateSpec {
     macro_files: Vec<PathBuf>,
     prefix: &'static str,
     flavor: Flavor,
-    /// Headers whose doxygen groups place each function, the base address of the group pages,
-    /// and the page for functions in no group; `None` where the list carries no doc places.
-    docs: Option<(Vec<PathBuf>, &'static str, DocPlace)>,
+    /// Where the list's functions are documented; `None` where the list carries no doc places.
+    docs: Option<DocSource>,
+}
+
+/// The documentation of one crate's functions.
+struct DocSource {
+    /// Headers whose doxygen groups place each function.
+    headers: Vec<PathBuf>,
+    /// Base address of the group pages.
+    base: &'static str,
+    /// How the reference names its group pages.
+    names: PageNames,
+    /// The page for functions in no group.
+    index: DocPlace,
 }
 
 /// Generates every file of the four crates in memory.
@@ -139,15 +150,16 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
                 .collect(),
             prefix: "cu",
             flavor: Flavor::Driver { fallback_version },
-            docs: Some((
-                driver_headers
+            docs: Some(DocSource {
+                headers: driver_headers
                     .iter()
                     .filter(|f| f.starts_with("cuda") && !f.contains("Typedefs"))
                     .map(|f| c.join(f))
                     .collect(),
-                DRIVER_DOCS,
-                index_place("cuda.h", DRIVER_DOCS),
-            )),
+                base: DRIVER_DOCS,
+                names: PageNames::CaseKept,
+                index: index_place("cuda.h", DRIVER_DOCS),
+            }),
         },
         CrateSpec {
             dir: "cudart-sys",
@@ -161,11 +173,12 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
             macro_files: runtime_headers.iter().map(|f| c.join(f)).collect(),
             prefix: "cuda",
             flavor: Flavor::Runtime,
-            docs: Some((
-                runtime_headers.iter().map(|f| c.join(f)).collect(),
-                RUNTIME_DOCS,
-                index_place("cuda_runtime_api.h", RUNTIME_DOCS),
-            )),
+            docs: Some(DocSource {
+                headers: runtime_headers.iter().map(|f| c.join(f)).collect(),
+                base: RUNTIME_DOCS,
+                names: PageNames::CaseKept,
+                index: index_place("cuda_runtime_api.h", RUNTIME_DOCS),
+            }),
         },
         CrateSpec {
             dir: "nvtx-sys",
@@ -179,7 +192,16 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
             macro_files: nvtx_headers.iter().map(|f| h.nvtx.join(f)).collect(),
             prefix: "nvtx",
             flavor: Flavor::Nvtx { slots: nvtx_slots },
-            docs: None,
+            docs: Some(DocSource {
+                headers: nvtx_headers.iter().map(|f| h.nvtx.join(f)).collect(),
+                base: NVTX_DOCS,
+                names: PageNames::CaseEscaped,
+                index: DocPlace {
+                    header: "nvToolsExt.h".into(),
+                    section: "API index".into(),
+                    url: format!("{NVTX_DOCS}globals_func.html"),
+                },
+            }),
         },
         CrateSpec {
             dir: "nccl-sys",
@@ -193,11 +215,16 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
             macro_files: vec![h.nccl.join("nccl.h")],
             prefix: "nccl",
             flavor: Flavor::Nccl,
-            docs: Some((
-                vec![h.nccl.join("nccl.h")],
-                NCCL_DOCS,
-                DocPlace { header: "nccl.h".into(), section: "NCCL API".into(), url: NCCL_DOCS.into() },
-            )),
+            docs: Some(DocSource {
+                headers: vec![h.nccl.join("nccl.h")],
+                base: NCCL_DOCS,
+                names: PageNames::CaseKept,
+                index: DocPlace {
+                    header: "nccl.h".into(),
+                    section: "NCCL API".into(),
+                    url: NCCL_DOCS.into(),
+                },
+            }),
         },
     ])
 }
@@ -206,6 +233,8 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
 const DRIVER_DOCS: &str = "https://docs.nvidia.com/cuda/cuda-driver-api/";
 /// Base address of the runtime API reference.
 const RUNTIME_DOCS: &str = "https://docs.nvidia.com/cuda/cuda-runtime-api/";
+/// NVIDIA's doxygen reference of the NVTX C API (NVTX v3), one page per group.
+const NVTX_DOCS: &str = "https://nvidia.github.io/NVTX/doxygen/";
 /// NCCL's API page; its headers have no doxygen groups.
 const NCCL_DOCS: &str = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html";
 
@@ -495,9 +524,9 @@ fn render_functions(
     abi: &AbiTable,
 ) -> Result<String, String> {
     let docs = match &spec.docs {
-        Some((headers, base, index)) => {
-            let refs: Vec<&Path> = headers.iter().map(PathBuf::as_path).collect();
-            Some(DocIndex::new(&refs, spec.prefix, base, index.clone())?)
+        Some(d) => {
+            let refs: Vec<&Path> = d.headers.iter().map(PathBuf::as_path).collect();
+            Some(DocIndex::new(&refs, spec.prefix, d.base, d.names, d.index.clone())?)
         }
         None => None,
     };

@@ -112,23 +112,60 @@ fn record_calls(
     }
 }
 
-/// The page of a doxygen group: `CUDA_MEM` → `group__CUDA__MEM.html`.
-fn group_page(group: &str) -> String {
-    format!("group__{}.html", group.replace('_', "__"))
+/// How a doxygen build names the page of a group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageNames {
+    /// `_` doubled, letters kept: `CUDA_MEM` → `group__CUDA__MEM.html` (the CUDA references).
+    CaseKept,
+    /// `_` doubled and each capital letter written as `_` and its lower case, as doxygen does
+    /// when file names must not depend on case: `MARKERS_AND_RANGES` →
+    /// `group___m_a_r_k_e_r_s___a_n_d___r_a_n_g_e_s.html` (the NVTX reference).
+    CaseEscaped,
+}
+
+/// The page of a doxygen group under `names`.
+fn group_page(group: &str, names: PageNames) -> String {
+    let mut page = String::from("group__");
+    for c in group.chars() {
+        match c {
+            '_' => page.push_str("__"),
+            c if c.is_ascii_uppercase() && names == PageNames::CaseEscaped => {
+                page.push('_');
+                page.push(c.to_ascii_lowercase());
+            }
+            c => page.push(c),
+        }
+    }
+    page.push_str(".html");
+    page
 }
 
 impl DocIndex {
-    /// Reads `headers`; pages are under `base`, and `index` is the page for functions in no group.
-    pub fn new(headers: &[&Path], prefix: &str, base: &str, index: DocPlace) -> Result<Self, String> {
-        let mut places = BTreeMap::new();
+    /// Reads `headers`; pages are under `base`, named as `names` says, and `index` is the page
+    /// for functions in no group.
+    pub fn new(
+        headers: &[&Path],
+        prefix: &str,
+        base: &str,
+        names: PageNames,
+        index: DocPlace,
+    ) -> Result<Self, String> {
+        let mut parsed = Vec::new();
         for path in headers {
             let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
             let header = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let groups = parse_groups(&text, prefix);
+            parsed.push((header, parse_groups(&text, prefix)));
+        }
+        // A header may add to a group that another one defines (`\addtogroup`): titles are
+        // looked up across all of them.
+        let titles: BTreeMap<&str, &str> =
+            parsed.iter().flat_map(|(_, g)| g.titles.iter().map(|(k, v)| (k.as_str(), v.as_str()))).collect();
+        let mut places = BTreeMap::new();
+        for (header, groups) in &parsed {
             let place = |group: &str| DocPlace {
                 header: header.clone(),
-                section: groups.titles.get(group).cloned().unwrap_or_else(|| group.to_string()),
-                url: format!("{base}{}", group_page(group)),
+                section: titles.get(group).map_or_else(|| group.to_string(), |t| t.to_string()),
+                url: format!("{base}{}", group_page(group, names)),
             };
             for (name, group) in &groups.functions {
                 places.entry(name.clone()).or_insert_with(|| place(group));
@@ -187,6 +224,78 @@ CUresult CUDAAPI cuOutside(void);
         assert!(g.ungrouped.contains_key("cuOutside"));
         assert_eq!(g.titles.get("CUDA_MEM").map(String::as_str), Some("Memory Management"));
         assert_eq!(g.defined, ["CUDA_MEM", "CUDA_MEM_INNER"]);
-        assert_eq!(group_page("CUDA_MEM"), "group__CUDA__MEM.html");
+        assert_eq!(group_page("CUDA_MEM", PageNames::CaseKept), "group__CUDA__MEM.html");
+    }
+
+    /// The shape of NVTX's headers: a function group per topic, a nested unnamed `@{` around
+    /// each declaration, and a second header adding to a group the first one defines.
+    const NVTX_SNIPPET: &str = "\
+/** \\defgroup MARKERS_AND_RANGES Markers and Ranges
+ * @{
+ */
+/** \\brief Marks an event.
+ * \\version NVTX_VERSION_0
+ * @{ */
+NVTX_DECLSPEC void NVTX_API nvtxMarkA(const char* message);
+NVTX_DECLSPEC void NVTX_API nvtxMarkW(const wchar_t* message);
+/** @} */
+/** @} */ /*END defgroup*/
+#define nvtxMark nvtxMarkA
+";
+
+    const NVTX_CUDA_SNIPPET: &str = "\
+/** \\addtogroup RESOURCE_NAMING
+ * @{
+ */
+/** @{ */
+NVTX_DECLSPEC void NVTX_API nvtxNameCuDeviceA(CUdevice device, const char* name);
+/** @} */
+/** @} */ /* END RESOURCE_NAMING */
+";
+
+    #[test]
+    fn nvtx_functions_take_their_group_and_pages_escape_capitals() {
+        let g = parse_groups(NVTX_SNIPPET, "nvtx");
+        assert_eq!(g.functions.get("nvtxMarkA").map(String::as_str), Some("MARKERS_AND_RANGES"));
+        assert_eq!(g.functions.get("nvtxMarkW").map(String::as_str), Some("MARKERS_AND_RANGES"));
+        // The generic name is a #define, not a declaration.
+        assert_eq!(g.functions.get("nvtxMark"), None);
+        assert!(g.ungrouped.is_empty());
+        assert_eq!(g.titles.get("MARKERS_AND_RANGES").map(String::as_str), Some("Markers and Ranges"));
+        let cuda = parse_groups(NVTX_CUDA_SNIPPET, "nvtx");
+        assert_eq!(cuda.functions.get("nvtxNameCuDeviceA").map(String::as_str), Some("RESOURCE_NAMING"));
+        assert!(cuda.defined.is_empty());
+        assert_eq!(
+            group_page("MARKERS_AND_RANGES", PageNames::CaseEscaped),
+            "group___m_a_r_k_e_r_s___a_n_d___r_a_n_g_e_s.html"
+        );
+        assert_eq!(
+            group_page("SYNCHRONIZATION", PageNames::CaseEscaped),
+            "group___s_y_n_c_h_r_o_n_i_z_a_t_i_o_n.html"
+        );
+    }
+
+    #[test]
+    fn a_group_added_to_takes_its_title_from_the_header_that_defines_it() -> Result<(), String> {
+        let dir = std::env::temp_dir().join(format!("xtask-docgroups-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let core = dir.join("nvToolsExt.h");
+        let cuda = dir.join("nvToolsExtCuda.h");
+        let naming = "/** \\defgroup RESOURCE_NAMING Resource Naming\n * @{\n */\n\
+                      NVTX_DECLSPEC void NVTX_API nvtxNameOsThreadA(uint32_t id, const char* name);\n\
+                      /** @} */\n";
+        std::fs::write(&core, naming).map_err(|e| e.to_string())?;
+        std::fs::write(&cuda, NVTX_CUDA_SNIPPET).map_err(|e| e.to_string())?;
+        let base = "https://nvidia.github.io/NVTX/doxygen/";
+        let index = DocPlace { header: "nvToolsExt.h".into(), section: "index".into(), url: base.into() };
+        let docs = DocIndex::new(&[&core, &cuda], "nvtx", base, PageNames::CaseEscaped, index);
+        let _ = std::fs::remove_dir_all(&dir);
+        let docs = docs?;
+        let place = docs.place(&["nvtxNameCuDevice", "nvtxNameCuDeviceA"]);
+        assert_eq!(place.header, "nvToolsExtCuda.h");
+        assert_eq!(place.section, "Resource Naming");
+        assert_eq!(place.url, format!("{base}group___r_e_s_o_u_r_c_e___n_a_m_i_n_g.html"));
+        assert_eq!(docs.place(&["nvtxUnknown"]).url, base);
+        Ok(())
     }
 }

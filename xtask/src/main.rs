@@ -4,6 +4,8 @@
 //!   check that what is committed is what the generator writes.
 //! * `surface [--cuda-root DIR] [--nccl-root DIR]`: per crate, functions the headers declare
 //!   against functions the crate exposes.
+//! * `doc-audit`: every public function of `cuda-core` documents its safety contract, its
+//!   errors and the NVIDIA section of the C function it calls (see [`docaudit`]).
 //! * `gpu-bundle`: pack the GPU test suite into `.gpu/` for a host without a Rust toolchain.
 //! * `bench`: pack the benchmarks into `.bench/` (run there with `.bench/run`).
 
@@ -11,6 +13,7 @@ mod abi;
 mod bindgen;
 mod bundle;
 mod cmacros;
+mod docaudit;
 mod docgroups;
 mod headers;
 mod runtime12;
@@ -58,7 +61,9 @@ fn options(args: &[String]) -> Result<Options, String> {
 fn run(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
     let Some((cmd, rest)) = args.split_first() else {
-        return Err("usage: cargo xtask <bindgen [--check] | surface | gpu-bundle | bench>".into());
+        return Err(
+            "usage: cargo xtask <bindgen [--check] | surface | doc-audit | gpu-bundle | bench>".into()
+        );
     };
     match cmd.as_str() {
         "bindgen" => {
@@ -72,6 +77,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let headers = headers::locate(&root, o.cuda_root, o.nccl_root)?;
             surface::report(&root, &headers)
         }
+        "doc-audit" => docaudit::run(&root),
         "gpu-bundle" => bundle::gpu_bundle(&root),
         "bench" => bundle::bench_bundle(&root),
         other => Err(format!("unknown command {other}")),

@@ -123,6 +123,12 @@ impl Context {
     /// The thread's current context is left as it was; the new one is destroyed on drop.
     /// Drivers before 12.5 lack the form with creation parameters; this passes none, so the
     /// older form (C's `cuCtxCreate_v2`) does the same there.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuCtxCreate` when the driver refuses the context: flags it
+    /// does not accept, too little memory left on the device, or a compute mode that allows no
+    /// further context. [`Error::Load`] on a driver with neither form.
     pub fn create(device: &Device, flags: ContextFlags) -> Result<Context> {
         static CREATE: AbiVersions = AbiVersions::new("cuCtxCreate", &[12050, 3020]);
         device::init()?;
@@ -145,6 +151,10 @@ impl Context {
 
     /// The calling thread's current context, borrowed (not released on drop), or `None`
     /// ([`cuCtxGetCurrent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)).
+    ///
+    /// No context being current is not an error. It fails only when the driver cannot be
+    /// initialised, or cannot say which device the current context belongs to (see
+    /// [`Context::from_raw`]).
     pub fn current() -> Result<Option<Context>> {
         device::init()?;
         let raw = current_raw()?;
@@ -161,6 +171,15 @@ impl Context {
     ///
     /// `raw` must be a live context and stay alive as long as the returned value, its clones,
     /// and everything made through them.
+    ///
+    /// # Errors
+    ///
+    /// The device is read with
+    /// [`cuCtxGetDevice`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html):
+    /// a context the driver does not know fails with its status
+    /// (`CUDA_ERROR_INVALID_CONTEXT`). Drivers before 13.0 can only ask about the current
+    /// context, so there `raw` is pushed and popped around the question, and those two calls'
+    /// failures are returned too.
     pub unsafe fn from_raw(raw: sys::CUcontext) -> Result<Context> {
         static GET_DEVICE: AbiVersions = AbiVersions::new("cuCtxGetDevice", &[13000, 2000]);
         let mut dev = 0;

@@ -15,7 +15,9 @@ macro_rules! attributes {
     (@one $fn:ident, $attr:ident, bool) => {
         #[doc = concat!(
             "Whether the device reports `", stringify!($attr), "` as nonzero ",
-            "([`cuDeviceGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).",
+            "([`cuDeviceGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).\n\n",
+            "Fails as [`Device::attribute`] does: with the driver's status when it does not know ",
+            "the attribute (a driver older than the headers) or the device.",
         )]
         pub fn $fn(&self) -> Result<bool> {
             Ok(self.attribute(sys::CUdevice_attribute::$attr)? != 0)
@@ -24,7 +26,9 @@ macro_rules! attributes {
     (@one $fn:ident, $attr:ident, i32) => {
         #[doc = concat!(
             "The value of `", stringify!($attr), "` ",
-            "([`cuDeviceGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).",
+            "([`cuDeviceGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).\n\n",
+            "Fails as [`Device::attribute`] does: with the driver's status when it does not know ",
+            "the attribute (a driver older than the headers) or the device.",
         )]
         pub fn $fn(&self) -> Result<i32> {
             self.attribute(sys::CUdevice_attribute::$attr)

@@ -68,10 +68,12 @@ pub enum FlushGpuDirectRdmaWritesScope {
 }
 
 /// Makes GPUDirect RDMA writes to the current context's memory visible to later CUDA work
-/// ([`cuFlushGPUDirectRDMAWrites`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+/// ([`cuFlushGPUDirectRDMAWrites`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
 ///
 /// Bind a context first ([`crate::Context::bind_to_thread`]). Check
-/// [`Device::gpu_direct_rdma_flush_writes_options`] for support.
+/// [`Device::gpu_direct_rdma_flush_writes_options`] for support: a device or scope without it
+/// fails with the driver's status, as does a thread with no current context
+/// (`CUDA_ERROR_INVALID_CONTEXT`).
 pub fn flush_gpu_direct_rdma_writes(scope: FlushGpuDirectRdmaWritesScope) -> Result<()> {
     let scope = match scope {
         FlushGpuDirectRdmaWritesScope::ToOwner => {
@@ -132,13 +134,19 @@ impl Device {
         Ok(Device { raw })
     }
 
-    /// All devices, in ordinal order.
+    /// All devices, in ordinal order; empty when the driver sees none.
+    ///
+    /// Fails only when the driver cannot be loaded or initialised, with the error of
+    /// [`Device::count`].
     pub fn all() -> Result<Vec<Device>> {
         (0..Device::count()?).map(Device::get).collect()
     }
 
     /// The device with the given PCI bus id, in the form `[domain]:[bus]:[device].[function]`
     /// ([`cuDeviceGetByPCIBusId`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// A string with a NUL byte is an [`Error::InvalidArgument`]; a malformed id, or one no
+    /// device has, fails with the driver's status.
     pub fn by_pci_bus_id(pci_bus_id: &str) -> Result<Device> {
         init()?;
         let id = CString::new(pci_bus_id)
@@ -224,6 +232,8 @@ impl Device {
     }
 
     /// The compute capability as `(major, minor)`, e.g. `(9, 0)` for an H100.
+    ///
+    /// Reads two attributes; fails as [`Device::attribute`] does.
     pub fn compute_capability(&self) -> Result<(i32, i32)> {
         Ok((self.compute_capability_major()?, self.compute_capability_minor()?))
     }

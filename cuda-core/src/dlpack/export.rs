@@ -94,6 +94,9 @@ impl ManagedTensor {
     /// type `kDLCUDA` with the device ordinal of the buffer's context.
     ///
     /// The buffer moves into the tensor and is dropped (its memory freed) by the deleter.
+    /// A length past DLPack's `int64_t` is an [`Error::InvalidArgument`] (the buffer is then
+    /// dropped); otherwise it fails as [`from_buffer_with_shape`](Self::from_buffer_with_shape)
+    /// does.
     pub fn from_buffer<T: DlpackDtype>(buf: DeviceBuffer<T>) -> Result<ManagedTensor> {
         let len = i64::try_from(buf.len()).map_err(|_| {
             Error::invalid(

@@ -99,7 +99,10 @@ impl ImportedTensor {
 
     /// Takes ownership of an unversioned `DLManagedTensor` (from a capsule named `"dltensor"`).
     ///
-    /// Checked as [`ImportedTensor::from_raw`] is, without the version; it has no flags.
+    /// Checked as [`ImportedTensor::from_raw`] is, without the version; it has no flags. A null
+    /// pointer, a negative `ndim` or a null `shape` with `ndim > 0` is an
+    /// [`Error::InvalidArgument`], and in the last two cases the producer's deleter has been
+    /// called.
     ///
     /// # Safety
     ///

@@ -118,6 +118,10 @@ impl CaptureToGraph<'_> {
     }
 
     /// Ends the capture, as [`Capture::end`] does, with the nodes left in the graph.
+    ///
+    /// Fails as [`Capture::end`] does: with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` when a call
+    /// not allowed during capture broke it, or `CUDA_ERROR_STREAM_CAPTURE_UNJOINED` when other
+    /// streams' work joined and did not rejoin. The stream is no longer capturing either way.
     pub fn end(mut self) -> Result<()> {
         self.active.end().map(|_| ())
     }

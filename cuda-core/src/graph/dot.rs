@@ -34,6 +34,9 @@ bitflags! {
 impl Graph {
     /// Writes the graph in Graphviz DOT to `path`
     /// ([`cuGraphDebugDotPrint`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    ///
+    /// A path that is not UTF-8 or holds a NUL byte is an [`Error::InvalidArgument`]; a file
+    /// the driver cannot write fails with its status (`CUDA_ERROR_OPERATING_SYSTEM`).
     pub fn write_dot(&self, path: impl AsRef<Path>, flags: DotFlags) -> Result<()> {
         let path = path.as_ref();
         let text = path.to_str().ok_or_else(|| {
@@ -53,6 +56,9 @@ impl Graph {
 
     /// The graph in Graphviz DOT, as [`write_dot`](Self::write_dot) writes it (through a
     /// file in the temporary directory, removed afterwards).
+    ///
+    /// Fails as [`write_dot`](Self::write_dot) does, and with an [`Error::InvalidArgument`]
+    /// naming the file when it cannot be read back.
     pub fn to_dot(&self, flags: DotFlags) -> Result<String> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let name =

@@ -70,6 +70,9 @@ impl Graph {
     /// Instantiates as [`instantiate`](Self::instantiate) does and uploads the executable
     /// graph on `stream` in the same call (`CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD`), as
     /// [`GraphExec::upload`] would.
+    ///
+    /// A graph the driver refuses is [`Error::GraphInstantiate`], as for
+    /// [`instantiate`](Self::instantiate).
     pub fn instantiate_and_upload(&self, flags: InstantiateFlags, stream: &Stream) -> Result<GraphExec> {
         stream.bind_if_default()?;
         let upload = sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD.0 as u64;

@@ -19,6 +19,9 @@ impl Graph {
     /// Adds a node that runs `ops` in order, at most [`MAX_BATCH_MEM_OPS`]
     /// ([`cuGraphAddBatchMemOpNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
     ///
+    /// No operations, or more than [`MAX_BATCH_MEM_OPS`], is an [`Error::InvalidArgument`]; a
+    /// device without stream memory operations fails with the driver's status.
+    ///
     /// # Safety
     ///
     /// Every address must satisfy the contract of

@@ -208,6 +208,10 @@ impl Graph {
     /// ([`add_mem_free_node`](Self::add_mem_free_node)), or, without one, until it is freed
     /// outside the graph (`cuMemFreeAsync`) or by a launch of an executable graph
     /// instantiated with [`AUTO_FREE_ON_LAUNCH`](super::InstantiateFlags::AUTO_FREE_ON_LAUNCH).
+    ///
+    /// Zero bytes is an [`Error::InvalidArgument`]; the driver's status is returned when it
+    /// refuses the node (a device without stream-ordered memory pools, or a dependency from
+    /// another graph).
     pub fn add_mem_alloc_node(
         &self,
         dependencies: &[GraphNode<'_>],

@@ -157,11 +157,18 @@ impl<'g> GraphNode<'g> {
 
     /// The nodes this one depends on
     /// ([`cuGraphNodeGetDependencies`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    ///
+    /// Fails as [`dependency_edges`](Self::dependency_edges) does.
     pub fn dependencies(&self) -> Result<Vec<GraphNode<'g>>> {
         Ok(self.dependency_edges()?.into_iter().map(|(node, _)| node).collect())
     }
 
-    /// The nodes this one depends on, with the kind of each edge.
+    /// The nodes this one depends on, with the kind of each edge
+    /// ([`cuGraphNodeGetDependencies`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    ///
+    /// Fails with the driver's status when it refuses the query, and with an
+    /// [`Error::InvalidArgument`] for an edge kind this crate does not know (from a driver
+    /// newer than its headers).
     pub fn dependency_edges(&self) -> Result<Vec<(GraphNode<'g>, EdgeKind)>> {
         edge_list("cuGraphNodeGetDependencies", |nodes, edges, count| {
             // SAFETY: the node is live; `nodes` and `edges` are null or have room for `*count`.
@@ -171,11 +178,16 @@ impl<'g> GraphNode<'g> {
 
     /// The nodes that depend on this one
     /// ([`cuGraphNodeGetDependentNodes`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    ///
+    /// Fails as [`dependent_edges`](Self::dependent_edges) does.
     pub fn dependents(&self) -> Result<Vec<GraphNode<'g>>> {
         Ok(self.dependent_edges()?.into_iter().map(|(node, _)| node).collect())
     }
 
-    /// The nodes that depend on this one, with the kind of each edge.
+    /// The nodes that depend on this one, with the kind of each edge
+    /// ([`cuGraphNodeGetDependentNodes`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    ///
+    /// Fails as [`dependency_edges`](Self::dependency_edges) does.
     pub fn dependent_edges(&self) -> Result<Vec<(GraphNode<'g>, EdgeKind)>> {
         edge_list("cuGraphNodeGetDependentNodes", |nodes, edges, count| {
             // SAFETY: as in `dependency_edges`.

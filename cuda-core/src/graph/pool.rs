@@ -29,6 +29,9 @@ fn attribute(device: &Device, attr: sys::CUgraphMem_attribute) -> Result<u64> {
 
 /// The memory `device`'s graphs use and hold
 /// ([`cuDeviceGetGraphMemAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+///
+/// Reads four attributes; the driver's status is returned when it refuses one (a driver that
+/// cannot be initialised, or a device it does not know).
 pub fn memory_usage(device: &Device) -> Result<GraphMemoryUsage> {
     crate::device::init()?;
     use sys::CUgraphMem_attribute as A;

@@ -384,7 +384,12 @@ unsafe impl Send for MipmappedArray {}
 unsafe impl Sync for MipmappedArray {}
 
 impl MipmappedArray {
-    /// Creates a mipmapped array of `levels` levels whose level 0 is described by `descriptor`.
+    /// Creates a mipmapped array of `levels` levels whose level 0 is described by `descriptor`
+    /// ([`cuMipmappedArrayCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// An extent the descriptor cannot have or zero levels is an [`Error::InvalidArgument`];
+    /// more levels than the extent allows, or a format the device refuses, fails with the
+    /// driver's status.
     pub fn new(ctx: &Context, descriptor: &ArrayDescriptor, levels: u32) -> Result<MipmappedArray> {
         check_extent("MipmappedArray::new", descriptor)?;
         if levels == 0 {
@@ -442,6 +447,8 @@ impl MipmappedArray {
 
     /// One level, as an array owned by this one
     /// ([`cuMipmappedArrayGetLevel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// A level past the last is an [`Error::InvalidArgument`] naming how many there are.
     pub fn level(&self, level: u32) -> Result<BorrowedArray<'_>> {
         if level >= self.levels {
             return Err(Error::invalid(

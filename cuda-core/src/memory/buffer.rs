@@ -81,6 +81,10 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Allocates `len` elements for use on `stream` from `allocator`.
+    ///
+    /// A length of 0, or one whose byte size overflows, is an [`Error::InvalidArgument`];
+    /// otherwise it fails when `allocator` does ([`Error::OutOfMemory`] from a pool, or the
+    /// driver's status from a plain allocator).
     #[track_caller]
     pub fn new_in(stream: &Stream, len: usize, allocator: Arc<dyn Allocator>) -> Result<DeviceBuffer<T>> {
         let bytes = checked_bytes::<T>("DeviceBuffer::new_in", len)?;
@@ -90,6 +94,8 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Allocates `len` elements set to zero bytes, in `stream`'s order
     /// ([`cuMemsetD8Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Fails as [`DeviceBuffer::new`] does, or with the memset's status.
     #[track_caller]
     pub fn zeroed(stream: &Stream, len: usize) -> Result<DeviceBuffer<T>> {
         let mut b = DeviceBuffer::new(stream, len)?;
@@ -98,6 +104,9 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Allocates a buffer on `stream` holding a copy of `src`; returns once the copy is done.
+    ///
+    /// An empty `src` is an [`Error::InvalidArgument`], as for [`DeviceBuffer::new`]; the
+    /// allocation's and the copy's failures are returned.
     #[track_caller]
     pub fn from_slice(stream: &Stream, src: &[T]) -> Result<DeviceBuffer<T>> {
         let mut b = DeviceBuffer::new(stream, src.len())?;
@@ -229,6 +238,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// Copies `src` from the host into the buffer, in the buffer's stream's order, and returns
     /// when it is done; the lengths must match
     /// ([`cuMemcpyHtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Lengths that differ are an [`Error::InvalidArgument`], checked before any call.
     pub fn copy_from(&mut self, src: &[T]) -> Result<()> {
         self.view_mut().copy_from_host(src)
     }
@@ -236,17 +247,23 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// Copies the buffer into `dst` on the host, in the buffer's stream's order, and returns
     /// when it is done; the lengths must match
     /// ([`cuMemcpyDtoHAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Lengths that differ are an [`Error::InvalidArgument`], checked before any call; an
+    /// earlier kernel's fault on the stream is reported here by the driver's status.
     pub fn copy_to(&self, dst: &mut [T]) -> Result<()> {
         self.view().copy_to_host(dst)
     }
 
-    /// Copies the buffer into a new `Vec`, as [`copy_to`](Self::copy_to).
+    /// Copies the buffer into a new `Vec`, as [`copy_to`](Self::copy_to), and fails as it does.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.view().to_vec()
     }
 
     /// Copies another buffer (of any memory space, context or device) into this one and returns
     /// when it is done, as [`DeviceViewMut::copy_from_device`](super::DeviceViewMut::copy_from_device); the lengths must match.
+    ///
+    /// Lengths that differ are an [`Error::InvalidArgument`]; a peer copy between devices that
+    /// cannot reach each other fails with the driver's status.
     pub fn copy_from_device<S2: MemorySpace>(&mut self, src: &DeviceBuffer<T, S2>) -> Result<()> {
         self.view_mut().copy_from_device(&src.view())
     }
@@ -255,6 +272,9 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// stays readable but cannot be written or freed until the copy is done (see
     /// [`PinnedBuffer`](super::PinnedBuffer))
     /// ([`cuMemcpyHtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Fails as [`DeviceViewMut::copy_from_pinned_async`](super::DeviceViewMut::copy_from_pinned_async)
+    /// does: lengths that differ are an [`Error::InvalidArgument`].
     #[inline]
     pub fn copy_from_pinned_async(&mut self, src: &super::PinnedBuffer<T>, stream: &Stream) -> Result<()> {
         self.view_mut().copy_from_pinned_async(src, stream)
@@ -264,12 +284,19 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// cannot be read, written or freed until the copy is done (see
     /// [`PinnedBuffer`](super::PinnedBuffer))
     /// ([`cuMemcpyDtoHAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Fails as [`DeviceView::copy_to_pinned_async`](super::DeviceView::copy_to_pinned_async)
+    /// does: lengths that differ are an [`Error::InvalidArgument`].
     #[inline]
     pub fn copy_to_pinned_async(&self, dst: &mut super::PinnedBuffer<T>, stream: &Stream) -> Result<()> {
         self.view().copy_to_pinned_async(dst, stream)
     }
 
     /// Gives the memory back now, returning what `Drop` would have kept in the context.
+    ///
+    /// The error is the allocator's: for memory freed by the driver, its status, which after a
+    /// kernel faulted is that fault (`CUDA_ERROR_ILLEGAL_ADDRESS`, for instance). The memory is
+    /// given up either way.
     #[track_caller]
     pub fn free(self) -> Result<()> {
         let mut this = std::mem::ManuallyDrop::new(self);

@@ -56,6 +56,10 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// on the source's stream. Views of different contexts are copied as peer copies
     /// ([`cuMemcpyDtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html),
     /// [`cuMemcpyPeerAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Lengths that differ are an [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+    /// checked before any call; a failed copy, or a fault of earlier work on either stream,
+    /// comes back as the driver's status.
     pub fn copy_from_device(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         same_len("copy_from_device", self.len, src.len)?;
         if self.len == 0 {
@@ -77,6 +81,9 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// Device memory is freed in stream order or after the device is idle, so the copy never
     /// reads freed memory; order other work on the two views after it with events or the same
     /// stream.
+    ///
+    /// Lengths that differ are an [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+    /// checked before any call.
     #[inline]
     pub fn copy_from_device_async(&mut self, src: &DeviceView<'_, T>, stream: &Stream) -> Result<()> {
         same_len("copy_from_device_async", self.len, src.len)?;
@@ -144,7 +151,7 @@ impl<T: Pod> DeviceView<'_, T> {
         })
     }
 
-    /// Copies the view into a new `Vec`.
+    /// Copies the view into a new `Vec`; fails as [`copy_to_host`](Self::copy_to_host) does.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let mut v = vec![T::zeroed(); self.len];
         self.copy_to_host(&mut v)?;

@@ -138,6 +138,9 @@ impl Array {
 
     /// Copies the whole of `src`, which must have the same extent, format and channels
     /// ([`cuMemcpy3D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Arrays that differ in extent, format or channels, or a format other than the plain
+    /// integer and float ones, are an [`Error::InvalidArgument`], checked before the copy.
     pub fn copy_from_array(&mut self, src: &Array) -> Result<()> {
         let (a, b) = (self.descriptor()?, src.descriptor()?);
         if (a.width, a.height, a.depth, a.format, a.num_channels)
@@ -248,6 +251,8 @@ impl<T: Pod> PitchedBuffer<T> {
 
     /// Copies another pitched buffer of the same width and height, whatever its pitch, on this
     /// buffer's storage's stream, and returns when it is done ([`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// A width or height that differs is an [`Error::InvalidArgument`], checked before the copy.
     pub fn copy_from_pitched(&mut self, src: &PitchedBuffer<T>) -> Result<()> {
         if (self.width(), self.height()) != (src.width(), src.height()) {
             return Err(Error::invalid(

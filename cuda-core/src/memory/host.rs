@@ -69,6 +69,8 @@ impl<'a, T: Pod> RegisteredHostMemory<'a, T> {
 
     /// The device address of the memory (needs `DEVICEMAP`, or a device with unified addressing)
     /// ([`cuMemHostGetDevicePointer`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Without either, the driver refuses with its status (`CUDA_ERROR_INVALID_VALUE`).
     pub fn device_ptr(&self) -> Result<sys::CUdeviceptr> {
         host_device_ptr(&self.ctx, self.slice.as_ptr().cast_mut().cast())
     }

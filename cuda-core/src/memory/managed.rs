@@ -72,6 +72,9 @@ impl MemLocation {
     }
 
     /// The location a raw type and id name; `None` for "no location" (`CU_MEM_LOCATION_TYPE_INVALID`).
+    ///
+    /// A type this crate does not know (from a driver newer than its headers) is an
+    /// [`Error::InvalidArgument`] naming its value.
     pub fn from_raw(type_: sys::CUmemLocationType, id: i32) -> Result<Option<MemLocation>> {
         use sys::CUmemLocationType as T;
         match type_ {
@@ -234,12 +237,18 @@ impl<T: Pod, S: HostAccessible> DeviceBuffer<T, S> {
 
     /// Whether the read-mostly advice applies to the whole buffer
     /// ([`cuMemRangeGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    ///
+    /// Fails with the driver's status when it refuses the query, as on a device without
+    /// managed memory.
     pub fn is_read_mostly(&self) -> Result<bool> {
         Ok(self.range_i32(sys::CUmem_range_attribute::CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY)? != 0)
     }
 
     /// The preferred location of the whole buffer, if one is set
     /// ([`cuMemRangeGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    ///
+    /// Fails with the driver's status when it refuses the query, and as
+    /// [`MemLocation::from_raw`] does for a location type it does not know.
     pub fn preferred_location(&self) -> Result<Option<MemLocation>> {
         use sys::CUmem_range_attribute as R;
         let t = self.range_i32(R::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE)?;
@@ -249,6 +258,8 @@ impl<T: Pod, S: HostAccessible> DeviceBuffer<T, S> {
 
     /// Where the whole buffer was last prefetched to, if anywhere
     /// ([`cuMemRangeGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__UNIFIED.html)).
+    ///
+    /// Fails as [`preferred_location`](Self::preferred_location) does.
     pub fn last_prefetch_location(&self) -> Result<Option<MemLocation>> {
         use sys::CUmem_range_attribute as R;
         let t = self.range_i32(R::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE)?;

@@ -90,6 +90,9 @@ impl<T: Pod> PinnedBuffer<T> {
     }
 
     /// Allocates `len` zeroed elements from `allocator`.
+    ///
+    /// A length of 0, or one whose byte size overflows, is an [`Error::InvalidArgument`];
+    /// otherwise it fails when `allocator` does.
     #[track_caller]
     pub fn new_in(len: usize, allocator: Arc<dyn PinnedAllocator>) -> Result<PinnedBuffer<T>> {
         PinnedBuffer::allocate(PinnedSource::Shared(allocator), len)
@@ -97,12 +100,18 @@ impl<T: Pod> PinnedBuffer<T> {
 
     /// Allocates `len` zeroed elements with `cuMemHostAlloc` and `flags`, through `ctx`
     /// ([`cuMemHostAlloc`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Fails as [`new_in`](Self::new_in) does; the driver's status names what it refused
+    /// (flags the device does not support, or too little memory it can lock).
     #[track_caller]
     pub fn with_flags(ctx: &Context, len: usize, flags: HostAllocFlags) -> Result<PinnedBuffer<T>> {
         PinnedBuffer::new_in(len, Arc::new(HostAllocator::with_flags(ctx, flags.bits())))
     }
 
     /// Allocates a pinned copy of `src` from the thread's pinned allocator.
+    ///
+    /// An empty `src` is an [`Error::InvalidArgument`]; otherwise it fails when the allocator
+    /// does.
     #[track_caller]
     pub fn from_slice(src: &[T]) -> Result<PinnedBuffer<T>> {
         let mut b = PinnedBuffer::new(src.len())?;
@@ -174,6 +183,9 @@ impl<T: Pod> PinnedBuffer<T> {
 
     /// The elements for writing, once every copy that uses them has completed (waits for
     /// them).
+    ///
+    /// When a copy in flight failed, this fails with the status of the wait
+    /// (`cuEventSynchronize`).
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
         self.uses.wait(true)?;
         // SAFETY: as in `as_slice`, exclusively: no queued copy reads or writes them.
@@ -181,18 +193,23 @@ impl<T: Pod> PinnedBuffer<T> {
     }
 
     /// Copies `src` into the buffer (after the copies in flight); the lengths must match.
+    ///
+    /// Lengths that differ are an [`Error::InvalidArgument`]; a failed copy in flight is
+    /// reported as by [`as_mut_slice`](Self::as_mut_slice).
     pub fn copy_from_slice(&mut self, src: &[T]) -> Result<()> {
         super::same_len("PinnedBuffer::copy_from_slice", self.len, src.len())?;
         self.as_mut_slice()?.copy_from_slice(src);
         Ok(())
     }
 
-    /// The elements in a new `Vec` (after the copies that write them).
+    /// The elements in a new `Vec` (after the copies that write them); fails as
+    /// [`as_slice`](Self::as_slice) does.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         Ok(self.as_slice()?.to_vec())
     }
 
-    /// Waits for every copy in flight that uses the buffer.
+    /// Waits for every copy in flight that uses the buffer; when one of them failed, this fails
+    /// with the status of the wait (`cuEventSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
         self.uses.wait(true)
     }
@@ -208,6 +225,9 @@ impl<T: Pod> PinnedBuffer<T> {
 
     /// The device address of the memory in `ctx`, for kernels that read or write it over the
     /// bus ([`cuMemHostGetDevicePointer`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Memory not mapped into `ctx` (allocated without `DEVICEMAP` on a device without unified
+    /// addressing) is refused by the driver with its status.
     pub fn device_ptr(&self, ctx: &Context) -> Result<sys::CUdeviceptr> {
         super::host::host_device_ptr(ctx, self.ptr.cast())
     }

@@ -36,6 +36,9 @@ fn row_alignment(stream: &Stream) -> Result<usize> {
 impl<T: Pod> PitchedBuffer<T> {
     /// Allocates `height` rows of `width` elements each for use on `stream`, from the thread's
     /// current allocator (as [`DeviceBuffer::new`]).
+    ///
+    /// A zero width or height, or a size that overflows, is an [`Error::InvalidArgument`];
+    /// otherwise it fails when the allocator does.
     #[track_caller]
     pub fn new(stream: &Stream, width: usize, height: usize) -> Result<PitchedBuffer<T>> {
         let (pitch, bytes) = Self::layout(stream, width, height)?;
@@ -43,6 +46,9 @@ impl<T: Pod> PitchedBuffer<T> {
     }
 
     /// Allocates `height` rows of `width` elements each for use on `stream` from `allocator`.
+    ///
+    /// Fails as [`new`](Self::new) does, and with an [`Error::InvalidArgument`] when
+    /// `allocator` returns an address not aligned for `T`.
     #[track_caller]
     pub fn new_in(
         stream: &Stream,

@@ -203,7 +203,8 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
         })
     }
 
-    /// Splits into two exclusive views at element `mid`.
+    /// Splits into two exclusive views at element `mid`; a `mid` past the end is an
+    /// [`Error::InvalidArgument`].
     pub fn split_at_mut(&mut self, mid: usize) -> Result<(DeviceViewMut<'_, T>, DeviceViewMut<'_, T>)> {
         if mid > self.len {
             return Err(Error::invalid(
@@ -230,7 +231,9 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
         ))
     }
 
-    /// The same memory as elements of `U`, exclusively; checked like [`Self::cast`].
+    /// The same memory as elements of `U`, exclusively; an address not aligned for `U` or a
+    /// size that is not a whole number of `U`s is an [`Error::InvalidArgument`], as for
+    /// [`DeviceView::cast`].
     pub fn cast_mut<U: Pod>(&mut self) -> Result<DeviceViewMut<'_, U>> {
         let len = cast_check::<T, U>("cast_mut", self.ptr, self.len)?;
         Ok(DeviceViewMut { ptr: self.ptr, len, ctx: self.ctx, stream: self.stream, _marker: PhantomData })

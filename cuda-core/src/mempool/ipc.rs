@@ -47,6 +47,10 @@ impl MemPool {
 
     /// Imports a pool exported by another process; the descriptor stays the caller's
     /// ([`cuMemPoolImportFromShareableHandle`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
+    ///
+    /// A descriptor that is not an exported pool is refused by the driver with its status.
+    /// Descriptor 0 is imported through a duplicate; when it cannot be duplicated, that is an
+    /// [`Error::InvalidArgument`] with the operating system's reason.
     #[cfg(unix)]
     pub fn import_from_fd(fd: std::os::fd::BorrowedFd<'_>) -> Result<MemPool> {
         use std::os::fd::{AsFd, AsRawFd};

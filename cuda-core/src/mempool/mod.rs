@@ -275,75 +275,97 @@ impl MemPool {
     }
 
     /// Bytes the pool keeps reserved when idle instead of releasing them at synchronization
-    /// (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`, via `cuMemPoolGetAttribute`).
+    /// (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`, read with
+    /// [`cuMemPoolGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
+    ///
+    /// The attribute getters of the pool fail only when the driver refuses the query, with its
+    /// status.
     pub fn release_threshold(&self) -> Result<u64> {
         self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
     }
 
-    /// Sets the release threshold; `u64::MAX` keeps everything.
+    /// Sets the release threshold; `u64::MAX` keeps everything
+    /// ([`cuMemPoolSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
+    ///
+    /// The attribute setters of the pool fail only when the driver refuses the value, with its
+    /// status.
     pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
         self.set_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, bytes)
     }
 
     /// Whether freed memory may be reused by a stream that waits on the freeing stream's event
-    /// (`CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES`).
+    /// (`CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES`); fails as
+    /// [`release_threshold`](Self::release_threshold) does.
     pub fn reuse_follow_event_dependencies(&self) -> Result<bool> {
         self.get_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES)
     }
 
-    /// Sets `CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES`.
+    /// Sets `CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES`; fails as
+    /// [`set_release_threshold`](Self::set_release_threshold) does.
     pub fn set_reuse_follow_event_dependencies(&self, on: bool) -> Result<()> {
         self.set_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, on)
     }
 
     /// Whether memory whose free has completed may be reused by any stream
-    /// (`CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC`).
+    /// (`CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC`); fails as
+    /// [`release_threshold`](Self::release_threshold) does.
     pub fn reuse_allow_opportunistic(&self) -> Result<bool> {
         self.get_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC)
     }
 
-    /// Sets `CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC`.
+    /// Sets `CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC`; fails as
+    /// [`set_release_threshold`](Self::set_release_threshold) does.
     pub fn set_reuse_allow_opportunistic(&self, on: bool) -> Result<()> {
         self.set_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, on)
     }
 
     /// Whether the driver may insert dependencies to reuse memory
-    /// (`CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES`).
+    /// (`CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES`); fails as
+    /// [`release_threshold`](Self::release_threshold) does.
     pub fn reuse_allow_internal_dependencies(&self) -> Result<bool> {
         self.get_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
     }
 
-    /// Sets `CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES`.
+    /// Sets `CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES`; fails as
+    /// [`set_release_threshold`](Self::set_release_threshold) does.
     pub fn set_reuse_allow_internal_dependencies(&self, on: bool) -> Result<()> {
         self.set_flag(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, on)
     }
 
-    /// Bytes of backing memory the pool holds now (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`).
+    /// Bytes of backing memory the pool holds now (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`);
+    /// fails as [`release_threshold`](Self::release_threshold) does.
     pub fn reserved_mem_current(&self) -> Result<u64> {
         self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
     }
 
-    /// The high-water mark of reserved memory (`CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH`).
+    /// The high-water mark of reserved memory (`CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH`); fails as
+    /// [`release_threshold`](Self::release_threshold) does.
     pub fn reserved_mem_high(&self) -> Result<u64> {
         self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
     }
 
-    /// Resets the reserved high-water mark to the current value.
+    /// Resets the reserved high-water mark to the current value, by setting it to 0, the only
+    /// value the driver accepts for it; fails as
+    /// [`set_release_threshold`](Self::set_release_threshold) does.
     pub fn reset_reserved_mem_high(&self) -> Result<()> {
         self.set_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)
     }
 
-    /// Bytes allocated from the pool and not freed (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT`).
+    /// Bytes allocated from the pool and not freed (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT`); fails
+    /// as [`release_threshold`](Self::release_threshold) does.
     pub fn used_mem_current(&self) -> Result<u64> {
         self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
     }
 
-    /// The high-water mark of used memory (`CU_MEMPOOL_ATTR_USED_MEM_HIGH`).
+    /// The high-water mark of used memory (`CU_MEMPOOL_ATTR_USED_MEM_HIGH`); fails as
+    /// [`release_threshold`](Self::release_threshold) does.
     pub fn used_mem_high(&self) -> Result<u64> {
         self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH)
     }
 
-    /// Resets the used high-water mark to the current value.
+    /// Resets the used high-water mark to the current value, by setting it to 0, the only
+    /// value the driver accepts for it; fails as
+    /// [`set_release_threshold`](Self::set_release_threshold) does.
     pub fn reset_used_mem_high(&self) -> Result<()> {
         self.set_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)
     }

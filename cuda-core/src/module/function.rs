@@ -126,10 +126,16 @@ impl TryFrom<sys::CUsharedconfig> for SharedMemoryConfig {
 }
 
 impl<'m> Function<'m> {
-    /// Wraps a raw function, reading its block-size limit and its parameter layout (see
-    /// [`Function::param_info`]), which launches are checked against. A driver that cannot
-    /// report the layout, or a function that lazy loading has not loaded yet, leaves launches
-    /// unchecked.
+    /// Wraps a raw function, reading its block-size limit
+    /// ([`cuFuncGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)) and its parameter layout
+    /// ([`cuFuncGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html), see [`Function::param_info`]), which launches are
+    /// checked against. A driver that cannot report the layout, or a function that lazy
+    /// loading has not loaded yet, leaves launches unchecked.
+    ///
+    /// # Errors
+    ///
+    /// The driver's status when it cannot read the limit of a loaded function. Layout queries
+    /// never fail it: a layout the driver cannot report leaves launches unchecked.
     ///
     /// # Safety
     ///
@@ -200,42 +206,53 @@ impl<'m> Function<'m> {
     }
 
     /// Registers per thread.
+    ///
+    /// This and the other attribute getters below fail as [`Function::attribute`] does: with
+    /// the driver's status when it refuses the query, or when a lazily loaded function cannot
+    /// be loaded.
     pub fn num_regs(&self) -> Result<i32> {
         self.attribute(FunctionAttribute::NumRegs)
     }
 
-    /// Statically allocated shared memory, in bytes.
+    /// Statically allocated shared memory, in bytes; fails as [`Function::attribute`] does.
     pub fn shared_size_bytes(&self) -> Result<i32> {
         self.attribute(FunctionAttribute::SharedSizeBytes)
     }
 
-    /// Local memory per thread, in bytes.
+    /// Local memory per thread, in bytes; fails as [`Function::attribute`] does.
     pub fn local_size_bytes(&self) -> Result<i32> {
         self.attribute(FunctionAttribute::LocalSizeBytes)
     }
 
-    /// User constant memory, in bytes.
+    /// User constant memory, in bytes; fails as [`Function::attribute`] does.
     pub fn const_size_bytes(&self) -> Result<i32> {
         self.attribute(FunctionAttribute::ConstSizeBytes)
     }
 
-    /// PTX version (major*10+minor) the function was compiled from.
+    /// PTX version (major*10+minor) the function was compiled from; fails as
+    /// [`Function::attribute`] does.
     pub fn ptx_version(&self) -> Result<i32> {
         self.attribute(FunctionAttribute::PtxVersion)
     }
 
-    /// Binary architecture version (major*10+minor) it runs as.
+    /// Binary architecture version (major*10+minor) it runs as; fails as
+    /// [`Function::attribute`] does.
     pub fn binary_version(&self) -> Result<i32> {
         self.attribute(FunctionAttribute::BinaryVersion)
     }
 
-    /// The most dynamic shared memory a launch may ask for, in bytes.
+    /// The most dynamic shared memory a launch may ask for, in bytes; fails as
+    /// [`Function::attribute`] does.
     pub fn max_dynamic_shared_size_bytes(&self) -> Result<i32> {
         self.attribute(FunctionAttribute::MaxDynamicSharedSizeBytes)
     }
 
     /// Allows launches with up to `bytes` of dynamic shared memory (past the 48 KiB default,
     /// up to the device's opt-in limit).
+    ///
+    /// A value past `i32::MAX` is an [`Error::InvalidArgument`]; one past the device's opt-in limit
+    /// ([`Device::max_shared_memory_per_block_optin`](crate::Device::max_shared_memory_per_block_optin)) is
+    /// refused by the driver (`CUDA_ERROR_INVALID_VALUE`).
     pub fn set_max_dynamic_shared_size_bytes(&mut self, bytes: u32) -> Result<()> {
         let value = i32::try_from(bytes).map_err(|_| {
             Error::invalid(
@@ -247,6 +264,8 @@ impl<'m> Function<'m> {
     }
 
     /// Prefers `percent` of the unified L1/shared storage as shared memory (0 to 100; a hint).
+    ///
+    /// A percentage over 100 is an [`Error::InvalidArgument`], checked before the call.
     pub fn set_preferred_shared_memory_carveout(&mut self, percent: u32) -> Result<()> {
         if percent > 100 {
             return Err(Error::invalid(

@@ -110,7 +110,8 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
         })
     }
 
-    /// Reads the variable into a new vector.
+    /// Reads the variable into a new vector; fails as [`copy_to_host`](Self::copy_to_host)
+    /// does.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let mut v = vec![T::zeroed(); self.len];
         self.copy_to_host(&mut v)?;

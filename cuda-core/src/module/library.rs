@@ -31,7 +31,15 @@ unsafe impl Sync for Library {}
 
 impl Library {
     /// Loads PTX, a cubin or a fat binary, recognising which it is; PTX is compiled for each
-    /// context's device when first used there.
+    /// context's device when first used there
+    /// ([`cuLibraryLoadData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    ///
+    /// # Errors
+    ///
+    /// A cubin or fat binary whose header is malformed or truncated, or PTX that is empty or
+    /// holds a NUL byte, is an [`Error::InvalidArgument`], found before the driver reads it.
+    /// An image the driver or the JIT compiler rejects is an [`Error::Jit`] with the
+    /// compiler's log.
     pub fn from_image(image: &[u8], options: &JitOptions) -> Result<Library> {
         crate::device::init()?;
         match image::kind(image) {
@@ -50,7 +58,11 @@ impl Library {
         }
     }
 
-    /// Loads PTX text.
+    /// Loads PTX text
+    /// ([`cuLibraryLoadData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    ///
+    /// Empty text, or text with a NUL byte, is an [`Error::InvalidArgument`]; PTX the driver
+    /// cannot load is an [`Error::Jit`] with the compiler's log.
     pub fn from_ptx(ptx: &str, options: &JitOptions) -> Result<Library> {
         crate::device::init()?;
         let text = image::ptx_cstring("Library::from_ptx", ptx.as_bytes())?;
@@ -58,6 +70,9 @@ impl Library {
     }
 
     /// Reads a `.ptx`, `.cubin` or `.fatbin` file and loads it like [`Library::from_image`].
+    ///
+    /// A file that cannot be read is an [`Error::InvalidArgument`] with the operating system's
+    /// reason; otherwise it fails as [`Library::from_image`] does.
     pub fn from_file(path: impl AsRef<Path>, options: &JitOptions) -> Result<Library> {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|e| {
@@ -99,6 +114,9 @@ impl Library {
 
     /// The kernel called `name`
     /// ([`cuLibraryGetKernel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    ///
+    /// A name with a NUL byte, or one the library has no kernel of, is an
+    /// [`Error::InvalidArgument`] naming it.
     pub fn kernel(&self, name: &str) -> Result<Kernel<'_>> {
         let c_name = symbol_name("Library::kernel", name)?;
         let mut raw = std::ptr::null_mut();
@@ -116,6 +134,9 @@ impl Library {
 
     /// Every kernel in the library
     /// ([`cuLibraryEnumerateKernels`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    ///
+    /// Fails with the status of `cuLibraryGetKernelCount` or `cuLibraryEnumerateKernels` when
+    /// the driver refuses either.
     pub fn kernels(&self) -> Result<Vec<Kernel<'_>>> {
         let mut count = 0;
         // SAFETY: a live library, one out-parameter.
@@ -130,12 +151,18 @@ impl Library {
 
     /// The `__device__` variable `name` as it exists in `ctx`
     /// ([`cuLibraryGetGlobal`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    ///
+    /// A name with a NUL byte or that the library does not define, a variable whose size is not
+    /// a whole number of `T`s, or an address not aligned for `T`, is an
+    /// [`Error::InvalidArgument`].
     pub fn global<'a, T: bytemuck::Pod>(&'a self, ctx: &'a Context, name: &str) -> Result<Global<'a, T>> {
         self.variable(ctx, name, false)
     }
 
     /// The `__managed__` variable `name`
     /// ([`cuLibraryGetManaged`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    ///
+    /// Fails as [`global`](Self::global) does.
     pub fn managed<'a, T: bytemuck::Pod>(&'a self, ctx: &'a Context, name: &str) -> Result<Global<'a, T>> {
         self.variable(ctx, name, true)
     }
@@ -225,6 +252,9 @@ impl<'l> Kernel<'l> {
     ///
     /// The answer for the last device asked about is remembered: asking again for that device
     /// makes no driver call and allocates nothing.
+    ///
+    /// Fails with the driver's status when it refuses the query (a kernel not loaded for that
+    /// device's context, for instance).
     pub fn max_threads_per_block(&self, device: &Device) -> Result<u32> {
         match self.cached_max_threads(device) {
             Some(max) => Ok(max),

@@ -67,7 +67,10 @@ pub struct Linker {
 }
 
 impl Linker {
-    /// Starts a link for the device of `ctx` with the given options.
+    /// Starts a link for the device of `ctx` with the given options
+    /// ([`cuLinkCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    ///
+    /// Options the driver refuses are an [`Error::Jit`] with its log.
     pub fn new(ctx: &Context, options: &JitOptions) -> Result<Linker> {
         ctx.enter()?;
         let mut options = Box::new(options.to_raw());
@@ -96,20 +99,32 @@ impl Linker {
         self.options.log()
     }
 
-    /// Adds PTX text; `name` appears in the log.
+    /// Adds PTX text; `name` appears in the log
+    /// ([`cuLinkAddData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    ///
+    /// Empty text, or text with a NUL byte, is an [`Error::InvalidArgument`]; PTX that does
+    /// not compile is an [`Error::Jit`] with the compiler's log.
     pub fn add_ptx(&mut self, name: &str, ptx: &str) -> Result<()> {
         let text = image::ptx_cstring("Linker::add_ptx", ptx.as_bytes())?;
         let bytes = text.as_bytes_with_nul();
         self.add(JitInputType::Ptx, name, bytes.as_ptr(), bytes.len())
     }
 
-    /// Adds a cubin.
+    /// Adds a cubin
+    /// ([`cuLinkAddData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    ///
+    /// Bytes that are not a 64-bit ELF image with its tables inside the slice are an
+    /// [`Error::InvalidArgument`]; a cubin the linker rejects is an [`Error::Jit`].
     pub fn add_cubin(&mut self, name: &str, cubin: &[u8]) -> Result<()> {
         image::check_cubin("Linker::add_cubin", cubin)?;
         self.add(JitInputType::Cubin, name, cubin.as_ptr(), cubin.len())
     }
 
-    /// Adds a fat binary.
+    /// Adds a fat binary
+    /// ([`cuLinkAddData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    ///
+    /// Bytes without a fat binary header, or shorter than it says, are an
+    /// [`Error::InvalidArgument`]; an input the linker rejects is an [`Error::Jit`].
     pub fn add_fatbin(&mut self, name: &str, fatbin: &[u8]) -> Result<()> {
         image::check_fatbin("Linker::add_fatbin", fatbin)?;
         self.add(JitInputType::Fatbinary, name, fatbin.as_ptr(), fatbin.len())
@@ -118,6 +133,10 @@ impl Linker {
     /// Adds input of any kind from bytes
     /// ([`cuLinkAddData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
     /// PTX given this way needs no terminating NUL.
+    ///
+    /// Each kind is checked as its own method checks it ([`add_ptx`](Self::add_ptx),
+    /// [`add_cubin`](Self::add_cubin), [`add_fatbin`](Self::add_fatbin)); an empty object or
+    /// library is an [`Error::InvalidArgument`]. Input the linker rejects is an [`Error::Jit`].
     pub fn add_data(&mut self, kind: JitInputType, name: &str, data: &[u8]) -> Result<()> {
         match kind {
             JitInputType::Ptx => {
@@ -158,6 +177,9 @@ impl Linker {
 
     /// Adds the input in a file
     /// ([`cuLinkAddFile`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    ///
+    /// A path with a NUL byte, or that is not a readable file, is an
+    /// [`Error::InvalidArgument`]; input the linker rejects is an [`Error::Jit`] with its log.
     pub fn add_file(&mut self, kind: JitInputType, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let c_path = CString::new(path.as_os_str().as_encoded_bytes())
@@ -186,6 +208,9 @@ impl Linker {
     /// Finishes the link and returns the cubin
     /// ([`cuLinkComplete`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
     /// The bytes belong to the linker; copy them (`to_vec`) to keep them past it.
+    ///
+    /// Unresolved symbols or inputs that do not fit together are an [`Error::Jit`] with the
+    /// linker's log.
     pub fn complete(&mut self) -> Result<&[u8]> {
         self.ctx.enter()?;
         let (mut cubin, mut size) = (std::ptr::null_mut(), 0usize);

@@ -63,6 +63,8 @@ unsafe impl Sync for Module {}
 
 impl Module {
     /// Compiles PTX text for the context's device and loads it, with default [`JitOptions`].
+    ///
+    /// Fails as [`Module::from_ptx_with`] does.
     pub fn from_ptx(ctx: &Context, ptx: &str) -> Result<Module> {
         Module::from_ptx_with(ctx, ptx, &JitOptions::new())
     }
@@ -74,12 +76,18 @@ impl Module {
         Module::load(ctx, text.as_ptr().cast(), options)
     }
 
-    /// Loads a cubin (an ELF image for one architecture).
+    /// Loads a cubin (an ELF image for one architecture); fails as
+    /// [`Module::from_cubin_with`] does.
     pub fn from_cubin(ctx: &Context, cubin: &[u8]) -> Result<Module> {
         Module::from_cubin_with(ctx, cubin, &JitOptions::new())
     }
 
-    /// Loads a cubin with the given options.
+    /// Loads a cubin with the given options
+    /// ([`cuModuleLoadDataEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    ///
+    /// Bytes that are not a 64-bit ELF image with its tables inside the slice are an
+    /// [`Error::InvalidArgument`]; a cubin the driver cannot load (built for another
+    /// architecture, for instance) is an [`Error::Jit`].
     pub fn from_cubin_with(ctx: &Context, cubin: &[u8], options: &JitOptions) -> Result<Module> {
         image::check_cubin("Module::from_cubin", cubin)?;
         Module::load(ctx, image::Aligned::new(cubin).as_ptr(), options)
@@ -87,17 +95,25 @@ impl Module {
 
     /// Loads a fat binary (cubins for several architectures and PTX); the driver picks the
     /// best match for the device, compiling PTX if no cubin fits.
+    ///
+    /// Fails as [`Module::from_fatbin_with`] does.
     pub fn from_fatbin(ctx: &Context, fatbin: &[u8]) -> Result<Module> {
         Module::from_fatbin_with(ctx, fatbin, &JitOptions::new())
     }
 
-    /// Loads a fat binary with the given options.
+    /// Loads a fat binary with the given options
+    /// ([`cuModuleLoadDataEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    ///
+    /// Bytes without a fat binary header, or shorter than it says, are an
+    /// [`Error::InvalidArgument`]; a fat binary with nothing for the device
+    /// (`CUDA_ERROR_NO_BINARY_FOR_GPU`) or whose PTX does not compile is an [`Error::Jit`].
     pub fn from_fatbin_with(ctx: &Context, fatbin: &[u8], options: &JitOptions) -> Result<Module> {
         image::check_fatbin("Module::from_fatbin", fatbin)?;
         Module::load(ctx, image::Aligned::new(fatbin).as_ptr(), options)
     }
 
-    /// Loads PTX, a cubin or a fat binary from bytes, recognising which it is.
+    /// Loads PTX, a cubin or a fat binary from bytes, recognising which it is; fails as the
+    /// method for that kind does.
     pub fn from_image(ctx: &Context, image: &[u8], options: &JitOptions) -> Result<Module> {
         match image::kind(image) {
             image::Kind::Cubin => Module::from_cubin_with(ctx, image, options),
@@ -110,6 +126,9 @@ impl Module {
     }
 
     /// Reads a `.ptx`, `.cubin` or `.fatbin` file and loads it like [`Module::from_image`].
+    ///
+    /// A file that cannot be read is an [`Error::InvalidArgument`] with the operating system's
+    /// reason; otherwise it fails as [`Module::from_image`] does.
     pub fn from_file(ctx: &Context, path: impl AsRef<Path>, options: &JitOptions) -> Result<Module> {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|e| {
@@ -184,6 +203,9 @@ impl Module {
 
     /// Every kernel in the module
     /// ([`cuModuleEnumerateFunctions`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+    ///
+    /// Fails with the driver's status when it refuses to count or list the functions, or to
+    /// read one's attributes (see [`Function::from_raw`]).
     pub fn functions(&self) -> Result<Vec<Function<'_>>> {
         let mut count = 0;
         // SAFETY: live module, one out-parameter.
@@ -200,6 +222,9 @@ impl Module {
     /// The `__device__` variable called `name`, viewed as elements of `T`
     /// ([`cuModuleGetGlobal`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
     /// Its size must be a multiple of `size_of::<T>()`.
+    ///
+    /// A name with a NUL byte or that the module does not define, a size that is not a whole
+    /// number of `T`s, or an address not aligned for `T`, is an [`Error::InvalidArgument`].
     pub fn global<T: bytemuck::Pod>(&self, name: &str) -> Result<Global<'_, T>> {
         let c_name = symbol_name("Module::global", name)?;
         let (mut ptr, mut bytes) = (0, 0);
@@ -246,7 +271,10 @@ impl TryFrom<sys::CUmoduleLoadingMode> for ModuleLoadingMode {
     }
 }
 
-/// The driver's module loading mode.
+/// The driver's module loading mode
+/// ([`cuModuleGetLoadingMode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
+///
+/// A mode this crate does not know (from a newer driver) is an [`Error::InvalidArgument`].
 pub fn loading_mode() -> Result<ModuleLoadingMode> {
     crate::device::init()?;
     let mut raw = sys::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING;

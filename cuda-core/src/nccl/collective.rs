@@ -105,6 +105,11 @@ impl Communicator {
     /// ([`ncclAllReduce`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclallreduce)).
     /// The two must have the same length and must not overlap (see
     /// [`all_reduce_in_place`](Self::all_reduce_in_place)).
+    ///
+    /// Lengths that differ, overlapping memory, or memory or a stream of another device are an
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) ([what is checked before a
+    /// call](crate::nccl#what-is-checked-before-a-call)); what NCCL itself refuses is an
+    /// [`Error::Nccl`](crate::Error::Nccl).
     pub fn all_reduce<T: DataType>(
         &self,
         send: impl Input<T>,
@@ -134,6 +139,10 @@ impl Communicator {
     }
 
     /// [`all_reduce`](Self::all_reduce) with `buffer` as both send and receive memory.
+    ///
+    /// A buffer or stream of another device, or an element type or operation the loaded NCCL is too old for,
+    /// fails before NCCL is called ([what is checked before a
+    /// call](crate::nccl#what-is-checked-before-a-call)).
     pub fn all_reduce_in_place<T: DataType>(
         &self,
         buffer: impl Output<T>,
@@ -156,6 +165,10 @@ impl Communicator {
     /// ([`ncclBroadcast`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclbroadcast));
     /// `send` is read on the root only. The two have the same length and do not overlap; ranks
     /// with nothing to send use [`broadcast_in_place`](Self::broadcast_in_place).
+    ///
+    /// A `root` past the last rank, lengths that differ, overlapping memory, or memory of
+    /// another device are an [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// ([what is checked before a call](crate::nccl#what-is-checked-before-a-call)).
     pub fn broadcast<T: DataType>(
         &self,
         send: impl Input<T>,
@@ -184,6 +197,10 @@ impl Communicator {
 
     /// [`broadcast`](Self::broadcast) with `buffer` as both memories: the root sends it, the
     /// others receive into it.
+    ///
+    /// A `root` past the last rank, or a buffer or stream of another device, is an
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) ([what is checked before a
+    /// call](crate::nccl#what-is-checked-before-a-call)).
     pub fn broadcast_in_place<T: DataType>(
         &self,
         buffer: impl Output<T>,
@@ -205,6 +222,10 @@ impl Communicator {
     /// Reduces `send` across the ranks with `op` into `recv` of rank `root`
     /// ([`ncclReduce`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclreduce));
     /// `recv` is written on the root only. Same length, no overlap.
+    ///
+    /// A `root` past the last rank, lengths that differ, overlapping memory, or memory of
+    /// another device are an [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// ([what is checked before a call](crate::nccl#what-is-checked-before-a-call)).
     pub fn reduce<T: DataType>(
         &self,
         send: impl Input<T>,
@@ -235,6 +256,10 @@ impl Communicator {
     }
 
     /// [`reduce`](Self::reduce) with `buffer` as both memories (the root's holds the result).
+    ///
+    /// A `root` past the last rank, a buffer or stream of another device, or an operation of
+    /// another communicator is an [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// ([what is checked before a call](crate::nccl#what-is-checked-before-a-call)).
     pub fn reduce_in_place<T: DataType>(
         &self,
         buffer: impl Output<T>,
@@ -259,6 +284,10 @@ impl Communicator {
     /// ([`ncclAllGather`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclallgather)):
     /// `recv` holds `send.len() * ranks` elements and does not overlap `send` (see
     /// [`all_gather_in_place`](Self::all_gather_in_place)).
+    ///
+    /// A `recv` of another length, overlapping memory, or memory of another device is an
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) ([what is checked before a
+    /// call](crate::nccl#what-is-checked-before-a-call)).
     pub fn all_gather<T: DataType>(
         &self,
         send: impl Input<T>,
@@ -309,6 +338,10 @@ impl Communicator {
     /// ([`ncclReduceScatter`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclreducescatter)).
     /// `send` holds `recv.len() * ranks` elements and does not overlap `recv` (see
     /// [`reduce_scatter_in_place`](Self::reduce_scatter_in_place)).
+    ///
+    /// A `send` of another length, overlapping memory, or memory of another device is an
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) ([what is checked before a
+    /// call](crate::nccl#what-is-checked-before-a-call)).
     pub fn reduce_scatter<T: DataType>(
         &self,
         send: impl Input<T>,

@@ -69,6 +69,9 @@ impl Group {
     /// would take, in microseconds
     /// ([`ncclGroupSimulateEnd`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/group.html#ncclgroupsimulateend),
     /// NCCL 2.22).
+    ///
+    /// An NCCL older than 2.22 is an [`Error::Load`](crate::Error::Load) naming both versions;
+    /// the guard then drops, and its `ncclGroupEnd` issues the group's calls.
     pub fn simulate_end(mut self) -> Result<f32> {
         require("ncclGroupSimulateEnd", since::SIMULATE)?;
         let mut info = nccl::ncclSimInfo_t {

@@ -24,6 +24,10 @@ impl UniqueId {
     /// ([`ncclGetUniqueId`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/comms.html#ncclgetuniqueid)).
     /// It names a listening socket of this process that the ranks meet at while they connect:
     /// make one per clique, and keep this process alive until every rank has joined.
+    ///
+    /// NCCL's status is returned when it cannot open that socket (no usable network
+    /// interface, for instance; `NCCL_DEBUG=INFO` says why), and an
+    /// [`Error::Load`](crate::Error::Load) when no NCCL is installed.
     pub fn new() -> Result<UniqueId> {
         let mut raw = nccl::ncclUniqueId::default();
         // SAFETY: one out-parameter of the type NCCL writes.

@@ -18,6 +18,9 @@ impl Communicator {
     /// ([`ncclSend`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/p2p.html#ncclsend),
     /// NCCL 2.7). A send and its receive block each other unless both are issued in one
     /// [`Group`] (as a ring or an exchange must be).
+    ///
+    /// A `peer` past the last rank, or memory or a stream of another device, is an [`Error::InvalidArgument`]
+    /// ([what is checked before a call](crate::nccl#what-is-checked-before-a-call)).
     pub fn send<T: DataType>(&self, buffer: impl Input<T>, peer: usize, stream: &Stream) -> Result<()> {
         const OP: &str = "Communicator::send";
         self.prologue::<T>(OP, stream)?;
@@ -42,6 +45,9 @@ impl Communicator {
     /// Receives into `buffer` what rank `peer` sends with [`send`](Self::send)
     /// ([`ncclRecv`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/p2p.html#ncclrecv),
     /// NCCL 2.7).
+    ///
+    /// A `peer` past the last rank, or memory or a stream of another device, is an
+    /// [`Error::InvalidArgument`], as for [`send`](Self::send).
     pub fn recv<T: DataType>(&self, buffer: impl Output<T>, peer: usize, stream: &Stream) -> Result<()> {
         const OP: &str = "Communicator::recv";
         self.prologue::<T>(OP, stream)?;
@@ -67,6 +73,11 @@ impl Communicator {
     /// ([`ncclAlltoAll`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclalltoall)
     /// from NCCL 2.28; before, one send and one receive per rank in a group). Both have the
     /// same length, a multiple of the rank count, and do not overlap.
+    ///
+    /// Lengths that differ or are not a multiple of the rank count, overlapping memory, or memory of another
+    /// device are an [`Error::InvalidArgument`] ([what is checked before a
+    /// call](crate::nccl#what-is-checked-before-a-call)); before NCCL 2.28 the sends and receives of the
+    /// group fail as [`send`](Self::send) does.
     pub fn all_to_all<T: DataType>(
         &self,
         send: impl Input<T>,

@@ -79,6 +79,10 @@ pub trait Allocator: Send + Sync {
 
     /// Gives `allocation` back, ordered after the work queued so far on `stream`.
     ///
+    /// An error means the memory could not be given back cleanly (for memory the driver frees,
+    /// its status, which after a kernel fault is that fault); the allocation is given up
+    /// either way and must not be given back again.
+    ///
     /// # Safety
     ///
     /// `allocation` came from `allocate` on this allocator and was not given back before, and no
@@ -92,6 +96,9 @@ pub trait Allocator: Send + Sync {
     /// The default makes `stream` wait for an event recorded now on each other stream, then
     /// calls [`deallocate`](Self::deallocate) on `stream`. A pool that keeps blocks per stream
     /// overrides it to keep the block from reuse until those events have completed.
+    ///
+    /// The default fails when an event cannot be created, recorded or waited on, with the
+    /// driver's status, and otherwise as [`deallocate`](Self::deallocate) does.
     ///
     /// # Safety
     ///
@@ -144,10 +151,16 @@ unsafe impl Sync for PinnedAllocation {}
 /// A source of page-locked (pinned) host memory.
 pub trait PinnedAllocator: Send + Sync {
     /// Allocates at least `size` bytes of page-locked host memory.
+    ///
+    /// An allocator that cannot lock that much memory returns [`Error::OutOfMemory`](crate::Error)
+    /// or the driver's `CUDA_ERROR_OUT_OF_MEMORY`.
     #[track_caller]
     fn allocate(&self, size: usize) -> Result<PinnedAllocation>;
 
     /// Gives `allocation` back.
+    ///
+    /// An error means the memory could not be given back cleanly (for `cuMemFreeHost`, its
+    /// status); the allocation is given up either way.
     ///
     /// # Safety
     ///
@@ -159,9 +172,11 @@ pub trait PinnedAllocator: Send + Sync {
     /// Gives `allocation` back once the copies that use it, all queued on `stream` before
     /// `event` was recorded there, have completed.
     ///
-    /// The default waits for `event` on the host, then calls
-    /// [`deallocate`](Self::deallocate); a pool overrides it to keep the memory from reuse
-    /// until then instead of waiting.
+    /// The default waits for `event` on the host
+    /// ([`cuEventSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)),
+    /// then calls [`deallocate`](Self::deallocate); a pool overrides it to keep the memory from
+    /// reuse until then instead of waiting. The default fails with the wait's status when a
+    /// copy before `event` failed, and otherwise as `deallocate` does.
     ///
     /// # Safety
     ///
@@ -187,9 +202,9 @@ pub trait PinnedAllocator: Send + Sync {
 /// Events are identified by a raw handle (`CUevent` as an integer); a pool reuses completed
 /// events and never creates one on the path of an allocation served from its cache.
 pub trait StreamEvents: Send + Sync {
-    /// Creates an event (without timing).
+    /// Creates an event (without timing); an error when the driver cannot make one.
     fn create(&self) -> Result<u64>;
-    /// Records `event` on `stream`.
+    /// Records `event` on `stream`; an error when the driver refuses the recording.
     fn record(&self, event: u64, stream: StreamRef<'_>) -> Result<()>;
     /// Whether the work before the recording of `event` has completed; never blocks. An event
     /// whose query fails (its context is gone) counts as complete.

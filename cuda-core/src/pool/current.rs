@@ -35,7 +35,8 @@ fn replace_current(allocator: Option<Arc<dyn Allocator>>) -> Option<Arc<dyn Allo
     CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), allocator))
 }
 
-/// This thread's allocator: the one set, or the default pool of the current context's device.
+/// This thread's allocator: the one set, or the default pool of the current context's device
+/// (found with [`cuCtxGetDevice`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)).
 /// With neither a set allocator nor a current context, an [`Error::InvalidArgument`] says to
 /// make a context current.
 pub fn get_allocator() -> Result<Arc<dyn Allocator>> {
@@ -124,7 +125,11 @@ pub fn set_pinned_memory_allocator(allocator: Option<Arc<dyn PinnedAllocator>>) 
     CURRENT_PINNED.with(|c| *c.borrow_mut() = allocator);
 }
 
-/// The default pinned pool (CuPy's `get_default_pinned_memory_pool`).
+/// The default pinned pool (CuPy's `get_default_pinned_memory_pool`), made on first use in
+/// the primary context of device 0.
+///
+/// The first call fails when there is no device 0, or its primary context cannot be retained
+/// (see [`Context::primary`]); later calls do not fail.
 pub fn default_pinned_memory_pool() -> Result<&'static PinnedMemoryPool> {
     static INIT: Mutex<()> = Mutex::new(());
     if let Some(p) = DEFAULT_PINNED.get() {

@@ -25,6 +25,8 @@ pub enum PoolLimit {
 
 impl PoolLimit {
     /// Parses the form of [`GPU_MEMORY_LIMIT_ENV`]: `"N"` bytes or `"N%"` of device memory.
+    ///
+    /// Text of neither form is an [`Error::InvalidArgument`] that quotes it.
     pub fn parse(text: &str) -> Result<PoolLimit> {
         let t = text.trim();
         let bad = || {
@@ -94,7 +96,12 @@ impl MemoryPool {
         MemoryPool::with_allocator(context, Arc::new(DeviceAllocator::new(context)))
     }
 
-    /// A pool in `context` on top of `upstream`.
+    /// A pool in `context` on top of `upstream`, with the default limit from
+    /// [`GPU_MEMORY_LIMIT_ENV`].
+    ///
+    /// A malformed limit in the environment is an [`Error::InvalidArgument`], as is a
+    /// percentage outside 0 to 100; reading the device's memory size for a percentage can fail
+    /// with the driver's status.
     pub fn with_allocator(context: &Context, upstream: Arc<dyn Allocator>) -> Result<MemoryPool> {
         let mut core = PoolCore::new(upstream, Arc::new(DriverEvents::new(context)));
         let device = context.device();
@@ -156,6 +163,9 @@ impl MemoryPool {
 
     /// Gives back to the upstream allocator every free block that is a whole upstream
     /// allocation (never part of a split block), of `stream`'s arena or, with `None`, of all.
+    ///
+    /// Every such block leaves the pool; the first error the upstream returned while giving
+    /// them back is returned.
     pub fn free_all_blocks(&self, stream: Option<&Stream>) -> Result<()> {
         self.core.free_all_blocks(stream.map(Stream::as_raw))
     }
@@ -246,6 +256,9 @@ static DEFAULT_POOLS: Mutex<Vec<(usize, &'static MemoryPool)>> = Mutex::new(Vec:
 
 /// The default pool of `device`, in its primary context: created on first use and kept for
 /// the life of the process (CuPy's `get_default_memory_pool`).
+///
+/// The first call for a device fails when its primary context cannot be retained (see
+/// [`Context::primary`]) or [`GPU_MEMORY_LIMIT_ENV`] is malformed.
 pub fn default_memory_pool(device: &Device) -> Result<&'static MemoryPool> {
     let mut pools = DEFAULT_POOLS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, p)) = pools.iter().find(|(d, _)| *d == device.ordinal()) {

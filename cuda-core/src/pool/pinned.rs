@@ -250,6 +250,9 @@ impl PinnedMemoryPool {
 
     /// Gives every free buffer back to the upstream allocator (buffers waiting on copies whose
     /// events have completed first become free).
+    ///
+    /// Every such buffer leaves the pool; the first error the upstream returned while giving
+    /// them back is returned.
     pub fn free_all_blocks(&self) -> Result<()> {
         let mut released = Vec::new();
         {

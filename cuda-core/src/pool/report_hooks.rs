@@ -92,7 +92,7 @@ impl LineProfileHook {
         self.sites.borrow().iter().map(|(k, v)| (*k, *v)).collect()
     }
 
-    /// Writes the report: one line per site, then the totals.
+    /// Writes the report: one line per site, then the totals; the error is the writer's.
     pub fn print_report(&self, out: &mut dyn Write) -> std::io::Result<()> {
         let mut total = LineUsage::default();
         writeln!(out, "{:<60} {:>14} {:>14}", "site", "used bytes", "acquired bytes")?;

@@ -68,6 +68,10 @@ unsafe impl Sync for Array {}
 impl Array {
     /// A 1D (`height` 0) or 2D array of `width` x `height` elements
     /// ([`cudaMallocArray`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+    ///
+    /// A format with no channel or a channel that is not whole bytes, or a width of 0, is an
+    /// [`Error::InvalidArgument`]; a size the device cannot hold fails with the runtime's
+    /// status.
     pub fn malloc(desc: ChannelFormatDesc, width: usize, height: usize) -> Result<Array> {
         Array::check_desc("Array::malloc", desc, width)?;
         let raw_desc = desc.to_raw();
@@ -81,6 +85,8 @@ impl Array {
 
     /// A 1D, 2D or 3D array; 0 in `height` or `depth` drops that dimension
     /// ([`cudaMalloc3DArray`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+    ///
+    /// Fails as [`malloc`](Self::malloc) does, for the same format and width checks.
     pub fn malloc_3d(desc: ChannelFormatDesc, width: usize, height: usize, depth: usize) -> Result<Array> {
         Array::check_desc("Array::malloc_3d", desc, width)?;
         let raw_desc = desc.to_raw();

@@ -34,7 +34,8 @@ pub unsafe trait CopySource<T: Pod> {
     /// The number of elements.
     fn source_len(&self) -> usize;
     /// The first element's address, once the memory may be read: a [`PinnedBuffer`] first
-    /// waits for the stream-ordered copies in flight that write it.
+    /// waits for the stream-ordered copies in flight that write it, and fails when that wait
+    /// does (a failed copy). Other memory does not fail.
     fn source_ptr(&self) -> Result<*const c_void>;
 }
 
@@ -49,7 +50,8 @@ pub unsafe trait CopyDestination<T: Pod> {
     /// The number of elements.
     fn destination_len(&self) -> usize;
     /// The first element's address, once the memory may be written: a [`PinnedBuffer`] first
-    /// waits for every stream-ordered copy in flight that uses it.
+    /// waits for every stream-ordered copy in flight that uses it, and fails when that wait
+    /// does. Other memory does not fail.
     fn destination_ptr(&mut self) -> Result<*mut c_void>;
 }
 
@@ -80,6 +82,9 @@ pub unsafe trait DeviceResident {
 pub unsafe trait AsyncSource<T: Pod>: CopySource<T> {
     /// Calls `enqueue` (which queues work on `stream` that reads the memory) with the memory's
     /// address, and records that work where the memory needs it.
+    ///
+    /// Returns `enqueue`'s error, or the driver's status when the work cannot be recorded (an
+    /// event that cannot be made or recorded).
     fn read_on(
         &self,
         stream: &crate::Stream,
@@ -98,6 +103,8 @@ pub unsafe trait AsyncSource<T: Pod>: CopySource<T> {
 pub unsafe trait AsyncDestination<T: Pod>: CopyDestination<T> {
     /// Calls `enqueue` (which queues work on `stream` that writes the memory) with the memory's
     /// address, and records that work where the memory needs it.
+    ///
+    /// Returns `enqueue`'s error, or the driver's status when the work cannot be recorded.
     fn write_on(
         &mut self,
         stream: &crate::Stream,
@@ -294,6 +301,8 @@ pub(crate) fn same_len(operation: &'static str, dst: usize, src: usize) -> Resul
 /// may return once a copy from pageable memory is staged), so the result is visible to work
 /// queued afterwards on any stream. A [`PinnedBuffer`] side first waits for its own
 /// stream-ordered copies in flight.
+///
+/// Lengths that differ are an [`Error::InvalidArgument`], checked before any call.
 pub fn memcpy<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Sized>(
     dst: &mut D,
     src: &S,
@@ -318,6 +327,8 @@ pub fn memcpy<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Sized>
 /// [`memcpy_async_unchecked`].
 ///
 /// `stream` may be a runtime [`Stream`](super::Stream) or any [`crate::Stream`].
+///
+/// Lengths that differ are an [`Error::InvalidArgument`], checked before any call.
 pub fn memcpy_async<T, D, S>(dst: &mut D, src: &S, stream: &crate::Stream) -> Result<()>
 where
     T: Pod,
@@ -353,7 +364,8 @@ where
 /// either side must stay allocated and must not be written (nor, for the destination, read)
 /// by the host. A [`PinnedBuffer`] does not record this copy (use [`memcpy_async`] for that).
 /// Pageable host memory is staged by the runtime, which makes the call partly synchronous, but
-/// the rule above is what is guaranteed.
+/// the rule above is what is guaranteed. Lengths that differ are an
+/// [`Error::InvalidArgument`], checked before any call.
 pub unsafe fn memcpy_async_unchecked<T, D, S>(dst: &mut D, src: &S, stream: &crate::Stream) -> Result<()>
 where
     T: Pod,

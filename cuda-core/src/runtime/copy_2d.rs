@@ -44,6 +44,9 @@ fn check_rows(
 /// Copies `height` rows of `width_bytes` bytes; rows are `dpitch` and `spitch` bytes apart in
 /// the destination and source
 /// ([`cudaMemcpy2D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// A pitch smaller than the row width, or rows that do not fit in either side, is an
+/// [`Error::InvalidArgument`], checked before the copy.
 pub fn memcpy_2d<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Sized>(
     dst: &mut D,
     dpitch: usize,
@@ -65,6 +68,9 @@ pub fn memcpy_2d<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Siz
 
 /// [`memcpy_2d`] queued on `stream`, between device memory and [`PinnedBuffer`]s
 /// ([`cudaMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// A pitch smaller than the row width, or rows that do not fit in either side, is an
+/// [`Error::InvalidArgument`], checked before the copy.
 ///
 /// [`PinnedBuffer`]: crate::PinnedBuffer
 pub fn memcpy_2d_async<T, D, S>(
@@ -134,6 +140,9 @@ fn check_window(
 /// Copies `height` rows of `width_bytes` from `src` (rows `spitch` bytes apart) into `dst` at
 /// byte offset `x`, row `y`
 /// ([`cudaMemcpy2DToArray`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// A window outside the array or not on whole elements, or rows that do not fit in the
+/// linear side, is an [`Error::InvalidArgument`], checked before the copy.
 #[allow(clippy::too_many_arguments)]
 pub fn memcpy_2d_to_array<T: Pod, S: CopySource<T> + ?Sized>(
     dst: &mut Array,
@@ -165,6 +174,9 @@ pub fn memcpy_2d_to_array<T: Pod, S: CopySource<T> + ?Sized>(
 
 /// [`memcpy_2d_to_array`] queued on `stream`, from device memory or a [`PinnedBuffer`]
 /// ([`cudaMemcpy2DToArrayAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// A window outside the array or not on whole elements, or rows that do not fit in the
+/// linear side, is an [`Error::InvalidArgument`], checked before the copy.
 ///
 /// [`PinnedBuffer`]: crate::PinnedBuffer
 #[allow(clippy::too_many_arguments)]
@@ -205,6 +217,9 @@ pub fn memcpy_2d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
 /// Copies `height` rows of `width_bytes` from `src` at byte offset `x`, row `y`, into `dst`
 /// (rows `dpitch` bytes apart)
 /// ([`cudaMemcpy2DFromArray`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// A window outside the array or not on whole elements, or rows that do not fit in the
+/// linear side, is an [`Error::InvalidArgument`], checked before the copy.
 #[allow(clippy::too_many_arguments)]
 pub fn memcpy_2d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(
     dst: &mut D,
@@ -243,6 +258,9 @@ pub fn memcpy_2d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(
 
 /// [`memcpy_2d_from_array`] queued on `stream`, into device memory or a [`PinnedBuffer`]
 /// ([`cudaMemcpy2DFromArrayAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// A window outside the array or not on whole elements, or rows that do not fit in the
+/// linear side, is an [`Error::InvalidArgument`], checked before the copy.
 ///
 /// [`PinnedBuffer`]: crate::PinnedBuffer
 #[allow(clippy::too_many_arguments)]
@@ -317,6 +335,9 @@ fn params_3d(
 
 /// Fills the whole array from tightly packed `src` (rows, then slices)
 /// ([`cudaMemcpy3D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// A linear side whose size is not exactly the array's is an [`Error::InvalidArgument`],
+/// checked before the copy.
 pub fn memcpy_3d_to_array<T: Pod, S: CopySource<T> + ?Sized>(dst: &mut Array, src: &S) -> Result<()> {
     let op = "runtime::memcpy_3d_to_array";
     let bytes = src.source_len() * std::mem::size_of::<T>();
@@ -331,6 +352,9 @@ pub fn memcpy_3d_to_array<T: Pod, S: CopySource<T> + ?Sized>(dst: &mut Array, sr
 
 /// [`memcpy_3d_to_array`] queued on `stream`, from device memory or a [`PinnedBuffer`]
 /// ([`cudaMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// A linear side whose size is not exactly the array's is an [`Error::InvalidArgument`],
+/// checked before the copy.
 ///
 /// [`PinnedBuffer`]: crate::PinnedBuffer
 pub fn memcpy_3d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
@@ -354,6 +378,9 @@ pub fn memcpy_3d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
 
 /// Reads the whole array into tightly packed `dst` (rows, then slices)
 /// ([`cudaMemcpy3D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+///
+/// A linear side whose size is not exactly the array's is an [`Error::InvalidArgument`],
+/// checked before the copy.
 pub fn memcpy_3d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(dst: &mut D, src: &Array) -> Result<()> {
     let op = "runtime::memcpy_3d_from_array";
     let bytes = dst.destination_len() * std::mem::size_of::<T>();

@@ -235,6 +235,10 @@ pub struct HostRegistration<'a, T: Pod> {
 impl<'a, T: Pod> HostRegistration<'a, T> {
     /// Page-locks `slice`
     /// ([`cudaHostRegister`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
+    ///
+    /// An empty slice is an [`Error::InvalidArgument`]; memory that is already registered
+    /// (`cudaErrorHostMemoryAlreadyRegistered`) or cannot be locked fails with the runtime's
+    /// status.
     pub fn register(slice: &'a mut [T], flags: HostRegisterFlags) -> Result<HostRegistration<'a, T>> {
         let bytes = std::mem::size_of_val(slice);
         if bytes == 0 {
@@ -431,7 +435,9 @@ pub struct PointerAttributes {
 
 /// What the runtime knows about the memory at `address` (a host or device address)
 /// ([`cudaPointerGetAttributes`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__UNIFIED.html)).
-/// Any address may be asked about; unknown host memory is [`MemoryType::Unregistered`].
+/// Any address may be asked about; unknown host memory is [`MemoryType::Unregistered`], not
+/// an error. It fails only when the runtime cannot answer at all (no device, or the runtime
+/// cannot be loaded).
 pub fn pointer_get_attributes(address: u64) -> Result<PointerAttributes> {
     let ptr = address as usize as *const c_void;
     // SAFETY: a plain C struct, all zeroes is valid.

@@ -164,6 +164,9 @@ pub fn device_get_attribute(attribute: rt::cudaDeviceAttr, device: usize) -> Res
 
 /// The device with a PCI bus id such as `0000:41:00.0`
 /// ([`cudaDeviceGetByPCIBusId`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+///
+/// A string with a NUL byte is an [`Error::InvalidArgument`]; a malformed id, or one no
+/// device has, fails with the runtime's status.
 pub fn device_get_by_pci_bus_id(pci_bus_id: &str) -> Result<usize> {
     let id = CString::new(pci_bus_id).map_err(|_| {
         Error::invalid("runtime::device_get_by_pci_bus_id", "the PCI bus id contains a NUL byte")

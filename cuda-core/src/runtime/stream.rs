@@ -23,14 +23,21 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// A blocking stream on the current device
-    /// ([`cudaStreamCreate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    /// A blocking stream on the current device, the stream
+    /// [`cudaStreamCreate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)
+    /// makes; fails as [`with_flags`](Self::with_flags) does.
     pub fn create() -> Result<Stream> {
         Stream::with_flags(StreamFlags::empty())
     }
 
-    /// A stream with flags, e.g. [`StreamFlags::NON_BLOCKING`], on the current device
-    /// ([`cudaStreamCreateWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    /// A stream with flags, e.g. [`StreamFlags::NON_BLOCKING`], on the current device, the stream
+    /// [`cudaStreamCreateWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)
+    /// makes. It is created through the driver
+    /// ([`cuStreamCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)) in the
+    /// current device's primary context.
+    ///
+    /// Fails when the runtime cannot say which device is current, when that device's primary
+    /// context cannot be retained, or with the driver's status when the stream cannot be made.
     pub fn with_flags(flags: StreamFlags) -> Result<Stream> {
         let ctx = super::current_context()?;
         Ok(Stream { inner: crate::Stream::new(&ctx, flags)? })

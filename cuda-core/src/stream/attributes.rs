@@ -97,6 +97,9 @@ impl Stream {
 
     /// The stream's L2 access-policy window
     /// ([`cuStreamGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    ///
+    /// Fails with the driver's status when it refuses the query, and with an
+    /// [`Error::InvalidArgument`] for an access property this crate does not know.
     pub fn access_policy_window(&self) -> Result<AccessPolicyWindow> {
         let v = self.get_attribute(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW)?;
         // SAFETY: the driver wrote this member for this attribute.
@@ -112,6 +115,11 @@ impl Stream {
 
     /// Sets the stream's L2 access-policy window; `hit_ratio` must be in `[0, 1]`
     /// ([`cuStreamSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    ///
+    /// A `hit_ratio` outside `[0, 1]` is an [`Error::InvalidArgument`]; a window larger than
+    /// the device allows
+    /// ([`Device::max_access_policy_window_size`](crate::Device::max_access_policy_window_size))
+    /// is refused by the driver.
     pub fn set_access_policy_window(&self, window: &AccessPolicyWindow) -> Result<()> {
         if !(0.0..=1.0).contains(&window.hit_ratio) {
             return Err(Error::invalid(
@@ -132,7 +140,8 @@ impl Stream {
     }
 
     /// The stream's priority attribute
-    /// ([`cuStreamGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    /// ([`cuStreamGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html));
+    /// an error only when the driver refuses the query.
     pub fn priority_attribute(&self) -> Result<i32> {
         let v = self.get_attribute(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PRIORITY)?;
         // SAFETY: the driver wrote this member for this attribute.
@@ -140,7 +149,8 @@ impl Stream {
     }
 
     /// Sets the stream's priority attribute, applied to work launched later
-    /// ([`cuStreamSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    /// ([`cuStreamSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html));
+    /// an error only when the driver refuses the value.
     pub fn set_priority_attribute(&self, priority: i32) -> Result<()> {
         // SAFETY: a plain C union; all zeroes is a valid value.
         let mut v: sys::CUstreamAttrValue = unsafe { std::mem::zeroed() };

@@ -210,6 +210,10 @@ impl Stream {
     /// ([`cuStreamBatchMemOp`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEMOP.html)).
     /// The operations are built on the stack: nothing is allocated.
     ///
+    /// No operations, or more than [`MAX_BATCH_MEM_OPS`], is an
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument); a device without stream
+    /// memory operations fails with the driver's status.
+    ///
     /// # Safety
     ///
     /// Every address must satisfy the contract of [`Stream::wait_value_32`] or

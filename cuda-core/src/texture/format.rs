@@ -116,6 +116,9 @@ impl ChannelFormat {
     }
 
     /// The format of a raw format and channel count.
+    ///
+    /// A format that is not a plain integer or float channel type, or a channel count other
+    /// than 1, 2 or 4, is an [`Error::InvalidArgument`].
     pub fn from_raw(format: sys::CUarray_format, channels: u32) -> Result<ChannelFormat> {
         let channel_type = ChannelType::try_from(format).map_err(|_| {
             Error::invalid(

@@ -163,6 +163,8 @@ impl Resource<'static> {
     /// A CUDA array, shared with the objects made from it (`CU_RESOURCE_TYPE_ARRAY`). Reads
     /// the array's descriptor
     /// ([`cuArray3DGetDescriptor`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Fails only when the driver refuses to describe the array.
     pub fn array(array: Arc<Array>) -> Result<Resource<'static>> {
         let d = array.descriptor()?;
         Ok(Resource {
@@ -176,7 +178,11 @@ impl Resource<'static> {
     }
 
     /// A mipmapped array, shared with the objects made from it
-    /// (`CU_RESOURCE_TYPE_MIPMAPPED_ARRAY`). Reads the descriptor of level 0.
+    /// (`CU_RESOURCE_TYPE_MIPMAPPED_ARRAY`). Reads the descriptor of level 0
+    /// ([`cuMipmappedArrayGetLevel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html),
+    /// [`cuArray3DGetDescriptor`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Fails only when the driver refuses either call.
     pub fn mipmapped_array(array: Arc<MipmappedArray>) -> Result<Resource<'static>> {
         let d = array.level(0)?.descriptor()?;
         Ok(Resource {

@@ -139,7 +139,8 @@ impl ResourceViewDescriptor {
         }
     }
 
-    /// A descriptor from its raw form.
+    /// A descriptor from its raw form; a format this crate does not know is an
+    /// [`Error::InvalidArgument`].
     pub fn from_raw(raw: &sys::CUDA_RESOURCE_VIEW_DESC) -> Result<ResourceViewDescriptor> {
         Ok(ResourceViewDescriptor {
             format: ResourceViewFormat::try_from(raw.format)?,

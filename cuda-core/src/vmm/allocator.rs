@@ -47,7 +47,8 @@ pub struct VmmAllocator {
 }
 
 impl VmmAllocator {
-    /// Memory of `context`'s device, readable and writable by it.
+    /// Memory of `context`'s device, readable and writable by it; fails as
+    /// [`with_properties`](Self::with_properties) does.
     pub fn new(context: &Context) -> Result<VmmAllocator> {
         let device = context.device();
         VmmAllocator::with_properties(
@@ -58,6 +59,10 @@ impl VmmAllocator {
     }
 
     /// Memory made with `props`, with access set to `grants` (which must not be empty).
+    ///
+    /// No grant is an [`Error::InvalidArgument`]; the granularity of `props` is read now
+    /// ([`cuMemGetAllocationGranularity`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)), and a device without virtual memory
+    /// management, or properties it does not support, fails there with the driver's status.
     pub fn with_properties(
         context: &Context,
         props: AllocationProperties,

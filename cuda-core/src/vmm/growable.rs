@@ -93,6 +93,10 @@ impl<T: Pod> GrowableBuffer<T> {
     /// As [`new`](Self::new), with the physical memory made with `props` (exportable handle
     /// types, compression, another device) and the access of every chunk set to `grants`
     /// (add other devices here to let them use the buffer). `grants` must not be empty.
+    ///
+    /// A `max_len` of 0 or one whose size overflows, or no grant, is an
+    /// [`Error::InvalidArgument`]; properties the device does not support, or addresses that
+    /// cannot be reserved, fail with the driver's status.
     pub fn with_properties(
         stream: &Stream,
         max_len: usize,
@@ -181,6 +185,10 @@ impl<T: Pod> GrowableBuffer<T> {
     }
 
     /// Appends `src`, growing the buffer, and returns when the copy is done.
+    ///
+    /// Growing past [`max_len`](Self::max_len) is an [`Error::InvalidArgument`], and fails as
+    /// [`resize`](Self::resize) does otherwise; the copy's failure is returned after the buffer
+    /// has grown.
     pub fn extend_from_slice(&mut self, src: &[T]) -> Result<()> {
         if src.is_empty() {
             return Ok(());
@@ -228,7 +236,8 @@ impl<T: Pod> GrowableBuffer<T> {
     crate::memory::device_views!("GrowableBuffer");
 
     /// Copies the buffer into a new `Vec`, in the buffer's stream's order, and returns when it
-    /// is done.
+    /// is done (an empty buffer gives an empty `Vec` without a call). A failed copy, or a fault
+    /// of earlier work on the stream, is the driver's error.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.view().to_vec()
     }

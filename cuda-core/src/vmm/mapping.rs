@@ -74,6 +74,9 @@ impl Mapping {
     /// ([`cuMemSetAccess`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
     /// A device must be granted access before anything on it touches the memory; a device
     /// other than the memory's own needs peer capability with it.
+    ///
+    /// No grant is an [`Error::InvalidArgument`]; a device without peer capability is refused
+    /// by the driver with its status.
     pub fn set_access(&self, grants: &[AccessGrant]) -> Result<()> {
         if grants.is_empty() {
             return Err(Error::invalid("Mapping::set_access", "no access grant was given"));
@@ -88,6 +91,9 @@ impl Mapping {
 
     /// The access `location` has to the mapped memory
     /// ([`cuMemGetAccess`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
+    ///
+    /// Fails with the driver's status when it refuses the query, and with an
+    /// [`Error::InvalidArgument`] for access flags this crate does not know.
     pub fn access(&self, location: MemLocation) -> Result<Access> {
         self.range.context().enter()?;
         let raw_location = location.as_raw();
@@ -138,12 +144,16 @@ impl Mapping {
     /// A shared view of the mapped memory as elements of `T`, whose synchronous copies run in
     /// `stream`'s order. The memory must be readable by `stream`'s device
     /// ([`set_access`](Self::set_access)).
+    ///
+    /// A mapping that is not a whole number of `T`s, or not aligned for `T`, is an
+    /// [`Error::InvalidArgument`].
     pub fn view<'a, T: Pod>(&'a self, stream: &'a Stream) -> Result<DeviceView<'a, T>> {
         let len = self.elements::<T>("Mapping::view")?;
         Ok(DeviceView::new(self.ptr, len, stream))
     }
 
-    /// An exclusive view of the mapped memory as elements of `T`, as [`view`](Self::view).
+    /// An exclusive view of the mapped memory as elements of `T`, as [`view`](Self::view); fails
+    /// as it does.
     pub fn view_mut<'a, T: Pod>(&'a mut self, stream: &'a Stream) -> Result<DeviceViewMut<'a, T>> {
         let len = self.elements::<T>("Mapping::view_mut")?;
         Ok(DeviceViewMut::new(self.ptr, len, stream))

@@ -275,6 +275,10 @@ impl PhysicalMemory {
 
     /// The allocation's properties, as the driver reports them
     /// ([`cuMemGetAllocationPropertiesFromHandle`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
+    ///
+    /// Fails with the driver's status when it refuses the query, and with an
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a location type this crate
+    /// does not know.
     pub fn properties(&self) -> Result<AllocationProperties> {
         self.inner.context.enter()?;
         query_properties(self.inner.raw)

@@ -153,6 +153,10 @@ impl<'a> TensorMapBuilder<'a> {
     /// each; without interleave the innermost takes a multiple of 16 bytes and, with a
     /// swizzle, at most its span)
     /// ([`cuTensorMapEncodeTiled`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TENSOR__MEMORY.html)).
+    ///
+    /// Every requirement above, and those of the builder's dimensions, strides and address, is
+    /// checked first: a mistake is an [`Error::InvalidArgument`] naming the field. What the
+    /// driver still refuses comes back as its status.
     pub fn tiled(&self, box_dims: &[u32]) -> Result<TensorMap<'a>> {
         const OP: &str = "TensorMapBuilder::tiled";
         let (footprint, alignment, element_strides) = self.layout(OP, 1)?;
@@ -251,6 +255,10 @@ impl<'a> TensorMapBuilder<'a> {
     /// `lower_corner_width..upper_corner_width` in W
     /// ([`cuTensorMapEncodeIm2colWide`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TENSOR__MEMORY.html);
     /// CUDA 12.8 and later, compute capability 10.0 and later).
+    ///
+    /// A rank under 3, corners outside the range the rank allows, or counts out of range are
+    /// an [`Error::InvalidArgument`] naming the field; a driver before 12.8 is an
+    /// [`Error::Load`](crate::Error::Load), and a device before 10.0 is refused by the driver.
     pub fn im2col_wide(
         &self,
         lower_corner_width: i32,
