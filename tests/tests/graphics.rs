@@ -171,9 +171,10 @@ fn gl_texture_is_read_and_written_as_arrays() -> TestResult {
             wrong.map(|i| (seen[i], initial[i]))
         );
         level0.copy_from_host(&written)?;
-        let levels = mapped.mipmapped_array(0)?;
-        ensure_eq!(levels.levels(), 2, "the mipmapped view's levels");
+        let levels = mapped.mipmapped_array(0, 2)?;
         ensure_eq!(levels.level(1)?.descriptor()?.width, (width / 2) as usize);
+        let third = levels.level(2).map(drop);
+        ensure!(matches!(third, Err(Error::InvalidArgument { .. })), "level 2 of 2: {third:?}");
     }
     let back = gl.read_texture_r32f(texture, 0, width, height)?;
     let wrong = (0..back.len()).find(|&i| back[i] != written[i]);
@@ -202,9 +203,17 @@ fn egl_image_maps_as_an_egl_frame() -> TestResult {
         ensure_eq!((frame.width(), frame.height(), frame.plane_count()), (width, height, 1), "{frame:?}");
         let mut seen = vec![0u32; data.len()];
         if let Some(array) = frame.plane_array(0) {
-            // SAFETY: the array is the mapped frame's plane; the host buffer holds its bytes.
-            let status = unsafe { sys::cuMemcpyAtoH(seen.as_mut_ptr().cast(), array, 0, seen.len() * 4) };
-            cuda_tests::drv("cuMemcpyAtoH", status)?;
+            // SAFETY: a plain C struct; all zeroes is a valid value.
+            let mut copy: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+            copy.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_ARRAY;
+            copy.srcArray = array;
+            copy.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
+            copy.dstHost = seen.as_mut_ptr().cast();
+            copy.dstPitch = width as usize * 4;
+            copy.WidthInBytes = width as usize * 4;
+            copy.Height = height as usize;
+            // SAFETY: the array is the registered image's plane; the host buffer holds its bytes.
+            cuda_tests::drv("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&copy) })?;
         } else if let Some(ptr) = frame.plane_pointer(0) {
             let pitch = frame.pitch() as usize;
             for row in 0..height as usize {
@@ -230,67 +239,67 @@ fn egl_image_maps_as_an_egl_frame() -> TestResult {
     no_deferred(&ctx)
 }
 
+/// The words of the pitched plane 0 of `frame`, `width` by `height`.
+fn read_pitched(frame: &EglFrame<'_>, width: u32, height: u32) -> Result<Vec<u32>, cuda_tests::Failed> {
+    let ptr = frame.plane_pointer(0).ok_or_else(|| format!("not a pitched frame: {frame:?}"))?;
+    let mut seen = vec![0u32; (width * height) as usize];
+    for row in 0..height as usize {
+        let start = row * width as usize;
+        // SAFETY: each row of the plane holds `width` words.
+        let status = unsafe {
+            sys::cuMemcpyDtoH(
+                seen[start..].as_mut_ptr().cast(),
+                ptr + (row * frame.pitch() as usize) as u64,
+                width as usize * 4,
+            )
+        };
+        cuda_tests::drv("cuMemcpyDtoH", status)?;
+    }
+    Ok(seen)
+}
+
 fn egl_stream_carries_a_cuda_frame() -> TestResult {
     let (gl, ctx, stream) = setup()?;
     let egl_stream = gl.create_stream()?;
     let (width, height) = (64u32, 4u32);
-    let pitch = width * 4;
-    let data: Vec<u32> = (0..width * height).map(|i| 0xabc0_0000 | i).collect();
-    // Each texel is four 8-bit channels (ARGB), one u32 here.
-    let source = DeviceBuffer::from_slice(&stream, &data)?;
+    // Each texel is four 8-bit channels (ARGB), one u32 here; two frames take turns.
+    let first: Vec<u32> = (0..width * height).map(|i| 0xabc0_0000 | i).collect();
+    let second: Vec<u32> = first.iter().map(|v| !v).collect();
+    let buffers = [DeviceBuffer::from_slice(&stream, &first)?, DeviceBuffer::from_slice(&stream, &second)?];
     let outcome = (|| -> TestResult {
         // SAFETY: the EGL stream outlives both connections (destroyed below, after them).
         let mut consumer = unsafe { EglStreamConsumer::connect(&ctx, egl_stream, None)? };
         // SAFETY: as above.
         let mut producer = unsafe { EglStreamProducer::connect(&ctx, egl_stream, width, height)? };
-        let frame = EglFrame::pitched(
-            source.view(),
-            width,
-            height,
-            pitch,
-            4,
-            sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT8,
-            sys::CUeglColorFormat::CU_EGL_COLOR_FORMAT_ARGB,
-        )?;
-        // SAFETY: `source` is neither freed nor written until the frame comes back.
-        if let Err(e) = unsafe { producer.present(&frame, Some(&stream)) } {
-            let mut raw = frame.as_raw();
-            raw.width = width * 4;
-            // SAFETY: as above.
-            let bytes_wide = unsafe { producer.present(&EglFrame::from_raw(raw), None) };
-            let mut raw = frame.as_raw();
-            raw.numChannels = 1;
-            raw.cuFormat = sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32;
-            raw.eglColorFormat = sys::CUeglColorFormat::CU_EGL_COLOR_FORMAT_R;
-            // SAFETY: as above.
-            let r32 = unsafe { producer.present(&EglFrame::from_raw(raw), None) };
-            return Err(format!(
-                "present: {e}; width in bytes: {bytes_wide:?}; R u32: {r32:?}; state {:?}",
-                gl.stream_state(egl_stream)
-            )
-            .into());
+        let frames = buffers
+            .iter()
+            .map(|b| {
+                let (format, color) = (
+                    sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT8,
+                    sys::CUeglColorFormat::CU_EGL_COLOR_FORMAT_ARGB,
+                );
+                EglFrame::pitched(b.view(), width, height, width * 4, 4, format, color)
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        for (frame, data) in frames.iter().zip([&first, &second]) {
+            // SAFETY: the buffers are neither freed nor written until the stream is gone.
+            unsafe { producer.present(frame, Some(&stream))? };
+            let acquired = consumer.acquire(Some(&stream), Some(Duration::from_secs(5)))?;
+            let received = acquired.frame()?;
+            ensure_eq!((received.width(), received.height()), (width, height), "{received:?}");
+            let seen = read_pitched(&received, width, height)?;
+            ensure!(seen == *data, "the consumer received other values (first {:#x})", seen[0]);
+            acquired.release()?;
         }
-        let acquired = consumer.acquire(Some(&stream), Some(Duration::from_secs(5)))?;
-        let received = acquired.frame()?;
-        ensure_eq!((received.width(), received.height()), (width, height), "{received:?}");
-        let ptr = received.plane_pointer(0).ok_or_else(|| format!("not a pitched frame: {received:?}"))?;
-        let mut seen = vec![0u32; data.len()];
-        for row in 0..height as usize {
-            let start = row * width as usize;
-            // SAFETY: each row of the received plane holds `width` words.
-            let status = unsafe {
-                sys::cuMemcpyDtoH(
-                    seen[start..].as_mut_ptr().cast(),
-                    ptr + (row * received.pitch() as usize) as u64,
-                    width as usize * 4,
-                )
-            };
-            cuda_tests::drv("cuMemcpyDtoH", status)?;
-        }
-        ensure!(seen == data, "the consumer received other values (first {:#x})", seen[0]);
-        acquired.release()?;
+        // The stream keeps the latest frame for its consumer and hands the older one back.
         let back = producer.return_frame(Some(&stream))?;
-        ensure_eq!(back.plane_pointer(0), Some(source.as_raw()), "the producer got another frame back");
+        ensure_eq!(back.plane_pointer(0), Some(buffers[0].as_raw()), "the producer got another frame back");
+        let none = producer.return_frame(Some(&stream)).map(|f| f.plane_pointer(0));
+        ensure_eq!(
+            none.err().and_then(|e| e.driver_status()),
+            Some(sys::CUresult::CUDA_ERROR_LAUNCH_TIMEOUT),
+            "a second frame came back while the consumer keeps it"
+        );
         Ok(())
     })();
     gl.destroy_stream(egl_stream);

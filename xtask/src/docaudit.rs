@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Directories and files, relative to the workspace root, left out of the audit.
-pub const EXCLUDED: &[&str] = &["cuda-core/src/interop/"];
+pub const EXCLUDED: &[&str] = &[];
 
 /// The crate audited, relative to the workspace root.
 const SOURCE: &str = "cuda-core/src";

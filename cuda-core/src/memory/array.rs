@@ -414,18 +414,12 @@ impl MipmappedArray {
         MipmappedArray { raw, ctx: ctx.clone(), levels, owned: true, _owner: Some(owner) }
     }
 
-    /// Borrows `raw`, which something else destroys, counting its levels (the driver does not
-    /// say how many there are, so each is asked for until it refuses).
-    pub(crate) fn borrowed<'a>(raw: sys::CUmipmappedArray, ctx: &Context) -> BorrowedMipmappedArray<'a> {
-        let mut levels = 0;
-        let mut level = std::ptr::null_mut();
-        // SAFETY: the array is alive while its owner is; one out-parameter per call.
-        while levels < 32
-            && unsafe { sys::cuMipmappedArrayGetLevel(&mut level, raw, levels) }
-                == sys::CUresult::CUDA_SUCCESS
-        {
-            levels += 1;
-        }
+    /// Borrows `raw`, of `levels` levels, which something else destroys.
+    pub(crate) fn borrowed<'a>(
+        raw: sys::CUmipmappedArray,
+        ctx: &Context,
+        levels: u32,
+    ) -> BorrowedMipmappedArray<'a> {
         let array = MipmappedArray { raw, ctx: ctx.clone(), levels, owned: false, _owner: None };
         BorrowedMipmappedArray { array, _owner: PhantomData }
     }

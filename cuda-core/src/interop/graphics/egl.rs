@@ -340,12 +340,15 @@ pub struct AcquiredFrame<'a> {
 impl AcquiredFrame<'_> {
     /// The frame's planes and formats
     /// ([`cuGraphicsResourceGetMappedEglFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    /// A deferred error of the context, or the driver's refusal, is returned.
     pub fn frame(&self) -> Result<EglFrame<'_>> {
         self.consumer.context.enter()?;
         mapped_egl_frame(self.resource, 0, 0)
     }
 
-    /// Gives the frame back to the stream now, after the work enqueued on its stream.
+    /// Gives the frame back to the stream now, after the work enqueued on its stream
+    /// ([`cuEGLStreamConsumerReleaseFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html));
+    /// the driver's error if the connection is gone.
     pub fn release(mut self) -> Result<()> {
         self.released = true;
         self.consumer.context.enter()?;
@@ -383,6 +386,8 @@ impl EglStreamProducer {
     /// Connects CUDA, in `context`, as the producer of EGL stream `stream`, whose frames are
     /// `width` by `height`; a consumer must be connected first
     /// ([`cuEGLStreamProducerConnect`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    /// Sides that do not fit an `EGLint` are an [`Error::InvalidArgument`]; a stream with no
+    /// consumer, the driver's error.
     ///
     /// # Safety
     ///
@@ -424,7 +429,8 @@ impl EglStreamProducer {
     /// Takes back a frame the consumer has released, ordered on `stream`; its planes are the
     /// caller's again
     /// ([`cuEGLStreamProducerReturnFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
-    /// No released frame is the driver's error.
+    /// While the stream has none to give back (the consumer holds it, or keeps the latest frame
+    /// until a newer one arrives) the driver says `CUDA_ERROR_LAUNCH_TIMEOUT`: call again later.
     pub fn return_frame(&mut self, stream: Option<&Stream>) -> Result<EglFrame<'static>> {
         self.context.enter()?;
         let mut raw_stream = stream_handle(stream);

@@ -303,9 +303,11 @@ impl Mapped<'_> {
         Ok(Array::borrowed(raw, self.stream.context()))
     }
 
-    /// Mapped image `index` with all its levels, as a mipmapped array
+    /// Mapped image `index` as a mipmapped array of `levels` levels
     /// ([`cuGraphicsResourceGetMappedMipmappedArray`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
-    pub fn mipmapped_array(&self, index: usize) -> Result<BorrowedMipmappedArray<'_>> {
+    /// The driver does not say how many levels the graphics API allocated: pass that number,
+    /// which [`MipmappedArray::level`] then checks. A buffer is the driver's error.
+    pub fn mipmapped_array(&self, index: usize, levels: u32) -> Result<BorrowedMipmappedArray<'_>> {
         let resource = self.resource("Mapped::mipmapped_array", index)?;
         self.stream.context().enter()?;
         let mut raw = std::ptr::null_mut();
@@ -313,11 +315,13 @@ impl Mapped<'_> {
         check("cuGraphicsResourceGetMappedMipmappedArray", unsafe {
             sys::cuGraphicsResourceGetMappedMipmappedArray(&mut raw, resource)
         })?;
-        Ok(MipmappedArray::borrowed(raw, self.stream.context()))
+        Ok(MipmappedArray::borrowed(raw, self.stream.context(), levels))
     }
 
     /// Unmaps now, returning the driver's answer
-    /// ([`cuGraphicsUnmapResources`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+    /// ([`cuGraphicsUnmapResources`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)):
+    /// an error of the work on the stream, or of the graphics context, comes back here instead
+    /// of being deferred.
     pub fn unmap(mut self) -> Result<()> {
         self.unmapped = true;
         self.stream.context().enter()?;
