@@ -2,9 +2,9 @@
 //! stream's order.
 
 use super::{Raw, Refused, Win32Handle, fd_raw, settle, win32_raw};
+use crate::Stream;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use crate::{Event, EventFlags, Stream};
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
 use std::os::fd::OwnedFd;
@@ -248,13 +248,16 @@ fn check_params(
 
 /// An imported semaphore, destroyed on drop once the signals and waits enqueued on it are done
 /// ([`cuImportExternalSemaphore`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
+///
+/// Dropping it synchronizes the streams its signals and waits were enqueued on (a wait that is
+/// never signalled therefore blocks the drop). Graphs that signal or wait on it hold it.
 #[derive(Debug)]
 pub struct ExternalSemaphore {
     raw: sys::CUexternalSemaphore,
     context: Context,
     kind: SemaphoreKind,
-    /// Events after the signals and waits not yet known to be done.
-    pending: Mutex<Vec<Event>>,
+    /// The streams its signals and waits were enqueued on, each once.
+    streams: Mutex<Vec<Stream>>,
 }
 
 // SAFETY: a CUexternalSemaphore may be used from any thread; `pending` is behind a lock.
@@ -279,7 +282,7 @@ impl ExternalSemaphore {
             raw,
             context: context.clone(),
             kind,
-            pending: Mutex::new(Vec::new()),
+            streams: Mutex::new(Vec::new()),
         })
     }
 
@@ -339,23 +342,21 @@ impl ExternalSemaphore {
         wait_all(stream, &[(self, params)])
     }
 
-    /// Notes that `stream` uses the semaphore until the work enqueued so far is done.
-    fn track(&self, stream: &Stream) -> Result<()> {
-        let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        pending.retain(|event| !matches!(event.query(), Ok(true)));
-        let event = Event::new(&self.context, EventFlags::DISABLE_TIMING)?;
-        event.record(stream)?;
-        pending.push(event);
-        Ok(())
+    /// Notes that work on `stream` uses the semaphore, for the drop to wait for.
+    fn note(&self, stream: &Stream) {
+        let mut streams = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !streams.iter().any(|s| s.as_raw() == stream.as_raw()) {
+            streams.push(stream.clone());
+        }
     }
 }
 
 impl Drop for ExternalSemaphore {
     fn drop(&mut self) {
-        let pending =
-            std::mem::take(self.pending.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
-        for event in pending {
-            if let Err(e) = event.synchronize() {
+        let streams =
+            std::mem::take(self.streams.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for stream in streams {
+            if let Err(e) = stream.synchronize() {
                 self.context.defer(e);
             }
         }
@@ -381,7 +382,8 @@ pub fn signal_all(stream: &Stream, signals: &[(&ExternalSemaphore, SignalParams)
     check("cuSignalExternalSemaphoresAsync", unsafe {
         sys::cuSignalExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw())
     })?;
-    signals.iter().try_for_each(|(s, _)| s.track(stream))
+    signals.iter().for_each(|(s, _)| s.note(stream));
+    Ok(())
 }
 
 /// Makes the work enqueued on `stream` from now on wait for every semaphore of `waits`, in one
@@ -396,7 +398,8 @@ pub fn wait_all(stream: &Stream, waits: &[(&ExternalSemaphore, WaitParams)]) -> 
     check("cuWaitExternalSemaphoresAsync", unsafe {
         sys::cuWaitExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw())
     })?;
-    waits.iter().try_for_each(|(s, _)| s.track(stream))
+    waits.iter().for_each(|(s, _)| s.note(stream));
+    Ok(())
 }
 
 /// The handle and raw-parameter arrays of a batch, checked.
