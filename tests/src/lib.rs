@@ -171,6 +171,22 @@ macro_rules! ensure_eq {
     }};
 }
 
+/// Fails unless no drop kept an error in `ctx` (see `Context::take_deferred_errors`).
+pub fn no_deferred(ctx: &cuda_core::Context) -> TestResult {
+    let deferred = ctx.take_deferred_errors();
+    ensure!(deferred.is_empty(), "errors were kept from drops: {deferred:?}");
+    Ok(())
+}
+
+/// Fails unless the context of `stream` still allocates, writes and reads a buffer: what a test
+/// checks after provoking an error.
+pub fn still_usable(stream: &cuda_core::Stream) -> TestResult {
+    let data: Vec<u32> = (0..1024).collect();
+    let buffer = cuda_core::DeviceBuffer::from_slice(stream, &data)?;
+    ensure!(buffer.to_vec()? == data, "the context no longer round-trips a buffer");
+    Ok(())
+}
+
 /// Converts a driver status into a test failure that names the call.
 pub fn drv(call: &str, status: cuda_driver_sys::CUresult) -> TestResult {
     if status == cuda_driver_sys::CUresult::CUDA_SUCCESS {

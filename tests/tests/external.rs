@@ -19,7 +19,7 @@ use cuda_core::module::Module;
 use cuda_core::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
 use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use cuda_driver_sys as sys;
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
+use cuda_tests::{Failed, TestResult, ensure, ensure_eq, gpu, gpu_needing, no_deferred, still_usable};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,18 +84,26 @@ fn vulkan_present() -> Result<(), String> {
     vulkan_for(&device).map(drop)
 }
 
-fn no_deferred(ctx: &Context) -> TestResult {
-    let deferred = ctx.take_deferred_errors();
-    ensure!(deferred.is_empty(), "errors were kept from drops: {deferred:?}");
-    Ok(())
+/// Imports the dedicated memory of a Vulkan buffer.
+fn import_buffer(
+    vk: &Vulkan,
+    ctx: &Context,
+    buffer: &vulkan::SharedBuffer,
+) -> Result<ExternalMemory, Failed> {
+    let fd = MemoryHandle::OpaqueFd(vk.export_memory_fd(buffer)?);
+    Ok(ExternalMemory::import(ctx, fd, buffer.allocation_size(), ExternalMemoryFlags::DEDICATED)?)
 }
 
-/// The context still allocates, writes and reads.
-fn still_usable(stream: &Stream) -> TestResult {
-    let data: Vec<u32> = (0..1024).collect();
-    let buffer = DeviceBuffer::from_slice(stream, &data)?;
-    ensure!(buffer.to_vec()? == data, "the context no longer round-trips a buffer");
-    Ok(())
+/// Imports a Vulkan semaphore, binary or timeline as it was made.
+fn import_semaphore(
+    vk: &Vulkan,
+    ctx: &Context,
+    semaphore: &vulkan::SharedSemaphore,
+) -> Result<ExternalSemaphore, Failed> {
+    let fd = vk.export_semaphore_fd(semaphore)?;
+    let handle =
+        if semaphore.is_timeline() { SemaphoreHandle::TimelineFd(fd) } else { SemaphoreHandle::OpaqueFd(fd) };
+    Ok(ExternalSemaphore::import(ctx, handle)?)
 }
 
 fn is_open(fd: &OwnedFd) -> bool {
@@ -219,14 +227,8 @@ fn vulkan_buffer_is_computed_on_between_timeline_signals() -> TestResult {
     let n = 1 << 16;
     let buffer = vk.exportable_buffer((n * 4) as u64)?;
     let timeline = vk.timeline_semaphore(0)?;
-    let memory = ExternalMemory::import(
-        &ctx,
-        MemoryHandle::OpaqueFd(vk.export_memory_fd(&buffer)?),
-        buffer.allocation_size(),
-        ExternalMemoryFlags::DEDICATED,
-    )?;
-    let semaphore =
-        ExternalSemaphore::import(&ctx, SemaphoreHandle::TimelineFd(vk.export_semaphore_fd(&timeline)?))?;
+    let memory = import_buffer(&vk, &ctx, &buffer)?;
+    let semaphore = import_semaphore(&vk, &ctx, &timeline)?;
     ensure_eq!(semaphore.kind(), SemaphoreKind::Timeline);
     // SAFETY: Vulkan writes the buffer only before value 1 and reads it after value 2.
     let mut y = unsafe { memory.map_buffer::<f32>(0, n, &stream)? };
@@ -264,14 +266,8 @@ fn vulkan_binary_semaphore_orders_a_read() -> TestResult {
     let n = 4096;
     let buffer = vk.exportable_buffer((n * 4) as u64)?;
     let binary = vk.binary_semaphore()?;
-    let memory = ExternalMemory::import(
-        &ctx,
-        MemoryHandle::OpaqueFd(vk.export_memory_fd(&buffer)?),
-        buffer.allocation_size(),
-        ExternalMemoryFlags::DEDICATED,
-    )?;
-    let semaphore =
-        ExternalSemaphore::import(&ctx, SemaphoreHandle::OpaqueFd(vk.export_semaphore_fd(&binary)?))?;
+    let memory = import_buffer(&vk, &ctx, &buffer)?;
+    let semaphore = import_semaphore(&vk, &ctx, &binary)?;
     ensure_eq!(semaphore.kind(), SemaphoreKind::Binary);
     // SAFETY: Vulkan reads the buffer only after the semaphore's signal.
     let mut y = unsafe { memory.map_buffer::<u32>(0, n, &stream)? };
@@ -297,8 +293,7 @@ fn vulkan_image_maps_as_a_mipmapped_array() -> TestResult {
         image.allocation_size(),
         ExternalMemoryFlags::DEDICATED,
     )?;
-    let semaphore =
-        ExternalSemaphore::import(&ctx, SemaphoreHandle::TimelineFd(vk.export_semaphore_fd(&timeline)?))?;
+    let semaphore = import_semaphore(&vk, &ctx, &timeline)?;
     let descriptor = ArrayDescriptor {
         width: width as usize,
         height: height as usize,
@@ -363,12 +358,7 @@ fn vulkan_size_larger_than_the_object_is_refused() -> TestResult {
         }
     }
     // The right size imports and maps.
-    let memory = ExternalMemory::import(
-        &ctx,
-        MemoryHandle::OpaqueFd(vk.export_memory_fd(&buffer)?),
-        real,
-        ExternalMemoryFlags::DEDICATED,
-    )?;
+    let memory = import_buffer(&vk, &ctx, &buffer)?;
     // SAFETY: Vulkan does not touch the buffer.
     let mut view = unsafe { memory.map_buffer::<u8>(0, 1 << 20, &stream)? };
     view.view_mut().memset_d8(7)?;
@@ -382,8 +372,7 @@ fn semaphore_parameters_must_fit_the_kind() -> TestResult {
     let (device, ctx, stream) = setup()?;
     let vk = vulkan_for(&device)?;
     let binary = vk.binary_semaphore()?;
-    let semaphore =
-        ExternalSemaphore::import(&ctx, SemaphoreHandle::OpaqueFd(vk.export_semaphore_fd(&binary)?))?;
+    let semaphore = import_semaphore(&vk, &ctx, &binary)?;
     let with_value = semaphore.signal(&stream, SignalParams::value(3));
     let message = match with_value {
         Err(Error::InvalidArgument { message, .. }) => message,
@@ -402,10 +391,7 @@ fn vulkan_timeline_is_waited_on_and_signalled_by_a_graph() -> TestResult {
     let (device, ctx, stream) = setup()?;
     let vk = vulkan_for(&device)?;
     let timeline = vk.timeline_semaphore(0)?;
-    let semaphore = Arc::new(ExternalSemaphore::import(
-        &ctx,
-        SemaphoreHandle::TimelineFd(vk.export_semaphore_fd(&timeline)?),
-    )?);
+    let semaphore = Arc::new(import_semaphore(&vk, &ctx, &timeline)?);
     // Parameters of another kind are refused; a timeline signal without a value sets 0.
     {
         let graph = Graph::new(&ctx)?;

@@ -17,7 +17,7 @@ use cuda_core::interop::graphics::{
 use cuda_core::module::Module;
 use cuda_core::{Context, Device, DeviceBuffer, Error, EventFlags, LaunchConfig, Stream, StreamFlags};
 use cuda_driver_sys as sys;
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu_needing};
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu_needing, no_deferred, still_usable};
 use egl::Gl;
 use std::time::Duration;
 
@@ -87,19 +87,6 @@ fn egl_fence_present() -> Result<(), String> {
             "the driver does not provide cuEventCreateFromEGLSync (NVIDIA provides it on Tegra)".into()
         );
     }
-    Ok(())
-}
-
-fn no_deferred(ctx: &Context) -> TestResult {
-    let deferred = ctx.take_deferred_errors();
-    ensure!(deferred.is_empty(), "errors were kept from drops: {deferred:?}");
-    Ok(())
-}
-
-fn still_usable(stream: &Stream) -> TestResult {
-    let data: Vec<u32> = (0..1024).collect();
-    let buffer = DeviceBuffer::from_slice(stream, &data)?;
-    ensure!(buffer.to_vec()? == data, "the context no longer round-trips a buffer");
     Ok(())
 }
 

@@ -18,7 +18,7 @@ use cuda_core::vmm::{
     PhysicalMemory, VmmAllocator, VmmSupport,
 };
 use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing, multi_gpu};
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing, multi_gpu, no_deferred};
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -80,12 +80,6 @@ fn invalid<T: std::fmt::Debug>(result: Result<T, Error>, what: &str) -> Result<S
         Err(e @ Error::InvalidArgument { .. }) => Ok(e.to_string()),
         other => Err(format!("{what}: expected an InvalidArgument, got {other:?}").into()),
     }
-}
-
-fn no_deferred(ctx: &Context) -> TestResult {
-    let deferred = ctx.take_deferred_errors();
-    ensure!(deferred.is_empty(), "errors were kept from drops: {deferred:?}");
-    Ok(())
 }
 
 fn granularity_and_support() -> TestResult {
