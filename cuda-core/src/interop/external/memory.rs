@@ -121,7 +121,9 @@ impl ExternalMemory {
     /// On success a file descriptor belongs to the driver; on failure everything comes back
     /// in the [`Refused`]: a size of 0 is an [`Error::InvalidArgument`], a Windows handle off
     /// Windows [`Error::Unsupported`], and a descriptor that is not a memory object of this
-    /// device, or a size larger than the object, the driver's error.
+    /// device the driver's error. The driver takes the size on trust where it cannot check it
+    /// (an opaque Vulkan descriptor): a size larger than the object imports, and mapping its
+    /// bytes past the object is then the driver's error.
     pub fn import(
         context: &Context,
         handle: MemoryHandle,
