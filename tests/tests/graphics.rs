@@ -1,6 +1,6 @@
 //! Graphics interop against a real OpenGL context made through EGL with no display: a GL
 //! buffer written by a kernel while mapped and read back with GL, a GL texture read and written
-//! as CUDA arrays, an EGL image read as an EGL frame, an EGL stream carrying a CUDA frame
+//! as CUDA arrays, an EGL image read and written through its EGL frame, an EGL stream carrying a CUDA frame
 //! from producer to consumer, and an event made from an EGL fence. Names that do not exist, a
 //! resource mapped behind the guard's back, and the wrong view of a mapping are refused with
 //! typed errors, and the context goes on.
@@ -34,7 +34,11 @@ fn main() {
             egl_present,
             gl_texture_is_read_and_written_as_arrays,
         ),
-        gpu_needing("egl_image_maps_as_an_egl_frame", egl_image_present, egl_image_maps_as_an_egl_frame),
+        gpu_needing(
+            "egl_image_is_read_and_written_through_its_frame",
+            egl_image_present,
+            egl_image_is_read_and_written_through_its_frame,
+        ),
         gpu_needing("egl_stream_carries_a_cuda_frame", egl_stream_present, egl_stream_carries_a_cuda_frame),
         gpu_needing("egl_fence_becomes_an_event", egl_fence_present, egl_fence_becomes_an_event),
         gpu_needing(
@@ -175,51 +179,49 @@ fn gl_texture_is_read_and_written_as_arrays() -> TestResult {
     no_deferred(&ctx)
 }
 
-fn egl_image_maps_as_an_egl_frame() -> TestResult {
-    let (gl, ctx, _stream) = setup()?;
+/// Copies `width` by `height` texels of 4 bytes between CUDA array `array` and `host`, in the
+/// direction `to_host` says.
+fn copy_plane(array: sys::CUarray, width: u32, height: u32, host: &mut [u32], to_host: bool) -> TestResult {
+    ensure_eq!(host.len(), (width * height) as usize);
+    // SAFETY: a plain C struct; all zeroes is a valid value.
+    let mut copy: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+    if to_host {
+        (copy.srcMemoryType, copy.srcArray) = (sys::CUmemorytype::CU_MEMORYTYPE_ARRAY, array);
+        (copy.dstMemoryType, copy.dstHost, copy.dstPitch) =
+            (sys::CUmemorytype::CU_MEMORYTYPE_HOST, host.as_mut_ptr().cast(), width as usize * 4);
+    } else {
+        (copy.srcMemoryType, copy.srcHost, copy.srcPitch) =
+            (sys::CUmemorytype::CU_MEMORYTYPE_HOST, host.as_ptr().cast(), width as usize * 4);
+        (copy.dstMemoryType, copy.dstArray) = (sys::CUmemorytype::CU_MEMORYTYPE_ARRAY, array);
+    }
+    (copy.WidthInBytes, copy.Height) = (width as usize * 4, height as usize);
+    // SAFETY: the array is `width` by `height` texels of 4 bytes, and so is `host`.
+    cuda_tests::drv("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&copy) })
+}
+
+fn egl_image_is_read_and_written_through_its_frame() -> TestResult {
+    let (gl, ctx, stream) = setup()?;
     let (width, height) = (32u32, 8u32);
     let data: Vec<u32> = (0..width * height).map(|i| 0x8000_0000 | (i * 0x0101)).collect();
     let texture = gl.create_texture_rgba8(width, height, &data)?;
     let image = gl.create_image_from_texture(texture)?;
     // SAFETY: the image lives until after the resource is dropped.
-    let resource = unsafe { GraphicsResource::egl_image(&ctx, image, MapFlags::ReadOnly)? };
+    let resource = unsafe { GraphicsResource::egl_image(&ctx, image, MapFlags::ReadWrite)? };
     // Nothing orders the two APIs' work on an EGL image: GL finishes before CUDA reads.
     gl.finish();
-    {
-        let frame = resource.egl_frame(0, 0)?;
-        ensure_eq!((frame.width(), frame.height(), frame.plane_count()), (width, height, 1), "{frame:?}");
-        let mut seen = vec![0u32; data.len()];
-        if let Some(array) = frame.plane_array(0) {
-            // SAFETY: a plain C struct; all zeroes is a valid value.
-            let mut copy: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-            copy.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_ARRAY;
-            copy.srcArray = array;
-            copy.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
-            copy.dstHost = seen.as_mut_ptr().cast();
-            copy.dstPitch = width as usize * 4;
-            copy.WidthInBytes = width as usize * 4;
-            copy.Height = height as usize;
-            // SAFETY: the array is the registered image's plane; the host buffer holds its bytes.
-            cuda_tests::drv("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&copy) })?;
-        } else if let Some(ptr) = frame.plane_pointer(0) {
-            let pitch = frame.pitch() as usize;
-            for row in 0..height as usize {
-                let start = row * width as usize;
-                // SAFETY: row `row` of the pitched plane holds `width` texels.
-                let status = unsafe {
-                    sys::cuMemcpyDtoH(
-                        seen[start..].as_mut_ptr().cast(),
-                        ptr + (row * pitch) as u64,
-                        width as usize * 4,
-                    )
-                };
-                cuda_tests::drv("cuMemcpyDtoH", status)?;
-            }
-        } else {
-            return Err(format!("the frame has no plane 0: {frame:?}").into());
-        }
-        ensure!(seen == data, "the EGL frame holds other values (first {:#x}, {frame:?})", seen[0]);
-    }
+    let frame = resource.egl_frame(0, 0)?;
+    ensure_eq!((frame.width(), frame.height(), frame.plane_count()), (width, height, 1), "{frame:?}");
+    let array = frame.plane_array(0).ok_or_else(|| format!("the frame is not made of arrays: {frame:?}"))?;
+    let mut seen = vec![0u32; data.len()];
+    copy_plane(array, width, height, &mut seen, true)?;
+    ensure!(seen == data, "the EGL frame holds other values (first {:#x}, {frame:?})", seen[0]);
+    // CUDA writes the image; once CUDA's work is done, GL reads what it wrote.
+    let mut written: Vec<u32> = data.iter().map(|v| v.rotate_left(8)).collect();
+    copy_plane(array, width, height, &mut written, false)?;
+    stream.synchronize()?;
+    ctx.synchronize()?;
+    let back = gl.read_texture_rgba8(texture, width, height)?;
+    ensure!(back == written, "GL reads other texels than CUDA wrote (first {:#x})", back[0]);
     drop(resource);
     gl.destroy_image(image);
     gl.delete_texture(texture);

@@ -548,7 +548,32 @@ impl Gl {
         width: u32,
         height: u32,
     ) -> Result<Vec<f32>, String> {
-        self.begin("read_texture_r32f")?;
+        let (_, _, count) = level_extent(width, height, 1, 0)?;
+        let mut floats = vec![0f32; count];
+        self.read_level(name, level, (width, height), (GL_RED, GL_FLOAT), floats.as_mut_ptr().cast())?;
+        Ok(floats)
+    }
+
+    /// The texels of level 0 of an RGBA8 texture, one `u32` of R, G, B, A bytes in memory order
+    /// each (glGetTexImage GL_RGBA GL_UNSIGNED_BYTE), after glFinish.
+    pub fn read_texture_rgba8(&self, name: u32, width: u32, height: u32) -> Result<Vec<u32>, String> {
+        let (_, _, count) = level_extent(width, height, 1, 0)?;
+        let mut texels = vec![0u32; count];
+        self.read_level(name, 0, (width, height), (GL_RGBA, GL_UNSIGNED_BYTE), texels.as_mut_ptr().cast())?;
+        Ok(texels)
+    }
+
+    /// Reads level `level` of texture `name`, which must be `width` by `height`, into `out`
+    /// as `format` and `kind` (4 bytes a texel).
+    fn read_level(
+        &self,
+        name: u32,
+        level: u32,
+        (width, height): (u32, u32),
+        (format, kind): (GLenum, GLenum),
+        out: *mut c_void,
+    ) -> Result<(), String> {
+        self.begin("read_texture")?;
         let level = GLint::try_from(level).map_err(|_| "level out of range")?;
         let (mut w, mut h) = (0, 0);
         // SAFETY: the context is current; one int is written to each of `w` and `h`.
@@ -562,16 +587,15 @@ impl Gl {
             if i64::from(w) != i64::from(width) || i64::from(h) != i64::from(height) {
                 return Err(format!("level {level} of texture {name} is {w}x{h}, not {width}x{height}"));
             }
-            let (_, _, count) = level_extent(width, height, 1, 0)?;
-            let mut floats = vec![0f32; count];
-            // SAFETY: the level holds exactly `count` floats, rows 4-byte aligned as
-            // GL_PACK_ALIGNMENT says, written to client memory as no pack buffer is bound.
+            // SAFETY: the caller's `out` holds width * height texels of 4 bytes, rows 4-byte
+            // aligned as GL_PACK_ALIGNMENT says, written to client memory as no pack buffer is
+            // bound.
             unsafe {
                 (self.gl.glBindBuffer)(GL_PIXEL_PACK_BUFFER, 0);
                 (self.gl.glPixelStorei)(GL_PACK_ALIGNMENT, 4);
-                (self.gl.glGetTexImage)(GL_TEXTURE_2D, level, GL_RED, GL_FLOAT, floats.as_mut_ptr().cast());
+                (self.gl.glGetTexImage)(GL_TEXTURE_2D, level, format, kind, out);
             }
-            self.check("glGetTexImage").map(|()| floats)
+            self.check("glGetTexImage")
         });
         // SAFETY: unbinding is always valid.
         unsafe { (self.gl.glBindTexture)(GL_TEXTURE_2D, 0) };
