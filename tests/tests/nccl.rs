@@ -41,6 +41,11 @@ fn main() {
         multi_gpu("pre_mul_sum_scales_before_summing", 2, collectives::pre_mul_sum_scales_before_summing),
         multi_gpu("fp8_sums_where_the_library_and_device_have_them", 2, collectives::fp8_sums),
         multi_gpu("send_recv_ring_in_a_group", 2, collectives::send_recv_ring_in_a_group),
+        multi_gpu(
+            "all_to_all_gather_and_scatter_move_blocks",
+            2,
+            collectives::all_to_all_gather_and_scatter_move_blocks,
+        ),
         multi_gpu("split_reorders_and_drops_ranks", 2, lifecycle::split_reorders_and_drops_ranks),
         multi_gpu("registered_nccl_memory_reduces", 2, lifecycle::registered_nccl_memory_reduces),
         multi_gpu(

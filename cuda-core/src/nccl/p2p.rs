@@ -1,4 +1,4 @@
-//! Point-to-point calls (send, receive) and the all-to-all exchange.
+//! Point-to-point calls (send, receive), the all-to-all exchange, gather and scatter.
 
 use super::buffers::{Input, Output};
 use super::collective::{address, disjoint, valid_rank};
@@ -124,5 +124,122 @@ impl Communicator {
             self.status("ncclRecv", got)?;
         }
         group.end()
+    }
+
+    /// Gathers `send` of every rank into `recv` on rank `root`: block `i` of the root's
+    /// `recv` receives rank `i`'s `send`
+    /// ([`ncclGather`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclgather),
+    /// NCCL 2.28). Every rank sends the same length; the root's `recv` holds that times the
+    /// rank count. Other ranks receive nothing and pass `None` (a buffer they pass is not
+    /// touched).
+    ///
+    /// A `root` past the last rank, no `recv` on the root or one of another length, overlapping
+    /// memory, or memory or a stream of another device is an [`Error::InvalidArgument`]
+    /// ([what is checked before a call](crate::nccl#what-is-checked-before-a-call)); NCCL older
+    /// than 2.28 is an [`Error::Load`] naming both versions.
+    pub fn gather<T: DataType, R: Output<T>>(
+        &self,
+        send: impl Input<T>,
+        recv: Option<R>,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::gather";
+        self.prologue::<T>(OP, stream)?;
+        require("ncclGather", since::ALL_TO_ALL)?;
+        self.on_device(OP, &send)?;
+        let ranks = self.count()?;
+        let root = valid_rank(OP, "root", root, ranks)?;
+        let recv = self.root_side(OP, recv, root, send.count(), ranks)?;
+        if let Some(recv) = &recv {
+            disjoint(OP, &send, recv)?;
+        }
+        let r = recv.as_ref().map_or(std::ptr::null_mut(), address);
+        // SAFETY: `send` is device memory of the communicator's device; on the root `recv`
+        // holds `ranks` blocks of `send.count()` elements (checked above); both are kept alive
+        // by the borrows until the work is queued.
+        let status = unsafe {
+            nccl::ncclGather(
+                address(&send),
+                r,
+                send.count(),
+                T::RAW,
+                root,
+                self.as_raw(),
+                stream.as_raw().cast(),
+            )
+        };
+        self.status("ncclGather", status)
+    }
+
+    /// Scatters `send` of rank `root` to every rank: rank `i`'s `recv` receives block `i` of
+    /// the root's `send`
+    /// ([`ncclScatter`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html#ncclscatter),
+    /// NCCL 2.28). Every rank receives the same length; the root's `send` holds that times the
+    /// rank count. Other ranks send nothing and pass `None` (a buffer they pass is not read).
+    ///
+    /// Errors as for [`gather`](Self::gather), with the roles of the two buffers swapped.
+    pub fn scatter<T: DataType, S: Input<T>>(
+        &self,
+        send: Option<S>,
+        recv: impl Output<T>,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        const OP: &str = "Communicator::scatter";
+        self.prologue::<T>(OP, stream)?;
+        require("ncclScatter", since::ALL_TO_ALL)?;
+        self.on_device(OP, &recv)?;
+        let ranks = self.count()?;
+        let root = valid_rank(OP, "root", root, ranks)?;
+        let send = self.root_side(OP, send, root, recv.count(), ranks)?;
+        if let Some(send) = &send {
+            disjoint(OP, send, &recv)?;
+        }
+        let s = send.as_ref().map_or(std::ptr::null_mut(), address);
+        // SAFETY: as in `gather`, with the roles swapped.
+        let status = unsafe {
+            nccl::ncclScatter(
+                s,
+                address(&recv),
+                recv.count(),
+                T::RAW,
+                root,
+                self.as_raw(),
+                stream.as_raw().cast(),
+            )
+        };
+        self.status("ncclScatter", status)
+    }
+
+    /// The root's whole buffer of a gather or scatter, checked: present on the root, on the
+    /// communicator's device, `ranks` blocks of `block` elements; `None` on the other ranks.
+    fn root_side<T, M: Input<T>>(
+        &self,
+        operation: &'static str,
+        memory: Option<M>,
+        root: i32,
+        block: usize,
+        ranks: usize,
+    ) -> Result<Option<M>> {
+        if usize::try_from(root).ok() != Some(self.rank()?) {
+            return Ok(None);
+        }
+        let memory = memory.ok_or_else(|| {
+            Error::invalid(operation, "the root needs the buffer of every rank's block; it was given None")
+        })?;
+        self.on_device(operation, &memory)?;
+        let whole =
+            block.checked_mul(ranks).ok_or_else(|| Error::invalid(operation, "the length overflows"))?;
+        if memory.count() != whole {
+            return Err(Error::invalid(
+                operation,
+                format!(
+                    "the root's buffer holds {} elements; it needs {ranks} blocks of {block}",
+                    memory.count()
+                ),
+            ));
+        }
+        Ok(Some(memory))
     }
 }

@@ -274,3 +274,67 @@ pub fn send_recv_ring_in_a_group() -> TestResult {
     }
     Ok(())
 }
+
+pub fn all_to_all_gather_and_scatter_move_blocks() -> TestResult {
+    let _serial = serial();
+    let ranks = clique()?;
+    let n = ranks.len();
+    let block = LEN / n;
+
+    // All-to-all: block j of rank i's send lands in block i of rank j's recv.
+    let send = upload(&ranks, |r| input::<f32>(r, LEN))?;
+    let mut recv = zeros::<f32>(&ranks, LEN)?;
+    each(&ranks, |i, r| r.comm.all_to_all(&send[i], &mut recv[i], &r.stream))?;
+    for (rank, got) in download(&ranks, &recv)?.into_iter().enumerate() {
+        let want: Vec<f32> = (0..n)
+            .flat_map(|from| input::<f32>(from, LEN)[rank * block..(rank + 1) * block].to_vec())
+            .collect();
+        ensure_eq!(got, want, "all-to-all, rank {rank}");
+    }
+
+    // Gather to rank 1: block i of its recv is rank i's send; rank 0 passes no recv.
+    let send = upload(&ranks, |r| input::<i32>(r, block))?;
+    let mut gathered = zeros::<i32>(&ranks, LEN)?;
+    let (_, root_side) = gathered.split_at_mut(1);
+    let mut outs = [None, Some(&mut root_side[0])];
+    each(&ranks, |i, r| r.comm.gather(&send[i], outs[i].as_deref_mut(), 1, &r.stream))?;
+    let got = download(&ranks, &gathered)?;
+    let want: Vec<i32> = (0..n).flat_map(|from| input::<i32>(from, block)).collect();
+    ensure_eq!(got[1], want, "gather to rank 1");
+    ensure_eq!(got[0], vec![0; LEN], "gather wrote a rank that is not the root");
+
+    // Scatter from rank 0: rank i's recv is block i of the root's send.
+    let whole = upload(&ranks, |r| input::<i32>(r, LEN))?;
+    let mut parts = zeros::<i32>(&ranks, block)?;
+    each(&ranks, |i, r| {
+        let root_send = if i == 0 { Some(&whole[0]) } else { None };
+        r.comm.scatter(root_send, &mut parts[i], 0, &r.stream)
+    })?;
+    for (rank, got) in download(&ranks, &parts)?.into_iter().enumerate() {
+        ensure_eq!(
+            got,
+            input::<i32>(0, LEN)[rank * block..(rank + 1) * block].to_vec(),
+            "scatter, rank {rank}"
+        );
+    }
+
+    // The root's buffer must be there and hold every block; nothing is queued otherwise.
+    let r0 = &ranks[0];
+    let mut short = DeviceBuffer::<i32>::zeroed(&r0.stream, LEN - 1)?;
+    refused("gather into a short root buffer", r0.comm.gather(&send[0], Some(&mut short), 0, &r0.stream))?;
+    refused(
+        "gather with no root buffer",
+        r0.comm.gather(&send[0], None::<&mut DeviceBuffer<i32>>, 0, &r0.stream),
+    )?;
+    refused(
+        "scatter from no root buffer",
+        r0.comm.scatter(None::<&DeviceBuffer<i32>>, &mut parts[0], 0, &r0.stream),
+    )?;
+    refused("gather to rank 2 of 2", r0.comm.gather(&send[0], Some(&mut short), 2, &r0.stream))?;
+    let mut odd = DeviceBuffer::<f32>::zeroed(&r0.stream, LEN - 1)?;
+    let odd_send = DeviceBuffer::<f32>::zeroed(&r0.stream, LEN - 1)?;
+    refused(
+        "all-to-all of a length not a multiple of the ranks",
+        r0.comm.all_to_all(&odd_send, &mut odd, &r0.stream),
+    )
+}
