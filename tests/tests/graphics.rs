@@ -179,26 +179,6 @@ fn gl_texture_is_read_and_written_as_arrays() -> TestResult {
     no_deferred(&ctx)
 }
 
-/// Copies `width` by `height` texels of 4 bytes between CUDA array `array` and `host`, in the
-/// direction `to_host` says.
-fn copy_plane(array: sys::CUarray, width: u32, height: u32, host: &mut [u32], to_host: bool) -> TestResult {
-    ensure_eq!(host.len(), (width * height) as usize);
-    // SAFETY: a plain C struct; all zeroes is a valid value.
-    let mut copy: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-    if to_host {
-        (copy.srcMemoryType, copy.srcArray) = (sys::CUmemorytype::CU_MEMORYTYPE_ARRAY, array);
-        (copy.dstMemoryType, copy.dstHost, copy.dstPitch) =
-            (sys::CUmemorytype::CU_MEMORYTYPE_HOST, host.as_mut_ptr().cast(), width as usize * 4);
-    } else {
-        (copy.srcMemoryType, copy.srcHost, copy.srcPitch) =
-            (sys::CUmemorytype::CU_MEMORYTYPE_HOST, host.as_ptr().cast(), width as usize * 4);
-        (copy.dstMemoryType, copy.dstArray) = (sys::CUmemorytype::CU_MEMORYTYPE_ARRAY, array);
-    }
-    (copy.WidthInBytes, copy.Height) = (width as usize * 4, height as usize);
-    // SAFETY: the array is `width` by `height` texels of 4 bytes, and so is `host`.
-    cuda_tests::drv("cuMemcpy2D", unsafe { sys::cuMemcpy2D(&copy) })
-}
-
 fn egl_image_is_read_and_written_through_its_frame() -> TestResult {
     let (gl, ctx, stream) = setup()?;
     let (width, height) = (32u32, 8u32);
@@ -211,13 +191,13 @@ fn egl_image_is_read_and_written_through_its_frame() -> TestResult {
     gl.finish();
     let frame = resource.egl_frame(0, 0)?;
     ensure_eq!((frame.width(), frame.height(), frame.plane_count()), (width, height, 1), "{frame:?}");
-    let array = frame.plane_array(0).ok_or_else(|| format!("the frame is not made of arrays: {frame:?}"))?;
+    let mut array = frame.array(0).ok_or_else(|| format!("the frame is not made of arrays: {frame:?}"))?;
     let mut seen = vec![0u32; data.len()];
-    copy_plane(array, width, height, &mut seen, true)?;
+    array.copy_to_host(&mut seen)?;
     ensure!(seen == data, "the EGL frame holds other values (first {:#x}, {frame:?})", seen[0]);
     // CUDA writes the image; once CUDA's work is done, GL reads what it wrote.
-    let mut written: Vec<u32> = data.iter().map(|v| v.rotate_left(8)).collect();
-    copy_plane(array, width, height, &mut written, false)?;
+    let written: Vec<u32> = data.iter().map(|v| v.rotate_left(8)).collect();
+    array.copy_from_host(&written)?;
     stream.synchronize()?;
     ctx.synchronize()?;
     let back = gl.read_texture_rgba8(texture, width, height)?;

@@ -4,12 +4,11 @@
 use super::{GraphicsResource, MapFlags};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use crate::memory::{ArrayDescriptor, ArrayFlags, DeviceView};
+use crate::memory::{Array, ArrayDescriptor, ArrayFlags, BorrowedArray, DeviceView};
 use crate::{Event, EventFlags, Stream};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
-use std::marker::PhantomData;
 use std::time::Duration;
 
 /// A frame of an EGL image or stream (`CUeglFrame`): up to three planes, each a CUDA array or
@@ -18,7 +17,9 @@ use std::time::Duration;
 #[derive(Clone, Copy)]
 pub struct EglFrame<'a> {
     raw: sys::CUeglFrame,
-    _planes: PhantomData<&'a ()>,
+    /// The context of the resource the frame came from (for its array planes); it also ties
+    /// the frame to what holds its planes.
+    context: Option<&'a Context>,
 }
 
 impl std::fmt::Debug for EglFrame<'_> {
@@ -92,7 +93,7 @@ impl<'a> EglFrame<'a> {
         raw.frameType = sys::CUeglFrameType::CU_EGL_FRAME_TYPE_PITCH;
         raw.eglColorFormat = color_format;
         raw.cuFormat = format;
-        Ok(EglFrame { raw, _planes: PhantomData })
+        Ok(EglFrame { raw, context: None })
     }
 
     /// Wraps a raw frame.
@@ -101,7 +102,7 @@ impl<'a> EglFrame<'a> {
     ///
     /// Its planes stay valid for `'a`.
     pub unsafe fn from_raw(raw: sys::CUeglFrame) -> EglFrame<'a> {
-        EglFrame { raw, _planes: PhantomData }
+        EglFrame { raw, context: None }
     }
 
     /// The raw `CUeglFrame`.
@@ -163,7 +164,14 @@ impl<'a> EglFrame<'a> {
         unsafe { self.raw.frame.pPitch }.get(plane).map(|p| *p as sys::CUdeviceptr)
     }
 
-    /// The CUDA array of plane `plane`, if the frame is made of arrays and has it.
+    /// Plane `plane` as an [`Array`] to copy to and from, if the frame is made of arrays, has
+    /// the plane, and came from a registered resource or an acquired stream frame.
+    pub fn array(&self, plane: usize) -> Option<BorrowedArray<'a>> {
+        let context = self.context?;
+        self.plane_array(plane).map(|raw| Array::borrowed(raw, context))
+    }
+
+    /// The raw CUDA array of plane `plane`, if the frame is made of arrays and has it.
     pub fn plane_array(&self, plane: usize) -> Option<sys::CUarray> {
         if self.is_pitched() || plane >= self.raw.planeCount as usize {
             return None;
@@ -174,6 +182,7 @@ impl<'a> EglFrame<'a> {
 }
 
 fn mapped_egl_frame<'a>(
+    context: &'a Context,
     resource: sys::CUgraphicsResource,
     index: u32,
     mip_level: u32,
@@ -184,7 +193,7 @@ fn mapped_egl_frame<'a>(
     check("cuGraphicsResourceGetMappedEglFrame", unsafe {
         sys::cuGraphicsResourceGetMappedEglFrame(&mut raw, resource, index, mip_level)
     })?;
-    Ok(EglFrame { raw, _planes: PhantomData })
+    Ok(EglFrame { raw, context: Some(context) })
 }
 
 impl GraphicsResource {
@@ -221,7 +230,7 @@ impl GraphicsResource {
     /// that is no EGL image is the driver's error.
     pub fn egl_frame(&self, index: u32, mip_level: u32) -> Result<EglFrame<'_>> {
         self.context.enter()?;
-        mapped_egl_frame(self.raw, index, mip_level)
+        mapped_egl_frame(&self.context, self.raw, index, mip_level)
     }
 }
 
@@ -343,7 +352,7 @@ impl AcquiredFrame<'_> {
     /// A deferred error of the context, or the driver's refusal, is returned.
     pub fn frame(&self) -> Result<EglFrame<'_>> {
         self.consumer.context.enter()?;
-        mapped_egl_frame(self.resource, 0, 0)
+        mapped_egl_frame(&self.consumer.context, self.resource, 0, 0)
     }
 
     /// Gives the frame back to the stream now, after the work enqueued on its stream
@@ -440,7 +449,7 @@ impl EglStreamProducer {
         check("cuEGLStreamProducerReturnFrame", unsafe {
             sys::cuEGLStreamProducerReturnFrame(&mut self.conn, &mut raw, &mut raw_stream)
         })?;
-        Ok(EglFrame { raw, _planes: PhantomData })
+        Ok(EglFrame { raw, context: None })
     }
 }
 
