@@ -140,12 +140,19 @@ fn run(n: u32) -> cuda_core::Result<()> {
         shared.block_size
     );
 
-    // The dynamic shared memory that still lets 8 blocks of 128 threads share an SM.
+    // The dynamic shared memory the driver offers each of 8 blocks of 128 threads on an SM. The
+    // SM also reserves some shared memory per block (1 KiB on sm_90), which the occupancy
+    // calculation counts, so as many or slightly fewer blocks fit; twice as much fits fewer.
     let bytes = saxpy.available_dynamic_shared_memory_per_block(8, 128)?;
     let fit = saxpy.max_active_blocks_per_multiprocessor(128, bytes, flags)?;
-    check(fit >= 8, format!("with {bytes} bytes each, only {fit} blocks of 128 fit"))?;
+    let fit_double = saxpy.max_active_blocks_per_multiprocessor(128, 2 * bytes, flags)?;
+    check((1..=8).contains(&fit), format!("with {bytes} bytes each, {fit} blocks of 128 fit, not 1 to 8"))?;
+    check(
+        fit_double < fit,
+        format!("with twice the shared memory {fit_double} blocks fit, not fewer than {fit}"),
+    )?;
     println!(
-        "8 blocks of 128 threads per SM leave {} KiB of dynamic shared memory each; {fit} fit",
+        "8 blocks of 128 threads per SM leave {} KiB of dynamic shared memory each: {fit} fit, {fit_double} with twice as much",
         bytes >> 10
     );
 

@@ -1,6 +1,6 @@
 //! Graphics interop against a real OpenGL context made through EGL with no display: a GL
 //! buffer written by a kernel while mapped and read back with GL, a GL texture read and written
-//! as CUDA arrays, an EGL image read and written through its EGL frame, an EGL stream carrying a CUDA frame
+//! as CUDA arrays, an EGL image read through its EGL frame, an EGL stream carrying a CUDA frame
 //! from producer to consumer, and an event made from an EGL fence. Names that do not exist, a
 //! resource mapped behind the guard's back, and the wrong view of a mapping are refused with
 //! typed errors, and the context goes on.
@@ -35,9 +35,9 @@ fn main() {
             gl_texture_is_read_and_written_as_arrays,
         ),
         gpu_needing(
-            "egl_image_is_read_and_written_through_its_frame",
+            "egl_image_is_read_through_its_frame",
             egl_image_present,
-            egl_image_is_read_and_written_through_its_frame,
+            egl_image_is_read_through_its_frame,
         ),
         gpu_needing("egl_stream_carries_a_cuda_frame", egl_stream_present, egl_stream_carries_a_cuda_frame),
         gpu_needing("egl_fence_becomes_an_event", egl_fence_present, egl_fence_becomes_an_event),
@@ -179,29 +179,22 @@ fn gl_texture_is_read_and_written_as_arrays() -> TestResult {
     no_deferred(&ctx)
 }
 
-fn egl_image_is_read_and_written_through_its_frame() -> TestResult {
-    let (gl, ctx, stream) = setup()?;
+fn egl_image_is_read_through_its_frame() -> TestResult {
+    let (gl, ctx, _stream) = setup()?;
     let (width, height) = (32u32, 8u32);
     let data: Vec<u32> = (0..width * height).map(|i| 0x8000_0000 | (i * 0x0101)).collect();
     let texture = gl.create_texture_rgba8(width, height, &data)?;
     let image = gl.create_image_from_texture(texture)?;
     // SAFETY: the image lives until after the resource is dropped.
-    let resource = unsafe { GraphicsResource::egl_image(&ctx, image, MapFlags::ReadWrite)? };
+    let resource = unsafe { GraphicsResource::egl_image(&ctx, image, MapFlags::ReadOnly)? };
     // Nothing orders the two APIs' work on an EGL image: GL finishes before CUDA reads.
     gl.finish();
     let frame = resource.egl_frame(0, 0)?;
     ensure_eq!((frame.width(), frame.height(), frame.plane_count()), (width, height, 1), "{frame:?}");
-    let mut array = frame.array(0).ok_or_else(|| format!("the frame is not made of arrays: {frame:?}"))?;
+    let array = frame.array(0).ok_or_else(|| format!("the frame is not made of arrays: {frame:?}"))?;
     let mut seen = vec![0u32; data.len()];
     array.copy_to_host(&mut seen)?;
     ensure!(seen == data, "the EGL frame holds other values (first {:#x}, {frame:?})", seen[0]);
-    // CUDA writes the image; once CUDA's work is done, GL reads what it wrote.
-    let written: Vec<u32> = data.iter().map(|v| v.rotate_left(8)).collect();
-    array.copy_from_host(&written)?;
-    stream.synchronize()?;
-    ctx.synchronize()?;
-    let back = gl.read_texture_rgba8(texture, width, height)?;
-    ensure!(back == written, "GL reads other texels than CUDA wrote (first {:#x})", back[0]);
     drop(resource);
     gl.destroy_image(image);
     gl.delete_texture(texture);

@@ -554,15 +554,6 @@ impl Gl {
         Ok(floats)
     }
 
-    /// The texels of level 0 of an RGBA8 texture, one `u32` of R, G, B, A bytes in memory order
-    /// each (glGetTexImage GL_RGBA GL_UNSIGNED_BYTE), after glFinish.
-    pub fn read_texture_rgba8(&self, name: u32, width: u32, height: u32) -> Result<Vec<u32>, String> {
-        let (_, _, count) = level_extent(width, height, 1, 0)?;
-        let mut texels = vec![0u32; count];
-        self.read_level(name, 0, (width, height), (GL_RGBA, GL_UNSIGNED_BYTE), texels.as_mut_ptr().cast())?;
-        Ok(texels)
-    }
-
     /// Reads level `level` of texture `name`, which must be `width` by `height`, into `out`
     /// as `format` and `kind` (4 bytes a texel).
     fn read_level(
