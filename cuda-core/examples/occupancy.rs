@@ -14,42 +14,8 @@ use cuda_core::occupancy::OccupancyFlags;
 use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
 
-/// `saxpy(u32 n, f32 a, const f32* x, f32* y)`.
-const PTX: &str = r#"
-.version 8.0
-.target sm_70
-.address_size 64
-
-.visible .entry saxpy(.param .u32 n, .param .f32 a, .param .u64 x, .param .u64 y)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<5>;
-    .reg .b64 %rd<8>;
-
-    ld.param.u32 %r1, [n];
-    ld.param.f32 %f1, [a];
-    ld.param.u64 %rd1, [x];
-    ld.param.u64 %rd2, [y];
-    mov.u32 %r2, %ctaid.x;
-    mov.u32 %r3, %ntid.x;
-    mov.u32 %r4, %tid.x;
-    mad.lo.s32 %r5, %r2, %r3, %r4;
-    setp.ge.u32 %p1, %r5, %r1;
-    @%p1 bra DONE;
-    cvta.to.global.u64 %rd3, %rd1;
-    cvta.to.global.u64 %rd4, %rd2;
-    mul.wide.u32 %rd5, %r5, 4;
-    add.s64 %rd6, %rd3, %rd5;
-    add.s64 %rd7, %rd4, %rd5;
-    ld.global.f32 %f2, [%rd6];
-    ld.global.f32 %f3, [%rd7];
-    fma.rn.f32 %f4, %f1, %f2, %f3;
-    st.global.f32 [%rd7], %f4;
-DONE:
-    ret;
-}
-"#;
+/// `saxpy(u32 n, f32 a, const f32* x, f32* y)`, shared by the examples that launch it.
+const PTX: &str = include_str!("kernels/saxpy.ptx");
 
 fn main() -> ExitCode {
     let n = std::env::args().nth(1).and_then(|s| s.parse::<u32>().ok()).unwrap_or(1 << 20);
