@@ -1,4 +1,5 @@
-//! OpenGL and EGL resources registered with CUDA, mapped on a stream while a guard lives.
+//! OpenGL and EGL resources registered with CUDA: OpenGL buffers and images mapped on a stream
+//! while a guard lives, EGL images reached while registered, and EGL stream connections.
 //!
 //! A [`GraphicsResource`] is an OpenGL buffer or image ([`GraphicsResource::gl_buffer`],
 //! [`GraphicsResource::gl_image`]) or an EGL image ([`GraphicsResource::egl_image`])
@@ -156,7 +157,8 @@ impl GraphicsResource {
     /// It is the guard's resource 0.
     ///
     /// A stream of another context is an [`Error::InvalidArgument`]; a resource the driver
-    /// finds mapped already (through its raw handle) is `CUDA_ERROR_ALREADY_MAPPED`.
+    /// finds mapped already (through its raw handle) is `CUDA_ERROR_ALREADY_MAPPED`. EGL images
+    /// are not mapped (read them with [`egl_frame`](Self::egl_frame)); the driver refuses them.
     pub fn map<'a>(&'a mut self, stream: &Stream) -> Result<Mapped<'a>> {
         map_all([self], stream)
     }
