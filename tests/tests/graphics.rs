@@ -1,6 +1,7 @@
 //! Graphics interop against a real OpenGL context made through EGL with no display: a GL
 //! buffer written by a kernel while mapped and read back with GL, a GL texture read and written
-//! as CUDA arrays, an EGL image read through its EGL frame, an EGL stream carrying a CUDA frame
+//! as CUDA arrays and sampled by a kernel through a texture object, an EGL image read through
+//! its EGL frame, an EGL stream carrying a CUDA frame
 //! from producer to consumer, and an event made from an EGL fence. Names that do not exist, a
 //! resource mapped behind the guard's back, and the wrong view of a mapping are refused with
 //! typed errors, and the context goes on.
@@ -9,12 +10,15 @@
 mod egl;
 #[path = "kernels/mod.rs"]
 mod kernels;
+#[path = "kernels/texture.rs"]
+mod texture_kernels;
 
 use cuda_core::interop::graphics::{
     EglFrame, EglStreamConsumer, EglStreamProducer, GlDeviceList, GlImageTarget, GraphicsResource, MapFlags,
     RegisterFlags, event_from_egl_sync, gl_devices, map_all,
 };
 use cuda_core::module::Module;
+use cuda_core::texture::{Resource, TextureDescriptor, TextureObject};
 use cuda_core::{Context, Device, DeviceBuffer, Error, EventFlags, LaunchConfig, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu_needing, no_deferred, still_usable};
@@ -34,6 +38,7 @@ fn main() {
             egl_present,
             gl_texture_is_read_and_written_as_arrays,
         ),
+        gpu_needing("gl_texture_is_sampled_by_a_kernel", egl_present, gl_texture_is_sampled_by_a_kernel),
         gpu_needing(
             "egl_image_is_read_through_its_frame",
             egl_image_present,
@@ -176,6 +181,45 @@ fn gl_texture_is_read_and_written_as_arrays() -> TestResult {
     );
     drop(resource);
     gl.delete_texture(texture);
+    no_deferred(&ctx)
+}
+
+fn gl_texture_is_sampled_by_a_kernel() -> TestResult {
+    let (gl, ctx, stream) = setup()?;
+    let (width, height) = (16u32, 8u32);
+    let texels: Vec<f32> = (0..width * height).map(|i| (i * 7 % 101) as f32 - 50.0).collect();
+    let name = gl.create_texture_r32f(width, height, 1, &texels)?;
+    let mut resource =
+        GraphicsResource::gl_image(&ctx, name, GlImageTarget::Texture2D, RegisterFlags::READ_ONLY)?;
+    let module = Module::from_ptx(&ctx, &texture_kernels::texture_ptx())?;
+    let fetch = module.function("fetch_2d")?;
+    // One point at the centre of every texel, sampled without filtering.
+    let coords: Vec<f32> =
+        (0..height).flat_map(|y| (0..width).flat_map(move |x| [x as f32 + 0.5, y as f32 + 0.5])).collect();
+    let points = DeviceBuffer::from_slice(&stream, &coords)?;
+    let n = width * height;
+    let mut out = DeviceBuffer::<[f32; 4]>::zeroed(&stream, n as usize)?;
+    {
+        let mapped = resource.map(&stream)?;
+        let level = mapped.array(0, 0, 0)?;
+        let texture =
+            TextureObject::new(Resource::borrowed_array(&level)?, &TextureDescriptor::default(), None)?;
+        // SAFETY: fetch_2d takes (u64 texture, f32* coords, float4* out, u32 n); coords holds
+        // two floats and out one float4 per point. It runs on the mapping's stream.
+        unsafe {
+            fetch.launch(
+                mapped.stream(),
+                &LaunchConfig::for_elements(n, 64),
+                (&texture, &points, &mut out, &n),
+            )?
+        };
+        stream.synchronize()?;
+    }
+    let got: Vec<f32> = out.to_vec()?.iter().map(|t| t[0]).collect();
+    let wrong = (0..got.len()).find(|&i| got[i] != texels[i]);
+    ensure!(wrong.is_none(), "texel {wrong:?}: the kernel sampled {:?}", wrong.map(|i| (got[i], texels[i])));
+    drop(resource);
+    gl.delete_texture(name);
     no_deferred(&ctx)
 }
 

@@ -134,6 +134,8 @@ enum Owner {
 /// the object: arrays are shared ([`Arc`]), device memory is borrowed for `'a`.
 ///
 /// * [`Resource::array`] and [`Resource::mipmapped_array`] take any array;
+/// * [`Resource::borrowed_array`] borrows one another value owns (a mapped graphics
+///   resource's level);
 /// * [`Resource::linear`] takes a typed view of device memory, whose element type gives the
 ///   texel format ([`Texel`]); its address must be aligned to the device's texture alignment;
 /// * [`Resource::pitch_2d`] takes a [`PitchedBuffer`], whose pitch must be a multiple of the
@@ -197,6 +199,25 @@ impl Resource<'static> {
 }
 
 impl<'a> Resource<'a> {
+    /// A CUDA array borrowed for `'a` (`CU_RESOURCE_TYPE_ARRAY`): one another value owns, such
+    /// as a level of a mapped graphics resource
+    /// ([`Mapped::array`](crate::interop::graphics::Mapped::array)), which then outlives the
+    /// objects made from it. Reads the array's descriptor
+    /// ([`cuArray3DGetDescriptor`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Fails only when the driver refuses to describe the array.
+    pub fn borrowed_array(array: &'a Array) -> Result<Resource<'a>> {
+        let d = array.descriptor()?;
+        Ok(Resource {
+            descriptor: ResourceDescriptor::Array { array: array.as_raw() },
+            format: ChannelFormat::from_array_descriptor(&d).ok(),
+            array: Some(d),
+            ctx: array.context().clone(),
+            owner: Owner::Borrowed,
+            _borrow: PhantomData,
+        })
+    }
+
     /// The texels of `view`, fetched by index (`CU_RESOURCE_TYPE_LINEAR`).
     ///
     /// An [`Error::InvalidArgument`] names the field at fault: `address` when the view does
