@@ -168,15 +168,7 @@ impl Resource<'static> {
     ///
     /// Fails only when the driver refuses to describe the array.
     pub fn array(array: Arc<Array>) -> Result<Resource<'static>> {
-        let d = array.descriptor()?;
-        Ok(Resource {
-            descriptor: ResourceDescriptor::Array { array: array.as_raw() },
-            format: ChannelFormat::from_array_descriptor(&d).ok(),
-            array: Some(d),
-            ctx: array.context().clone(),
-            owner: Owner::Array(array),
-            _borrow: PhantomData,
-        })
+        Resource::over_array(&array, Owner::Array(array.clone()))
     }
 
     /// A mipmapped array, shared with the objects made from it
@@ -207,13 +199,18 @@ impl<'a> Resource<'a> {
     ///
     /// Fails only when the driver refuses to describe the array.
     pub fn borrowed_array(array: &'a Array) -> Result<Resource<'a>> {
+        Resource::over_array(array, Owner::Borrowed)
+    }
+
+    /// A resource over `array`, kept alive by `owner`.
+    fn over_array(array: &Array, owner: Owner) -> Result<Resource<'a>> {
         let d = array.descriptor()?;
         Ok(Resource {
             descriptor: ResourceDescriptor::Array { array: array.as_raw() },
             format: ChannelFormat::from_array_descriptor(&d).ok(),
             array: Some(d),
             ctx: array.context().clone(),
-            owner: Owner::Borrowed,
+            owner,
             _borrow: PhantomData,
         })
     }
