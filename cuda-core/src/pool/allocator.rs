@@ -6,6 +6,8 @@
 //!
 //! [`MemoryPool`]: super::MemoryPool
 
+use crate::context::Context;
+use crate::error::check;
 use crate::{Result, Stream};
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -40,6 +42,18 @@ impl<'a> StreamRef<'a> {
     #[inline]
     pub fn as_raw(self) -> sys::CUstream {
         self.raw
+    }
+
+    /// Waits for the work that may still use memory given back on this stream, before a
+    /// release that is not stream-ordered (unmapping, closing a handle): the stream's work, or
+    /// with no stream, all of `context`'s.
+    pub(crate) fn wait_for_users(self, context: &Context) -> Result<()> {
+        if self.raw.is_null() {
+            context.synchronize()
+        } else {
+            // SAFETY: the stream is alive for `'a` (the contract of `StreamRef`).
+            check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.raw) })
+        }
     }
 }
 

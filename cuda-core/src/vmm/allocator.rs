@@ -7,7 +7,7 @@ use super::physical::{PhysicalMemory, round_up};
 use super::properties::{AllocationProperties, Granularity};
 use super::range::AddressRange;
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::mempool::Access;
 use crate::pool::{Allocator, DeviceAllocation, StreamRef};
 use cuda_driver_sys as sys;
@@ -122,12 +122,7 @@ impl Allocator for VmmAllocator {
         };
         self.context.enter()?;
         // Unmapping is not stream-ordered: wait for the work that may use the memory.
-        if stream.as_raw().is_null() {
-            self.context.synchronize()?;
-        } else {
-            // SAFETY: the caller's stream is alive (the contract of `StreamRef`).
-            check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.as_raw()) })?;
-        }
+        stream.wait_for_users(&self.context)?;
         drop(mapping);
         self.context.take_deferred()
     }

@@ -300,12 +300,7 @@ impl Allocator for MappedRange {
     unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
         self.memory.context.enter()?;
         // Freeing a mapping is not stream-ordered: wait for the work that may use it.
-        if stream.as_raw().is_null() {
-            self.memory.context.synchronize()?;
-        } else {
-            // SAFETY: the caller's stream is alive (the contract of `StreamRef`).
-            check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.as_raw()) })?;
-        }
+        stream.wait_for_users(&self.memory.context)?;
         // SAFETY: the token is the address `cuExternalMemoryGetMappedBuffer` returned, freed once.
         check("cuMemFree", unsafe { sys::cuMemFree(allocation.token) })
     }

@@ -190,12 +190,7 @@ impl Allocator for OpenedMemory {
     unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
         self.context.enter()?;
         // Closing is not stream-ordered: wait for the work that may use the memory.
-        if stream.as_raw().is_null() {
-            self.context.synchronize()?;
-        } else {
-            // SAFETY: the caller's stream is alive (the contract of `StreamRef`).
-            check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.as_raw()) })?;
-        }
+        stream.wait_for_users(&self.context)?;
         // SAFETY: the token is the base address `cuIpcOpenMemHandle` returned, closed once.
         check("cuIpcCloseMemHandle", unsafe { sys::cuIpcCloseMemHandle(allocation.token) })
     }
