@@ -1,6 +1,6 @@
 //! [`ExternalMemory`]: a memory object of another API, mapped as buffers and mipmapped arrays.
 
-use super::{Raw, Refused, Win32Handle, fd_raw, settle, win32_raw};
+use super::{Raw, Refused, Win32Handle, fd_raw, settle, unsupported_win32};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::memory::{ArrayDescriptor, MipmappedArray, checked_bytes};
@@ -58,14 +58,8 @@ impl MemoryHandle {
         const OP: &str = "ExternalMemory::import";
         match self {
             MemoryHandle::OpaqueFd(fd) | MemoryHandle::DmaBufFd(fd) => fd_raw(OP, fd),
-            MemoryHandle::OpaqueWin32(h)
-            | MemoryHandle::D3D12Heap(h)
-            | MemoryHandle::D3D12Resource(h)
-            | MemoryHandle::D3D11Resource(h) => win32_raw(OP, h),
-            MemoryHandle::OpaqueWin32Kmt(h) | MemoryHandle::D3D11ResourceKmt(h) => {
-                win32_raw(OP, &Win32Handle::Handle(*h))
-            }
             MemoryHandle::NvSciBuf(object) => Ok(Raw::Object(object.cast_const())),
+            _ => Err(unsupported_win32(OP)),
         }
     }
 }
@@ -150,17 +144,13 @@ impl ExternalMemory {
         let source = handle.raw()?;
         match &source {
             Raw::Fd(fd) => desc.handle.fd = fd.raw(),
-            Raw::Win32 { handle, name } => {
-                desc.handle.win32.handle = *handle;
-                desc.handle.win32.name = *name;
-            }
             Raw::Object(object) => desc.handle.nvSciBufObject = *object,
         }
         desc.size = size;
         desc.flags = flags.bits();
         context.enter()?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: one out-parameter and a filled descriptor whose name (if any) outlives the call.
+        // SAFETY: one out-parameter and a filled descriptor.
         check("cuImportExternalMemory", unsafe { sys::cuImportExternalMemory(&mut raw, &desc) })?;
         if let Raw::Fd(duplicate) = source {
             duplicate.given();

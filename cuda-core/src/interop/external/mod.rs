@@ -10,7 +10,8 @@
 //! A POSIX file descriptor is consumed when the import succeeds, as the driver requires (the
 //! driver is given a duplicate and closes it when the object is destroyed), and comes back to
 //! the caller, open, in a [`Refused`] when it fails. Windows handles stay
-//! the caller's either way, and are [`Error::Unsupported`] on other systems.
+//! the caller's either way, and are [`Error::Unsupported`] on the POSIX systems this crate
+//! builds for.
 //!
 //! See [External Resource Interoperability](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html).
 
@@ -27,7 +28,8 @@ use crate::error::Error;
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-/// A Windows handle to import: an NT handle, or the name of a named object.
+/// A Windows handle to import: an NT handle, or the name of a named object. This crate builds
+/// for POSIX systems, where importing one is an [`Error::Unsupported`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Win32Handle {
     /// An NT handle (`HANDLE`); it stays the caller's to close.
@@ -36,11 +38,10 @@ pub enum Win32Handle {
     Name(Vec<u16>),
 }
 
-/// The platform part of a handle description: a file descriptor, a Windows handle and name, or
-/// an NvSci object, in the form both descriptor unions take.
+/// The platform part of a handle description, in the form both descriptor unions take: a
+/// file descriptor (a duplicate of the caller's) or an NvSci object.
 pub(crate) enum Raw {
     Fd(Duplicate),
-    Win32 { handle: *mut c_void, name: *const c_void },
     Object(*const c_void),
 }
 
@@ -114,34 +115,17 @@ fn same_open_file(a: RawFd, b: RawFd) -> bool {
     }
 }
 
-/// The raw form of `handle`, or `Unsupported` where this platform has no such handle.
-pub(crate) fn win32_raw(operation: &'static str, handle: &Win32Handle) -> Result<Raw, Error> {
-    if !cfg!(windows) {
-        return Err(Error::Unsupported {
-            operation,
-            message: "Windows handles exist only on Windows; on this system import a POSIX file descriptor"
-                .into(),
-        });
+/// The refusal of a Windows handle: this crate builds for POSIX systems, which have none.
+pub(crate) fn unsupported_win32(operation: &'static str) -> Error {
+    Error::Unsupported {
+        operation,
+        message: "Windows handles exist only on Windows; on this system import a POSIX file descriptor"
+            .into(),
     }
-    Ok(match handle {
-        Win32Handle::Handle(h) => Raw::Win32 { handle: *h, name: std::ptr::null() },
-        Win32Handle::Name(name) if name.last() == Some(&0) => {
-            Raw::Win32 { handle: std::ptr::null_mut(), name: name.as_ptr().cast() }
-        }
-        Win32Handle::Name(_) => {
-            return Err(Error::invalid(operation, "a Win32 name must end with a NUL code unit"));
-        }
-    })
 }
 
-/// The raw form of a file descriptor, or `Unsupported` on Windows.
+/// The raw form of a file descriptor: a duplicate for the driver.
 pub(crate) fn fd_raw(operation: &'static str, fd: &OwnedFd) -> Result<Raw, Error> {
-    if cfg!(windows) {
-        return Err(Error::Unsupported {
-            operation,
-            message: "POSIX file descriptors do not exist on Windows; import a Win32 handle".into(),
-        });
-    }
     Duplicate::new(operation, fd).map(Raw::Fd)
 }
 
@@ -200,7 +184,6 @@ mod tests {
 
     #[test]
     fn windows_handles_are_unsupported_here() {
-        let e = win32_raw("test", &Win32Handle::Handle(std::ptr::null_mut())).err();
-        assert!(matches!(e, Some(Error::Unsupported { .. })), "{e:?}");
+        assert!(matches!(unsupported_win32("test"), Error::Unsupported { .. }));
     }
 }

@@ -1,7 +1,7 @@
 //! [`ExternalSemaphore`]: a semaphore or fence of another API, signalled and waited on in a
 //! stream's order.
 
-use super::{Raw, Refused, Win32Handle, fd_raw, settle, win32_raw};
+use super::{Raw, Refused, Win32Handle, fd_raw, settle, unsupported_win32};
 use crate::Stream;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
@@ -91,15 +91,8 @@ impl SemaphoreHandle {
         const OP: &str = "ExternalSemaphore::import";
         match self {
             SemaphoreHandle::OpaqueFd(fd) | SemaphoreHandle::TimelineFd(fd) => fd_raw(OP, fd),
-            SemaphoreHandle::OpaqueWin32(h)
-            | SemaphoreHandle::TimelineWin32(h)
-            | SemaphoreHandle::D3D12Fence(h)
-            | SemaphoreHandle::D3D11Fence(h)
-            | SemaphoreHandle::D3D11KeyedMutex(h) => win32_raw(OP, h),
-            SemaphoreHandle::OpaqueWin32Kmt(h) | SemaphoreHandle::D3D11KeyedMutexKmt(h) => {
-                win32_raw(OP, &Win32Handle::Handle(*h))
-            }
             SemaphoreHandle::NvSciSync(object) => Ok(Raw::Object(object.cast_const())),
+            _ => Err(unsupported_win32(OP)),
         }
     }
 }
@@ -293,15 +286,11 @@ impl ExternalSemaphore {
         let source = handle.raw()?;
         match &source {
             Raw::Fd(fd) => desc.handle.fd = fd.raw(),
-            Raw::Win32 { handle, name } => {
-                desc.handle.win32.handle = *handle;
-                desc.handle.win32.name = *name;
-            }
             Raw::Object(object) => desc.handle.nvSciSyncObj = *object,
         }
         context.enter()?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: one out-parameter and a filled descriptor whose name (if any) outlives the call.
+        // SAFETY: one out-parameter and a filled descriptor.
         check("cuImportExternalSemaphore", unsafe { sys::cuImportExternalSemaphore(&mut raw, &desc) })?;
         if let Raw::Fd(duplicate) = source {
             duplicate.given();
