@@ -2,26 +2,10 @@
 //! (see [`crate::interop::external`]).
 
 use super::{Graph, GraphNode};
-use crate::error::{Error, Result};
-use crate::interop::external::{ExternalSemaphore, SignalParams, WaitParams};
+use crate::error::Result;
+use crate::interop::external::{Batch, ExternalSemaphore, SignalParams, WaitParams};
 use cuda_driver_sys as sys;
 use std::sync::Arc;
-
-/// The semaphore handles of a node, checked: some, all of the graph's context.
-fn handles<P>(
-    graph: &Graph,
-    operation: &'static str,
-    items: &[(&Arc<ExternalSemaphore>, P)],
-) -> Result<(Vec<sys::CUexternalSemaphore>, u32)> {
-    if items.is_empty() {
-        return Err(Error::invalid(operation, "no semaphores given"));
-    }
-    if items.iter().any(|(s, _)| s.context() != &graph.ctx) {
-        return Err(Error::invalid(operation, "a semaphore of another context than the graph's"));
-    }
-    let count = u32::try_from(items.len()).map_err(|_| Error::invalid(operation, "too many semaphores"))?;
-    Ok((items.iter().map(|(s, _)| s.as_raw()).collect(), count))
-}
 
 impl Graph {
     /// Adds a node that signals each semaphore of `signals` with its parameters
@@ -35,15 +19,16 @@ impl Graph {
         dependencies: &[GraphNode<'_>],
         signals: &[(&Arc<ExternalSemaphore>, SignalParams)],
     ) -> Result<GraphNode<'_>> {
-        let (mut semaphores, count) = handles(self, "Graph::add_external_signal_node", signals)?;
-        let params = signals.iter().map(|(s, p)| p.to_raw(s.kind())).collect::<Result<Vec<_>>>()?;
+        let items = signals.iter().map(|(s, p)| (s.as_ref(), *p));
+        let mut batch =
+            Batch::new("Graph::add_external_signal_node", &self.ctx, items, SignalParams::to_raw)?;
         let node_params = sys::CUDA_EXT_SEM_SIGNAL_NODE_PARAMS {
-            extSemArray: semaphores.as_mut_ptr(),
-            paramsArray: params.as_ptr(),
-            numExtSems: count,
+            extSemArray: batch.handles.as_mut_ptr(),
+            paramsArray: batch.params.as_ptr(),
+            numExtSems: batch.count,
         };
         let graph = self.raw;
-        // SAFETY: the arrays hold `count` elements and outlive the call, which copies them.
+        // SAFETY: the batch's arrays hold `count` elements and outlive the call, which copies them.
         let node =
             self.add_with("cuGraphAddExternalSemaphoresSignalNode", dependencies, |out, deps, n| unsafe {
                 sys::cuGraphAddExternalSemaphoresSignalNode(out, graph, deps, n, &node_params)
@@ -62,12 +47,12 @@ impl Graph {
         dependencies: &[GraphNode<'_>],
         waits: &[(&Arc<ExternalSemaphore>, WaitParams)],
     ) -> Result<GraphNode<'_>> {
-        let (mut semaphores, count) = handles(self, "Graph::add_external_wait_node", waits)?;
-        let params = waits.iter().map(|(s, p)| p.to_raw(s.kind())).collect::<Result<Vec<_>>>()?;
+        let items = waits.iter().map(|(s, p)| (s.as_ref(), *p));
+        let mut batch = Batch::new("Graph::add_external_wait_node", &self.ctx, items, WaitParams::to_raw)?;
         let node_params = sys::CUDA_EXT_SEM_WAIT_NODE_PARAMS {
-            extSemArray: semaphores.as_mut_ptr(),
-            paramsArray: params.as_ptr(),
-            numExtSems: count,
+            extSemArray: batch.handles.as_mut_ptr(),
+            paramsArray: batch.params.as_ptr(),
+            numExtSems: batch.count,
         };
         let graph = self.raw;
         // SAFETY: as in `add_external_signal_node`.

@@ -18,6 +18,8 @@
 mod memory;
 mod semaphore;
 
+pub(crate) use semaphore::Batch;
+
 pub use memory::{ExternalMemory, ExternalMemoryFlags, MemoryHandle};
 pub use semaphore::{
     ExternalSemaphore, SemaphoreHandle, SemaphoreKind, SignalParams, WaitParams, signal_all, wait_all,

@@ -253,7 +253,7 @@ pub struct ExternalSemaphore {
     streams: Mutex<Vec<Stream>>,
 }
 
-// SAFETY: a CUexternalSemaphore may be used from any thread; `pending` is behind a lock.
+// SAFETY: a CUexternalSemaphore may be used from any thread; `streams` is behind a lock.
 unsafe impl Send for ExternalSemaphore {}
 // SAFETY: as above.
 unsafe impl Sync for ExternalSemaphore {}
@@ -361,15 +361,19 @@ impl Drop for ExternalSemaphore {
 /// enqueued on `stream` so far is done
 /// ([`cuSignalExternalSemaphoresAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
 ///
-/// Parameters that do not fit a semaphore's kind, or semaphores of another context than the
-/// stream's, are an [`Error::InvalidArgument`] before any call.
+/// None, parameters that do not fit a semaphore's kind, or semaphores of another context than
+/// the stream's, are an [`Error::InvalidArgument`] before any call.
 pub fn signal_all(stream: &Stream, signals: &[(&ExternalSemaphore, SignalParams)]) -> Result<()> {
-    let (handles, params) = batch("signal_all", stream, signals, |s, p| p.to_raw(s.kind))?;
-    let count =
-        u32::try_from(handles.len()).map_err(|_| Error::invalid("signal_all", "too many semaphores"))?;
-    // SAFETY: two arrays of `count` elements; the semaphores and the stream are alive.
+    let batch = Batch::new("signal_all", stream.context(), signals.iter().copied(), SignalParams::to_raw)?;
+    stream.context().enter()?;
+    // SAFETY: the batch's two arrays of `count` elements; the semaphores and the stream are alive.
     check("cuSignalExternalSemaphoresAsync", unsafe {
-        sys::cuSignalExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw())
+        sys::cuSignalExternalSemaphoresAsync(
+            batch.handles.as_ptr(),
+            batch.params.as_ptr(),
+            batch.count,
+            stream.as_raw(),
+        )
     })?;
     signals.iter().for_each(|(s, _)| s.note(stream));
     Ok(())
@@ -380,36 +384,58 @@ pub fn signal_all(stream: &Stream, signals: &[(&ExternalSemaphore, SignalParams)
 ///
 /// Errors as for [`signal_all`].
 pub fn wait_all(stream: &Stream, waits: &[(&ExternalSemaphore, WaitParams)]) -> Result<()> {
-    let (handles, params) = batch("wait_all", stream, waits, |s, p| p.to_raw(s.kind))?;
-    let count =
-        u32::try_from(handles.len()).map_err(|_| Error::invalid("wait_all", "too many semaphores"))?;
-    // SAFETY: two arrays of `count` elements; the semaphores and the stream are alive.
+    let batch = Batch::new("wait_all", stream.context(), waits.iter().copied(), WaitParams::to_raw)?;
+    stream.context().enter()?;
+    // SAFETY: as in `signal_all`.
     check("cuWaitExternalSemaphoresAsync", unsafe {
-        sys::cuWaitExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw())
+        sys::cuWaitExternalSemaphoresAsync(
+            batch.handles.as_ptr(),
+            batch.params.as_ptr(),
+            batch.count,
+            stream.as_raw(),
+        )
     })?;
     waits.iter().for_each(|(s, _)| s.note(stream));
     Ok(())
 }
 
-/// The handle and raw-parameter arrays of a batch, checked.
-fn batch<P: Copy, R>(
-    operation: &'static str,
-    stream: &Stream,
-    items: &[(&ExternalSemaphore, P)],
-    to_raw: impl Fn(&ExternalSemaphore, P) -> Result<R>,
-) -> Result<(Vec<sys::CUexternalSemaphore>, Vec<R>)> {
-    if items.is_empty() {
-        return Err(Error::invalid(operation, "no semaphores given"));
+/// The arrays a batched signal or wait (on a stream or in a graph node) passes to the driver.
+pub(crate) struct Batch<R> {
+    /// The semaphores.
+    pub(crate) handles: Vec<sys::CUexternalSemaphore>,
+    /// Their raw parameters, in the same order.
+    pub(crate) params: Vec<R>,
+    /// How many there are.
+    pub(crate) count: u32,
+}
+
+impl<R> Batch<R> {
+    /// Checks a batch: some semaphores, all of `context`, each with parameters that fit its
+    /// kind.
+    pub(crate) fn new<'s, P>(
+        operation: &'static str,
+        context: &Context,
+        items: impl ExactSizeIterator<Item = (&'s ExternalSemaphore, P)>,
+        to_raw: impl Fn(P, SemaphoreKind) -> Result<R>,
+    ) -> Result<Batch<R>> {
+        let count =
+            u32::try_from(items.len()).map_err(|_| Error::invalid(operation, "too many semaphores"))?;
+        if count == 0 {
+            return Err(Error::invalid(operation, "no semaphores given"));
+        }
+        let (mut handles, mut params) = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
+        for (semaphore, p) in items {
+            if semaphore.context != *context {
+                return Err(Error::invalid(
+                    operation,
+                    format!("semaphore {:p} belongs to another context", semaphore.raw),
+                ));
+            }
+            handles.push(semaphore.raw);
+            params.push(to_raw(p, semaphore.kind)?);
+        }
+        Ok(Batch { handles, params, count })
     }
-    if let Some((other, _)) = items.iter().find(|(s, _)| s.context != *stream.context()) {
-        return Err(Error::invalid(
-            operation,
-            format!("semaphore {:p} belongs to another context than the stream", other.raw),
-        ));
-    }
-    let params = items.iter().map(|(s, p)| to_raw(s, *p)).collect::<Result<Vec<R>>>()?;
-    stream.context().enter()?;
-    Ok((items.iter().map(|(s, _)| s.raw).collect(), params))
 }
 
 #[cfg(test)]
