@@ -21,9 +21,6 @@ use quote::ToTokens;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Directories and files, relative to the workspace root, left out of the audit.
-pub const EXCLUDED: &[&str] = &[];
-
 /// The crate audited, relative to the workspace root.
 const SOURCE: &str = "cuda-core/src";
 
@@ -226,10 +223,9 @@ pub fn run(root: &Path) -> Result<(), String> {
     let count = |k: Kind| findings.iter().filter(|f| f.kind == k).count();
     let summary: Vec<String> = Kind::ALL.iter().map(|&k| format!("{} {}", count(k), k.short())).collect();
     println!(
-        "doc-audit: {} findings ({}); excluded: {}{}",
+        "doc-audit: {} findings ({}){}",
         findings.len(),
         summary.join(", "),
-        EXCLUDED.join(", "),
         if krate.convention { "" } else { "; the crate docs state no thin-wrapper convention" }
     );
     if findings.is_empty() {
@@ -370,9 +366,6 @@ fn audit(krate: &Crate) -> Vec<Finding> {
     }
     let mut findings = Vec::new();
     for m in &krate.modules {
-        if EXCLUDED.iter().any(|e| m.file.starts_with(e)) {
-            continue;
-        }
         findings.extend(wrong_pages(&m.file, &m.source, &krate.pages));
         let mut audit_fn = |item: String,
                             sig: &syn::Signature,
