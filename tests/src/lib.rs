@@ -171,6 +171,16 @@ macro_rules! ensure_eq {
     }};
 }
 
+/// Device 0, its primary context bound to this thread, and a non-blocking stream on it: what
+/// most single-device tests start from.
+pub fn device_zero() -> Result<(cuda_core::Device, cuda_core::Context, cuda_core::Stream), cuda_core::Error> {
+    let device = cuda_core::Device::get(0)?;
+    let ctx = cuda_core::Context::primary(&device)?;
+    ctx.bind_to_thread()?;
+    let stream = cuda_core::Stream::new(&ctx, cuda_core::StreamFlags::NON_BLOCKING)?;
+    Ok((device, ctx, stream))
+}
+
 /// Fails unless no drop kept an error in `ctx` (see `Context::take_deferred_errors`).
 pub fn no_deferred(ctx: &cuda_core::Context) -> TestResult {
     let deferred = ctx.take_deferred_errors();

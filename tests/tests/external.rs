@@ -17,9 +17,11 @@ use cuda_core::interop::external::{
 use cuda_core::memory::{ArrayDescriptor, ArrayFlags};
 use cuda_core::module::Module;
 use cuda_core::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
-use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
+use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig};
 use cuda_driver_sys as sys;
-use cuda_tests::{Failed, TestResult, ensure, ensure_eq, gpu, gpu_needing, no_deferred, still_usable};
+use cuda_tests::{
+    Failed, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, no_deferred, still_usable,
+};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,14 +68,6 @@ fn main() {
     ]);
 }
 
-fn setup() -> Result<(Device, Context, Stream), Error> {
-    let device = Device::get(0)?;
-    let ctx = Context::primary(&device)?;
-    ctx.bind_to_thread()?;
-    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    Ok((device, ctx, stream))
-}
-
 fn vulkan_for(device: &Device) -> Result<Vulkan, String> {
     let uuid = device.uuid().map_err(|e| e.to_string())?;
     Vulkan::new(uuid.0)
@@ -112,7 +106,7 @@ fn is_open(fd: &OwnedFd) -> bool {
 }
 
 fn cuda_memory_exported_as_an_fd_imports_twice() -> TestResult {
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let props = AllocationProperties::device(device).with_handle_types(HandleTypes::POSIX_FILE_DESCRIPTOR);
     let size = props.granularity(Granularity::Recommended)?;
     let physical = PhysicalMemory::new(&ctx, size, &props)?;
@@ -142,7 +136,7 @@ fn cuda_memory_exported_as_an_fd_imports_twice() -> TestResult {
 }
 
 fn handles_that_are_not_memory_are_refused_and_given_back() -> TestResult {
-    let (_, ctx, stream) = setup()?;
+    let (_, ctx, stream) = device_zero()?;
     let file = std::fs::File::open("/dev/null").map_err(|e| e.to_string())?;
     let refused = ExternalMemory::import(
         &ctx,
@@ -192,7 +186,7 @@ fn dev_null() -> Result<OwnedFd, String> {
 }
 
 fn ranges_past_the_object_are_refused() -> TestResult {
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let props = AllocationProperties::device(device).with_handle_types(HandleTypes::POSIX_FILE_DESCRIPTOR);
     let size = props.granularity(Granularity::Recommended)?;
     let physical = PhysicalMemory::new(&ctx, size, &props)?;
@@ -222,7 +216,7 @@ fn ranges_past_the_object_are_refused() -> TestResult {
 }
 
 fn vulkan_buffer_is_computed_on_between_timeline_signals() -> TestResult {
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let vk = vulkan_for(&device)?;
     let n = 1 << 16;
     let buffer = vk.exportable_buffer((n * 4) as u64)?;
@@ -261,7 +255,7 @@ fn vulkan_buffer_is_computed_on_between_timeline_signals() -> TestResult {
 }
 
 fn vulkan_binary_semaphore_orders_a_read() -> TestResult {
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let vk = vulkan_for(&device)?;
     let n = 4096;
     let buffer = vk.exportable_buffer((n * 4) as u64)?;
@@ -282,7 +276,7 @@ fn vulkan_binary_semaphore_orders_a_read() -> TestResult {
 }
 
 fn vulkan_image_maps_as_a_mipmapped_array() -> TestResult {
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let vk = vulkan_for(&device)?;
     let (width, height, levels) = (64u32, 32u32, 2u32);
     let image = vk.exportable_image(width, height, levels)?;
@@ -326,7 +320,7 @@ fn vulkan_image_maps_as_a_mipmapped_array() -> TestResult {
 }
 
 fn vulkan_size_larger_than_the_object_is_refused() -> TestResult {
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let vk = vulkan_for(&device)?;
     let buffer = vk.exportable_buffer(1 << 20)?;
     let real = buffer.allocation_size();
@@ -369,7 +363,7 @@ fn vulkan_size_larger_than_the_object_is_refused() -> TestResult {
 }
 
 fn semaphore_parameters_must_fit_the_kind() -> TestResult {
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let vk = vulkan_for(&device)?;
     let binary = vk.binary_semaphore()?;
     let semaphore = import_semaphore(&vk, &ctx, &binary)?;
@@ -388,7 +382,7 @@ fn semaphore_parameters_must_fit_the_kind() -> TestResult {
 }
 
 fn vulkan_timeline_is_waited_on_and_signalled_by_a_graph() -> TestResult {
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let vk = vulkan_for(&device)?;
     let timeline = vk.timeline_semaphore(0)?;
     let semaphore = Arc::new(import_semaphore(&vk, &ctx, &timeline)?);

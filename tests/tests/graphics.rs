@@ -19,7 +19,7 @@ use cuda_core::interop::graphics::{
 };
 use cuda_core::module::Module;
 use cuda_core::texture::{Resource, TextureDescriptor, TextureObject};
-use cuda_core::{Context, Device, DeviceBuffer, Error, EventFlags, LaunchConfig, Stream, StreamFlags};
+use cuda_core::{Context, Device, DeviceBuffer, Error, EventFlags, LaunchConfig, Stream};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu_needing, no_deferred, still_usable};
 use egl::Gl;
@@ -59,9 +59,7 @@ fn main() {
 /// bound and a stream.
 fn setup() -> Result<(Gl, Context, Stream), String> {
     let gl = Gl::new(0)?;
-    let ctx = Context::primary(&Device::get(0).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    ctx.bind_to_thread().map_err(|e| e.to_string())?;
-    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING).map_err(|e| e.to_string())?;
+    let (_, ctx, stream) = cuda_tests::device_zero().map_err(|e| e.to_string())?;
     Ok((gl, ctx, stream))
 }
 

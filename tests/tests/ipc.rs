@@ -13,9 +13,9 @@ use cuda_core::pool::{Allocator, DeviceAllocator, MemoryPool};
 use cuda_core::vmm::{
     AccessGrant, AddressRange, AllocationProperties, Granularity, HandleTypes, PhysicalMemory,
 };
-use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, Stream, StreamFlags};
+use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, Stream};
 use cuda_tests::fd_passing::{receive_fd, send_fd};
-use cuda_tests::{Failed, TestResult, ensure, ensure_eq, gpu, gpu_needing};
+use cuda_tests::{Failed, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing};
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -49,14 +49,6 @@ fn main() {
         gpu("bad_handles_are_refused_with_typed_errors", bad_handles_are_refused_with_typed_errors),
         gpu_needing("cupy_reads_and_writes_a_pooled_block", python::available, python::cupy_reads_and_writes),
     ]);
-}
-
-fn setup() -> Result<(Device, Context, Stream), Error> {
-    let device = Device::get(0)?;
-    let ctx = Context::primary(&device)?;
-    ctx.bind_to_thread()?;
-    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    Ok((device, ctx, stream))
 }
 
 /// The values a side writes first: small enough that `transform` does not overflow.
@@ -163,7 +155,7 @@ fn exchange(shared: &DeviceBuffer<u32>, seed: u32, stream: &Stream) -> TestResul
 }
 
 fn a_buffer_is_written_and_read_both_ways() -> TestResult {
-    let (_, ctx, stream) = setup()?;
+    let (_, ctx, stream) = device_zero()?;
     let mut shared = DeviceBuffer::<u32>::new_in(&stream, N, Arc::new(DeviceAllocator::new(&ctx)))?;
     shared.copy_from(&pattern(N, 11))?;
     exchange(&shared, 11, &stream)?;
@@ -193,7 +185,7 @@ fn pooled_pair(ctx: &Context, stream: &Stream) -> Result<(DeviceBuffer<u32>, Dev
 }
 
 fn a_pooled_block_travels_with_its_offset() -> TestResult {
-    let (_, ctx, stream) = setup()?;
+    let (_, ctx, stream) = device_zero()?;
     let (first, mut second) = pooled_pair(&ctx, &stream)?;
     second.copy_from(&pattern(N, 23))?;
     let handle = IpcMemHandle::export(&second.view())?;
@@ -207,7 +199,7 @@ fn a_pooled_block_travels_with_its_offset() -> TestResult {
 }
 
 fn an_ipc_event_orders_the_childs_work() -> TestResult {
-    let (_, ctx, stream) = setup()?;
+    let (_, ctx, stream) = device_zero()?;
     let elements = 16 << 20;
     let shared = zeroed_in(&stream, elements, Arc::new(DeviceAllocator::new(&ctx)))?;
     stream.synchronize()?;
@@ -230,7 +222,7 @@ fn an_ipc_event_orders_the_childs_work() -> TestResult {
 }
 
 fn vmm_memory_is_shared_through_a_posix_fd() -> TestResult {
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let props = AllocationProperties::device(device).with_handle_types(HandleTypes::POSIX_FILE_DESCRIPTOR);
     let gran = props.granularity(Granularity::Recommended)?;
     let physical = PhysicalMemory::new(&ctx, gran, &props)?;
@@ -283,7 +275,7 @@ fn accept(listener: &UnixListener, child: &mut Child) -> Result<UnixStream, Fail
 }
 
 fn bad_handles_are_refused_with_typed_errors() -> TestResult {
-    let (_, ctx, stream) = setup()?;
+    let (_, ctx, stream) = device_zero()?;
     let timed = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
     match IpcEventHandle::export(&timed) {
         Err(e @ Error::InvalidArgument { .. }) => ensure!(e.to_string().contains("INTERPROCESS"), "{e}"),
@@ -331,7 +323,7 @@ mod child {
     }
 
     pub fn run(role: &str) -> Result<(), String> {
-        let (device, ctx, stream) = setup().map_err(|e| e.to_string())?;
+        let (device, ctx, stream) = device_zero().map_err(|e| e.to_string())?;
         let result = match role {
             "memory" => memory(&stream),
             "event" => event(&ctx, &stream),
@@ -485,7 +477,7 @@ print("ok" if same else "mismatch")
 
     pub fn cupy_reads_and_writes() -> TestResult {
         let python = interpreter().as_ref().map_err(Clone::clone)?;
-        let (_, ctx, stream) = setup()?;
+        let (_, ctx, stream) = device_zero()?;
         let (first, mut second) = pooled_pair(&ctx, &stream)?;
         second.copy_from(&pattern(N, 41))?;
         let handle = IpcMemHandle::export(&second.view())?;

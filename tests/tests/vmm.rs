@@ -18,7 +18,7 @@ use cuda_core::vmm::{
     PhysicalMemory, VmmAllocator, VmmSupport,
 };
 use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing, multi_gpu, no_deferred};
+use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, multi_gpu, no_deferred};
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -58,14 +58,6 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn setup() -> Result<(Device, Context, Stream), Error> {
-    let device = Device::get(0)?;
-    let ctx = Context::primary(&device)?;
-    ctx.bind_to_thread()?;
-    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    Ok((device, ctx, stream))
-}
-
 fn minimum(props: &AllocationProperties) -> Result<usize, Error> {
     props.granularity(Granularity::Minimum)
 }
@@ -84,7 +76,7 @@ fn invalid<T: std::fmt::Debug>(result: Result<T, Error>, what: &str) -> Result<S
 
 fn granularity_and_support() -> TestResult {
     let _serial = serial();
-    let (device, _ctx, _) = setup()?;
+    let (device, _ctx, _) = device_zero()?;
     let support = VmmSupport::of(&device)?;
     ensure!(support.virtual_memory_management, "the device reports no VMM support: {support:?}");
     let props = AllocationProperties::device(device);
@@ -98,7 +90,7 @@ fn granularity_and_support() -> TestResult {
 
 fn physical_memory_reports_its_properties() -> TestResult {
     let _serial = serial();
-    let (device, ctx, _) = setup()?;
+    let (device, ctx, _) = device_zero()?;
     let props = AllocationProperties::device(device).with_handle_types(HandleTypes::POSIX_FILE_DESCRIPTOR);
     let gran = minimum(&props)?;
     let physical = PhysicalMemory::new(&ctx, 2 * gran, &props)?;
@@ -129,7 +121,7 @@ fn physical_memory_reports_its_properties() -> TestResult {
 
 fn mapped_memory_is_written_and_read_after_set_access() -> TestResult {
     let _serial = serial();
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let props = AllocationProperties::device(device);
     let gran = minimum(&props)?;
     let range = AddressRange::reserve(&ctx, 5 * gran, 0)?;
@@ -159,7 +151,7 @@ fn mapped_memory_is_written_and_read_after_set_access() -> TestResult {
 
 fn any_drop_order_unmaps_releases_and_frees() -> TestResult {
     let _serial = serial();
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let props = AllocationProperties::device(device);
     let gran = minimum(&props)?;
     for order in 0..3u32 {
@@ -192,7 +184,7 @@ fn any_drop_order_unmaps_releases_and_frees() -> TestResult {
 
 fn a_retained_handle_keeps_the_memory() -> TestResult {
     let _serial = serial();
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let props = AllocationProperties::device(device);
     let gran = minimum(&props)?;
     let range = AddressRange::reserve(&ctx, gran, 0)?;
@@ -220,7 +212,7 @@ fn a_retained_handle_keeps_the_memory() -> TestResult {
 
 fn a_posix_fd_export_imports_as_an_alias() -> TestResult {
     let _serial = serial();
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let props = AllocationProperties::device(device).with_handle_types(HandleTypes::POSIX_FILE_DESCRIPTOR);
     let gran = minimum(&props)?;
     let physical = PhysicalMemory::new(&ctx, gran, &props)?;
@@ -254,7 +246,7 @@ fn a_posix_fd_export_imports_as_an_alias() -> TestResult {
 
 fn fabric_handles_work_or_are_refused_by_name() -> TestResult {
     let _serial = serial();
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let support = VmmSupport::of(&device)?;
     let props = AllocationProperties::device(device).with_handle_types(HandleTypes::FABRIC);
     // What the driver says where the system has no fabric: its status, by name.
@@ -308,7 +300,7 @@ fn host_numa_supported() -> Result<(), String> {
 
 fn host_numa_memory_is_mapped_for_the_device() -> TestResult {
     let _serial = serial();
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let node = host_numa_id()?;
     let props = AllocationProperties::host_numa(node);
     let gran = minimum(&props)?;
@@ -325,7 +317,7 @@ fn host_numa_memory_is_mapped_for_the_device() -> TestResult {
 
 fn growable_buffer_grows_in_place_and_shrinks() -> TestResult {
     let _serial = serial();
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let mut buffer = GrowableBuffer::<u32>::new(&stream, 256 << 20)?;
     ensure_eq!((buffer.len(), buffer.capacity(), buffer.chunks().len()), (0, 0, 0));
     ensure!(buffer.max_len() >= 256 << 20, "max_len {}", buffer.max_len());
@@ -365,7 +357,7 @@ fn growable_buffer_grows_in_place_and_shrinks() -> TestResult {
 
 fn growable_buffer_is_a_kernel_argument() -> TestResult {
     let _serial = serial();
-    let (_, ctx, stream) = setup()?;
+    let (_, ctx, stream) = device_zero()?;
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
     let saxpy = module.function("saxpy")?;
     let mut y = GrowableBuffer::<f32>::new(&stream, 16 << 20)?;
@@ -405,7 +397,7 @@ fn growable_buffer_is_a_kernel_argument() -> TestResult {
 
 fn vmm_allocator_backs_buffers_and_pools() -> TestResult {
     let _serial = serial();
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let vmm = Arc::new(VmmAllocator::new(&ctx)?);
     let gran = minimum(&AllocationProperties::device(device))?;
     let host: Vec<u64> = (0..100_000u64).map(|i| i * i).collect();
@@ -452,7 +444,7 @@ fn vmm_allocator_backs_buffers_and_pools() -> TestResult {
 
 fn bad_input_is_refused_with_typed_errors() -> TestResult {
     let _serial = serial();
-    let (device, ctx, stream) = setup()?;
+    let (device, ctx, stream) = device_zero()?;
     let props = AllocationProperties::device(device);
     let gran = minimum(&props)?;
     // A size that is not a multiple of the granularity names it.
