@@ -460,37 +460,37 @@ impl Gl {
         levels: u32,
         data: &[f32],
     ) -> Result<u32, String> {
-        self.begin("create_texture_r32f")?;
+        let pixels = (GL_R32F, GL_RED, GL_FLOAT, data.as_ptr().cast());
+        self.create_texture("create_texture_r32f", (width, height, levels), data.len(), pixels)
+    }
+
+    /// A GL_TEXTURE_2D of format GL_RGBA8 with one level, filled from `data` (one `u32` of
+    /// R, G, B, A bytes in memory order per texel); returns its name.
+    pub fn create_texture_rgba8(&self, width: u32, height: u32, data: &[u32]) -> Result<u32, String> {
+        let pixels = (GL_RGBA8, GL_RGBA, GL_UNSIGNED_BYTE, data.as_ptr().cast());
+        self.create_texture("create_texture_rgba8", (width, height, 1), data.len(), pixels)
+    }
+
+    /// A new texture of `levels` levels, level 0 filled from `texels` 4-byte texels at
+    /// `pixels` (see [`fill_texture`](Self::fill_texture)); returns its name.
+    fn create_texture(
+        &self,
+        operation: &str,
+        (width, height, levels): (u32, u32, u32),
+        texels: usize,
+        pixels: (GLenum, GLenum, GLenum, *const c_void),
+    ) -> Result<u32, String> {
+        self.begin(operation)?;
         let (w, h, count) = level_extent(width, height, levels, 0)?;
-        if data.len() != count {
-            return Err(format!("{width}x{height} texture needs {count} floats, got {}", data.len()));
+        if texels != count {
+            return Err(format!("a {width}x{height} texture needs {count} texels, got {texels}"));
         }
         let levels = GLint::try_from(levels).map_err(|_| "too many levels")?;
         let mut name = 0;
         // SAFETY: the context is current; one name is written to `name`.
         unsafe { (self.gl.glGenTextures)(1, &mut name) };
         self.check("glGenTextures")?;
-        let pixels = (GL_R32F, GL_RED, GL_FLOAT, data.as_ptr().cast());
         let result = self.fill_texture(name, (w, h), levels, pixels);
-        // SAFETY: unbinding is always valid.
-        unsafe { (self.gl.glBindTexture)(GL_TEXTURE_2D, 0) };
-        result.inspect_err(|_| self.delete_texture(name)).map(|()| name)
-    }
-
-    /// A GL_TEXTURE_2D of format GL_RGBA8 with one level, filled from `data` (one `u32` of
-    /// R, G, B, A bytes in memory order per texel); returns its name.
-    pub fn create_texture_rgba8(&self, width: u32, height: u32, data: &[u32]) -> Result<u32, String> {
-        self.begin("create_texture_rgba8")?;
-        let (w, h, count) = level_extent(width, height, 1, 0)?;
-        if data.len() != count {
-            return Err(format!("{width}x{height} texture needs {count} texels, got {}", data.len()));
-        }
-        let mut name = 0;
-        // SAFETY: the context is current; one name is written to `name`.
-        unsafe { (self.gl.glGenTextures)(1, &mut name) };
-        self.check("glGenTextures")?;
-        let pixels = (GL_RGBA8, GL_RGBA, GL_UNSIGNED_BYTE, data.as_ptr().cast());
-        let result = self.fill_texture(name, (w, h), 1, pixels);
         // SAFETY: unbinding is always valid.
         unsafe { (self.gl.glBindTexture)(GL_TEXTURE_2D, 0) };
         result.inspect_err(|_| self.delete_texture(name)).map(|()| name)
