@@ -1,10 +1,10 @@
 //! Device memory and an event shared with another process. The example starts itself again as
 //! a child. The parent fills a buffer that is a block inside a larger pool allocation (so the
 //! handle carries an offset), queues one more write, records an interprocess event after it and
-//! sends both handles to the child's stdin without waiting. The child opens the memory, makes
-//! its stream wait on the event, checks every element, writes new values, closes the memory and
-//! says so on its stdout; only then does the parent check the child's values and let go of the
-//! buffer.
+//! sends both handles, as hexadecimal text, to the child's stdin without waiting. The child
+//! opens the memory, makes its stream wait on the event, checks every element, writes new
+//! values, closes the memory and says so on its stdout; only then does the parent check the
+//! child's values and let go of the buffer.
 //!
 //! ```sh
 //! cargo run --example ipc
@@ -58,21 +58,6 @@ fn child_values(values: &[u32]) -> Vec<u32> {
     values.iter().map(|v| v.wrapping_mul(3).wrapping_add(1)).collect()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> cuda_core::Result<Vec<u8>> {
-    let bad = || Error::invalid("ipc example", format!("not hex: {text:?}"));
-    if text.len() % 2 != 0 {
-        return Err(bad());
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| text.get(i..i + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()).ok_or_else(bad))
-        .collect()
-}
-
 fn run() -> cuda_core::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
@@ -112,7 +97,7 @@ fn run() -> cuda_core::Result<()> {
         .map_err(io)?;
     let mut stdin = process.stdin.take().ok_or_else(|| io(std::io::ErrorKind::BrokenPipe.into()))?;
     let stdout = process.stdout.take().ok_or_else(|| io(std::io::ErrorKind::BrokenPipe.into()))?;
-    let line = format!("{} {}", hex(&memory.to_bytes()), hex(&IpcEventHandle::export(&event)?.to_bytes()));
+    let line = format!("{} {}", memory.to_hex(), IpcEventHandle::export(&event)?.to_hex());
     writeln!(stdin, "{line}").and_then(|()| stdin.flush()).map_err(io)?;
     println!("sent both handles to child {} ({} bytes of hex)", process.id(), line.len());
 
@@ -145,8 +130,8 @@ fn child() -> cuda_core::Result<()> {
     let Some((memory, event)) = line.trim().split_once(' ') else {
         return Err(Error::invalid("ipc example", format!("expected two handles, got {line:?}")));
     };
-    let memory = IpcMemHandle::from_bytes(&unhex(memory)?)?;
-    let event = IpcEventHandle::from_bytes(&unhex(event)?)?.open(&ctx)?;
+    let memory = IpcMemHandle::from_hex(memory)?;
+    let event = IpcEventHandle::from_hex(event)?.open(&ctx)?;
     stream.wait_event(&event)?; // the parent's last write comes before anything queued here
     let report = {
         // SAFETY: the parent keeps the memory until this process answers, after the buffer is

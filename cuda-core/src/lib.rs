@@ -36,6 +36,7 @@ pub mod dlpack;
 pub mod error;
 pub mod event;
 pub mod graph;
+mod hex;
 pub mod interop;
 pub mod launch;
 pub mod memory;

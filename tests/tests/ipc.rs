@@ -65,16 +65,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(text: &str) -> Result<Vec<u8>, String> {
-    if text.len() % 2 != 0 {
-        return Err(format!("odd hex length {}", text.len()));
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|e| format!("bad hex {text:?}: {e}")))
-        .collect()
-}
-
 /// A child process of this binary, spoken to by lines.
 struct Child {
     process: std::process::Child,
@@ -132,7 +122,7 @@ fn exchange(shared: &DeviceBuffer<u32>, seed: u32, stream: &Stream) -> TestResul
     let (_, allocation) = address_range(shared.as_raw())?;
     let past_end = IpcMemHandle::from_parts(handle.handle(), allocation as u64 - 4, handle.size_in_bytes());
     let mut child = Child::spawn("memory")?;
-    child.send(&format!("{} {} {seed}", hex(&handle.to_bytes()), hex(&past_end.to_bytes())))?;
+    child.send(&format!("{} {} {seed}", handle.to_hex(), past_end.to_hex()))?;
     let answer = child.receive()?;
     let Some(theirs) = answer.strip_prefix("ok ") else {
         return Err(format!("the child answered {answer:?}").into());
@@ -141,7 +131,7 @@ fn exchange(shared: &DeviceBuffer<u32>, seed: u32, stream: &Stream) -> TestResul
         shared.to_vec()? == transform(&pattern(N, seed)),
         "the child's writes are not in the shared buffer"
     );
-    let theirs = IpcMemHandle::from_bytes(&unhex(theirs)?)?;
+    let theirs = IpcMemHandle::from_hex(theirs)?;
     {
         // SAFETY: the child keeps its buffer until it reads "written", after this is dropped.
         let mut opened = unsafe { theirs.open::<u32>(stream)? };
@@ -205,13 +195,13 @@ fn an_ipc_event_orders_the_childs_work() -> TestResult {
     stream.synchronize()?;
     let memory = IpcMemHandle::export(&shared.view())?;
     let mut child = Child::spawn("event")?;
-    child.send(&hex(&memory.to_bytes()))?;
+    child.send(&memory.to_hex())?;
     let answer = child.receive()?;
     let Some(event) = answer.strip_prefix("recorded ") else {
         return Err(format!("the child answered {answer:?}").into());
     };
     // The child has queued its memset and recorded its event after it; it has not waited.
-    let event = IpcEventHandle::from_bytes(&unhex(event)?)?.open(&ctx)?;
+    let event = IpcEventHandle::from_hex(event)?.open(&ctx)?;
     ensure!(event.flags().contains(EventFlags::INTERPROCESS), "{:?}", event.flags());
     stream.wait_event(&event)?;
     let got = shared.to_vec()?;
@@ -338,7 +328,7 @@ mod child {
     }
 
     fn handle(text: &str) -> Result<IpcMemHandle, String> {
-        IpcMemHandle::from_bytes(&unhex(text)?).map_err(|e| e.to_string())
+        IpcMemHandle::from_hex(text).map_err(|e| e.to_string())
     }
 
     fn memory(stream: &Stream) -> Result<(), String> {
@@ -364,7 +354,7 @@ mod child {
         }
         let mine = DeviceBuffer::from_slice(stream, &pattern(N, seed + 1)).map_err(|e| e.to_string())?;
         let exported = IpcMemHandle::export(&mine.view()).map_err(|e| e.to_string())?;
-        say(&format!("ok {}", hex(&exported.to_bytes())))?;
+        say(&format!("ok {}", exported.to_hex()))?;
         let written = next(&mut lines)?;
         if written != "written" {
             return Err(format!("expected \"written\", got {written:?}"));
@@ -385,7 +375,7 @@ mod child {
         let exported = IpcEventHandle::export(&event).map_err(err)?;
         opened.view_mut().memset_d32_async(0xe7e7, stream).map_err(err)?;
         event.record(stream).map_err(err)?;
-        say(&format!("recorded {}", hex(&exported.to_bytes())))?;
+        say(&format!("recorded {}", exported.to_hex()))?;
         let done = next(&mut lines)?;
         if done != "done" {
             return Err(format!("expected \"done\", got {done:?}"));

@@ -59,33 +59,14 @@ impl UniqueId {
 
     /// The id as lowercase hexadecimal text (256 characters).
     pub fn to_hex(&self) -> String {
-        use std::fmt::Write;
-        let mut text = String::with_capacity(2 * UniqueId::BYTES);
-        for b in self.bytes {
-            // Writing to a String cannot fail.
-            let _ = write!(text, "{b:02x}");
-        }
-        text
+        crate::hex::encode(&self.bytes)
     }
 
     /// An id from the text [`to_hex`](Self::to_hex) wrote; anything else is an
     /// [`Error::InvalidArgument`].
     pub fn from_hex(text: &str) -> Result<UniqueId> {
-        let text = text.trim();
-        let bad = |why: String| Error::invalid("UniqueId::from_hex", why);
-        if text.len() != 2 * UniqueId::BYTES {
-            return Err(bad(format!(
-                "an NCCL unique id is {} hexadecimal digits, not {}",
-                2 * UniqueId::BYTES,
-                text.len()
-            )));
-        }
-        let mut bytes = [0u8; UniqueId::BYTES];
-        for (i, b) in bytes.iter_mut().enumerate() {
-            let pair = text.get(2 * i..2 * i + 2).unwrap_or("");
-            *b = u8::from_str_radix(pair, 16)
-                .map_err(|_| bad(format!("{pair:?} at offset {} is not a hexadecimal byte", 2 * i)))?;
-        }
+        let bytes = crate::hex::decode("UniqueId::from_hex", "an NCCL unique id", text, UniqueId::BYTES)?;
+        let bytes = bytes.try_into().map_err(|_| Error::invalid("UniqueId::from_hex", "a truncated id"))?;
         Ok(UniqueId { bytes })
     }
 

@@ -68,6 +68,19 @@ impl IpcEventHandle {
         out
     }
 
+    /// The bytes of [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text, for
+    /// transports that carry text (a command line, a line on a pipe).
+    pub fn to_hex(&self) -> String {
+        crate::hex::encode(&self.to_bytes())
+    }
+
+    /// The handle [`to_hex`](Self::to_hex) wrote; other text is an [`Error::InvalidArgument`].
+    pub fn from_hex(text: &str) -> Result<IpcEventHandle> {
+        let bytes =
+            crate::hex::decode("IpcEventHandle::from_hex", "a handle", text, IpcEventHandle::ENCODED_LEN)?;
+        IpcEventHandle::from_bytes(&bytes)
+    }
+
     /// The handle [`to_bytes`](Self::to_bytes) made; bytes of another length or without its
     /// marker are an [`Error::InvalidArgument`].
     pub fn from_bytes(bytes: &[u8]) -> Result<IpcEventHandle> {
@@ -87,6 +100,7 @@ mod tests {
     fn event_handles_round_trip_and_refuse_memory_handles() {
         let h = IpcEventHandle::from_handle([9; 64]);
         assert_eq!(IpcEventHandle::from_bytes(&h.to_bytes()).ok(), Some(h));
+        assert_eq!(IpcEventHandle::from_hex(&h.to_hex()).ok(), Some(h));
         let memory = super::super::IpcMemHandle::from_parts([9; 64], 0, 8).to_bytes();
         assert!(matches!(IpcEventHandle::from_bytes(&memory), Err(Error::InvalidArgument { .. })));
         assert!(matches!(

@@ -81,6 +81,19 @@ impl IpcMemHandle {
         out
     }
 
+    /// The bytes of [`to_bytes`](Self::to_bytes) as lowercase hexadecimal text, for
+    /// transports that carry text (a command line, a line on a pipe).
+    pub fn to_hex(&self) -> String {
+        crate::hex::encode(&self.to_bytes())
+    }
+
+    /// The handle [`to_hex`](Self::to_hex) wrote; other text is an [`Error::InvalidArgument`].
+    pub fn from_hex(text: &str) -> Result<IpcMemHandle> {
+        let bytes =
+            crate::hex::decode("IpcMemHandle::from_hex", "a handle", text, IpcMemHandle::ENCODED_LEN)?;
+        IpcMemHandle::from_bytes(&bytes)
+    }
+
     /// The handle [`to_bytes`](Self::to_bytes) made; bytes of another length or without its
     /// marker are an [`Error::InvalidArgument`].
     pub fn from_bytes(bytes: &[u8]) -> Result<IpcMemHandle> {
@@ -212,6 +225,8 @@ mod tests {
         let bytes = h.to_bytes();
         assert_eq!(bytes.len(), IpcMemHandle::ENCODED_LEN);
         assert_eq!(IpcMemHandle::from_bytes(&bytes).ok(), Some(h));
+        assert_eq!(IpcMemHandle::from_hex(&h.to_hex()).ok(), Some(h));
+        assert!(IpcMemHandle::from_hex(&h.to_hex()[2..]).is_err());
         assert_eq!(h.handle(), driver);
         assert_eq!((h.offset(), h.size_in_bytes()), (1 << 20, 4096));
     }
