@@ -23,6 +23,7 @@ pub use libtest_mimic::Failed;
 pub type TestResult = Result<(), Failed>;
 
 /// One test: its name, how many devices it needs (0 for a CPU test), and its body.
+#[derive(Clone, Copy)]
 pub struct Test {
     /// The test's name, as filters and reports show it.
     pub name: &'static str,

@@ -322,7 +322,9 @@ impl Context {
         self.make_current()
     }
 
-    /// Makes this context current if another one is.
+    /// Makes this context current if another one is. Release paths (`Drop`s, deallocations,
+    /// unmaps) use this rather than [`enter`](Self::enter): a pending deferred error must not make
+    /// them return before they free or wait.
     #[inline]
     pub(crate) fn make_current(&self) -> Result<()> {
         if current_raw()? != self.inner.raw { self.bind_to_thread() } else { Ok(()) }

@@ -184,6 +184,16 @@ impl Stream {
         ctx.take_deferred()
     }
 
+    /// Blocks until all work queued on the stream is done, for release paths (`Drop`s,
+    /// deallocations, unmaps): unlike [`synchronize`](Self::synchronize) it neither reports nor
+    /// consumes the context's deferred errors, so a pending error from elsewhere never makes a
+    /// release skip its wait. Fails only with the wait's own status.
+    pub(crate) fn synchronize_for_release(&self) -> Result<()> {
+        self.bind_if_default()?;
+        // SAFETY: the stream is alive while `self` is.
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.inner.raw) })
+    }
+
     /// Whether all work queued on the stream is done, without blocking
     /// ([`cuStreamQuery`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
     pub fn query(&self) -> Result<bool> {

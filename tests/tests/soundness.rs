@@ -1,0 +1,22 @@
+//! Regression tests of the soundness review: each test is a safe call sequence that reached
+//! undefined behaviour (or lost memory or an error) before it was fixed, in the shape a user hits
+//! it, and checks that it no longer does. The compile-time holes are `compile_fail` doctests in
+//! `cuda-core`; `docs/src/safety.md` says where each rule is tested.
+
+#[path = "kernels/mod.rs"]
+mod kernels;
+
+#[path = "soundness/interop_graph.rs"]
+mod interop_graph;
+#[path = "soundness/local.rs"]
+mod local;
+#[path = "soundness/pools.rs"]
+mod pools;
+#[path = "soundness/streams.rs"]
+mod streams;
+
+fn main() {
+    let tests: Vec<cuda_tests::Test> =
+        [streams::TESTS, pools::TESTS, local::TESTS, interop_graph::TESTS].concat();
+    cuda_tests::run(&tests)
+}
