@@ -1,7 +1,9 @@
 //! Typed kernel arguments without heap allocation: scalars and plain-data structs by
 //! reference, device buffers and views by their device address.
 
+use crate::error::Result;
 use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace};
+use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
@@ -25,7 +27,10 @@ use std::mem::size_of;
 /// * `&TensorMap`: its 128 bytes by value, for a `const __grid_constant__ CUtensorMap`
 ///   (`.param .align 64 .b8 name[128]`).
 ///
-/// Launches read the argument where it is: nothing is copied or allocated.
+/// Launches read the argument where it is: nothing is copied or allocated. A buffer or view
+/// launched on a stream other than its own notes that stream
+/// ([`note_launch`](KernelArg::note_launch)), so its memory is not given back before the
+/// kernel has run.
 ///
 /// # Safety
 ///
@@ -37,6 +42,20 @@ pub unsafe trait KernelArg {
     /// The number of bytes the parameter has; compared with the kernel's parameter layout
     /// before a launch, where the driver reports it.
     fn arg_size(&self) -> usize;
+
+    /// Called before a launch on `stream`, with `stream`'s context current: memory the
+    /// argument refers to notes the stream, so that its owner waits for the kernel before it
+    /// gives the memory back. Nothing to do for plain values (the default), nor for a buffer
+    /// on its own stream.
+    ///
+    /// Fails with an [`Error::InvalidArgument`](crate::Error::InvalidArgument) where `stream`
+    /// is a default stream that names another stream than the one meant (of another thread or
+    /// context); the launch is then not made.
+    #[inline]
+    fn note_launch(&self, stream: &Stream) -> Result<()> {
+        let _ = stream;
+        Ok(())
+    }
 }
 
 // SAFETY: the pointer is to the referenced value, which outlives the reference, and has
@@ -73,6 +92,11 @@ macro_rules! address_arg {
             fn arg_size(&self) -> usize {
                 ADDRESS
             }
+
+            #[inline]
+            fn note_launch(&self, stream: &Stream) -> Result<()> {
+                self.used_on(stream.context(), stream)
+            }
         }
     )+};
 }
@@ -80,11 +104,11 @@ macro_rules! address_arg {
 address_arg!(
     [T: Pod, S: MemorySpace] &DeviceBuffer<T, S>,
     [T: Pod, S: MemorySpace] &mut DeviceBuffer<T, S>,
-    [T] DeviceView<'_, T>,
-    [T] &DeviceView<'_, T>,
-    [T] DeviceViewMut<'_, T>,
-    [T] &DeviceViewMut<'_, T>,
-    [T] &mut DeviceViewMut<'_, T>,
+    [T: Pod] DeviceView<'_, T>,
+    [T: Pod] &DeviceView<'_, T>,
+    [T: Pod] DeviceViewMut<'_, T>,
+    [T: Pod] &DeviceViewMut<'_, T>,
+    [T: Pod] &mut DeviceViewMut<'_, T>,
     [T: Pod] &crate::vmm::GrowableBuffer<T>,
     [T: Pod] &mut crate::vmm::GrowableBuffer<T>,
 );
@@ -111,6 +135,13 @@ pub unsafe trait KernelArgs {
     fn pointers(&self) -> Self::Pointers;
     /// The size in bytes of each argument, in order.
     fn sizes(&self) -> Self::Sizes;
+
+    /// Calls [`KernelArg::note_launch`] of each argument, in order; the first failure.
+    #[inline]
+    fn note_launch(&self, stream: &Stream) -> Result<()> {
+        let _ = stream;
+        Ok(())
+    }
 }
 
 // SAFETY: no parameters, no pointers.
@@ -146,6 +177,12 @@ macro_rules! kernel_args {
             fn sizes(&self) -> [usize; $n] {
                 [$(self.$index.arg_size()),+]
             }
+
+            #[inline]
+            fn note_launch(&self, stream: &Stream) -> Result<()> {
+                $(self.$index.note_launch(stream)?;)+
+                Ok(())
+            }
         }
     };
 }
@@ -175,7 +212,9 @@ mod tests {
     /// Hands out nothing and takes back anything: for buffers around made-up addresses.
     struct NoMemory;
 
-    impl crate::pool::Allocator for NoMemory {
+    // SAFETY: test-only; `allocate` never returns memory, and buffers adopted around made-up
+    // addresses are never read or written (dropping them calls no driver).
+    unsafe impl crate::pool::Allocator for NoMemory {
         fn allocate(
             &self,
             size: usize,

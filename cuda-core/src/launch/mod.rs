@@ -277,6 +277,9 @@ unsafe fn launch_raw<A: KernelArgs>(
     stream.context().take_deferred()?;
     // The default-stream handles act on the current context.
     stream.bind_if_default()?;
+    // Buffers used on another stream than their own wait for this one before they are given
+    // back; nothing to do on their own stream.
+    args.note_launch(stream)?;
     let mut attrs = [const { MaybeUninit::uninit() }; 4];
     let raw = config.raw_config(raw_stream, &mut attrs);
     // `args` stays where it is until the call returns: the pointers of views passed by value

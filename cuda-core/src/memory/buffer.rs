@@ -7,7 +7,7 @@ use super::space::{DeviceOnly, MemorySpace};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::pool::{Allocator, DeviceAllocation};
-use crate::stream::Stream;
+use crate::stream::{Stream, StreamUses};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -26,10 +26,14 @@ use std::sync::Arc;
 ///   [`MemPool`](crate::mempool::MemPool)), a `MemoryPool`, or an [`Allocator`] of yours.
 ///   Managed memory is [`ManagedBuffer::new_managed`](super::ManagedBuffer::new_managed).
 /// * **Stream order.** A buffer belongs to the stream it was allocated on; it is given back in
-///   that stream's order, so work queued there before the drop may still use it. Work on other
-///   streams must be declared with [`record_stream`](Self::record_stream) (the memory is then
-///   not reused until those streams have passed the point of the drop) or the buffer moved to
-///   another stream with [`set_stream`](Self::set_stream). This holds whatever the allocator.
+///   that stream's order, so work queued there before the drop may still use it. Every safe
+///   operation that queues work touching the buffer, or a view of it, on another stream
+///   (`_async` copies and memsets, prefetches, kernel launches, NCCL calls) notes that stream
+///   on the buffer, and the memory is not reused until those streams have passed the point of
+///   the drop: nothing to declare by hand. This holds whatever the allocator. On the buffer's
+///   own stream this costs nothing; on another stream, one comparison and a short lock per
+///   operation and one event per noted stream when the buffer is dropped (see the guide's
+///   memory chapter). [`set_stream`](Self::set_stream) moves the buffer to another stream.
 /// * **Synchronous copies** (`copy_from`, `copy_to`, `to_vec`, and the views' synchronous
 ///   copies and memsets) run in the buffer's stream's order and return when they are done.
 /// * **Kernels** take the buffer, or a view of it, as an argument directly (its device address
@@ -44,7 +48,9 @@ pub struct DeviceBuffer<T: Pod, S: MemorySpace = DeviceOnly> {
     allocation: DeviceAllocation,
     source: Source,
     stream: HeldStream,
-    recorded: Vec<Stream>,
+    uses: StreamUses,
+    /// Set once [`free`](Self::free) has given the memory back.
+    released: bool,
     _marker: PhantomData<(T, S)>,
 }
 
@@ -136,7 +142,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             allocation,
             source,
             stream: held,
-            recorded: Vec::new(),
+            uses: StreamUses::new(),
+            released: false,
             _marker: PhantomData,
         })
     }
@@ -172,7 +179,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             allocation,
             source: Source::Shared(allocator),
             stream: HeldStream::Counted(stream.clone()),
-            recorded: Vec::new(),
+            uses: StreamUses::new(),
+            released: false,
             _marker: PhantomData,
         })
     }
@@ -212,25 +220,51 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
 
     /// Orders the buffer on `stream` from now on: synchronous copies run there, and the memory
     /// is given back after the work queued there (and on the streams it was on before).
-    pub fn set_stream(&mut self, stream: &Stream) {
+    ///
+    /// A default stream that would not name the same stream where the buffer is used (a
+    /// per-thread default stream of another thread, the default stream of another context) is
+    /// an [`Error::InvalidArgument`], and the buffer stays where it was.
+    pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
         if *stream != *self.stream {
+            self.uses.note(self.stream.context(), Some(&self.stream), stream)?;
             let previous = std::mem::replace(&mut self.stream, HeldStream::Counted(stream.clone()));
-            self.record_stream(&previous);
+            self.uses.note(previous.context(), None, &previous)?;
         }
+        Ok(())
     }
 
     /// Declares that work queued on `stream` uses the buffer: when it is dropped, the memory is
     /// not reused until `stream` has passed that point (PyTorch's `record_stream`), whatever the
-    /// allocator. Recording the buffer's own stream does nothing.
-    pub fn record_stream(&mut self, stream: &Stream) {
-        if *stream != *self.stream && !self.recorded.contains(stream) {
-            self.recorded.push(stream.clone());
-        }
+    /// allocator. The crate's own operations do this by themselves; this is for work queued
+    /// outside it (raw calls, other libraries) on a stream other than the buffer's. Recording
+    /// the buffer's own stream does nothing.
+    ///
+    /// A default stream that would not name the same stream here (a per-thread default stream
+    /// of another thread, the default stream of another context) is an
+    /// [`Error::InvalidArgument`].
+    pub fn record_stream(&self, stream: &Stream) -> Result<()> {
+        self.used_on(self.stream.context(), stream)
     }
 
-    /// The streams declared with [`record_stream`](Self::record_stream).
-    pub fn recorded_streams(&self) -> &[Stream] {
-        &self.recorded
+    /// Notes that work touching the buffer is about to be queued on `stream` with `current`
+    /// made current (see [`DeviceView::used_on`](super::DeviceView)); nothing to do on the
+    /// buffer's own stream.
+    #[inline]
+    pub(crate) fn used_on(&self, current: &Context, stream: &Stream) -> Result<()> {
+        self.uses.note(current, Some(&self.stream), stream)
+    }
+
+    /// Notes that a call inside the open NCCL group `group` uses the buffer: dropped before the
+    /// group ends, it is given back only after the group has queued its calls.
+    #[inline]
+    pub(crate) fn taken_by_group(&self, group: u64) {
+        self.uses.note_group(group)
+    }
+
+    /// The other streams the buffer was used on, noted by its operations or with
+    /// [`record_stream`](Self::record_stream).
+    pub fn recorded_streams(&self) -> Vec<Stream> {
+        self.uses.snapshot()
     }
 
     crate::memory::device_views!("DeviceBuffer");
@@ -298,24 +332,65 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// kernel faulted is that fault (`CUDA_ERROR_ILLEGAL_ADDRESS`, for instance). The memory is
     /// given up either way.
     #[track_caller]
-    pub fn free(self) -> Result<()> {
-        let mut this = std::mem::ManuallyDrop::new(self);
-        let recorded = std::mem::take(&mut this.recorded);
-        // SAFETY: each field is moved out once and `this` is never used or dropped again.
-        let (source, stream) = unsafe { (std::ptr::read(&this.source), std::ptr::read(&this.stream)) };
-        // SAFETY: the allocation came from `source` and is given back once; the streams that
-        // may use it are the buffer's and the recorded ones.
-        unsafe { source.deallocate(this.allocation, &stream, &recorded) }
+    pub fn free(mut self) -> Result<()> {
+        let r = self.give_back();
+        self.released = true;
+        r
+    }
+
+    /// Gives the memory back once: in the buffer's stream's order, after the other streams it
+    /// was used on; after the NCCL group that uses it has queued its calls, when one is open;
+    /// never when the work that may use it could not be waited for (then it is kept: a leak,
+    /// not a reuse under running work).
+    fn give_back(&mut self) -> Result<()> {
+        if let Some(group) = self.uses.pending_group() {
+            return self.give_back_after_group(group);
+        }
+        let recorded = self.release_order()?;
+        // SAFETY: the allocation came from `source` and is given back once (`released` is set
+        // by the callers); the streams that may use it are the buffer's and the recorded ones
+        // (the others were waited for).
+        unsafe { self.source.deallocate(self.allocation, &self.stream, &recorded) }
+    }
+
+    /// Hands the release to the open NCCL group `group`, whose calls on the buffer are queued
+    /// only when it ends.
+    #[cold]
+    fn give_back_after_group(&mut self, group: u64) -> Result<()> {
+        let recorded = self.release_order()?;
+        let (source, allocation, stream) = (self.source.clone(), self.allocation, Stream::clone(&self.stream));
+        let release: crate::nccl::Release = Box::new(move || {
+            // SAFETY: as in `give_back`: this closure is the buffer's one release, and the
+            // group's calls are queued on streams that `recorded` holds (they were noted).
+            if let Err(e) = unsafe { source.deallocate(allocation, &stream, &recorded) } {
+                stream.context().defer(e);
+            }
+        });
+        if let Err(release) = crate::nccl::defer_to_group(group, release) {
+            release();
+        }
+        Ok(())
+    }
+
+    /// The streams the release must be ordered after, besides the buffer's own; streams that
+    /// cannot be named on this thread (per-thread default streams of other threads, the buffer's
+    /// own included) are waited for here. On failure the wait did not happen: the caller must
+    /// not give the memory back.
+    fn release_order(&mut self) -> Result<Vec<Stream>> {
+        if self.stream.is_other_threads() {
+            self.stream.synchronize_for_release()?;
+        }
+        self.uses.take_for_release()
     }
 }
 
 impl<T: Pod, S: MemorySpace> Drop for DeviceBuffer<T, S> {
     #[track_caller]
     fn drop(&mut self) {
-        // SAFETY: the allocation came from `source` and is given back once; the streams that
-        // may use it are the buffer's and the recorded ones.
-        let r = unsafe { self.source.deallocate(self.allocation, &self.stream, &self.recorded) };
-        if let Err(e) = r {
+        if self.released {
+            return;
+        }
+        if let Err(e) = self.give_back() {
             match &self.stream {
                 HeldStream::Counted(stream) => stream.context().defer(e),
                 // The allocation is back: the borrowed handle may be gone.

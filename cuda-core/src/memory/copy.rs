@@ -45,6 +45,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
             return Ok(());
         }
         self.ctx.enter()?;
+        self.used_on(self.ctx, stream)?;
         // SAFETY: the lengths match; the caller keeps `src` alive until the copy has run.
         check("cuMemcpyHtoDAsync", unsafe {
             sys::cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), self.size_in_bytes(), stream.as_raw())
@@ -69,6 +70,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
             src.ctx.enter()?;
             src.synchronize_stream()?;
         }
+        self.ctx.enter()?;
         self.copy_device_on(src, self.stream)?;
         self.synchronize_stream()
     }
@@ -78,25 +80,29 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// ([`cuMemcpyDtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html),
     /// [`cuMemcpyPeerAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
-    /// Device memory is freed in stream order or after the device is idle, so the copy never
-    /// reads freed memory; order other work on the two views after it with events or the same
-    /// stream.
+    /// On a stream other than a view's own, the copy is noted on the buffer behind the view,
+    /// whose memory is then not given back before `stream` has passed the copy; so the copy
+    /// never touches freed memory. The copy is ordered only on `stream`: order other work on
+    /// the two views after it with events or the same stream.
     ///
     /// Lengths that differ are an [`Error::InvalidArgument`](crate::Error::InvalidArgument),
-    /// checked before any call.
+    /// checked before any call, and so is a default stream of another context or thread.
     #[inline]
     pub fn copy_from_device_async(&mut self, src: &DeviceView<'_, T>, stream: &Stream) -> Result<()> {
         same_len("copy_from_device_async", self.len, src.len)?;
         if self.len == 0 {
             return Ok(());
         }
+        self.ctx.enter()?;
+        self.used_on(self.ctx, stream)?;
+        src.used_on(self.ctx, stream)?;
         self.copy_device_on(src, stream.as_raw())
     }
 
-    /// Queues the device-to-device (or peer) copy on a raw stream; lengths already checked.
+    /// Queues the device-to-device (or peer) copy on a raw stream, with this view's context
+    /// current; lengths already checked.
     #[inline]
     fn copy_device_on(&mut self, src: &DeviceView<'_, T>, stream: sys::CUstream) -> Result<()> {
-        self.ctx.enter()?;
         let bytes = self.size_in_bytes();
         if self.ctx.as_raw() == src.ctx.as_raw() {
             // SAFETY: both ranges are live device memory of `bytes` bytes.
@@ -145,6 +151,7 @@ impl<T: Pod> DeviceView<'_, T> {
             return Ok(());
         }
         self.ctx.enter()?;
+        self.used_on(self.ctx, stream)?;
         // SAFETY: the lengths match; the caller keeps `dst` alive and untouched until the copy has run.
         check("cuMemcpyDtoHAsync", unsafe {
             sys::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.ptr, self.size_in_bytes(), stream.as_raw())
@@ -165,11 +172,16 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     ///
     /// Safe: `src` records the copy, and cannot be written or given back until it is done
     /// (reading it meanwhile is allowed). Copies queued on other streams that write `src`
-    /// are waited for on `stream` first.
+    /// are waited for on `stream` first. On a stream other than the view's own, the copy is
+    /// noted on the buffer behind the view, which is not given back before it is done.
+    ///
+    /// Lengths that differ, or a default stream of another context or thread, are an
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     #[inline]
     pub fn copy_from_pinned_async(&mut self, src: &PinnedBuffer<T>, stream: &Stream) -> Result<()> {
         same_len("copy_from_pinned_async", self.len, src.len())?;
         self.ctx.enter()?;
+        self.used_on(self.ctx, stream)?;
         let (dst, bytes) = (self.ptr, self.size_in_bytes());
         src.uses().around(stream, false, || {
             // SAFETY: the lengths match; `src` stays alive and unwritten until the event
@@ -186,11 +198,17 @@ impl<T: Pod> DeviceView<'_, T> {
     /// ([`cuMemcpyDtoHAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
     /// Safe: `dst` records the copy, and cannot be read, written or given back until it is
-    /// done ([`PinnedBuffer::as_slice`] waits for it).
+    /// done ([`PinnedBuffer::as_slice`] waits for it). On a stream other than the view's own,
+    /// the copy is noted on the buffer behind the view, which is not given back before it is
+    /// done.
+    ///
+    /// Lengths that differ, or a default stream of another context or thread, are an
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     #[inline]
     pub fn copy_to_pinned_async(&self, dst: &mut PinnedBuffer<T>, stream: &Stream) -> Result<()> {
         same_len("copy_to_pinned_async", dst.len(), self.len)?;
         self.ctx.enter()?;
+        self.used_on(self.ctx, stream)?;
         let (src, bytes, host) = (self.ptr, self.size_in_bytes(), dst.as_mut_ptr_unchecked());
         dst.uses().around(stream, true, || {
             // SAFETY: the lengths match; `dst` stays alive, unread and unwritten by the host

@@ -120,7 +120,8 @@ impl Array {
     /// ([`cuMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_device_async<T: Pod>(&mut self, src: &DeviceView<'_, T>, stream: &Stream) -> Result<()> {
         let c = self.d2a("Array::copy_from_device_async", src)?;
-        // SAFETY: as copy_from_device; device memory and arrays are freed only after queued work.
+        src.used_on(src.ctx, stream)?;
+        // SAFETY: as copy_from_device; `src`'s buffer waits for `stream` before it is given back.
         check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
     }
 
@@ -132,7 +133,8 @@ impl Array {
         stream: &Stream,
     ) -> Result<()> {
         let c = self.a2d("Array::copy_to_device_async", dst)?;
-        // SAFETY: as copy_to_device; device memory and arrays are freed only after queued work.
+        dst.used_on(dst.ctx, stream)?;
+        // SAFETY: as copy_to_device; `dst`'s buffer waits for `stream` before it is given back.
         check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
     }
 
@@ -237,7 +239,9 @@ impl<T: Pod> PitchedBuffer<T> {
     /// ([`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_device_async(&mut self, src: &DeviceView<'_, T>, stream: &Stream) -> Result<()> {
         let c = self.d2p("PitchedBuffer::copy_from_device_async", src)?;
-        // SAFETY: as copy_from_device; device memory is freed only after queued work.
+        self.record_stream(stream)?;
+        src.used_on(src.ctx, stream)?;
+        // SAFETY: as copy_from_device; both buffers wait for `stream` before they are given back.
         check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync(&c, stream.as_raw()) })
     }
 
@@ -245,7 +249,9 @@ impl<T: Pod> PitchedBuffer<T> {
     /// ([`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_to_device_async(&self, dst: &mut DeviceViewMut<'_, T>, stream: &Stream) -> Result<()> {
         let c = self.p2d("PitchedBuffer::copy_to_device_async", dst)?;
-        // SAFETY: as copy_to_device; device memory is freed only after queued work.
+        self.record_stream(stream)?;
+        dst.used_on(dst.ctx, stream)?;
+        // SAFETY: as copy_to_device; both buffers wait for `stream` before they are given back.
         check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync(&c, stream.as_raw()) })
     }
 

@@ -204,9 +204,11 @@ impl<T: Pod, S: HostAccessible> DeviceBuffer<T, S> {
         static PREFETCH: AbiVersions = AbiVersions::new("cuMemPrefetchAsync", &[12020, 8000]);
         let version = PREFETCH.choose()?;
         self.context().enter()?;
+        self.record_stream(stream)?;
         let (ptr, bytes) = (self.as_raw(), self.bytes());
         let status = if version == 12020 {
-            // SAFETY: the range is this allocation; memory is freed only after queued work.
+            // SAFETY: the range is this allocation; it is given back only after the work queued
+            // on its stream and on `stream` (noted above).
             unsafe { sys::cuMemPrefetchAsync(ptr, bytes, location.as_raw(), 0, stream.as_raw()) }
         } else {
             let device = location.device_ordinal().ok_or_else(|| PREFETCH.needs(12020))?;
@@ -220,6 +222,7 @@ impl<T: Pod, S: HostAccessible> DeviceBuffer<T, S> {
     /// ([`cuStreamAttachMemAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
     pub fn attach_async(&self, stream: &Stream, attach: MemAttach) -> Result<()> {
         self.context().enter()?;
+        self.record_stream(stream)?;
         // SAFETY: the whole allocation (length 0 means all of it).
         check("cuStreamAttachMemAsync", unsafe {
             sys::cuStreamAttachMemAsync(stream.as_raw(), self.as_raw(), 0, attach.bits())

@@ -59,7 +59,9 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     pub fn memset_d8_async(&mut self, value: u8, stream: &Stream) -> Result<()> {
         let n = self.units("memset_d8_async", 1)?;
         self.ctx.enter()?;
-        // SAFETY: as memset_d8; device memory is freed only after queued work.
+        self.used_on(self.ctx, stream)?;
+        // SAFETY: as memset_d8; the buffer behind the view is given back only after the work
+        // queued on its own stream and on the streams noted on it.
         check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(self.ptr, value, n, stream.as_raw()) })
     }
 
@@ -68,7 +70,9 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     pub fn memset_d16_async(&mut self, value: u16, stream: &Stream) -> Result<()> {
         let n = self.units("memset_d16_async", 2)?;
         self.ctx.enter()?;
-        // SAFETY: as memset_d16; device memory is freed only after queued work.
+        self.used_on(self.ctx, stream)?;
+        // SAFETY: as memset_d16; the buffer behind the view is given back only after the work
+        // queued on its own stream and on the streams noted on it.
         check("cuMemsetD16Async", unsafe { sys::cuMemsetD16Async(self.ptr, value, n, stream.as_raw()) })
     }
 
@@ -77,7 +81,9 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     pub fn memset_d32_async(&mut self, value: u32, stream: &Stream) -> Result<()> {
         let n = self.units("memset_d32_async", 4)?;
         self.ctx.enter()?;
-        // SAFETY: as memset_d32; device memory is freed only after queued work.
+        self.used_on(self.ctx, stream)?;
+        // SAFETY: as memset_d32; the buffer behind the view is given back only after the work
+        // queued on its own stream and on the streams noted on it.
         check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(self.ptr, value, n, stream.as_raw()) })
     }
 }

@@ -116,20 +116,21 @@ macro_rules! element_count {
 pub(crate) use element_count;
 
 /// The view accessors of an owning type of device memory (`view`, `view_mut`, `slice`,
-/// `slice_mut`), for a type with fields `ptr` (the first element's address), `len` and `stream`
-/// (the stream its views are ordered on); `$name` names the type in errors.
+/// `slice_mut`), for a type with fields `ptr` (the first element's address), `len`, `stream`
+/// (the stream its views are ordered on) and `uses` (a [`StreamUses`](crate::stream::StreamUses)
+/// where the views note the other streams they are used on); `$name` names the type in errors.
 macro_rules! device_views {
     ($name:literal) => {
         /// A shared view of the whole buffer.
         #[inline]
         pub fn view(&self) -> $crate::memory::DeviceView<'_, T> {
-            $crate::memory::DeviceView::new(self.ptr, self.len, &self.stream)
+            $crate::memory::DeviceView::tracked(self.ptr, self.len, &self.stream, &self.uses)
         }
 
         /// An exclusive view of the whole buffer.
         #[inline]
         pub fn view_mut(&mut self) -> $crate::memory::DeviceViewMut<'_, T> {
-            $crate::memory::DeviceViewMut::new(self.ptr, self.len, &self.stream)
+            $crate::memory::DeviceViewMut::tracked(self.ptr, self.len, &self.stream, &self.uses)
         }
 
         /// A shared view of `range`; past the end is an
@@ -139,7 +140,7 @@ macro_rules! device_views {
             range: impl std::ops::RangeBounds<usize>,
         ) -> $crate::Result<$crate::memory::DeviceView<'_, T>> {
             let (start, end) = $crate::memory::range_of(concat!($name, "::slice"), range, self.len)?;
-            Ok($crate::memory::DeviceView::new(self.element(start), end - start, &self.stream))
+            Ok($crate::memory::DeviceView::tracked(self.element(start), end - start, &self.stream, &self.uses))
         }
 
         /// An exclusive view of `range`; past the end is an
@@ -149,7 +150,7 @@ macro_rules! device_views {
             range: impl std::ops::RangeBounds<usize>,
         ) -> $crate::Result<$crate::memory::DeviceViewMut<'_, T>> {
             let (start, end) = $crate::memory::range_of(concat!($name, "::slice_mut"), range, self.len)?;
-            Ok($crate::memory::DeviceViewMut::new(self.element(start), end - start, &self.stream))
+            Ok($crate::memory::DeviceViewMut::tracked(self.element(start), end - start, &self.stream, &self.uses))
         }
 
         fn element(&self, index: usize) -> cuda_driver_sys::CUdeviceptr {

@@ -2,7 +2,7 @@
 
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use crate::stream::Stream;
+use crate::stream::{Stream, StreamUses};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -21,6 +21,8 @@ pub struct DeviceView<'a, T> {
     /// The stream the viewed buffer is ordered on (null: the default stream), where the
     /// view's synchronous copies and memsets run.
     pub(crate) stream: sys::CUstream,
+    /// Where work queued on other streams is noted, for the owner's release to wait for it.
+    pub(crate) track: Option<Track<'a>>,
     pub(crate) _marker: PhantomData<&'a [T]>,
 }
 
@@ -44,7 +46,17 @@ pub struct DeviceViewMut<'a, T> {
     /// The stream the viewed buffer is ordered on (null: the default stream), where the
     /// view's synchronous copies and memsets run.
     pub(crate) stream: sys::CUstream,
+    /// Where work queued on other streams is noted, for the owner's release to wait for it.
+    pub(crate) track: Option<Track<'a>>,
     pub(crate) _marker: PhantomData<&'a mut [T]>,
+}
+
+/// The owner's side of a view: the stream its memory is ordered on, and the list of other
+/// streams that work touching the memory was queued on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Track<'a> {
+    pub(crate) own: &'a Stream,
+    pub(crate) uses: &'a StreamUses,
 }
 
 // SAFETY: a view is an address, a length, a context reference and a stream handle that the
@@ -110,15 +122,53 @@ macro_rules! common {
             /// # Safety
             ///
             /// `ptr` must be `len` elements of `T` of device memory of `ctx`, valid (and, for
-            /// a mutable view, not accessed through anything else) for `'a`.
+            /// a mutable view, not accessed through anything else) for `'a` and until the work
+            /// queued through the view (its `_async` operations, kernels it is passed to) on
+            /// any stream has completed: a view made this way has no owner that would wait
+            /// for that work.
             pub unsafe fn from_raw(ctx: &'a Context, ptr: sys::CUdeviceptr, len: usize) -> Self {
-                $name { ptr, len, ctx, stream: std::ptr::null_mut(), _marker: PhantomData }
+                $name { ptr, len, ctx, stream: std::ptr::null_mut(), track: None, _marker: PhantomData }
             }
 
-            /// A view of a buffer ordered on `stream`.
+            /// A view of memory ordered on `stream` whose owner notes other streams in `uses`
+            /// and waits for them before it gives the memory back.
+            #[inline]
+            pub(crate) fn tracked(
+                ptr: sys::CUdeviceptr,
+                len: usize,
+                stream: &'a Stream,
+                uses: &'a StreamUses,
+            ) -> Self {
+                let track = Some(Track { own: stream, uses });
+                $name { ptr, len, ctx: stream.context(), stream: stream.as_raw(), track, _marker: PhantomData }
+            }
+
+            /// A view of memory ordered on `stream` whose owner waits for its whole context
+            /// (or for nothing, where the memory outlives every use) before giving it back.
             #[inline]
             pub(crate) fn new(ptr: sys::CUdeviceptr, len: usize, stream: &'a Stream) -> Self {
-                $name { ptr, len, ctx: stream.context(), stream: stream.as_raw(), _marker: PhantomData }
+                $name { ptr, len, ctx: stream.context(), stream: stream.as_raw(), track: None, _marker: PhantomData }
+            }
+
+            /// Notes that work touching the view is about to be queued on `stream` with
+            /// `current` made current, so that the owner's release waits for it: nothing
+            /// to do on the owner's stream. A default stream that would not name `stream`
+            /// there is an [`Error::InvalidArgument`].
+            #[inline]
+            pub(crate) fn used_on(&self, current: &Context, stream: &Stream) -> Result<()> {
+                match self.track {
+                    Some(t) => t.uses.note(current, Some(t.own), stream),
+                    None => Ok(()),
+                }
+            }
+
+            /// Notes that a call inside the open NCCL group `group` uses the view's memory
+            /// (see [`DeviceBuffer::taken_by_group`](crate::DeviceBuffer)).
+            #[inline]
+            pub(crate) fn taken_by_group(&self, group: u64) {
+                if let Some(t) = self.track {
+                    t.uses.note_group(group);
+                }
             }
 
             /// Waits for the work queued so far on the view's stream.
@@ -151,6 +201,7 @@ macro_rules! common {
                     len: end - start,
                     ctx: self.ctx,
                     stream: self.stream,
+                    track: self.track,
                     _marker: PhantomData,
                 })
             }
@@ -164,6 +215,7 @@ macro_rules! common {
                     len,
                     ctx: self.ctx,
                     stream: self.stream,
+                    track: self.track,
                     _marker: PhantomData,
                 })
             }
@@ -177,7 +229,7 @@ common!(DeviceViewMut);
 impl<'a, T: Pod> DeviceViewMut<'a, T> {
     /// A shorter-lived shared view of the same memory.
     pub fn as_view(&self) -> DeviceView<'_, T> {
-        DeviceView { ptr: self.ptr, len: self.len, ctx: self.ctx, stream: self.stream, _marker: PhantomData }
+        DeviceView { ptr: self.ptr, len: self.len, ctx: self.ctx, stream: self.stream, track: self.track, _marker: PhantomData }
     }
 
     /// A shorter-lived exclusive view of the same memory.
@@ -187,6 +239,7 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
             len: self.len,
             ctx: self.ctx,
             stream: self.stream,
+            track: self.track,
             _marker: PhantomData,
         }
     }
@@ -199,6 +252,7 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
             len: end - start,
             ctx: self.ctx,
             stream: self.stream,
+            track: self.track,
             _marker: PhantomData,
         })
     }
@@ -219,6 +273,7 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
                 len: mid,
                 ctx: self.ctx,
                 stream: self.stream,
+                track: self.track,
                 _marker: PhantomData,
             },
             DeviceViewMut {
@@ -226,6 +281,7 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
                 len: self.len - mid,
                 ctx: self.ctx,
                 stream: self.stream,
+                track: self.track,
                 _marker: PhantomData,
             },
         ))
@@ -236,7 +292,7 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
     /// [`DeviceView::cast`].
     pub fn cast_mut<U: Pod>(&mut self) -> Result<DeviceViewMut<'_, U>> {
         let len = cast_check::<T, U>("cast_mut", self.ptr, self.len)?;
-        Ok(DeviceViewMut { ptr: self.ptr, len, ctx: self.ctx, stream: self.stream, _marker: PhantomData })
+        Ok(DeviceViewMut { ptr: self.ptr, len, ctx: self.ctx, stream: self.stream, track: self.track, _marker: PhantomData })
     }
 }
 

@@ -1,12 +1,23 @@
 //! [`Input`] and [`Output`]: the buffers and views NCCL calls read and write.
 
 use crate::context::Context;
+use crate::error::Result;
 use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace};
+use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 
-mod sealed {
-    pub trait Sealed {}
+pub(crate) mod sealed {
+    use crate::{Context, Result, Stream};
+
+    pub trait Sealed {
+        /// Notes that an NCCL call on `stream`, with `current` current, uses the memory: its
+        /// owner then waits for `stream` (and, inside a group, for the group's end) before it
+        /// gives the memory back.
+        fn note_use(&self, current: &Context, stream: &Stream) -> Result<()>;
+        /// Notes that a call inside the open group `group` uses the memory.
+        fn note_group(&self, group: u64);
+    }
 }
 
 /// Device memory an NCCL call reads: `&DeviceBuffer<T>` (of any memory space),
@@ -27,7 +38,17 @@ pub trait Output<T>: Input<T> {}
 
 macro_rules! memory {
     ($kind:ident: $([$($generics:tt)*] $ty:ty),+ $(,)?) => {$(
-        impl<$($generics)*> sealed::Sealed for $ty {}
+        impl<$($generics)*> sealed::Sealed for $ty {
+            #[inline]
+            fn note_use(&self, current: &Context, stream: &Stream) -> Result<()> {
+                self.used_on(current, stream)
+            }
+
+            #[inline]
+            fn note_group(&self, group: u64) {
+                self.taken_by_group(group)
+            }
+        }
         impl<$($generics)*> Input<T> for $ty {
             #[inline]
             fn device_ptr(&self) -> sys::CUdeviceptr {

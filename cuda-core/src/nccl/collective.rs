@@ -90,8 +90,8 @@ impl Communicator {
         recv: &impl Input<T>,
     ) -> Result<()> {
         self.prologue::<T>(operation, stream)?;
-        self.on_device(operation, send)?;
-        self.on_device(operation, recv)?;
+        self.on_stream(operation, send, stream)?;
+        self.on_stream(operation, recv, stream)?;
         disjoint(operation, send, recv)
     }
 
@@ -99,6 +99,24 @@ impl Communicator {
     #[inline]
     pub(crate) fn on_device<T>(&self, operation: &'static str, memory: &impl Input<T>) -> Result<()> {
         same_device(operation, self, memory.memory_context())
+    }
+
+    /// Checks that `memory` is on the communicator's device and notes that the call uses it on
+    /// `stream` (and, inside a group, that the group does), so that its owner does not give it
+    /// back before the call has run.
+    #[inline]
+    pub(crate) fn on_stream<T>(
+        &self,
+        operation: &'static str,
+        memory: &impl Input<T>,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.on_device(operation, memory)?;
+        memory.note_use(stream.context(), stream)?;
+        if let Some(group) = super::current_group() {
+            memory.note_group(group);
+        }
+        Ok(())
     }
 
     /// Reduces `send` across the ranks with `op` and writes the result to `recv` on every rank
@@ -151,7 +169,7 @@ impl Communicator {
     ) -> Result<()> {
         const OP: &str = "Communicator::all_reduce_in_place";
         self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &buffer)?;
+        self.on_stream(OP, &buffer, stream)?;
         let op = op.raw_for(self)?;
         let p = address(&buffer);
         // SAFETY: as in `all_reduce`; NCCL allows the same address for both.
@@ -209,7 +227,7 @@ impl Communicator {
     ) -> Result<()> {
         const OP: &str = "Communicator::broadcast_in_place";
         self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &buffer)?;
+        self.on_stream(OP, &buffer, stream)?;
         let root = valid_rank(OP, "root", root, self.count()?)?;
         let p = address(&buffer);
         // SAFETY: as in `all_reduce`; NCCL allows the same address for both.
@@ -269,7 +287,7 @@ impl Communicator {
     ) -> Result<()> {
         const OP: &str = "Communicator::reduce_in_place";
         self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &buffer)?;
+        self.on_stream(OP, &buffer, stream)?;
         let root = valid_rank(OP, "root", root, self.count()?)?;
         let op = op.raw_for(self)?;
         let p = address(&buffer);
@@ -318,7 +336,7 @@ impl Communicator {
     pub fn all_gather_in_place<T: DataType>(&self, buffer: impl Output<T>, stream: &Stream) -> Result<()> {
         const OP: &str = "Communicator::all_gather_in_place";
         self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &buffer)?;
+        self.on_stream(OP, &buffer, stream)?;
         let (ranks, rank) = (self.count()?, self.rank()?);
         if ranks == 0 || buffer.count() % ranks != 0 {
             return Err(not_a_multiple(OP, "the buffer", buffer.count(), ranks));
@@ -380,7 +398,7 @@ impl Communicator {
     ) -> Result<()> {
         const OP: &str = "Communicator::reduce_scatter_in_place";
         self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &buffer)?;
+        self.on_stream(OP, &buffer, stream)?;
         let (ranks, rank) = (self.count()?, self.rank()?);
         if ranks == 0 || buffer.count() % ranks != 0 {
             return Err(not_a_multiple(OP, "the buffer", buffer.count(), ranks));

@@ -4,22 +4,93 @@ use super::version::{require, since};
 use crate::error::{Error, Result, check_nccl, nccl_error};
 use nccl_sys as nccl;
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 thread_local! {
     /// An error of a `ncclGroupEnd` run by a dropped guard, for the next `Group::start`.
     static DEFERRED: RefCell<Option<Error>> = const { RefCell::new(None) };
     /// How many guards are open on this thread.
     static DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// The id of the outermost group open on this thread, 0 for none.
+    static CURRENT: Cell<u64> = const { Cell::new(0) };
 }
+
+/// A release of memory that an open group's calls use, run once the group has queued them.
+pub(crate) type Release = Box<dyn FnOnce() + Send>;
+
+/// The groups open on any thread, by id, with the releases of memory dropped inside them.
+static OPEN: Mutex<Option<HashMap<u64, Vec<Release>>>> = Mutex::new(None);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Whether a [`Group`] is open on this thread.
 pub(crate) fn in_group() -> bool {
     DEPTH.try_with(Cell::get).unwrap_or(0) > 0
 }
 
-fn leave() {
-    let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+/// The id of the group open on this thread (the outermost one, whose end queues the calls).
+#[inline]
+pub(crate) fn current_group() -> Option<u64> {
+    CURRENT.try_with(Cell::get).ok().filter(|&id| id != 0)
+}
+
+/// Whether the group `id` has not ended yet.
+pub(crate) fn is_open(id: u64) -> bool {
+    OPEN.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|m| m.contains_key(&id))
+}
+
+/// Hands `release` to the group `id`, to run once its calls are queued; gives it back when the
+/// group has ended already (the calls are queued: release now).
+pub(crate) fn defer_to_group(id: u64, release: Release) -> std::result::Result<(), Release> {
+    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    match open.as_mut().and_then(|m| m.get_mut(&id)) {
+        Some(list) => {
+            list.push(release);
+            Ok(())
+        }
+        None => Err(release),
+    }
+}
+
+fn enter() {
+    let _ = DEPTH.try_with(|d| {
+        if d.get() == 0 {
+            let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+            OPEN.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(HashMap::new).insert(id, Vec::new());
+            let _ = CURRENT.try_with(|c| c.set(id));
+        }
+        d.set(d.get() + 1);
+    });
+}
+
+/// Leaves one group level; returns the releases to run once `ncclGroupEnd` has queued the
+/// calls, when this was the outermost group.
+fn leave() -> Vec<Release> {
+    let outermost = DEPTH
+        .try_with(|d| {
+            d.set(d.get().saturating_sub(1));
+            d.get() == 0
+        })
+        .unwrap_or(false);
+    if !outermost {
+        return Vec::new();
+    }
+    let id = CURRENT.try_with(|c| c.replace(0)).unwrap_or(0);
+    OPEN.lock().unwrap_or_else(PoisonError::into_inner).as_mut().and_then(|m| m.remove(&id)).unwrap_or_default()
+}
+
+/// Ends the group level: `ncclGroupEnd`, then the releases of memory dropped inside it.
+fn end_level() -> nccl::ncclResult_t {
+    // SAFETY: a guard's `ncclGroupStart` is still open.
+    let status = unsafe { nccl::ncclGroupEnd() };
+    // The calls are queued now (or failed): memory dropped inside the group can go back, in
+    // the order of the streams it was used on.
+    for release in leave() {
+        release();
+    }
+    status
 }
 
 /// NCCL calls made on this thread while the guard lives are issued together when it ends
@@ -35,6 +106,13 @@ fn leave() {
 ///
 /// On non-blocking communicators `end` may return while NCCL still works; wait for each
 /// communicator with [`Communicator::wait`](super::Communicator::wait).
+///
+/// Memory a call in the group uses may be dropped before the group ends: NCCL queues the call
+/// only at the end, so a [`DeviceBuffer`](crate::DeviceBuffer) is then given back after the
+/// group has queued its calls, in the order of the streams they run on; other owners of device
+/// memory (a VMM [`Mapping`](crate::vmm::Mapping), a
+/// [`GrowableBuffer`](crate::vmm::GrowableBuffer)) keep (leak) it and report why in their
+/// context's deferred errors. The memory is never reused under the group's calls.
 #[derive(Debug)]
 #[must_use = "the group ends as soon as the guard is dropped"]
 pub struct Group {
@@ -51,7 +129,7 @@ impl Group {
         }
         // SAFETY: no arguments; group state is per thread.
         check_nccl("ncclGroupStart", unsafe { nccl::ncclGroupStart() })?;
-        let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
+        enter();
         Ok(Group { ended: false, _not_send: PhantomData })
     }
 
@@ -60,9 +138,7 @@ impl Group {
     /// `ncclInProgress` (non-blocking communicators still working) counts as success.
     pub fn end(mut self) -> Result<()> {
         self.ended = true;
-        leave();
-        // SAFETY: this guard's `ncclGroupStart` is still open.
-        end_status(unsafe { nccl::ncclGroupEnd() })
+        end_status(end_level())
     }
 
     /// Ends the group without running it and returns NCCL's estimate of how long its calls
@@ -81,10 +157,14 @@ impl Group {
             estimatedTime: nccl::NCCL_UNDEF_FLOAT as f32,
         };
         self.ended = true;
-        leave();
         // SAFETY: this guard's `ncclGroupStart` is still open; one out-parameter, initialised
         // as `NCCL_SIM_INFO_INITIALIZER` does.
-        end_status(unsafe { nccl::ncclGroupSimulateEnd(&mut info) })?;
+        let status = unsafe { nccl::ncclGroupSimulateEnd(&mut info) };
+        // Nothing was queued: memory dropped inside the group can go back.
+        for release in leave() {
+            release();
+        }
+        end_status(status)?;
         Ok(info.estimatedTime)
     }
 }
@@ -96,9 +176,7 @@ fn end_status(status: nccl::ncclResult_t) -> Result<()> {
 impl Drop for Group {
     fn drop(&mut self) {
         if !self.ended {
-            leave();
-            // SAFETY: this guard's `ncclGroupStart` is still open.
-            let status = unsafe { nccl::ncclGroupEnd() };
+            let status = end_level();
             if status != nccl::ncclResult_t::ncclSuccess && status != nccl::ncclResult_t::ncclInProgress {
                 let e = nccl_error("ncclGroupEnd", status);
                 // The thread-local may already be gone while the thread exits.

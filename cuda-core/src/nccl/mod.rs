@@ -97,6 +97,7 @@ pub use comm::{Communicator, Progress};
 pub use config::{Config, CtaPolicy};
 pub use datatype::{DataType, Float8E4M3, Float8E5M2};
 pub use group::{Group, group, take_deferred_group_error};
+pub(crate) use group::{Release, current_group, defer_to_group, is_open as group_is_open};
 pub use half::{bf16, f16};
 pub use id::UniqueId;
 pub use op::{PreMulSum, ReduceOp, Reduction};

@@ -25,7 +25,7 @@ impl Communicator {
         const OP: &str = "Communicator::send";
         self.prologue::<T>(OP, stream)?;
         require("ncclSend", since::SEND_RECV)?;
-        self.on_device(OP, &buffer)?;
+        self.on_stream(OP, &buffer, stream)?;
         let peer = valid_rank(OP, "peer", peer, self.count()?)?;
         // SAFETY: device memory of the communicator's device, `count` elements long, kept
         // alive by the borrow until the work is queued.
@@ -52,7 +52,7 @@ impl Communicator {
         const OP: &str = "Communicator::recv";
         self.prologue::<T>(OP, stream)?;
         require("ncclRecv", since::SEND_RECV)?;
-        self.on_device(OP, &buffer)?;
+        self.on_stream(OP, &buffer, stream)?;
         let peer = valid_rank(OP, "peer", peer, self.count()?)?;
         // SAFETY: as in `send`; the memory is written.
         let status = unsafe {
@@ -86,8 +86,8 @@ impl Communicator {
     ) -> Result<()> {
         const OP: &str = "Communicator::all_to_all";
         self.prologue::<T>(OP, stream)?;
-        self.on_device(OP, &send)?;
-        self.on_device(OP, &recv)?;
+        self.on_stream(OP, &send, stream)?;
+        self.on_stream(OP, &recv, stream)?;
         same_len(OP, recv.count(), send.count())?;
         disjoint(OP, &send, &recv)?;
         let ranks = self.count()?;
@@ -147,10 +147,10 @@ impl Communicator {
         const OP: &str = "Communicator::gather";
         self.prologue::<T>(OP, stream)?;
         require("ncclGather", since::ALL_TO_ALL)?;
-        self.on_device(OP, &send)?;
+        self.on_stream(OP, &send, stream)?;
         let ranks = self.count()?;
         let root = valid_rank(OP, "root", root, ranks)?;
-        let recv = self.root_side(OP, recv, root, send.count(), ranks)?;
+        let recv = self.root_side(OP, recv, root, send.count(), ranks, stream)?;
         if let Some(recv) = &recv {
             disjoint(OP, &send, recv)?;
         }
@@ -189,10 +189,10 @@ impl Communicator {
         const OP: &str = "Communicator::scatter";
         self.prologue::<T>(OP, stream)?;
         require("ncclScatter", since::ALL_TO_ALL)?;
-        self.on_device(OP, &recv)?;
+        self.on_stream(OP, &recv, stream)?;
         let ranks = self.count()?;
         let root = valid_rank(OP, "root", root, ranks)?;
-        let send = self.root_side(OP, send, root, recv.count(), ranks)?;
+        let send = self.root_side(OP, send, root, recv.count(), ranks, stream)?;
         if let Some(send) = &send {
             disjoint(OP, send, &recv)?;
         }
@@ -221,6 +221,7 @@ impl Communicator {
         root: i32,
         block: usize,
         ranks: usize,
+        stream: &Stream,
     ) -> Result<Option<M>> {
         if usize::try_from(root).ok() != Some(self.rank()?) {
             return Ok(None);
@@ -228,7 +229,7 @@ impl Communicator {
         let memory = memory.ok_or_else(|| {
             Error::invalid(operation, "the root needs the buffer of every rank's block; it was given None")
         })?;
-        self.on_device(operation, &memory)?;
+        self.on_stream(operation, &memory, stream)?;
         let whole =
             block.checked_mul(ranks).ok_or_else(|| Error::invalid(operation, "the length overflows"))?;
         if memory.count() != whole {

@@ -10,8 +10,8 @@
 //! memory ([`HostRegistration`]) and host slices.
 //!
 //! A stream-ordered copy returns before the data has moved. It is safe between device memory
-//! (given back in stream order, or after the device is done with it) and [`PinnedBuffer`]s,
-//! which record the copy: the host cannot write one (nor, when the copy writes it, read it) or
+//! (given back in its stream's order after the other streams it was used on, which every copy
+//! here notes on it) and [`PinnedBuffer`]s, which record the copy: the host cannot write one (nor, when the copy writes it, read it) or
 //! free it until the copy is done. With a plain host slice the host could touch the memory while
 //! the copy runs, so that form is [`memcpy_async_unchecked`], which is `unsafe`.
 
@@ -56,19 +56,26 @@ pub unsafe trait CopyDestination<T: Pod> {
 }
 
 /// Device memory of one context ([`DeviceBuffer`] of any memory space, [`DeviceView`],
-/// [`DeviceViewMut`]): given back in stream order, or after the device is done with it, so
-/// stream-ordered work on it never touches memory given back.
-///
-/// Work queued on a stream other than the buffer's own must be declared with
-/// [`DeviceBuffer::record_stream`] for the memory not to be reused before it has run.
+/// [`DeviceViewMut`]): given back in its stream's order, after the other streams that work on
+/// it was queued on ([`note_stream`](Self::note_stream)), so stream-ordered work on it never
+/// touches memory given back.
 ///
 /// # Safety
 ///
 /// The memory is device (or managed) memory of `resident_context()`, and giving it back waits
-/// for, or is ordered after, the device work that uses it.
+/// for, or is ordered after, the device work queued on its own stream and on every stream
+/// given to `note_stream` before that work was queued.
 pub unsafe trait DeviceResident {
     /// The context the memory belongs to.
     fn resident_context(&self) -> &Context;
+
+    /// Notes that work touching the memory is about to be queued on `stream`, with `stream`'s
+    /// context current, so that giving the memory back waits for it.
+    ///
+    /// Fails with an [`Error::InvalidArgument`] for a default stream that would name another
+    /// stream than the one meant (a per-thread default stream of another thread, a default
+    /// stream of another context than the memory's).
+    fn note_stream(&self, stream: &crate::Stream) -> Result<()>;
 }
 
 /// Memory a safe stream-ordered copy can read: device memory, or a [`PinnedBuffer`], which
@@ -219,21 +226,27 @@ macro_rules! device_source {
             }
         }
 
-        // SAFETY: device memory, given back in stream order (or after the device is done).
+        // SAFETY: device memory, given back in its stream's order after the streams noted on it.
         unsafe impl<$($generics)*> DeviceResident for $ty {
             fn resident_context(&self) -> &Context {
                 self.context()
             }
+
+            fn note_stream(&self, stream: &crate::Stream) -> Result<()> {
+                self.used_on(stream.context(), stream)
+            }
         }
 
-        // SAFETY: device memory, given back in stream order (or after the device is done), so
-        // queued work never reads memory given back; the host does not touch it.
+        // SAFETY: device memory, given back after the streams noted on it, and `stream` is
+        // noted before the work is queued, so queued work never reads memory given back; the
+        // host does not touch it.
         unsafe impl<$($generics)*> AsyncSource<T> for $ty {
             fn read_on(
                 &self,
-                _stream: &crate::Stream,
+                stream: &crate::Stream,
                 enqueue: impl FnOnce(*const c_void) -> Result<()>,
             ) -> Result<()> {
+                self.note_stream(stream)?;
                 enqueue(device_address(self.as_raw()).cast_const())
             }
         }
@@ -256,9 +269,10 @@ macro_rules! device_destination {
         unsafe impl<$($generics)*> AsyncDestination<T> for $ty {
             fn write_on(
                 &mut self,
-                _stream: &crate::Stream,
+                stream: &crate::Stream,
                 enqueue: impl FnOnce(*mut c_void) -> Result<()>,
             ) -> Result<()> {
+                self.note_stream(stream)?;
                 enqueue(device_address(self.as_raw()))
             }
         }
@@ -322,9 +336,9 @@ pub fn memcpy<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Sized>
 ///
 /// Safe because each side is device memory or a [`PinnedBuffer`]: a pinned buffer records the
 /// copy, so the host waits for it before writing the buffer (or, when the copy writes it,
-/// reading it) and the memory is not reused before it is done. With device memory used on
-/// another stream than its own, see [`DeviceResident`]. For plain host slices, see
-/// [`memcpy_async_unchecked`].
+/// reading it) and the memory is not reused before it is done; device memory notes `stream`
+/// when it is not its own, and is not given back before `stream` has passed the copy. For
+/// plain host slices, see [`memcpy_async_unchecked`].
 ///
 /// `stream` may be a runtime [`Stream`](super::Stream) or any [`crate::Stream`].
 ///
@@ -420,9 +434,11 @@ where
     let (dd, sd) = (device_of(op, dst.resident_context())?, device_of(op, src.resident_context())?);
     let bytes = src.source_len() * std::mem::size_of::<T>();
     stream.context().enter()?;
+    dst.note_stream(stream)?;
+    src.note_stream(stream)?;
     let (d, s) = (dst.destination_ptr()?, src.source_ptr()?);
-    // SAFETY: as above; device memory is given back in stream order or after the device is
-    // done, so the copy never touches memory given back.
+    // SAFETY: as above; both sides noted `stream`, so they are not given back before the copy
+    // has run.
     check_runtime("cudaMemcpyPeerAsync", unsafe {
         rt::cudaMemcpyPeerAsync(d, dd, s, sd, bytes, stream.as_raw().cast())
     })

@@ -55,7 +55,9 @@ impl RuntimeAllocator {
     }
 }
 
-impl Allocator for RuntimeAllocator {
+// SAFETY: `cudaMalloc` returns device memory of the context's device, of the size asked,
+// aligned to 256 bytes, owned by the caller until `cudaFree`, which waits for the device's work.
+unsafe impl Allocator for RuntimeAllocator {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = std::ptr::null_mut();
@@ -103,7 +105,10 @@ impl RuntimeManagedAllocator {
     }
 }
 
-impl Allocator for RuntimeManagedAllocator {
+// SAFETY: `cudaMallocManaged` returns managed memory (reachable from the host and the devices),
+// of the size asked, aligned to 256 bytes, owned by the caller until `cudaFree`, which waits
+// for the device's work.
+unsafe impl Allocator for RuntimeManagedAllocator {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = std::ptr::null_mut();
@@ -151,7 +156,9 @@ impl RuntimeHostAllocator {
     }
 }
 
-impl PinnedAllocator for RuntimeHostAllocator {
+// SAFETY: `cudaHostAlloc` returns page-locked host memory of the size asked, owned by the
+// caller until `cudaFreeHost`; nothing else refers to it.
+unsafe impl PinnedAllocator for RuntimeHostAllocator {
     fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
         let mut ptr = std::ptr::null_mut();
         // SAFETY: one out-parameter; the flag bits are cudaHostAlloc's.
@@ -292,9 +299,11 @@ pub fn memset<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(dst: &mut
 
 /// [`memset`] queued on `stream`
 /// ([`cudaMemsetAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
-/// Device memory is given back in stream order (or after the device is done), so the memset
-/// never writes memory given back; if `stream` is not the buffer's own, declare it with
-/// [`DeviceBuffer::record_stream`] before the buffer is dropped.
+/// `dst` notes `stream` when it is not its own, and is not given back before `stream` has
+/// passed the memset, so the memset never writes memory given back.
+///
+/// A default stream of another thread or context is an
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
 pub fn memset_async<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(
     dst: &mut D,
     value: u8,
@@ -302,8 +311,10 @@ pub fn memset_async<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(
 ) -> Result<()> {
     let bytes = dst.destination_len() * std::mem::size_of::<T>();
     stream.context().enter()?;
+    dst.note_stream(stream)?;
     let ptr = dst.destination_ptr()?;
-    // SAFETY: device memory of `bytes` bytes, exclusively borrowed while the call is queued.
+    // SAFETY: device memory of `bytes` bytes, exclusively borrowed while the call is queued,
+    // and not given back before `stream` has passed it (noted above).
     check_runtime("cudaMemsetAsync", unsafe {
         rt::cudaMemsetAsync(ptr, i32::from(value), bytes, stream.as_raw().cast())
     })
@@ -351,8 +362,9 @@ pub fn mem_prefetch_async<T: Pod>(
 ) -> Result<()> {
     let loc = location.to_raw("runtime::mem_prefetch_async")?;
     stream.context().enter()?;
+    memory.used_on(stream.context(), stream)?;
     // SAFETY: the whole managed allocation of the buffer; flags must be 0. The memory is given
-    // back only after the work queued on the buffer's stream (and cudaFree waits for the device).
+    // back only after the work queued on the buffer's stream and on `stream` (noted above).
     check_runtime("cudaMemPrefetchAsync", unsafe {
         rt::cudaMemPrefetchAsync(
             memory.as_raw() as *const c_void,

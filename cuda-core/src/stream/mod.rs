@@ -8,6 +8,8 @@ mod attributes;
 mod callback;
 pub(crate) use callback::report_panic;
 mod memops;
+mod uses;
+pub(crate) use uses::StreamUses;
 
 pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus};
 pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
@@ -47,6 +49,9 @@ struct StreamInner {
     /// Whether `raw` is one of the default-stream handles, which name the stream of whatever
     /// context is current rather than one stream of `ctx`.
     default: bool,
+    /// For a per-thread default stream, the thread whose stream it names: the one that made
+    /// the handle.
+    thread: Option<std::thread::ThreadId>,
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver synchronizes access to it.
@@ -100,6 +105,12 @@ impl Stream {
     }
 
     /// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`).
+    ///
+    /// The value names *this* thread's stream: it may be moved to and dropped on another
+    /// thread, but work queued through it from another thread is refused with an
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) (there the handle would name
+    /// that thread's stream, not this one), and it compares equal only to per-thread streams
+    /// of the same context made on the same thread.
     pub fn per_thread(ctx: &Context) -> Stream {
         Stream::wrap(ctx, sys::CU_STREAM_PER_THREAD, false)
     }
@@ -135,7 +146,17 @@ impl Stream {
 
     fn wrap(ctx: &Context, raw: sys::CUstream, owned: bool) -> Stream {
         let default = is_default_handle(raw);
-        Stream { inner: Arc::new(StreamInner { raw, ctx: ctx.clone(), owned, default }) }
+        let per_thread = raw == sys::CU_STREAM_PER_THREAD || (raw.is_null() && sys::per_thread_default_stream());
+        let thread = per_thread.then(|| std::thread::current().id());
+        Stream { inner: Arc::new(StreamInner { raw, ctx: ctx.clone(), owned, default, thread }) }
+    }
+
+    /// Whether this is a per-thread default stream made on a thread other than the calling
+    /// one: its handle would name the calling thread's stream here, so no work may be queued
+    /// through it and waits on it must wait for its whole context.
+    #[inline]
+    pub(crate) fn is_other_threads(&self) -> bool {
+        self.inner.thread.is_some_and(|t| t != std::thread::current().id())
     }
 
     /// The raw `CUstream`.
@@ -167,7 +188,19 @@ impl Stream {
     /// hot path to one branch for created streams.
     #[inline]
     pub(crate) fn bind_if_default(&self) -> Result<()> {
-        if self.inner.default { self.inner.ctx.make_current() } else { Ok(()) }
+        if self.inner.default { self.bind_default() } else { Ok(()) }
+    }
+
+    #[cold]
+    fn bind_default(&self) -> Result<()> {
+        if self.is_other_threads() {
+            return Err(crate::Error::invalid(
+                "Stream",
+                "this per-thread default stream was made on another thread, where its handle names that \
+                 thread's stream; make one with Stream::per_thread on this thread",
+            ));
+        }
+        self.inner.ctx.make_current()
     }
 
     /// Blocks until all work queued on the stream is done
@@ -188,7 +221,14 @@ impl Stream {
     /// deallocations, unmaps): unlike [`synchronize`](Self::synchronize) it neither reports nor
     /// consumes the context's deferred errors, so a pending error from elsewhere never makes a
     /// release skip its wait. Fails only with the wait's own status.
+    /// A per-thread default stream of another thread cannot be named from here: the whole
+    /// context is waited for instead.
     pub(crate) fn synchronize_for_release(&self) -> Result<()> {
+        if self.is_other_threads() {
+            self.inner.ctx.make_current()?;
+            // SAFETY: the context is current.
+            return check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() });
+        }
         self.bind_if_default()?;
         // SAFETY: the stream is alive while `self` is.
         check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.inner.raw) })
@@ -266,11 +306,18 @@ fn is_default_handle(raw: sys::CUstream) -> bool {
     raw.is_null() || raw == sys::CU_STREAM_LEGACY || raw == sys::CU_STREAM_PER_THREAD
 }
 
+/// Two values are equal when they name the same stream: the same created stream, or the same
+/// default stream, which is one per context (legacy) or one per context and thread (per-thread).
 impl PartialEq for Stream {
+    #[inline]
     fn eq(&self, other: &Stream) -> bool {
         self.inner.raw == other.inner.raw
+            && (!self.inner.default
+                || (self.inner.ctx == other.inner.ctx && self.inner.thread == other.inner.thread))
     }
 }
+
+impl Eq for Stream {}
 
 impl Drop for StreamInner {
     fn drop(&mut self) {

@@ -8,7 +8,7 @@ use super::range::AddressRange;
 use crate::error::{Error, Result};
 use crate::memory::{MemLocation, checked_bytes};
 use crate::mempool::Access;
-use crate::stream::Stream;
+use crate::stream::{Stream, StreamUses};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -28,8 +28,10 @@ use std::marker::PhantomData;
 ///   for copies and memsets, and it passes to a kernel as an argument directly (its device
 ///   address). Its synchronous copies run in its stream's order.
 ///
-/// Dropping it waits for the work queued on its stream, then unmaps and releases everything.
-/// Errors there are kept in the context (see
+/// Dropping it waits for the work queued on its stream, and on the other streams its views
+/// were used on, then unmaps and releases everything; if that wait fails the memory stays
+/// mapped (leaked) rather than unmapped under running work. Errors there are kept in the
+/// context (see
 /// [`Context::take_deferred_errors`](crate::Context::take_deferred_errors)).
 ///
 /// ```no_run
@@ -59,6 +61,8 @@ pub struct GrowableBuffer<T: Pod> {
     grants: Vec<AccessGrant>,
     range: AddressRange,
     stream: Stream,
+    /// The other streams its views were used on.
+    uses: StreamUses,
     _marker: PhantomData<T>,
 }
 
@@ -123,6 +127,7 @@ impl<T: Pod> GrowableBuffer<T> {
             grants: grants.to_vec(),
             range,
             stream: stream.clone(),
+            uses: StreamUses::new(),
             _marker: PhantomData,
         })
     }
@@ -162,10 +167,20 @@ impl<T: Pod> GrowableBuffer<T> {
         let size = chunk_for(bytes, self.mapped, self.chunk_granularity, self.range.size());
         let physical = PhysicalMemory::new(self.range.context(), size, &self.props)?;
         let mapping = self.range.map(self.mapped, &physical)?;
+        // The buffer's own memory: no second mapping of it may be made.
+        physical.seal();
         mapping.set_access(&self.grants)?;
         self.chunks.push(mapping);
         self.mapped += size;
         Ok(())
+    }
+
+    /// Waits for the work queued so far on the buffer's stream and on every other stream its
+    /// views were used on: unmapping is not stream-ordered. Release paths use it, so a deferred
+    /// error from elsewhere does not skip the wait.
+    fn wait_for_users(&mut self) -> Result<()> {
+        let own = self.stream.synchronize_for_release();
+        self.uses.synchronize_for_release().and(own)
     }
 
     /// Unmaps the chunks that start at or past `bytes`.
@@ -175,7 +190,7 @@ impl<T: Pod> GrowableBuffer<T> {
         if !self.chunks.last().is_some_and(past) {
             return Ok(());
         }
-        self.stream.synchronize()?;
+        self.wait_for_users()?;
         while self.chunks.last().is_some_and(past) {
             if let Some(last) = self.chunks.pop() {
                 self.mapped -= last.size();
@@ -233,6 +248,13 @@ impl<T: Pod> GrowableBuffer<T> {
         &self.stream
     }
 
+    /// Notes that work touching the buffer is about to be queued on `stream` with `current`
+    /// made current; nothing to do on the buffer's own stream.
+    #[inline]
+    pub(crate) fn used_on(&self, current: &crate::Context, stream: &Stream) -> Result<()> {
+        self.uses.note(current, Some(&self.stream), stream)
+    }
+
     crate::memory::device_views!("GrowableBuffer");
 
     /// Copies the buffer into a new `Vec`, in the buffer's stream's order, and returns when it
@@ -261,9 +283,13 @@ impl<T: Pod> Drop for GrowableBuffer<T> {
         if self.chunks.is_empty() {
             return;
         }
-        // Kernels queued on the stream may still use the memory: unmapping is not ordered.
-        if let Err(e) = self.stream.synchronize() {
+        // Work queued on the stream (or on others, through views) may still use the memory,
+        // and unmapping is not ordered: wait, and if the wait fails, keep the memory mapped (a
+        // leak, not an unmap under running work).
+        if let Err(e) = self.wait_for_users() {
             self.stream.context().defer(e);
+            // Each chunk holds the range, so the addresses stay reserved too.
+            std::mem::forget(std::mem::take(&mut self.chunks));
         }
     }
 }

@@ -7,7 +7,8 @@ use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::memory::{DeviceView, DeviceViewMut, MemLocation};
 use crate::mempool::Access;
-use crate::stream::Stream;
+use crate::stream::{Stream, StreamUses};
+use std::mem::ManuallyDrop;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 
@@ -39,24 +40,39 @@ impl AccessGrant {
 /// Made by [`AddressRange::map`]. The mapping holds its range and its physical allocation, so
 /// that whatever order the three are dropped in, the memory is unmapped
 /// ([`cuMemUnmap`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)) first,
-/// then released, then the addresses freed. Dropping it does not wait for the device: work
-/// that uses the memory must be done by then (synchronize its stream first).
+/// then released, then the addresses freed. Dropping it first waits for the work queued
+/// through its views ([`view`](Self::view), [`view_mut`](Self::view_mut)) on any stream:
+/// unmapping is not stream-ordered. If that wait fails (the context is broken), the memory is
+/// left mapped and kept (a leak, not an unmap under running work) and the error is kept in the
+/// context.
 #[derive(Debug)]
 pub struct Mapping {
     /// The first mapped address.
     ptr: sys::CUdeviceptr,
     size: usize,
-    // Field order is drop order after `Drop::drop` unmaps: the physical memory is released
-    // before the addresses are freed.
-    physical: PhysicalMemory,
-    range: AddressRange,
+    /// The streams its views were used on.
+    uses: StreamUses,
+    // Dropped by hand after the unmap: the physical memory is released before the addresses
+    // are freed.
+    physical: ManuallyDrop<PhysicalMemory>,
+    range: ManuallyDrop<AddressRange>,
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if let Err(e) = self.uses.synchronize_for_release() {
+            self.range.context().defer(e);
+            return;
+        }
         let (ptr, size) = (self.ptr, self.size);
-        // SAFETY: this value made the mapping and unmaps it once.
+        // SAFETY: this value made the mapping and unmaps it once, after the work queued
+        // through its views.
         self.range.context().with_current_for_drop("cuMemUnmap", || unsafe { sys::cuMemUnmap(ptr, size) });
+        // SAFETY: each field is dropped once, here, and never used again.
+        unsafe {
+            ManuallyDrop::drop(&mut self.physical);
+            ManuallyDrop::drop(&mut self.range);
+        }
     }
 }
 
@@ -67,7 +83,13 @@ impl Mapping {
         range: AddressRange,
         physical: PhysicalMemory,
     ) -> Mapping {
-        Mapping { ptr, size, physical, range }
+        Mapping {
+            ptr,
+            size,
+            uses: StreamUses::new(),
+            physical: ManuallyDrop::new(physical),
+            range: ManuallyDrop::new(range),
+        }
     }
 
     /// Sets the access of each location in `grants` to the mapped memory
@@ -143,20 +165,24 @@ impl Mapping {
 
     /// A shared view of the mapped memory as elements of `T`, whose synchronous copies run in
     /// `stream`'s order. The memory must be readable by `stream`'s device
-    /// ([`set_access`](Self::set_access)).
+    /// ([`set_access`](Self::set_access)). The mapping notes `stream`, and every other stream
+    /// the view's `_async` operations run on, and waits for them before it unmaps.
     ///
     /// A mapping that is not a whole number of `T`s, or not aligned for `T`, is an
-    /// [`Error::InvalidArgument`].
+    /// [`Error::InvalidArgument`], and so is a default stream of another context or another
+    /// thread.
     pub fn view<'a, T: Pod>(&'a self, stream: &'a Stream) -> Result<DeviceView<'a, T>> {
         let len = self.elements::<T>("Mapping::view")?;
-        Ok(DeviceView::new(self.ptr, len, stream))
+        self.uses.note(self.range.context(), None, stream)?;
+        Ok(DeviceView::tracked(self.ptr, len, stream, &self.uses))
     }
 
     /// An exclusive view of the mapped memory as elements of `T`, as [`view`](Self::view); fails
     /// as it does.
     pub fn view_mut<'a, T: Pod>(&'a mut self, stream: &'a Stream) -> Result<DeviceViewMut<'a, T>> {
         let len = self.elements::<T>("Mapping::view_mut")?;
-        Ok(DeviceViewMut::new(self.ptr, len, stream))
+        self.uses.note(self.range.context(), None, stream)?;
+        Ok(DeviceViewMut::tracked(self.ptr, len, stream, &self.uses))
     }
 }
 

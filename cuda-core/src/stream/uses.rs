@@ -1,0 +1,174 @@
+//! [`StreamUses`]: the streams other than its own on which work touching a piece of memory was
+//! queued, so that giving the memory back waits for them.
+//!
+//! The rule every owner of device memory follows: memory is given back in its own stream's
+//! order, and every safe operation that queues work touching it on another stream notes that
+//! stream here first. Noting costs nothing on the owner's own stream (one comparison of raw
+//! handles), and on another stream a lock and, the first time, one handle clone; no event is
+//! recorded per operation. When the memory is given back, one event per noted stream orders
+//! the release after the work queued there so far (or the owner waits for those streams, where
+//! the release is not stream-ordered).
+
+use super::Stream;
+use crate::context::Context;
+use crate::error::{Error, Result, check};
+use cuda_driver_sys as sys;
+use std::sync::{Mutex, PoisonError};
+
+/// The foreign streams that work touching one piece of memory was queued on.
+#[derive(Debug, Default)]
+pub(crate) struct StreamUses {
+    inner: Mutex<Noted>,
+}
+
+#[derive(Debug, Default)]
+struct Noted {
+    streams: Vec<Stream>,
+    /// The NCCL group (see `nccl::group`) that last took the memory, 0 for none: its calls are
+    /// queued only when it ends.
+    group: u64,
+}
+
+impl StreamUses {
+    /// No stream noted.
+    pub(crate) const fn new() -> StreamUses {
+        StreamUses { inner: Mutex::new(Noted { streams: Vec::new(), group: 0 }) }
+    }
+
+    fn noted(&mut self) -> &mut Noted {
+        self.inner.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notes that an NCCL call inside the group `group` (not yet queued) uses the memory.
+    pub(crate) fn note_group(&self, group: u64) {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).group = group;
+    }
+
+    /// The NCCL group whose calls, not queued yet, use the memory: one that took it and is
+    /// still open.
+    pub(crate) fn pending_group(&mut self) -> Option<u64> {
+        let group = self.noted().group;
+        (group != 0 && crate::nccl::group_is_open(group)).then_some(group)
+    }
+
+    /// Notes that work touching the memory is about to be queued on `stream`, with `ctx`
+    /// current; `own` is the stream the memory is ordered on (none for memory without one).
+    ///
+    /// Refuses a stream whose handle would not name the stream it stands for here: a
+    /// per-thread default stream made on another thread, or a default stream of a context
+    /// other than `ctx` (the driver reads such handles through the current context).
+    #[inline]
+    pub(crate) fn note(&self, ctx: &Context, own: Option<&Stream>, stream: &Stream) -> Result<()> {
+        match own {
+            Some(own) if own.as_raw() == stream.as_raw() && !stream.is_default() => Ok(()),
+            _ => self.note_foreign(ctx, own, stream),
+        }
+    }
+
+    #[cold]
+    fn note_foreign(&self, ctx: &Context, own: Option<&Stream>, stream: &Stream) -> Result<()> {
+        if stream.is_default() {
+            if stream.is_other_threads() {
+                return Err(Error::invalid(
+                    "stream",
+                    "this per-thread default stream was made on another thread, where its handle names that \
+                     thread's stream; make one with Stream::per_thread on this thread",
+                ));
+            }
+            if stream.context() != ctx {
+                return Err(Error::invalid(
+                    "stream",
+                    "a default stream names the stream of the current context, and this one belongs to \
+                     another context than the memory's; use a stream of the memory's context or a created \
+                     stream",
+                ));
+            }
+        }
+        if own == Some(stream) {
+            return Ok(());
+        }
+        let mut noted = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if !noted.streams.contains(stream) {
+            noted.streams.push(stream.clone());
+        }
+        Ok(())
+    }
+
+    /// The streams noted so far.
+    pub(crate) fn snapshot(&self) -> Vec<Stream> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).streams.clone()
+    }
+
+    /// Takes the noted streams for a stream-ordered release of the memory: per-thread default
+    /// streams of other threads, which cannot be named from here, are waited for by waiting
+    /// for their context, and left out; the rest are returned, for the release to be ordered
+    /// after them. Fails with the wait's status.
+    pub(crate) fn take_for_release(&mut self) -> Result<Vec<Stream>> {
+        let mut list = std::mem::take(&mut self.noted().streams);
+        if list.iter().any(Stream::is_other_threads) {
+            let (theirs, ours): (Vec<Stream>, Vec<Stream>) = list.into_iter().partition(Stream::is_other_threads);
+            list = ours;
+            synchronize_each(&theirs)?;
+        }
+        Ok(list)
+    }
+
+    /// Waits on the host for the work queued so far on every noted stream, for a release that
+    /// is not stream-ordered (an unmap, a foreign deleter). Waits for all of them even when
+    /// one fails, and returns the first failure. Memory taken by an NCCL group that has not
+    /// ended cannot be waited for (its calls are not queued yet): that is an error, and the
+    /// caller keeps the memory.
+    pub(crate) fn synchronize_for_release(&mut self) -> Result<()> {
+        if self.pending_group().is_some() {
+            return Err(Error::invalid(
+                "release",
+                "the memory was dropped inside an NCCL group that uses it, before the group ended; it is \
+                 kept (leaked) so that the group's calls cannot write it once reused; end the group first",
+            ));
+        }
+        synchronize_each(&std::mem::take(&mut self.noted().streams))
+    }
+}
+
+/// Waits for each stream (for a release), all of them even when one fails; the first failure.
+fn synchronize_each(streams: &[Stream]) -> Result<()> {
+    streams.iter().map(Stream::synchronize_for_release).fold(Ok(()), Result::and)
+}
+
+/// Makes `own` wait, on the device, for the work queued so far on each of `others`: one event
+/// recorded on each and waited for on `own`; a stream that is being captured is left out (its
+/// work is in a graph, not queued), and a per-thread default stream of another thread is
+/// waited for on the host, through its context. Release paths use it, so it does not report the
+/// context's deferred errors; it fails with the first driver status it meets.
+pub(crate) fn order_after(own: &Stream, others: &[Stream]) -> Result<()> {
+    for other in others.iter().filter(|o| *o != own) {
+        if other.is_other_threads() {
+            other.synchronize_for_release()?;
+            continue;
+        }
+        other.context().make_current()?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the stream is alive while `other` is; one out-parameter.
+        check("cuStreamIsCapturing", unsafe { sys::cuStreamIsCapturing(other.as_raw(), &mut status) })?;
+        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            continue;
+        }
+        let mut event = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the stream's context is current.
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0)
+        })?;
+        // SAFETY: both handles are alive; the event is destroyed once the wait is queued (the
+        // driver keeps what the wait needs).
+        let recorded = check("cuEventRecord", unsafe { sys::cuEventRecord(event, other.as_raw()) })
+            .and_then(|()| own.bind_if_default())
+            .and_then(|()| {
+                // SAFETY: as above.
+                check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(own.as_raw(), event, 0) })
+            });
+        // SAFETY: created above, destroyed once.
+        let destroyed = check("cuEventDestroy", unsafe { sys::cuEventDestroy(event) });
+        recorded.and(destroyed)?;
+    }
+    Ok(())
+}
