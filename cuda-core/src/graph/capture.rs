@@ -178,8 +178,14 @@ impl Stream {
     /// Work is recorded now to run at every launch of the graph, later. Everything the
     /// captured work refers to (buffers, modules, events, host memory) must stay alive as long
     /// as the graph and its executable graphs may run: hand it to [`Graph::keep`] on the
-    /// returned graph. The safe calls made while capturing only promise safety for a run in
+    /// returned graph before cloning it, adding it as a child of another graph, or
+    /// instantiating it. The safe calls made while capturing only promise safety for a run in
     /// stream order now.
+    ///
+    /// [`Stream::launch_host_func`] refuses a capturing stream (its closure runs once, and a
+    /// captured one would run at every launch): no other thread may call it on this stream, or
+    /// on a stream about to join the capture, while the capture begins or the stream joins,
+    /// where its check could miss the capture. Add host work with [`Graph::add_host_node`].
     pub unsafe fn begin_capture(&self, mode: CaptureMode) -> Result<Capture<'_>> {
         self.context().take_deferred()?;
         self.bind_if_default()?;

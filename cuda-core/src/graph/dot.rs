@@ -5,8 +5,8 @@ use crate::error::{Error, Result, check};
 use bitflags::bitflags;
 use cuda_driver_sys as sys;
 use std::ffi::CString;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
 
 bitflags! {
     /// What the DOT output shows besides nodes and edges (`CUgraphDebugDot_flags`).
@@ -54,16 +54,16 @@ impl Graph {
         })
     }
 
-    /// The graph in Graphviz DOT, as [`write_dot`](Self::write_dot) writes it (through a
-    /// file in the temporary directory, removed afterwards).
+    /// The graph in Graphviz DOT, as [`write_dot`](Self::write_dot) writes it, through a
+    /// file in a directory made for this call alone (`mkdtemp`: a random name in the
+    /// temporary directory, readable by this user only) and removed afterwards, so another
+    /// user of a shared temporary directory can neither redirect nor read the output.
     ///
     /// Fails as [`write_dot`](Self::write_dot) does, and with an [`Error::InvalidArgument`]
-    /// naming the file when it cannot be read back.
+    /// naming the path when the directory cannot be made or the file cannot be read back.
     pub fn to_dot(&self, flags: DotFlags) -> Result<String> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let name =
-            format!("cuda-core-graph-{}-{}.dot", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        let path = std::env::temp_dir().join(name);
+        let dir = PrivateDir::new()?;
+        let path = dir.path().join("graph.dot");
         let written = self.write_dot(&path, flags);
         let read = written.and_then(|()| {
             std::fs::read_to_string(&path).map_err(|e| {
@@ -76,9 +76,80 @@ impl Graph {
     }
 }
 
+/// A directory only this user can use, with a name no one can guess, made by `mkdtemp` in
+/// the temporary directory and removed (when empty) on drop.
+#[derive(Debug)]
+struct PrivateDir {
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    const OP: &'static str = "Graph::to_dot";
+
+    fn new() -> Result<PrivateDir> {
+        let template = std::env::temp_dir().join("cuda-core-graph-XXXXXX");
+        let mut bytes = CString::new(template.as_os_str().as_bytes())
+            .map_err(|_| {
+                Error::invalid(
+                    Self::OP,
+                    format!("the temporary directory {} holds a NUL byte; set TMPDIR", template.display()),
+                )
+            })?
+            .into_bytes_with_nul();
+        // SAFETY: `bytes` is a NUL-terminated template ending in six `X`s, which `mkdtemp`
+        // replaces in place; it makes the directory with mode 0700, failing if the name exists.
+        let made = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
+        if made.is_null() {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::invalid(
+                Self::OP,
+                format!(
+                    "could not make a private directory in {}: {e}; set TMPDIR to a writable directory",
+                    template.display()
+                ),
+            ));
+        }
+        bytes.pop();
+        Ok(PrivateDir { path: PathBuf::from(std::ffi::OsString::from_vec(bytes)) })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        // Only an empty directory is removed; nothing else is ever put there.
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// G10 of the soundness review: `to_dot` used `$TMPDIR/cuda-core-graph-<pid>-<n>.dot`, a
+    /// name another user could guess and plant a symlink at. Its directory is now made fresh,
+    /// private and unguessable.
+    #[test]
+    fn to_dot_writes_in_a_fresh_private_directory() -> std::result::Result<(), Box<dyn std::error::Error>> {
+        use std::os::unix::fs::PermissionsExt;
+        let (a, b) = (PrivateDir::new()?, PrivateDir::new()?);
+        assert_ne!(a.path(), b.path(), "two calls share a directory");
+        for dir in [&a, &b] {
+            let meta = std::fs::symlink_metadata(dir.path())?;
+            assert!(meta.is_dir() && !meta.file_type().is_symlink(), "{}", dir.path().display());
+            assert_eq!(meta.permissions().mode() & 0o777, 0o700, "{}", dir.path().display());
+            let name = dir.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let suffix = name.trim_start_matches("cuda-core-graph-");
+            assert!(suffix.len() == 6 && !suffix.contains('X'), "the name is not randomised: {name}");
+        }
+        let path = a.path().to_path_buf();
+        drop(a);
+        assert!(!path.exists(), "{} is left behind", path.display());
+        Ok(())
+    }
 
     #[test]
     fn flags_have_the_header_values() {

@@ -2,7 +2,7 @@
 //! node.
 
 use super::host::HostFunction;
-use super::keep::KeepAlive;
+use super::keep::{KeepAlive, Kept, all_empty};
 use super::kernel::{NodeKernel, kernel_params};
 use super::memory::{GraphSlice, memcpy_params, memset_params};
 use super::{Graph, GraphNode};
@@ -14,7 +14,8 @@ use crate::stream::Stream;
 use bitflags::bitflags;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 bitflags! {
@@ -36,14 +37,82 @@ bitflags! {
 /// An executable graph (`CUgraphExec`), made from a [`Graph`] by [`Graph::instantiate`] and
 /// destroyed on drop.
 ///
-/// It keeps alive what the graph it was made from (and every graph it was updated from)
-/// keeps alive. Once launched, dropping it waits for the work queued in its context before it
-/// lets go of those values (when there are any: a graph that keeps nothing is dropped at once).
+/// It keeps alive what the graph it was made from (or last updated from) keeps alive, and what
+/// its node setters were given. A value a setter or [`update`](Self::update) replaces is let go
+/// of once a launch queued after the replacement is known to be complete (launches of one
+/// executable graph run in order), checked at later launches and setter calls; at once if it
+/// was never launched. Once launched, dropping it waits for the work queued in its context
+/// before it lets go of the values (when there are any: a graph that keeps nothing is dropped
+/// at once), and keeps them for good if that wait fails.
 pub struct GraphExec {
     raw: sys::CUgraphExec,
     ctx: Context,
-    keep: KeepAlive,
-    launched: Cell<bool>,
+    keep: RefCell<ExecKeep>,
+    /// How many launches were queued.
+    launches: Cell<u64>,
+}
+
+/// Which value of a node a setter gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Role {
+    Destination,
+    Source,
+    Host,
+    Child,
+    Event,
+}
+
+/// What an executable graph keeps alive.
+#[derive(Debug, Default)]
+struct ExecKeep {
+    /// The list of the graph it was made from, or last updated from, and the launch count
+    /// when it was.
+    graph: Option<(Arc<KeepAlive>, u64)>,
+    /// The values node setters gave, by node and role, with the launch count when they were
+    /// given; a later setter replaces them.
+    slots: HashMap<(usize, Role), (Kept, u64)>,
+    /// Replaced values that launches queued before the replacement may still use.
+    retired: Vec<Kept>,
+    /// Retired values with an event recorded after a later launch: free once it completes.
+    fenced: Vec<(Event, Vec<Kept>)>,
+    /// An event of a batch that was let go of, for the next batch.
+    spare: Option<Event>,
+}
+
+impl ExecKeep {
+    /// Lets go of the fenced batches whose launch is complete.
+    fn release_completed(&mut self) {
+        let mut i = 0;
+        while i < self.fenced.len() {
+            let (event, _) = &self.fenced[i];
+            // SAFETY: the event is live. The raw call neither reports nor consumes the
+            // context's deferred errors; any answer but success keeps the batch.
+            if unsafe { sys::cuEventQuery(event.as_raw()) } == sys::CUresult::CUDA_SUCCESS {
+                let (event, batch) = self.fenced.swap_remove(i);
+                drop(batch);
+                self.spare.get_or_insert(event);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Retires a replaced value, given at launch count `since`, now that the count is `now`:
+    /// gone at once if no launch was queued in between (none can use it), else kept until a
+    /// later launch completes.
+    fn retire(&mut self, old: Kept, since: u64, now: u64) {
+        if now != since {
+            self.retired.push(old);
+        }
+    }
+
+    /// Whether nothing is kept.
+    fn is_empty(&self) -> bool {
+        self.graph.as_ref().is_none_or(|(g, _)| g.is_empty())
+            && all_empty(&self.slots.values().map(|(v, _)| v.clone()).collect::<Vec<_>>())
+            && all_empty(&self.retired)
+            && self.fenced.iter().all(|(_, batch)| all_empty(batch))
+    }
 }
 
 // SAFETY: an executable graph may be used from any thread, one at a time (`GraphExec` is not
@@ -94,9 +163,8 @@ impl Graph {
         if status != sys::CUresult::CUDA_SUCCESS {
             return Err(instantiate_refused(status, &params));
         }
-        let keep = KeepAlive::default();
-        keep.push(self.keep.clone());
-        Ok(GraphExec { raw, ctx: self.ctx.clone(), keep, launched: Cell::new(false) })
+        let keep = ExecKeep { graph: Some((self.keep.clone(), 0)), ..ExecKeep::default() };
+        Ok(GraphExec { raw, ctx: self.ctx.clone(), keep: RefCell::new(keep), launches: Cell::new(0) })
     }
 }
 
@@ -140,9 +208,74 @@ impl GraphExec {
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         self.ctx.take_deferred()?;
         stream.bind_if_default()?;
-        self.launched.set(true);
+        self.launches.set(self.launches.get().wrapping_add(1));
         // SAFETY: both handles are live; everything the graph refers to is kept alive.
-        check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw()) })
+        check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw()) })?;
+        if !self.keep.borrow().retired.is_empty() || !self.keep.borrow().fenced.is_empty() {
+            self.fence_retired(stream);
+        }
+        Ok(())
+    }
+
+    /// After a launch on `stream`: lets go of the retired values whose fence has completed,
+    /// and fences the ones retired since with an event recorded after this launch (which
+    /// runs after every earlier launch, the ones that may use them). Off the launch's hot
+    /// path: only runs while replaced values are waiting. Failures only keep values longer.
+    #[cold]
+    fn fence_retired(&self, stream: &Stream) {
+        let mut keep = self.keep.borrow_mut();
+        keep.release_completed();
+        if keep.retired.is_empty() {
+            return;
+        }
+        // A record on a capturing stream is captured, not made: the event would read as
+        // complete at once. Fence at a launch that really runs.
+        let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        // SAFETY: the stream is live; one out-parameter.
+        let status = unsafe { sys::cuStreamIsCapturing(stream.as_raw(), &mut capture) };
+        if status != sys::CUresult::CUDA_SUCCESS
+            || capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        {
+            return;
+        }
+        let event = match keep.spare.take() {
+            Some(event) => event,
+            None => match self.new_fence() {
+                Some(event) => event,
+                None => return,
+            },
+        };
+        // SAFETY: both handles are live; the stream is of the event's context. The raw call
+        // neither reports nor consumes the context's deferred errors.
+        if unsafe { sys::cuEventRecord(event.as_raw(), stream.as_raw()) } == sys::CUresult::CUDA_SUCCESS {
+            let batch = std::mem::take(&mut keep.retired);
+            keep.fenced.push((event, batch));
+        }
+    }
+
+    /// An event for a fence, made without touching the context's deferred errors.
+    fn new_fence(&self) -> Option<Event> {
+        self.ctx.make_current().ok()?;
+        let flags = crate::event::EventFlags::DISABLE_TIMING;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the context is current.
+        let status = unsafe { sys::cuEventCreate(&mut raw, flags.bits()) };
+        // SAFETY: created above in this context with `flags`, owned by nothing else.
+        (status == sys::CUresult::CUDA_SUCCESS).then(|| unsafe { Event::from_raw(&self.ctx, raw, flags) })
+    }
+
+    /// Keeps `value` (if any) for `node`'s `role`, retiring the value it replaces.
+    fn replace(&self, node: GraphNode<'_>, role: Role, value: Option<Kept>) {
+        let mut keep = self.keep.borrow_mut();
+        keep.release_completed();
+        let now = self.launches.get();
+        let old = match value {
+            Some(value) => keep.slots.insert((node.id(), role), (value, now)),
+            None => keep.slots.remove(&(node.id(), role)),
+        };
+        if let Some((old, since)) = old {
+            keep.retire(old, since, now);
+        }
     }
 
     /// Prepares the graph's device resources on `stream`, so that the first launch does not
@@ -159,8 +292,8 @@ impl GraphExec {
     /// ([`cuGraphExecUpdate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
     ///
     /// A refusal is [`Error::GraphUpdate`] with the driver's reason and the node it blames;
-    /// the executable graph is then unchanged. On success it also keeps alive what `graph`
-    /// keeps alive.
+    /// the executable graph is then unchanged. On success it keeps alive what `graph` keeps
+    /// alive instead of what it kept before (let go of once no launch may use it).
     pub fn update(&self, graph: &Graph) -> Result<()> {
         self.ctx.enter()?;
         let mut info = sys::CUgraphExecUpdateResultInfo {
@@ -174,7 +307,18 @@ impl GraphExec {
             return Err(update_refused(&info));
         }
         check("cuGraphExecUpdate", status)?;
-        self.keep.push(graph.keep.clone());
+        // Every node now has `graph`'s parameters: what the old graph and the setters gave is
+        // replaced.
+        let mut keep = self.keep.borrow_mut();
+        keep.release_completed();
+        let now = self.launches.get();
+        let old_slots: Vec<(Kept, u64)> = keep.slots.drain().map(|(_, v)| v).collect();
+        for (old, since) in old_slots {
+            keep.retire(old, since, now);
+        }
+        if let Some((old, since)) = keep.graph.replace((graph.keep.clone(), now)) {
+            keep.retire(old, since, now);
+        }
         Ok(())
     }
 
@@ -213,7 +357,8 @@ impl GraphExec {
 
     /// Gives a memset node a new destination and value, as [`Graph::add_memset_node`] takes
     /// them ([`cuGraphExecMemsetNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html));
-    /// the memory is kept alive.
+    /// the memory is kept alive, and the memory it replaces let go of once no launch may use
+    /// it.
     pub fn set_memset_node<T: Pod>(&self, node: GraphNode<'_>, dst: &GraphSlice<T>, value: T) -> Result<()> {
         let params = memset_params("GraphExec::set_memset_node", dst, value)?;
         self.ctx.enter()?;
@@ -221,13 +366,14 @@ impl GraphExec {
         check("cuGraphExecMemsetNodeSetParams", unsafe {
             sys::cuGraphExecMemsetNodeSetParams(self.raw, node.as_raw(), &params, self.ctx.as_raw())
         })?;
-        self.keep_slice(dst);
+        self.replace(node, Role::Destination, dst.owner());
         Ok(())
     }
 
     /// Gives a memcpy node new slices, as [`Graph::add_memcpy_node`] takes them
     /// ([`cuGraphExecMemcpyNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html));
-    /// the memory is kept alive.
+    /// the memory is kept alive, and the memory it replaces let go of once no launch may use
+    /// it.
     pub fn set_memcpy_node<T: Pod>(
         &self,
         node: GraphNode<'_>,
@@ -240,61 +386,58 @@ impl GraphExec {
         check("cuGraphExecMemcpyNodeSetParams", unsafe {
             sys::cuGraphExecMemcpyNodeSetParams(self.raw, node.as_raw(), &params, self.ctx.as_raw())
         })?;
-        self.keep_slice(dst);
-        self.keep_slice(src);
+        self.replace(node, Role::Destination, dst.owner());
+        self.replace(node, Role::Source, src.owner());
         Ok(())
-    }
-
-    fn keep_slice<T>(&self, slice: &GraphSlice<T>) {
-        if let Some(owner) = slice.owner() {
-            self.keep.push(owner);
-        }
     }
 
     /// Gives a host node a new closure
     /// ([`cuGraphExecHostNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html));
-    /// the closure is kept alive, as the old one stays.
+    /// the closure is kept alive, and the one it replaces let go of once no launch may run it.
     pub fn set_host_node(&self, node: GraphNode<'_>, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
         let (host, params) = HostFunction::params(&self.ctx, f);
         // SAFETY: both handles are live; the user data stays alive in the keep-alive list.
         check("cuGraphExecHostNodeSetParams", unsafe {
             sys::cuGraphExecHostNodeSetParams(self.raw, node.as_raw(), &params)
         })?;
-        self.keep.push(host);
+        self.replace(node, Role::Host, Some(host));
         Ok(())
     }
 
     /// Gives a child-graph node the parameters of `child`, a graph of the same shape as the
     /// node's ([`cuGraphExecChildGraphNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html));
-    /// what `child` keeps alive is kept alive too.
+    /// what `child` keeps alive now is kept alive too, and what the node's previous
+    /// parameters kept let go of once no launch may use it.
     pub fn set_child_graph_node(&self, node: GraphNode<'_>, child: &Graph) -> Result<()> {
         // SAFETY: the handles are live; the driver copies the child's parameters.
         check("cuGraphExecChildGraphNodeSetParams", unsafe {
             sys::cuGraphExecChildGraphNodeSetParams(self.raw, node.as_raw(), child.raw)
         })?;
-        self.keep.push(child.keep.clone());
+        self.replace(node, Role::Child, Some(child.keep.snapshot()));
         Ok(())
     }
 
     /// Makes an event record node record `event`
-    /// ([`cuGraphExecEventRecordNodeSetEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    /// ([`cuGraphExecEventRecordNodeSetEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html));
+    /// the event is kept alive, and the one it replaces let go of once no launch may use it.
     pub fn set_event_record_node(&self, node: GraphNode<'_>, event: &Arc<Event>) -> Result<()> {
         // SAFETY: the handles are live; the event is kept alive below.
         check("cuGraphExecEventRecordNodeSetEvent", unsafe {
             sys::cuGraphExecEventRecordNodeSetEvent(self.raw, node.as_raw(), event.as_raw())
         })?;
-        self.keep.push(event.clone());
+        self.replace(node, Role::Event, Some(event.clone()));
         Ok(())
     }
 
     /// Makes an event wait node wait for `event`
-    /// ([`cuGraphExecEventWaitNodeSetEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    /// ([`cuGraphExecEventWaitNodeSetEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html));
+    /// the event is kept alive, and the one it replaces let go of once no launch may use it.
     pub fn set_event_wait_node(&self, node: GraphNode<'_>, event: &Arc<Event>) -> Result<()> {
         // SAFETY: as in `set_event_record_node`.
         check("cuGraphExecEventWaitNodeSetEvent", unsafe {
             sys::cuGraphExecEventWaitNodeSetEvent(self.raw, node.as_raw(), event.as_raw())
         })?;
-        self.keep.push(event.clone());
+        self.replace(node, Role::Event, Some(event.clone()));
         Ok(())
     }
 
@@ -332,10 +475,21 @@ impl Drop for GraphExec {
         // SAFETY: this value owns the executable graph; the driver lets a launch in flight
         // finish before it frees it.
         self.ctx.with_current_for_drop("cuGraphExecDestroy", || unsafe { sys::cuGraphExecDestroy(raw) });
-        if self.launched.get() && !self.keep.is_empty() {
-            // A launch may still use what the graph keeps; wait before letting go of it.
+        let keep = self.keep.get_mut();
+        if self.launches.get() != 0 && !keep.is_empty() {
+            // A launch may still use what the graph keeps; wait before letting go of it. The
+            // wait neither reports nor consumes the context's deferred errors.
+            let mut waited = false;
             // SAFETY: the context is current during the closure.
-            self.ctx.with_current_for_drop("cuCtxSynchronize", || unsafe { sys::cuCtxSynchronize() });
+            self.ctx.with_current_for_drop("cuCtxSynchronize", || {
+                let status = unsafe { sys::cuCtxSynchronize() };
+                waited = status == sys::CUresult::CUDA_SUCCESS;
+                status
+            });
+            if !waited {
+                // The work may still run: keep what it uses for good rather than free it.
+                std::mem::forget(std::mem::take(keep));
+            }
         }
     }
 }

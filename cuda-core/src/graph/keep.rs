@@ -1,12 +1,25 @@
-//! The keep-alive list a graph shares with its clones, parents and executable graphs.
+//! The keep-alive list a graph shares with its conditional bodies and executable graphs, and
+//! the snapshots of it that clones and parent graphs hold.
 
 use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};
 
+/// One kept value.
+pub(crate) type Kept = Arc<dyn Any + Send + Sync>;
+
 /// Values kept alive for as long as some graph or executable graph may use them.
+///
+/// A list never holds another live list: a graph that copies another (a clone, a child-graph
+/// node) holds a [`Snapshot`] of that graph's items at the moment of the copy, which is all the
+/// copy can refer to. Snapshots only ever hold older snapshots, so no cycle of `Arc`s can form.
 #[derive(Default)]
 pub(crate) struct KeepAlive {
-    items: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
+    items: Mutex<Vec<Kept>>,
+}
+
+/// The items a list held at one moment, frozen.
+pub(crate) struct Snapshot {
+    items: Vec<Kept>,
 }
 
 impl std::fmt::Debug for KeepAlive {
@@ -17,20 +30,40 @@ impl std::fmt::Debug for KeepAlive {
 
 impl KeepAlive {
     /// Adds one value.
-    pub(crate) fn push(&self, value: Arc<dyn Any + Send + Sync>) {
-        self.items.lock().unwrap_or_else(PoisonError::into_inner).push(value);
+    pub(crate) fn push(&self, value: Kept) {
+        self.lock().push(value);
     }
 
     /// The number of values held directly.
     pub(crate) fn len(&self) -> usize {
-        self.items.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.lock().len()
     }
 
-    /// Whether nothing is held, directly or through the lists held.
+    /// Whether nothing is held, directly or through the snapshots held.
     pub(crate) fn is_empty(&self) -> bool {
-        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-        items.iter().all(|item| item.downcast_ref::<KeepAlive>().is_some_and(KeepAlive::is_empty))
+        all_empty(&self.lock())
     }
+
+    /// The items held now, as one value to keep: what a copy of the graph made now refers to.
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        Arc::new(Snapshot { items: self.lock().clone() })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Kept>> {
+        self.items.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Snapshot {
+    /// Whether nothing is held, directly or through older snapshots.
+    pub(crate) fn is_empty(&self) -> bool {
+        all_empty(&self.items)
+    }
+}
+
+/// Whether `items` hold nothing but empty snapshots.
+pub(crate) fn all_empty(items: &[Kept]) -> bool {
+    items.iter().all(|item| item.downcast_ref::<Snapshot>().is_some_and(Snapshot::is_empty))
 }
 
 #[cfg(test)]
@@ -42,21 +75,36 @@ mod tests {
         let value = Arc::new(5u32);
         let graph = Arc::new(KeepAlive::default());
         graph.push(value.clone());
-        let exec = Arc::new(KeepAlive::default());
-        exec.push(graph.clone());
-        assert_eq!((graph.len(), exec.len()), (1, 1));
-        assert_eq!(Arc::strong_count(&value), 2);
+        let clone = KeepAlive::default();
+        clone.push(graph.snapshot());
+        assert_eq!((graph.len(), clone.len()), (1, 1));
+        assert_eq!(Arc::strong_count(&value), 3);
         drop(graph);
-        assert_eq!(Arc::strong_count(&value), 2, "the executable graph's list still holds it");
-        drop(exec);
+        assert_eq!(Arc::strong_count(&value), 2, "the clone's snapshot still holds it");
+        drop(clone);
         assert_eq!(Arc::strong_count(&value), 1);
         assert!(KeepAlive::default().is_empty());
         let nested = KeepAlive::default();
-        nested.push(Arc::new(KeepAlive::default()));
-        assert!(nested.is_empty(), "only empty lists inside");
-        let inner = Arc::new(KeepAlive::default());
+        nested.push(KeepAlive::default().snapshot());
+        assert!(nested.is_empty(), "only empty snapshots inside");
+        let inner = KeepAlive::default();
         inner.push(Arc::new(1u8));
-        nested.push(inner);
+        nested.push(inner.snapshot());
         assert!(!nested.is_empty());
+    }
+
+    /// G6 (a) of the soundness review: a graph that holds a clone of itself as a child used to
+    /// hold the clone's live list, which held its own: a cycle that leaked every value.
+    #[test]
+    fn graphs_that_hold_each_other_do_not_form_a_cycle() {
+        let value = Arc::new(7u64);
+        let a = Arc::new(KeepAlive::default());
+        a.push(value.clone());
+        let b = Arc::new(KeepAlive::default());
+        b.push(a.snapshot()); // b = a.try_clone()
+        a.push(b.snapshot()); // a.add_child_graph_node(&b)
+        b.push(a.snapshot()); // b.add_child_graph_node(&a)
+        drop((a, b));
+        assert_eq!(Arc::strong_count(&value), 1, "the value outlived both graphs");
     }
 }

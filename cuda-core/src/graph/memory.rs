@@ -57,8 +57,18 @@ impl<T: Pod> GraphSlice<T> {
     ///
     /// # Safety
     ///
-    /// `ptr` is aligned for `T`, and `len` elements there stay allocated, in the graph's
-    /// context, as long as the graph and its executable graphs may run.
+    /// `ptr` is aligned for `T`, and the `len` elements there are device memory of the
+    /// graph's context whenever a node made from this slice runs:
+    ///
+    /// * **Memory of an allocation node** of the graph: the node made from the slice depends,
+    ///   directly or through other nodes, on that allocation node, and runs before the memory
+    ///   is freed: its free node, if the graph has one, depends on it; without one, nothing
+    ///   frees the memory (`cuMemFreeAsync`, or a later launch of an executable graph
+    ///   instantiated with [`AUTO_FREE_ON_LAUNCH`](super::InstantiateFlags::AUTO_FREE_ON_LAUNCH))
+    ///   while a launch may still run the node. The range lies within the allocation's bytes.
+    /// * **Any other memory** stays allocated as long as the graph, its clones, the graphs
+    ///   holding it as a child, and their executable graphs may run (hand its owner to
+    ///   [`Graph::keep`]).
     pub unsafe fn from_raw(ptr: sys::CUdeviceptr, len: usize) -> GraphSlice<T> {
         GraphSlice { ptr, len, owner: None, _element: PhantomData }
     }

@@ -27,9 +27,15 @@
 //!   calls put what they refer to on it: the buffers of a memset or memcpy node (given as
 //!   [`GraphSlice`]s of an `Arc<DeviceBuffer>`), the closure of a host node, the event of an
 //!   event node, the list of a child graph. [`Graph::keep`] puts anything else on it.
-//! * A clone of a graph, a graph that holds it as a child, and every [`GraphExec`]
-//!   instantiated from it (or updated from it) share its list. The values on it are dropped
-//!   once the graph and all of these are gone.
+//! * Every [`GraphExec`] instantiated from a graph (or updated from it) shares its list. A
+//!   clone of a graph, and a graph that holds it as a child, copy its nodes and hold a
+//!   snapshot of its list as it is at that moment: what the copied nodes refer to. (Holding
+//!   snapshots rather than the live list means two graphs made children of each other do not
+//!   keep each other alive.) The values are dropped once the graph and all of these are gone.
+//! * A value an executable graph's node setter replaces ([`GraphExec::set_memcpy_node`] and
+//!   the like, [`GraphExec::update`]) is let go of once a later launch is known to be
+//!   complete (or at once, if the executable graph was never launched): re-pointing a node in
+//!   a loop does not accumulate buffers.
 //! * A [`GraphExec`] that has been launched waits, when dropped, for the work queued in its
 //!   context before it drops the values it keeps (if it keeps any): a buffer is never given
 //!   back while a launch may still use it.
@@ -184,15 +190,16 @@ impl Graph {
         &self.ctx
     }
 
-    /// Keeps `value` alive as long as this graph, its clones, the graphs that hold it as a
-    /// child, and every executable graph made from any of them: the way to tie a module, a
-    /// buffer (`Arc<DeviceBuffer<T>>`) or anything else a kernel node or captured work uses
-    /// to the graph's life.
+    /// Keeps `value` alive as long as this graph, the clones made of it and the graphs that
+    /// take it as a child from now on, and every executable graph made from any of them: the
+    /// way to tie a module, a buffer (`Arc<DeviceBuffer<T>>`) or anything else a kernel node
+    /// or captured work uses to the graph's life. Keep what a node uses before copying the
+    /// graph (a clone or a child copies the graph's nodes and the values kept so far).
     pub fn keep<T: Any + Send + Sync>(&self, value: T) {
         self.keep.push(Arc::new(value));
     }
 
-    /// The number of values the graph keeps alive, its own and its children's lists counted
+    /// The number of values the graph keeps alive, what a clone or child graph copied counted
     /// as one each.
     pub fn kept_count(&self) -> usize {
         self.keep.len()
@@ -200,15 +207,16 @@ impl Graph {
 
     /// A copy of the graph with all its nodes
     /// ([`cuGraphClone`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
-    /// The copy shares this graph's keep-alive list. Nodes of the copy are found with
-    /// [`Graph::find_in_clone`].
+    /// The copy keeps alive what this graph keeps alive now (values kept later are not its
+    /// concern: its nodes are copies of the ones that exist now). Nodes of the copy are found
+    /// with [`Graph::find_in_clone`].
     pub fn try_clone(&self) -> Result<Graph> {
         self.ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `self.raw` is a live graph; one out-parameter.
         check("cuGraphClone", unsafe { sys::cuGraphClone(&mut raw, self.raw) })?;
         let keep = Arc::new(KeepAlive::default());
-        keep.push(self.keep.clone());
+        keep.push(self.keep.snapshot());
         Ok(Graph::adopt(&self.ctx, raw, keep))
     }
 

@@ -316,8 +316,9 @@ impl Graph {
 
     /// Adds a node that runs a copy of `child`
     /// ([`cuGraphAddChildGraphNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
-    /// Later changes to `child` do not reach the copy; what `child` keeps alive, this graph
-    /// keeps alive too.
+    /// Later changes to `child` do not reach the copy; what `child` keeps alive now, this
+    /// graph keeps alive too (a snapshot: the two graphs can hold each other without keeping
+    /// each other alive).
     pub fn add_child_graph_node(
         &self,
         dependencies: &[GraphNode<'_>],
@@ -328,7 +329,7 @@ impl Graph {
         let node = self.add_with("cuGraphAddChildGraphNode", dependencies, |out, deps, n| unsafe {
             sys::cuGraphAddChildGraphNode(out, graph, deps, n, child_raw)
         })?;
-        self.keep.push(child.keep.clone());
+        self.keep.push(child.keep.snapshot());
         Ok(node)
     }
 

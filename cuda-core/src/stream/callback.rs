@@ -1,6 +1,6 @@
 //! Host callbacks: Rust closures run in stream order through `cuLaunchHostFunc`.
 
-use super::Stream;
+use super::{CaptureStatus, Stream};
 use crate::context::ContextInner;
 use crate::error::{Error, Result, check};
 use cuda_driver_sys as sys;
@@ -15,7 +15,8 @@ struct Payload<F> {
 
 unsafe extern "C" fn trampoline<F: FnOnce() + Send + 'static>(data: *mut c_void) {
     // SAFETY: `data` is the box leaked by `launch_host_func::<F>`, and the driver calls this
-    // function exactly once for it.
+    // function exactly once for it: `launch_host_func` refuses capturing streams, where the call
+    // would become a host node run at every launch of the graph.
     let payload = unsafe { Box::from_raw(data.cast::<Payload<F>>()) };
     let Payload { f, ctx } = *payload;
     if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
@@ -50,6 +51,13 @@ impl Stream {
     /// [`Error::CallbackPanicked`] by the next call through this context (for instance
     /// [`Stream::synchronize`]).
     ///
+    /// On a stream that is being captured ([`Stream::begin_capture`], or a stream that joined a
+    /// capture by waiting on an event recorded in it) this is refused with
+    /// [`Error::InvalidArgument`] and the capture goes on unharmed: captured, the closure would
+    /// run at every launch of the graph, and an `FnOnce` runs once. Add a host node to the
+    /// graph instead ([`Graph::add_host_node`](crate::graph::Graph::add_host_node)), whose
+    /// closure is `Fn` and kept by the graph.
+    ///
     /// ```no_run
     /// # use cuda_core::{Context, Device, Stream, StreamFlags};
     /// # fn main() -> cuda_core::Result<()> {
@@ -65,6 +73,14 @@ impl Stream {
         let ctx = self.context();
         ctx.take_deferred()?;
         self.bind_if_default()?;
+        if self.capture_status()? == CaptureStatus::Active {
+            return Err(Error::invalid(
+                "Stream::launch_host_func",
+                "the stream is being captured into a graph, where the closure would run at every \
+                 launch but can run only once; add it to the graph with `Graph::add_host_node` \
+                 (after the capture ends, or into the graph given to `begin_capture_to_graph`)",
+            ));
+        }
         let payload = Box::into_raw(Box::new(Payload { f, ctx: std::sync::Arc::downgrade(ctx.inner()) }));
         // SAFETY: the trampoline matches `CUhostFn` and takes back the box exactly once.
         let status = unsafe { sys::cuLaunchHostFunc(self.as_raw(), Some(trampoline::<F>), payload.cast()) };

@@ -34,8 +34,36 @@ pub enum MemoryHandle {
     D3D11Resource(Win32Handle),
     /// A global share (KMT) handle of a Direct3D 11 resource.
     D3D11ResourceKmt(*mut c_void),
-    /// An `NvSciBufObj`.
-    NvSciBuf(*mut c_void),
+    /// An `NvSciBufObj`, which only `unsafe` code can name ([`NvSciBufObject::from_raw`]).
+    NvSciBuf(NvSciBufObject),
+}
+
+/// An `NvSciBufObj` to import as external memory ([`MemoryHandle::NvSciBuf`]). The driver
+/// dereferences it, so it is made only by [`from_raw`](Self::from_raw), whose caller vouches
+/// for it; safe code cannot forge one from an integer:
+///
+/// ```compile_fail,E0133
+/// use cuda_core::interop::external::NvSciBufObject;
+/// let forged = NvSciBufObject::from_raw(0x1000 as *mut std::ffi::c_void);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NvSciBufObject(*mut c_void);
+
+impl NvSciBufObject {
+    /// Wraps an `NvSciBufObj`.
+    ///
+    /// # Safety
+    ///
+    /// `object` is a live `NvSciBufObj` (from `NvSciBufObjAlloc` and the like) that stays
+    /// alive until the import made from it returns.
+    pub unsafe fn from_raw(object: *mut c_void) -> NvSciBufObject {
+        NvSciBufObject(object)
+    }
+
+    /// The raw `NvSciBufObj`.
+    pub fn as_raw(self) -> *mut c_void {
+        self.0
+    }
 }
 
 impl MemoryHandle {
@@ -58,7 +86,7 @@ impl MemoryHandle {
         const OP: &str = "ExternalMemory::import";
         match self {
             MemoryHandle::OpaqueFd(fd) | MemoryHandle::DmaBufFd(fd) => fd_raw(OP, fd),
-            MemoryHandle::NvSciBuf(object) => Ok(Raw::Object(object.cast_const())),
+            MemoryHandle::NvSciBuf(object) => Ok(Raw::Object(object.0.cast_const())),
             _ => Err(unsupported_win32(OP)),
         }
     }
@@ -176,8 +204,9 @@ impl ExternalMemory {
     /// Maps `len` elements of `T` from byte `offset` of the object as a buffer ordered on
     /// `stream`
     /// ([`cuExternalMemoryGetMappedBuffer`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
-    /// Dropping the buffer waits for its stream and frees the mapping (`cuMemFree`); the
-    /// object stays imported while any mapping lives.
+    /// Dropping the buffer waits for its stream and frees the mapping (`cuMemFree`), even
+    /// while the context holds a deferred error; the object stays imported while any mapping
+    /// lives, and for good if a mapping's wait or free fails.
     ///
     /// A range past [`size`](Self::size), a length of 0 or an offset not aligned for `T` is an
     /// [`Error::InvalidArgument`] before any call.
@@ -279,7 +308,9 @@ struct MappedRange {
     memory: Arc<Imported>,
 }
 
-impl Allocator for MappedRange {
+// SAFETY: `allocate` never returns memory; `deallocate` waits for the work on the stream
+// before it frees the mapping, and leaks the mapping and the object if it cannot.
+unsafe impl Allocator for MappedRange {
     fn allocate(&self, _size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         Err(Error::invalid(
             "ExternalMemory::map_buffer",
@@ -288,11 +319,21 @@ impl Allocator for MappedRange {
     }
 
     unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
-        self.memory.context.enter()?;
-        // Freeing a mapping is not stream-ordered: wait for the work that may use it.
-        stream.wait_for_users(&self.memory.context)?;
-        // SAFETY: the token is the address `cuExternalMemoryGetMappedBuffer` returned, freed once.
-        check("cuMemFree", unsafe { sys::cuMemFree(allocation.token) })
+        // A release path: a deferred error kept from elsewhere neither skips nor is consumed
+        // by the wait and the free. Freeing a mapping is not stream-ordered: wait for the work
+        // that may use it first.
+        let context = &self.memory.context;
+        let freed = context.make_current().and_then(|()| stream.wait_for_users(context)).and_then(|()| {
+            // SAFETY: the token is the address `cuExternalMemoryGetMappedBuffer` returned,
+            // freed once, after the work that used it.
+            check("cuMemFree", unsafe { sys::cuMemFree(allocation.token) })
+        });
+        if freed.is_err() {
+            // The mapping may still be mapped and in use: the object must not be destroyed
+            // under it when the last handle goes, so this mapping's reference is leaked.
+            std::mem::forget(self.memory.clone());
+        }
+        freed
     }
 
     fn name(&self) -> &'static str {

@@ -20,15 +20,16 @@ mod semaphore;
 
 pub(crate) use semaphore::Batch;
 
-pub use memory::{ExternalMemory, ExternalMemoryFlags, MemoryHandle};
+pub use memory::{ExternalMemory, ExternalMemoryFlags, MemoryHandle, NvSciBufObject};
 pub use semaphore::{
-    ExternalSemaphore, SemaphoreHandle, SemaphoreKind, SignalParams, WaitParams, signal_all, wait_all,
+    ExternalSemaphore, NvSciSyncObject, SemaphoreHandle, SemaphoreKind, SignalParams, WaitParams, signal_all,
+    wait_all,
 };
 
 use super::Refused;
 use crate::error::Error;
 use std::ffi::c_void;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 /// A Windows handle to import: an NT handle, or the name of a named object. This crate builds
 /// for POSIX systems, where importing one is an [`Error::Unsupported`].
@@ -47,12 +48,17 @@ pub(crate) enum Raw {
     Object(*const c_void),
 }
 
-/// A duplicate of the caller's descriptor, which is what the driver is given: the driver takes
-/// over the descriptor of an import that succeeds, and may close it when one fails, so the
+/// A duplicate of the caller's descriptor, which is what the driver is given, so that the
 /// caller's own descriptor never reaches the driver and is the caller's whatever happens.
+///
+/// NVIDIA documents for `cuImportExternalMemory` and `cuImportExternalSemaphore` that
+/// "ownership of the file descriptor is transferred to the CUDA driver when the handle is
+/// imported successfully", and only then. A successful import therefore gives the duplicate
+/// away ([`given`](Self::given)); after a refused one it is still this value's, and its drop
+/// closes it. Nothing else is ever closed: the number is not compared with other descriptors,
+/// which another thread may have opened meanwhile.
 pub(crate) struct Duplicate {
-    fd: RawFd,
-    original: RawFd,
+    fd: OwnedFd,
 }
 
 impl Duplicate {
@@ -67,53 +73,18 @@ impl Duplicate {
                 format!("descriptor {original} could not be duplicated: {why}"),
             ));
         }
-        Ok(Duplicate { fd: duplicate, original })
+        // SAFETY: a new descriptor that nothing else owns.
+        Ok(Duplicate { fd: unsafe { OwnedFd::from_raw_fd(duplicate) } })
     }
 
     /// The number the driver is given.
     pub(crate) fn raw(&self) -> RawFd {
-        self.fd
+        self.fd.as_raw_fd()
     }
 
-    /// The import succeeded: the descriptor is the driver's now.
+    /// The import succeeded: the descriptor is the driver's now, and is not closed here.
     pub(crate) fn given(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for Duplicate {
-    /// After a refused import: closes the duplicate, unless the driver closed it already (its
-    /// number may by now name another file of this process, which is left alone).
-    fn drop(&mut self) {
-        if same_open_file(self.fd, self.original) {
-            // SAFETY: the number still names the duplicate made here, which nothing else owns.
-            unsafe { libc::close(self.fd) };
-        }
-    }
-}
-
-/// Whether descriptors `a` and `b` name the same open file description.
-fn same_open_file(a: RawFd, b: RawFd) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        const KCMP_FILE: libc::c_long = 0;
-        // SAFETY: getpid has no preconditions; kcmp only compares this process's descriptors.
-        let order = unsafe {
-            let pid = libc::c_long::from(libc::getpid());
-            libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_FILE, libc::c_long::from(a), libc::c_long::from(b))
-        };
-        if order >= 0 {
-            return order == 0;
-        }
-    }
-    // Without kcmp (another system, or a sandbox that forbids it): the same file and flags.
-    // SAFETY: plain C structs filled by fstat and fcntl, which only read the descriptors.
-    unsafe {
-        let (mut sa, mut sb) = (std::mem::zeroed::<libc::stat>(), std::mem::zeroed::<libc::stat>());
-        libc::fstat(a, &mut sa) == 0
-            && libc::fstat(b, &mut sb) == 0
-            && (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-            && libc::fcntl(a, libc::F_GETFL) == libc::fcntl(b, libc::F_GETFL)
+        let _ = self.fd.into_raw_fd();
     }
 }
 
@@ -156,31 +127,33 @@ mod tests {
         unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) }
     }
 
+    fn is_open(fd: RawFd) -> bool {
+        // SAFETY: F_GETFD only reads the flags.
+        unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
+    }
+
     #[test]
     fn a_refused_duplicate_is_closed_and_the_original_kept() -> Result<(), Error> {
         let (reader, _writer) = pipe();
         let duplicate = Duplicate::new("test", &reader)?;
         let number = duplicate.raw();
         assert!(number >= 3 && number != reader.as_raw_fd());
-        assert!(same_open_file(number, reader.as_raw_fd()));
+        assert!(is_open(number));
         drop(duplicate);
-        assert!(!same_open_file(number, reader.as_raw_fd()), "the duplicate is still open");
-        // SAFETY: F_GETFD only reads the flags.
-        assert_ne!(unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_GETFD) }, -1, "the original was closed");
+        assert!(!is_open(number), "the duplicate is still open");
+        assert!(is_open(reader.as_raw_fd()), "the original was closed");
         Ok(())
     }
 
     #[test]
-    fn a_duplicate_the_driver_closed_is_left_alone() -> Result<(), Error> {
+    fn a_given_duplicate_stays_open_for_the_driver() -> Result<(), Error> {
         let (reader, _writer) = pipe();
         let duplicate = Duplicate::new("test", &reader)?;
-        // The driver closes it; the number may be reused by another file at once.
-        // SAFETY: closing the duplicate made above, as a failed import may.
-        unsafe { libc::close(duplicate.raw()) };
-        let (other, _other_writer) = pipe();
-        drop(duplicate);
-        // SAFETY: F_GETFD only reads the flags.
-        assert_ne!(unsafe { libc::fcntl(other.as_raw_fd(), libc::F_GETFD) }, -1, "another file was closed");
+        let number = duplicate.raw();
+        duplicate.given();
+        assert!(is_open(number), "a descriptor the driver owns was closed");
+        // SAFETY: the test plays the driver, which owns and closes it.
+        unsafe { libc::close(number) };
         Ok(())
     }
 

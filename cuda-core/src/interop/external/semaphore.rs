@@ -33,8 +33,36 @@ pub enum SemaphoreHandle {
     D3D11KeyedMutex(Win32Handle),
     /// A global share (KMT) handle of a Direct3D 11 keyed mutex.
     D3D11KeyedMutexKmt(*mut c_void),
-    /// An `NvSciSyncObj`.
-    NvSciSync(*mut c_void),
+    /// An `NvSciSyncObj`, which only `unsafe` code can name ([`NvSciSyncObject::from_raw`]).
+    NvSciSync(NvSciSyncObject),
+}
+
+/// An `NvSciSyncObj` to import as a semaphore ([`SemaphoreHandle::NvSciSync`]). The driver
+/// dereferences it, so it is made only by [`from_raw`](Self::from_raw), whose caller vouches
+/// for it; safe code cannot forge one from an integer:
+///
+/// ```compile_fail,E0133
+/// use cuda_core::interop::external::NvSciSyncObject;
+/// let forged = NvSciSyncObject::from_raw(0x1000 as *mut std::ffi::c_void);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NvSciSyncObject(*mut c_void);
+
+impl NvSciSyncObject {
+    /// Wraps an `NvSciSyncObj`.
+    ///
+    /// # Safety
+    ///
+    /// `object` is a live `NvSciSyncObj` (from `NvSciSyncObjAlloc` and the like) that stays
+    /// alive until the import made from it returns.
+    pub unsafe fn from_raw(object: *mut c_void) -> NvSciSyncObject {
+        NvSciSyncObject(object)
+    }
+
+    /// The raw `NvSciSyncObj`.
+    pub fn as_raw(self) -> *mut c_void {
+        self.0
+    }
 }
 
 /// The kind of an imported semaphore, which decides the parameters its signals and waits take.
@@ -91,7 +119,7 @@ impl SemaphoreHandle {
         const OP: &str = "ExternalSemaphore::import";
         match self {
             SemaphoreHandle::OpaqueFd(fd) | SemaphoreHandle::TimelineFd(fd) => fd_raw(OP, fd),
-            SemaphoreHandle::NvSciSync(object) => Ok(Raw::Object(object.cast_const())),
+            SemaphoreHandle::NvSciSync(object) => Ok(Raw::Object(object.0.cast_const())),
             _ => Err(unsupported_win32(OP)),
         }
     }
@@ -243,7 +271,10 @@ fn check_params(
 /// ([`cuImportExternalSemaphore`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
 ///
 /// Dropping it synchronizes the streams its signals and waits were enqueued on (a wait that is
-/// never signalled therefore blocks the drop). Graphs that signal or wait on it hold it.
+/// never signalled therefore blocks the drop), even while the context holds a deferred error;
+/// if that wait fails, the semaphore is left imported (leaked) rather than destroyed under
+/// outstanding work, and the error is kept by the context. Graphs that signal or wait on it
+/// hold it.
 #[derive(Debug)]
 pub struct ExternalSemaphore {
     raw: sys::CUexternalSemaphore,
@@ -344,10 +375,20 @@ impl Drop for ExternalSemaphore {
     fn drop(&mut self) {
         let streams =
             std::mem::take(self.streams.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        // The driver requires every signal and wait to be done before the destroy. The wait
+        // does not consume the context's deferred errors, so one kept from elsewhere does not
+        // skip it.
+        let mut waited = true;
         for stream in streams {
-            if let Err(e) = stream.synchronize() {
+            if let Err(e) = stream.synchronize_for_release() {
                 self.context.defer(e);
+                waited = false;
             }
+        }
+        if !waited {
+            // A signal or wait may still be outstanding: leak the semaphore rather than
+            // destroy it under them.
+            return;
         }
         let raw = self.raw;
         // SAFETY: imported once here and destroyed once, after its signals and waits.

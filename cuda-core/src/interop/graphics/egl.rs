@@ -1,7 +1,7 @@
 //! EGL images as [`GraphicsResource`]s, EGL frames, EGL stream connections and events from
 //! EGL syncs.
 
-use super::{GraphicsResource, MapFlags};
+use super::{GraphicsResource, MapFlags, ReadOnlyArray};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::memory::{Array, ArrayDescriptor, ArrayFlags, BorrowedArray, DeviceView};
@@ -164,11 +164,23 @@ impl<'a> EglFrame<'a> {
         unsafe { self.raw.frame.pPitch }.get(plane).map(|p| *p as sys::CUdeviceptr)
     }
 
-    /// Plane `plane` as an [`Array`] to copy to and from, if the frame is made of arrays, has
-    /// the plane, and came from a registered resource or an acquired stream frame.
-    pub fn array(&self, plane: usize) -> Option<BorrowedArray<'a>> {
+    /// Plane `plane` as an [`Array`] to read (copy from, sample), if the frame is made of
+    /// arrays, has the plane, and came from a registered resource or an acquired stream frame.
+    /// A frame is a plain copyable description, so its arrays cannot be written: write an EGL
+    /// image's planes through [`GraphicsResource::egl_array_mut`].
+    ///
+    /// ```compile_fail,E0596
+    /// # use cuda_core::interop::graphics::GraphicsResource;
+    /// # fn f(resource: &GraphicsResource) -> cuda_core::Result<()> {
+    /// let frame = resource.egl_frame(0, 0)?;
+    /// if let Some(mut plane) = frame.array(0) {
+    ///     plane.copy_from_host(&[0u32; 16])?; // refused: a frame's arrays are read-only
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn array(&self, plane: usize) -> Option<ReadOnlyArray<'a>> {
         let context = self.context?;
-        self.plane_array(plane).map(|raw| Array::borrowed(raw, context))
+        self.plane_array(plane).map(|raw| ReadOnlyArray { array: Array::borrowed(raw, context) })
     }
 
     /// The raw CUDA array of plane `plane`, if the frame is made of arrays and has it.
@@ -216,8 +228,9 @@ impl GraphicsResource {
             return Err(Error::invalid("GraphicsResource::egl_image", "a null EGLImage"));
         }
         let flags = usage.as_raw();
+        let read_only = usage == MapFlags::ReadOnly;
         // SAFETY: one out-parameter; the caller vouches for the image.
-        GraphicsResource::register(context, "cuGraphicsEGLRegisterImage", |raw| unsafe {
+        GraphicsResource::register(context, "cuGraphicsEGLRegisterImage", read_only, |raw| unsafe {
             sys::cuGraphicsEGLRegisterImage(raw, image, flags)
         })
     }
@@ -231,6 +244,44 @@ impl GraphicsResource {
     pub fn egl_frame(&self, index: u32, mip_level: u32) -> Result<EglFrame<'_>> {
         self.context.enter()?;
         mapped_egl_frame(&self.context, self.raw, index, mip_level)
+    }
+
+    /// Plane `plane` of layer `index`, level `mip_level` of a registered EGL image, as an
+    /// array to write, which borrows the resource exclusively: no frame or other array of it
+    /// is live meanwhile
+    /// ([`cuGraphicsResourceGetMappedEglFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html)).
+    /// Order the two APIs' work as for [`egl_frame`](Self::egl_frame).
+    ///
+    /// An image registered for [`MapFlags::ReadOnly`] use, a frame of pitched memory or one
+    /// without that plane is an [`Error::InvalidArgument`]; a resource that is no EGL image
+    /// the driver's error.
+    ///
+    /// ```compile_fail,E0499
+    /// # use cuda_core::interop::graphics::GraphicsResource;
+    /// # fn f(resource: &mut GraphicsResource) -> cuda_core::Result<()> {
+    /// let first = resource.egl_array_mut(0, 0, 0)?;
+    /// let second = resource.egl_array_mut(0, 0, 0)?; // refused: two writable arrays of a plane
+    /// drop(first);
+    /// # Ok(()) }
+    /// ```
+    pub fn egl_array_mut(&mut self, index: u32, mip_level: u32, plane: usize) -> Result<BorrowedArray<'_>> {
+        const OP: &str = "GraphicsResource::egl_array_mut";
+        if !self.is_writable() {
+            return Err(GraphicsResource::refuse_write(OP, "the EGL image"));
+        }
+        self.context.enter()?;
+        let frame = mapped_egl_frame(&self.context, self.raw, index, mip_level)?;
+        let raw = frame.plane_array(plane).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!(
+                    "the frame has no array plane {plane} ({} planes, {}); use plane_pointer for pitched frames",
+                    frame.plane_count(),
+                    if frame.is_pitched() { "pitched" } else { "arrays" }
+                ),
+            )
+        })?;
+        Ok(Array::borrowed(raw, &self.context))
     }
 }
 
@@ -358,9 +409,14 @@ impl AcquiredFrame<'_> {
     /// Gives the frame back to the stream now, after the work enqueued on its stream
     /// ([`cuEGLStreamConsumerReleaseFrame`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html));
     /// the driver's error if the connection is gone.
+    ///
+    /// The frame is released whatever happens: an error kept from elsewhere in the context is
+    /// neither reported nor a reason to keep the frame, and if the context cannot be made
+    /// current here, the guard still releases it as its drop does.
     pub fn release(mut self) -> Result<()> {
+        // On failure `self` drops with `released` unset, and the drop releases the frame.
+        self.consumer.context.make_current()?;
         self.released = true;
-        self.consumer.context.enter()?;
         check("cuEGLStreamConsumerReleaseFrame", self.release_raw())
     }
 

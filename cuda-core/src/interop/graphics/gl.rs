@@ -65,7 +65,8 @@ impl GraphicsResource {
     pub fn gl_buffer(context: &Context, buffer: u32, flags: RegisterFlags) -> Result<GraphicsResource> {
         let buffer = gl_name("GraphicsResource::gl_buffer", buffer)?;
         // SAFETY: one out-parameter; the driver checks the name against the current GL context.
-        GraphicsResource::register(context, "cuGraphicsGLRegisterBuffer", |raw| unsafe {
+        let read_only = flags.contains(RegisterFlags::READ_ONLY);
+        GraphicsResource::register(context, "cuGraphicsGLRegisterBuffer", read_only, |raw| unsafe {
             sys::cuGraphicsGLRegisterBuffer(raw, buffer, flags.bits())
         })
     }
@@ -85,7 +86,8 @@ impl GraphicsResource {
     ) -> Result<GraphicsResource> {
         let image = gl_name("GraphicsResource::gl_image", image)?;
         // SAFETY: one out-parameter; the driver checks the name against the current GL context.
-        GraphicsResource::register(context, "cuGraphicsGLRegisterImage", |raw| unsafe {
+        let read_only = flags.contains(RegisterFlags::READ_ONLY);
+        GraphicsResource::register(context, "cuGraphicsGLRegisterImage", read_only, |raw| unsafe {
             sys::cuGraphicsGLRegisterImage(raw, image, target.as_raw(), flags.bits())
         })
     }

@@ -39,6 +39,16 @@
 //! drop(first);
 //! # Ok(()) }
 //! ```
+//!
+//! # Read-only resources
+//!
+//! A resource registered with [`RegisterFlags::READ_ONLY`], or mapped after
+//! [`set_map_flags`](GraphicsResource::set_map_flags)`(`[`MapFlags::ReadOnly`]`)` (an EGL
+//! image registered for [`MapFlags::ReadOnly`] use), is one CUDA promised the driver not to
+//! write. The writable accessors ([`Mapped::buffer_mut`], [`Mapped::array_mut`],
+//! [`Mapped::mipmapped_array`], [`GraphicsResource::egl_array_mut`]) refuse it with an
+//! [`Error::InvalidArgument`]; the readable ones ([`Mapped::buffer`], [`Mapped::array`],
+//! [`EglFrame::array`]) hand out views and [`ReadOnlyArray`]s that have no way to write.
 
 mod egl;
 mod gl;
@@ -58,6 +68,7 @@ use bitflags::bitflags;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
+use std::ops::Deref;
 
 bitflags! {
     /// How CUDA will use a resource, given when it is registered (`CU_GRAPHICS_REGISTER_FLAGS_*`).
@@ -104,6 +115,10 @@ impl MapFlags {
 pub struct GraphicsResource {
     raw: sys::CUgraphicsResource,
     context: Context,
+    /// Registered for reading only (`READ_ONLY`, or an EGL image for `ReadOnly` use).
+    registered_read_only: bool,
+    /// The flags of the next mappings.
+    map_flags: MapFlags,
 }
 
 // SAFETY: a CUgraphicsResource may be used from any thread that has the graphics context.
@@ -114,21 +129,58 @@ impl GraphicsResource {
     fn register(
         context: &Context,
         call: &'static str,
+        read_only: bool,
         register: impl FnOnce(*mut sys::CUgraphicsResource) -> sys::CUresult,
     ) -> Result<GraphicsResource> {
         context.enter()?;
         let mut raw = std::ptr::null_mut();
         check(call, register(&mut raw))?;
-        Ok(GraphicsResource { raw, context: context.clone() })
+        Ok(GraphicsResource::new(context, raw, read_only))
     }
 
-    /// Wraps a registered resource and takes ownership: it is unregistered on drop.
+    fn new(context: &Context, raw: sys::CUgraphicsResource, read_only: bool) -> GraphicsResource {
+        GraphicsResource {
+            raw,
+            context: context.clone(),
+            registered_read_only: read_only,
+            map_flags: MapFlags::ReadWrite,
+        }
+    }
+
+    /// Wraps a registered resource and takes ownership: it is unregistered on drop. `flags`
+    /// are those it was registered with: [`RegisterFlags::READ_ONLY`] makes its mappings
+    /// read-only (see [Read-only resources](self#read-only-resources)).
     ///
     /// # Safety
     ///
-    /// `raw` is a live resource registered in `context` that nothing else unregisters.
-    pub unsafe fn from_raw(context: &Context, raw: sys::CUgraphicsResource) -> GraphicsResource {
-        GraphicsResource { raw, context: context.clone() }
+    /// `raw` is a live resource registered in `context` that nothing else unregisters, with
+    /// `READ_ONLY` among `flags` if it was registered so (an EGL image registered for
+    /// read-only use counts as `READ_ONLY`), and map flags other than read-only (none set
+    /// since registration, or [`MapFlags::ReadWrite`] or [`MapFlags::WriteDiscard`]).
+    pub unsafe fn from_raw(
+        context: &Context,
+        raw: sys::CUgraphicsResource,
+        flags: RegisterFlags,
+    ) -> GraphicsResource {
+        GraphicsResource::new(context, raw, flags.contains(RegisterFlags::READ_ONLY))
+    }
+
+    /// Whether CUDA may write the resource: it was not registered read-only and its map flags
+    /// are not [`MapFlags::ReadOnly`]. The writable accessors refuse it otherwise.
+    pub fn is_writable(&self) -> bool {
+        !self.registered_read_only && self.map_flags != MapFlags::ReadOnly
+    }
+
+    /// The refusal of a write to a resource CUDA promised not to write.
+    fn refuse_write(operation: &'static str, what: &str) -> Error {
+        Error::invalid(
+            operation,
+            format!(
+                "{what} is read-only for CUDA (registered READ_ONLY, or mapped with MapFlags::ReadOnly): \
+                 the driver was promised CUDA would not write it; read it with the read-only accessors, \
+                 or register it without READ_ONLY and set_map_flags(MapFlags::ReadWrite) to write it"
+            ),
+        )
     }
 
     /// The raw `CUgraphicsResource`.
@@ -143,12 +195,17 @@ impl GraphicsResource {
 
     /// Says how the next mappings will be used
     /// ([`cuGraphicsResourceSetMapFlags`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+    ///
+    /// With [`MapFlags::ReadOnly`], the writable accessors of the next mappings refuse the
+    /// resource (see [Read-only resources](self#read-only-resources)).
     pub fn set_map_flags(&mut self, flags: MapFlags) -> Result<()> {
         self.context.enter()?;
         // SAFETY: the resource is registered and not mapped (mapping borrows it).
         check("cuGraphicsResourceSetMapFlags", unsafe {
             sys::cuGraphicsResourceSetMapFlags(self.raw, flags.as_raw())
-        })
+        })?;
+        self.map_flags = flags;
+        Ok(())
     }
 
     /// Maps the resource for CUDA, ordered after the graphics API's work and before `stream`'s
@@ -184,12 +241,13 @@ pub fn map_all<'a>(
     stream: &Stream,
 ) -> Result<Mapped<'a>> {
     const OP: &str = "graphics::map_all";
-    let mut raw = Vec::new();
+    let (mut raw, mut writable) = (Vec::new(), Vec::new());
     for resource in resources {
         if resource.context != *stream.context() {
             return Err(Error::invalid(OP, "a resource registered in another context than the stream's"));
         }
         raw.push(resource.raw);
+        writable.push(resource.is_writable());
     }
     if raw.is_empty() {
         return Err(Error::invalid(OP, "no resources to map"));
@@ -200,7 +258,7 @@ pub fn map_all<'a>(
     check("cuGraphicsMapResources", unsafe {
         sys::cuGraphicsMapResources(count, raw.as_mut_ptr(), stream.as_raw())
     })?;
-    Ok(Mapped { raw, stream: stream.clone(), unmapped: false, _resources: PhantomData })
+    Ok(Mapped { raw, writable, stream: stream.clone(), unmapped: false, _resources: PhantomData })
 }
 
 /// Resources mapped for CUDA; they are unmapped when the guard is dropped, ordered after the
@@ -211,6 +269,8 @@ pub fn map_all<'a>(
 #[derive(Debug)]
 pub struct Mapped<'a> {
     raw: Vec<sys::CUgraphicsResource>,
+    /// Whether CUDA may write each resource (see `GraphicsResource::is_writable`).
+    writable: Vec<bool>,
     stream: Stream,
     unmapped: bool,
     _resources: PhantomData<&'a mut GraphicsResource>,
@@ -239,6 +299,21 @@ impl Mapped<'_> {
                 format!("resource {index} does not exist; {} are mapped", self.raw.len()),
             )
         })
+    }
+
+    /// Resource `index`, which CUDA is about to be allowed to write.
+    fn writable_resource(&self, operation: &'static str, index: usize) -> Result<sys::CUgraphicsResource> {
+        let resource = self.resource(operation, index)?;
+        if !self.is_writable(index) {
+            return Err(GraphicsResource::refuse_write(operation, &format!("mapped resource {index}")));
+        }
+        Ok(resource)
+    }
+
+    /// Whether CUDA may write resource `index` (false for one that does not exist): it was not
+    /// registered or mapped read-only. The writable accessors refuse it otherwise.
+    pub fn is_writable(&self, index: usize) -> bool {
+        self.writable.get(index).copied().unwrap_or(false)
     }
 
     /// The device address and size in bytes of mapped buffer `index`
@@ -280,22 +355,20 @@ impl Mapped<'_> {
 
     /// Mapped buffer `index` as an exclusive view of `T`s (for kernels that write it).
     ///
-    /// Errors as for [`buffer`](Self::buffer).
+    /// Errors as for [`buffer`](Self::buffer); a resource registered or mapped read-only is
+    /// an [`Error::InvalidArgument`] (see [Read-only resources](self#read-only-resources)).
     pub fn buffer_mut<T: Pod>(&mut self, index: usize) -> Result<DeviceViewMut<'_, T>> {
+        self.writable_resource("Mapped::buffer_mut", index)?;
         let (ptr, len) = self.elements::<T>("Mapped::buffer_mut", index)?;
         Ok(DeviceViewMut::new(ptr, len, &self.stream))
     }
 
-    /// Layer or cube face `array_index`, level `mip_level` of mapped image `index`, as a CUDA
-    /// array
-    /// ([`cuGraphicsSubResourceGetMappedArray`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
-    /// A buffer is `CUDA_ERROR_NOT_MAPPED_AS_ARRAY`.
-    ///
-    /// The mapping is ordered on the guard's [`stream`](Self::stream) only: copy with the
-    /// `_async` calls on it, or synchronize it before the synchronous copies (which run on the
-    /// default stream).
-    pub fn array(&self, index: usize, array_index: u32, mip_level: u32) -> Result<BorrowedArray<'_>> {
-        let resource = self.resource("Mapped::array", index)?;
+    fn raw_array(
+        &self,
+        resource: sys::CUgraphicsResource,
+        array_index: u32,
+        mip_level: u32,
+    ) -> Result<BorrowedArray<'_>> {
         self.stream.context().enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the resource is mapped while `self` lives.
@@ -305,12 +378,60 @@ impl Mapped<'_> {
         Ok(Array::borrowed(raw, self.stream.context()))
     }
 
+    /// Layer or cube face `array_index`, level `mip_level` of mapped image `index`, as a CUDA
+    /// array to read: copy from it, sample it ([`Resource::borrowed_array`](crate::texture::Resource::borrowed_array))
+    /// ([`cuGraphicsSubResourceGetMappedArray`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
+    /// [`array_mut`](Self::array_mut) gives one to write. A buffer is
+    /// `CUDA_ERROR_NOT_MAPPED_AS_ARRAY`.
+    ///
+    /// The mapping is ordered on the guard's [`stream`](Self::stream) only: copy with the
+    /// `_async` calls on it, or synchronize it before the synchronous copies (which run on the
+    /// default stream).
+    ///
+    /// ```compile_fail,E0596
+    /// # use cuda_core::interop::graphics::GraphicsResource;
+    /// # fn f(resource: &mut GraphicsResource, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
+    /// let mapped = resource.map(stream)?;
+    /// let mut level = mapped.array(0, 0, 0)?;
+    /// level.copy_from_host(&[0f32; 16])?; // refused: a read-only array cannot be written
+    /// # Ok(()) }
+    /// ```
+    pub fn array(&self, index: usize, array_index: u32, mip_level: u32) -> Result<ReadOnlyArray<'_>> {
+        let resource = self.resource("Mapped::array", index)?;
+        self.raw_array(resource, array_index, mip_level).map(|array| ReadOnlyArray { array })
+    }
+
+    /// As [`array`](Self::array), an array to write (copy into, or a kernel's output), which
+    /// borrows the guard exclusively: no other array, view or mipmapped array of the mapping is
+    /// live meanwhile.
+    ///
+    /// Errors as for [`array`](Self::array); a resource registered or mapped read-only is an
+    /// [`Error::InvalidArgument`] (see [Read-only resources](self#read-only-resources)).
+    ///
+    /// ```compile_fail,E0499
+    /// # use cuda_core::interop::graphics::GraphicsResource;
+    /// # fn f(resource: &mut GraphicsResource, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
+    /// let mut mapped = resource.map(stream)?;
+    /// let first = mapped.array_mut(0, 0, 0)?;
+    /// let second = mapped.array_mut(0, 0, 0)?; // refused: two writable arrays of one level
+    /// drop(first);
+    /// # Ok(()) }
+    /// ```
+    pub fn array_mut(&mut self, index: usize, array_index: u32, mip_level: u32) -> Result<BorrowedArray<'_>> {
+        let resource = self.writable_resource("Mapped::array_mut", index)?;
+        self.raw_array(resource, array_index, mip_level)
+    }
+
     /// Mapped image `index` as a mipmapped array of `levels` levels
     /// ([`cuGraphicsResourceGetMappedMipmappedArray`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
     /// The driver does not say how many levels the graphics API allocated: pass that number,
     /// which [`MipmappedArray::level`] then checks. A buffer is the driver's error.
-    pub fn mipmapped_array(&self, index: usize, levels: u32) -> Result<BorrowedMipmappedArray<'_>> {
-        let resource = self.resource("Mapped::mipmapped_array", index)?;
+    ///
+    /// Its levels can be written, so it borrows the guard exclusively, and a resource
+    /// registered or mapped read-only is an [`Error::InvalidArgument`]: read such a
+    /// resource's levels with [`array`](Self::array).
+    pub fn mipmapped_array(&mut self, index: usize, levels: u32) -> Result<BorrowedMipmappedArray<'_>> {
+        let resource = self.writable_resource("Mapped::mipmapped_array", index)?;
         self.stream.context().enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the resource is mapped while `self` lives.
@@ -324,9 +445,15 @@ impl Mapped<'_> {
     /// ([`cuGraphicsUnmapResources`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)):
     /// an error of the work on the stream, or of the graphics context, comes back here instead
     /// of being deferred.
+    ///
+    /// The resources are unmapped whatever happens: an error kept from elsewhere in the context
+    /// (see [`Context::deferred_error`](crate::Context::deferred_error)) is neither reported
+    /// nor a reason to skip the unmap, and if the context cannot be made current here, the
+    /// guard still unmaps as its drop does (that error is kept by the context).
     pub fn unmap(mut self) -> Result<()> {
+        // On failure `self` drops with `unmapped` unset, and the drop unmaps.
+        self.stream.context().make_current()?;
         self.unmapped = true;
-        self.stream.context().enter()?;
         check("cuGraphicsUnmapResources", self.unmap_raw())
     }
 
@@ -343,5 +470,22 @@ impl Drop for Mapped<'_> {
             let context = self.stream.context().clone();
             context.with_current_for_drop("cuGraphicsUnmapResources", || self.unmap_raw());
         }
+    }
+}
+
+/// A CUDA array of a graphics resource that CUDA only reads: a level or layer of a mapped
+/// image ([`Mapped::array`]) or a plane of an EGL frame ([`EglFrame::array`]). It lives no
+/// longer than the mapping or frame, and dereferences to [`Array`] for reading only:
+/// descriptors, copies out, textures ([`Resource::borrowed_array`](crate::texture::Resource::borrowed_array)).
+/// Several may be live at once, and none gives a way to write.
+#[derive(Debug)]
+pub struct ReadOnlyArray<'a> {
+    array: BorrowedArray<'a>,
+}
+
+impl Deref for ReadOnlyArray<'_> {
+    type Target = Array;
+    fn deref(&self) -> &Array {
+        &self.array
     }
 }

@@ -192,7 +192,9 @@ struct OpenedMemory {
     context: Context,
 }
 
-impl Allocator for OpenedMemory {
+// SAFETY: `allocate` never returns memory; `deallocate` waits for the work on the stream
+// before it closes the handle, so the memory is not given up while that work may use it.
+unsafe impl Allocator for OpenedMemory {
     fn allocate(&self, _size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         Err(Error::invalid(
             "IpcMemHandle::open",
@@ -201,7 +203,10 @@ impl Allocator for OpenedMemory {
     }
 
     unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
-        self.context.enter()?;
+        // A release path: a deferred error kept from elsewhere neither skips the wait and the
+        // close nor is consumed here. On failure the handle stays open (leaked), never closed
+        // under work that may use it.
+        self.context.make_current()?;
         // Closing is not stream-ordered: wait for the work that may use the memory.
         stream.wait_for_users(&self.context)?;
         // SAFETY: the token is the base address `cuIpcOpenMemHandle` returned, closed once.
