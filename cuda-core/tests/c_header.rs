@@ -223,7 +223,9 @@ fn the_symbols_the_header_names_are_the_ones_cuda_core_defines() {
 #[derive(Default)]
 struct Counter(Mutex<(u64, usize)>);
 
-impl Allocator for Counter {
+// SAFETY: test-only; the addresses come from a counter, each handed out once, and nothing ever
+// reads or writes them (the C program only passes them back to `cuda_core_free`).
+unsafe impl Allocator for Counter {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         assert_ne!(size, 13, "unlucky size");
         let mut s = self.0.lock().unwrap();

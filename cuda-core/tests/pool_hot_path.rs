@@ -64,7 +64,9 @@ fn allocations_in(f: impl FnOnce()) -> usize {
 #[derive(Default)]
 struct Addresses(AtomicU64);
 
-impl Allocator for Addresses {
+// SAFETY: test-only; the addresses come from a counter, each range handed out once and as large
+// as asked, and nothing ever reads or writes them (no buffer is made over them).
+unsafe impl Allocator for Addresses {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         let ptr = 0x5000_0000_0000 + self.0.fetch_add(size as u64 + 4096, Ordering::Relaxed);
         Ok(DeviceAllocation { ptr, size, token: 0 })
@@ -80,7 +82,9 @@ struct HostMemory;
 
 const PAGE: usize = 4096;
 
-impl PinnedAllocator for HostMemory {
+// SAFETY: test-only; each allocation is fresh, page-aligned system memory of the size asked,
+// owned by the caller until given back. It is not page-locked: no copy runs on it here.
+unsafe impl PinnedAllocator for HostMemory {
     fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
         let layout = Layout::from_size_align(size.max(1), PAGE).expect("a valid layout");
         // SAFETY: the layout has a non-zero size.
@@ -99,7 +103,9 @@ impl PinnedAllocator for HostMemory {
 /// Events that are always complete.
 struct Done;
 
-impl StreamEvents for Done {
+// SAFETY: test-only; no work ever runs on the streams given, so every recording is complete at
+// once, and the methods touch no handle.
+unsafe impl StreamEvents for Done {
     fn create(&self) -> Result<u64> {
         Ok(1)
     }

@@ -160,7 +160,9 @@ impl Counting {
     }
 }
 
-impl Allocator for Counting {
+// SAFETY: forwards to `DeviceAllocator` (which keeps the contract of `Allocator`), only
+// counting the calls.
+unsafe impl Allocator for Counting {
     fn allocate(&self, size: usize, stream: StreamRef<'_>) -> cuda_core::Result<DeviceAllocation> {
         let a = self.inner.allocate(size, stream)?;
         self.live.fetch_add(1, Ordering::SeqCst);

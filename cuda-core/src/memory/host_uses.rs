@@ -2,7 +2,7 @@
 //! host waits for them before it touches or frees the memory.
 
 use crate::error::{Result, check};
-use crate::{Context, Stream};
+use crate::{Event, EventFlags, Stream};
 use cuda_driver_sys as sys;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -18,10 +18,9 @@ enum Pending {
 
 #[derive(Debug)]
 struct Uses {
-    /// Recorded after the last copy; null until the first copy.
-    event: sys::CUevent,
-    /// The context the event was made in.
-    ctx: Option<Context>,
+    /// Recorded after the last copy, in the context of the last copy's stream; `None` until
+    /// the first copy.
+    event: Option<Event>,
     /// The stream of the last copy.
     stream: Option<Stream>,
     pending: Pending,
@@ -30,26 +29,21 @@ struct Uses {
 /// The copies in flight on a pinned buffer: one event, recorded after each copy on the copy's
 /// stream. A copy on another stream first waits for that event on its own stream, so the event
 /// always covers every copy queued so far.
+///
+/// "Another stream" is [`Stream`]'s equality: default-stream handles of different contexts (or,
+/// per-thread, of different threads) are different streams, so a copy on one of them waits for
+/// the copies before it. When the stream's context differs from the event's, the copy waits
+/// for the old event, and a new event is made in the new context and recorded after it: it
+/// still covers every copy, since the new stream runs nothing after the wait before the old
+/// event has completed.
 #[derive(Debug)]
 pub(crate) struct HostUses {
     uses: Mutex<Uses>,
 }
 
-// SAFETY: the event handle is only used under the mutex; the driver accepts it from any thread.
-unsafe impl Send for HostUses {}
-// SAFETY: as above.
-unsafe impl Sync for HostUses {}
-
 impl HostUses {
     pub(crate) fn new() -> HostUses {
-        HostUses {
-            uses: Mutex::new(Uses {
-                event: std::ptr::null_mut(),
-                ctx: None,
-                stream: None,
-                pending: Pending::None,
-            }),
-        }
+        HostUses { uses: Mutex::new(Uses { event: None, stream: None, pending: Pending::None }) }
     }
 
     fn lock(&self) -> MutexGuard<'_, Uses> {
@@ -69,37 +63,60 @@ impl HostUses {
         let mut u = self.lock();
         let other_stream = u.stream.as_ref().is_some_and(|s| s != stream);
         if u.pending != Pending::None && other_stream {
-            // SAFETY: the event is live (pending implies recorded) and the stream is alive.
-            check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(stream.as_raw(), u.event, 0) })?;
+            if let Some(event) = &u.event {
+                // A default-stream handle names the stream of the current context.
+                stream.bind_if_default()?;
+                // SAFETY: the event is live (held here) and the stream is alive.
+                check("cuStreamWaitEvent", unsafe {
+                    sys::cuStreamWaitEvent(stream.as_raw(), event.as_raw(), 0)
+                })?;
+            }
         }
+        // The event the copy will be recorded on must be of the stream's context: made before the
+        // copy is queued, so that nothing is queued when it cannot be made, and kept aside until
+        // the recording succeeded, so that the old event still covers the copies before.
+        let ctx = stream.context();
+        let fresh = match &u.event {
+            Some(e) if e.context() == ctx => None,
+            _ => Some(Event::new(ctx, EventFlags::DISABLE_TIMING)?),
+        };
         enqueue()?;
-        if let Err(e) = Self::record(&mut u, stream) {
-            // The copy is queued but untracked: wait for it rather than leave it unguarded.
-            let _ = stream.synchronize();
+        let kind = if writes { Pending::Writes } else { Pending::Reads };
+        let recorded = match fresh.as_ref().or(u.event.as_ref()) {
+            Some(event) => Self::record(event, stream),
+            None => Ok(()),
+        };
+        if let Err(e) = recorded {
+            // The copy is queued but untracked: wait for it rather than leave it unguarded. A
+            // release-style wait: a deferred error pending elsewhere must not skip it. Once it
+            // returned, this copy and (through the wait above, or stream order) every copy
+            // before it are done.
+            match stream.synchronize_for_release() {
+                Ok(()) => u.pending = Pending::None,
+                // The stream failed: its copies cannot be told apart any more; the host still
+                // waits for the old event before it touches the memory.
+                Err(_) => u.pending = u.pending.max(kind),
+            }
             return Err(e);
+        }
+        if let Some(event) = fresh {
+            // The old event (if any) is destroyed once its recorded work is done; the wait on
+            // it is already queued.
+            u.event = Some(event);
         }
         if other_stream || u.stream.is_none() {
             u.stream = Some(stream.clone());
         }
-        let kind = if writes { Pending::Writes } else { Pending::Reads };
         u.pending = u.pending.max(kind);
         Ok(())
     }
 
-    fn record(u: &mut Uses, stream: &Stream) -> Result<()> {
-        let ctx = stream.context();
-        if u.event.is_null() || u.ctx.as_ref() != Some(ctx) {
-            let mut event = std::ptr::null_mut();
-            ctx.enter()?;
-            let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
-            // SAFETY: one out-parameter; the stream's context is current.
-            check("cuEventCreate", unsafe { sys::cuEventCreate(&mut event, flags) })?;
-            Self::destroy(u);
-            u.event = event;
-            u.ctx = Some(ctx.clone());
-        }
+    /// Records `event` (of `stream`'s context) after the work queued on `stream`.
+    fn record(event: &Event, stream: &Stream) -> Result<()> {
+        // A default-stream handle names the stream of the current context.
+        stream.bind_if_default()?;
         // SAFETY: the event and the stream are alive and of the same context.
-        check("cuEventRecord", unsafe { sys::cuEventRecord(u.event, stream.as_raw()) })
+        check("cuEventRecord", unsafe { sys::cuEventRecord(event.as_raw(), stream.as_raw()) })
     }
 
     /// Waits until the host may read (`write == false`) or write the memory.
@@ -109,8 +126,10 @@ impl HostUses {
         if u.pending < needed {
             return Ok(());
         }
-        // SAFETY: pending implies the event was recorded and is alive.
-        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(u.event) })?;
+        if let Some(event) = &u.event {
+            // SAFETY: the event is alive while held here.
+            check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.as_raw()) })?;
+        }
         u.pending = Pending::None;
         Ok(())
     }
@@ -120,27 +139,16 @@ impl HostUses {
         self.lock().pending != Pending::None
     }
 
-    /// For a buffer being given back: the stream and event of the copies in flight, if any.
-    pub(crate) fn in_flight(&mut self) -> Option<(Stream, sys::CUevent)> {
+    /// For a buffer being given back: the event recorded after the copies in flight, if any,
+    /// handed over (the tracker records nothing more). Every copy that may still use the
+    /// memory was queued before its last recording, whatever stream, thread or context it ran
+    /// on.
+    pub(crate) fn take_in_flight(&mut self) -> Option<Event> {
         let u = self.uses.get_mut().unwrap_or_else(PoisonError::into_inner);
         if u.pending == Pending::None {
             return None;
         }
-        u.stream.clone().map(|s| (s, u.event))
-    }
-
-    fn destroy(u: &mut Uses) {
-        if let (false, Some(ctx)) = (u.event.is_null(), &u.ctx) {
-            let event = u.event;
-            // SAFETY: destroyed once; the driver defers it until recorded work is done.
-            ctx.with_current_for_drop("cuEventDestroy", || unsafe { sys::cuEventDestroy(event) });
-        }
-        u.event = std::ptr::null_mut();
-    }
-}
-
-impl Drop for HostUses {
-    fn drop(&mut self) {
-        Self::destroy(self.uses.get_mut().unwrap_or_else(PoisonError::into_inner));
+        u.pending = Pending::None;
+        u.event.take()
     }
 }

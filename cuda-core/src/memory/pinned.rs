@@ -239,21 +239,37 @@ impl<T: Pod> PinnedBuffer<T> {
 }
 
 impl<T: Pod> Drop for PinnedBuffer<T> {
+    /// Gives the memory back to its allocator: with copies in flight, through
+    /// [`PinnedAllocator::deallocate_after`] with the event recorded after them (a pool keeps
+    /// the memory until that event has completed; other allocators wait for it).
+    ///
+    /// An error is kept in a context, for [`Context::take_deferred_errors`] (and reported by the
+    /// next call through it): with copies in flight, in the context of the last copy's stream;
+    /// otherwise in the allocator's context ([`PinnedAllocator::context`]; the default pool's is
+    /// the primary context of device 0), or printed to standard error when the allocator names
+    /// none.
     #[track_caller]
     fn drop(&mut self) {
         let allocator = self.source.allocator();
-        match self.uses.in_flight() {
-            Some((stream, event)) => {
+        match self.uses.take_in_flight() {
+            Some(copies) => {
+                let ctx = copies.context().clone();
                 // SAFETY: the allocation came from this allocator and is given back once; the
-                // copies still in flight are all on `stream` before `event`, which stays alive
-                // until `uses` drops.
-                if let Err(e) = unsafe { allocator.deallocate_after(self.allocation, &stream, event) } {
-                    stream.context().defer(e);
+                // copies still in flight were all queued before `copies` was recorded, and the
+                // tracker records it no more (it handed it over).
+                if let Err(e) = unsafe { allocator.deallocate_after(self.allocation, copies) } {
+                    ctx.defer(e);
                 }
             }
-            // SAFETY: as above, with no copy in flight. With no copy ever made there is no
-            // context to keep an error in; the memory then stays allocated.
-            None => drop(unsafe { allocator.deallocate(self.allocation) }),
+            None => {
+                // SAFETY: as above, with no copy in flight.
+                if let Err(e) = unsafe { allocator.deallocate(self.allocation) } {
+                    match allocator.context() {
+                        Some(ctx) => ctx.defer(e),
+                        None => eprintln!("cuda-core: PinnedBuffer drop: {e}"),
+                    }
+                }
+            }
         }
     }
 }

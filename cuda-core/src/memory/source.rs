@@ -42,6 +42,10 @@ impl Source {
     }
 
     /// Allocates `bytes` for use on `stream`, with the buffer's hold on the stream.
+    ///
+    /// An allocator that returns fewer bytes than asked is refused with an
+    /// [`Error::InvalidArgument`](crate::Error) naming it, and the short allocation is given
+    /// back to it (a failure to give it back is kept in `stream`'s context).
     #[inline]
     #[track_caller]
     pub(crate) fn allocate(&self, bytes: usize, stream: &Stream) -> Result<(DeviceAllocation, HeldStream)> {
@@ -54,7 +58,24 @@ impl Source {
                 Ok((pool.allocate_on(bytes, stream.as_raw())?, HeldStream::Counted(stream.clone())))
             }
             Source::Shared(a) => {
-                Ok((a.allocate(bytes, StreamRef::from(stream))?, HeldStream::Counted(stream.clone())))
+                let allocation = a.allocate(bytes, StreamRef::from(stream))?;
+                if allocation.size < bytes {
+                    // SAFETY: just allocated by this allocator on `stream`, never used, given back
+                    // once.
+                    if let Err(e) = unsafe { a.deallocate(allocation, StreamRef::from(stream)) } {
+                        stream.context().defer(e);
+                    }
+                    return Err(crate::Error::invalid(
+                        "DeviceBuffer::new",
+                        format!(
+                            "the allocator {:?} returned {} bytes for a request of {bytes}; \
+                             fix its `allocate` to return at least the bytes asked",
+                            a.name(),
+                            allocation.size
+                        ),
+                    ));
+                }
+                Ok((allocation, HeldStream::Counted(stream.clone())))
             }
         }
     }

@@ -150,7 +150,10 @@ struct ImportedMemory {
     _pool: MemPool,
 }
 
-impl Allocator for ImportedMemory {
+// SAFETY: `allocate` never returns memory; `deallocate` frees an import with `cuMemFreeAsync`
+// ordered on the stream it is given back on (after waiting for the context's work when given
+// back without a stream), so the memory is not given up while work may use it.
+unsafe impl Allocator for ImportedMemory {
     fn allocate(&self, _size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         Err(Error::invalid(
             "MemPool::import_pointer",

@@ -40,7 +40,10 @@ impl NcclAllocator {
     }
 }
 
-impl Allocator for NcclAllocator {
+// SAFETY: `ncclMemAlloc` returns device memory of the context's device, of the size asked,
+// aligned at least as `cuMemAlloc`, owned by the caller until `ncclMemFree`; `deallocate` waits
+// for the stream's work before freeing it.
+unsafe impl Allocator for NcclAllocator {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         require("ncclMemAlloc", since::REGISTER)?;
         self.context.enter()?;

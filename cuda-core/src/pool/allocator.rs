@@ -8,7 +8,7 @@
 
 use crate::context::Context;
 use crate::error::check;
-use crate::{Result, Stream};
+use crate::{Event, Result, Stream};
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 
@@ -47,13 +47,30 @@ impl<'a> StreamRef<'a> {
     /// Waits for the work that may still use memory given back on this stream, before a
     /// release that is not stream-ordered (unmapping, closing a handle): the stream's work, or
     /// with no stream, all of `context`'s.
+    ///
+    /// A release path: it neither reports nor consumes `context`'s deferred errors, so a pending
+    /// error from elsewhere never makes the release skip its wait; it fails only with the
+    /// status of making `context` current or of the wait itself.
     pub(crate) fn wait_for_users(self, context: &Context) -> Result<()> {
         if self.raw.is_null() {
-            context.synchronize()
+            context.make_current()?;
+            // SAFETY: no arguments; `context` is current.
+            check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
         } else {
+            if self.is_default() {
+                // The handle names the default stream of the current context.
+                context.make_current()?;
+            }
             // SAFETY: the stream is alive for `'a` (the contract of `StreamRef`).
             check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.raw) })
         }
+    }
+
+    /// Whether this is one of the default-stream handles (null, `CU_STREAM_LEGACY`,
+    /// `CU_STREAM_PER_THREAD`), which the driver resolves through the current context.
+    #[inline]
+    pub(crate) fn is_default(self) -> bool {
+        self.raw.is_null() || self.raw == sys::CU_STREAM_LEGACY || self.raw == sys::CU_STREAM_PER_THREAD
     }
 }
 
@@ -82,7 +99,45 @@ pub struct DeviceAllocation {
 /// your type the current allocator ([`set_allocator`](super::set_allocator)). The stream is
 /// the one the memory will first be used on; allocators that are not stream-ordered may
 /// ignore it.
-pub trait Allocator: Send + Sync {
+///
+/// # Safety
+///
+/// Buffers trust what [`allocate`](Self::allocate) returns: safe code copies to and from the
+/// memory, launches kernels on it and hands it to other libraries. An implementation promises
+/// that every `Ok(allocation)` it returns for a request of `size` bytes on `stream`
+///
+/// * is memory exclusively owned by the caller from the moment it is returned until it is
+///   given back with [`deallocate`](Self::deallocate) or
+///   [`deallocate_after`](Self::deallocate_after): nothing else (no other allocation, no host
+///   object, no other process) reads or writes it meanwhile, and it is not handed out again
+///   before then;
+/// * spans at least `size` bytes from `allocation.ptr`, and `allocation.size` is no more than
+///   what it really spans (a zero-byte request may return address 0);
+/// * is of the kind the buffer expects: device memory usable in the context of `stream`
+///   (where the allocator is behind a [`DeviceBuffer`](crate::DeviceBuffer)), and managed
+///   memory (`cuMemAllocManaged`) where the buffer is a
+///   [`ManagedBuffer`](crate::memory::ManagedBuffer) that the host reads;
+/// * is aligned at least as `cuMemAlloc` aligns (256 bytes), so that every element type and
+///   vectorised kernel access is aligned;
+///
+/// and that `deallocate` and `deallocate_after` keep the memory from reuse until the work they
+/// are told about (queued on `stream`, and on `recorded`) has passed.
+///
+/// ```compile_fail,E0200
+/// use cuda_core::pool::{Allocator, DeviceAllocation, StreamRef};
+///
+/// // Without `unsafe impl`, the promises above are not made, and the compiler refuses it.
+/// struct Liar;
+/// impl Allocator for Liar {
+///     fn allocate(&self, _: usize, _: StreamRef<'_>) -> cuda_core::Result<DeviceAllocation> {
+///         Ok(DeviceAllocation { ptr: 0x1000, size: 1, token: 0 })
+///     }
+///     unsafe fn deallocate(&self, _: DeviceAllocation, _: StreamRef<'_>) -> cuda_core::Result<()> {
+///         Ok(())
+///     }
+/// }
+/// ```
+pub unsafe trait Allocator: Send + Sync {
     /// Allocates at least `size` bytes for use on `stream`.
     ///
     /// An allocator that ran out of memory returns [`Error::OutOfMemory`](crate::Error) or the
@@ -163,7 +218,39 @@ unsafe impl Send for PinnedAllocation {}
 unsafe impl Sync for PinnedAllocation {}
 
 /// A source of page-locked (pinned) host memory.
-pub trait PinnedAllocator: Send + Sync {
+///
+/// # Safety
+///
+/// [`PinnedBuffer`](crate::PinnedBuffer) writes through what [`allocate`](Self::allocate)
+/// returns and lends it out as `&[T]` and `&mut [T]`. An implementation promises that every
+/// `Ok(allocation)` it returns for a request of `size` bytes
+///
+/// * is exclusively owned by the caller until it is given back with
+///   [`deallocate`](Self::deallocate) or [`deallocate_after`](Self::deallocate_after): no Rust
+///   value, other allocation or other thread reads or writes it meanwhile;
+/// * is page-locked host memory (so that the driver may copy to and from it asynchronously),
+///   valid for reads and writes of at least `size` bytes from `allocation.ptr` until it is
+///   given back, with `allocation.size` no more than what it spans (a zero-byte request may
+///   return a null pointer);
+///
+/// and that `deallocate_after` keeps the memory from reuse until the copies it is told about
+/// have completed.
+///
+/// ```compile_fail,E0200
+/// use cuda_core::pool::{PinnedAllocation, PinnedAllocator};
+///
+/// // Without `unsafe impl`, the promises above are not made, and the compiler refuses it.
+/// struct Evil(usize);
+/// impl PinnedAllocator for Evil {
+///     fn allocate(&self, size: usize) -> cuda_core::Result<PinnedAllocation> {
+///         Ok(PinnedAllocation { ptr: self.0 as *mut u8, size })
+///     }
+///     unsafe fn deallocate(&self, _: PinnedAllocation) -> cuda_core::Result<()> {
+///         Ok(())
+///     }
+/// }
+/// ```
+pub unsafe trait PinnedAllocator: Send + Sync {
     /// Allocates at least `size` bytes of page-locked host memory.
     ///
     /// An allocator that cannot lock that much memory returns [`Error::OutOfMemory`](crate::Error)
@@ -183,39 +270,80 @@ pub trait PinnedAllocator: Send + Sync {
     #[track_caller]
     unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()>;
 
-    /// Gives `allocation` back once the copies that use it, all queued on `stream` before
-    /// `event` was recorded there, have completed.
+    /// Gives `allocation` back once the copies that use it have completed: every copy still in
+    /// flight was queued, on whatever stream, before `copies` was recorded. This is what a
+    /// [`PinnedBuffer`](crate::PinnedBuffer) dropped with copies in flight calls, with the event
+    /// its copy tracker recorded after them (in the context of the last copy's stream).
     ///
-    /// The default waits for `event` on the host
+    /// The default waits for `copies` on the host
     /// ([`cuEventSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)),
-    /// then calls [`deallocate`](Self::deallocate); a pool overrides it to keep the memory from
-    /// reuse until then instead of waiting. The default fails with the wait's status when a
-    /// copy before `event` failed, and otherwise as `deallocate` does.
+    /// destroys it, then calls [`deallocate`](Self::deallocate); a pool overrides it to keep the
+    /// memory (and the event) from reuse until the event has completed instead of waiting. The
+    /// wait does not report or consume deferred errors of the event's context. The default
+    /// fails with the wait's status when a copy before `copies` failed (the memory then stays
+    /// allocated: the copy's end is unknown), and otherwise as `deallocate` does.
     ///
     /// # Safety
     ///
     /// As for [`deallocate`](Self::deallocate), except that queued copies may still use the
-    /// memory: all of them are on `stream`, before `event`; `event` is a live event.
+    /// memory: all of them were queued before `copies` was recorded, and `copies` is not
+    /// recorded again by anyone else.
     #[track_caller]
-    unsafe fn deallocate_after(
-        &self,
-        allocation: PinnedAllocation,
-        stream: &Stream,
-        event: sys::CUevent,
-    ) -> Result<()> {
-        let _ = stream;
-        // SAFETY: the caller vouches that the event is live.
-        crate::error::check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event) })?;
+    unsafe fn deallocate_after(&self, allocation: PinnedAllocation, copies: Event) -> Result<()> {
+        // SAFETY: the event is alive while `copies` is.
+        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(copies.as_raw()) })?;
+        drop(copies);
         // SAFETY: no copy uses the memory any more; the rest is the caller's contract.
         unsafe { self.deallocate(allocation) }
+    }
+
+    /// The context whose deferred errors keep a failure to give memory back in a `Drop`
+    /// (a [`PinnedBuffer`](crate::PinnedBuffer) dropped with no copy in flight), where
+    /// [`Context::take_deferred_errors`] shows it. The default, `None`, prints such errors
+    /// to standard error instead; the crate's allocators name the context they allocate in.
+    fn context(&self) -> Option<&Context> {
+        None
     }
 }
 
 /// Events a pool records to keep a block from reuse until other streams are done with it.
 ///
-/// Events are identified by a raw handle (`CUevent` as an integer); a pool reuses completed
-/// events and never creates one on the path of an allocation served from its cache.
-pub trait StreamEvents: Send + Sync {
+/// Events are identified by a raw handle (`CUevent` as an integer, or any number the
+/// implementation chooses); a pool reuses completed events and never creates one on the path of
+/// an allocation served from its cache. The pools of this crate make their own (driver events
+/// in the pool's context) with [`MemoryPool::new`](super::MemoryPool::new) and
+/// [`MemoryPool::with_allocator`](super::MemoryPool::with_allocator); implement this trait only
+/// to run a pool on events of your own ([`MemoryPool::with_parts`](super::MemoryPool::with_parts)).
+///
+/// # Safety
+///
+/// A pool hands a block to the next request, which writes it, as soon as
+/// [`is_complete`](Self::is_complete) says so. An implementation promises that
+///
+/// * `is_complete(event)` returns `true` only when every piece of work queued on the stream
+///   before the last [`record`](Self::record) of `event` has really completed (on the device,
+///   as `cuEventQuery` would report), or when that work can no longer run at all (its context
+///   is gone);
+/// * `record` either records (returns `Ok`) or leaves the event as it was;
+/// * the methods, being safe, never cause undefined behaviour for a handle that code able to
+///   name the implementing type may pass: one [`create`](Self::create) did not make, or one
+///   already destroyed, may be refused or answered with anything. The pools only pass handles
+///   that `create` made and that were not destroyed, so a type that only the pools reach (kept
+///   private) may rely on that.
+///
+/// ```compile_fail,E0200
+/// use cuda_core::pool::{StreamEvents, StreamRef};
+///
+/// // Without `unsafe impl`, the promises above are not made, and the compiler refuses it.
+/// struct Liar;
+/// impl StreamEvents for Liar {
+///     fn create(&self) -> cuda_core::Result<u64> { Ok(1) }
+///     fn record(&self, _: u64, _: StreamRef<'_>) -> cuda_core::Result<()> { Ok(()) }
+///     fn is_complete(&self, _: u64) -> bool { true }
+///     fn destroy(&self, _: u64) {}
+/// }
+/// ```
+pub unsafe trait StreamEvents: Send + Sync {
     /// Creates an event (without timing); an error when the driver cannot make one.
     fn create(&self) -> Result<u64>;
     /// Records `event` on `stream`; an error when the driver refuses the recording.

@@ -82,6 +82,8 @@ fn cuda_runtime_oom() -> cudart_sys::cudaError_t {
 pub(crate) struct PoolCore {
     shards: Box<[Padded]>,
     total: AtomicUsize,
+    /// Bytes of blocks whose upstream release failed: out of the shards, still in `total`.
+    unreleased: AtomicUsize,
     /// 0: no limit.
     limit: AtomicUsize,
     pub(crate) upstream: Arc<dyn Allocator>,
@@ -95,6 +97,7 @@ impl PoolCore {
         PoolCore {
             shards: (0..SHARDS).map(|_| Padded(SpinLock::new(Shard::default()))).collect(),
             total: AtomicUsize::new(0),
+            unreleased: AtomicUsize::new(0),
             limit: AtomicUsize::new(0),
             upstream,
             events,
@@ -389,7 +392,13 @@ impl PoolCore {
             // books above, so nothing refers to it; stream-ordered upstreams free it on the
             // legacy default stream, after everything queued so far.
             let r = unsafe { self.upstream.deallocate(allocation, StreamRef::legacy()) };
-            self.total.fetch_sub(size, Ordering::AcqRel);
+            if r.is_ok() {
+                self.total.fetch_sub(size, Ordering::AcqRel);
+            } else {
+                // The upstream gave it up, but may still hold it: it stays counted, honestly, and
+                // is never given back again (the contract of `Allocator::deallocate`).
+                self.unreleased.fetch_add(size, Ordering::AcqRel);
+            }
             if first_error.is_ok() {
                 first_error = r;
             }
@@ -422,9 +431,15 @@ impl PoolCore {
         self.limit.store(bytes, Ordering::Relaxed);
     }
 
-    /// Checks every shard's invariants and that the shards' held bytes add up to the total.
+    /// Bytes of blocks whose upstream release failed (still counted in the total).
+    pub(crate) fn unreleased_bytes(&self) -> usize {
+        self.unreleased.load(Ordering::Acquire)
+    }
+
+    /// Checks every shard's invariants and that the shards' held bytes, with the bytes whose
+    /// release failed, add up to the total.
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
-        let mut held = 0;
+        let mut held = self.unreleased_bytes();
         for s in 0..SHARDS {
             let shard = self.lock(s);
             shard.check_invariants().map_err(|e| format!("shard {s}: {e}"))?;
@@ -432,7 +447,7 @@ impl PoolCore {
         }
         let total = self.total_bytes();
         if held != total {
-            return Err(format!("shards hold {held} bytes, the pool counts {total}"));
+            return Err(format!("shards hold {held} bytes (with unreleased ones), the pool counts {total}"));
         }
         Ok(())
     }

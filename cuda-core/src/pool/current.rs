@@ -5,7 +5,7 @@ use super::allocator::{Allocator, DeviceAllocation, PinnedAllocation, PinnedAllo
 use super::memory_pool::default_memory_pool;
 use super::pinned::PinnedMemoryPool;
 use crate::error::check;
-use crate::{Context, Error, Result, Stream};
+use crate::{Context, Error, Event, Result};
 use cuda_driver_sys as sys;
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -68,7 +68,9 @@ pub fn get_allocator() -> Result<Arc<dyn Allocator>> {
 /// The default pool, behind an `Arc` like any other allocator.
 struct DefaultPool(&'static super::MemoryPool);
 
-impl Allocator for DefaultPool {
+// SAFETY: forwards to the device's default `MemoryPool`, which keeps the contract of
+// `Allocator` (its own `unsafe impl`).
+unsafe impl Allocator for DefaultPool {
     #[track_caller]
     fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.0.allocate(size, stream)
@@ -175,7 +177,12 @@ pub fn release_default_pools() -> Result<()> {
     first
 }
 
-impl PinnedAllocator for PinnedMemoryPool {
+// SAFETY: the pool hands out each upstream buffer (exclusively owned page-locked memory of at
+// least the size asked, by the upstream's own contract) to one caller at a time: a buffer is
+// reused only after it was given back and, when given back behind streams or copies, only once
+// their events report completion (`StreamEvents`'s contract, or `cuEventQuery` on the copies'
+// own event).
+unsafe impl PinnedAllocator for PinnedMemoryPool {
     #[track_caller]
     fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
         self.allocate_raw(size)
@@ -187,13 +194,13 @@ impl PinnedAllocator for PinnedMemoryPool {
     }
 
     #[track_caller]
-    unsafe fn deallocate_after(
-        &self,
-        allocation: PinnedAllocation,
-        stream: &Stream,
-        _event: sys::CUevent,
-    ) -> Result<()> {
-        // The pool records its own event after the copies and defers reuse until it completes.
-        self.give_back(allocation, &[stream.as_raw()])
+    unsafe fn deallocate_after(&self, allocation: PinnedAllocation, copies: Event) -> Result<()> {
+        // The copies' own event covers them wherever they ran; reuse waits for it. Recording
+        // an event of the pool's now, on a stream handle resolved on this thread, would not.
+        self.give_back_after(allocation, copies)
+    }
+
+    fn context(&self) -> Option<&Context> {
+        self.upstream_context()
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct Upstream {
     pub(crate) deallocations: usize,
     /// Refuse (as the device would) when live bytes would pass this; 0 = never.
     pub(crate) capacity: usize,
+    /// Fail every release (as `cuMemFree` after a fault would), giving the memory up.
+    pub(crate) fail_releases: bool,
 }
 
 impl CountingUpstream {
@@ -38,7 +40,9 @@ impl CountingUpstream {
     }
 }
 
-impl Allocator for CountingUpstream {
+// SAFETY: test-only; the addresses are never dereferenced (the pools' bookkeeping is what is
+// tested), each is handed out once, and each range is as large as asked.
+unsafe impl Allocator for CountingUpstream {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         let mut s = self.get();
         let live: usize = s.live.values().sum();
@@ -58,6 +62,9 @@ impl Allocator for CountingUpstream {
 
     unsafe fn deallocate(&self, a: DeviceAllocation, _stream: StreamRef<'_>) -> Result<()> {
         let mut s = self.get();
+        if s.fail_releases {
+            return Err(Error::Driver { call: "cuMemFree", status: sys::CUresult::CUDA_ERROR_LAUNCH_FAILED });
+        }
         if a.token != a.ptr ^ 0xABCD || s.live.remove(&a.ptr) != Some(a.size) {
             return Err(Error::invalid("CountingUpstream::deallocate", format!("{a:?} is not live")));
         }
@@ -89,7 +96,9 @@ impl CountingPinned {
     }
 }
 
-impl PinnedAllocator for CountingPinned {
+// SAFETY: test-only; the addresses are never dereferenced (no `PinnedBuffer` is made over this
+// allocator), each is handed out once, and each range is as large as asked.
+unsafe impl PinnedAllocator for CountingPinned {
     fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
         let mut s = self.get();
         let live: usize = s.live.values().sum();
@@ -108,6 +117,12 @@ impl PinnedAllocator for CountingPinned {
 
     unsafe fn deallocate(&self, a: PinnedAllocation) -> Result<()> {
         let mut s = self.get();
+        if s.fail_releases {
+            return Err(Error::Driver {
+                call: "cuMemFreeHost",
+                status: sys::CUresult::CUDA_ERROR_LAUNCH_FAILED,
+            });
+        }
         if s.live.remove(&(a.ptr as u64)) != Some(a.size) {
             return Err(Error::invalid("CountingPinned::deallocate", format!("{a:?} is not live")));
         }
@@ -146,7 +161,9 @@ impl ManualEvents {
     }
 }
 
-impl StreamEvents for ManualEvents {
+// SAFETY: test-only; no stream runs anything, so "complete" is what the test says, and the
+// handles are numbers in a map, sound for any value.
+unsafe impl StreamEvents for ManualEvents {
     fn create(&self) -> Result<u64> {
         let mut s = self.get();
         s.next += 1;

@@ -114,7 +114,8 @@ impl MemoryPool {
     }
 
     /// A pool on `upstream` with events from `events`, tied to no device: for allocators and
-    /// event sources of your own (a fraction limit is then an error).
+    /// event sources of your own (a fraction limit is then an error). For the driver's events
+    /// with an upstream of yours, use [`with_allocator`](Self::with_allocator).
     pub fn with_parts(upstream: Arc<dyn Allocator>, events: Arc<dyn StreamEvents>) -> MemoryPool {
         MemoryPool { core: PoolCore::new(upstream, events), device: None, context: None }
     }
@@ -164,8 +165,10 @@ impl MemoryPool {
     /// Gives back to the upstream allocator every free block that is a whole upstream
     /// allocation (never part of a split block), of `stream`'s arena or, with `None`, of all.
     ///
-    /// Every such block leaves the pool; the first error the upstream returned while giving
-    /// them back is returned.
+    /// Every such block leaves the pool's free blocks; the first error the upstream returned
+    /// while giving them back is returned. A block whose release failed stays counted in
+    /// [`total_bytes`](Self::total_bytes) (the upstream may still hold it), but is not given
+    /// back again (an allocator's failed release gives the memory up).
     pub fn free_all_blocks(&self, stream: Option<&Stream>) -> Result<()> {
         self.core.free_all_blocks(stream.map(Stream::as_raw))
     }
@@ -185,7 +188,8 @@ impl MemoryPool {
         self.core.total_bytes().saturating_sub(self.core.used_bytes())
     }
 
-    /// Bytes obtained from the upstream allocator and not given back.
+    /// Bytes obtained from the upstream allocator and not given back (including blocks whose
+    /// release the upstream refused).
     pub fn total_bytes(&self) -> usize {
         self.core.total_bytes()
     }
@@ -216,7 +220,12 @@ impl MemoryPool {
     }
 }
 
-impl Allocator for MemoryPool {
+// SAFETY: the pool hands each part of an upstream allocation (device memory of the kind and
+// alignment the upstream's own contract gives, split at multiples of 512 bytes, so at least as
+// aligned as `cuMemAlloc`) to one caller at a time, with at least the bytes asked; a block is
+// reused only after it is given back, by the same stream (in order), or once the events recorded
+// on the other streams report completion (`StreamEvents`'s contract).
+unsafe impl Allocator for MemoryPool {
     #[track_caller]
     fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.core.malloc(size, stream.as_raw())

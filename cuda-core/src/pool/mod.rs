@@ -70,7 +70,7 @@ pub(crate) use memory_pool::default_pool_of;
 pub use memory_pool::{GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolLimit, default_memory_pool};
 pub use pinned::PinnedMemoryPool;
 pub use report_hooks::{DebugPrintHook, LineProfileHook, LineUsage};
-pub use upstream::{AsyncAllocator, DeviceAllocator, DriverEvents, HostAllocator, ManagedAllocator};
+pub use upstream::{AsyncAllocator, DeviceAllocator, HostAllocator, ManagedAllocator};
 
 #[cfg(test)]
 mod fake;
@@ -82,3 +82,5 @@ mod tests;
 mod tests_api;
 #[cfg(test)]
 mod tests_pinned_hooks;
+#[cfg(test)]
+mod tests_soundness;

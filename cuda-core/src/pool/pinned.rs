@@ -4,7 +4,7 @@ use super::allocator::{PinnedAllocation, PinnedAllocator, StreamEvents, StreamRe
 use super::core::round_size;
 use super::hooks::{self, HookEvent, MemoryKind, Point};
 use super::upstream::{DriverEvents, HostAllocator};
-use crate::{Context, Error, Result};
+use crate::{Context, Error, Event, Result};
 use cuda_driver_sys as sys;
 use std::panic::Location;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,11 +12,37 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// Size classes: powers of two, so 64 cover every size.
 const CLASSES: usize = usize::BITS as usize;
 
+/// What a buffer kept from reuse waits for.
+enum Done {
+    /// An event of the pool's [`StreamEvents`], recorded on a stream when the buffer came back.
+    Recorded(u64),
+    /// The event a [`PinnedBuffer`](crate::PinnedBuffer)'s copy tracker recorded after the
+    /// buffer's copies, handed over with it: it covers those copies whatever stream, thread or
+    /// context they ran on. Destroyed once complete.
+    Copies(Event),
+}
+
+/// A buffer kept from reuse until its copies are done.
+struct Pending {
+    ptr: usize,
+    size: usize,
+    done: Done,
+}
+
+/// Whether the work before a copy event's last recording has completed; never blocks. A query
+/// that fails otherwise (the event's context is gone, or faulted) counts as complete: no copy
+/// of it can run any more.
+fn copies_done(event: &Event) -> bool {
+    // SAFETY: the event is alive while `event` is; querying needs no current context.
+    let status = unsafe { sys::cuEventQuery(event.as_raw()) };
+    status != sys::CUresult::CUDA_ERROR_NOT_READY
+}
+
 struct State {
     /// Free buffers (addresses) by class (log2 of the size).
     free: [Vec<usize>; CLASSES],
-    /// (address, size, event) of buffers kept until a copy's event completes.
-    pending: Vec<(usize, usize, u64)>,
+    /// Buffers kept until a copy's event completes (one entry per event).
+    pending: Vec<Pending>,
     idle_events: Vec<u64>,
     used: usize,
     total: usize,
@@ -40,15 +66,21 @@ impl State {
     fn poll(&mut self, events: &dyn StreamEvents) {
         let mut k = 0;
         while k < self.pending.len() {
-            let (ptr, size, event) = self.pending[k];
-            if !events.is_complete(event) {
+            let complete = match &self.pending[k].done {
+                Done::Recorded(event) => events.is_complete(*event),
+                Done::Copies(event) => copies_done(event),
+            };
+            if !complete {
                 k += 1;
                 continue;
             }
-            self.pending.swap_remove(k);
-            self.idle_events.push(event);
+            let Pending { ptr, size, done } = self.pending.swap_remove(k);
+            match done {
+                Done::Recorded(event) => self.idle_events.push(event),
+                Done::Copies(event) => drop(event),
+            }
             // A buffer recorded on several streams has one entry per event; the last one frees it.
-            if !self.pending.iter().any(|p| p.0 == ptr) {
+            if !self.pending.iter().any(|p| p.ptr == ptr) {
                 self.used -= size;
                 self.free[class_of(size)].push(ptr);
                 self.n_free += 1;
@@ -71,8 +103,11 @@ pub(crate) fn pinned_size(size: usize) -> Option<usize> {
 ///
 /// Sizes are rounded up to 512 bytes and then to a power of two; a freed buffer is reused for
 /// requests of exactly its size class (no split or merge). A buffer that an asynchronous copy
-/// reads or writes is kept from reuse until the copy is done
-/// ([`PinnedBuffer`](crate::PinnedBuffer)s record their copies themselves).
+/// reads or writes is kept from reuse until the copy is done:
+/// [`PinnedBuffer`](crate::PinnedBuffer)s record their copies themselves, with an event in the
+/// context of the copy's stream, and hand that event to the pool when they are dropped
+/// ([`PinnedAllocator::deallocate_after`]); the pool keeps the buffer until the event has
+/// completed, without waiting, whatever device, context or thread the copies ran on.
 pub struct PinnedMemoryPool {
     state: Mutex<State>,
     upstream: Arc<dyn PinnedAllocator>,
@@ -88,15 +123,28 @@ impl std::fmt::Debug for PinnedMemoryPool {
 impl PinnedMemoryPool {
     /// A pool of portable `cuMemHostAlloc` memory, with events in `context`.
     pub fn new(context: &Context) -> PinnedMemoryPool {
-        PinnedMemoryPool::with_parts(
-            Arc::new(HostAllocator::new(context)),
-            Arc::new(DriverEvents::new(context)),
-        )
+        PinnedMemoryPool::with_allocator(context, Arc::new(HostAllocator::new(context)))
     }
 
-    /// A pool on `upstream`, with events from `events`.
+    /// A pool on `upstream` (any [`PinnedAllocator`], e.g. the runtime's), with the driver's
+    /// events in `context` for memory given back behind streams.
+    pub fn with_allocator(context: &Context, upstream: Arc<dyn PinnedAllocator>) -> PinnedMemoryPool {
+        PinnedMemoryPool::with_parts(upstream, Arc::new(DriverEvents::new(context)))
+    }
+
+    /// A pool on `upstream`, with events from `events`: for event sources of your own.
+    ///
+    /// `events` serve memory given back behind streams (the pool records one of them on each
+    /// stream); memory a [`PinnedBuffer`](crate::PinnedBuffer) gives back with copies in
+    /// flight comes with the copies' own event
+    /// ([`PinnedAllocator::deallocate_after`]), which the pool queries with the driver.
     pub fn with_parts(upstream: Arc<dyn PinnedAllocator>, events: Arc<dyn StreamEvents>) -> PinnedMemoryPool {
         PinnedMemoryPool { state: Mutex::new(State::default()), upstream, events }
+    }
+
+    /// The context of the upstream allocator, where errors of `Drop`s are kept.
+    pub(crate) fn upstream_context(&self) -> Option<&Context> {
+        self.upstream.context()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -230,7 +278,11 @@ impl PinnedMemoryPool {
             let stream = unsafe { StreamRef::from_raw(*stream) };
             match event.and_then(|e| self.events.record(e, stream).map(|()| e)) {
                 Ok(e) => {
-                    s.pending.push((allocation.ptr as usize, allocation.size, e));
+                    s.pending.push(Pending {
+                        ptr: allocation.ptr as usize,
+                        size: allocation.size,
+                        done: Done::Recorded(e),
+                    });
                     deferred += 1;
                 }
                 Err(e) => {
@@ -248,11 +300,34 @@ impl PinnedMemoryPool {
         Ok(())
     }
 
+    /// Takes a buffer back whose copies may still be in flight, all of them before `copies`
+    /// was recorded: it is kept from reuse until `copies` has completed (then destroyed). Hooks
+    /// see the free. Never waits, and never fails.
+    #[inline]
+    #[track_caller]
+    pub(crate) fn give_back_after(&self, allocation: PinnedAllocation, copies: Event) -> Result<()> {
+        let hooked = hooks::any().then(|| self.event(0, allocation.size, allocation.ptr, Location::caller()));
+        if let Some(e) = &hooked {
+            hooks::call(Point::FreePre, e);
+        }
+        if allocation.size != 0 {
+            let pending =
+                Pending { ptr: allocation.ptr as usize, size: allocation.size, done: Done::Copies(copies) };
+            self.lock().pending.push(pending);
+        }
+        if let Some(e) = &hooked {
+            hooks::call(Point::FreePost, e);
+        }
+        Ok(())
+    }
+
     /// Gives every free buffer back to the upstream allocator (buffers waiting on copies whose
     /// events have completed first become free).
     ///
-    /// Every such buffer leaves the pool; the first error the upstream returned while giving
-    /// them back is returned.
+    /// Every such buffer leaves the pool's free list; the first error the upstream returned
+    /// while giving them back is returned. A buffer whose release failed is counted in
+    /// [`total_bytes`](Self::total_bytes) still (the upstream may hold it), but is not given
+    /// back again (an allocator's failed release gives the memory up).
     pub fn free_all_blocks(&self) -> Result<()> {
         let mut released = Vec::new();
         {
@@ -265,12 +340,20 @@ impl PinnedMemoryPool {
             s.total -= released.iter().map(|r| r.1).sum::<usize>();
         }
         let mut first_error = Ok(());
+        let mut unreleased = 0;
         for (ptr, size) in released {
             // SAFETY: the buffer came from this upstream, is free, and left the pool's books.
             let r = unsafe { self.upstream.deallocate(PinnedAllocation { ptr: ptr as *mut u8, size }) };
+            if r.is_err() {
+                unreleased += size;
+            }
             if first_error.is_ok() {
                 first_error = r;
             }
+        }
+        if unreleased != 0 {
+            // Not given back: the upstream may still hold the memory, so it stays counted.
+            self.lock().total += unreleased;
         }
         first_error
     }

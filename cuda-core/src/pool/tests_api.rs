@@ -68,7 +68,9 @@ impl HeapPinned {
     }
 }
 
-impl PinnedAllocator for HeapPinned {
+// SAFETY: test-only; each allocation is a fresh heap vector (owned here, untouched until it is
+// given back), as large as asked, 8-byte aligned. It is not page-locked: no copy runs on it.
+unsafe impl PinnedAllocator for HeapPinned {
     fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
         let mut v = vec![0u64; size.div_ceil(8)];
         let ptr = v.as_mut_ptr().cast::<u8>();

@@ -1,7 +1,10 @@
 //! Upstream allocators: where a pool's memory comes from.
 //!
 //! Each one makes its context current (if another is) before calling the driver, so that a
-//! pool may be used from any thread.
+//! pool may be used from any thread. Giving memory back is a release path: it makes the context
+//! current without reporting the context's deferred errors ([`Context::make_current`]), so a
+//! pending error from elsewhere (a panicked host callback, a failed `Drop`) never makes a free
+//! return early and leak the memory.
 
 use super::allocator::{
     Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
@@ -25,7 +28,10 @@ impl DeviceAllocator {
     }
 }
 
-impl Allocator for DeviceAllocator {
+// SAFETY: `cuMemAlloc` returns device memory of the allocator's context, of the size asked,
+// aligned to 256 bytes, owned by the caller until `cuMemFree`; `cuMemFree` waits for the
+// device to be done with it.
+unsafe impl Allocator for DeviceAllocator {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = 0;
@@ -35,7 +41,8 @@ impl Allocator for DeviceAllocator {
     }
 
     unsafe fn deallocate(&self, allocation: DeviceAllocation, _stream: StreamRef<'_>) -> Result<()> {
-        self.context.enter()?;
+        // A release: a deferred error pending in the context must not skip the free.
+        self.context.make_current()?;
         // SAFETY: the caller gives back an allocation of this allocator, once.
         check("cuMemFree", unsafe { sys::cuMemFree(allocation.ptr) })
     }
@@ -66,7 +73,10 @@ impl ManagedAllocator {
     }
 }
 
-impl Allocator for ManagedAllocator {
+// SAFETY: `cuMemAllocManaged` returns managed memory (reachable from the host and the
+// devices), of the size asked, aligned to 256 bytes, owned by the caller until `cuMemFree`,
+// which waits for the device to be done with it.
+unsafe impl Allocator for ManagedAllocator {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = 0;
@@ -76,7 +86,8 @@ impl Allocator for ManagedAllocator {
     }
 
     unsafe fn deallocate(&self, allocation: DeviceAllocation, _stream: StreamRef<'_>) -> Result<()> {
-        self.context.enter()?;
+        // A release: a deferred error pending in the context must not skip the free.
+        self.context.make_current()?;
         // SAFETY: the caller gives back an allocation of this allocator, once.
         check("cuMemFree", unsafe { sys::cuMemFree(allocation.ptr) })
     }
@@ -108,7 +119,12 @@ impl AsyncAllocator {
     }
 }
 
-impl Allocator for AsyncAllocator {
+// SAFETY: `cuMemAllocAsync`/`cuMemAllocFromPoolAsync` return device memory of the context's
+// device, of the size asked, aligned as `cuMemAlloc` aligns, usable in stream order on the
+// stream given and owned by the caller until `cuMemFreeAsync`, which is ordered after the work
+// queued on the stream it is given back on (and after all of the context's work when given back
+// without a stream).
+unsafe impl Allocator for AsyncAllocator {
     fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = 0;
@@ -127,11 +143,13 @@ impl Allocator for AsyncAllocator {
     }
 
     unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
-        self.context.enter()?;
+        // A release: a deferred error pending in the context must neither skip the wait nor the
+        // free.
+        self.context.make_current()?;
         if stream.as_raw().is_null() {
             // Given back without a stream (a pool releasing its cache, the C interface): work on
             // streams that do not synchronize with the legacy stream may still use it, so wait.
-            self.context.synchronize()?;
+            stream.wait_for_users(&self.context)?;
         }
         // SAFETY: the caller gives back an allocation of this allocator, once, ordered on `stream`.
         check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(allocation.ptr, stream.as_raw()) })
@@ -163,7 +181,9 @@ impl HostAllocator {
     }
 }
 
-impl PinnedAllocator for HostAllocator {
+// SAFETY: `cuMemHostAlloc` returns page-locked host memory of the size asked, owned by the
+// caller until `cuMemFreeHost`; nothing else refers to it.
+unsafe impl PinnedAllocator for HostAllocator {
     fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
         self.context.enter()?;
         let mut ptr = std::ptr::null_mut();
@@ -173,28 +193,40 @@ impl PinnedAllocator for HostAllocator {
     }
 
     unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()> {
-        self.context.enter()?;
+        // A release: a deferred error pending in the context must not skip the free.
+        self.context.make_current()?;
         // SAFETY: the caller gives back an allocation of this allocator, once, unused by copies.
         check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(allocation.ptr.cast()) })
+    }
+
+    fn context(&self) -> Option<&Context> {
+        Some(&self.context)
     }
 }
 
 /// Events of the driver, created without timing in one context
 /// ([`cuEventRecord`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html),
-/// `cuEventQuery`).
+/// `cuEventQuery`): what the crate's pools record.
+///
+/// Private to the crate: its methods take raw handles, which only the pools (passing handles
+/// that `create` made and that were not destroyed) may give it.
 #[derive(Clone, Debug)]
-pub struct DriverEvents {
+pub(crate) struct DriverEvents {
     context: Context,
 }
 
 impl DriverEvents {
     /// Events in `context`.
-    pub fn new(context: &Context) -> Self {
+    pub(crate) fn new(context: &Context) -> Self {
         DriverEvents { context: context.clone() }
     }
 }
 
-impl StreamEvents for DriverEvents {
+// SAFETY: `is_complete` is `cuEventQuery` (true once the recorded work completed, or when the
+// query fails because the event's context is gone); `record` is `cuEventRecord`, which either
+// records or fails. The type is private to the crate, whose pools pass only handles that
+// `create` made and did not destroy.
+unsafe impl StreamEvents for DriverEvents {
     fn create(&self) -> Result<u64> {
         self.context.enter()?;
         let mut event = std::ptr::null_mut();
@@ -205,8 +237,15 @@ impl StreamEvents for DriverEvents {
     }
 
     fn record(&self, event: u64, stream: StreamRef<'_>) -> Result<()> {
-        // SAFETY: the event was created by `create` and is alive until `destroy`; the stream is
-        // alive (the caller holds it).
+        if stream.is_default() {
+            // The handle names the default stream of the current context, which must be the
+            // events' context (an event is recorded on a stream of its own context). A
+            // release path (a buffer being given back): deferred errors stay where they are.
+            self.context.make_current()?;
+        }
+        // SAFETY: the event was created by `create` and is alive until `destroy` (the pools
+        // pass only such handles; the type is private); the stream is alive (the caller holds
+        // it).
         check("cuEventRecord", unsafe { sys::cuEventRecord(event as sys::CUevent, stream.as_raw()) })
     }
 
