@@ -95,6 +95,43 @@ fn run() -> Result<Vec<Row>> {
             sys::cuStreamSynchronize(sr);
         },
     ));
+    // Small copies, for the host cost of the cross-stream rule: on the buffers' own stream
+    // nothing is noted; on another stream the copy notes it on both buffers (a lock, no event),
+    // where raw code that frees safely records an event there and makes the owner's stream wait.
+    let small_src = DeviceBuffer::<u32>::zeroed(&s, 1)?;
+    let mut small_dst = DeviceBuffer::<u32>::zeroed(&s, 1)?;
+    let (ssp, sdp) = (small_src.as_raw(), small_dst.as_raw());
+    s.synchronize()?;
+    rows.push(compare(
+        "D2D copy of 4 bytes, same stream",
+        31,
+        20_000,
+        || {
+            black_box(small_dst.view_mut().copy_from_device_async(&small_src.view(), black_box(&s))).ok();
+        },
+        // SAFETY: live allocations of 4 bytes.
+        || unsafe {
+            black_box(sys::cuMemcpyDtoDAsync(sdp, ssp, 4, black_box(sr)));
+        },
+    ));
+    s.synchronize()?;
+    rows.push(compare(
+        "D2D copy of 4 bytes, other stream vs raw copy+record+wait",
+        31,
+        20_000,
+        || {
+            black_box(small_dst.view_mut().copy_from_device_async(&small_src.view(), black_box(&other))).ok();
+        },
+        // SAFETY: live allocations of 4 bytes; live event and streams.
+        || unsafe {
+            black_box(sys::cuMemcpyDtoDAsync(sdp, ssp, 4, black_box(or)));
+            black_box(sys::cuEventRecord(er, or));
+            black_box(sys::cuStreamWaitEvent(sr, er, 0));
+        },
+    ));
+    other.synchronize()?;
+    s.synchronize()?;
+
     let src = DeviceBuffer::<u8>::zeroed(&s, n)?;
     let sp = src.as_raw();
     rows.push(compare_bandwidth(

@@ -201,6 +201,60 @@ fn run() -> cuda_core::Result<()> {
         },
     )?);
 
+    // Buffers passed as arguments directly: on their own stream nothing is noted (the cost must
+    // stay that of the raw launch); on another stream the launch notes that stream on each
+    // buffer (a lock, no event), where raw code that frees safely would record an event on the
+    // other stream and make the owner's stream wait for it around each launch.
+    let mut y2 = DeviceBuffer::<f32>::zeroed(&stream, n as usize)?;
+    let y2p = y2.as_raw();
+    rows.push(measure(
+        "launch saxpy (&x, &mut y buffers), same stream",
+        &mut gate,
+        &stream,
+        // SAFETY: as for the first row.
+        || unsafe { saxpy.launch(&stream, &config, (&n, &a, &x, &mut y2)).unwrap_or_else(|e| fail(e)) },
+        || {
+            let mut args: [*mut c_void; 4] = [
+                (&n as *const u32).cast_mut().cast(),
+                (&a as *const f32).cast_mut().cast(),
+                (&xp as *const u64).cast_mut().cast(),
+                (&y2p as *const u64).cast_mut().cast(),
+            ];
+            // SAFETY: as above.
+            check(unsafe {
+                sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, s, args.as_mut_ptr(), std::ptr::null_mut())
+            });
+        },
+    )?);
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let o = other.as_raw();
+    let event = cuda_core::Event::new(&ctx, cuda_core::EventFlags::DISABLE_TIMING)?;
+    let ev = event.as_raw();
+    rows.push(measure(
+        "launch saxpy (&x, &mut y buffers), other stream vs raw record+wait+launch",
+        &mut gate,
+        &other,
+        // SAFETY: as for the first row.
+        || unsafe { saxpy.launch(&other, &config, (&n, &a, &x, &mut y2)).unwrap_or_else(|e| fail(e)) },
+        || {
+            let mut args: [*mut c_void; 4] = [
+                (&n as *const u32).cast_mut().cast(),
+                (&a as *const f32).cast_mut().cast(),
+                (&xp as *const u64).cast_mut().cast(),
+                (&y2p as *const u64).cast_mut().cast(),
+            ];
+            // SAFETY: as above; live event and streams.
+            check(unsafe {
+                sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, o, args.as_mut_ptr(), std::ptr::null_mut())
+            });
+            // SAFETY: as above.
+            check(unsafe { sys::cuEventRecord(ev, o) });
+            // SAFETY: as above.
+            check(unsafe { sys::cuStreamWaitEvent(s, ev, 0) });
+        },
+    )?);
+    stream.synchronize()?;
+
     let (_, greatest) = ctx.stream_priority_range()?;
     let with_priority = config.priority(greatest);
     rows.push(measure(

@@ -358,7 +358,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     #[cold]
     fn give_back_after_group(&mut self, group: u64) -> Result<()> {
         let recorded = self.release_order()?;
-        let (source, allocation, stream) = (self.source.clone(), self.allocation, Stream::clone(&self.stream));
+        let (source, allocation, stream) =
+            (self.source.clone(), self.allocation, Stream::clone(&self.stream));
         let release: crate::nccl::Release = Box::new(move || {
             // SAFETY: as in `give_back`: this closure is the buffer's one release, and the
             // group's calls are queued on streams that `recorded` holds (they were noted).

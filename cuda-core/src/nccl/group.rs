@@ -58,7 +58,10 @@ fn enter() {
     let _ = DEPTH.try_with(|d| {
         if d.get() == 0 {
             let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-            OPEN.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(HashMap::new).insert(id, Vec::new());
+            OPEN.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_or_insert_with(HashMap::new)
+                .insert(id, Vec::new());
             let _ = CURRENT.try_with(|c| c.set(id));
         }
         d.set(d.get() + 1);
@@ -78,7 +81,11 @@ fn leave() -> Vec<Release> {
         return Vec::new();
     }
     let id = CURRENT.try_with(|c| c.replace(0)).unwrap_or(0);
-    OPEN.lock().unwrap_or_else(PoisonError::into_inner).as_mut().and_then(|m| m.remove(&id)).unwrap_or_default()
+    OPEN.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_mut()
+        .and_then(|m| m.remove(&id))
+        .unwrap_or_default()
 }
 
 /// Ends the group level: `ncclGroupEnd`, then the releases of memory dropped inside it.

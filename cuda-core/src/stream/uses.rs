@@ -106,7 +106,8 @@ impl StreamUses {
     pub(crate) fn take_for_release(&mut self) -> Result<Vec<Stream>> {
         let mut list = std::mem::take(&mut self.noted().streams);
         if list.iter().any(Stream::is_other_threads) {
-            let (theirs, ours): (Vec<Stream>, Vec<Stream>) = list.into_iter().partition(Stream::is_other_threads);
+            let (theirs, ours): (Vec<Stream>, Vec<Stream>) =
+                list.into_iter().partition(Stream::is_other_threads);
             list = ours;
             synchronize_each(&theirs)?;
         }

@@ -99,7 +99,11 @@ impl VmmAllocator {
     }
 }
 
-impl Allocator for VmmAllocator {
+// SAFETY: each allocation is a fresh address range mapped to fresh, sealed physical memory of
+// at least the size asked (rounded up to the granularity, so aligned beyond `cuMemAlloc`),
+// readable and writable from the devices granted, and owned by the caller until it is given
+// back; `deallocate` waits for the stream's work before unmapping it.
+unsafe impl Allocator for VmmAllocator {
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         let bytes = round_up(size.max(1), self.granularity).ok_or_else(|| {
             Error::invalid("VmmAllocator::allocate", format!("{size} bytes overflow the address space"))
@@ -107,6 +111,8 @@ impl Allocator for VmmAllocator {
         let range = AddressRange::reserve(&self.context, bytes, 0)?;
         let physical = PhysicalMemory::new(&self.context, bytes, &self.props)?;
         let mapping = range.map(0, &physical)?;
+        // The buffer's own memory: no second mapping of it may be made.
+        physical.seal();
         mapping.set_access(&self.grants)?;
         let ptr = mapping.as_raw();
         self.lock().insert(ptr, mapping);
@@ -120,11 +126,15 @@ impl Allocator for VmmAllocator {
                 format!("{:#x} is not a live allocation of this allocator", allocation.ptr),
             ));
         };
-        self.context.enter()?;
-        // Unmapping is not stream-ordered: wait for the work that may use the memory.
-        stream.wait_for_users(&self.context)?;
+        // Unmapping is not stream-ordered: wait for the work that may use the memory. A release
+        // path: a deferred error from elsewhere must not skip the wait. If the wait fails, the
+        // memory stays mapped (kept in the map, a leak) rather than unmapped under running work.
+        if let Err(e) = stream.wait_for_users(&self.context) {
+            self.lock().insert(allocation.ptr, mapping);
+            return Err(e);
+        }
         drop(mapping);
-        self.context.take_deferred()
+        Ok(())
     }
 
     fn name(&self) -> &'static str {

@@ -1,6 +1,277 @@
-//! Soundness regressions (see the parent module).
+//! The cross-stream rule (review findings F5, F6, F7, F9, F10): work queued on a buffer's memory
+//! on another stream than its own, or inside an NCCL group, keeps the memory from reuse until
+//! it has run, with nothing declared by hand.
+//!
+//! Each test has the shape a user hits: a stream held back by a sleeping host function, so that
+//! the work queued behind it runs late every time; the buffer dropped meanwhile; a new buffer
+//! of the same size taken on the owner's stream (the pool would hand back the same block: the
+//! first test shows it does) and filled; then, once the late work has run, the new buffer must
+//! still hold what was written into it. Before the rule, the late work landed in the new buffer.
 
-use cuda_tests::Test;
+use super::kernels;
+use cuda_core::mempool::Access;
+use cuda_core::module::Module;
+use cuda_core::nccl::{Communicator, Group, ReduceOp};
+use cuda_core::vmm::{
+    AccessGrant, AddressRange, AllocationProperties, Granularity, PhysicalMemory, VmmAllocator,
+};
+use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
+use cuda_tests::{
+    Test, TestResult, device_zero, ensure, ensure_eq, gpu, multi_gpu, no_deferred, still_usable,
+};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The tests of this module.
-pub const TESTS: &[Test] = &[];
+pub const TESTS: &[Test] = &[
+    gpu("cross_stream_copy_into_a_dropped_buffer_spares_its_successor", cross_stream_copy),
+    gpu("cross_stream_memset_into_a_dropped_buffer_spares_its_successor", cross_stream_memset),
+    gpu("cross_stream_kernel_argument_spares_the_successor_buffer", cross_stream_kernel),
+    gpu("runtime_memset_async_on_another_stream_spares_the_successor", cross_stream_runtime_memset),
+    gpu("nccl_group_recv_into_a_buffer_dropped_inside_the_group", nccl_group_one_rank),
+    multi_gpu("nccl_group_all_reduce_into_buffers_dropped_inside_the_group", 2, nccl_group_two_ranks),
+    gpu("vmm_mapping_drop_waits_for_work_queued_through_its_views", mapping_drop_waits),
+    gpu("vmm_allocator_release_waits_even_with_a_deferred_error_pending", vmm_release_with_deferred_error),
+    gpu("default_streams_of_two_contexts_are_different_streams", default_streams_differ_by_context),
+    gpu("a_per_thread_stream_is_refused_on_another_thread", per_thread_stream_on_another_thread),
+];
+
+/// Elements of the buffers: 64 MiB of `u32`, so that a late copy is plainly visible.
+const N: usize = 1 << 24;
+
+/// Holds `stream` back for `ms` milliseconds: the work queued after this runs late.
+fn hold(stream: &Stream, ms: u64) -> Result<(), Error> {
+    stream.launch_host_func(move || std::thread::sleep(Duration::from_millis(ms)))
+}
+
+/// The pool hands a dropped block straight back on its stream (what makes a late write land in
+/// the next buffer); returns that block's address.
+fn pool_reuses_blocks(stream: &Stream) -> Result<u64, cuda_tests::Failed> {
+    let first = DeviceBuffer::<u32>::new(stream, N)?;
+    let address = first.as_raw();
+    drop(first);
+    let again = DeviceBuffer::<u32>::new(stream, N)?;
+    ensure_eq!(again.as_raw(), address, "the pool did not hand the same block back");
+    Ok(address)
+}
+
+/// Takes a new buffer of `N` sevens on `owner`, waits for `late` (where work on the dropped
+/// buffer was queued), and checks that the sevens are intact.
+fn successor_keeps_its_contents(owner: &Stream, late: &Stream) -> TestResult {
+    let successor = DeviceBuffer::<u32>::from_slice(owner, &vec![7; N])?;
+    late.synchronize()?;
+    let seen = successor.to_vec()?;
+    let wrong = seen.iter().filter(|&&v| v != 7).count();
+    ensure_eq!(wrong, 0, "words of the new buffer overwritten by work queued on the dropped one");
+    Ok(())
+}
+
+fn cross_stream_copy() -> TestResult {
+    let (_device, ctx, owner) = device_zero()?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    pool_reuses_blocks(&owner)?;
+    let source = DeviceBuffer::<u32>::from_slice(&owner, &vec![5; N])?;
+    let mut target = DeviceBuffer::<u32>::new(&owner, N)?;
+    hold(&other, 300)?;
+    target.view_mut().copy_from_device_async(&source.view(), &other)?;
+    ensure_eq!(target.recorded_streams().len(), 1, "the copy did not note its stream");
+    drop(target);
+    successor_keeps_its_contents(&owner, &other)?;
+    no_deferred(&ctx)
+}
+
+fn cross_stream_memset() -> TestResult {
+    let (_device, ctx, owner) = device_zero()?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    pool_reuses_blocks(&owner)?;
+    let mut target = DeviceBuffer::<u32>::new(&owner, N)?;
+    hold(&other, 300)?;
+    target.slice_mut(..)?.memset_d32_async(9, &other)?;
+    drop(target);
+    successor_keeps_its_contents(&owner, &other)?;
+    no_deferred(&ctx)
+}
+
+fn cross_stream_kernel() -> TestResult {
+    let (_device, ctx, owner) = device_zero()?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let saxpy = module.function("saxpy")?;
+    pool_reuses_blocks(&owner)?;
+    let n = N as u32;
+    let x = DeviceBuffer::<f32>::from_slice(&owner, &vec![1.0; N])?;
+    let mut y = DeviceBuffer::<f32>::new(&owner, N)?;
+    hold(&other, 300)?;
+    // y = 1 * x + y, late: before the rule it added 1 to the next buffer's words.
+    // SAFETY: saxpy(u32 n, f32 a, const f32* x, f32* y) over `n` elements of both buffers.
+    unsafe { saxpy.launch(&other, &LaunchConfig::for_elements(n, 256), (&n, &1.0f32, &x, &mut y))? };
+    drop(y);
+    successor_keeps_its_contents(&owner, &other)?;
+    no_deferred(&ctx)
+}
+
+fn cross_stream_runtime_memset() -> TestResult {
+    let (_device, ctx, owner) = device_zero()?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    pool_reuses_blocks(&owner)?;
+    let mut target = DeviceBuffer::<u32>::new(&owner, N)?;
+    hold(&other, 300)?;
+    cuda_core::runtime::memset_async::<u32, _>(&mut target, 0xff, &other)?;
+    drop(target);
+    successor_keeps_its_contents(&owner, &other)?;
+    no_deferred(&ctx)
+}
+
+/// One rank receiving from itself inside a group: NCCL queues the pair only when the group
+/// ends, so the receive buffer, dropped inside the group, must not go back before then.
+fn nccl_group_one_rank() -> TestResult {
+    let device = Device::get(0)?;
+    let comm = Communicator::init_all(&[device])?.pop().ok_or("no communicator")?;
+    let stream = Stream::new(comm.context(), StreamFlags::NON_BLOCKING)?;
+    pool_reuses_blocks(&stream)?;
+    let source = DeviceBuffer::<u32>::from_slice(&stream, &vec![3; N])?;
+    let group = Group::start()?;
+    comm.send(&source, 0, &stream)?;
+    {
+        let mut target = DeviceBuffer::<u32>::new(&stream, N)?;
+        comm.recv(&mut target, 0, &stream)?;
+    }
+    let successor = DeviceBuffer::<u32>::from_slice(&stream, &vec![7; N])?;
+    group.end()?;
+    stream.synchronize()?;
+    let wrong = successor.to_vec()?.iter().filter(|&&v| v != 7).count();
+    ensure_eq!(wrong, 0, "words of the new buffer written by the group's receive");
+    no_deferred(comm.context())
+}
+
+/// Two ranks driven from one thread: each rank's all-reduce buffer is dropped inside the group,
+/// before NCCL has queued the all-reduce.
+fn nccl_group_two_ranks() -> TestResult {
+    let devices = [Device::get(0)?, Device::get(1)?];
+    let comms = Communicator::init_all(&devices)?;
+    let streams = comms
+        .iter()
+        .map(|c| Stream::new(c.context(), StreamFlags::NON_BLOCKING))
+        .collect::<Result<Vec<_>, _>>()?;
+    for s in &streams {
+        pool_reuses_blocks(s)?;
+    }
+    let group = Group::start()?;
+    for (comm, stream) in comms.iter().zip(&streams) {
+        let mut buffer = DeviceBuffer::<u32>::from_slice(stream, &vec![1; N])?;
+        comm.all_reduce_in_place(&mut buffer, ReduceOp::Sum, stream)?;
+    }
+    let successors = streams
+        .iter()
+        .map(|s| DeviceBuffer::<u32>::from_slice(s, &vec![7; N]))
+        .collect::<Result<Vec<_>, _>>()?;
+    group.end()?;
+    for (successor, stream) in successors.iter().zip(&streams) {
+        stream.synchronize()?;
+        let wrong = successor.to_vec()?.iter().filter(|&&v| v != 7).count();
+        ensure_eq!(wrong, 0, "words of a new buffer written by the group's all-reduce");
+    }
+    Ok(())
+}
+
+/// A memset queued through a mapping's view, late; the mapping dropped; other physical memory
+/// mapped at the same addresses. Before the rule the memset landed in the new memory.
+fn mapping_drop_waits() -> TestResult {
+    let (device, ctx, owner) = device_zero()?;
+    let late = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let props = AllocationProperties::device(device);
+    let size = (N * 4).next_multiple_of(props.granularity(Granularity::Minimum)?);
+    let grant = [AccessGrant::device(device, Access::ReadWrite)];
+    let range = AddressRange::reserve(&ctx, size, 0)?;
+    let (first, second) =
+        (PhysicalMemory::new(&ctx, size, &props)?, PhysicalMemory::new(&ctx, size, &props)?);
+    let mut mapping = range.map(0, &first)?;
+    mapping.set_access(&grant)?;
+    hold(&late, 300)?;
+    mapping.view_mut::<u32>(&late)?.memset_d32_async(1, &late)?;
+    drop(mapping);
+    let mut again = range.map(0, &second)?;
+    again.set_access(&grant)?;
+    again.view_mut::<u32>(&owner)?.memset_d32(7)?;
+    late.synchronize()?;
+    let wrong = again.view::<u32>(&owner)?.to_vec()?.iter().filter(|&&v| v != 7).count();
+    ensure_eq!(wrong, 0, "words of the memory mapped later written by the memset");
+    no_deferred(&ctx)
+}
+
+/// A deferred error (a panicking host function) is pending while a VMM buffer with work in
+/// flight is dropped: the release must still wait before it unmaps. Before, it unmapped under
+/// the queued memsets and the context faulted (`CUDA_ERROR_ILLEGAL_ADDRESS`).
+fn vmm_release_with_deferred_error() -> TestResult {
+    let (_device, ctx, stream) = device_zero()?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let allocator = Arc::new(VmmAllocator::new(&ctx)?);
+    let mut buffer = DeviceBuffer::<u32>::new_in(&stream, N, allocator)?;
+    hold(&stream, 300)?;
+    for _ in 0..64 {
+        buffer.view_mut().memset_d32_async(1, &stream)?;
+    }
+    other.launch_host_func(|| panic!("a host function that panics, for a deferred error"))?;
+    while ctx.deferred_error().is_none() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(buffer);
+    let deferred = ctx.take_deferred_errors();
+    ensure!(
+        deferred.iter().all(|e| matches!(e, Error::CallbackPanicked { .. })),
+        "the release reported more than the panic: {deferred:?}"
+    );
+    stream.synchronize()?;
+    still_usable(&stream)
+}
+
+/// `legacy(c1) == legacy(c2)` made the pinned-copy tracker and `record_stream` skip the wait
+/// on the second context's stream (F5).
+fn default_streams_differ_by_context() -> TestResult {
+    let device = Device::get(0)?;
+    let primary = Context::primary(&device)?;
+    let created = Context::create(&device, ContextFlags::empty())?;
+    ensure!(
+        Stream::legacy(&primary) != Stream::legacy(&created),
+        "legacy streams of two contexts compare equal"
+    );
+    ensure!(Stream::legacy(&primary) == Stream::legacy(&primary), "a legacy stream differs from itself");
+    ensure!(
+        Stream::per_thread(&primary) == Stream::per_thread(&primary),
+        "a thread's per-thread stream differs from itself"
+    );
+    primary.bind_to_thread()?;
+    let buffer = DeviceBuffer::<u32>::zeroed(&Stream::legacy(&primary), 16)?;
+    let refused = buffer.record_stream(&Stream::legacy(&created));
+    ensure!(
+        matches!(refused, Err(Error::InvalidArgument { .. })),
+        "the default stream of another context was accepted: {refused:?}"
+    );
+    Ok(())
+}
+
+/// A per-thread default stream names the stream of the thread that made it; elsewhere its
+/// handle would name another stream, so work through it there is refused, and equality says so.
+fn per_thread_stream_on_another_thread() -> TestResult {
+    let (_device, ctx, _stream) = device_zero()?;
+    let mine = Stream::per_thread(&ctx);
+    let mut buffer = DeviceBuffer::<u32>::zeroed(&Stream::new(&ctx, StreamFlags::NON_BLOCKING)?, 16)?;
+    let (theirs, refused) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let theirs = Stream::per_thread(&ctx);
+            let refused = buffer.view_mut().memset_d32_async(1, &mine);
+            (theirs, refused)
+        })
+        .join()
+        .map_err(|_| "the thread panicked")
+    })?;
+    ensure!(theirs != mine, "per-thread streams of two threads compare equal");
+    ensure!(
+        matches!(refused, Err(Error::InvalidArgument { .. })),
+        "work through another thread's per-thread stream was queued: {refused:?}"
+    );
+    buffer.view_mut().memset_d32_async(2, &mine)?;
+    mine.synchronize()?;
+    ensure_eq!(buffer.to_vec()?, vec![2; 16]);
+    Ok(())
+}
