@@ -16,7 +16,9 @@
 //!   ([`IpcMemHandle::open`](crate::interop::ipc::IpcMemHandle::open)), or your own. Every module takes and returns these
 //!   buffers and their views ([`DeviceView`], [`DeviceViewMut`]).
 //! * **Stream-ordered.** A buffer is allocated for a stream and given back in that stream's
-//!   order; use on other streams is declared with [`DeviceBuffer::record_stream`].
+//!   order, after every other stream that safe operations queued work touching it on (copies,
+//!   memsets, prefetches, kernel launches, NCCL calls note those streams on the buffer by
+//!   themselves; [`DeviceBuffer::record_stream`] notes one by hand for work queued elsewhere).
 //! * **What the memory is reachable from is in the type**: `S` is [`DeviceOnly`] (the default)
 //!   or [`Managed`] ([`ManagedBuffer`]); only the latter has host slices. Pinned host memory is
 //!   [`PinnedBuffer`], read and written by the host as a slice.
