@@ -21,7 +21,10 @@ enum Header {
 }
 
 /// A tensor received from a DLPack producer. It owns the producer's managed tensor: dropping it
-/// calls the producer's deleter, once.
+/// calls the producer's deleter, once, after the work queued through its views on any stream
+/// has completed (the producer may reuse the memory at once). If that wait fails (a faulted
+/// context), the tensor is kept, not given back, and the error is printed to standard error
+/// (the tensor has no context of its own to keep it in).
 ///
 /// The getters read the tensor's fields as the producer wrote them. [`ImportedTensor::view`]
 /// and [`ImportedTensor::view_mut`] lend it as a typed [`DeviceView`] / [`DeviceViewMut`] after
@@ -29,6 +32,8 @@ enum Header {
 /// aligned.
 pub struct ImportedTensor {
     header: Header,
+    /// The streams work through the views was queued on: waited for before the deleter runs.
+    uses: crate::stream::StreamUses,
 }
 
 // SAFETY: `from_raw` and `from_raw_legacy` require a tensor that may be read and deleted from any
@@ -94,7 +99,7 @@ impl ImportedTensor {
         if let Err(e) = check_tensor(OP, unsafe { &(*ptr).dl_tensor }) {
             return Err(refuse(ptr, deleter, e));
         }
-        Ok(ImportedTensor { header: Header::Versioned(header) })
+        Ok(ImportedTensor { header: Header::Versioned(header), uses: crate::stream::StreamUses::new() })
     }
 
     /// Takes ownership of an unversioned `DLManagedTensor` (from a capsule named `"dltensor"`).
@@ -117,7 +122,7 @@ impl ImportedTensor {
         if let Err(e) = check {
             return Err(refuse(ptr, deleter, e));
         }
-        Ok(ImportedTensor { header: Header::Legacy(header) })
+        Ok(ImportedTensor { header: Header::Legacy(header), uses: crate::stream::StreamUses::new() })
     }
 
     /// The tensor's fields, as the producer wrote them.
@@ -226,12 +231,13 @@ impl ImportedTensor {
     /// `ctx` should be the context the memory was allocated in: for PyTorch and CuPy, the
     /// device's primary context ([`Context::primary`]). The view does not order anything with
     /// the producer's streams: synchronize with the producer (as its `__dlpack__(stream=...)`
-    /// protocol does) before reading.
+    /// protocol does) before reading. Work queued through the view on any stream is waited for
+    /// before the tensor goes back to its producer (when `self` is dropped).
     pub fn view<'a, T: DlpackDtype>(&'a self, ctx: &'a Context) -> Result<DeviceView<'a, T>> {
         let plan = plan_view::<T>("ImportedTensor::view", self, ctx.device().ordinal(), false)?;
-        // SAFETY: checked to be `len` elements of `T` of device memory of `ctx`'s device, lent
-        // by the producer until `self` is dropped, which the view's lifetime prevents.
-        Ok(unsafe { DeviceView::from_raw(ctx, plan.address, plan.len) })
+        // Checked to be `len` elements of `T` of device memory of `ctx`'s device, lent by the
+        // producer until `self` is dropped, which waits for the work queued through the view.
+        Ok(DeviceView::unordered(ctx, plan.address, plan.len, &self.uses))
     }
 
     /// Lends the tensor as an exclusive view of `T` in `ctx`: checked as [`ImportedTensor::view`]
@@ -241,8 +247,8 @@ impl ImportedTensor {
     /// `&mut self` only excludes other views made from this value.
     pub fn view_mut<'a, T: DlpackDtype>(&'a mut self, ctx: &'a Context) -> Result<DeviceViewMut<'a, T>> {
         let plan = plan_view::<T>("ImportedTensor::view_mut", self, ctx.device().ordinal(), true)?;
-        // SAFETY: as in `view`; `&mut self` excludes other views of this tensor.
-        Ok(unsafe { DeviceViewMut::from_raw(ctx, plan.address, plan.len) })
+        // As in `view`; `&mut self` excludes other views of this tensor.
+        Ok(DeviceViewMut::unordered(ctx, plan.address, plan.len, &self.uses))
     }
 }
 
@@ -354,6 +360,13 @@ pub(crate) fn plan_view<T: DlpackDtype>(
 
 impl Drop for ImportedTensor {
     fn drop(&mut self) {
+        // The producer may reuse the memory once its deleter runs: wait for the work queued
+        // through the views first. If that wait fails (a broken context), keep the tensor (a
+        // leak) rather than hand it back under running work.
+        if let Err(e) = self.uses.synchronize_for_release() {
+            eprintln!("cuda-core: ImportedTensor kept, not given back to its producer: {e}");
+            return;
+        }
         // SAFETY: `self` owns the tensor; its deleter runs once, here.
         unsafe {
             match self.header {

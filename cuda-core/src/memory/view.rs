@@ -51,11 +51,11 @@ pub struct DeviceViewMut<'a, T> {
     pub(crate) _marker: PhantomData<&'a mut [T]>,
 }
 
-/// The owner's side of a view: the stream its memory is ordered on, and the list of other
-/// streams that work touching the memory was queued on.
+/// The owner's side of a view: the stream its memory is ordered on (none for memory that is not
+/// stream-ordered), and the list of other streams that work touching the memory was queued on.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Track<'a> {
-    pub(crate) own: &'a Stream,
+    pub(crate) own: Option<&'a Stream>,
     pub(crate) uses: &'a StreamUses,
 }
 
@@ -139,15 +139,44 @@ macro_rules! common {
                 stream: &'a Stream,
                 uses: &'a StreamUses,
             ) -> Self {
-                let track = Some(Track { own: stream, uses });
-                $name { ptr, len, ctx: stream.context(), stream: stream.as_raw(), track, _marker: PhantomData }
+                let track = Some(Track { own: Some(stream), uses });
+                $name {
+                    ptr,
+                    len,
+                    ctx: stream.context(),
+                    stream: stream.as_raw(),
+                    track,
+                    _marker: PhantomData,
+                }
+            }
+
+            /// A view of `len` elements at `ptr` in `ctx`, of memory that is not ordered on a
+            /// stream: its owner notes every stream work through the view is queued on in
+            /// `uses`, and waits for them before it gives the memory back. Its synchronous
+            /// copies run on the default stream, as [`from_raw`](Self::from_raw)'s do.
+            #[inline]
+            pub(crate) fn unordered(
+                ctx: &'a Context,
+                ptr: sys::CUdeviceptr,
+                len: usize,
+                uses: &'a StreamUses,
+            ) -> Self {
+                let track = Some(Track { own: None, uses });
+                $name { ptr, len, ctx, stream: std::ptr::null_mut(), track, _marker: PhantomData }
             }
 
             /// A view of memory ordered on `stream` whose owner waits for its whole context
             /// (or for nothing, where the memory outlives every use) before giving it back.
             #[inline]
             pub(crate) fn new(ptr: sys::CUdeviceptr, len: usize, stream: &'a Stream) -> Self {
-                $name { ptr, len, ctx: stream.context(), stream: stream.as_raw(), track: None, _marker: PhantomData }
+                $name {
+                    ptr,
+                    len,
+                    ctx: stream.context(),
+                    stream: stream.as_raw(),
+                    track: None,
+                    _marker: PhantomData,
+                }
             }
 
             /// Notes that work touching the view is about to be queued on `stream` with
@@ -157,7 +186,7 @@ macro_rules! common {
             #[inline]
             pub(crate) fn used_on(&self, current: &Context, stream: &Stream) -> Result<()> {
                 match self.track {
-                    Some(t) => t.uses.note(current, Some(t.own), stream),
+                    Some(t) => t.uses.note(current, t.own, stream),
                     None => Ok(()),
                 }
             }
@@ -229,7 +258,14 @@ common!(DeviceViewMut);
 impl<'a, T: Pod> DeviceViewMut<'a, T> {
     /// A shorter-lived shared view of the same memory.
     pub fn as_view(&self) -> DeviceView<'_, T> {
-        DeviceView { ptr: self.ptr, len: self.len, ctx: self.ctx, stream: self.stream, track: self.track, _marker: PhantomData }
+        DeviceView {
+            ptr: self.ptr,
+            len: self.len,
+            ctx: self.ctx,
+            stream: self.stream,
+            track: self.track,
+            _marker: PhantomData,
+        }
     }
 
     /// A shorter-lived exclusive view of the same memory.
@@ -292,7 +328,14 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
     /// [`DeviceView::cast`].
     pub fn cast_mut<U: Pod>(&mut self) -> Result<DeviceViewMut<'_, U>> {
         let len = cast_check::<T, U>("cast_mut", self.ptr, self.len)?;
-        Ok(DeviceViewMut { ptr: self.ptr, len, ctx: self.ctx, stream: self.stream, track: self.track, _marker: PhantomData })
+        Ok(DeviceViewMut {
+            ptr: self.ptr,
+            len,
+            ctx: self.ctx,
+            stream: self.stream,
+            track: self.track,
+            _marker: PhantomData,
+        })
     }
 }
 
