@@ -54,7 +54,8 @@ fn bind_to_thread_makes_it_current() -> TestResult {
     ensure_eq!(current_raw()?, ctx.as_raw());
     let current = Context::current()?.ok_or("no current context")?;
     ensure_eq!(current, ctx);
-    ensure!(!current.is_primary(), "a borrowed context claims to be a retained primary");
+    // The value `current` hands out is the held primary context itself, which it keeps alive.
+    ensure!(current.is_primary(), "the current context came back without the retain that keeps it alive");
     Ok(())
 }
 

@@ -297,7 +297,7 @@ fn vulkan_image_maps_as_a_mipmapped_array() -> TestResult {
         flags: ArrayFlags::SURFACE_LDST,
     };
     // SAFETY: Vulkan reads the image only after the semaphore's value 1.
-    let array = unsafe { memory.map_mipmapped_array(0, &descriptor, levels)? };
+    let mut array = unsafe { memory.map_mipmapped_array(0, &descriptor, levels)? };
     ensure_eq!(array.levels(), levels);
     let level0: Vec<f32> = (0..width * height).map(|i| i as f32 * 0.5).collect();
     let level1: Vec<f32> = (0..(width / 2) * (height / 2)).map(|i| -(i as f32)).collect();

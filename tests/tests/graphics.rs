@@ -149,10 +149,10 @@ fn gl_texture_is_read_and_written_as_arrays() -> TestResult {
         GraphicsResource::gl_image(&ctx, texture, GlImageTarget::Texture2D, RegisterFlags::SURFACE_LDST)?;
     let written: Vec<f32> = initial.iter().map(|v| 1000.0 - v).collect();
     {
-        let mapped = resource.map(&stream)?;
+        let mut mapped = resource.map(&stream)?;
         // The synchronous copies below run on the default stream: let the mapping land first.
         mapped.stream().synchronize()?;
-        let mut level0 = mapped.array(0, 0, 0)?;
+        let mut level0 = mapped.array_mut(0, 0, 0)?;
         let d = level0.descriptor()?;
         ensure_eq!((d.width, d.height, d.num_channels), (width as usize, height as usize, 1));
         ensure_eq!(d.format, sys::CUarray_format::CU_AD_FORMAT_FLOAT);
@@ -165,7 +165,9 @@ fn gl_texture_is_read_and_written_as_arrays() -> TestResult {
             wrong.map(|i| (seen[i], initial[i]))
         );
         level0.copy_from_host(&written)?;
-        let levels = mapped.mipmapped_array(0, 2)?;
+        drop(level0);
+        let mut levels = mapped.mipmapped_array(0, 2)?;
+        ensure_eq!(levels.level_descriptor(1)?.width, (width / 2) as usize);
         ensure_eq!(levels.level(1)?.descriptor()?.width, (width / 2) as usize);
         let third = levels.level(2).map(drop);
         ensure!(matches!(third, Err(Error::InvalidArgument { .. })), "level 2 of 2: {third:?}");

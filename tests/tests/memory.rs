@@ -602,7 +602,7 @@ fn mipmapped_arrays() -> TestResult {
         num_channels: 4,
         flags: ArrayFlags::empty(),
     };
-    let m = MipmappedArray::new(&ctx, &desc, 4)?;
+    let mut m = MipmappedArray::new(&ctx, &desc, 4)?;
     for level in 0..4u32 {
         let mut a = m.level(level)?;
         let d = a.descriptor()?;

@@ -90,14 +90,16 @@ fn function_attributes_are_read_and_set() -> TestResult {
 fn globals_are_typed_views_kernels_read_and_write() -> TestResult {
     let ctx = context()?;
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
-    let factor = module.global::<f32>("factor")?;
+    let mut factor = module.global::<f32>("factor")?;
     ensure_eq!((factor.len(), factor.size_bytes()), (1, 4));
     ensure_eq!(factor.to_vec()?, [1.0f32]);
     factor.copy_from_host(&[3.0])?;
     ensure_eq!(factor.as_view().to_vec()?, [3.0f32]);
     let hits = module.global::<u32>("hits")?;
     ensure_eq!(hits.len(), 4);
-    ensure_eq!(module.global::<u8>("hits")?.len(), 16);
+    // One live Global per variable: a second one, of any element type, is refused.
+    let again = module.global::<u8>("hits");
+    ensure!(matches!(again, Err(cuda_core::Error::InvalidArgument { .. })), "a second Global of `hits`: {again:?}");
     ensure!(module.global::<u64>("factor").is_err(), "4 bytes are not a whole u64");
 
     let n = 1000u32;
@@ -116,6 +118,8 @@ fn globals_are_typed_views_kernels_read_and_write() -> TestResult {
     stream.synchronize()?;
     ensure_eq!(data.to_vec()?, host.iter().map(|x| x * 3.0).collect::<Vec<_>>());
     ensure_eq!(hits.to_vec()?, [n, 0, 0, 0]);
+    drop(hits);
+    ensure_eq!(module.global::<u8>("hits")?.len(), 16);
     Ok(())
 }
 

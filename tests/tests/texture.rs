@@ -290,7 +290,7 @@ fn mipmapped_texture_reads_two_levels() -> TestResult {
     const W: usize = 8;
     let ctx = context()?;
     let descriptor = ChannelFormat::of::<f32>().array_descriptor(W, W, 0, ArrayFlags::empty());
-    let mipmapped = MipmappedArray::new(&ctx, &descriptor, 2)?;
+    let mut mipmapped = MipmappedArray::new(&ctx, &descriptor, 2)?;
     for level in 0..2u32 {
         let side = W >> level;
         let mut array = mipmapped.level(level)?;

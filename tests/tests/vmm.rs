@@ -193,7 +193,9 @@ fn a_retained_handle_keeps_the_memory() -> TestResult {
     mapping.set_access(&[AccessGrant::device(device, Access::ReadWrite)])?;
     let host = pattern(gran / 4, 0x1234);
     mapping.view_mut::<u32>(&stream)?.copy_from_host(&host)?;
-    let retained = PhysicalMemory::retain_from_address(&ctx, mapping.as_raw())?;
+    // SAFETY: `mapping`, the only other way to the memory, is not used while `retained` is
+    // mapped (it is dropped first).
+    let retained = unsafe { PhysicalMemory::retain_from_address(&ctx, mapping.as_raw())? };
     ensure_eq!(retained.properties()?.location, MemLocation::Device(device));
     ensure!(retained.size() >= gran, "the retained allocation has {} bytes", retained.size());
     drop((mapping, range, physical));
@@ -205,7 +207,8 @@ fn a_retained_handle_keeps_the_memory() -> TestResult {
     drop(mapping);
     // An address no mapping holds has no allocation to retain.
     let free = range.as_raw();
-    let refused = PhysicalMemory::retain_from_address(&ctx, free);
+    // SAFETY: nothing is mapped there, so nothing comes back to alias.
+    let refused = unsafe { PhysicalMemory::retain_from_address(&ctx, free) };
     ensure!(matches!(refused, Err(Error::Driver { .. })), "retained an unmapped address: {refused:?}");
     no_deferred(&ctx)
 }
@@ -344,7 +347,8 @@ fn growable_buffer_grows_in_place_and_shrinks() -> TestResult {
     buffer.resize(1000)?;
     ensure_eq!((buffer.chunks().len(), buffer.capacity(), buffer.len()), (1, chunk, 1000));
     ensure!(buffer.to_vec()? == first, "shrinking changed the elements kept");
-    let gone = PhysicalMemory::retain_from_address(&ctx, past);
+    // SAFETY: nothing is mapped there, so nothing comes back to alias.
+    let gone = unsafe { PhysicalMemory::retain_from_address(&ctx, past) };
     ensure!(matches!(gone, Err(Error::Driver { .. })), "memory past the end is still mapped: {gone:?}");
     // And it grows again, at the same address.
     buffer.resize(3 * chunk)?;

@@ -45,7 +45,7 @@ use crate::error::{Error, Result, check};
 use bitflags::bitflags;
 use cuda_driver_sys as sys;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 bitflags! {
     /// Context creation flags (`CU_CTX_*`): scheduling policy, host mapping, local memory.
@@ -149,20 +149,63 @@ impl Context {
         Ok(ctx)
     }
 
-    /// The calling thread's current context, borrowed (not released on drop), or `None`
-    /// ([`cuCtxGetCurrent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)).
+    /// The calling thread's current context, or `None`
+    /// ([`cuCtxGetCurrent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)),
+    /// as a value that keeps it alive:
     ///
-    /// No context being current is not an error. It fails only when the driver cannot be
-    /// initialised, or cannot say which device the current context belongs to (see
-    /// [`Context::from_raw`]).
+    /// * a context this crate made or retained ([`Context::create`], [`Context::primary`]) that
+    ///   is still held comes back as a clone of that value: the same context, sharing its
+    ///   deferred errors and keeping it alive;
+    /// * a device's primary context made current by someone else (the CUDA runtime, another
+    ///   library) is retained, as [`Context::primary`] does, and released when the last clone
+    ///   drops.
+    ///
+    /// No context being current is not an error. Another context current (one created outside
+    /// this crate, whose lifetime no value here can hold) is an [`Error::InvalidArgument`]: wrap
+    /// it with the `unsafe` [`Context::from_raw`], whose contract says how long it must live.
+    /// It also fails when the driver cannot be initialised or refuses one of the calls.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Context, ContextFlags, Device, Stream, StreamFlags};
+    /// let dev = Device::get(0)?;
+    /// let owned = Context::create(&dev, ContextFlags::empty())?;
+    /// owned.bind_to_thread()?;
+    /// let current = Context::current()?.expect("bound above");
+    /// drop(owned); // `current` keeps the context alive (G4 of the soundness review)
+    /// let stream = Stream::new(&current, StreamFlags::NON_BLOCKING)?;
+    /// stream.synchronize()?;
+    /// # Ok(()) }
+    /// ```
     pub fn current() -> Result<Option<Context>> {
         device::init()?;
         let raw = current_raw()?;
         if raw.is_null() {
             return Ok(None);
         }
-        // SAFETY: the driver says this context is current, so it is alive.
-        unsafe { Context::from_raw(raw) }.map(Some)
+        if let Some(inner) = registered(raw) {
+            return Ok(Some(Context { inner }));
+        }
+        // Someone else's context: hold it only if it is a primary context, by retaining it.
+        let mut dev = 0;
+        // SAFETY: one out-parameter; asks about the current context, which is alive now.
+        check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut dev) })?;
+        let mut primary = std::ptr::null_mut();
+        // SAFETY: one out-parameter; the device handle came from the driver.
+        check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut primary, dev) })?;
+        if primary == raw {
+            return Ok(Some(Context::wrap(raw, Device::from_raw(dev), Ownership::Primary)));
+        }
+        // SAFETY: gives back the retain taken just above.
+        check("cuDevicePrimaryCtxRelease", unsafe { sys::cuDevicePrimaryCtxRelease(dev) })?;
+        Err(Error::invalid(
+            "Context::current",
+            format!(
+                "the current context {raw:p} was created outside this crate and is not a primary \
+                 context, so no value can keep it alive; wrap it with the unsafe Context::from_raw \
+                 and keep it alive yourself, or make a context of this crate current"
+            ),
+        ))
     }
 
     /// Wraps a raw context without owning it; it is not released or destroyed on drop.
@@ -208,15 +251,20 @@ impl Context {
     }
 
     fn wrap(raw: sys::CUcontext, device: Device, ownership: Ownership) -> Context {
-        Context {
-            inner: Arc::new(ContextInner {
-                raw,
-                device,
-                ownership,
-                has_deferred: AtomicBool::new(false),
-                deferred: Mutex::new(Vec::new()),
-            }),
+        let register = !matches!(ownership, Ownership::Borrowed);
+        let inner = Arc::new(ContextInner {
+            raw,
+            device,
+            ownership,
+            has_deferred: AtomicBool::new(false),
+            deferred: Mutex::new(Vec::new()),
+        });
+        if register {
+            let mut list = lock_registry();
+            list.retain(|(_, weak)| weak.strong_count() > 0);
+            list.push((raw as usize, Arc::downgrade(&inner)));
         }
+        Context { inner }
     }
 
     /// The raw `CUcontext`.
@@ -374,8 +422,32 @@ impl ContextInner {
     }
 }
 
+/// The contexts this crate made or retained and still holds, by raw handle, so that
+/// [`Context::current`] can hand out a value that keeps the current context alive.
+static REGISTRY: Mutex<Vec<(usize, Weak<ContextInner>)>> = Mutex::new(Vec::new());
+
+fn lock_registry() -> std::sync::MutexGuard<'static, Vec<(usize, Weak<ContextInner>)>> {
+    REGISTRY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A held context whose handle is `raw`, if this crate holds one.
+fn registered(raw: sys::CUcontext) -> Option<Arc<ContextInner>> {
+    lock_registry().iter().filter(|(r, _)| *r == raw as usize).find_map(|(_, weak)| weak.upgrade())
+}
+
+/// Keeps `error`, which belongs to no context (a library's unload), in the calling thread's
+/// current context when this crate holds it; otherwise there is nowhere to keep it.
+pub(crate) fn defer_to_current(error: Error) {
+    if let Some(inner) = current_raw().ok().and_then(registered) {
+        inner.defer(error);
+    }
+}
+
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        // No longer a context `Context::current` may hand out (before the handle can be reused).
+        let me: *const ContextInner = self;
+        lock_registry().retain(|(_, weak)| !std::ptr::eq(weak.as_ptr(), me) && weak.strong_count() > 0);
         // Errors here have no context left to be kept in; the driver's state is what it is.
         match self.ownership {
             Ownership::Primary => {

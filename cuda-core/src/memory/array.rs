@@ -140,8 +140,70 @@ unsafe impl Send for Array {}
 // SAFETY: shared access only reads through driver calls.
 unsafe impl Sync for Array {}
 
-/// An array owned by another (a plane of a multi-planar array, a level of a mipmapped array);
-/// it dereferences to [`Array`] and lives no longer than its owner.
+/// An array owned by another (a plane of a multi-planar array, a level of a mipmapped array,
+/// a mapped graphics resource); it lives no longer than its owner.
+///
+/// It dereferences to a shared [`Array`], for the reads (`descriptor`, `copy_to_host`,
+/// `copy_to_device`, ...) and for texture and surface objects that borrow it; the writes are
+/// its own `&mut self` methods below. There is no `&mut Array`: with one, the borrowed array
+/// could be moved out of this value (`std::mem::replace`) and outlive its owner (G1 of the
+/// soundness review):
+///
+/// ```compile_fail,E0596
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Context, Device, memory::{Array, ArrayDescriptor, ArrayFlags, MipmappedArray}};
+/// use cuda_core::driver_sys::CUarray_format;
+/// let ctx = Context::primary(&Device::get(0)?)?;
+/// let desc = ArrayDescriptor {
+///     width: 64, height: 64, depth: 0, format: CUarray_format::CU_AD_FORMAT_FLOAT,
+///     num_channels: 1, flags: ArrayFlags::empty(),
+/// };
+/// let mut mip = MipmappedArray::new(&ctx, &desc, 3)?;
+/// let mut level = mip.level(0)?;
+/// let stolen: Array = std::mem::replace(&mut *level, Array::new(&ctx, &desc)?);
+/// # drop(stolen); Ok(()) }
+/// ```
+///
+/// A level is taken with `&mut` access to its mipmapped array, so two live handles to one
+/// level, both able to write, cannot exist:
+///
+/// ```compile_fail,E0499
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Context, Device, memory::{ArrayDescriptor, ArrayFlags, MipmappedArray}};
+/// use cuda_core::driver_sys::CUarray_format;
+/// let ctx = Context::primary(&Device::get(0)?)?;
+/// let desc = ArrayDescriptor {
+///     width: 64, height: 64, depth: 0, format: CUarray_format::CU_AD_FORMAT_FLOAT,
+///     num_channels: 1, flags: ArrayFlags::empty(),
+/// };
+/// let mut mip = MipmappedArray::new(&ctx, &desc, 3)?;
+/// let (mut a, mut b) = (mip.level(0)?, mip.level(0)?);
+/// a.copy_from_host(&vec![1f32; 64 * 64])?;
+/// b.copy_from_host(&vec![2f32; 64 * 64])?;
+/// # Ok(()) }
+/// ```
+///
+/// The sound way: one level at a time, written through its own methods.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Context, Device, memory::{ArrayDescriptor, ArrayFlags, MipmappedArray}};
+/// use cuda_core::driver_sys::CUarray_format;
+/// let ctx = Context::primary(&Device::get(0)?)?;
+/// let desc = ArrayDescriptor {
+///     width: 64, height: 64, depth: 0, format: CUarray_format::CU_AD_FORMAT_FLOAT,
+///     num_channels: 1, flags: ArrayFlags::empty(),
+/// };
+/// let mut mip = MipmappedArray::new(&ctx, &desc, 3)?;
+/// for n in 0..3u32 {
+///     let side = 64 >> n;
+///     let mut level = mip.level(n)?;
+///     level.copy_from_host(&vec![n as f32; side * side])?;
+///     assert_eq!(level.descriptor()?.width, side);
+/// }
+/// assert_eq!(mip.level_descriptor(2)?.width, 16);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct BorrowedArray<'a> {
     array: Array,
@@ -155,9 +217,45 @@ impl std::ops::Deref for BorrowedArray<'_> {
     }
 }
 
-impl std::ops::DerefMut for BorrowedArray<'_> {
-    fn deref_mut(&mut self) -> &mut Array {
-        &mut self.array
+impl BorrowedArray<'_> {
+    /// Copies densely packed host data into the whole array, as [`Array::copy_from_host`];
+    /// fails as it does.
+    pub fn copy_from_host<T: Pod>(&mut self, src: &[T]) -> Result<()> {
+        self.array.copy_from_host(src)
+    }
+
+    /// [`BorrowedArray::copy_from_host`] in `stream`'s order, as
+    /// [`Array::copy_from_host_async`]; fails as it does.
+    ///
+    /// # Safety
+    ///
+    /// `src` must stay alive and unmodified until `stream` has passed the copy, and the owner
+    /// of the array (mipmapped array, mapping, frame) must not give it up before then either.
+    pub unsafe fn copy_from_host_async<T: Pod>(&mut self, src: &[T], stream: &Stream) -> Result<()> {
+        // SAFETY: the caller's contract is the one of Array::copy_from_host_async.
+        unsafe { self.array.copy_from_host_async(src, stream) }
+    }
+
+    /// Copies densely packed device data into the whole array, as [`Array::copy_from_device`];
+    /// fails as it does.
+    pub fn copy_from_device<T: Pod>(&mut self, src: &crate::memory::DeviceView<'_, T>) -> Result<()> {
+        self.array.copy_from_device(src)
+    }
+
+    /// [`BorrowedArray::copy_from_device`] in `stream`'s order, as
+    /// [`Array::copy_from_device_async`]; fails as it does.
+    pub fn copy_from_device_async<T: Pod>(
+        &mut self,
+        src: &crate::memory::DeviceView<'_, T>,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.array.copy_from_device_async(src, stream)
+    }
+
+    /// Copies the whole of `src`, of the same extent and format, as [`Array::copy_from_array`];
+    /// fails as it does.
+    pub fn copy_from_array(&mut self, src: &Array) -> Result<()> {
+        self.array.copy_from_array(src)
     }
 }
 
@@ -215,7 +313,10 @@ impl Array {
 
     /// A plane of a multi-planar array (NV12 and the like)
     /// ([`cuArrayGetPlane`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
-    pub fn plane(&self, index: u32) -> Result<BorrowedArray<'_>> {
+    ///
+    /// It borrows this array exclusively, as a writer of part of it: one plane at a time.
+    /// An index the array does not have is the driver's error.
+    pub fn plane(&mut self, index: u32) -> Result<BorrowedArray<'_>> {
         self.ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the array is alive; one out-parameter.
@@ -378,6 +479,14 @@ impl std::ops::Deref for BorrowedMipmappedArray<'_> {
     }
 }
 
+impl BorrowedMipmappedArray<'_> {
+    /// One level, as [`MipmappedArray::level`]: it borrows this value exclusively, so one
+    /// level at a time; fails as it does.
+    pub fn level(&mut self, level: u32) -> Result<BorrowedArray<'_>> {
+        self.array.level(level)
+    }
+}
+
 // SAFETY: a CUmipmappedArray may be used from any thread.
 unsafe impl Send for MipmappedArray {}
 // SAFETY: shared access only reads through driver calls.
@@ -442,11 +551,35 @@ impl MipmappedArray {
     /// One level, as an array owned by this one
     /// ([`cuMipmappedArrayGetLevel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
+    /// It borrows this array exclusively, as a writer of part of it: one level at a time (see
+    /// [`BorrowedArray`]). [`level_descriptor`](Self::level_descriptor) reads a level's shape
+    /// through `&self`.
+    ///
     /// A level past the last is an [`Error::InvalidArgument`] naming how many there are.
-    pub fn level(&self, level: u32) -> Result<BorrowedArray<'_>> {
+    pub fn level(&mut self, level: u32) -> Result<BorrowedArray<'_>> {
+        let raw = self.level_raw("MipmappedArray::level", level)?;
+        Ok(Array::borrowed(raw, &self.ctx))
+    }
+
+    /// The descriptor of one level: its extent, format and flags
+    /// ([`cuMipmappedArrayGetLevel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html),
+    /// [`cuArray3DGetDescriptor`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// Fails as [`level`](Self::level) does, and with the driver's status when it refuses to
+    /// describe the level.
+    pub fn level_descriptor(&self, level: u32) -> Result<ArrayDescriptor> {
+        let raw = self.level_raw("MipmappedArray::level_descriptor", level)?;
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut d: sys::CUDA_ARRAY3D_DESCRIPTOR = unsafe { std::mem::zeroed() };
+        // SAFETY: the level lives as long as this array; one out-parameter.
+        check("cuArray3DGetDescriptor", unsafe { sys::cuArray3DGetDescriptor(&mut d, raw) })?;
+        Ok(ArrayDescriptor::from_raw(&d))
+    }
+
+    fn level_raw(&self, operation: &'static str, level: u32) -> Result<sys::CUarray> {
         if level >= self.levels {
             return Err(Error::invalid(
-                "MipmappedArray::level",
+                operation,
                 format!("level {level} does not exist; the array has {} levels", self.levels),
             ));
         }
@@ -456,7 +589,7 @@ impl MipmappedArray {
         check("cuMipmappedArrayGetLevel", unsafe {
             sys::cuMipmappedArrayGetLevel(&mut raw, self.raw, level)
         })?;
-        Ok(Array::borrowed(raw, &self.ctx))
+        Ok(raw)
     }
 
     /// The tiling of a sparse mipmapped array

@@ -1,6 +1,7 @@
 //! Pitched 2D allocations: rows padded by the driver for aligned access, with 2D copies and
 //! 2D memset.
 
+use super::DeviceViewMut;
 use super::buffer::DeviceBuffer;
 use super::checked_bytes;
 use crate::context::Context;
@@ -113,15 +114,61 @@ impl<T: Pod> PitchedBuffer<T> {
         self.storage.context()
     }
 
-    /// The buffer that holds the rows (and their padding), e.g. for `record_stream` or
-    /// `set_stream`.
-    pub fn storage_mut(&mut self) -> &mut DeviceBuffer<u8> {
-        &mut self.storage
-    }
-
-    /// The buffer that holds the rows (and their padding).
+    /// The buffer that holds the rows (and their padding), shared.
+    ///
+    /// There is no `&mut` access to it: a replaced storage would leave the pitch and height
+    /// describing memory that is not there. What a caller needs it for is on the
+    /// `PitchedBuffer` itself ([`set_stream`](Self::set_stream),
+    /// [`record_stream`](Self::record_stream), [`bytes_mut`](Self::bytes_mut)):
+    ///
+    /// ```compile_fail,E0599
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags, memory::PitchedBuffer};
+    /// let ctx = Context::primary(&Device::get(0)?)?;
+    /// let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    /// let mut p = PitchedBuffer::<f32>::new(&s, 1024, 1024)?;
+    /// // The storage cannot be swapped for a smaller buffer (F8 of the soundness review).
+    /// let _old = std::mem::replace(p.storage_mut(), DeviceBuffer::<u8>::new(&s, 1)?);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Context, Device, Stream, StreamFlags, memory::PitchedBuffer};
+    /// let ctx = Context::primary(&Device::get(0)?)?;
+    /// let (a, b) = (Stream::new(&ctx, StreamFlags::NON_BLOCKING)?, Stream::new(&ctx, StreamFlags::NON_BLOCKING)?);
+    /// let mut p = PitchedBuffer::<f32>::new(&a, 64, 64)?;
+    /// p.set_stream(&b)?; // ordered on `b` from now on
+    /// p.bytes_mut().memset_d8(0)?; // rows and padding
+    /// assert!(p.storage().len() >= p.pitch() * p.height());
+    /// # Ok(()) }
+    /// ```
     pub fn storage(&self) -> &DeviceBuffer<u8> {
         &self.storage
+    }
+
+    /// The stream the buffer is ordered on (its storage's): synchronous copies and memsets run
+    /// there, and the memory is given back in its order.
+    pub fn stream(&self) -> &Stream {
+        self.storage.stream()
+    }
+
+    /// Orders the buffer on `stream` from now on, as [`DeviceBuffer::set_stream`]; fails as it
+    /// does, leaving the buffer where it was.
+    pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
+        self.storage.set_stream(stream)
+    }
+
+    /// Declares that work queued on `stream` outside this crate uses the buffer, as
+    /// [`DeviceBuffer::record_stream`]; fails as it does.
+    pub fn record_stream(&self, stream: &Stream) -> Result<()> {
+        self.storage.record_stream(stream)
+    }
+
+    /// All the bytes of the allocation, rows and padding (`pitch() * height()` bytes at least),
+    /// as an exclusive view.
+    pub fn bytes_mut(&mut self) -> DeviceViewMut<'_, u8> {
+        self.storage.view_mut()
     }
 
     /// Runs a synchronous 2D operation: queued on the storage's stream, then waited for.
@@ -209,6 +256,7 @@ impl<T: Pod> PitchedBuffer<T> {
     /// `src` must stay alive and unmodified until `stream` has passed the copy.
     pub unsafe fn copy_from_host_async(&mut self, src: &[T], stream: &Stream) -> Result<()> {
         let c = self.h2d("PitchedBuffer::copy_from_host_async", src)?;
+        self.storage.record_stream(stream)?;
         // SAFETY: as copy_from_host; the caller keeps `src` alive.
         check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync(&c, stream.as_raw()) })
     }
@@ -221,6 +269,7 @@ impl<T: Pod> PitchedBuffer<T> {
     /// `dst` must stay alive and untouched until `stream` has passed the copy.
     pub unsafe fn copy_to_host_async(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
         let c = self.d2h("PitchedBuffer::copy_to_host_async", dst)?;
+        self.storage.record_stream(stream)?;
         // SAFETY: as copy_to_host; the caller keeps `dst` alive.
         check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync(&c, stream.as_raw()) })
     }
@@ -277,6 +326,7 @@ impl<T: Pod> PitchedBuffer<T> {
     /// ([`cuMemsetD2D8Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn memset_d8_async(&mut self, value: u8, stream: &Stream) -> Result<()> {
         let w = self.units("PitchedBuffer::memset_d8_async", 1)?;
+        self.storage.record_stream(stream)?;
         // SAFETY: as memset_d8; device memory is freed only after queued work.
         check("cuMemsetD2D8Async", unsafe {
             sys::cuMemsetD2D8Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw())
@@ -287,6 +337,7 @@ impl<T: Pod> PitchedBuffer<T> {
     /// ([`cuMemsetD2D16Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn memset_d16_async(&mut self, value: u16, stream: &Stream) -> Result<()> {
         let w = self.units("PitchedBuffer::memset_d16_async", 2)?;
+        self.storage.record_stream(stream)?;
         // SAFETY: as memset_d16; device memory is freed only after queued work.
         check("cuMemsetD2D16Async", unsafe {
             sys::cuMemsetD2D16Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw())
@@ -297,6 +348,7 @@ impl<T: Pod> PitchedBuffer<T> {
     /// ([`cuMemsetD2D32Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn memset_d32_async(&mut self, value: u32, stream: &Stream) -> Result<()> {
         let w = self.units("PitchedBuffer::memset_d32_async", 4)?;
+        self.storage.record_stream(stream)?;
         // SAFETY: as memset_d32; device memory is freed only after queued work.
         check("cuMemsetD2D32Async", unsafe {
             sys::cuMemsetD2D32Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw())

@@ -30,7 +30,7 @@ use crate::error::check;
 use crate::pool::{Allocator, AsyncAllocator};
 use crate::{Context, Device, Error, Result};
 use cuda_driver_sys as sys;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// How a pool's memory may be shared with other processes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,11 +143,19 @@ fn device_location(device: Device) -> Result<sys::CUmemLocation> {
     Ok(sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id })
 }
 
+/// The pool made current on each device by [`MemPool::set_current`], held while current.
+static CURRENT: Mutex<Vec<(sys::CUdevice, MemPool)>> = Mutex::new(Vec::new());
+
+fn lock_current() -> std::sync::MutexGuard<'static, Vec<(sys::CUdevice, MemPool)>> {
+    CURRENT.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A stream-ordered memory pool of the driver (`CUmemoryPool`).
 ///
 /// A pool made by [`MemPool::create`] or imported is destroyed when the last clone is dropped
 /// (the driver keeps its memory until outstanding allocations are freed); the device's default
-/// and current pools are borrowed. Cloning is cheap and shares the pool: allocators made from
+/// pool is borrowed. While a pool is a device's current pool ([`MemPool::set_current`]), the
+/// device holds a clone of it. Cloning is cheap and shares the pool: allocators made from
 /// it ([`MemPool::allocator`], [`AsyncAllocator::from_pool`]) hold a clone, so the pool lives
 /// as long as they do.
 #[derive(Clone, Debug)]
@@ -194,22 +202,72 @@ impl MemPool {
         Ok(MemPool::wrap(raw, false))
     }
 
-    /// The device's current pool, the one `cuMemAllocAsync` uses, borrowed
+    /// The device's current pool, the one `cuMemAllocAsync` uses
     /// ([`cuDeviceGetMemPool`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
+    ///
+    /// A pool made current with [`set_current`](Self::set_current) comes back as a clone of
+    /// the value given there (which the device holds while the pool is current, so it is
+    /// alive); the device's default pool comes back borrowed, as from
+    /// [`device_default`](Self::device_default), since it lives as long as the device.
+    ///
+    /// A pool made current outside this crate (`cudaDeviceSetMemPool`, a raw call) is an
+    /// [`Error::InvalidArgument`]: nothing here can keep it alive. Wrap it with the `unsafe`
+    /// [`MemPool::from_raw`] instead. Otherwise it fails only with the driver's status.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Context, Device, mempool::{MemPool, MemPoolProps}};
+    /// let dev = Device::get(0)?;
+    /// let pool = MemPool::create(&MemPoolProps::device(dev))?;
+    /// MemPool::set_current(&dev, &pool)?;
+    /// let current = MemPool::current(&dev)?;
+    /// drop(pool); // the device still holds the pool: `current` is a live pool (G3)
+    /// current.trim_to(0)?;
+    /// MemPool::set_current(&dev, &MemPool::device_default(&dev)?)?; // lets it go
+    /// # Ok(()) }
+    /// ```
     pub fn current(device: &Device) -> Result<MemPool> {
         crate::device::init()?;
+        let slots = lock_current();
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter.
         check("cuDeviceGetMemPool", unsafe { sys::cuDeviceGetMemPool(&mut raw, device.as_raw()) })?;
-        Ok(MemPool::wrap(raw, false))
+        if let Some((_, pool)) = slots.iter().find(|(d, p)| *d == device.as_raw() && p.as_raw() == raw) {
+            return Ok(pool.clone());
+        }
+        drop(slots);
+        let default = MemPool::device_default(device)?;
+        if default.as_raw() == raw {
+            return Ok(default);
+        }
+        Err(Error::invalid(
+            "MemPool::current",
+            format!(
+                "the current pool of device {} was set outside this crate (cudaDeviceSetMemPool or a \
+                 raw call), so no value can keep it alive; wrap it with the unsafe MemPool::from_raw, \
+                 or make a pool current with MemPool::set_current",
+                device.ordinal()
+            ),
+        ))
     }
 
     /// Makes `pool` the device's current pool
-    /// ([`cuDeviceSetMemPool`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html));
-    /// it must stay alive while it is current.
+    /// ([`cuDeviceSetMemPool`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
+    ///
+    /// The device keeps a clone of `pool` while it is current, so dropping the caller's values
+    /// does not destroy it; making another pool current (the
+    /// [default](Self::device_default), for instance) lets it go. Fails with the driver's
+    /// status (a pool of another device, for instance), and then nothing changes.
     pub fn set_current(device: &Device, pool: &MemPool) -> Result<()> {
-        // SAFETY: the pool is alive.
-        check("cuDeviceSetMemPool", unsafe { sys::cuDeviceSetMemPool(device.as_raw(), pool.as_raw()) })
+        let mut slots = lock_current();
+        // SAFETY: the pool is alive, and stays alive while current: the slot below holds it.
+        check("cuDeviceSetMemPool", unsafe { sys::cuDeviceSetMemPool(device.as_raw(), pool.as_raw()) })?;
+        let previous = slots.iter().position(|(d, _)| *d == device.as_raw()).map(|i| slots.swap_remove(i).1);
+        slots.push((device.as_raw(), pool.clone()));
+        drop(slots);
+        // The pool that was current may be destroyed here, outside the lock.
+        drop(previous);
+        Ok(())
     }
 
     /// Wraps a raw pool; an `owned` pool is destroyed when the last clone is dropped.

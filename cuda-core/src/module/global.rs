@@ -5,22 +5,109 @@ use crate::error::{Error, Result, check};
 use crate::memory::{DeviceView, DeviceViewMut};
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
+use std::sync::Mutex;
 
 /// A global variable of loaded code, viewed as `len()` elements of `T`. It borrows the module
 /// or library it is in.
 ///
+/// **One handle per variable.** A module or library hands out at most one live `Global` for a
+/// variable at a time ([`Module::global`](super::Module::global),
+/// [`Library::global`](super::Library::global), [`Library::managed`](super::Library::managed));
+/// asking again while it lives is an [`Error::InvalidArgument`], and dropping it lets the next
+/// one be made. Through that one handle, reads take `&self` and writes `&mut self`, and the views
+/// borrow it, so the usual borrow rules hold for the variable's memory: any number of readers,
+/// or one writer. (Kernels of the module may still write the variable: a launch is `unsafe`,
+/// and its contract covers that.)
+///
 /// Copies are synchronous: they return when the data has arrived. [`Global::as_view`] gives a
 /// [`DeviceView`] for everything that takes device memory (async copies, kernel arguments).
+///
+/// An exclusive view lives no longer than the `&mut` borrow of the handle, so a second one
+/// cannot exist beside it (F11 of the soundness review):
+///
+/// ```compile_fail,E0499
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Context, Device, Module};
+/// let ctx = Context::primary(&Device::get(0)?)?;
+/// let module = Module::from_ptx(&ctx, "")?;
+/// let mut g = module.global::<u32>("x")?;
+/// let (a, b) = (g.as_view_mut(), g.as_view_mut());
+/// drop((a, b));
+/// # Ok(()) }
+/// ```
+///
+/// and a second handle to the same variable is refused at run time:
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Context, Device, Error, Module};
+/// let ctx = Context::primary(&Device::get(0)?)?;
+/// let module = Module::from_ptx(&ctx, ".version 8.0\n.target sm_70\n.address_size 64\n.global .u32 x;\n")?;
+/// let mut g = module.global::<u32>("x")?;
+/// assert!(matches!(module.global::<u32>("x"), Err(Error::InvalidArgument { .. })));
+/// g.copy_from_host(&[7])?;
+/// g.as_view_mut().memset_d32(1)?;
+/// assert_eq!(g.to_vec()?, [1]);
+/// drop(g);
+/// assert_eq!(module.global::<u32>("x")?.to_vec()?, [1]); // free again
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Global<'m, T> {
     ptr: sys::CUdeviceptr,
     len: usize,
     ctx: &'m Context,
+    claims: &'m Claims,
     _element: PhantomData<T>,
 }
 
+/// The variables of a module or library that have a live [`Global`], by address.
+#[derive(Debug, Default)]
+pub(crate) struct Claims {
+    held: Mutex<Vec<sys::CUdeviceptr>>,
+}
+
+impl Claims {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<sys::CUdeviceptr>> {
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Claims the variable at `ptr`, or says that a `Global` of it is alive.
+    fn claim(&self, operation: &'static str, name: &str, ptr: sys::CUdeviceptr) -> Result<()> {
+        let mut held = self.lock();
+        if held.contains(&ptr) {
+            return Err(Error::invalid(
+                operation,
+                format!(
+                    "a Global of the variable `{name}` is alive already; use that one, or drop it before asking again"
+                ),
+            ));
+        }
+        held.push(ptr);
+        Ok(())
+    }
+
+    fn release(&self, ptr: sys::CUdeviceptr) {
+        self.lock().retain(|&p| p != ptr);
+    }
+}
+
+impl<T> Drop for Global<'_, T> {
+    fn drop(&mut self) {
+        self.claims.release(self.ptr);
+    }
+}
+
 impl<'m, T: bytemuck::Pod> Global<'m, T> {
-    pub(crate) fn new(ctx: &'m Context, ptr: sys::CUdeviceptr, bytes: usize) -> Result<Global<'m, T>> {
+    /// Checks the variable's size and alignment for `T` and claims it in `claims`.
+    pub(crate) fn new(
+        operation: &'static str,
+        name: &str,
+        ctx: &'m Context,
+        claims: &'m Claims,
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<Global<'m, T>> {
         let size = std::mem::size_of::<T>();
         if size == 0 || bytes % size != 0 {
             return Err(Error::invalid(
@@ -39,7 +126,8 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
                 ),
             ));
         }
-        Ok(Global { ptr, len: bytes / size, ctx, _element: PhantomData })
+        claims.claim(operation, name, ptr)?;
+        Ok(Global { ptr, len: bytes / size, ctx, claims, _element: PhantomData })
     }
 
     /// The number of elements.
@@ -76,22 +164,39 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
         }
     }
 
-    /// The variable as a device view.
-    pub fn as_view(&self) -> DeviceView<'m, T> {
+    /// The variable as a device view, which borrows this handle: no exclusive view or write
+    /// can be made while it lives.
+    pub fn as_view(&self) -> DeviceView<'_, T> {
         // SAFETY: the variable holds `len` elements of T in `ctx` and lives as long as the
-        // module or library that `'m` borrows.
+        // module or library that `'m` borrows, which outlives `self`; this is the only handle
+        // to it (`Claims`), and writes through it need `&mut self`.
         unsafe { DeviceView::from_raw(self.ctx, self.ptr, self.len) }
     }
 
-    /// The variable as a mutable device view.
-    pub fn as_view_mut(&mut self) -> DeviceViewMut<'m, T> {
-        // SAFETY: as for `as_view`; `&mut self` keeps this handle from making a second view.
+    /// The variable as an exclusive device view, which borrows this handle mutably: it is the
+    /// only way to the variable's memory while it lives.
+    pub fn as_view_mut(&mut self) -> DeviceViewMut<'_, T> {
+        // SAFETY: as for `as_view`; the view borrows `self` mutably and this is the only handle
+        // to the variable, so nothing else reaches its memory while the view lives.
         unsafe { DeviceViewMut::from_raw(self.ctx, self.ptr, self.len) }
     }
 
     /// Writes `data` into the variable
     /// ([`cuMemcpyHtoD`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
-    pub fn copy_from_host(&self, data: &[T]) -> Result<()> {
+    ///
+    /// A slice of another length is an [`Error::InvalidArgument`]. A write needs the handle
+    /// exclusively:
+    ///
+    /// ```compile_fail,E0596
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Context, Device, Module};
+    /// let ctx = Context::primary(&Device::get(0)?)?;
+    /// let module = Module::from_ptx(&ctx, "")?;
+    /// let g = module.global::<u32>("x")?; // not `mut`
+    /// g.copy_from_host(&[1])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn copy_from_host(&mut self, data: &[T]) -> Result<()> {
         self.check_len("Global::copy_from_host", data.len())?;
         self.ctx.enter()?;
         // SAFETY: the variable and the slice both hold `size_bytes()` bytes.

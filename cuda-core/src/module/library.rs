@@ -1,6 +1,8 @@
 //! Libraries: code loaded once for all contexts, and their context-independent kernels.
 
-use super::{Function, FunctionAttribute, Global, JitLog, JitOptions, driver_string, image, symbol_name};
+use super::{
+    Claims, Function, FunctionAttribute, Global, JitLog, JitOptions, driver_string, image, symbol_name,
+};
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
@@ -17,11 +19,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 ///
 /// The driver keeps its own copy of the image. A [`Kernel`] of the library launches in the
 /// context of the stream it is launched on; no context needs to be current to load it.
-/// The library is unloaded on drop.
+///
+/// The library is unloaded on drop. A library belongs to no context, so an error while
+/// unloading is kept in the context current on the dropping thread, when it is one this crate
+/// made or retained (read it with [`Context::take_deferred_errors`]); [`unload`](Self::unload)
+/// returns it instead, wherever it is called.
 #[derive(Debug)]
 pub struct Library {
+    /// Null once unloaded.
     raw: sys::CUlibrary,
     log: JitLog,
+    /// The variables that have a live [`Global`].
+    claims: Claims,
 }
 
 // SAFETY: a CUlibrary may be used from any thread; the driver synchronizes access to it.
@@ -99,7 +108,7 @@ impl Library {
             )
         };
         let log = raw_options.check("cuLibraryLoadData", status)?;
-        Ok(Library { raw, log })
+        Ok(Library { raw, log, claims: Claims::default() })
     }
 
     /// The raw `CUlibrary`.
@@ -154,13 +163,16 @@ impl Library {
     ///
     /// A name with a NUL byte or that the library does not define, a variable whose size is not
     /// a whole number of `T`s, or an address not aligned for `T`, is an
-    /// [`Error::InvalidArgument`].
+    /// [`Error::InvalidArgument`]; so is a variable whose `Global` (in this context) is alive
+    /// already (one handle per variable, see [`Global`]).
     pub fn global<'a, T: bytemuck::Pod>(&'a self, ctx: &'a Context, name: &str) -> Result<Global<'a, T>> {
         self.variable(ctx, name, false)
     }
 
     /// The `__managed__` variable `name`
     /// ([`cuLibraryGetManaged`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    /// A managed variable has one address for every context, so it has one live `Global` at a
+    /// time across them all.
     ///
     /// Fails as [`global`](Self::global) does.
     pub fn managed<'a, T: bytemuck::Pod>(&'a self, ctx: &'a Context, name: &str) -> Result<Global<'a, T>> {
@@ -194,16 +206,35 @@ impl Library {
             ));
         }
         check(call, status)?;
-        Global::new(ctx, ptr, bytes)
+        Global::new("Library::global", name, ctx, &self.claims, ptr, bytes)
+    }
+}
+
+impl Library {
+    /// Unloads the library now, returning the driver's status
+    /// ([`cuLibraryUnload`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html))
+    /// instead of keeping it in a context as `Drop` does. The library is gone either way.
+    pub fn unload(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
+        if raw.is_null() {
+            return Ok(());
+        }
+        // SAFETY: this value owns the library and unloads it once (`raw` is null afterwards);
+        // nothing borrowed from it outlives it.
+        check("cuLibraryUnload", unsafe { sys::cuLibraryUnload(raw) })
     }
 }
 
 impl Drop for Library {
     fn drop(&mut self) {
-        // A library belongs to no context, so there is nowhere to keep an error; unloading a
-        // live library only fails if the driver is shutting down.
-        // SAFETY: this value owns the library; nothing borrowed from it outlives it.
-        let _ = unsafe { sys::cuLibraryUnload(self.raw) };
+        if let Err(e) = self.release() {
+            // A library belongs to no context: keep the error in the thread's current one.
+            crate::context::defer_to_current(e);
+        }
     }
 }
 
@@ -309,12 +340,43 @@ impl<'l> Kernel<'l> {
 
     /// The kernel's function in `ctx`, loading it there if needed
     /// ([`cuKernelGetFunction`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
-    pub fn function(&self, ctx: &Context) -> Result<Function<'l>> {
+    ///
+    /// The function dies with the library and with the context, so it borrows both:
+    ///
+    /// ```compile_fail,E0597
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Context, ContextFlags, Device, Library, module::{FunctionAttribute, JitOptions}};
+    /// let dev = Device::get(0)?;
+    /// let library = Library::from_ptx("", &JitOptions::new())?;
+    /// let k = library.kernel("k")?;
+    /// let f = {
+    ///     let ctx = Context::create(&dev, ContextFlags::empty())?;
+    ///     k.function(&ctx)? // F12 of the soundness review: `ctx` is destroyed here
+    /// };
+    /// f.attribute(FunctionAttribute::NumRegs)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Context, Device, Library, module::{FunctionAttribute, JitOptions}};
+    /// let library = Library::from_ptx(".version 8.0\n.target sm_70\n.address_size 64\n.entry k() { ret; }\n", &JitOptions::new())?;
+    /// let k = library.kernel("k")?;
+    /// let ctx = Context::primary(&Device::get(0)?)?;
+    /// let f = k.function(&ctx)?;
+    /// assert!(f.attribute(FunctionAttribute::NumRegs)? >= 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn function<'a>(&self, ctx: &'a Context) -> Result<Function<'a>>
+    where
+        'l: 'a,
+    {
         ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: a live kernel, one out-parameter; `ctx` is current.
         check("cuKernelGetFunction", unsafe { sys::cuKernelGetFunction(&mut raw, self.raw) })?;
-        // SAFETY: the function lives as long as the library, which `'l` borrows.
+        // SAFETY: the function lives as long as the library (`'l`) and the context (`ctx`),
+        // and `'a` is no longer than either.
         unsafe { Function::from_raw(raw) }
     }
 

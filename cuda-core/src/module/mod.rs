@@ -24,6 +24,7 @@ mod library;
 mod link;
 
 pub use function::{CacheConfig, Function, FunctionAttribute, SharedMemoryConfig};
+pub(crate) use global::Claims;
 pub use global::Global;
 pub use jit::{JitCacheMode, JitFallback, JitLog, JitOptions, JitTarget, OptimizationLevel};
 pub use library::{Kernel, Library};
@@ -54,6 +55,8 @@ pub struct Module {
     raw: sys::CUmodule,
     ctx: Context,
     log: JitLog,
+    /// The variables that have a live [`Global`].
+    claims: Claims,
 }
 
 // SAFETY: a CUmodule may be used from any thread; the driver synchronizes access to it.
@@ -153,7 +156,7 @@ impl Module {
             )
         };
         let log = raw_options.check("cuModuleLoadDataEx", status)?;
-        Ok(Module { raw, ctx: ctx.clone(), log })
+        Ok(Module { raw, ctx: ctx.clone(), log, claims: Claims::default() })
     }
 
     /// Adopts a loaded module; it is unloaded on drop.
@@ -162,7 +165,7 @@ impl Module {
     ///
     /// `raw` must be a live module loaded into `ctx`, owned by nobody else.
     pub unsafe fn from_raw(ctx: &Context, raw: sys::CUmodule) -> Module {
-        Module { raw, ctx: ctx.clone(), log: JitLog::default() }
+        Module { raw, ctx: ctx.clone(), log: JitLog::default(), claims: Claims::default() }
     }
 
     /// The raw `CUmodule`.
@@ -224,7 +227,8 @@ impl Module {
     /// Its size must be a multiple of `size_of::<T>()`.
     ///
     /// A name with a NUL byte or that the module does not define, a size that is not a whole
-    /// number of `T`s, or an address not aligned for `T`, is an [`Error::InvalidArgument`].
+    /// number of `T`s, or an address not aligned for `T`, is an [`Error::InvalidArgument`]; so
+    /// is a variable whose `Global` is alive already (one handle per variable, see [`Global`]).
     pub fn global<T: bytemuck::Pod>(&self, name: &str) -> Result<Global<'_, T>> {
         let c_name = symbol_name("Module::global", name)?;
         let (mut ptr, mut bytes) = (0, 0);
@@ -234,7 +238,7 @@ impl Module {
             return Err(Error::invalid("Module::global", format!("no global named `{name}` in this module")));
         }
         check("cuModuleGetGlobal", status)?;
-        Global::new(&self.ctx, ptr, bytes)
+        Global::new("Module::global", name, &self.ctx, &self.claims, ptr, bytes)
     }
 }
 

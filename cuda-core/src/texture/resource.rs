@@ -178,7 +178,7 @@ impl Resource<'static> {
     ///
     /// Fails only when the driver refuses either call.
     pub fn mipmapped_array(array: Arc<MipmappedArray>) -> Result<Resource<'static>> {
-        let d = array.level(0)?.descriptor()?;
+        let d = array.level_descriptor(0)?;
         Ok(Resource {
             descriptor: ResourceDescriptor::MipmappedArray { array: array.as_raw() },
             format: ChannelFormat::from_array_descriptor(&d).ok(),

@@ -6,6 +6,7 @@ use crate::context::Context;
 use crate::error::{Error, Result, check};
 use cuda_driver_sys as sys;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A physical allocation: memory with no address until it is mapped into an
 /// [`AddressRange`](super::AddressRange).
@@ -27,6 +28,10 @@ struct Handle {
     /// The minimum granularity of the allocation's properties: mappings are checked against it.
     granularity: usize,
     context: Context,
+    /// Set when a buffer ([`VmmAllocator`](super::VmmAllocator),
+    /// [`GrowableBuffer`](super::GrowableBuffer)) maps the memory as its own: no further mapping
+    /// may be made, or the buffer's exclusive access would have a second way in.
+    sealed: AtomicBool,
 }
 
 impl Drop for Handle {
@@ -72,7 +77,7 @@ impl PhysicalMemory {
     pub fn new(context: &Context, size: usize, props: &AllocationProperties) -> Result<PhysicalMemory> {
         context.enter()?;
         let granularity = props.granularity(Granularity::Minimum)?;
-        if size == 0 || size % granularity != 0 {
+        if size == 0 || size.checked_rem(granularity) != Some(0) {
             return Err(Error::invalid(
                 "PhysicalMemory::new",
                 format!(
@@ -97,7 +102,14 @@ impl PhysicalMemory {
         granularity: usize,
     ) -> PhysicalMemory {
         PhysicalMemory {
-            inner: Arc::new(Handle { raw, size, handle_types, granularity, context: context.clone() }),
+            inner: Arc::new(Handle {
+                raw,
+                size,
+                handle_types,
+                granularity,
+                context: context.clone(),
+                sealed: AtomicBool::new(false),
+            }),
         }
     }
 
@@ -115,6 +127,7 @@ impl PhysicalMemory {
             handle_types: HandleTypes::empty(),
             granularity: 1,
             context: context.clone(),
+            sealed: AtomicBool::new(false),
         };
         let props = query_properties(raw)?;
         handle.granularity = props.granularity(Granularity::Minimum)?;
@@ -130,8 +143,39 @@ impl PhysicalMemory {
     /// ([`cuMemGetAddressRange`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     /// An address that no mapping holds is the driver's error.
     ///
+    /// # Safety
+    ///
+    /// The result is a second way to memory that something else may own: mapping it again
+    /// ([`AddressRange::map`](super::AddressRange::map)) gives views of the same bytes. So
+    /// while the result, a clone of it or a mapping of it is alive, the memory at `address` must
+    /// not be reached through anything that expects exclusive access to it (a
+    /// [`DeviceBuffer`](crate::DeviceBuffer) from [`VmmAllocator`](super::VmmAllocator), a
+    /// [`GrowableBuffer`](super::GrowableBuffer), a `view_mut` of another [`Mapping`])
+    /// except in an order that makes the accesses not overlap (for instance, only after that
+    /// owner is dropped, as the memory then stays alive through the result). Where the
+    /// memory is your own [`PhysicalMemory`], clone that instead: no `unsafe` is needed.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Context, Device, vmm::{AddressRange, AllocationProperties, Granularity, PhysicalMemory}};
+    /// let dev = Device::get(0)?;
+    /// let ctx = Context::primary(&dev)?;
+    /// let props = AllocationProperties::device(dev);
+    /// let gran = props.granularity(Granularity::Minimum)?;
+    /// let range = AddressRange::reserve(&ctx, gran, 0)?;
+    /// let mapping = range.map(0, &PhysicalMemory::new(&ctx, gran, &props)?)?;
+    /// // SAFETY: the only other way to the memory, `mapping`, is dropped before any use of this.
+    /// let retained = unsafe { PhysicalMemory::retain_from_address(&ctx, mapping.as_raw())? };
+    /// drop(mapping);
+    /// let again = range.map(0, &retained)?;
+    /// # drop(again); Ok(()) }
+    /// ```
+    ///
     /// [`Mapping`]: super::Mapping
-    pub fn retain_from_address(context: &Context, address: sys::CUdeviceptr) -> Result<PhysicalMemory> {
+    pub unsafe fn retain_from_address(
+        context: &Context,
+        address: sys::CUdeviceptr,
+    ) -> Result<PhysicalMemory> {
         context.enter()?;
         let mut raw = 0;
         // SAFETY: one out-parameter; the driver checks that the address is mapped (the
@@ -301,6 +345,27 @@ impl PhysicalMemory {
     #[inline]
     pub fn handle_types(&self) -> HandleTypes {
         self.inner.handle_types
+    }
+
+    /// Marks the memory as a buffer's own: [`AddressRange::map`](super::AddressRange::map)
+    /// refuses it from now on (see [`mappable`](Self::mappable)).
+    pub(crate) fn seal(&self) {
+        self.inner.sealed.store(true, Ordering::Release);
+    }
+
+    /// Refuses memory that a buffer has mapped as its own: a second mapping would give a second
+    /// exclusive way to the buffer's bytes.
+    pub(crate) fn mappable(&self, operation: &'static str) -> Result<()> {
+        if self.inner.sealed.load(Ordering::Acquire) {
+            return Err(Error::invalid(
+                operation,
+                "this physical memory backs a VmmAllocator buffer or a GrowableBuffer, which has \
+                 exclusive access to it, so it cannot be mapped again; export it (export_fd, \
+                 export_fabric) to share it with another process, or make a PhysicalMemory of your \
+                 own to map it twice",
+            ));
+        }
+        Ok(())
     }
 
     /// The context the allocation was made or imported in.

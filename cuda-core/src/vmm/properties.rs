@@ -153,6 +153,11 @@ impl AllocationProperties {
     /// The allocation granularity for these properties: sizes, offsets and reserved addresses
     /// of mappings are multiples of the minimum
     /// ([`cuMemGetAllocationGranularity`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
+    ///
+    /// Fails with the driver's status when it refuses the properties, and with an
+    /// [`Error::InvalidArgument`] when it answers a granularity that is 0 or not a power of
+    /// two, which nothing can be rounded to (every caller in this crate gets its granularity
+    /// here, so none divides by such an answer).
     pub fn granularity(&self, which: Granularity) -> Result<usize> {
         crate::device::init()?;
         let raw = self.to_raw();
@@ -161,7 +166,22 @@ impl AllocationProperties {
         check("cuMemGetAllocationGranularity", unsafe {
             sys::cuMemGetAllocationGranularity(&mut granularity, &raw, which.as_raw())
         })?;
+        checked_granularity(granularity)
+    }
+}
+
+/// A granularity the driver answered, if sizes can be rounded to it: not 0, a power of two.
+fn checked_granularity(granularity: usize) -> Result<usize> {
+    if granularity.is_power_of_two() {
         Ok(granularity)
+    } else {
+        Err(Error::invalid(
+            "AllocationProperties::granularity",
+            format!(
+                "the driver reported an allocation granularity of {granularity} bytes, which is not a \
+                 power of two; these properties cannot be used for virtual memory on this driver"
+            ),
+        ))
     }
 }
 
@@ -234,6 +254,14 @@ mod tests {
             assert_eq!(Granularity::try_from(g.as_raw()).ok(), Some(g));
         }
         assert!(Granularity::try_from(sys::CUmemAllocationGranularity_flags(7)).is_err());
+    }
+
+    #[test]
+    fn granularities_that_nothing_rounds_to_are_errors() {
+        assert!(matches!(checked_granularity(0), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(checked_granularity(3 << 20), Err(Error::InvalidArgument { .. })));
+        assert_eq!(checked_granularity(2 << 20).ok(), Some(2 << 20));
+        assert_eq!(checked_granularity(1).ok(), Some(1));
     }
 
     #[test]

@@ -114,9 +114,13 @@ impl AddressRange {
     /// so to map pieces, make one [`PhysicalMemory`] per piece.
     ///
     /// Checked before the call, as [`Error::InvalidArgument`]s: a mapping that ends past the
-    /// reserved range, and an offset that is not a multiple of the allocation granularity (the
-    /// message names it). Mapping over addresses already mapped is the driver's error.
+    /// reserved range, an offset that is not a multiple of the allocation granularity (the
+    /// message names it), and physical memory that a [`VmmAllocator`](super::VmmAllocator)
+    /// buffer or a [`GrowableBuffer`](super::GrowableBuffer) maps as its own (reached through
+    /// [`Mapping::physical`]), which has exclusive access to it. Mapping over addresses
+    /// already mapped is the driver's error.
     pub fn map(&self, offset: usize, physical: &PhysicalMemory) -> Result<Mapping> {
+        physical.mappable("AddressRange::map")?;
         let size = physical.size();
         check_mapping(self.size(), offset, size, physical.granularity())?;
         self.inner.context.enter()?;
