@@ -231,7 +231,7 @@ fn recorded_streams_delay_the_free_for_every_allocator() -> TestResult {
             };
         }
         dst.view_mut().copy_from_device_async(&src.view(), &s2)?;
-        src.record_stream(&s2);
+        src.record_stream(&s2)?;
         drop(src);
         // New memory on s1 from the same allocator, overwritten at once.
         let mut reuse = DeviceBuffer::<u32>::new_in(&s1, N, allocator)?;

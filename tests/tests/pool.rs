@@ -121,9 +121,9 @@ fn record_stream_holds_block() -> TestResult {
     s2.launch_host_func(move || {
         let _ = wait.recv();
     })?;
-    let mut b = DeviceBuffer::<u8>::new_in(&s1, 1 << 20, pool.clone())?;
+    let b = DeviceBuffer::<u8>::new_in(&s1, 1 << 20, pool.clone())?;
     let first = b.as_raw();
-    b.record_stream(&s2);
+    b.record_stream(&s2)?;
     ensure_eq!(b.recorded_streams().len(), 1);
     drop(b);
     ensure_eq!(pool.used_bytes(), 1 << 20);

@@ -343,6 +343,13 @@ pub unsafe trait PinnedAllocator: Send + Sync {
 ///     fn destroy(&self, _: u64) {}
 /// }
 /// ```
+///
+/// The driver's events that the pools use are private to the crate: their methods take raw
+/// handles, which safe code could forge or destroy twice.
+///
+/// ```compile_fail,E0432
+/// use cuda_core::pool::DriverEvents;
+/// ```
 pub unsafe trait StreamEvents: Send + Sync {
     /// Creates an event (without timing); an error when the driver cannot make one.
     fn create(&self) -> Result<u64>;

@@ -1,6 +1,190 @@
-//! Soundness regressions (see the parent module).
+//! Pools and allocators (review findings F5, F15, F16): memory a pool or an upstream allocator
+//! takes back is reused only once the copies on it have run, wherever they ran, and is given
+//! back even while an error is pending in its context.
+//!
+//! The copy tests hold a stream back with a sleeping host function, so that the copy queued
+//! behind it runs late every time, and drop the pinned buffer meanwhile. (The compile-time
+//! holes of the same findings, F1–F4, are `compile_fail` doctests on `cuda_core::pool`'s
+//! traits.)
 
-use cuda_tests::Test;
+use cuda_core::pool::{DeviceAllocator, PinnedMemoryPool};
+use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
+use cuda_driver_sys as sys;
+use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, multi_gpu, no_deferred};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The tests of this module.
-pub const TESTS: &[Test] = &[];
+pub const TESTS: &[Test] = &[
+    gpu("pinned_pool_waits_for_a_copy_on_another_threads_per_thread_stream", pinned_copy_on_another_thread),
+    gpu("pinned_copies_on_the_default_streams_of_two_contexts_are_chained", pinned_copies_in_two_contexts),
+    gpu("pinned_pool_takes_back_a_buffer_copied_in_another_context", pinned_copy_in_another_context),
+    multi_gpu("pinned_pool_takes_back_a_buffer_copied_on_another_device", 2, pinned_copy_on_another_device),
+    gpu("device_allocator_frees_while_a_deferred_error_is_pending", device_free_with_deferred_error),
+];
+
+/// Elements of the buffers: 64 MiB of `u32`, so that a late copy is plainly visible.
+const N: usize = 1 << 24;
+
+/// Holds `stream` back for `ms` milliseconds: the work queued after this runs late.
+fn hold(stream: &Stream, ms: u64) -> Result<(), Error> {
+    stream.launch_host_func(move || std::thread::sleep(Duration::from_millis(ms)))
+}
+
+/// Counts the elements of `seen` that are not `expected`.
+fn wrong(seen: &[u32], expected: u32) -> usize {
+    seen.iter().filter(|&&v| v != expected).count()
+}
+
+// F5(b): a pinned buffer written by a copy on thread A's per-thread default stream, then dropped
+// on thread B (the main thread, with the context current). Before the fix, the pool recorded an
+// event of its own at the drop, on `CU_STREAM_PER_THREAD` as resolved on thread B: an idle
+// stream, so the event completed at once and the block was handed to the next request (zeroed,
+// filled, lent as `&mut [u32]`) while A's copy was still to write it; the fives landed in the new
+// buffer. Now the pool keeps the block until the event the buffer's copy tracker recorded after
+// the copy, on A, has completed: the next request gets another block, and its sevens stay.
+fn pinned_copy_on_another_thread() -> TestResult {
+    let (_device, ctx, _stream) = device_zero()?;
+    let pool = Arc::new(PinnedMemoryPool::new(&ctx));
+    let worker_ctx = ctx.clone();
+    let worker_pool = pool.clone();
+    let host = std::thread::spawn(move || -> Result<(PinnedBuffer<u32>, usize), Error> {
+        worker_ctx.bind_to_thread()?;
+        let stream = Stream::per_thread(&worker_ctx);
+        let device = DeviceBuffer::<u32>::from_slice(&stream, &vec![5; N])?;
+        let mut host = PinnedBuffer::<u32>::new_in(N, worker_pool)?;
+        let address = host.as_ptr() as usize;
+        hold(&stream, 500)?;
+        device.copy_to_pinned_async(&mut host, &stream)?; // lands in ~500 ms
+        Ok((host, address))
+    })
+    .join()
+    .map_err(|_| "the copying thread panicked")??;
+    let (host, address) = host;
+    ensure!(host.has_copies_in_flight(), "the copy was not recorded");
+    drop(host); // on this thread: the pool must not reuse the block yet
+    let mut next = PinnedBuffer::<u32>::new_in(N, pool.clone())?;
+    let reused = next.as_ptr() as usize == address;
+    next.as_mut_slice()?.fill(7);
+    // Wait for everything of the context, the other thread's per-thread stream included.
+    ctx.synchronize()?;
+    ensure_eq!(wrong(next.as_slice()?, 7), 0, "the late copy wrote into the next buffer (reused: {reused})");
+    ensure!(!reused, "the pool handed the block back while a copy was still to write it");
+    drop(next);
+    // Once the copy has run, the block comes back to the pool.
+    pool.free_all_blocks()?;
+    ensure_eq!((pool.used_bytes(), pool.total_bytes()), (0, 0), "the pool kept a block for good");
+    no_deferred(&ctx)
+}
+
+// F5(a): copies into one pinned buffer on the legacy default streams of two contexts of one
+// device. Before the fix those two streams compared equal, so the second copy did not wait for
+// the first, and the tracker replaced its event with one that covered only the second copy:
+// `as_slice` returned while the first (held back) copy was still to write the memory, and the
+// slice changed under the shared borrow. Now the second context's stream waits for the first
+// copy's event before its own copy, and `as_slice` waits for both: the slice holds the second
+// copy's nines, and still does after the first copy's time has passed.
+fn pinned_copies_in_two_contexts() -> TestResult {
+    let device = Device::get(0)?;
+    let c1 = Context::primary(&device)?;
+    let c2 = Context::create(&device, ContextFlags::empty())?;
+    let (s1, s2) = (Stream::legacy(&c1), Stream::legacy(&c2));
+    ensure!(s1 != s2, "the legacy streams of two contexts compare equal");
+    let b1 = DeviceBuffer::<u32>::from_slice(&s1, &vec![5; N])?;
+    let b2 = DeviceBuffer::<u32>::from_slice(&s2, &vec![9; N])?;
+    let mut host = PinnedBuffer::<u32>::new_in(N, Arc::new(PinnedMemoryPool::new(&c1)))?;
+    hold(&s1, 500)?;
+    b1.copy_to_pinned_async(&mut host, &s1)?; // fives, late
+    b2.copy_to_pinned_async(&mut host, &s2)?; // nines, after the fives
+    let seen = host.as_slice()?;
+    let at_once = wrong(seen, 9);
+    std::thread::sleep(Duration::from_millis(800));
+    let later = wrong(seen, 9);
+    ensure_eq!((at_once, later), (0, 0), "words of the shared slice not the last copy's (at once, later)");
+    drop(host);
+    no_deferred(&c1)?;
+    no_deferred(&c2)
+}
+
+/// Copies into a pinned buffer of `pool` on `stream` (held back first), drops the buffer with
+/// the copy in flight, then checks that the pool takes the block back once the copy has run,
+/// and that nothing was kept in the stream's context.
+fn pinned_block_comes_back(pool: &Arc<PinnedMemoryPool>, stream: &Stream) -> TestResult {
+    let device = DeviceBuffer::<u32>::from_slice(stream, &vec![3; N])?;
+    let mut host = PinnedBuffer::<u32>::new_in(N, pool.clone())?;
+    hold(stream, 200)?;
+    device.copy_to_pinned_async(&mut host, stream)?;
+    drop(host);
+    ensure_eq!(pool.used_bytes(), N * 4, "the block was handed back with the copy in flight");
+    stream.synchronize()?;
+    pool.free_all_blocks()?;
+    ensure_eq!((pool.used_bytes(), pool.total_bytes()), (0, 0), "the block never came back to the pool");
+    no_deferred(stream.context())
+}
+
+// F16, one device: the pool's events were made in its own context (here device 0's primary
+// one, as the default pinned pool's) and recorded on the copy's stream, a stream of another
+// context of the same device. `cuEventRecord` refused the pair, the pool kept the block forever
+// (`used_bytes` never went down) and the error was kept in the stream's context. Now the pool
+// waits on the copy tracker's event, made in the stream's context: the block comes back.
+fn pinned_copy_in_another_context() -> TestResult {
+    let device = Device::get(0)?;
+    let primary = Context::primary(&device)?;
+    let pool = Arc::new(PinnedMemoryPool::new(&primary));
+    let other = Context::create(&device, ContextFlags::empty())?;
+    let stream = Stream::new(&other, StreamFlags::NON_BLOCKING)?;
+    pinned_block_comes_back(&pool, &stream)?;
+    no_deferred(&primary)
+}
+
+// F16, two devices: the same with the copy on device 1 and the pool's context on device 0 (the
+// default pinned pool's place). Before the fix the block leaked for good.
+fn pinned_copy_on_another_device() -> TestResult {
+    let ctx0 = Context::primary(&Device::get(0)?)?;
+    let ctx1 = Context::primary(&Device::get(1)?)?;
+    let pool = Arc::new(PinnedMemoryPool::new(&ctx0));
+    let stream = Stream::new(&ctx1, StreamFlags::NON_BLOCKING)?;
+    pinned_block_comes_back(&pool, &stream)?;
+    no_deferred(&ctx0)
+}
+
+/// Whether `ptr` is (part of) a live allocation, asked of the driver in the current context.
+fn is_allocated(ptr: u64) -> bool {
+    let (mut base, mut size) = (0, 0);
+    // SAFETY: two out-parameters; the driver only looks the address up.
+    unsafe { sys::cuMemGetAddressRange(&mut base, &mut size, ptr) == sys::CUresult::CUDA_SUCCESS }
+}
+
+// F15: while an error is pending in a context (here a panicked host callback's), every
+// `DeviceAllocator` buffer dropped there returned at `enter()?` without `cuMemFree`: the memory
+// leaked, and the drop only queued the old error again. Now the release makes the context
+// current without taking the error: each buffer's memory is freed (the driver no longer knows
+// the address), and the pending error is still there, once, for the next call to report. A
+// context of its own keeps the pending error away from the tests that run alongside.
+#[allow(clippy::panic)] // the host function panics on purpose
+fn device_free_with_deferred_error() -> TestResult {
+    let device = Device::get(0)?;
+    let ctx = Context::create(&device, ContextFlags::empty())?;
+    ctx.bind_to_thread()?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let allocator = Arc::new(DeviceAllocator::new(&ctx));
+    let buffers = (0..8)
+        .map(|_| DeviceBuffer::<u8>::new_in(&stream, 64 << 20, allocator.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let addresses: Vec<u64> = buffers.iter().map(|b| b.as_raw()).collect();
+    ensure!(addresses.iter().all(|&a| is_allocated(a)), "a buffer is not allocated");
+    stream.launch_host_func(|| panic!("a host function that fails (on purpose)"))?;
+    // Wait for the error to be kept, without taking it.
+    let start = Instant::now();
+    while ctx.deferred_error().is_none() {
+        ensure!(start.elapsed() < Duration::from_secs(10), "the panic was never reported");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(buffers);
+    let leaked = addresses.iter().filter(|&&a| is_allocated(a)).count();
+    let kept = ctx.take_deferred_errors();
+    ensure_eq!(leaked, 0, "buffers whose memory was not freed while an error was pending");
+    ensure_eq!(kept.len(), 1, "errors kept: {kept:?}");
+    ensure!(matches!(kept[0], Error::CallbackPanicked { .. }), "the kept error is not the panic: {kept:?}");
+    Ok(())
+}
