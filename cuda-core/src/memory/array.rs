@@ -257,6 +257,12 @@ impl BorrowedArray<'_> {
     pub fn copy_from_array(&mut self, src: &Array) -> Result<()> {
         self.array.copy_from_array(src)
     }
+
+    /// A plane of this array, as [`Array::plane`]: it borrows this value exclusively, so one
+    /// plane at a time; fails as it does.
+    pub fn plane(&mut self, index: u32) -> Result<BorrowedArray<'_>> {
+        self.array.plane(index)
+    }
 }
 
 fn check_extent(operation: &'static str, d: &ArrayDescriptor) -> Result<()> {

@@ -3,6 +3,7 @@
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::memory::{DeviceView, DeviceViewMut};
+use crate::stream::StreamUses;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Mutex;
@@ -36,7 +37,23 @@ use std::sync::Mutex;
 /// # Ok(()) }
 /// ```
 ///
-/// and a second handle to the same variable is refused at run time:
+/// nor can a view outlive the handle (after which another handle could be made and written):
+///
+/// ```compile_fail,E0505
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Context, Device, Module};
+/// let ctx = Context::primary(&Device::get(0)?)?;
+/// let module = Module::from_ptx(&ctx, "")?;
+/// let mut g = module.global::<u32>("x")?;
+/// let view = g.as_view_mut();
+/// drop(g);
+/// let mut again = module.global::<u32>("x")?;
+/// again.copy_from_host(&[1])?;
+/// drop(view);
+/// # Ok(()) }
+/// ```
+///
+/// A second handle to the same variable is refused at run time:
 ///
 /// ```no_run
 /// # fn main() -> cuda_core::Result<()> {
@@ -58,6 +75,8 @@ pub struct Global<'m, T> {
     len: usize,
     ctx: &'m Context,
     claims: &'m Claims,
+    /// The streams work through the views was queued on, waited for on drop.
+    uses: StreamUses,
     _element: PhantomData<T>,
 }
 
@@ -94,7 +113,13 @@ impl Claims {
 
 impl<T> Drop for Global<'_, T> {
     fn drop(&mut self) {
-        self.claims.release(self.ptr);
+        // Work queued through a view (an `_async` copy or memset, a kernel argument) may still
+        // use the variable: finish it before the next handle, or the unload, can touch it.
+        match self.uses.synchronize_for_release() {
+            Ok(()) => self.claims.release(self.ptr),
+            // Not waited for: the variable stays claimed, so no new handle reaches it.
+            Err(e) => self.ctx.defer(e),
+        }
     }
 }
 
@@ -127,7 +152,7 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
             ));
         }
         claims.claim(operation, name, ptr)?;
-        Ok(Global { ptr, len: bytes / size, ctx, claims, _element: PhantomData })
+        Ok(Global { ptr, len: bytes / size, ctx, claims, uses: StreamUses::new(), _element: PhantomData })
     }
 
     /// The number of elements.
@@ -166,19 +191,26 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
 
     /// The variable as a device view, which borrows this handle: no exclusive view or write
     /// can be made while it lives.
+    ///
+    /// Dropping the handle waits on the host for the streams that work through its views was
+    /// queued on (`_async` copies and memsets, kernel arguments), since that work may still
+    /// use the variable. Synchronous copies through a view run on the default stream.
     pub fn as_view(&self) -> DeviceView<'_, T> {
-        // SAFETY: the variable holds `len` elements of T in `ctx` and lives as long as the
-        // module or library that `'m` borrows, which outlives `self`; this is the only handle
-        // to it (`Claims`), and writes through it need `&mut self`.
-        unsafe { DeviceView::from_raw(self.ctx, self.ptr, self.len) }
+        // The variable holds `len` elements of T in `ctx` and lives as long as the module or
+        // library that `'m` borrows, which outlives `self`; this is the only handle to it
+        // (`Claims`), writes through it need `&mut self`, and its drop waits for `uses`.
+        DeviceView::unordered(self.ctx, self.ptr, self.len, &self.uses)
     }
 
     /// The variable as an exclusive device view, which borrows this handle mutably: it is the
     /// only way to the variable's memory while it lives.
+    ///
+    /// Dropping the handle waits for the work queued through its views, as for
+    /// [`as_view`](Self::as_view).
     pub fn as_view_mut(&mut self) -> DeviceViewMut<'_, T> {
-        // SAFETY: as for `as_view`; the view borrows `self` mutably and this is the only handle
-        // to the variable, so nothing else reaches its memory while the view lives.
-        unsafe { DeviceViewMut::from_raw(self.ctx, self.ptr, self.len) }
+        // As for `as_view`; the view borrows `self` mutably and this is the only handle to the
+        // variable, so nothing else reaches its memory while the view lives.
+        DeviceViewMut::unordered(self.ctx, self.ptr, self.len, &self.uses)
     }
 
     /// Writes `data` into the variable

@@ -155,6 +155,17 @@ impl PhysicalMemory {
     /// owner is dropped, as the memory then stays alive through the result). Where the
     /// memory is your own [`PhysicalMemory`], clone that instead: no `unsafe` is needed.
     ///
+    /// Calling it is `unsafe` (F13 of the soundness review: with a safe form, mapping the result
+    /// gave a second exclusive view of a live buffer's memory):
+    ///
+    /// ```compile_fail,E0133
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Context, Device, vmm::PhysicalMemory};
+    /// let ctx = Context::primary(&Device::get(0)?)?;
+    /// let retained = PhysicalMemory::retain_from_address(&ctx, 0x7f00_0000_0000)?;
+    /// # drop(retained); Ok(()) }
+    /// ```
+    ///
     /// ```no_run
     /// # fn main() -> cuda_core::Result<()> {
     /// use cuda_core::{Context, Device, vmm::{AddressRange, AllocationProperties, Granularity, PhysicalMemory}};

@@ -21,6 +21,10 @@ pub const TESTS: &[Test] = &[
     gpu("current_pool_stays_alive_while_current", current_pool_stays_alive_while_current),
     gpu("foreign_current_pool_is_refused", foreign_current_pool_is_refused),
     gpu("a_global_is_handed_out_once_at_a_time", a_global_is_handed_out_once_at_a_time),
+    gpu(
+        "dropping_a_global_waits_for_work_through_its_views",
+        dropping_a_global_waits_for_work_through_its_views,
+    ),
     gpu("buffer_owned_vmm_memory_cannot_be_mapped_again", buffer_owned_vmm_memory_cannot_be_mapped_again),
     gpu("pitched_async_work_on_another_stream_is_recorded", pitched_async_work_on_another_stream_is_recorded),
 ];
@@ -182,6 +186,26 @@ fn a_global_is_handed_out_once_at_a_time() -> TestResult {
     drop((second, factor));
     ensure_eq!(library.global::<f32>(&ctx, "factor")?.to_vec()?, [1.0f32]);
     library.unload()?;
+    no_deferred(&ctx)
+}
+
+/// F11's class: work queued through a `Global`'s view on some stream has finished when the
+/// handle is dropped, so the next handle (or the module's unload) does not race it. Before, the
+/// drop did not wait, and a read right after it saw the variable without the queued memset.
+fn dropping_a_global_waits_for_work_through_its_views() -> TestResult {
+    let (_device, ctx, _stream) = device_zero()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let held = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut hits = module.global::<u32>("hits")?;
+    hits.copy_from_host(&[0; 4])?;
+    // Hold the stream back, so the memset is still queued when the handle is dropped.
+    held.launch_host_func(|| std::thread::sleep(std::time::Duration::from_millis(300)))?;
+    hits.as_view_mut().memset_d32_async(5, &held)?;
+    drop(hits);
+    // A synchronous read on the default stream does not wait for a non-blocking stream: only
+    // the drop's wait makes the memset visible here.
+    ensure_eq!(module.global::<u32>("hits")?.to_vec()?, [5, 5, 5, 5], "the drop did not wait for the memset");
+    held.synchronize()?;
     no_deferred(&ctx)
 }
 
