@@ -381,7 +381,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         if self.stream.is_other_threads() {
             self.stream.synchronize_for_release()?;
         }
-        self.uses.take_for_release()
+        self.uses.take_for_release(self.stream.context())
     }
 }
 

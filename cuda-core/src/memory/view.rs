@@ -165,20 +165,6 @@ macro_rules! common {
                 $name { ptr, len, ctx, stream: std::ptr::null_mut(), track, _marker: PhantomData }
             }
 
-            /// A view of memory ordered on `stream` whose owner waits for its whole context
-            /// (or for nothing, where the memory outlives every use) before giving it back.
-            #[inline]
-            pub(crate) fn new(ptr: sys::CUdeviceptr, len: usize, stream: &'a Stream) -> Self {
-                $name {
-                    ptr,
-                    len,
-                    ctx: stream.context(),
-                    stream: stream.as_raw(),
-                    track: None,
-                    _marker: PhantomData,
-                }
-            }
-
             /// Notes that work touching the view is about to be queued on `stream` with
             /// `current` made current, so that the owner's release waits for it: nothing
             /// to do on the owner's stream. A default stream that would not name `stream`

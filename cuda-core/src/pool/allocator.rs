@@ -180,7 +180,7 @@ pub unsafe trait Allocator: Send + Sync {
         stream: &Stream,
         recorded: &[Stream],
     ) -> Result<()> {
-        join_streams(stream, recorded)?;
+        crate::stream::order_after(stream, recorded)?;
         // SAFETY: forwarded under the caller's contract; the other streams' uses are ordered
         // before `stream` now.
         unsafe { self.deallocate(allocation, StreamRef::from(stream)) }
@@ -190,17 +190,6 @@ pub unsafe trait Allocator: Send + Sync {
     fn name(&self) -> &'static str {
         "allocator"
     }
-}
-
-/// Makes `stream` wait for the work queued so far on each of `others` (an event recorded on
-/// each, `cuStreamWaitEvent`, the event destroyed once the wait is queued).
-pub(crate) fn join_streams(stream: &Stream, others: &[Stream]) -> Result<()> {
-    for other in others.iter().filter(|o| *o != stream) {
-        let event = crate::Event::new(other.context(), crate::EventFlags::DISABLE_TIMING)?;
-        event.record(other)?;
-        stream.wait_event(&event)?;
-    }
-    Ok(())
 }
 
 /// Page-locked host memory handed out by a [`PinnedAllocator`].

@@ -211,7 +211,7 @@ fn vmm_release_with_deferred_error() -> TestResult {
     for _ in 0..64 {
         buffer.view_mut().memset_d32_async(1, &stream)?;
     }
-    other.launch_host_func(|| panic!("a host function that panics, for a deferred error"))?;
+    other.launch_host_func(|| std::panic::panic_any("a host function that panics, for a deferred error"))?;
     while ctx.deferred_error().is_none() {
         std::thread::sleep(Duration::from_millis(1));
     }

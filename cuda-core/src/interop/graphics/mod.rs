@@ -64,11 +64,13 @@ use crate::error::{Error, Result, check};
 use crate::memory::{
     Array, BorrowedArray, BorrowedMipmappedArray, DeviceView, DeviceViewMut, MipmappedArray,
 };
+use crate::stream::{StreamUses, order_after};
 use bitflags::bitflags;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 bitflags! {
     /// How CUDA will use a resource, given when it is registered (`CU_GRAPHICS_REGISTER_FLAGS_*`).
@@ -258,7 +260,15 @@ pub fn map_all<'a>(
     check("cuGraphicsMapResources", unsafe {
         sys::cuGraphicsMapResources(count, raw.as_mut_ptr(), stream.as_raw())
     })?;
-    Ok(Mapped { raw, writable, stream: stream.clone(), unmapped: false, _resources: PhantomData })
+    Ok(Mapped {
+        raw,
+        writable,
+        stream: stream.clone(),
+        uses: StreamUses::new(),
+        arrays_lent: AtomicBool::new(false),
+        unmapped: false,
+        _resources: PhantomData,
+    })
 }
 
 /// Resources mapped for CUDA; they are unmapped when the guard is dropped, ordered after the
@@ -272,6 +282,11 @@ pub struct Mapped<'a> {
     /// Whether CUDA may write each resource (see `GraphicsResource::is_writable`).
     writable: Vec<bool>,
     stream: Stream,
+    /// The other streams the buffer views were used on: the unmap is ordered after them.
+    uses: StreamUses,
+    /// Whether an array of the mapping was handed out: arrays note no streams, so the unmap
+    /// then waits for the whole context.
+    arrays_lent: AtomicBool,
     unmapped: bool,
     _resources: PhantomData<&'a mut GraphicsResource>,
 }
@@ -350,7 +365,7 @@ impl Mapped<'_> {
     /// the driver's `CUDA_ERROR_NOT_MAPPED_AS_POINTER`.
     pub fn buffer<T: Pod>(&self, index: usize) -> Result<DeviceView<'_, T>> {
         let (ptr, len) = self.elements::<T>("Mapped::buffer", index)?;
-        Ok(DeviceView::new(ptr, len, &self.stream))
+        Ok(DeviceView::tracked(ptr, len, &self.stream, &self.uses))
     }
 
     /// Mapped buffer `index` as an exclusive view of `T`s (for kernels that write it).
@@ -360,7 +375,7 @@ impl Mapped<'_> {
     pub fn buffer_mut<T: Pod>(&mut self, index: usize) -> Result<DeviceViewMut<'_, T>> {
         self.writable_resource("Mapped::buffer_mut", index)?;
         let (ptr, len) = self.elements::<T>("Mapped::buffer_mut", index)?;
-        Ok(DeviceViewMut::new(ptr, len, &self.stream))
+        Ok(DeviceViewMut::tracked(ptr, len, &self.stream, &self.uses))
     }
 
     fn raw_array(
@@ -375,6 +390,7 @@ impl Mapped<'_> {
         check("cuGraphicsSubResourceGetMappedArray", unsafe {
             sys::cuGraphicsSubResourceGetMappedArray(&mut raw, resource, array_index, mip_level)
         })?;
+        self.arrays_lent.store(true, Ordering::Relaxed);
         Ok(Array::borrowed(raw, self.stream.context()))
     }
 
@@ -384,9 +400,10 @@ impl Mapped<'_> {
     /// [`array_mut`](Self::array_mut) gives one to write. A buffer is
     /// `CUDA_ERROR_NOT_MAPPED_AS_ARRAY`.
     ///
-    /// The mapping is ordered on the guard's [`stream`](Self::stream) only: copy with the
-    /// `_async` calls on it, or synchronize it before the synchronous copies (which run on the
-    /// default stream).
+    /// The mapping is ordered on the guard's [`stream`](Self::stream): synchronize it before
+    /// the synchronous copies (which run on the default stream). Work on the array queued on
+    /// any stream is done before the resources are unmapped: a guard that handed out an array
+    /// waits for its whole context before it unmaps.
     ///
     /// ```compile_fail,E0596
     /// # use cuda_core::interop::graphics::GraphicsResource;
@@ -438,6 +455,7 @@ impl Mapped<'_> {
         check("cuGraphicsResourceGetMappedMipmappedArray", unsafe {
             sys::cuGraphicsResourceGetMappedMipmappedArray(&mut raw, resource)
         })?;
+        self.arrays_lent.store(true, Ordering::Relaxed);
         Ok(MipmappedArray::borrowed(raw, self.stream.context(), levels))
     }
 
@@ -454,7 +472,22 @@ impl Mapped<'_> {
         // On failure `self` drops with `unmapped` unset, and the drop unmaps.
         self.stream.context().make_current()?;
         self.unmapped = true;
-        check("cuGraphicsUnmapResources", self.unmap_raw())
+        let waited = self.order_unmap();
+        check("cuGraphicsUnmapResources", self.unmap_raw()).and(waited)
+    }
+
+    /// Orders the unmap after the work queued through the mapping on other streams: the
+    /// guard's stream waits for the streams its views noted, or, where an array was handed
+    /// out (arrays note no streams), the host waits for the whole context. Fails with the
+    /// status of that wait; the resources are unmapped all the same (a context that cannot be
+    /// waited for runs nothing more).
+    fn order_unmap(&mut self) -> Result<()> {
+        if self.arrays_lent.load(Ordering::Relaxed) {
+            // SAFETY: no arguments; the guard's context is current (the callers make it so).
+            return check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() });
+        }
+        let others = self.uses.take_for_release(self.stream.context())?;
+        order_after(&self.stream, &others)
     }
 
     fn unmap_raw(&mut self) -> sys::CUresult {
@@ -468,7 +501,12 @@ impl Drop for Mapped<'_> {
     fn drop(&mut self) {
         if !self.unmapped {
             let context = self.stream.context().clone();
-            context.with_current_for_drop("cuGraphicsUnmapResources", || self.unmap_raw());
+            context.with_current_for_drop("cuGraphicsUnmapResources", || {
+                if let Err(e) = self.order_unmap() {
+                    context.defer(e);
+                }
+                self.unmap_raw()
+            });
         }
     }
 }
