@@ -255,7 +255,7 @@ fn safe_pinned_pipeline_across_two_streams() -> TestResult {
     copied.record(&a)?;
     b.wait_event(&copied)?;
     d2.copy_to_pinned_async(&mut dst, &b)?;
-    d2.record_stream(&b);
+    d2.record_stream(&b)?;
     ensure!(src.has_copies_in_flight(), "the copy reading the source is not recorded");
     drop(src);
     let mut other = PinnedBuffer::<u32>::new(n)?;
@@ -291,7 +291,7 @@ fn stream_ordered_allocation_and_free() -> TestResult {
     let other = stream(&ctx)?;
     let mut c = DeviceBuffer::<u8>::new_in(&other, 100, Arc::new(DeviceAllocator::new(&ctx)))?;
     ensure_eq!(c.allocator_name(), "cuMemAlloc");
-    c.set_stream(&s);
+    c.set_stream(&s)?;
     c.view_mut().memset_d8_async(1, &s)?;
     drop(c);
     s.synchronize()?;
@@ -323,8 +323,8 @@ fn record_stream_keeps_memory_of_any_allocator_from_reuse() -> TestResult {
         let _ = wait.recv();
     })?;
     b.view_mut().copy_from_device_async(&a.view(), &s2)?;
-    a.record_stream(&s2);
-    a.record_stream(&s1);
+    a.record_stream(&s2)?;
+    a.record_stream(&s1)?;
     ensure!(
         a.recorded_streams().len() == 1 && a.recorded_streams()[0] == s2,
         "recorded streams: {:?}",
@@ -385,9 +385,9 @@ fn set_stream_moves_a_buffer_to_another_stream() -> TestResult {
     let data: Vec<u32> = (0..4096).map(|i| i * 7 + 3).collect();
     let mut b = DeviceBuffer::from_slice(&s1, &data)?;
     ensure!(*b.stream() == s1, "the buffer is not on the stream it was allocated on");
-    b.set_stream(&s1);
+    b.set_stream(&s1)?;
     ensure!(b.recorded_streams().is_empty(), "moving a buffer to its own stream recorded it");
-    b.set_stream(&s2);
+    b.set_stream(&s2)?;
     ensure!(*b.stream() == s2, "set_stream did not move the buffer");
     ensure!(
         b.recorded_streams().len() == 1 && b.recorded_streams()[0] == s1,

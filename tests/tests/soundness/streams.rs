@@ -202,6 +202,8 @@ fn mapping_drop_waits() -> TestResult {
 /// A deferred error (a panicking host function) is pending while a VMM buffer with work in
 /// flight is dropped: the release must still wait before it unmaps. Before, it unmapped under
 /// the queued memsets and the context faulted (`CUDA_ERROR_ILLEGAL_ADDRESS`).
+// The panic is the point: it is caught and kept as the context's deferred error.
+#[allow(clippy::panic)]
 fn vmm_release_with_deferred_error() -> TestResult {
     let (_device, ctx, stream) = device_zero()?;
     let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
@@ -211,7 +213,7 @@ fn vmm_release_with_deferred_error() -> TestResult {
     for _ in 0..64 {
         buffer.view_mut().memset_d32_async(1, &stream)?;
     }
-    other.launch_host_func(|| std::panic::panic_any("a host function that panics, for a deferred error"))?;
+    other.launch_host_func(|| panic!("a host function that panics, for a deferred error"))?;
     while ctx.deferred_error().is_none() {
         std::thread::sleep(Duration::from_millis(1));
     }
