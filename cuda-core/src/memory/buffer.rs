@@ -226,7 +226,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// an [`Error::InvalidArgument`], and the buffer stays where it was.
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
         if *stream != *self.stream {
-            self.uses.note(self.stream.context(), Some(&self.stream), stream)?;
+            crate::stream::nameable(self.stream.context(), stream)?;
             let previous = std::mem::replace(&mut self.stream, HeldStream::Counted(stream.clone()));
             self.uses.note(previous.context(), None, &previous)?;
         }

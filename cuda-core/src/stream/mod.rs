@@ -9,7 +9,7 @@ mod callback;
 pub(crate) use callback::report_panic;
 mod memops;
 mod uses;
-pub(crate) use uses::{StreamUses, order_after};
+pub(crate) use uses::{StreamUses, nameable, order_after};
 
 pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus};
 pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};

@@ -67,23 +67,7 @@ impl StreamUses {
 
     #[cold]
     fn note_foreign(&self, ctx: &Context, own: Option<&Stream>, stream: &Stream) -> Result<()> {
-        if stream.is_default() {
-            if stream.is_other_threads() {
-                return Err(Error::invalid(
-                    "stream",
-                    "this per-thread default stream was made on another thread, where its handle names that \
-                     thread's stream; make one with Stream::per_thread on this thread",
-                ));
-            }
-            if stream.context() != ctx {
-                return Err(Error::invalid(
-                    "stream",
-                    "a default stream names the stream of the current context, and this one belongs to \
-                     another context than the memory's; use a stream of the memory's context or a created \
-                     stream",
-                ));
-            }
-        }
+        nameable(ctx, stream)?;
         if own == Some(stream) {
             return Ok(());
         }
@@ -131,6 +115,30 @@ impl StreamUses {
         }
         synchronize_each(&std::mem::take(&mut self.noted().streams))
     }
+}
+
+/// Refuses a stream whose handle would not name the stream it stands for with `ctx` current: a
+/// per-thread default stream made on another thread, or a default stream of a context other
+/// than `ctx` (the driver reads such handles through the current context).
+pub(crate) fn nameable(ctx: &Context, stream: &Stream) -> Result<()> {
+    if stream.is_default() {
+        if stream.is_other_threads() {
+            return Err(Error::invalid(
+                "stream",
+                "this per-thread default stream was made on another thread, where its handle names that \
+                 thread's stream; make one with Stream::per_thread on this thread",
+            ));
+        }
+        if stream.context() != ctx {
+            return Err(Error::invalid(
+                "stream",
+                "a default stream names the stream of the current context, and this one belongs to \
+                 another context than the memory's; use a stream of the memory's context or a created \
+                 stream",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Waits for each stream (for a release), all of them even when one fails; the first failure.
