@@ -166,7 +166,8 @@ unsafe impl Allocator for ImportedMemory {
         if stream.as_raw().is_null() {
             // Given back without a stream: work on streams that do not synchronize with the
             // legacy stream may still use it, so wait.
-            self.context.synchronize()?;
+            // A release path: a deferred error from elsewhere must not skip the wait.
+            stream.wait_for_users(&self.context)?;
         }
         // SAFETY: the caller gives back an import of this allocator, once, ordered on `stream`.
         check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(allocation.ptr, stream.as_raw()) })

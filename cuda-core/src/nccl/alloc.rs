@@ -2,7 +2,7 @@
 
 use super::version::{require, since};
 use crate::context::Context;
-use crate::error::{Result, check, check_nccl};
+use crate::error::{Result, check_nccl};
 use crate::pool::{Allocator, DeviceAllocation, StreamRef};
 use cuda_driver_sys as sys;
 use nccl_sys as nccl;
@@ -54,9 +54,9 @@ unsafe impl Allocator for NcclAllocator {
     }
 
     unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
-        self.context.enter()?;
-        // SAFETY: the caller's stream is alive; the free must come after its work.
-        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.as_raw()) })?;
+        // A release path: a deferred error from elsewhere must not skip the wait or the free.
+        // The free is not stream-ordered: wait for the work that may use the memory.
+        stream.wait_for_users(&self.context)?;
         // SAFETY: the caller gives back an allocation of this allocator, once, and no work
         // uses it any more.
         check_nccl("ncclMemFree", unsafe {
