@@ -179,10 +179,13 @@ impl ExternalMemory {
         context.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a filled descriptor.
-        check("cuImportExternalMemory", unsafe { sys::cuImportExternalMemory(&mut raw, &desc) })?;
+        let status = unsafe { sys::cuImportExternalMemory(&mut raw, &desc) };
+        // Once the driver has seen the descriptor it is never closed here, even when the
+        // import is refused (see `Duplicate`).
         if let Raw::Fd(duplicate) = source {
             duplicate.given();
         }
+        check("cuImportExternalMemory", status)?;
         Ok(raw)
     }
 

@@ -53,10 +53,12 @@ pub(crate) enum Raw {
 ///
 /// NVIDIA documents for `cuImportExternalMemory` and `cuImportExternalSemaphore` that
 /// "ownership of the file descriptor is transferred to the CUDA driver when the handle is
-/// imported successfully", and only then. A successful import therefore gives the duplicate
-/// away ([`given`](Self::given)); after a refused one it is still this value's, and its drop
-/// closes it. Nothing else is ever closed: the number is not compared with other descriptors,
-/// which another thread may have opened meanwhile.
+/// imported successfully", but the driver also closes it when it refuses some imports (a
+/// descriptor of `/dev/null`, seen on driver 580). Closing it again could close a descriptor
+/// another thread opened meanwhile under the same number, so once the driver has been called
+/// with the duplicate it is given away ([`given`](Self::given)), whatever the outcome: a refused
+/// import may leak one descriptor, never close a foreign one. A duplicate the driver never saw
+/// (a check failed before the call) is closed by its drop.
 pub(crate) struct Duplicate {
     fd: OwnedFd,
 }
@@ -82,7 +84,8 @@ impl Duplicate {
         self.fd.as_raw_fd()
     }
 
-    /// The import succeeded: the descriptor is the driver's now, and is not closed here.
+    /// The driver has been called with the descriptor: it is the driver's now (or closed by
+    /// it), and is not closed here.
     pub(crate) fn given(self) {
         let _ = self.fd.into_raw_fd();
     }
@@ -133,7 +136,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_duplicate_is_closed_and_the_original_kept() -> Result<(), Error> {
+    fn a_duplicate_the_driver_never_saw_is_closed_and_the_original_kept() -> Result<(), Error> {
         let (reader, _writer) = pipe();
         let duplicate = Duplicate::new("test", &reader)?;
         let number = duplicate.raw();

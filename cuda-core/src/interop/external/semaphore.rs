@@ -322,10 +322,13 @@ impl ExternalSemaphore {
         context.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a filled descriptor.
-        check("cuImportExternalSemaphore", unsafe { sys::cuImportExternalSemaphore(&mut raw, &desc) })?;
+        let status = unsafe { sys::cuImportExternalSemaphore(&mut raw, &desc) };
+        // Once the driver has seen the descriptor it is never closed here, even when the
+        // import is refused (see `Duplicate`).
         if let Raw::Fd(duplicate) = source {
             duplicate.given();
         }
+        check("cuImportExternalSemaphore", status)?;
         Ok(raw)
     }
 
