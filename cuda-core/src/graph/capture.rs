@@ -3,9 +3,87 @@
 use super::keep::KeepAlive;
 use super::{Graph, GraphNode};
 use crate::error::{Error, Result, check};
+use crate::memory::HostAccess;
 use crate::stream::{CaptureStatus, Stream};
 use cuda_driver_sys as sys;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// How many captures begun through this crate are under way: while none is, no stream is
+/// asked whether it is capturing (one atomic load on the copy path).
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// The pinned buffers that copies captured so far took, by capture id, until their capture
+/// ends and hands them to its graph.
+static TAKEN: Mutex<Vec<(u64, HostAccess)>> = Mutex::new(Vec::new());
+
+/// A capture under way, as a copy queued on one of its streams sees it.
+pub(crate) struct CaptureRef(u64);
+
+impl CaptureRef {
+    /// Notes that the captured work uses a pinned buffer: the graph the capture makes tracks
+    /// its launches on the buffer.
+    pub(crate) fn note(&self, access: HostAccess) {
+        TAKEN.lock().unwrap_or_else(PoisonError::into_inner).push((self.0, access));
+    }
+}
+
+/// The capture `stream` takes part in, if any: one begun through this crate (captures begun
+/// through raw calls are not seen). Costs one atomic load while no capture is under way.
+#[inline]
+pub(crate) fn capture_of(stream: &Stream) -> Result<Option<CaptureRef>> {
+    if ACTIVE.load(Ordering::Acquire) == 0 {
+        return Ok(None);
+    }
+    Ok(capture_id(stream)?.map(CaptureRef))
+}
+
+/// The id of the capture `stream` takes part in, if it is capturing.
+#[cold]
+fn capture_id(stream: &Stream) -> Result<Option<u64>> {
+    stream.bind_if_default()?;
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0;
+    // SAFETY: the stream is live; two out-parameters, null for what is not asked.
+    check("cuStreamGetCaptureInfo", unsafe {
+        sys::cuStreamGetCaptureInfo(
+            stream.as_raw(),
+            &mut status,
+            &mut id,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    })?;
+    Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
+}
+
+/// Takes what copies captured under `id` noted, for the graph the capture made.
+fn take_noted(id: u64) -> Vec<HostAccess> {
+    let mut taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
+    let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *taken).into_iter().partition(|(i, _)| *i == id);
+    *taken = rest;
+    mine.into_iter().map(|(_, access)| access).collect()
+}
+
+/// Begins a capture with `begin` (a `cuStreamBeginCapture` call on `stream`), counted as under
+/// way from before the call, and returns its id.
+fn begin_counted(stream: &Stream, begin: impl FnOnce() -> Result<()>) -> Result<u64> {
+    ACTIVE.fetch_add(1, Ordering::AcqRel);
+    let id = begin().and_then(|()| capture_id(stream));
+    match id {
+        Ok(Some(id)) => Ok(id),
+        Ok(None) => {
+            ACTIVE.fetch_sub(1, Ordering::AcqRel);
+            Err(Error::invalid("begin_capture", "the stream is not capturing after cuStreamBeginCapture"))
+        }
+        Err(e) => {
+            ACTIVE.fetch_sub(1, Ordering::AcqRel);
+            Err(e)
+        }
+    }
+}
 
 /// Which calls made while a stream is captured are refused because they could wait on the
 /// work being captured (`CUstreamCaptureMode`).
@@ -89,16 +167,23 @@ impl Capture<'_> {
     }
 
     /// Ends the capture ([`cuStreamEndCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html))
-    /// and returns the graph of the captured work. Its keep-alive list is empty: hand it
-    /// what the work uses ([`Graph::keep`]).
+    /// and returns the graph of the captured work. Hand it what the work uses
+    /// ([`Graph::keep`]); its list holds only the trackers of the [`PinnedBuffer`](crate::PinnedBuffer)s
+    /// that captured copies used, through which its executable graphs' launches are ordered
+    /// after the buffers' copies in flight and waited for by the host before it reads or writes
+    /// them (the buffers themselves must be kept alive as the capture's contract says).
     ///
     /// A capture broken by a call that is not allowed while capturing (for instance
     /// synchronizing the captured stream) fails here with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`;
     /// so does ending on a stream that work of other streams joined but did not rejoin
     /// (`CUDA_ERROR_STREAM_CAPTURE_UNJOINED`). The stream is no longer capturing either way.
     pub fn end(mut self) -> Result<Graph> {
-        let raw = self.active.end()?;
-        Ok(Graph::adopt(self.active.stream.context(), raw, Arc::new(KeepAlive::default())))
+        let (raw, taken) = self.active.end();
+        let graph = Graph::adopt(self.active.stream.context(), raw?, Arc::new(KeepAlive::default()));
+        for access in taken {
+            graph.keep(access);
+        }
+        Ok(graph)
     }
 }
 
@@ -109,6 +194,7 @@ impl Capture<'_> {
 #[must_use = "the capture ends when this is dropped"]
 pub struct CaptureToGraph<'s> {
     active: Active<'s>,
+    graph: &'s Graph,
 }
 
 impl CaptureToGraph<'_> {
@@ -123,7 +209,12 @@ impl CaptureToGraph<'_> {
     /// not allowed during capture broke it, or `CUDA_ERROR_STREAM_CAPTURE_UNJOINED` when other
     /// streams' work joined and did not rejoin. The stream is no longer capturing either way.
     pub fn end(mut self) -> Result<()> {
-        self.active.end().map(|_| ())
+        let (raw, taken) = self.active.end();
+        raw?;
+        for access in taken {
+            self.graph.keep(access);
+        }
+        Ok(())
     }
 }
 
@@ -131,20 +222,26 @@ impl CaptureToGraph<'_> {
 #[derive(Debug)]
 struct Active<'s> {
     stream: &'s Stream,
+    /// The capture's id.
+    id: u64,
     /// Whether the graph the driver returns is a new one, which a dropped capture destroys.
     new_graph: bool,
     ended: bool,
 }
 
 impl Active<'_> {
-    /// Ends the capture of the stream and returns the driver's graph handle.
-    fn end(&mut self) -> Result<sys::CUgraph> {
+    /// Ends the capture of the stream and returns the driver's graph handle, and the pinned
+    /// buffers the captured copies took.
+    fn end(&mut self) -> (Result<sys::CUgraph>, Vec<HostAccess>) {
         self.ended = true;
-        self.stream.bind_if_default()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the stream is live; one out-parameter.
-        check("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(self.stream.as_raw(), &mut raw) })?;
-        Ok(raw)
+        let raw = self.stream.bind_if_default().and_then(|()| {
+            let mut raw = std::ptr::null_mut();
+            // SAFETY: the stream is live; one out-parameter.
+            check("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(self.stream.as_raw(), &mut raw) })
+                .map(|()| raw)
+        });
+        ACTIVE.fetch_sub(1, Ordering::AcqRel);
+        (raw, take_noted(self.id))
     }
 }
 
@@ -155,7 +252,7 @@ impl Drop for Active<'_> {
         }
         // Discarding: an invalidated capture is what a caller that gave up expects, so errors
         // are not kept.
-        if let Ok(raw) = self.end() {
+        if let (Ok(raw), _) = self.end() {
             if self.new_graph && !raw.is_null() {
                 // SAFETY: the new graph is this capture's alone.
                 let _ = unsafe { sys::cuGraphDestroy(raw) };
@@ -189,9 +286,11 @@ impl Stream {
     pub unsafe fn begin_capture(&self, mode: CaptureMode) -> Result<Capture<'_>> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
-        // SAFETY: the stream is live.
-        check("cuStreamBeginCapture", unsafe { sys::cuStreamBeginCapture(self.as_raw(), mode.as_raw()) })?;
-        Ok(Capture { active: Active { stream: self, new_graph: true, ended: false } })
+        let id = begin_counted(self, || {
+            // SAFETY: the stream is live.
+            check("cuStreamBeginCapture", unsafe { sys::cuStreamBeginCapture(self.as_raw(), mode.as_raw()) })
+        })?;
+        Ok(Capture { active: Active { stream: self, id, new_graph: true, ended: false } })
     }
 
     /// Starts capturing this stream into `graph`, the captured work depending on
@@ -211,18 +310,20 @@ impl Stream {
     ) -> Result<CaptureToGraph<'s>> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
-        // SAFETY: the stream, the graph and the nodes are live; no edge data.
-        check("cuStreamBeginCaptureToGraph", unsafe {
-            sys::cuStreamBeginCaptureToGraph(
-                self.as_raw(),
-                graph.as_raw(),
-                super::node::raw_nodes(dependencies),
-                std::ptr::null(),
-                dependencies.len(),
-                mode.as_raw(),
-            )
+        let id = begin_counted(self, || {
+            // SAFETY: the stream, the graph and the nodes are live; no edge data.
+            check("cuStreamBeginCaptureToGraph", unsafe {
+                sys::cuStreamBeginCaptureToGraph(
+                    self.as_raw(),
+                    graph.as_raw(),
+                    super::node::raw_nodes(dependencies),
+                    std::ptr::null(),
+                    dependencies.len(),
+                    mode.as_raw(),
+                )
+            })
         })?;
-        Ok(CaptureToGraph { active: Active { stream: self, new_graph: false, ended: false } })
+        Ok(CaptureToGraph { active: Active { stream: self, id, new_graph: false, ended: false }, graph })
     }
 
     /// Where this stream's capture stands: status, id and the number of nodes the next

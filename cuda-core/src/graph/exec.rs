@@ -10,6 +10,7 @@ use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::event::Event;
 use crate::launch::{KernelArgs, LaunchConfig};
+use crate::memory::HostAccess;
 use crate::stream::Stream;
 use bitflags::bitflags;
 use bytemuck::Pod;
@@ -77,6 +78,9 @@ struct ExecKeep {
     fenced: Vec<(Event, Vec<Kept>)>,
     /// An event of a batch that was let go of, for the next batch.
     spare: Option<Event>,
+    /// The pinned buffers its captured copies use: each launch is ordered after their copies
+    /// in flight and recorded on them (see [`GraphExec::launch`]).
+    host: Vec<HostAccess>,
 }
 
 impl ExecKeep {
@@ -163,7 +167,11 @@ impl Graph {
         if status != sys::CUresult::CUDA_SUCCESS {
             return Err(instantiate_refused(status, &params));
         }
-        let keep = ExecKeep { graph: Some((self.keep.clone(), 0)), ..ExecKeep::default() };
+        let keep = ExecKeep {
+            graph: Some((self.keep.clone(), 0)),
+            host: self.keep.host_accesses(),
+            ..ExecKeep::default()
+        };
         Ok(GraphExec { raw, ctx: self.ctx.clone(), keep: RefCell::new(keep), launches: Cell::new(0) })
     }
 }
@@ -204,17 +212,49 @@ impl GraphExec {
     /// earlier launch of this executable graph
     /// ([`cuGraphLaunch`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
     /// The stream must belong to the graph's context.
+    ///
+    /// When copies captured into the graph use [`PinnedBuffer`](crate::PinnedBuffer)s, the
+    /// launch is ordered after those buffers' copies in flight on other streams and recorded on
+    /// each buffer as one more copy: [`PinnedBuffer::as_slice`](crate::PinnedBuffer::as_slice)
+    /// waits for the launches that write the buffer, and
+    /// [`as_mut_slice`](crate::PinnedBuffer::as_mut_slice) for every launch that uses it, so
+    /// the host reads results and writes new inputs between launches safely. A graph without
+    /// such buffers costs nothing more.
     #[inline]
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         self.ctx.take_deferred()?;
         stream.bind_if_default()?;
-        self.launches.set(self.launches.get().wrapping_add(1));
-        // SAFETY: both handles are live; everything the graph refers to is kept alive.
-        check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw()) })?;
+        if self.keep.borrow().host.is_empty() {
+            self.launch_raw(stream)?;
+        } else {
+            self.launch_tracked(stream)?;
+        }
         if !self.keep.borrow().retired.is_empty() || !self.keep.borrow().fenced.is_empty() {
             self.fence_retired(stream);
         }
         Ok(())
+    }
+
+    /// Queues one launch on `stream`.
+    #[inline]
+    fn launch_raw(&self, stream: &Stream) -> Result<()> {
+        self.launches.set(self.launches.get().wrapping_add(1));
+        // SAFETY: both handles are live; everything the graph refers to is kept alive.
+        check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw()) })
+    }
+
+    /// A launch of a graph whose captured copies use pinned buffers: ordered after the
+    /// buffers' copies in flight on other streams, and recorded on each buffer, so that the
+    /// host waits for it before it reads a buffer the graph writes, or writes one it uses. A
+    /// launch that is itself captured is only queued (it runs at the outer graph's launches,
+    /// under that capture's contract).
+    #[cold]
+    fn launch_tracked(&self, stream: &Stream) -> Result<()> {
+        if super::capture_of(stream)?.is_some() {
+            return self.launch_raw(stream);
+        }
+        let host = self.keep.borrow().host.clone();
+        crate::memory::launch_tracked(&host, stream, || self.launch_raw(stream))
     }
 
     /// After a launch on `stream`: lets go of the retired values whose fence has completed,
@@ -319,6 +359,7 @@ impl GraphExec {
         if let Some((old, since)) = keep.graph.replace((graph.keep.clone(), now)) {
             keep.retire(old, since, now);
         }
+        keep.host = graph.keep.host_accesses();
         Ok(())
     }
 

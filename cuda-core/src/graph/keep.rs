@@ -1,6 +1,7 @@
 //! The keep-alive list a graph shares with its conditional bodies and executable graphs, and
 //! the snapshots of it that clones and parent graphs hold.
 
+use crate::memory::HostAccess;
 use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -49,6 +50,23 @@ impl KeepAlive {
         Arc::new(Snapshot { items: self.lock().clone() })
     }
 
+    /// The pinned buffers that copies captured into the graph (or into graphs it copied) use:
+    /// one entry per buffer, writes winning over reads, sorted by tracker (the order in which a
+    /// launch locks them).
+    pub(crate) fn host_accesses(&self) -> Vec<HostAccess> {
+        let mut found = Vec::new();
+        collect(&self.lock(), &mut found);
+        found.sort_by_key(|a| Arc::as_ptr(&a.uses) as usize);
+        found.dedup_by(|later, kept| {
+            let same = Arc::ptr_eq(&later.uses, &kept.uses);
+            if same {
+                kept.writes |= later.writes;
+            }
+            same
+        });
+        found
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Kept>> {
         self.items.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -58,6 +76,17 @@ impl Snapshot {
     /// Whether nothing is held, directly or through older snapshots.
     pub(crate) fn is_empty(&self) -> bool {
         all_empty(&self.items)
+    }
+}
+
+/// Appends the host accesses among `items`, and in the snapshots among them.
+fn collect(items: &[Kept], found: &mut Vec<HostAccess>) {
+    for item in items {
+        if let Some(access) = item.downcast_ref::<HostAccess>() {
+            found.push(access.clone());
+        } else if let Some(snapshot) = item.downcast_ref::<Snapshot>() {
+            collect(&snapshot.items, found);
+        }
     }
 }
 

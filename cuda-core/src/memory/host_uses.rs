@@ -1,10 +1,11 @@
 //! The stream-ordered copies that use a pinned host buffer, tracked with one event, so that the
-//! host waits for them before it touches or frees the memory.
+//! host waits for them before it touches or frees the memory; and the launches of executable
+//! graphs that copies captured on it went into, tracked the same way.
 
 use crate::error::{Result, check};
 use crate::{Event, EventFlags, Stream};
 use cuda_driver_sys as sys;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// What the copies still in flight do to the host memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -17,13 +18,123 @@ enum Pending {
 }
 
 #[derive(Debug)]
-struct Uses {
+pub(crate) struct Uses {
     /// Recorded after the last copy, in the context of the last copy's stream; `None` until
     /// the first copy.
     event: Option<Event>,
     /// The stream of the last copy.
     stream: Option<Stream>,
     pending: Pending,
+    /// Set on the buffer's own state once it moved to the shared one (see `HostUses::share`).
+    moved: bool,
+}
+
+impl Uses {
+    const fn new() -> Uses {
+        Uses { event: None, stream: None, pending: Pending::None, moved: false }
+    }
+
+    /// Makes work about to be queued on `stream` wait for the uses in flight on another stream,
+    /// and returns the event to record after it when the current one is of another context
+    /// (made now, so that nothing is queued when it cannot be made).
+    fn prepare(&mut self, stream: &Stream) -> Result<Option<Event>> {
+        let other_stream = self.stream.as_ref().is_some_and(|s| s != stream);
+        if self.pending != Pending::None && other_stream {
+            if let Some(event) = &self.event {
+                // A default-stream handle names the stream of the current context.
+                stream.bind_if_default()?;
+                // SAFETY: the event is live (held here) and the stream is alive.
+                check("cuStreamWaitEvent", unsafe {
+                    sys::cuStreamWaitEvent(stream.as_raw(), event.as_raw(), 0)
+                })?;
+            }
+        }
+        // The event the work will be recorded on must be of the stream's context, and is kept
+        // aside until the recording succeeded, so that the old event still covers the work
+        // before.
+        let ctx = stream.context();
+        Ok(match &self.event {
+            Some(e) if e.context() == ctx => None,
+            _ => Some(Event::new(ctx, EventFlags::DISABLE_TIMING)?),
+        })
+    }
+
+    /// Records the work just queued on `stream` (`writes` when it writes the host memory),
+    /// with `fresh` from [`prepare`](Self::prepare). If it cannot be recorded, waits for
+    /// `stream` so that nothing is left untracked, and returns the error.
+    fn record_after(&mut self, stream: &Stream, writes: bool, fresh: Option<Event>) -> Result<()> {
+        let kind = if writes { Pending::Writes } else { Pending::Reads };
+        let recorded = match fresh.as_ref().or(self.event.as_ref()) {
+            Some(event) => record(event, stream),
+            None => Ok(()),
+        };
+        if let Err(e) = recorded {
+            // The work is queued but untracked: wait for it rather than leave it unguarded. A
+            // release-style wait: a deferred error pending elsewhere must not skip it. Once it
+            // returned, this work and (through the wait in `prepare`, or stream order) every
+            // use before it are done.
+            match stream.synchronize_for_release() {
+                Ok(()) => self.pending = Pending::None,
+                // The stream failed: its work cannot be told apart any more; the host still
+                // waits for the old event before it touches the memory.
+                Err(_) => self.pending = self.pending.max(kind),
+            }
+            return Err(e);
+        }
+        if let Some(event) = fresh {
+            // The old event (if any) is destroyed once its recorded work is done; the wait on
+            // it is already queued.
+            self.event = Some(event);
+        }
+        if self.stream.as_ref() != Some(stream) {
+            self.stream = Some(stream.clone());
+        }
+        self.pending = self.pending.max(kind);
+        Ok(())
+    }
+}
+
+/// Records `event` (of `stream`'s context) after the work queued on `stream`.
+fn record(event: &Event, stream: &Stream) -> Result<()> {
+    // A default-stream handle names the stream of the current context.
+    stream.bind_if_default()?;
+    // SAFETY: the event and the stream are alive and of the same context.
+    check("cuEventRecord", unsafe { sys::cuEventRecord(event.as_raw(), stream.as_raw()) })
+}
+
+/// A pinned buffer as a graph sees it: the buffer's shared tracker, and whether the graph's
+/// captured copies write the host memory. Each launch of an executable graph that holds it
+/// first waits for the buffer's uses in flight on other streams, then is recorded as one use
+/// (see [`launch_tracked`]).
+#[derive(Clone, Debug)]
+pub(crate) struct HostAccess {
+    pub(crate) uses: Arc<Mutex<Uses>>,
+    pub(crate) writes: bool,
+}
+
+/// Queues `launch` on `stream`, ordered after the uses in flight of every buffer in `accesses`
+/// (sorted by tracker, one entry per tracker) and recorded on each as a use, under all their
+/// locks at once: the host cannot slip a read or write between the launch and its recording.
+pub(crate) fn launch_tracked(
+    accesses: &[HostAccess],
+    stream: &Stream,
+    launch: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let mut guards: Vec<MutexGuard<'_, Uses>> =
+        accesses.iter().map(|a| a.uses.lock().unwrap_or_else(PoisonError::into_inner)).collect();
+    let mut fresh = Vec::with_capacity(guards.len());
+    for u in &mut guards {
+        fresh.push(u.prepare(stream)?);
+    }
+    launch()?;
+    let mut result = Ok(());
+    for ((u, access), fresh) in guards.iter_mut().zip(accesses).zip(fresh) {
+        let recorded = u.record_after(stream, access.writes, fresh);
+        if result.is_ok() {
+            result = recorded;
+        }
+    }
+    result
 }
 
 /// The copies in flight on a pinned buffer: one event, recorded after each copy on the copy's
@@ -36,18 +147,52 @@ struct Uses {
 /// for the old event, and a new event is made in the new context and recorded after it: it
 /// still covers every copy, since the new stream runs nothing after the wait before the old
 /// event has completed.
+///
+/// A copy queued on a stream that is being captured into a graph records nothing: it runs at
+/// every launch of the graph, not now. The buffer's state then moves to one shared with the
+/// graph ([`HostAccess`]), and each launch of an executable graph made from it waits for the
+/// uses in flight and is recorded as a use, so that the host reads after a launch, and writes
+/// between launches, safely.
 #[derive(Debug)]
 pub(crate) struct HostUses {
-    uses: Mutex<Uses>,
+    /// The state while no graph shares it: no reference count, no allocation.
+    local: Mutex<Uses>,
+    /// The state once a capture took the buffer.
+    shared: OnceLock<Arc<Mutex<Uses>>>,
 }
 
 impl HostUses {
     pub(crate) fn new() -> HostUses {
-        HostUses { uses: Mutex::new(Uses { event: None, stream: None, pending: Pending::None }) }
+        HostUses { local: Mutex::new(Uses::new()), shared: OnceLock::new() }
     }
 
     fn lock(&self) -> MutexGuard<'_, Uses> {
-        self.uses.lock().unwrap_or_else(PoisonError::into_inner)
+        if let Some(shared) = self.shared.get() {
+            return shared.lock().unwrap_or_else(PoisonError::into_inner);
+        }
+        let local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+        if !local.moved {
+            return local;
+        }
+        // Moved, and the shared state is being published: it is there in a moment.
+        drop(local);
+        loop {
+            if let Some(shared) = self.shared.get() {
+                return shared.lock().unwrap_or_else(PoisonError::into_inner);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// The state shared with graphs, made from the buffer's own on first use.
+    fn share(&self) -> Arc<Mutex<Uses>> {
+        self.shared
+            .get_or_init(|| {
+                let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+                let state = std::mem::replace(&mut *local, Uses { moved: true, ..Uses::new() });
+                Arc::new(Mutex::new(state))
+            })
+            .clone()
     }
 
     /// Queues a copy with `enqueue` on `stream` and records it: `writes` when the copy writes
@@ -60,63 +205,16 @@ impl HostUses {
         writes: bool,
         enqueue: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
+        if let Some(capture) = crate::graph::capture_of(stream)? {
+            // Captured, not queued: the graph's launches are what use the memory.
+            enqueue()?;
+            capture.note(HostAccess { uses: self.share(), writes });
+            return Ok(());
+        }
         let mut u = self.lock();
-        let other_stream = u.stream.as_ref().is_some_and(|s| s != stream);
-        if u.pending != Pending::None && other_stream {
-            if let Some(event) = &u.event {
-                // A default-stream handle names the stream of the current context.
-                stream.bind_if_default()?;
-                // SAFETY: the event is live (held here) and the stream is alive.
-                check("cuStreamWaitEvent", unsafe {
-                    sys::cuStreamWaitEvent(stream.as_raw(), event.as_raw(), 0)
-                })?;
-            }
-        }
-        // The event the copy will be recorded on must be of the stream's context: made before the
-        // copy is queued, so that nothing is queued when it cannot be made, and kept aside until
-        // the recording succeeded, so that the old event still covers the copies before.
-        let ctx = stream.context();
-        let fresh = match &u.event {
-            Some(e) if e.context() == ctx => None,
-            _ => Some(Event::new(ctx, EventFlags::DISABLE_TIMING)?),
-        };
+        let fresh = u.prepare(stream)?;
         enqueue()?;
-        let kind = if writes { Pending::Writes } else { Pending::Reads };
-        let recorded = match fresh.as_ref().or(u.event.as_ref()) {
-            Some(event) => Self::record(event, stream),
-            None => Ok(()),
-        };
-        if let Err(e) = recorded {
-            // The copy is queued but untracked: wait for it rather than leave it unguarded. A
-            // release-style wait: a deferred error pending elsewhere must not skip it. Once it
-            // returned, this copy and (through the wait above, or stream order) every copy
-            // before it are done.
-            match stream.synchronize_for_release() {
-                Ok(()) => u.pending = Pending::None,
-                // The stream failed: its copies cannot be told apart any more; the host still
-                // waits for the old event before it touches the memory.
-                Err(_) => u.pending = u.pending.max(kind),
-            }
-            return Err(e);
-        }
-        if let Some(event) = fresh {
-            // The old event (if any) is destroyed once its recorded work is done; the wait on
-            // it is already queued.
-            u.event = Some(event);
-        }
-        if other_stream || u.stream.is_none() {
-            u.stream = Some(stream.clone());
-        }
-        u.pending = u.pending.max(kind);
-        Ok(())
-    }
-
-    /// Records `event` (of `stream`'s context) after the work queued on `stream`.
-    fn record(event: &Event, stream: &Stream) -> Result<()> {
-        // A default-stream handle names the stream of the current context.
-        stream.bind_if_default()?;
-        // SAFETY: the event and the stream are alive and of the same context.
-        check("cuEventRecord", unsafe { sys::cuEventRecord(event.as_raw(), stream.as_raw()) })
+        u.record_after(stream, writes, fresh)
     }
 
     /// Waits until the host may read (`write == false`) or write the memory.
@@ -144,7 +242,7 @@ impl HostUses {
     /// memory was queued before its last recording, whatever stream, thread or context it ran
     /// on.
     pub(crate) fn take_in_flight(&mut self) -> Option<Event> {
-        let u = self.uses.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let mut u = self.lock();
         if u.pending == Pending::None {
             return None;
         }

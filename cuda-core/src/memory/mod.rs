@@ -87,6 +87,7 @@ pub use pinned::PinnedBuffer;
 pub use pitched::PitchedBuffer;
 pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attributes, set_sync_memops};
 pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};
+pub(crate) use host_uses::{HostAccess, launch_tracked};
 pub(crate) use view::range_of;
 pub use view::{DeviceView, DeviceViewMut};
 

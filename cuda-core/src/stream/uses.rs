@@ -71,6 +71,11 @@ impl StreamUses {
         if own == Some(stream) {
             return Ok(());
         }
+        // Work captured into a graph is not queued: it runs at the graph's launches, and the
+        // capture's contract keeps the memory alive for as long as they may run.
+        if crate::graph::capture_of(stream)?.is_some() {
+            return Ok(());
+        }
         let mut noted = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if !noted.streams.contains(stream) {
             noted.streams.push(stream.clone());

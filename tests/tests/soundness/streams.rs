@@ -9,13 +9,17 @@
 //! still hold what was written into it. Before the rule, the late work landed in the new buffer.
 
 use super::kernels;
+use cuda_core::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags};
 use cuda_core::mempool::Access;
 use cuda_core::module::Module;
 use cuda_core::nccl::{Communicator, Group, ReduceOp};
 use cuda_core::vmm::{
     AccessGrant, AddressRange, AllocationProperties, Granularity, PhysicalMemory, VmmAllocator,
 };
-use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
+use cuda_core::{
+    Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer,
+    Stream, StreamFlags,
+};
 use cuda_tests::{
     Test, TestResult, device_zero, ensure, ensure_eq, gpu, multi_gpu, no_deferred, still_usable,
 };
@@ -34,6 +38,8 @@ pub const TESTS: &[Test] = &[
     gpu("vmm_allocator_release_waits_even_with_a_deferred_error_pending", vmm_release_with_deferred_error),
     gpu("default_streams_of_two_contexts_are_different_streams", default_streams_differ_by_context),
     gpu("a_per_thread_stream_is_refused_on_another_thread", per_thread_stream_on_another_thread),
+    gpu("graph_memset_on_another_stream_spares_the_successor", graph_launch_on_another_stream),
+    gpu("pinned_buffers_captured_on_three_streams_replay_100_times", pinned_buffers_in_a_replayed_graph),
 ];
 
 /// Elements of the buffers: 64 MiB of `u32`, so that a late copy is plainly visible.
@@ -276,4 +282,74 @@ fn per_thread_stream_on_another_thread() -> TestResult {
     mine.synchronize()?;
     ensure_eq!(buffer.to_vec()?, vec![2; 16]);
     Ok(())
+}
+
+/// A graph that sets a buffer, launched late on another stream; the graph, its executable and
+/// the caller's handle dropped; a new buffer of the same size taken on the buffer's stream. The
+/// graph holds the buffer and its executable waits for its context when dropped, so the memset
+/// never reaches the new buffer.
+fn graph_launch_on_another_stream() -> TestResult {
+    let (_device, ctx, owner) = device_zero()?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    pool_reuses_blocks(&owner)?;
+    let target = Arc::new(DeviceBuffer::<u32>::new(&owner, N)?);
+    let graph = Graph::new(&ctx)?;
+    graph.add_memset_node(&[], &GraphSlice::whole(&target), 9u32)?;
+    let exec = graph.instantiate(InstantiateFlags::empty())?;
+    hold(&other, 300)?;
+    exec.launch(&other)?;
+    drop((target, graph, exec));
+    successor_keeps_its_contents(&owner, &other)?;
+    no_deferred(&ctx)
+}
+
+/// What a pinned buffer captured into a graph means (issue item 5): copies between pinned and
+/// device buffers captured on three streams (fork and join through events); the graph
+/// replayed 100 times, new inputs written between launches and every output read after its
+/// launch. Before, reading the output failed (`cuEventSynchronize`: `CUDA_ERROR_INVALID_VALUE`,
+/// the tracker waited on an event it had recorded during the capture), and where a read did
+/// not fail it did not wait for the replay's DMA.
+fn pinned_buffers_in_a_replayed_graph() -> TestResult {
+    const LEN: usize = 1 << 22; // 16 MiB of f32: a copy that takes long enough to race
+    let (_device, ctx, origin) = device_zero()?;
+    let (b, c) =
+        (Stream::new(&ctx, StreamFlags::NON_BLOCKING)?, Stream::new(&ctx, StreamFlags::NON_BLOCKING)?);
+    let launcher = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut input = PinnedBuffer::<f32>::new(LEN)?;
+    let mut output = PinnedBuffer::<f32>::new(LEN)?;
+    input.as_mut_slice()?.fill(-1.0);
+    let mut staged = DeviceBuffer::<f32>::zeroed(&origin, LEN)?;
+    let mut copied = DeviceBuffer::<f32>::zeroed(&origin, LEN)?;
+    origin.synchronize()?;
+    let (fork, joined_b, joined_c) = (
+        Event::new(&ctx, EventFlags::DISABLE_TIMING)?,
+        Event::new(&ctx, EventFlags::DISABLE_TIMING)?,
+        Event::new(&ctx, EventFlags::DISABLE_TIMING)?,
+    );
+    // SAFETY: everything the captured work uses (the four buffers, the events) is declared
+    // before the graph and its executable, so it outlives them.
+    let capture = unsafe { origin.begin_capture(CaptureMode::ThreadLocal)? };
+    fork.record(&origin)?;
+    b.wait_event(&fork)?;
+    staged.copy_from_pinned_async(&input, &b)?; // host -> device on b
+    joined_b.record(&b)?;
+    c.wait_event(&joined_b)?;
+    copied.view_mut().copy_from_device_async(&staged.view(), &c)?; // device -> device on c
+    joined_c.record(&c)?;
+    origin.wait_event(&joined_c)?;
+    copied.copy_to_pinned_async(&mut output, &origin)?; // device -> host on the origin
+    let graph = capture.end()?;
+    let exec = graph.instantiate(InstantiateFlags::empty())?;
+    for i in 0..100u16 {
+        let value = f32::from(i);
+        // Waits for the previous launch, which reads `input`.
+        input.as_mut_slice()?.fill(value);
+        exec.launch(&launcher)?;
+        // Waits for this launch, which writes `output`.
+        let seen = output.as_slice()?;
+        let wrong = seen.iter().filter(|&&v| v != value).count();
+        ensure_eq!(wrong, 0, "replay {i}: elements of the output not from this replay");
+    }
+    drop((exec, graph));
+    no_deferred(&ctx)
 }
