@@ -54,8 +54,10 @@ fn pinned_copy_on_another_thread() -> TestResult {
         let device = DeviceBuffer::<u32>::from_slice(&stream, &vec![5; N])?;
         let mut host = PinnedBuffer::<u32>::new_in(N, worker_pool)?;
         let address = host.as_ptr() as usize;
-        hold(&stream, 500)?;
-        device.copy_to_pinned_async(&mut host, &stream)?; // lands in ~500 ms
+        // Long enough that the copy is still to run when the buffer is dropped, even under
+        // compute-sanitizer, whose host-side slowdown shortened 500 ms too much.
+        hold(&stream, 2000)?;
+        device.copy_to_pinned_async(&mut host, &stream)?; // lands in ~2 s
         Ok((host, address))
     })
     .join()
