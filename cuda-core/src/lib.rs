@@ -14,7 +14,12 @@
 //! * **`unsafe`.** It is kept to what the compiler cannot check: launching a kernel (its
 //!   parameters must match the kernel), adopting raw handles, and reading memory a kernel may
 //!   still be writing. Everything checkable (sizes, bounds, alignment) is checked.
-//! * **Streams.** Work that runs asynchronously takes the stream it runs on explicitly.
+//! * **Streams.** Work that runs asynchronously takes the stream it runs on explicitly. Memory
+//!   is given back in its own stream's order, after every other stream that safe operations
+//!   queued work touching it on (they note those streams on the memory's owner by themselves).
+//! * **Soundness.** No sequence of safe calls reaches undefined behaviour, on the host or on the
+//!   device; the guide's safety chapter says what that covers, what each `unsafe` function and
+//!   `unsafe trait` asks, and where each rule is tested.
 //!
 //! # Errors of thin wrappers
 //!
@@ -97,6 +102,7 @@ mod guide {
         Runtime = "runtime.md";
         Loading = "loading.md";
         Errors = "errors.md";
+        Safety = "safety.md";
         SysCrates = "sys-crates.md";
         GpuTesting = "gpu-testing.md";
         ComingFrom = "coming-from.md";
