@@ -99,7 +99,10 @@ fn globals_are_typed_views_kernels_read_and_write() -> TestResult {
     ensure_eq!(hits.len(), 4);
     // One live Global per variable: a second one, of any element type, is refused.
     let again = module.global::<u8>("hits");
-    ensure!(matches!(again, Err(cuda_core::Error::InvalidArgument { .. })), "a second Global of `hits`: {again:?}");
+    ensure!(
+        matches!(again, Err(cuda_core::Error::InvalidArgument { .. })),
+        "a second Global of `hits`: {again:?}"
+    );
     ensure!(module.global::<u64>("factor").is_err(), "4 bytes are not a whole u64");
 
     let n = 1000u32;

@@ -220,6 +220,10 @@ impl GraphExec {
     /// [`as_mut_slice`](crate::PinnedBuffer::as_mut_slice) for every launch that uses it, so
     /// the host reads results and writes new inputs between launches safely. A graph without
     /// such buffers costs nothing more.
+    ///
+    /// Fails with the driver's status when the launch is refused (a stream of another context,
+    /// an earlier fault), or when it cannot be recorded on such a buffer (then the launch was
+    /// waited for instead).
     #[inline]
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         self.ctx.take_deferred()?;

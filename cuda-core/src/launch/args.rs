@@ -136,7 +136,8 @@ pub unsafe trait KernelArgs {
     /// The size in bytes of each argument, in order.
     fn sizes(&self) -> Self::Sizes;
 
-    /// Calls [`KernelArg::note_launch`] of each argument, in order; the first failure.
+    /// Calls [`KernelArg::note_launch`] of each argument, in order; fails with the first
+    /// argument's error (a default stream that names another stream than the one meant).
     #[inline]
     fn note_launch(&self, stream: &Stream) -> Result<()> {
         let _ = stream;

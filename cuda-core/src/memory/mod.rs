@@ -82,12 +82,12 @@ pub use array::{
 pub use buffer::DeviceBuffer;
 pub use copy3d::{memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer};
 pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
+pub(crate) use host_uses::{HostAccess, launch_tracked};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
 pub use pinned::PinnedBuffer;
 pub use pitched::PitchedBuffer;
 pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attributes, set_sync_memops};
 pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};
-pub(crate) use host_uses::{HostAccess, launch_tracked};
 pub(crate) use view::range_of;
 pub use view::{DeviceView, DeviceViewMut};
 
@@ -143,7 +143,12 @@ macro_rules! device_views {
             range: impl std::ops::RangeBounds<usize>,
         ) -> $crate::Result<$crate::memory::DeviceView<'_, T>> {
             let (start, end) = $crate::memory::range_of(concat!($name, "::slice"), range, self.len)?;
-            Ok($crate::memory::DeviceView::tracked(self.element(start), end - start, &self.stream, &self.uses))
+            Ok($crate::memory::DeviceView::tracked(
+                self.element(start),
+                end - start,
+                &self.stream,
+                &self.uses,
+            ))
         }
 
         /// An exclusive view of `range`; past the end is an
@@ -153,7 +158,12 @@ macro_rules! device_views {
             range: impl std::ops::RangeBounds<usize>,
         ) -> $crate::Result<$crate::memory::DeviceViewMut<'_, T>> {
             let (start, end) = $crate::memory::range_of(concat!($name, "::slice_mut"), range, self.len)?;
-            Ok($crate::memory::DeviceViewMut::tracked(self.element(start), end - start, &self.stream, &self.uses))
+            Ok($crate::memory::DeviceViewMut::tracked(
+                self.element(start),
+                end - start,
+                &self.stream,
+                &self.uses,
+            ))
         }
 
         fn element(&self, index: usize) -> cuda_driver_sys::CUdeviceptr {

@@ -214,6 +214,9 @@ impl Library {
     /// Unloads the library now, returning the driver's status
     /// ([`cuLibraryUnload`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html))
     /// instead of keeping it in a context as `Drop` does. The library is gone either way.
+    ///
+    /// Fails with the driver's status when the unload fails (after a fault in the context, that
+    /// fault).
     pub fn unload(mut self) -> Result<()> {
         self.release()
     }

@@ -143,6 +143,9 @@ impl Group {
     /// Ends the group: the calls made in it are issued
     /// ([`ncclGroupEnd`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/group.html#ncclgroupend)).
     /// `ncclInProgress` (non-blocking communicators still working) counts as success.
+    ///
+    /// Fails with NCCL's status when a call of the group could not be issued; memory dropped
+    /// inside the group is given back either way.
     pub fn end(mut self) -> Result<()> {
         self.ended = true;
         end_status(end_level())

@@ -146,7 +146,8 @@ impl Stream {
 
     fn wrap(ctx: &Context, raw: sys::CUstream, owned: bool) -> Stream {
         let default = is_default_handle(raw);
-        let per_thread = raw == sys::CU_STREAM_PER_THREAD || (raw.is_null() && sys::per_thread_default_stream());
+        let per_thread =
+            raw == sys::CU_STREAM_PER_THREAD || (raw.is_null() && sys::per_thread_default_stream());
         let thread = per_thread.then(|| std::thread::current().id());
         Stream { inner: Arc::new(StreamInner { raw, ctx: ctx.clone(), owned, default, thread }) }
     }

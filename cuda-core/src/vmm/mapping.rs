@@ -8,9 +8,9 @@ use crate::error::{Error, Result, check};
 use crate::memory::{DeviceView, DeviceViewMut, MemLocation};
 use crate::mempool::Access;
 use crate::stream::{Stream, StreamUses};
-use std::mem::ManuallyDrop;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
+use std::mem::ManuallyDrop;
 
 /// Access to a mapping granted to one location (`CUmemAccessDesc`); a slice of them is what
 /// [`Mapping::set_access`] passes to the driver as it is.
