@@ -59,6 +59,15 @@ pub(crate) struct Track<'a> {
     pub(crate) uses: &'a StreamUses,
 }
 
+impl Track<'_> {
+    /// Notes that a kernel reading or writing the memory through another handle (a texture, a
+    /// tensor map) is about to be launched on `stream`, with `stream`'s context current.
+    #[inline]
+    pub(crate) fn note_launch(&self, stream: &Stream) -> Result<()> {
+        self.uses.note(stream.context(), self.own, stream)
+    }
+}
+
 // SAFETY: a view is an address, a length, a context reference and a stream handle that the
 // borrowed buffer keeps alive; the driver may be called with them from any thread.
 unsafe impl<T: Sync> Send for DeviceView<'_, T> {}

@@ -89,14 +89,14 @@ impl StreamUses {
     }
 
     /// Takes the noted streams for a stream-ordered release of the memory in `ctx` (whose
-    /// events will be recorded on them): streams that cannot be named from there are waited
-    /// for on the host and left out (per-thread default streams of other threads, through
-    /// their context; default streams of other contexts, which a handle recorded with `ctx`
-    /// current would not name); the rest are returned, for the release to be ordered after
-    /// them. Fails with the wait's status.
+    /// events, made in `ctx`, will be recorded on them): streams that cannot be ordered from
+    /// there are waited for on the host and left out (per-thread default streams of other
+    /// threads, through their context; streams of other contexts, on which an event of `ctx`
+    /// cannot be recorded); the rest are returned, for the release to be ordered after them.
+    /// Fails with the wait's status.
     pub(crate) fn take_for_release(&mut self, ctx: &Context) -> Result<Vec<Stream>> {
         let mut list = std::mem::take(&mut self.noted().streams);
-        let unnamed = |s: &Stream| s.is_other_threads() || (s.is_default() && s.context() != ctx);
+        let unnamed = |s: &Stream| s.is_other_threads() || s.context() != ctx;
         if list.iter().any(unnamed) {
             let (theirs, ours): (Vec<Stream>, Vec<Stream>) = list.into_iter().partition(unnamed);
             list = ours;

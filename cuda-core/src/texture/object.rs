@@ -197,6 +197,11 @@ unsafe impl KernelArg for &TextureObject<'_> {
     fn arg_size(&self) -> usize {
         std::mem::size_of::<sys::CUtexObject>()
     }
+
+    #[inline]
+    fn note_launch(&self, stream: &crate::Stream) -> Result<()> {
+        self.resource.note_launch(stream)
+    }
 }
 
 // SAFETY: as for textures.
@@ -209,5 +214,10 @@ unsafe impl KernelArg for &SurfaceObject {
     #[inline]
     fn arg_size(&self) -> usize {
         std::mem::size_of::<sys::CUsurfObject>()
+    }
+
+    #[inline]
+    fn note_launch(&self, stream: &crate::Stream) -> Result<()> {
+        self.resource.note_launch(stream)
     }
 }

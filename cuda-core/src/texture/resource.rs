@@ -4,7 +4,8 @@
 use super::format::{ChannelFormat, Texel, texel_size};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use crate::memory::{Array, ArrayDescriptor, DeviceView, MipmappedArray, PitchedBuffer};
+use crate::memory::{Array, ArrayDescriptor, DeviceView, MipmappedArray, PitchedBuffer, Track};
+use crate::stream::Stream;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -146,6 +147,8 @@ pub struct Resource<'a> {
     format: Option<ChannelFormat>,
     array: Option<ArrayDescriptor>,
     owner: Owner,
+    /// The owner of borrowed linear memory, for launches on other streams to note.
+    track: Option<Track<'a>>,
     ctx: Context,
     _borrow: PhantomData<&'a ()>,
 }
@@ -185,6 +188,7 @@ impl Resource<'static> {
             array: Some(d),
             ctx: array.context().clone(),
             owner: Owner::MipmappedArray(array),
+            track: None,
             _borrow: PhantomData,
         })
     }
@@ -211,6 +215,7 @@ impl<'a> Resource<'a> {
             array: Some(d),
             ctx: array.context().clone(),
             owner,
+            track: None,
             _borrow: PhantomData,
         })
     }
@@ -257,6 +262,7 @@ impl<'a> Resource<'a> {
             format: Some(format),
             array: None,
             owner: Owner::Borrowed,
+            track: view.track,
             ctx: view.context().clone(),
             _borrow: PhantomData,
         })
@@ -308,9 +314,18 @@ impl<'a> Resource<'a> {
             format: Some(format),
             array: None,
             owner: Owner::Borrowed,
+            track: buffer.storage().view().track,
             ctx: buffer.context().clone(),
             _borrow: PhantomData,
         })
+    }
+
+    /// Notes a launch on `stream` of a kernel that reads the resource's linear memory through
+    /// an object made from it, on that memory's owner (see
+    /// [`KernelArg::note_launch`](crate::launch::KernelArg::note_launch)); arrays note nothing.
+    #[inline]
+    pub(crate) fn note_launch(&self, stream: &Stream) -> Result<()> {
+        self.track.map_or(Ok(()), |t| t.note_launch(stream))
     }
 
     /// The plain description the driver is given.

@@ -5,7 +5,7 @@ use super::checks::{self, Layout};
 use super::{Im2colWideMode, Interleave, L2Promotion, OobFill, Swizzle, TensorDataType, TensorMap};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use crate::memory::DeviceView;
+use crate::memory::{DeviceView, Track};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
@@ -32,6 +32,8 @@ const MAX_RANK: usize = 5;
 #[derive(Clone, Debug)]
 pub struct TensorMapBuilder<'a> {
     ctx: &'a Context,
+    /// The owner of the memory, for launches on other streams to note.
+    track: Option<Track<'a>>,
     address: u64,
     bytes: u64,
     element_size: usize,
@@ -52,6 +54,7 @@ impl<'a> TensorMapBuilder<'a> {
     pub fn new<T: Pod>(view: DeviceView<'a, T>, data_type: TensorDataType) -> TensorMapBuilder<'a> {
         TensorMapBuilder {
             ctx: view.context(),
+            track: view.track,
             address: view.as_raw(),
             bytes: view.size_in_bytes() as u64,
             element_size: std::mem::size_of::<T>(),
@@ -201,7 +204,7 @@ impl<'a> TensorMapBuilder<'a> {
                 self.oob_fill.as_raw(),
             )
         })?;
-        Ok(TensorMap::from_encoded(raw, footprint, alignment))
+        Ok(TensorMap::from_encoded(raw, footprint, alignment, self.track))
     }
 
     /// Encodes an im2col map of a rank 3 to 5 tensor (channels innermost, then the spatial
@@ -248,7 +251,7 @@ impl<'a> TensorMapBuilder<'a> {
                 self.oob_fill.as_raw(),
             )
         })?;
-        Ok(TensorMap::from_encoded(raw, footprint, alignment))
+        Ok(TensorMap::from_encoded(raw, footprint, alignment, self.track))
     }
 
     /// Encodes a wide im2col map, which loads along W only: the pixel box spans
@@ -307,6 +310,6 @@ impl<'a> TensorMapBuilder<'a> {
                 self.oob_fill.as_raw(),
             )
         })?;
-        Ok(TensorMap::from_encoded(raw, footprint, alignment))
+        Ok(TensorMap::from_encoded(raw, footprint, alignment, self.track))
     }
 }

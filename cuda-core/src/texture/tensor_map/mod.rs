@@ -17,7 +17,8 @@ pub use builder::TensorMapBuilder;
 use super::raw_enum;
 use crate::error::{Result, check};
 use crate::launch::KernelArg;
-use crate::memory::DeviceView;
+use crate::memory::{DeviceView, Track};
+use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
@@ -195,6 +196,8 @@ pub struct TensorMap<'a> {
     footprint: u64,
     /// The alignment the global address needs (16 or 32 bytes).
     alignment: u64,
+    /// The owner of the memory, for launches on other streams to note.
+    track: Option<Track<'a>>,
     _memory: PhantomData<&'a ()>,
 }
 
@@ -226,6 +229,7 @@ impl<'a> TensorMap<'a> {
             raw: self.raw,
             footprint: self.footprint,
             alignment: self.alignment,
+            track: view.track,
             _memory: PhantomData,
         };
         // SAFETY: the map is a valid encoded descriptor, aligned as its type says; the address
@@ -236,8 +240,13 @@ impl<'a> TensorMap<'a> {
         Ok(map)
     }
 
-    pub(crate) fn from_encoded(raw: sys::CUtensorMap, footprint: u64, alignment: u64) -> TensorMap<'a> {
-        TensorMap { raw, footprint, alignment, _memory: PhantomData }
+    pub(crate) fn from_encoded(
+        raw: sys::CUtensorMap,
+        footprint: u64,
+        alignment: u64,
+        track: Option<Track<'a>>,
+    ) -> TensorMap<'a> {
+        TensorMap { raw, footprint, alignment, track, _memory: PhantomData }
     }
 }
 
@@ -252,6 +261,11 @@ unsafe impl KernelArg for &TensorMap<'_> {
     #[inline]
     fn arg_size(&self) -> usize {
         std::mem::size_of::<sys::CUtensorMap>()
+    }
+
+    #[inline]
+    fn note_launch(&self, stream: &Stream) -> Result<()> {
+        self.track.map_or(Ok(()), |t| t.note_launch(stream))
     }
 }
 
