@@ -39,6 +39,7 @@ pub const TESTS: &[Test] = &[
     gpu("default_streams_of_two_contexts_are_different_streams", default_streams_differ_by_context),
     gpu("a_per_thread_stream_is_refused_on_another_thread", per_thread_stream_on_another_thread),
     gpu("graph_memset_on_another_stream_spares_the_successor", graph_launch_on_another_stream),
+    gpu("peer_copy_on_a_stream_of_another_context_spares_the_successor", cross_context_copy),
     gpu("pinned_buffers_captured_on_three_streams_replay_100_times", pinned_buffers_in_a_replayed_graph),
 ];
 
@@ -352,4 +353,31 @@ fn pinned_buffers_in_a_replayed_graph() -> TestResult {
     }
     drop((exec, graph));
     no_deferred(&ctx)
+}
+
+/// A copy out of a buffer of the primary context, queued late on a stream of a second context
+/// of the same device (a peer copy between contexts), into a buffer of that context; the source
+/// dropped; a new buffer taken on the source's stream. The pool cannot record its event on the
+/// other context's stream, so the drop waits for that stream on the host: the copy reads the
+/// fives it was given, and the new buffer keeps its sevens.
+fn cross_context_copy() -> TestResult {
+    let (device, primary, owner) = device_zero()?;
+    pool_reuses_blocks(&owner)?;
+    let source = DeviceBuffer::<u32>::from_slice(&owner, &vec![5; N])?;
+    let second = Context::create(&device, ContextFlags::empty())?;
+    let late = Stream::new(&second, StreamFlags::NON_BLOCKING)?;
+    let mut target = DeviceBuffer::<u32>::zeroed(&late, N)?;
+    late.synchronize()?;
+    hold(&late, 300)?;
+    target.view_mut().copy_from_device_async(&source.view(), &late)?;
+    drop(source);
+    primary.bind_to_thread()?;
+    let successor = DeviceBuffer::<u32>::from_slice(&owner, &vec![7; N])?;
+    late.synchronize()?;
+    let wrong = successor.to_vec()?.iter().filter(|&&v| v != 7).count();
+    ensure_eq!(wrong, 0, "words of the new buffer changed");
+    let copied = target.to_vec()?.iter().filter(|&&v| v != 5).count();
+    ensure_eq!(copied, 0, "the copy did not read the source it was given");
+    no_deferred(&primary)?;
+    no_deferred(&second)
 }
