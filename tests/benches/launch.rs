@@ -94,6 +94,16 @@ fn measure(
     Ok(Row { name: name.to_string(), unit: "ns", ours: median(a), raw: median(b) })
 }
 
+/// The pointer array of a raw `saxpy(n, a, x, y)` launch.
+fn saxpy_args(n: &u32, a: &f32, x: &u64, y: &u64) -> [*mut c_void; 4] {
+    [
+        (n as *const u32).cast_mut().cast(),
+        (a as *const f32).cast_mut().cast(),
+        (x as *const u64).cast_mut().cast(),
+        (y as *const u64).cast_mut().cast(),
+    ]
+}
+
 fn check(status: sys::CUresult) {
     if status != sys::CUresult::CUDA_SUCCESS {
         eprintln!("raw launch failed: {:?}", status.name());
@@ -131,12 +141,7 @@ fn run() -> cuda_core::Result<()> {
         // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y hold n floats.
         || unsafe { saxpy.launch(&stream, &config, (&n, &a, &xp, &yp)).unwrap_or_else(|e| fail(e)) },
         || {
-            let mut args: [*mut c_void; 4] = [
-                (&n as *const u32).cast_mut().cast(),
-                (&a as *const f32).cast_mut().cast(),
-                (&xp as *const u64).cast_mut().cast(),
-                (&yp as *const u64).cast_mut().cast(),
-            ];
+            let mut args = saxpy_args(&n, &a, &xp, &yp);
             // SAFETY: as above.
             check(unsafe {
                 sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, s, args.as_mut_ptr(), std::ptr::null_mut())
@@ -165,12 +170,7 @@ fn run() -> cuda_core::Result<()> {
         &mut gate,
         &stream,
         || {
-            let mut args: [*mut c_void; 4] = [
-                (&n as *const u32).cast_mut().cast(),
-                (&a as *const f32).cast_mut().cast(),
-                (&xp as *const u64).cast_mut().cast(),
-                (&yp as *const u64).cast_mut().cast(),
-            ];
+            let mut args = saxpy_args(&n, &a, &xp, &yp);
             let mut attrs = [const { MaybeUninit::<sys::CUlaunchAttribute>::uninit() }; 4];
             let raw = sys::CUlaunchConfig {
                 gridDimX: 4,
@@ -188,12 +188,7 @@ fn run() -> cuda_core::Result<()> {
             check(unsafe { sys::cuLaunchKernelEx(&raw, f, args.as_mut_ptr(), std::ptr::null_mut()) });
         },
         || {
-            let mut args: [*mut c_void; 4] = [
-                (&n as *const u32).cast_mut().cast(),
-                (&a as *const f32).cast_mut().cast(),
-                (&xp as *const u64).cast_mut().cast(),
-                (&yp as *const u64).cast_mut().cast(),
-            ];
+            let mut args = saxpy_args(&n, &a, &xp, &yp);
             // SAFETY: as above.
             check(unsafe {
                 sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, s, args.as_mut_ptr(), std::ptr::null_mut())
@@ -214,12 +209,7 @@ fn run() -> cuda_core::Result<()> {
         // SAFETY: as for the first row.
         || unsafe { saxpy.launch(&stream, &config, (&n, &a, &x, &mut y2)).unwrap_or_else(|e| fail(e)) },
         || {
-            let mut args: [*mut c_void; 4] = [
-                (&n as *const u32).cast_mut().cast(),
-                (&a as *const f32).cast_mut().cast(),
-                (&xp as *const u64).cast_mut().cast(),
-                (&y2p as *const u64).cast_mut().cast(),
-            ];
+            let mut args = saxpy_args(&n, &a, &xp, &y2p);
             // SAFETY: as above.
             check(unsafe {
                 sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, s, args.as_mut_ptr(), std::ptr::null_mut())
@@ -237,12 +227,7 @@ fn run() -> cuda_core::Result<()> {
         // SAFETY: as for the first row.
         || unsafe { saxpy.launch(&other, &config, (&n, &a, &x, &mut y2)).unwrap_or_else(|e| fail(e)) },
         || {
-            let mut args: [*mut c_void; 4] = [
-                (&n as *const u32).cast_mut().cast(),
-                (&a as *const f32).cast_mut().cast(),
-                (&xp as *const u64).cast_mut().cast(),
-                (&y2p as *const u64).cast_mut().cast(),
-            ];
+            let mut args = saxpy_args(&n, &a, &xp, &y2p);
             // SAFETY: as above; live event and streams.
             check(unsafe {
                 sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, o, args.as_mut_ptr(), std::ptr::null_mut())
@@ -264,12 +249,7 @@ fn run() -> cuda_core::Result<()> {
         // SAFETY: as for the first row.
         || unsafe { saxpy.launch(&stream, &with_priority, (&n, &a, &xp, &yp)).unwrap_or_else(|e| fail(e)) },
         || {
-            let mut args: [*mut c_void; 4] = [
-                (&n as *const u32).cast_mut().cast(),
-                (&a as *const f32).cast_mut().cast(),
-                (&xp as *const u64).cast_mut().cast(),
-                (&yp as *const u64).cast_mut().cast(),
-            ];
+            let mut args = saxpy_args(&n, &a, &xp, &yp);
             let mut attrs = [sys::CUlaunchAttribute {
                 id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PRIORITY,
                 pad: [0; 4],
