@@ -3,87 +3,10 @@
 use super::keep::KeepAlive;
 use super::{Graph, GraphNode};
 use crate::error::{Error, Result, check};
-use crate::memory::HostAccess;
+use crate::stream::capturing::{self, Taken};
 use crate::stream::{CaptureStatus, Stream};
 use cuda_driver_sys as sys;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-
-/// How many captures begun through this crate are under way: while none is, no stream is
-/// asked whether it is capturing (one atomic load on the copy path).
-static ACTIVE: AtomicUsize = AtomicUsize::new(0);
-
-/// The pinned buffers that copies captured so far took, by capture id, until their capture
-/// ends and hands them to its graph.
-static TAKEN: Mutex<Vec<(u64, HostAccess)>> = Mutex::new(Vec::new());
-
-/// A capture under way, as a copy queued on one of its streams sees it.
-pub(crate) struct CaptureRef(u64);
-
-impl CaptureRef {
-    /// Notes that the captured work uses a pinned buffer: the graph the capture makes tracks
-    /// its launches on the buffer.
-    pub(crate) fn note(&self, access: HostAccess) {
-        TAKEN.lock().unwrap_or_else(PoisonError::into_inner).push((self.0, access));
-    }
-}
-
-/// The capture `stream` takes part in, if any: one begun through this crate (captures begun
-/// through raw calls are not seen). Costs one atomic load while no capture is under way.
-#[inline]
-pub(crate) fn capture_of(stream: &Stream) -> Result<Option<CaptureRef>> {
-    if ACTIVE.load(Ordering::Acquire) == 0 {
-        return Ok(None);
-    }
-    Ok(capture_id(stream)?.map(CaptureRef))
-}
-
-/// The id of the capture `stream` takes part in, if it is capturing.
-#[cold]
-fn capture_id(stream: &Stream) -> Result<Option<u64>> {
-    stream.bind_if_default()?;
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id = 0;
-    // SAFETY: the stream is live; two out-parameters, null for what is not asked.
-    check("cuStreamGetCaptureInfo", unsafe {
-        sys::cuStreamGetCaptureInfo(
-            stream.as_raw(),
-            &mut status,
-            &mut id,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
-    })?;
-    Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
-}
-
-/// Takes what copies captured under `id` noted, for the graph the capture made.
-fn take_noted(id: u64) -> Vec<HostAccess> {
-    let mut taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
-    let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *taken).into_iter().partition(|(i, _)| *i == id);
-    *taken = rest;
-    mine.into_iter().map(|(_, access)| access).collect()
-}
-
-/// Begins a capture with `begin` (a `cuStreamBeginCapture` call on `stream`), counted as under
-/// way from before the call, and returns its id.
-fn begin_counted(stream: &Stream, begin: impl FnOnce() -> Result<()>) -> Result<u64> {
-    ACTIVE.fetch_add(1, Ordering::AcqRel);
-    let id = begin().and_then(|()| capture_id(stream));
-    match id {
-        Ok(Some(id)) => Ok(id),
-        Ok(None) => {
-            ACTIVE.fetch_sub(1, Ordering::AcqRel);
-            Err(Error::invalid("begin_capture", "the stream is not capturing after cuStreamBeginCapture"))
-        }
-        Err(e) => {
-            ACTIVE.fetch_sub(1, Ordering::AcqRel);
-            Err(e)
-        }
-    }
-}
+use std::sync::Arc;
 
 /// Which calls made while a stream is captured are refused because they could wait on the
 /// work being captured (`CUstreamCaptureMode`).
@@ -180,8 +103,8 @@ impl Capture<'_> {
     pub fn end(mut self) -> Result<Graph> {
         let (raw, taken) = self.active.end();
         let graph = Graph::adopt(self.active.stream.context(), raw?, Arc::new(KeepAlive::default()));
-        for access in taken {
-            graph.keep(access);
+        for item in taken {
+            graph.keep.push(item);
         }
         Ok(graph)
     }
@@ -211,8 +134,8 @@ impl CaptureToGraph<'_> {
     pub fn end(mut self) -> Result<()> {
         let (raw, taken) = self.active.end();
         raw?;
-        for access in taken {
-            self.graph.keep(access);
+        for item in taken {
+            self.graph.keep.push(item);
         }
         Ok(())
     }
@@ -232,7 +155,7 @@ struct Active<'s> {
 impl Active<'_> {
     /// Ends the capture of the stream and returns the driver's graph handle, and the pinned
     /// buffers the captured copies took.
-    fn end(&mut self) -> (Result<sys::CUgraph>, Vec<HostAccess>) {
+    fn end(&mut self) -> (Result<sys::CUgraph>, Vec<Taken>) {
         self.ended = true;
         let raw = self.stream.bind_if_default().and_then(|()| {
             let mut raw = std::ptr::null_mut();
@@ -240,8 +163,7 @@ impl Active<'_> {
             check("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(self.stream.as_raw(), &mut raw) })
                 .map(|()| raw)
         });
-        ACTIVE.fetch_sub(1, Ordering::AcqRel);
-        (raw, take_noted(self.id))
+        (raw, capturing::ended(self.id))
     }
 }
 
@@ -286,7 +208,7 @@ impl Stream {
     pub unsafe fn begin_capture(&self, mode: CaptureMode) -> Result<Capture<'_>> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
-        let id = begin_counted(self, || {
+        let id = capturing::begin(self, || {
             // SAFETY: the stream is live.
             check("cuStreamBeginCapture", unsafe { sys::cuStreamBeginCapture(self.as_raw(), mode.as_raw()) })
         })?;
@@ -310,7 +232,7 @@ impl Stream {
     ) -> Result<CaptureToGraph<'s>> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
-        let id = begin_counted(self, || {
+        let id = capturing::begin(self, || {
             // SAFETY: the stream, the graph and the nodes are live; no edge data.
             check("cuStreamBeginCaptureToGraph", unsafe {
                 sys::cuStreamBeginCaptureToGraph(

@@ -254,7 +254,7 @@ impl GraphExec {
     /// under that capture's contract).
     #[cold]
     fn launch_tracked(&self, stream: &Stream) -> Result<()> {
-        if super::capture_of(stream)?.is_some() {
+        if crate::stream::capture_of(stream)?.is_some() {
             return self.launch_raw(stream);
         }
         let host = self.keep.borrow().host.clone();

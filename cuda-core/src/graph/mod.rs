@@ -109,7 +109,6 @@ mod memory;
 mod node;
 mod pool;
 
-pub(crate) use capture::capture_of;
 pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureToGraph, exchange_capture_mode};
 pub use conditional::{ConditionalHandle, ConditionalKind, ConditionalNode};
 pub use dot::DotFlags;

@@ -7,7 +7,7 @@ use super::space::{DeviceOnly, MemorySpace};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::pool::{Allocator, DeviceAllocation};
-use crate::stream::{Stream, StreamUses};
+use crate::stream::{Stream, StreamUses, deferred};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -360,14 +360,14 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         let recorded = self.release_order()?;
         let (source, allocation, stream) =
             (self.source.clone(), self.allocation, Stream::clone(&self.stream));
-        let release: crate::nccl::Release = Box::new(move || {
+        let release: deferred::Release = Box::new(move || {
             // SAFETY: as in `give_back`: this closure is the buffer's one release, and the
             // group's calls are queued on streams that `recorded` holds (they were noted).
             if let Err(e) = unsafe { source.deallocate(allocation, &stream, &recorded) } {
                 stream.context().defer(e);
             }
         });
-        if let Err(release) = crate::nccl::defer_to_group(group, release) {
+        if let Err(release) = deferred::defer_to(group, release) {
             release();
         }
         Ok(())

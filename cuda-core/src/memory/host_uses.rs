@@ -205,10 +205,10 @@ impl HostUses {
         writes: bool,
         enqueue: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        if let Some(capture) = crate::graph::capture_of(stream)? {
+        if let Some(capture) = crate::stream::capture_of(stream)? {
             // Captured, not queued: the graph's launches are what use the memory.
             enqueue()?;
-            capture.note(HostAccess { uses: self.share(), writes });
+            capture.note(Arc::new(HostAccess { uses: self.share(), writes }));
             return Ok(());
         }
         let mut u = self.lock();

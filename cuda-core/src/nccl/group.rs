@@ -2,12 +2,10 @@
 
 use super::version::{require, since};
 use crate::error::{Error, Result, check_nccl, nccl_error};
+use crate::stream::deferred::{self, Release};
 use nccl_sys as nccl;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 
 thread_local! {
     /// An error of a `ncclGroupEnd` run by a dropped guard, for the next `Group::start`.
@@ -17,13 +15,6 @@ thread_local! {
     /// The id of the outermost group open on this thread, 0 for none.
     static CURRENT: Cell<u64> = const { Cell::new(0) };
 }
-
-/// A release of memory that an open group's calls use, run once the group has queued them.
-pub(crate) type Release = Box<dyn FnOnce() + Send>;
-
-/// The groups open on any thread, by id, with the releases of memory dropped inside them.
-static OPEN: Mutex<Option<HashMap<u64, Vec<Release>>>> = Mutex::new(None);
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Whether a [`Group`] is open on this thread.
 pub(crate) fn in_group() -> bool {
@@ -36,32 +27,10 @@ pub(crate) fn current_group() -> Option<u64> {
     CURRENT.try_with(Cell::get).ok().filter(|&id| id != 0)
 }
 
-/// Whether the group `id` has not ended yet.
-pub(crate) fn is_open(id: u64) -> bool {
-    OPEN.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|m| m.contains_key(&id))
-}
-
-/// Hands `release` to the group `id`, to run once its calls are queued; gives it back when the
-/// group has ended already (the calls are queued: release now).
-pub(crate) fn defer_to_group(id: u64, release: Release) -> std::result::Result<(), Release> {
-    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-    match open.as_mut().and_then(|m| m.get_mut(&id)) {
-        Some(list) => {
-            list.push(release);
-            Ok(())
-        }
-        None => Err(release),
-    }
-}
-
 fn enter() {
     let _ = DEPTH.try_with(|d| {
         if d.get() == 0 {
-            let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-            OPEN.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get_or_insert_with(HashMap::new)
-                .insert(id, Vec::new());
+            let id = deferred::open_scope();
             let _ = CURRENT.try_with(|c| c.set(id));
         }
         d.set(d.get() + 1);
@@ -81,11 +50,7 @@ fn leave() -> Vec<Release> {
         return Vec::new();
     }
     let id = CURRENT.try_with(|c| c.replace(0)).unwrap_or(0);
-    OPEN.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_mut()
-        .and_then(|m| m.remove(&id))
-        .unwrap_or_default()
+    deferred::close_scope(id)
 }
 
 /// Ends the group level: `ncclGroupEnd`, then the releases of memory dropped inside it.

@@ -7,8 +7,11 @@
 mod attributes;
 mod callback;
 pub(crate) use callback::report_panic;
+pub(crate) mod capturing;
+pub(crate) mod deferred;
 mod memops;
 mod uses;
+pub(crate) use capturing::capture_of;
 pub(crate) use uses::{StreamUses, nameable, order_after};
 
 pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus};

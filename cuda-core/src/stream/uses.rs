@@ -48,7 +48,7 @@ impl StreamUses {
     /// still open.
     pub(crate) fn pending_group(&mut self) -> Option<u64> {
         let group = self.noted().group;
-        (group != 0 && crate::nccl::group_is_open(group)).then_some(group)
+        (group != 0 && super::deferred::is_open(group)).then_some(group)
     }
 
     /// Notes that work touching the memory is about to be queued on `stream`, with `ctx`
@@ -73,7 +73,7 @@ impl StreamUses {
         }
         // Work captured into a graph is not queued: it runs at the graph's launches, and the
         // capture's contract keeps the memory alive for as long as they may run.
-        if crate::graph::capture_of(stream)?.is_some() {
+        if super::capture_of(stream)?.is_some() {
             return Ok(());
         }
         let mut noted = self.inner.lock().unwrap_or_else(PoisonError::into_inner);

@@ -277,7 +277,7 @@ mod layout_tests {
     fn the_descriptor_is_128_bytes_aligned_for_the_driver() {
         assert_eq!(std::mem::size_of::<sys::CUtensorMap>(), 128);
         assert!(std::mem::align_of::<sys::CUtensorMap>() >= 64);
-        let map = TensorMap::from_encoded(sys::CUtensorMap::default(), 0, 16);
+        let map = TensorMap::from_encoded(sys::CUtensorMap::default(), 0, 16, None);
         let args = (&map,);
         use crate::launch::KernelArgs;
         assert_eq!(args.sizes(), [128]);

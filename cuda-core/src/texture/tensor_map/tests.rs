@@ -130,7 +130,7 @@ fn im2col_corners_and_counts_are_checked() {
 #[test]
 fn replacing_the_address_checks_size_and_alignment() {
     let ctx = Context::detached_for_tests();
-    let map = TensorMap::from_encoded(sys::CUtensorMap::default(), 4096, 16);
+    let map = TensorMap::from_encoded(sys::CUtensorMap::default(), 4096, 16, None);
     let e = map.replace_address(view(&ctx, 0x20_0004, 1024)).unwrap_err().to_string();
     assert!(e.contains("`global_address`"), "{e}");
     let e = map.replace_address(view(&ctx, 0x20_0000, 1023)).unwrap_err().to_string();

@@ -1,0 +1,82 @@
+//! Work promised to streams but queued only later, when a scope ends (an NCCL group queues its
+//! calls at `ncclGroupEnd`): memory such work uses and that is given back inside the scope is
+//! given back once the scope has queued the work.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+/// A release of memory that an open scope's work uses, run once the scope has queued it.
+pub(crate) type Release = Box<dyn FnOnce() + Send>;
+
+/// The scopes open on any thread, by id, with the releases handed to them.
+static OPEN: Mutex<Option<HashMap<u64, Vec<Release>>>> = Mutex::new(None);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Opens a scope and returns its id (never 0, never reused).
+pub(crate) fn open_scope() -> u64 {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    OPEN.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .insert(id, Vec::new());
+    id
+}
+
+/// Closes the scope `id` once its work is queued (or will never be), and returns the releases
+/// handed to it, for the caller to run.
+pub(crate) fn close_scope(id: u64) -> Vec<Release> {
+    OPEN.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_mut()
+        .and_then(|m| m.remove(&id))
+        .unwrap_or_default()
+}
+
+/// Whether the scope `id` has not closed yet.
+pub(crate) fn is_open(id: u64) -> bool {
+    OPEN.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|m| m.contains_key(&id))
+}
+
+/// Hands `release` to the scope `id`, to run once its work is queued; gives it back when the
+/// scope has closed already (the work is queued: release now).
+pub(crate) fn defer_to(id: u64, release: Release) -> Result<(), Release> {
+    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    match open.as_mut().and_then(|m| m.get_mut(&id)) {
+        Some(list) => {
+            list.push(release);
+            Ok(())
+        }
+        None => Err(release),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn releases_wait_for_their_scope_and_run_once() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counter = |ran: &Arc<AtomicUsize>| -> Release {
+            let ran = ran.clone();
+            Box::new(move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let id = open_scope();
+        assert!(is_open(id));
+        assert!(defer_to(id, counter(&ran)).is_ok());
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "a release ran inside its scope");
+        let releases = close_scope(id);
+        assert!(!is_open(id));
+        assert_eq!(releases.len(), 1);
+        releases.into_iter().for_each(|r| r());
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        let late = defer_to(id, counter(&ran));
+        assert!(late.is_err(), "a closed scope took a release");
+        assert!(close_scope(id).is_empty());
+    }
+}
