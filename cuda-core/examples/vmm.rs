@@ -54,7 +54,8 @@ fn run() -> cuda_core::Result<()> {
     let mut first = range.map(0, &physical)?;
     first.set_access(&access)?;
     let fd = physical.export_fd()?;
-    let imported = PhysicalMemory::import_fd(&ctx, fd.as_fd(), granule)?;
+    // SAFETY: nothing else uses the exported memory while this mapping of it is used.
+    let imported = unsafe { PhysicalMemory::import_fd(&ctx, fd.as_fd(), granule) }?;
     let second = range.map(granule, &imported)?;
     second.set_access(&access)?;
     first.view_mut::<u32>(&stream)?.memset_d32(0xc0ffee)?;

@@ -392,7 +392,8 @@ mod child {
         let socket = UnixStream::connect(path).map_err(|e| format!("{path}: {e}"))?;
         let fd = receive_fd(&socket).map_err(|e| format!("receiving the descriptor: {e}"))?;
         let err = |e: Error| e.to_string();
-        let physical = PhysicalMemory::import_fd(ctx, fd.as_fd(), size).map_err(err)?;
+        // SAFETY: nothing else uses the exported memory while this mapping of it is used.
+        let physical = unsafe { PhysicalMemory::import_fd(ctx, fd.as_fd(), size) }.map_err(err)?;
         drop(fd);
         let range = AddressRange::reserve(ctx, size, 0).map_err(err)?;
         let mut mapping = range.map(0, &physical).map_err(err)?;

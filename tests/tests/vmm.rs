@@ -233,7 +233,8 @@ fn a_posix_fd_export_imports_as_an_alias() -> TestResult {
     );
     let fd = physical.export_fd()?;
     // (The driver reports no handle types for memory it imported.)
-    let imported = PhysicalMemory::import_fd(&ctx, fd.as_fd(), gran)?;
+    // SAFETY: nothing else uses the exported memory while this mapping of it is used.
+    let imported = unsafe { PhysicalMemory::import_fd(&ctx, fd.as_fd(), gran) }?;
     drop(fd);
     let other = AddressRange::reserve(&ctx, gran, 0)?;
     let mut alias = other.map(0, &imported)?;
@@ -272,7 +273,8 @@ fn fabric_handles_work_or_are_refused_by_name() -> TestResult {
         }
     };
     ensure!(handle != FabricHandle([0; 64]), "the fabric handle is all zeroes");
-    match PhysicalMemory::import_fabric(&ctx, &handle, gran) {
+    // SAFETY: nothing else uses the exported memory while this mapping of it is used.
+    match unsafe { PhysicalMemory::import_fabric(&ctx, &handle, gran) } {
         Ok(imported) => {
             let range = AddressRange::reserve(&ctx, 2 * gran, 0)?;
             let mut original = range.map(0, &physical)?;
@@ -434,7 +436,8 @@ fn vmm_allocator_backs_buffers_and_pools() -> TestResult {
     buffer.copy_from(&host)?;
     let size = buffer.allocation().size;
     let fd = shareable.with_mapping(buffer.as_raw(), |m| m.physical().export_fd()).ok_or("no mapping")??;
-    let imported = PhysicalMemory::import_fd(&ctx, fd.as_fd(), size)?;
+    // SAFETY: nothing else uses the exported memory while this mapping of it is used.
+    let imported = unsafe { PhysicalMemory::import_fd(&ctx, fd.as_fd(), size) }?;
     let range = AddressRange::reserve(&ctx, size, 0)?;
     let alias = range.map(0, &imported)?;
     alias.set_access(&grants)?;
@@ -484,14 +487,17 @@ fn bad_input_is_refused_with_typed_errors() -> TestResult {
     // Imports of what is not an exported allocation: a file, a descriptor that is not open,
     // fabric bytes that name nothing.
     let file = std::fs::File::open("/dev/null").map_err(|e| e.to_string())?;
-    let not_cuda = PhysicalMemory::import_fd(&ctx, file.as_fd(), gran);
+    // SAFETY: the import is refused; nothing is mapped.
+    let not_cuda = unsafe { PhysicalMemory::import_fd(&ctx, file.as_fd(), gran) };
     ensure!(matches!(not_cuda, Err(Error::Driver { .. })), "imported /dev/null: {not_cuda:?}");
     // SAFETY: no descriptor of this process has this number (it is above any descriptor
     // limit); the driver only reads the number, and refusing it is what is tested.
     let closed = unsafe { std::os::fd::BorrowedFd::borrow_raw(1 << 24) };
-    let not_open = PhysicalMemory::import_fd(&ctx, closed, gran);
+    // SAFETY: the import is refused; nothing is mapped.
+    let not_open = unsafe { PhysicalMemory::import_fd(&ctx, closed, gran) };
     ensure!(matches!(not_open, Err(Error::Driver { .. })), "imported a closed descriptor: {not_open:?}");
-    let garbage = PhysicalMemory::import_fabric(&ctx, &FabricHandle([0x5a; 64]), gran);
+    // SAFETY: the import is refused; nothing is mapped.
+    let garbage = unsafe { PhysicalMemory::import_fabric(&ctx, &FabricHandle([0x5a; 64]), gran) };
     ensure!(matches!(garbage, Err(Error::Driver { .. })), "imported garbage fabric bytes: {garbage:?}");
     // Growable buffers: nothing to grow into, no grants, views past the end.
     invalid(GrowableBuffer::<u32>::new(&stream, 0), "a zero max_len")?;

@@ -211,8 +211,25 @@ impl PhysicalMemory {
     /// `size` is the allocation's size, which the descriptor does not carry: send it along.
     /// Mappings past it are refused by the driver. A descriptor that is not an exported
     /// allocation is the driver's error.
+    ///
+    /// # Safety
+    ///
+    /// The memory is shared with whoever exported it, and with every other importer, in this
+    /// process or another, and the crate cannot see their uses: while views of a mapping of
+    /// the imported memory are used, nothing else may use that memory in a conflicting way (no
+    /// writes where they read, no use at all where they write). In particular, memory exported
+    /// from a live buffer of this process ([`VmmAllocator`](super::VmmAllocator),
+    /// [`GrowableBuffer`](super::GrowableBuffer)) aliases that buffer once mapped. This is the
+    /// contract of [`IpcMemHandle::open`](crate::interop::ipc::IpcMemHandle::open), for the
+    /// same reason.
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(ctx: &cuda_core::Context, fd: std::os::fd::BorrowedFd<'_>) -> cuda_core::Result<()> {
+    /// let shared = cuda_core::vmm::PhysicalMemory::import_fd(ctx, fd, 1 << 21)?; // needs `unsafe`
+    /// # Ok(()) }
+    /// ```
     #[cfg(unix)]
-    pub fn import_fd(
+    pub unsafe fn import_fd(
         context: &Context,
         fd: std::os::fd::BorrowedFd<'_>,
         size: usize,
@@ -246,7 +263,22 @@ impl PhysicalMemory {
     /// ([`cuMemImportFromShareableHandle`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
     /// Where the system has no fabric (no multi-node NVLink, no IMEX service) the driver
     /// refuses it (`CUDA_ERROR_NOT_SUPPORTED` or `CUDA_ERROR_NOT_PERMITTED`).
-    pub fn import_fabric(context: &Context, handle: &FabricHandle, size: usize) -> Result<PhysicalMemory> {
+    ///
+    /// # Safety
+    ///
+    /// The memory is shared with whoever exported it, and with every other importer, in this
+    /// process or another, and the crate cannot see their uses: while views of a mapping of
+    /// the imported memory are used, nothing else may use that memory in a conflicting way (no
+    /// writes where they read, no use at all where they write). In particular, memory exported
+    /// from a live buffer of this process ([`VmmAllocator`](super::VmmAllocator),
+    /// [`GrowableBuffer`](super::GrowableBuffer)) aliases that buffer once mapped. This is the
+    /// contract of [`IpcMemHandle::open`](crate::interop::ipc::IpcMemHandle::open), for the
+    /// same reason.
+    pub unsafe fn import_fabric(
+        context: &Context,
+        handle: &FabricHandle,
+        size: usize,
+    ) -> Result<PhysicalMemory> {
         context.enter()?;
         let mut data = sys::CUmemFabricHandle { data: handle.0 };
         let mut raw = 0;
