@@ -237,7 +237,7 @@ impl ImportedTensor {
         let plan = plan_view::<T>("ImportedTensor::view", self, ctx.device().ordinal(), false)?;
         // Checked to be `len` elements of `T` of device memory of `ctx`'s device, lent by the
         // producer until `self` is dropped, which waits for the work queued through the view.
-        Ok(DeviceView::unordered(ctx, plan.address, plan.len, &self.uses))
+        Ok(DeviceView::unordered(ctx, plan.address, plan.len, None, &self.uses))
     }
 
     /// Lends the tensor as an exclusive view of `T` in `ctx`: checked as [`ImportedTensor::view`]
@@ -248,7 +248,7 @@ impl ImportedTensor {
     pub fn view_mut<'a, T: DlpackDtype>(&'a mut self, ctx: &'a Context) -> Result<DeviceViewMut<'a, T>> {
         let plan = plan_view::<T>("ImportedTensor::view_mut", self, ctx.device().ordinal(), true)?;
         // As in `view`; `&mut self` excludes other views of this tensor.
-        Ok(DeviceViewMut::unordered(ctx, plan.address, plan.len, &self.uses))
+        Ok(DeviceViewMut::unordered(ctx, plan.address, plan.len, None, &self.uses))
     }
 }
 

@@ -250,12 +250,17 @@ impl GraphExec {
     /// A launch of a graph whose captured copies use pinned buffers: ordered after the
     /// buffers' copies in flight on other streams, and recorded on each buffer, so that the
     /// host waits for it before it reads a buffer the graph writes, or writes one it uses. A
-    /// launch that is itself captured is only queued (it runs at the outer graph's launches,
-    /// under that capture's contract).
+    /// launch that is itself captured into another graph hands the buffers to that graph,
+    /// whose launches then track them.
     #[cold]
     fn launch_tracked(&self, stream: &Stream) -> Result<()> {
-        if crate::stream::capture_of(stream)?.is_some() {
-            return self.launch_raw(stream);
+        if let Some(capture) = crate::stream::capture_of(stream)? {
+            // Captured into another graph: that graph's launches are what use the buffers.
+            self.launch_raw(stream)?;
+            for access in &self.keep.borrow().host {
+                capture.note(Arc::new(access.clone()));
+            }
+            return Ok(());
         }
         let host = self.keep.borrow().host.clone();
         crate::memory::launch_tracked(&host, stream, || self.launch_raw(stream))

@@ -10,6 +10,7 @@ use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 bitflags! {
     /// Array creation flags (`CUDA_ARRAY3D_*`).
@@ -133,6 +134,10 @@ pub struct Array {
     raw: sys::CUarray,
     ctx: Context,
     owned: bool,
+    /// Set once work that uses the array was queued on a stream (an `_async` copy, a kernel
+    /// through a texture or surface): its owner then waits for its context before it destroys
+    /// it. Shared by an array and its planes, a mipmapped array and its levels.
+    queued: Arc<AtomicBool>,
 }
 
 // SAFETY: a CUarray may be used from any thread.
@@ -288,12 +293,30 @@ impl Array {
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a valid descriptor; the context is current.
         check("cuArray3DCreate", unsafe { sys::cuArray3DCreate(&mut raw, &d) })?;
-        Ok(Array { raw, ctx: ctx.clone(), owned: true })
+        Ok(Array { raw, ctx: ctx.clone(), owned: true, queued: Arc::default() })
     }
 
     /// An array that `owner` keeps alive, borrowed for `'a`.
     pub(crate) fn borrowed<'a>(raw: sys::CUarray, ctx: &Context) -> BorrowedArray<'a> {
-        BorrowedArray { array: Array { raw, ctx: ctx.clone(), owned: false }, _owner: PhantomData }
+        Array::part(raw, ctx, Arc::default())
+    }
+
+    /// A part (plane, level) of an array whose queued work is tracked by `queued`.
+    fn part<'a>(raw: sys::CUarray, ctx: &Context, queued: Arc<AtomicBool>) -> BorrowedArray<'a> {
+        BorrowedArray { array: Array { raw, ctx: ctx.clone(), owned: false, queued }, _owner: PhantomData }
+    }
+
+    /// The flag that, once set, makes the array's owner wait for its context before it
+    /// destroys it: for objects that queue work on the array later (textures, surfaces).
+    pub(crate) fn queue_flag(&self) -> Arc<AtomicBool> {
+        self.queued.clone()
+    }
+
+    /// Notes that work using the array is about to be queued on a stream: the array is then
+    /// destroyed only after its context has finished its work.
+    #[inline]
+    pub(crate) fn queued_async(&self) {
+        self.queued.store(true, Ordering::Relaxed);
     }
 
     /// The raw `CUarray`.
@@ -327,7 +350,7 @@ impl Array {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the array is alive; one out-parameter.
         check("cuArrayGetPlane", unsafe { sys::cuArrayGetPlane(&mut raw, self.raw, index) })?;
-        Ok(Array::borrowed(raw, &self.ctx))
+        Ok(Array::part(raw, &self.ctx, self.queued.clone()))
     }
 
     /// The tiling of a sparse array
@@ -429,6 +452,7 @@ impl Array {
     /// `src` must stay alive and unmodified until `stream` has passed the copy.
     pub unsafe fn copy_from_host_async<T: Pod>(&mut self, src: &[T], stream: &Stream) -> Result<()> {
         let c = self.h2a("Array::copy_from_host_async", src)?;
+        self.queued_async();
         // SAFETY: as copy_from_host; the caller keeps `src` alive.
         check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
     }
@@ -441,6 +465,7 @@ impl Array {
     /// `dst` must stay alive and untouched until `stream` has passed the copy.
     pub unsafe fn copy_to_host_async<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
         let c = self.a2h("Array::copy_to_host_async", dst)?;
+        self.queued_async();
         // SAFETY: as copy_to_host; the caller keeps `dst` alive.
         check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
     }
@@ -450,10 +475,28 @@ impl Drop for Array {
     fn drop(&mut self) {
         if self.owned {
             let raw = self.raw;
-            // SAFETY: this value created the array and destroys it once.
-            self.ctx.with_current_for_drop("cuArrayDestroy", || unsafe { sys::cuArrayDestroy(raw) });
+            let queued = self.queued.load(Ordering::Relaxed);
+            // SAFETY: this value created the array and destroys it once, after the work queued
+            // on it (or never, when that wait fails: a leak, not a destroy under running work).
+            self.ctx.with_current_for_drop("cuArrayDestroy", || unsafe {
+                wait_if(queued, || sys::cuArrayDestroy(raw))
+            });
         }
     }
+}
+
+/// With `queued`, waits for the current context first (release-style: no deferred error is
+/// consumed), and does `destroy` only when that wait succeeded; returns the status of what
+/// failed.
+fn wait_if(queued: bool, destroy: impl FnOnce() -> sys::CUresult) -> sys::CUresult {
+    if queued {
+        // SAFETY: no arguments; the caller made the owner's context current.
+        let waited = unsafe { sys::cuCtxSynchronize() };
+        if waited != sys::CUresult::CUDA_SUCCESS {
+            return waited;
+        }
+    }
+    destroy()
 }
 
 /// A mipmapped array: a chain of levels, each an [`Array`] half the size of the last,
@@ -466,6 +509,8 @@ pub struct MipmappedArray {
     levels: u32,
     /// Whether dropping this value destroys the array.
     owned: bool,
+    /// As [`Array`]'s, shared with its levels.
+    queued: Arc<AtomicBool>,
     /// What must outlive the array (the external memory it is mapped from).
     _owner: Option<Arc<dyn std::fmt::Debug + Send + Sync>>,
 }
@@ -515,7 +560,14 @@ impl MipmappedArray {
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a valid descriptor; the context is current.
         check("cuMipmappedArrayCreate", unsafe { sys::cuMipmappedArrayCreate(&mut raw, &d, levels) })?;
-        Ok(MipmappedArray { raw, ctx: ctx.clone(), levels, owned: true, _owner: None })
+        Ok(MipmappedArray {
+            raw,
+            ctx: ctx.clone(),
+            levels,
+            owned: true,
+            queued: Arc::default(),
+            _owner: None,
+        })
     }
 
     /// Takes ownership of `raw`, which has `levels` levels and is destroyed on drop before
@@ -526,7 +578,14 @@ impl MipmappedArray {
         levels: u32,
         owner: Arc<dyn std::fmt::Debug + Send + Sync>,
     ) -> MipmappedArray {
-        MipmappedArray { raw, ctx: ctx.clone(), levels, owned: true, _owner: Some(owner) }
+        MipmappedArray {
+            raw,
+            ctx: ctx.clone(),
+            levels,
+            owned: true,
+            queued: Arc::default(),
+            _owner: Some(owner),
+        }
     }
 
     /// Borrows `raw`, of `levels` levels, which something else destroys.
@@ -535,7 +594,14 @@ impl MipmappedArray {
         ctx: &Context,
         levels: u32,
     ) -> BorrowedMipmappedArray<'a> {
-        let array = MipmappedArray { raw, ctx: ctx.clone(), levels, owned: false, _owner: None };
+        let array = MipmappedArray {
+            raw,
+            ctx: ctx.clone(),
+            levels,
+            owned: false,
+            queued: Arc::default(),
+            _owner: None,
+        };
         BorrowedMipmappedArray { array, _owner: PhantomData }
     }
 
@@ -554,6 +620,11 @@ impl MipmappedArray {
         self.levels
     }
 
+    /// The flag [`Array::queue_flag`] gives, for the whole chain.
+    pub(crate) fn queue_flag(&self) -> Arc<AtomicBool> {
+        self.queued.clone()
+    }
+
     /// One level, as an array owned by this one
     /// ([`cuMipmappedArrayGetLevel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
@@ -564,7 +635,7 @@ impl MipmappedArray {
     /// A level past the last is an [`Error::InvalidArgument`] naming how many there are.
     pub fn level(&mut self, level: u32) -> Result<BorrowedArray<'_>> {
         let raw = self.level_raw("MipmappedArray::level", level)?;
-        Ok(Array::borrowed(raw, &self.ctx))
+        Ok(Array::part(raw, &self.ctx, self.queued.clone()))
     }
 
     /// The descriptor of one level: its extent, format and flags
@@ -631,9 +702,10 @@ impl Drop for MipmappedArray {
             return;
         }
         let raw = self.raw;
-        // SAFETY: this value created the array and destroys it once.
+        let queued = self.queued.load(Ordering::Relaxed);
+        // SAFETY: as for `Array`.
         self.ctx.with_current_for_drop("cuMipmappedArrayDestroy", || unsafe {
-            sys::cuMipmappedArrayDestroy(raw)
+            wait_if(queued, || sys::cuMipmappedArrayDestroy(raw))
         });
     }
 }

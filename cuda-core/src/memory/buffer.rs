@@ -51,6 +51,10 @@ pub struct DeviceBuffer<T: Pod, S: MemorySpace = DeviceOnly> {
     uses: StreamUses,
     /// Set once [`free`](Self::free) has given the memory back.
     released: bool,
+    /// Set once [`set_stream`](Self::set_stream) moved the buffer off the stream it was
+    /// allocated on: the release must then be ordered after the current stream explicitly
+    /// (the allocator files the memory under the first one).
+    moved: bool,
     _marker: PhantomData<(T, S)>,
 }
 
@@ -144,6 +148,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             stream: held,
             uses: StreamUses::new(),
             released: false,
+            moved: false,
             _marker: PhantomData,
         })
     }
@@ -181,6 +186,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             stream: HeldStream::Counted(stream.clone()),
             uses: StreamUses::new(),
             released: false,
+            moved: false,
             _marker: PhantomData,
         })
     }
@@ -223,13 +229,21 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     ///
     /// A default stream that would not name the same stream where the buffer is used (a
     /// per-thread default stream of another thread, the default stream of another context) is
-    /// an [`Error::InvalidArgument`], and the buffer stays where it was.
+    /// an [`Error::InvalidArgument`], and the buffer stays where it was. Leaving another
+    /// thread's per-thread default stream waits for it (through its context): it cannot be
+    /// named from here.
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
-        if *stream != *self.stream {
-            crate::stream::nameable(self.stream.context(), stream)?;
-            let previous = std::mem::replace(&mut self.stream, HeldStream::Counted(stream.clone()));
-            self.uses.note(previous.context(), None, &previous)?;
+        if *stream == *self.stream {
+            return Ok(());
         }
+        crate::stream::nameable(self.stream.context(), stream)?;
+        if self.stream.is_other_threads() {
+            self.stream.synchronize_for_release()?;
+        } else {
+            self.uses.note_queued(&self.stream);
+        }
+        self.stream = HeldStream::Counted(stream.clone());
+        self.moved = true;
         Ok(())
     }
 
@@ -339,49 +353,90 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     }
 
     /// Gives the memory back once: in the buffer's stream's order, after the other streams it
-    /// was used on; after the NCCL group that uses it has queued its calls, when one is open;
-    /// never when the work that may use it could not be waited for (then it is kept: a leak,
-    /// not a reuse under running work).
+    /// was used on; after the NCCL groups that use it have queued their calls, when some are
+    /// open; never when the work that may use the memory could not be waited for (then it is
+    /// kept: a leak, not a reuse under running work).
     fn give_back(&mut self) -> Result<()> {
-        if let Some(group) = self.uses.pending_group() {
-            return self.give_back_after_group(group);
+        if self.uses.pending_group().is_none() {
+            // SAFETY: the allocation came from `source` and is given back once (`released` is
+            // set by the callers); `uses` holds every other stream that may use it.
+            return unsafe {
+                release(&self.source, self.allocation, &self.stream, &mut self.uses, self.moved)
+            };
         }
-        let recorded = self.release_order()?;
-        // SAFETY: the allocation came from `source` and is given back once (`released` is set
-        // by the callers); the streams that may use it are the buffer's and the recorded ones
-        // (the others were waited for).
-        unsafe { self.source.deallocate(self.allocation, &self.stream, &recorded) }
-    }
-
-    /// Hands the release to the open NCCL group `group`, whose calls on the buffer are queued
-    /// only when it ends.
-    #[cold]
-    fn give_back_after_group(&mut self, group: u64) -> Result<()> {
-        let recorded = self.release_order()?;
-        let (source, allocation, stream) =
-            (self.source.clone(), self.allocation, Stream::clone(&self.stream));
-        let release: deferred::Release = Box::new(move || {
-            // SAFETY: as in `give_back`: this closure is the buffer's one release, and the
-            // group's calls are queued on streams that `recorded` holds (they were noted).
-            if let Err(e) = unsafe { source.deallocate(allocation, &stream, &recorded) } {
-                stream.context().defer(e);
-            }
-        });
-        if let Err(release) = deferred::defer_to(group, release) {
-            release();
+        LateRelease {
+            source: self.source.clone(),
+            allocation: self.allocation,
+            stream: Stream::clone(&self.stream),
+            uses: std::mem::take(&mut self.uses),
+            moved: self.moved,
         }
+        .run(true);
         Ok(())
     }
+}
 
-    /// The streams the release must be ordered after, besides the buffer's own; streams that
-    /// cannot be named on this thread (per-thread default streams of other threads, the buffer's
-    /// own included) are waited for here. On failure the wait did not happen: the caller must
-    /// not give the memory back.
-    fn release_order(&mut self) -> Result<Vec<Stream>> {
-        if self.stream.is_other_threads() {
-            self.stream.synchronize_for_release()?;
+/// Gives `allocation` back to `source` in `stream`'s order, after the streams in `uses` (and
+/// after `stream` explicitly when the buffer `moved` there from the stream it was allocated
+/// on); streams that cannot be ordered after from here are waited for on the host. Nothing is
+/// given back when a wait fails.
+///
+/// # Safety
+///
+/// `allocation` came from `source`, is given back once, and every stream other than `stream`
+/// that may use it is in `uses`.
+#[inline]
+unsafe fn release(
+    source: &Source,
+    allocation: DeviceAllocation,
+    stream: &Stream,
+    uses: &mut StreamUses,
+    moved: bool,
+) -> Result<()> {
+    if stream.is_other_threads() {
+        stream.synchronize_for_release()?;
+    }
+    let mut recorded = uses.take_for_release(stream.context())?;
+    if moved {
+        recorded.push(stream.clone());
+    }
+    // SAFETY: the caller's contract; the recorded streams are every other user.
+    unsafe { source.deallocate(allocation, stream, &recorded) }
+}
+
+/// The release of a buffer dropped while open NCCL groups use it: run once the last of them has
+/// queued its calls, so that the release order is worked out then, with those calls queued.
+struct LateRelease {
+    source: Source,
+    allocation: DeviceAllocation,
+    stream: Stream,
+    uses: StreamUses,
+    moved: bool,
+}
+
+impl LateRelease {
+    fn run(mut self, queued: bool) {
+        if !queued {
+            self.stream.context().defer(Error::invalid(
+                "DeviceBuffer",
+                "a buffer dropped inside an NCCL group of non-blocking communicators is kept (leaked): the \
+                 group was still queueing its calls in the background when it ended; keep buffers alive \
+                 until the communicators are done (Communicator::wait)",
+            ));
+            return;
         }
-        self.uses.take_for_release(self.stream.context())
+        if let Some(group) = self.uses.pending_group() {
+            if let Err(again) = deferred::defer_to(group, Box::new(move |queued| self.run(queued))) {
+                // The group ended meanwhile: look again.
+                again(true);
+            }
+            return;
+        }
+        // SAFETY: the buffer handed its one release over; `uses` holds its other streams.
+        let r = unsafe { release(&self.source, self.allocation, &self.stream, &mut self.uses, self.moved) };
+        if let Err(e) = r {
+            self.stream.context().defer(e);
+        }
     }
 }
 

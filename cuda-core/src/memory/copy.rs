@@ -181,6 +181,9 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     pub fn copy_from_pinned_async(&mut self, src: &PinnedBuffer<T>, stream: &Stream) -> Result<()> {
         same_len("copy_from_pinned_async", self.len, src.len())?;
         self.ctx.enter()?;
+        // The copy runs with this view's context current, and `src` records it on `stream`:
+        // both must name the same stream (checked here too for views without an owner).
+        crate::stream::nameable(self.ctx, stream)?;
         self.used_on(self.ctx, stream)?;
         let (dst, bytes) = (self.ptr, self.size_in_bytes());
         src.uses().around(stream, false, || {
@@ -208,6 +211,8 @@ impl<T: Pod> DeviceView<'_, T> {
     pub fn copy_to_pinned_async(&self, dst: &mut PinnedBuffer<T>, stream: &Stream) -> Result<()> {
         same_len("copy_to_pinned_async", dst.len(), self.len)?;
         self.ctx.enter()?;
+        // As in `copy_from_pinned_async`.
+        crate::stream::nameable(self.ctx, stream)?;
         self.used_on(self.ctx, stream)?;
         let (src, bytes, host) = (self.ptr, self.size_in_bytes(), dst.as_mut_ptr_unchecked());
         dst.uses().around(stream, true, || {

@@ -121,6 +121,7 @@ impl Array {
     pub fn copy_from_device_async<T: Pod>(&mut self, src: &DeviceView<'_, T>, stream: &Stream) -> Result<()> {
         let c = self.d2a("Array::copy_from_device_async", src)?;
         src.used_on(src.ctx, stream)?;
+        self.queued_async();
         // SAFETY: as copy_from_device; `src`'s buffer waits for `stream` before it is given back.
         check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
     }
@@ -134,6 +135,7 @@ impl Array {
     ) -> Result<()> {
         let c = self.a2d("Array::copy_to_device_async", dst)?;
         dst.used_on(dst.ctx, stream)?;
+        self.queued_async();
         // SAFETY: as copy_to_device; `dst`'s buffer waits for `stream` before it is given back.
         check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
     }

@@ -161,17 +161,20 @@ macro_rules! common {
 
             /// A view of `len` elements at `ptr` in `ctx`, of memory that is not ordered on a
             /// stream: its owner notes every stream work through the view is queued on in
-            /// `uses`, and waits for them before it gives the memory back. Its synchronous
-            /// copies run on the default stream, as [`from_raw`](Self::from_raw)'s do.
+            /// `uses` (`sync_on` included), and waits for them before it gives the memory
+            /// back. Its synchronous copies run on `sync_on`, or on the default stream, as
+            /// [`from_raw`](Self::from_raw)'s do.
             #[inline]
             pub(crate) fn unordered(
                 ctx: &'a Context,
                 ptr: sys::CUdeviceptr,
                 len: usize,
+                sync_on: Option<&'a Stream>,
                 uses: &'a StreamUses,
             ) -> Self {
                 let track = Some(Track { own: None, uses });
-                $name { ptr, len, ctx, stream: std::ptr::null_mut(), track, _marker: PhantomData }
+                let stream = sync_on.map_or(std::ptr::null_mut(), Stream::as_raw);
+                $name { ptr, len, ctx, stream, track, _marker: PhantomData }
             }
 
             /// Notes that work touching the view is about to be queued on `stream` with

@@ -199,7 +199,7 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
         // The variable holds `len` elements of T in `ctx` and lives as long as the module or
         // library that `'m` borrows, which outlives `self`; this is the only handle to it
         // (`Claims`), writes through it need `&mut self`, and its drop waits for `uses`.
-        DeviceView::unordered(self.ctx, self.ptr, self.len, &self.uses)
+        DeviceView::unordered(self.ctx, self.ptr, self.len, None, &self.uses)
     }
 
     /// The variable as an exclusive device view, which borrows this handle mutably: it is the
@@ -210,7 +210,7 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
     pub fn as_view_mut(&mut self) -> DeviceViewMut<'_, T> {
         // As for `as_view`; the view borrows `self` mutably and this is the only handle to the
         // variable, so nothing else reaches its memory while the view lives.
-        DeviceViewMut::unordered(self.ctx, self.ptr, self.len, &self.uses)
+        DeviceViewMut::unordered(self.ctx, self.ptr, self.len, None, &self.uses)
     }
 
     /// Writes `data` into the variable

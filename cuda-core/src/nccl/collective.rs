@@ -153,7 +153,7 @@ impl Communicator {
                 stream.as_raw().cast(),
             )
         };
-        self.status("ncclAllReduce", status)
+        self.queued("ncclAllReduce", status)
     }
 
     /// [`all_reduce`](Self::all_reduce) with `buffer` as both send and receive memory.
@@ -176,7 +176,7 @@ impl Communicator {
         let status = unsafe {
             nccl::ncclAllReduce(p, p, buffer.count(), T::RAW, op, self.as_raw(), stream.as_raw().cast())
         };
-        self.status("ncclAllReduce", status)
+        self.queued("ncclAllReduce", status)
     }
 
     /// Copies `send` of rank `root` into `recv` of every rank
@@ -210,7 +210,7 @@ impl Communicator {
                 stream.as_raw().cast(),
             )
         };
-        self.status("ncclBroadcast", status)
+        self.queued("ncclBroadcast", status)
     }
 
     /// [`broadcast`](Self::broadcast) with `buffer` as both memories: the root sends it, the
@@ -234,7 +234,7 @@ impl Communicator {
         let status = unsafe {
             nccl::ncclBroadcast(p, p, buffer.count(), T::RAW, root, self.as_raw(), stream.as_raw().cast())
         };
-        self.status("ncclBroadcast", status)
+        self.queued("ncclBroadcast", status)
     }
 
     /// Reduces `send` across the ranks with `op` into `recv` of rank `root`
@@ -270,7 +270,7 @@ impl Communicator {
                 stream.as_raw().cast(),
             )
         };
-        self.status("ncclReduce", status)
+        self.queued("ncclReduce", status)
     }
 
     /// [`reduce`](Self::reduce) with `buffer` as both memories (the root's holds the result).
@@ -295,7 +295,7 @@ impl Communicator {
         let status = unsafe {
             nccl::ncclReduce(p, p, buffer.count(), T::RAW, op, root, self.as_raw(), stream.as_raw().cast())
         };
-        self.status("ncclReduce", status)
+        self.queued("ncclReduce", status)
     }
 
     /// Gathers `send` of every rank into `recv` of every rank, in rank order
@@ -327,7 +327,7 @@ impl Communicator {
                 stream.as_raw().cast(),
             )
         };
-        self.status("ncclAllGather", status)
+        self.queued("ncclAllGather", status)
     }
 
     /// [`all_gather`](Self::all_gather) in place: `buffer` holds one block per rank, and this
@@ -348,7 +348,7 @@ impl Communicator {
         // in-place layout NCCL defines.
         let status =
             unsafe { nccl::ncclAllGather(send, recv, block, T::RAW, self.as_raw(), stream.as_raw().cast()) };
-        self.status("ncclAllGather", status)
+        self.queued("ncclAllGather", status)
     }
 
     /// Reduces `send` across the ranks with `op` and scatters the result: rank `r` gets block
@@ -384,7 +384,7 @@ impl Communicator {
                 stream.as_raw().cast(),
             )
         };
-        self.status("ncclReduceScatter", status)
+        self.queued("ncclReduceScatter", status)
     }
 
     /// [`reduce_scatter`](Self::reduce_scatter) in place: `buffer` holds one block per rank,
@@ -412,6 +412,6 @@ impl Communicator {
         let status = unsafe {
             nccl::ncclReduceScatter(send, recv, block, T::RAW, op, self.as_raw(), stream.as_raw().cast())
         };
-        self.status("ncclReduceScatter", status)
+        self.queued("ncclReduceScatter", status)
     }
 }

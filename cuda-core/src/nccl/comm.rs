@@ -448,6 +448,20 @@ impl Communicator {
         r
     }
 
+    /// Turns the status of a call that queues work on a stream into a `Result`, as
+    /// [`status`](Self::status) does. A non-blocking communicator that is still queueing the
+    /// work in the background (`ncclInProgress`) outside a group is waited for until it has:
+    /// memory given back afterwards, in the order of that stream, must come after the work.
+    /// (Inside a group the work is queued when the group ends.)
+    #[inline]
+    pub(crate) fn queued(&self, call: &'static str, status: nccl::ncclResult_t) -> Result<()> {
+        self.status(call, status)?;
+        if status == nccl::ncclResult_t::ncclInProgress && !super::group::in_group() {
+            self.wait_until_done()?;
+        }
+        Ok(())
+    }
+
     /// Turns a status of a call on this communicator into a `Result`: `ncclInProgress` is
     /// success on a non-blocking communicator (the call goes on in the background).
     #[inline]

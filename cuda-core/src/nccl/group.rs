@@ -58,9 +58,11 @@ fn end_level() -> nccl::ncclResult_t {
     // SAFETY: a guard's `ncclGroupStart` is still open.
     let status = unsafe { nccl::ncclGroupEnd() };
     // The calls are queued now (or failed): memory dropped inside the group can go back, in
-    // the order of the streams it was used on.
+    // the order of the streams it was used on. On non-blocking communicators NCCL may still be
+    // queueing them in the background (`ncclInProgress`): that memory is kept.
+    let queued = status != nccl::ncclResult_t::ncclInProgress;
     for release in leave() {
-        release();
+        release(queued);
     }
     status
 }
@@ -84,7 +86,9 @@ fn end_level() -> nccl::ncclResult_t {
 /// group has queued its calls, in the order of the streams they run on; other owners of device
 /// memory (a VMM [`Mapping`](crate::vmm::Mapping), a
 /// [`GrowableBuffer`](crate::vmm::GrowableBuffer)) keep (leak) it and report why in their
-/// context's deferred errors. The memory is never reused under the group's calls.
+/// context's deferred errors, and so does a `DeviceBuffer` when the group's non-blocking
+/// communicators are still queueing the calls in the background after `end`. The memory is
+/// never reused under the group's calls.
 #[derive(Debug)]
 #[must_use = "the group ends as soon as the guard is dropped"]
 pub struct Group {
@@ -137,7 +141,7 @@ impl Group {
         let status = unsafe { nccl::ncclGroupSimulateEnd(&mut info) };
         // Nothing was queued: memory dropped inside the group can go back.
         for release in leave() {
-            release();
+            release(true);
         }
         end_status(status)?;
         Ok(info.estimatedTime)

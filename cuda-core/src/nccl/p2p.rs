@@ -39,7 +39,7 @@ impl Communicator {
                 stream.as_raw().cast(),
             )
         };
-        self.status("ncclSend", status)
+        self.queued("ncclSend", status)
     }
 
     /// Receives into `buffer` what rank `peer` sends with [`send`](Self::send)
@@ -65,7 +65,7 @@ impl Communicator {
                 stream.as_raw().cast(),
             )
         };
-        self.status("ncclRecv", status)
+        self.queued("ncclRecv", status)
     }
 
     /// Exchanges blocks: `send` and `recv` hold one block per rank, and block `j` of this
@@ -104,7 +104,7 @@ impl Communicator {
             // blocks of `block` elements, kept alive by the borrows until the work is queued.
             let status =
                 unsafe { nccl::ncclAlltoAll(s, r, block, T::RAW, self.as_raw(), stream.as_raw().cast()) };
-            return self.status("ncclAlltoAll", status);
+            return self.queued("ncclAlltoAll", status);
         }
         require("ncclSend", since::SEND_RECV)?;
         let at =
@@ -169,7 +169,7 @@ impl Communicator {
                 stream.as_raw().cast(),
             )
         };
-        self.status("ncclGather", status)
+        self.queued("ncclGather", status)
     }
 
     /// Scatters `send` of rank `root` to every rank: rank `i`'s `recv` receives block `i` of
@@ -209,7 +209,7 @@ impl Communicator {
                 stream.as_raw().cast(),
             )
         };
-        self.status("ncclScatter", status)
+        self.queued("ncclScatter", status)
     }
 
     /// The root's whole buffer of a gather or scatter, checked: present on the root, on the

@@ -32,8 +32,12 @@ pub(crate) fn round_size(size: usize) -> Option<usize> {
     size.checked_add(ALLOCATION_UNIT - 1).map(|s| s & !(ALLOCATION_UNIT - 1))
 }
 
+/// The next per-thread arena key: odd numbers, never reused, so that a new thread never takes
+/// over the arena of one that ended with work still queued on its per-thread stream.
+static NEXT_THREAD_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(3);
+
 thread_local! {
-    static THREAD_KEY: u8 = const { 0 };
+    static THREAD_KEY: u64 = NEXT_THREAD_KEY.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The arena key of a stream: its handle, except that the per-thread default stream is keyed
@@ -43,8 +47,8 @@ pub(crate) fn stream_key(stream: sys::CUstream) -> u64 {
     let per_thread =
         raw == sys::CU_STREAM_PER_THREAD as usize || (raw == 0 && sys::per_thread_default_stream());
     if per_thread {
-        // The address of a thread-local is unique among live threads; the low bit marks it.
-        THREAD_KEY.with(|k| (k as *const u8 as usize as u64) | 1)
+        // Unique among all threads ever; the low bit marks it (stream handles are even).
+        THREAD_KEY.try_with(|k| *k).unwrap_or(1)
     } else if raw == sys::CU_STREAM_LEGACY as usize {
         0
     } else {
@@ -351,17 +355,33 @@ impl PoolCore {
             return shard.release(i, generation).map_err(|_| stale());
         }
         shard.check_in_use(i, generation).map_err(|_| stale())?;
+        // Every event is recorded before the block is deferred on any: if one cannot be, the
+        // block stays in use (kept, not reused) rather than be freed after only some streams.
+        let mut events = Vec::with_capacity(recorded.len());
         for &stream in recorded {
-            let event = match shard.idle_events.pop() {
-                Some(e) => e,
-                None => self.events.create()?,
+            let made = match shard.idle_events.pop() {
+                Some(e) => Ok(e),
+                None => self.events.create(),
             };
-            // SAFETY: the recorded streams are held alive by the caller during this call.
-            if let Err(e) = self.events.record(event, unsafe { StreamRef::from_raw(stream) }) {
-                // The block stays out of reuse (in use) rather than risk a reader on `stream`.
-                shard.idle_events.push(event);
-                return Err(e);
+            let recorded = made.and_then(|event| {
+                // SAFETY: the recorded streams are held alive by the caller during this call.
+                match self.events.record(event, unsafe { StreamRef::from_raw(stream) }) {
+                    Ok(()) => Ok(event),
+                    Err(e) => {
+                        shard.idle_events.push(event);
+                        Err(e)
+                    }
+                }
+            });
+            match recorded {
+                Ok(event) => events.push(event),
+                Err(e) => {
+                    shard.idle_events.extend(events);
+                    return Err(e);
+                }
             }
+        }
+        for event in events {
             shard.defer(i, generation, event).map_err(|_| stale())?;
         }
         Ok(())

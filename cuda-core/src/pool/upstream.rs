@@ -252,7 +252,15 @@ unsafe impl StreamEvents for DriverEvents {
     fn is_complete(&self, event: u64) -> bool {
         // SAFETY: as in `record`.
         let status = unsafe { sys::cuEventQuery(event as sys::CUevent) };
-        status != sys::CUresult::CUDA_ERROR_NOT_READY
+        // Not ready, or recorded into a capture (then nothing real was recorded: the block is
+        // kept). Any other failure means the context is gone, with all its work.
+        !matches!(
+            status,
+            sys::CUresult::CUDA_ERROR_NOT_READY
+                | sys::CUresult::CUDA_ERROR_CAPTURED_EVENT
+                | sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                | sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+        )
     }
 
     fn destroy(&self, event: u64) {

@@ -58,6 +58,8 @@ pub struct Array {
     raw: rt::cudaArray_t,
     desc: ChannelFormatDesc,
     extent: (usize, usize, usize),
+    /// The streams copies of it were queued on: waited for before it is freed.
+    uses: crate::stream::StreamUses,
 }
 
 // SAFETY: an array handle may be used from any thread.
@@ -80,7 +82,7 @@ impl Array {
         check_runtime("cudaMallocArray", unsafe {
             rt::cudaMallocArray(&mut raw, &raw_desc, width, height, rt::cudaArrayDefault)
         })?;
-        Ok(Array { raw, desc, extent: (width, height, 0) })
+        Ok(Array { raw, desc, extent: (width, height, 0), uses: crate::stream::StreamUses::new() })
     }
 
     /// A 1D, 2D or 3D array; 0 in `height` or `depth` drops that dimension
@@ -96,7 +98,7 @@ impl Array {
         check_runtime("cudaMalloc3DArray", unsafe {
             rt::cudaMalloc3DArray(&mut raw, &raw_desc, extent, rt::cudaArrayDefault)
         })?;
-        Ok(Array { raw, desc, extent: (width, height, depth) })
+        Ok(Array { raw, desc, extent: (width, height, depth), uses: crate::stream::StreamUses::new() })
     }
 
     fn check_desc(operation: &'static str, desc: ChannelFormatDesc, width: usize) -> Result<()> {
@@ -138,9 +140,22 @@ impl Array {
     }
 }
 
+impl Array {
+    /// Notes that a copy of the array is about to be queued on `stream`: the array is freed
+    /// only after it.
+    pub(crate) fn used_on(&self, stream: &crate::Stream) -> Result<()> {
+        self.uses.note(stream.context(), None, stream)
+    }
+}
+
 impl Drop for Array {
     fn drop(&mut self) {
-        // SAFETY: this value owns the array.
+        // Copies queued on streams may still use it: wait for them, and keep the array (a
+        // leak, not a free under running work) when that wait fails.
+        if let Err(e) = self.uses.synchronize_for_release() {
+            return defer(e);
+        }
+        // SAFETY: this value owns the array, and no queued copy uses it any more.
         if let Err(e) = check_runtime("cudaFreeArray", unsafe { rt::cudaFreeArray(self.raw) }) {
             defer(e);
         }

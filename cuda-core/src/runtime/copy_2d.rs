@@ -194,6 +194,7 @@ pub fn memcpy_2d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
     check_window(op, dst, x, y, width_bytes, height)?;
     check_rows(op, "source", src.source_len() * std::mem::size_of::<T>(), spitch, width_bytes, height)?;
     stream.context().enter()?;
+    dst.used_on(stream)?;
     let array = dst.as_raw();
     src.read_on(stream, |s| {
         // SAFETY: as above; freeing the array waits for the copy, and the source stays
@@ -285,6 +286,7 @@ pub fn memcpy_2d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
         height,
     )?;
     stream.context().enter()?;
+    src.used_on(stream)?;
     let array = src.as_raw();
     dst.write_on(stream, |d| {
         // SAFETY: as above; freeing the array waits for the copy, and the destination stays
@@ -366,6 +368,7 @@ pub fn memcpy_3d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
     let bytes = src.source_len() * std::mem::size_of::<T>();
     params_3d(op, dst, std::ptr::null_mut(), bytes)?;
     stream.context().enter()?;
+    dst.used_on(stream)?;
     src.read_on(stream, |s| {
         let mut p = params_3d(op, dst, s.cast_mut(), bytes)?;
         p.dstPtr = rt::cudaPitchedPtr::default();
@@ -405,6 +408,7 @@ pub fn memcpy_3d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
     let bytes = dst.destination_len() * std::mem::size_of::<T>();
     params_3d(op, src, std::ptr::null_mut(), bytes)?;
     stream.context().enter()?;
+    src.used_on(stream)?;
     dst.write_on(stream, |d| {
         let mut p = params_3d(op, src, d, bytes)?;
         p.srcPtr = rt::cudaPitchedPtr::default();

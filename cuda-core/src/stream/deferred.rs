@@ -6,8 +6,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-/// A release of memory that an open scope's work uses, run once the scope has queued it.
-pub(crate) type Release = Box<dyn FnOnce() + Send>;
+/// A release of memory that an open scope's work uses, run once the scope has closed: with
+/// `true` when the scope's work is queued (the memory may go back in stream order), `false`
+/// when it may still be being queued in the background (the memory must be kept).
+pub(crate) type Release = Box<dyn FnOnce(bool) + Send>;
 
 /// The scopes open on any thread, by id, with the releases handed to them.
 static OPEN: Mutex<Option<HashMap<u64, Vec<Release>>>> = Mutex::new(None);
@@ -62,7 +64,8 @@ mod tests {
         let ran = Arc::new(AtomicUsize::new(0));
         let counter = |ran: &Arc<AtomicUsize>| -> Release {
             let ran = ran.clone();
-            Box::new(move || {
+            Box::new(move |queued| {
+                assert!(queued);
                 ran.fetch_add(1, Ordering::SeqCst);
             })
         };
@@ -73,7 +76,7 @@ mod tests {
         let releases = close_scope(id);
         assert!(!is_open(id));
         assert_eq!(releases.len(), 1);
-        releases.into_iter().for_each(|r| r());
+        releases.into_iter().for_each(|r| r(true));
         assert_eq!(ran.load(Ordering::SeqCst), 1);
         let late = defer_to(id, counter(&ran));
         assert!(late.is_err(), "a closed scope took a release");

@@ -24,31 +24,50 @@ pub(crate) struct StreamUses {
 #[derive(Debug, Default)]
 struct Noted {
     streams: Vec<Stream>,
-    /// The NCCL group (see `nccl::group`) that last took the memory, 0 for none: its calls are
-    /// queued only when it ends.
-    group: u64,
+    /// The scopes (NCCL groups, see [`deferred`](super::deferred)) whose work uses the memory
+    /// and is queued only when they end; closed ones are dropped as new ones come.
+    groups: Vec<u64>,
 }
 
 impl StreamUses {
     /// No stream noted.
     pub(crate) const fn new() -> StreamUses {
-        StreamUses { inner: Mutex::new(Noted { streams: Vec::new(), group: 0 }) }
+        StreamUses { inner: Mutex::new(Noted { streams: Vec::new(), groups: Vec::new() }) }
     }
 
     fn noted(&mut self) -> &mut Noted {
         self.inner.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Notes that an NCCL call inside the group `group` (not yet queued) uses the memory.
+    /// Notes that work of the open scope `group` (an NCCL group, not yet queued) uses the
+    /// memory.
     pub(crate) fn note_group(&self, group: u64) {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).group = group;
+        let mut noted = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if !noted.groups.contains(&group) {
+            noted.groups.retain(|&g| super::deferred::is_open(g));
+            noted.groups.push(group);
+        }
     }
 
-    /// The NCCL group whose calls, not queued yet, use the memory: one that took it and is
-    /// still open.
+    /// A scope whose work, not queued yet, uses the memory: one that took it and is still
+    /// open (the memory may be given back only once none is).
     pub(crate) fn pending_group(&mut self) -> Option<u64> {
-        let group = self.noted().group;
-        (group != 0 && super::deferred::is_open(group)).then_some(group)
+        let groups = &mut self.noted().groups;
+        if groups.is_empty() {
+            return None;
+        }
+        groups.retain(|&g| super::deferred::is_open(g));
+        groups.first().copied()
+    }
+
+    /// Notes `stream`, whose queued work touches the memory, whatever it is (the stream a
+    /// buffer leaves for another): unlike [`note`](Self::note), even while it is captured,
+    /// since work queued on it before the capture is real.
+    pub(crate) fn note_queued(&self, stream: &Stream) {
+        let mut noted = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if !noted.streams.contains(stream) {
+            noted.streams.push(stream.clone());
+        }
     }
 
     /// Notes that work touching the memory is about to be queued on `stream`, with `ctx`
@@ -94,8 +113,15 @@ impl StreamUses {
     /// threads, through their context; streams of other contexts, on which an event of `ctx`
     /// cannot be recorded); the rest are returned, for the release to be ordered after them.
     /// Fails with the wait's status.
+    ///
+    /// A noted stream that is being captured now cannot be ordered after (an event recorded
+    /// there would be captured, and a host wait would break the capture): that is an error,
+    /// and the caller keeps the memory.
     pub(crate) fn take_for_release(&mut self, ctx: &Context) -> Result<Vec<Stream>> {
         let mut list = std::mem::take(&mut self.noted().streams);
+        if let Some(e) = list.iter().find_map(|s| capturing_now(s).err()) {
+            return Err(e);
+        }
         let unnamed = |s: &Stream| s.is_other_threads() || s.context() != ctx;
         if list.iter().any(unnamed) {
             let (theirs, ours): (Vec<Stream>, Vec<Stream>) = list.into_iter().partition(unnamed);
@@ -118,7 +144,11 @@ impl StreamUses {
                  kept (leaked) so that the group's calls cannot write it once reused; end the group first",
             ));
         }
-        synchronize_each(&std::mem::take(&mut self.noted().streams))
+        let list = std::mem::take(&mut self.noted().streams);
+        if let Some(e) = list.iter().find_map(|s| capturing_now(s).err()) {
+            return Err(e);
+        }
+        synchronize_each(&list)
     }
 }
 
@@ -146,16 +176,37 @@ pub(crate) fn nameable(ctx: &Context, stream: &Stream) -> Result<()> {
     Ok(())
 }
 
+/// An error when `stream` is being captured (through this crate) now: work on the memory queued
+/// there before the capture cannot be waited for without breaking the capture.
+fn capturing_now(stream: &Stream) -> Result<()> {
+    if super::capture_of(stream)?.is_some() {
+        return Err(captured_release());
+    }
+    Ok(())
+}
+
+/// The error of a release that a capture under way on a stream that used the memory prevents.
+#[cold]
+fn captured_release() -> Error {
+    Error::invalid(
+        "release",
+        "the memory is given back while a stream that used it is being captured into a graph: its work \
+         cannot be waited for now, so the memory is kept (leaked); give it back before the capture \
+         begins or after it ends",
+    )
+}
+
 /// Waits for each stream (for a release), all of them even when one fails; the first failure.
 fn synchronize_each(streams: &[Stream]) -> Result<()> {
     streams.iter().map(Stream::synchronize_for_release).fold(Ok(()), Result::and)
 }
 
 /// Makes `own` wait, on the device, for the work queued so far on each of `others`: one event
-/// recorded on each and waited for on `own`; a stream that is being captured is left out (its
-/// work is in a graph, not queued), and a per-thread default stream of another thread is
-/// waited for on the host, through its context. Release paths use it, so it does not report the
-/// context's deferred errors; it fails with the first driver status it meets.
+/// recorded on each and waited for on `own`; a per-thread default stream of another thread is
+/// waited for on the host, through its context. A stream that is being captured cannot be
+/// waited for (an event recorded there would be captured): that is an error, and the caller
+/// keeps the memory. Release paths use it, so it does not report the context's deferred
+/// errors; it fails with the first driver status it meets.
 pub(crate) fn order_after(own: &Stream, others: &[Stream]) -> Result<()> {
     for other in others.iter().filter(|o| *o != own) {
         if other.is_other_threads() {
@@ -167,7 +218,7 @@ pub(crate) fn order_after(own: &Stream, others: &[Stream]) -> Result<()> {
         // SAFETY: the stream is alive while `other` is; one out-parameter.
         check("cuStreamIsCapturing", unsafe { sys::cuStreamIsCapturing(other.as_raw(), &mut status) })?;
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            continue;
+            return Err(captured_release());
         }
         let mut event = std::ptr::null_mut();
         // SAFETY: one out-parameter; the stream's context is current.

@@ -9,6 +9,7 @@ use crate::stream::Stream;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A plain description of a resource (`CUDA_RESOURCE_DESC`): raw handles and addresses, as
 /// the driver reads and gives back. [`Resource`] is the form that keeps the memory alive.
@@ -149,6 +150,8 @@ pub struct Resource<'a> {
     owner: Owner,
     /// The owner of borrowed linear memory, for launches on other streams to note.
     track: Option<Track<'a>>,
+    /// The queued-work flag of the array behind it (see `Array::queue_flag`), set by launches.
+    array_queued: Option<Arc<AtomicBool>>,
     ctx: Context,
     _borrow: PhantomData<&'a ()>,
 }
@@ -187,6 +190,7 @@ impl Resource<'static> {
             format: ChannelFormat::from_array_descriptor(&d).ok(),
             array: Some(d),
             ctx: array.context().clone(),
+            array_queued: Some(array.queue_flag()),
             owner: Owner::MipmappedArray(array),
             track: None,
             _borrow: PhantomData,
@@ -214,6 +218,7 @@ impl<'a> Resource<'a> {
             format: ChannelFormat::from_array_descriptor(&d).ok(),
             array: Some(d),
             ctx: array.context().clone(),
+            array_queued: Some(array.queue_flag()),
             owner,
             track: None,
             _borrow: PhantomData,
@@ -263,6 +268,7 @@ impl<'a> Resource<'a> {
             array: None,
             owner: Owner::Borrowed,
             track: view.track,
+            array_queued: None,
             ctx: view.context().clone(),
             _borrow: PhantomData,
         })
@@ -315,16 +321,21 @@ impl<'a> Resource<'a> {
             array: None,
             owner: Owner::Borrowed,
             track: buffer.storage().view().track,
+            array_queued: None,
             ctx: buffer.context().clone(),
             _borrow: PhantomData,
         })
     }
 
-    /// Notes a launch on `stream` of a kernel that reads the resource's linear memory through
-    /// an object made from it, on that memory's owner (see
-    /// [`KernelArg::note_launch`](crate::launch::KernelArg::note_launch)); arrays note nothing.
+    /// Notes a launch on `stream` of a kernel that uses the resource's memory through an
+    /// object made from it, on that memory's owner (see
+    /// [`KernelArg::note_launch`](crate::launch::KernelArg::note_launch)): a buffer notes the
+    /// stream, an array waits for its context before it is destroyed.
     #[inline]
     pub(crate) fn note_launch(&self, stream: &Stream) -> Result<()> {
+        if let Some(queued) = &self.array_queued {
+            queued.store(true, Ordering::Relaxed);
+        }
         self.track.map_or(Ok(()), |t| t.note_launch(stream))
     }
 

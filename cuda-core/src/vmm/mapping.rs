@@ -173,16 +173,16 @@ impl Mapping {
     /// thread.
     pub fn view<'a, T: Pod>(&'a self, stream: &'a Stream) -> Result<DeviceView<'a, T>> {
         let len = self.elements::<T>("Mapping::view")?;
-        self.uses.note(self.range.context(), None, stream)?;
-        Ok(DeviceView::tracked(self.ptr, len, stream, &self.uses))
+        crate::stream::nameable(self.range.context(), stream)?;
+        Ok(DeviceView::unordered(self.range.context(), self.ptr, len, Some(stream), &self.uses))
     }
 
     /// An exclusive view of the mapped memory as elements of `T`, as [`view`](Self::view); fails
     /// as it does.
     pub fn view_mut<'a, T: Pod>(&'a mut self, stream: &'a Stream) -> Result<DeviceViewMut<'a, T>> {
         let len = self.elements::<T>("Mapping::view_mut")?;
-        self.uses.note(self.range.context(), None, stream)?;
-        Ok(DeviceViewMut::tracked(self.ptr, len, stream, &self.uses))
+        crate::stream::nameable(self.range.context(), stream)?;
+        Ok(DeviceViewMut::unordered(self.range.context(), self.ptr, len, Some(stream), &self.uses))
     }
 }
 

@@ -40,6 +40,7 @@ pub const TESTS: &[Test] = &[
     gpu("a_per_thread_stream_is_refused_on_another_thread", per_thread_stream_on_another_thread),
     gpu("graph_memset_on_another_stream_spares_the_successor", graph_launch_on_another_stream),
     gpu("peer_copy_on_a_stream_of_another_context_spares_the_successor", cross_context_copy),
+    gpu("a_buffer_moved_to_another_stream_is_freed_after_it", moved_buffer),
     gpu("pinned_buffers_captured_on_three_streams_replay_100_times", pinned_buffers_in_a_replayed_graph),
 ];
 
@@ -380,4 +381,21 @@ fn cross_context_copy() -> TestResult {
     ensure_eq!(copied, 0, "the copy did not read the source it was given");
     no_deferred(&primary)?;
     no_deferred(&second)
+}
+
+/// A buffer allocated on one stream and moved to another with `set_stream`: work queued late on
+/// the new stream (its own now, so nothing is noted), the buffer dropped, a new buffer taken on
+/// the stream it was allocated on, whose arena the block belongs to. The release is ordered
+/// after the new stream explicitly, so the late memset never reaches the new buffer.
+fn moved_buffer() -> TestResult {
+    let (_device, ctx, first) = device_zero()?;
+    let second = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    pool_reuses_blocks(&first)?;
+    let mut buffer = DeviceBuffer::<u32>::new(&first, N)?;
+    buffer.set_stream(&second)?;
+    hold(&second, 300)?;
+    buffer.view_mut().memset_d32_async(9, &second)?;
+    drop(buffer);
+    successor_keeps_its_contents(&first, &second)?;
+    no_deferred(&ctx)
 }

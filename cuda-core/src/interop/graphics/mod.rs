@@ -464,30 +464,38 @@ impl Mapped<'_> {
     /// an error of the work on the stream, or of the graphics context, comes back here instead
     /// of being deferred.
     ///
-    /// The resources are unmapped whatever happens: an error kept from elsewhere in the context
-    /// (see [`Context::deferred_error`](crate::Context::deferred_error)) is neither reported
-    /// nor a reason to skip the unmap, and if the context cannot be made current here, the
-    /// guard still unmaps as its drop does (that error is kept by the context).
+    /// An error kept from elsewhere in the context (see
+    /// [`Context::deferred_error`](crate::Context::deferred_error)) is neither reported nor a
+    /// reason to skip the unmap, and if the context cannot be made current here, the guard
+    /// still unmaps as its drop does (that error is kept by the context). Only when the work
+    /// queued through the mapping cannot be waited for at all (a failed context) do the
+    /// resources stay mapped, rather than go back to the graphics API under that work; the
+    /// error says why.
     pub fn unmap(mut self) -> Result<()> {
         // On failure `self` drops with `unmapped` unset, and the drop unmaps.
         self.stream.context().make_current()?;
         self.unmapped = true;
-        let waited = self.order_unmap();
-        check("cuGraphicsUnmapResources", self.unmap_raw()).and(waited)
+        self.order_unmap()?;
+        check("cuGraphicsUnmapResources", self.unmap_raw())
     }
 
     /// Orders the unmap after the work queued through the mapping on other streams: the
     /// guard's stream waits for the streams its views noted, or, where an array was handed
-    /// out (arrays note no streams), the host waits for the whole context. Fails with the
-    /// status of that wait; the resources are unmapped all the same (a context that cannot be
-    /// waited for runs nothing more).
+    /// out (arrays note no streams), the host waits for the whole context, as it also does
+    /// when the ordering fails. Fails when even that wait fails: then the caller must not
+    /// unmap.
     fn order_unmap(&mut self) -> Result<()> {
-        if self.arrays_lent.load(Ordering::Relaxed) {
-            // SAFETY: no arguments; the guard's context is current (the callers make it so).
-            return check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() });
+        let ordered = !self.arrays_lent.load(Ordering::Relaxed)
+            && self
+                .uses
+                .take_for_release(self.stream.context())
+                .and_then(|others| order_after(&self.stream, &others))
+                .is_ok();
+        if ordered {
+            return Ok(());
         }
-        let others = self.uses.take_for_release(self.stream.context())?;
-        order_after(&self.stream, &others)
+        // SAFETY: no arguments; the guard's context is current (the callers make it so).
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
     }
 
     fn unmap_raw(&mut self) -> sys::CUresult {
@@ -502,8 +510,10 @@ impl Drop for Mapped<'_> {
         if !self.unmapped {
             let context = self.stream.context().clone();
             context.with_current_for_drop("cuGraphicsUnmapResources", || {
+                // Kept mapped (a leak) when the work through it cannot be waited for.
                 if let Err(e) = self.order_unmap() {
                     context.defer(e);
+                    return sys::CUresult::CUDA_SUCCESS;
                 }
                 self.unmap_raw()
             });
