@@ -58,6 +58,17 @@ impl Source {
                 Ok((pool.allocate_on(bytes, stream.as_raw())?, HeldStream::Counted(stream.clone())))
             }
             Source::Shared(a) => {
+                if stream.is_default() && a.context().is_some_and(|c| c != stream.context()) {
+                    return Err(crate::Error::invalid(
+                        "DeviceBuffer::new",
+                        format!(
+                            "the allocator {:?} works in another context than this default stream's, and the \
+                             driver would read the handle as that context's default stream; use a stream of \
+                             the allocator's context or a created stream",
+                            a.name()
+                        ),
+                    ));
+                }
                 let allocation = a.allocate(bytes, StreamRef::from(stream))?;
                 if allocation.size < bytes {
                     // SAFETY: just allocated by this allocator on `stream`, never used, given back

@@ -154,6 +154,10 @@ struct ImportedMemory {
 // ordered on the stream it is given back on (after waiting for the context's work when given
 // back without a stream), so the memory is not given up while work may use it.
 unsafe impl Allocator for ImportedMemory {
+    fn context(&self) -> Option<&Context> {
+        Some(&self.context)
+    }
+
     fn allocate(&self, _size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         Err(Error::invalid(
             "MemPool::import_pointer",

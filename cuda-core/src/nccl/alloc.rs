@@ -44,6 +44,10 @@ impl NcclAllocator {
 // aligned at least as `cuMemAlloc`, owned by the caller until `ncclMemFree`; `deallocate` waits
 // for the stream's work before freeing it.
 unsafe impl Allocator for NcclAllocator {
+    fn context(&self) -> Option<&Context> {
+        Some(&self.context)
+    }
+
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         require("ncclMemAlloc", since::REGISTER)?;
         self.context.enter()?;

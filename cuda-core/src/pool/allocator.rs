@@ -190,6 +190,13 @@ pub unsafe trait Allocator: Send + Sync {
     fn name(&self) -> &'static str {
         "allocator"
     }
+
+    /// The context the allocator makes current to allocate and free, if it has one of its
+    /// own: a buffer on a default stream of another context is refused (the driver would read
+    /// that handle as this context's default stream). The default, `None`, checks nothing.
+    fn context(&self) -> Option<&Context> {
+        None
+    }
 }
 
 /// Page-locked host memory handed out by a [`PinnedAllocator`].

@@ -71,6 +71,10 @@ struct DefaultPool(&'static super::MemoryPool);
 // SAFETY: forwards to the device's default `MemoryPool`, which keeps the contract of
 // `Allocator` (its own `unsafe impl`).
 unsafe impl Allocator for DefaultPool {
+    fn context(&self) -> Option<&Context> {
+        self.0.context()
+    }
+
     #[track_caller]
     fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.0.allocate(size, stream)

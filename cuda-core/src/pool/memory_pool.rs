@@ -226,6 +226,10 @@ impl MemoryPool {
 // reused only after it is given back, by the same stream (in order), or once the events recorded
 // on the other streams report completion (`StreamEvents`'s contract).
 unsafe impl Allocator for MemoryPool {
+    fn context(&self) -> Option<&Context> {
+        self.context.as_ref()
+    }
+
     #[track_caller]
     fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.core.malloc(size, stream.as_raw())

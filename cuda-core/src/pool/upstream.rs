@@ -32,6 +32,10 @@ impl DeviceAllocator {
 // aligned to 256 bytes, owned by the caller until `cuMemFree`; `cuMemFree` waits for the
 // device to be done with it.
 unsafe impl Allocator for DeviceAllocator {
+    fn context(&self) -> Option<&Context> {
+        Some(&self.context)
+    }
+
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = 0;
@@ -77,6 +81,10 @@ impl ManagedAllocator {
 // devices), of the size asked, aligned to 256 bytes, owned by the caller until `cuMemFree`,
 // which waits for the device to be done with it.
 unsafe impl Allocator for ManagedAllocator {
+    fn context(&self) -> Option<&Context> {
+        Some(&self.context)
+    }
+
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = 0;
@@ -125,6 +133,10 @@ impl AsyncAllocator {
 // queued on the stream it is given back on (and after all of the context's work when given back
 // without a stream).
 unsafe impl Allocator for AsyncAllocator {
+    fn context(&self) -> Option<&Context> {
+        Some(&self.context)
+    }
+
     fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = 0;

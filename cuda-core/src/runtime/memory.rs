@@ -58,6 +58,10 @@ impl RuntimeAllocator {
 // SAFETY: `cudaMalloc` returns device memory of the context's device, of the size asked,
 // aligned to 256 bytes, owned by the caller until `cudaFree`, which waits for the device's work.
 unsafe impl Allocator for RuntimeAllocator {
+    fn context(&self) -> Option<&Context> {
+        Some(&self.context)
+    }
+
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = std::ptr::null_mut();
@@ -109,6 +113,10 @@ impl RuntimeManagedAllocator {
 // of the size asked, aligned to 256 bytes, owned by the caller until `cudaFree`, which waits
 // for the device's work.
 unsafe impl Allocator for RuntimeManagedAllocator {
+    fn context(&self) -> Option<&Context> {
+        Some(&self.context)
+    }
+
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         self.context.enter()?;
         let mut ptr = std::ptr::null_mut();

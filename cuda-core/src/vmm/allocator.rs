@@ -104,6 +104,10 @@ impl VmmAllocator {
 // readable and writable from the devices granted, and owned by the caller until it is given
 // back; `deallocate` waits for the stream's work before unmapping it.
 unsafe impl Allocator for VmmAllocator {
+    fn context(&self) -> Option<&Context> {
+        Some(&self.context)
+    }
+
     fn allocate(&self, size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         let bytes = round_up(size.max(1), self.granularity).ok_or_else(|| {
             Error::invalid("VmmAllocator::allocate", format!("{size} bytes overflow the address space"))

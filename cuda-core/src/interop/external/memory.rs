@@ -314,6 +314,10 @@ struct MappedRange {
 // SAFETY: `allocate` never returns memory; `deallocate` waits for the work on the stream
 // before it frees the mapping, and leaks the mapping and the object if it cannot.
 unsafe impl Allocator for MappedRange {
+    fn context(&self) -> Option<&Context> {
+        Some(&self.memory.context)
+    }
+
     fn allocate(&self, _size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         Err(Error::invalid(
             "ExternalMemory::map_buffer",

@@ -195,6 +195,10 @@ struct OpenedMemory {
 // SAFETY: `allocate` never returns memory; `deallocate` waits for the work on the stream
 // before it closes the handle, so the memory is not given up while that work may use it.
 unsafe impl Allocator for OpenedMemory {
+    fn context(&self) -> Option<&Context> {
+        Some(&self.context)
+    }
+
     fn allocate(&self, _size: usize, _stream: StreamRef<'_>) -> Result<DeviceAllocation> {
         Err(Error::invalid(
             "IpcMemHandle::open",
