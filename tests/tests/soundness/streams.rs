@@ -41,6 +41,7 @@ pub const TESTS: &[Test] = &[
     gpu("graph_memset_on_another_stream_spares_the_successor", graph_launch_on_another_stream),
     gpu("peer_copy_on_a_stream_of_another_context_spares_the_successor", cross_context_copy),
     gpu("a_buffer_moved_to_another_stream_is_freed_after_it", moved_buffer),
+    gpu("an_allocator_refuses_a_default_stream_of_another_context", allocator_refuses_foreign_default_stream),
     gpu("pinned_buffers_captured_on_three_streams_replay_100_times", pinned_buffers_in_a_replayed_graph),
 ];
 
@@ -398,4 +399,24 @@ fn moved_buffer() -> TestResult {
     drop(buffer);
     successor_keeps_its_contents(&first, &second)?;
     no_deferred(&ctx)
+}
+
+/// An allocator that makes its own context current to allocate and free would read a default
+/// stream of another context as its own context's default stream: the buffer would be freed in
+/// the order of a stream it was never used on. Such a buffer is refused; a created stream of the
+/// allocator's context works.
+fn allocator_refuses_foreign_default_stream() -> TestResult {
+    let (device, primary, stream) = device_zero()?;
+    let allocator = Arc::new(cuda_core::pool::AsyncAllocator::new(&primary));
+    let other = Context::create(&device, ContextFlags::empty())?;
+    let refused = DeviceBuffer::<u32>::new_in(&Stream::legacy(&other), 16, allocator.clone());
+    ensure!(
+        matches!(refused, Err(Error::InvalidArgument { .. })),
+        "a default stream of another context was accepted: {refused:?}"
+    );
+    primary.bind_to_thread()?;
+    let fine = DeviceBuffer::<u32>::new_in(&stream, 16, allocator)?;
+    drop(fine);
+    stream.synchronize()?;
+    no_deferred(&primary)
 }
