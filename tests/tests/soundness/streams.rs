@@ -75,60 +75,66 @@ fn successor_keeps_its_contents(owner: &Stream, late: &Stream) -> TestResult {
     Ok(())
 }
 
-fn cross_stream_copy() -> TestResult {
+/// The shape every test of the rule shares: `queue` queues work touching `target` (a buffer of
+/// the owner's stream) on `late`, a stream held back; the buffer is dropped, and its successor
+/// must keep its contents once the late work has run.
+fn late_work_on_a_dropped_buffer(
+    queue: impl FnOnce(&mut DeviceBuffer<u32>, &Stream) -> Result<(), cuda_tests::Failed>,
+) -> TestResult {
     let (_device, ctx, owner) = device_zero()?;
-    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let late = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     pool_reuses_blocks(&owner)?;
-    let source = DeviceBuffer::<u32>::from_slice(&owner, &vec![5; N])?;
     let mut target = DeviceBuffer::<u32>::new(&owner, N)?;
-    hold(&other, 300)?;
-    target.view_mut().copy_from_device_async(&source.view(), &other)?;
-    ensure_eq!(target.recorded_streams().len(), 1, "the copy did not note its stream");
+    hold(&late, 300)?;
+    queue(&mut target, &late)?;
     drop(target);
-    successor_keeps_its_contents(&owner, &other)?;
+    successor_keeps_its_contents(&owner, &late)?;
     no_deferred(&ctx)
+}
+
+fn cross_stream_copy() -> TestResult {
+    late_work_on_a_dropped_buffer(|target, late| {
+        let source = DeviceBuffer::<u32>::from_slice(target.stream(), &vec![5; N])?;
+        target.view_mut().copy_from_device_async(&source.view(), late)?;
+        ensure_eq!(target.recorded_streams().len(), 1, "the copy did not note its stream");
+        Ok(())
+    })
 }
 
 fn cross_stream_memset() -> TestResult {
-    let (_device, ctx, owner) = device_zero()?;
-    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    pool_reuses_blocks(&owner)?;
-    let mut target = DeviceBuffer::<u32>::new(&owner, N)?;
-    hold(&other, 300)?;
-    target.slice_mut(..)?.memset_d32_async(9, &other)?;
-    drop(target);
-    successor_keeps_its_contents(&owner, &other)?;
-    no_deferred(&ctx)
+    late_work_on_a_dropped_buffer(|target, late| Ok(target.slice_mut(..)?.memset_d32_async(9, late)?))
 }
 
 fn cross_stream_kernel() -> TestResult {
-    let (_device, ctx, owner) = device_zero()?;
-    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let module = Module::from_ptx(&ctx, kernels::PTX)?;
-    let saxpy = module.function("saxpy")?;
-    pool_reuses_blocks(&owner)?;
-    let n = N as u32;
-    let x = DeviceBuffer::<f32>::from_slice(&owner, &vec![1.0; N])?;
-    let mut y = DeviceBuffer::<f32>::new(&owner, N)?;
-    hold(&other, 300)?;
-    // y = 1 * x + y, late: before the rule it added 1 to the next buffer's words.
-    // SAFETY: saxpy(u32 n, f32 a, const f32* x, f32* y) over `n` elements of both buffers.
-    unsafe { saxpy.launch(&other, &LaunchConfig::for_elements(n, 256), (&n, &1.0f32, &x, &mut y))? };
-    drop(y);
-    successor_keeps_its_contents(&owner, &other)?;
-    no_deferred(&ctx)
+    late_work_on_a_dropped_buffer(|target, late| {
+        let module = Module::from_ptx(target.context(), kernels::PTX)?;
+        let saxpy = module.function("saxpy")?;
+        let n = N as u32;
+        let x = DeviceBuffer::<u32>::from_slice(target.stream(), &vec![1.0f32.to_bits(); N])?;
+        // y = 1 * x + y on the words as floats, late: before the rule it changed the next
+        // buffer's words.
+        // SAFETY: saxpy(u32 n, f32 a, const f32* x, f32* y) over `n` 4-byte elements of both.
+        unsafe { saxpy.launch(late, &LaunchConfig::for_elements(n, 256), (&n, &1.0f32, &x, &mut *target))? };
+        Ok(())
+    })
 }
 
 fn cross_stream_runtime_memset() -> TestResult {
-    let (_device, ctx, owner) = device_zero()?;
-    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    pool_reuses_blocks(&owner)?;
-    let mut target = DeviceBuffer::<u32>::new(&owner, N)?;
-    hold(&other, 300)?;
-    cuda_core::runtime::memset_async::<u32, _>(&mut target, 0xff, &other)?;
-    drop(target);
-    successor_keeps_its_contents(&owner, &other)?;
-    no_deferred(&ctx)
+    late_work_on_a_dropped_buffer(|target, late| {
+        Ok(cuda_core::runtime::memset_async::<u32, _>(target, 0xff, late)?)
+    })
+}
+
+/// A buffer moved with `set_stream` to the stream its late work is queued on (its own stream
+/// now, so nothing is noted): the release is ordered after that stream explicitly, so the
+/// late memset never reaches the next buffer taken on the stream it was allocated on, whose
+/// arena the block belongs to.
+fn moved_buffer() -> TestResult {
+    late_work_on_a_dropped_buffer(|target, late| {
+        target.set_stream(late)?;
+        target.view_mut().memset_d32_async(9, late)?;
+        Ok(())
+    })
 }
 
 /// One rank receiving from itself inside a group: NCCL queues the pair only when the group
@@ -382,23 +388,6 @@ fn cross_context_copy() -> TestResult {
     ensure_eq!(copied, 0, "the copy did not read the source it was given");
     no_deferred(&primary)?;
     no_deferred(&second)
-}
-
-/// A buffer allocated on one stream and moved to another with `set_stream`: work queued late on
-/// the new stream (its own now, so nothing is noted), the buffer dropped, a new buffer taken on
-/// the stream it was allocated on, whose arena the block belongs to. The release is ordered
-/// after the new stream explicitly, so the late memset never reaches the new buffer.
-fn moved_buffer() -> TestResult {
-    let (_device, ctx, first) = device_zero()?;
-    let second = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    pool_reuses_blocks(&first)?;
-    let mut buffer = DeviceBuffer::<u32>::new(&first, N)?;
-    buffer.set_stream(&second)?;
-    hold(&second, 300)?;
-    buffer.view_mut().memset_d32_async(9, &second)?;
-    drop(buffer);
-    successor_keeps_its_contents(&first, &second)?;
-    no_deferred(&ctx)
 }
 
 /// An allocator that makes its own context current to allocate and free would read a default
