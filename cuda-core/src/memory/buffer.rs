@@ -55,6 +55,10 @@ pub struct DeviceBuffer<T: Pod, S: MemorySpace = DeviceOnly> {
     /// allocated on: the release must then be ordered after the current stream explicitly
     /// (the allocator files the memory under the first one).
     moved: bool,
+    /// Whether the release must look beyond the noted streams: the buffer moved, or its stream
+    /// is a per-thread default stream (which another thread cannot name). Keeps the release of
+    /// a buffer used on its own created stream to two checks.
+    careful: bool,
     _marker: PhantomData<(T, S)>,
 }
 
@@ -145,6 +149,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             len,
             allocation,
             source,
+            careful: held.is_per_thread(),
             stream: held,
             uses: StreamUses::new(),
             released: false,
@@ -187,6 +192,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             uses: StreamUses::new(),
             released: false,
             moved: false,
+            careful: stream.is_per_thread(),
             _marker: PhantomData,
         })
     }
@@ -244,6 +250,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         }
         self.stream = HeldStream::Counted(stream.clone());
         self.moved = true;
+        self.careful = true;
         Ok(())
     }
 
@@ -356,7 +363,20 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// was used on; after the NCCL groups that use it have queued their calls, when some are
     /// open; never when the work that may use the memory could not be waited for (then it is
     /// kept: a leak, not a reuse under running work).
+    #[inline]
     fn give_back(&mut self) -> Result<()> {
+        if !self.careful && self.uses.is_untouched() {
+            // SAFETY: the allocation came from `source` and is given back once (`released` is
+            // set by the callers); no other stream may use it.
+            return unsafe { self.source.deallocate(self.allocation, &self.stream, &[]) };
+        }
+        self.give_back_noted()
+    }
+
+    /// [`give_back`](Self::give_back) for a buffer used on other streams, moved, on a
+    /// per-thread default stream, or inside NCCL groups.
+    #[cold]
+    fn give_back_noted(&mut self) -> Result<()> {
         if self.uses.pending_group().is_none() {
             // SAFETY: the allocation came from `source` and is given back once (`released` is
             // set by the callers); `uses` holds every other stream that may use it.

@@ -155,9 +155,16 @@ impl Stream {
         Stream { inner: Arc::new(StreamInner { raw, ctx: ctx.clone(), owned, default, thread }) }
     }
 
-    /// Whether this is a per-thread default stream made on a thread other than the calling
-    /// one: its handle would name the calling thread's stream here, so no work may be queued
+    /// Whether this is a per-thread default stream: its handle names the stream of whichever
+    /// thread uses it, so on a thread other than the one that made it no work may be queued
     /// through it and waits on it must wait for its whole context.
+    #[inline]
+    pub(crate) fn is_per_thread(&self) -> bool {
+        self.inner.thread.is_some()
+    }
+
+    /// Whether this is a per-thread default stream made on a thread other than the calling
+    /// one (see [`is_per_thread`](Self::is_per_thread)).
     #[inline]
     pub(crate) fn is_other_threads(&self) -> bool {
         self.inner.thread.is_some_and(|t| t != std::thread::current().id())

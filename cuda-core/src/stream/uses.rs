@@ -16,9 +16,12 @@ use cuda_driver_sys as sys;
 use std::sync::{Mutex, PoisonError};
 
 /// The foreign streams that work touching one piece of memory was queued on.
+///
+/// Memory used on its own stream only never allocates the list: one word, checked once when
+/// the memory is given back.
 #[derive(Debug, Default)]
 pub(crate) struct StreamUses {
-    inner: Mutex<Noted>,
+    inner: Mutex<Option<Box<Noted>>>,
 }
 
 #[derive(Debug, Default)]
@@ -32,17 +35,30 @@ struct Noted {
 impl StreamUses {
     /// No stream noted.
     pub(crate) const fn new() -> StreamUses {
-        StreamUses { inner: Mutex::new(Noted { streams: Vec::new(), groups: Vec::new() }) }
+        StreamUses { inner: Mutex::new(None) }
     }
 
-    fn noted(&mut self) -> &mut Noted {
-        self.inner.get_mut().unwrap_or_else(PoisonError::into_inner)
+    fn noted(&mut self) -> Option<&mut Noted> {
+        self.inner.get_mut().unwrap_or_else(PoisonError::into_inner).as_deref_mut()
+    }
+
+    /// The list, made on first use, under the lock.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Box<Noted>>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether nothing is noted: no other stream, no open scope. The release of memory used on
+    /// its own stream only checks this and nothing more.
+    #[inline]
+    pub(crate) fn is_untouched(&mut self) -> bool {
+        self.noted().is_none_or(|n| n.streams.is_empty() && n.groups.is_empty())
     }
 
     /// Notes that work of the open scope `group` (an NCCL group, not yet queued) uses the
     /// memory.
     pub(crate) fn note_group(&self, group: u64) {
-        let mut noted = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = self.lock();
+        let noted = guard.get_or_insert_with(Box::default);
         if !noted.groups.contains(&group) {
             noted.groups.retain(|&g| super::deferred::is_open(g));
             noted.groups.push(group);
@@ -52,7 +68,7 @@ impl StreamUses {
     /// A scope whose work, not queued yet, uses the memory: one that took it and is still
     /// open (the memory may be given back only once none is).
     pub(crate) fn pending_group(&mut self) -> Option<u64> {
-        let groups = &mut self.noted().groups;
+        let groups = &mut self.noted()?.groups;
         if groups.is_empty() {
             return None;
         }
@@ -64,7 +80,8 @@ impl StreamUses {
     /// buffer leaves for another): unlike [`note`](Self::note), even while it is captured,
     /// since work queued on it before the capture is real.
     pub(crate) fn note_queued(&self, stream: &Stream) {
-        let mut noted = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = self.lock();
+        let noted = guard.get_or_insert_with(Box::default);
         if !noted.streams.contains(stream) {
             noted.streams.push(stream.clone());
         }
@@ -95,7 +112,8 @@ impl StreamUses {
         if super::capture_of(stream)?.is_some() {
             return Ok(());
         }
-        let mut noted = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = self.lock();
+        let noted = guard.get_or_insert_with(Box::default);
         if !noted.streams.contains(stream) {
             noted.streams.push(stream.clone());
         }
@@ -104,7 +122,7 @@ impl StreamUses {
 
     /// The streams noted so far.
     pub(crate) fn snapshot(&self) -> Vec<Stream> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).streams.clone()
+        self.lock().as_ref().map_or_else(Vec::new, |n| n.streams.clone())
     }
 
     /// Takes the noted streams for a stream-ordered release of the memory in `ctx` (whose
@@ -118,7 +136,7 @@ impl StreamUses {
     /// there would be captured, and a host wait would break the capture): that is an error,
     /// and the caller keeps the memory.
     pub(crate) fn take_for_release(&mut self, ctx: &Context) -> Result<Vec<Stream>> {
-        let mut list = std::mem::take(&mut self.noted().streams);
+        let mut list = self.noted().map(|n| std::mem::take(&mut n.streams)).unwrap_or_default();
         if let Some(e) = list.iter().find_map(|s| capturing_now(s).err()) {
             return Err(e);
         }
@@ -144,7 +162,7 @@ impl StreamUses {
                  kept (leaked) so that the group's calls cannot write it once reused; end the group first",
             ));
         }
-        let list = std::mem::take(&mut self.noted().streams);
+        let list = self.noted().map(|n| std::mem::take(&mut n.streams)).unwrap_or_default();
         if let Some(e) = list.iter().find_map(|s| capturing_now(s).err()) {
             return Err(e);
         }
