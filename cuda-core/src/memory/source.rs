@@ -59,32 +59,11 @@ impl Source {
             }
             Source::Shared(a) => {
                 if stream.is_default() && a.context().is_some_and(|c| c != stream.context()) {
-                    return Err(crate::Error::invalid(
-                        "DeviceBuffer::new",
-                        format!(
-                            "the allocator {:?} works in another context than this default stream's, and the \
-                             driver would read the handle as that context's default stream; use a stream of \
-                             the allocator's context or a created stream",
-                            a.name()
-                        ),
-                    ));
+                    return Err(foreign_default_stream(a.name()));
                 }
                 let allocation = a.allocate(bytes, StreamRef::from(stream))?;
                 if allocation.size < bytes {
-                    // SAFETY: just allocated by this allocator on `stream`, never used, given back
-                    // once.
-                    if let Err(e) = unsafe { a.deallocate(allocation, StreamRef::from(stream)) } {
-                        stream.context().defer(e);
-                    }
-                    return Err(crate::Error::invalid(
-                        "DeviceBuffer::new",
-                        format!(
-                            "the allocator {:?} returned {} bytes for a request of {bytes}; \
-                             fix its `allocate` to return at least the bytes asked",
-                            a.name(),
-                            allocation.size
-                        ),
-                    ));
+                    return Err(short_allocation(a.as_ref(), allocation, bytes, stream));
                 }
                 Ok((allocation, HeldStream::Counted(stream.clone())))
             }
@@ -155,4 +134,41 @@ impl std::ops::Deref for HeldStream {
             HeldStream::Kept(s) => s,
         }
     }
+}
+
+/// The refusal of a default stream of another context than the allocator's.
+#[cold]
+fn foreign_default_stream(allocator: &str) -> crate::Error {
+    crate::Error::invalid(
+        "DeviceBuffer::new",
+        format!(
+            "the allocator {allocator:?} works in another context than this default stream's, and the driver \
+             would read the handle as that context's default stream; use a stream of the allocator's \
+             context or a created stream"
+        ),
+    )
+}
+
+/// Gives back an allocation shorter than the `bytes` asked (a failure to do so is kept in
+/// `stream`'s context) and returns the refusal.
+#[cold]
+fn short_allocation(
+    allocator: &dyn Allocator,
+    allocation: DeviceAllocation,
+    bytes: usize,
+    stream: &Stream,
+) -> crate::Error {
+    // SAFETY: just allocated by this allocator on `stream`, never used, given back once.
+    if let Err(e) = unsafe { allocator.deallocate(allocation, StreamRef::from(stream)) } {
+        stream.context().defer(e);
+    }
+    crate::Error::invalid(
+        "DeviceBuffer::new",
+        format!(
+            "the allocator {:?} returned {} bytes for a request of {bytes}; fix its `allocate` to return at \
+             least the bytes asked",
+            allocator.name(),
+            allocation.size
+        ),
+    )
 }
