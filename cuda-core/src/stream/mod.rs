@@ -205,11 +205,7 @@ impl Stream {
     #[cold]
     fn bind_default(&self) -> Result<()> {
         if self.is_other_threads() {
-            return Err(crate::Error::invalid(
-                "Stream",
-                "this per-thread default stream was made on another thread, where its handle names that \
-                 thread's stream; make one with Stream::per_thread on this thread",
-            ));
+            return Err(other_threads_stream());
         }
         self.inner.ctx.make_current()
     }
@@ -308,6 +304,17 @@ impl Stream {
         check("cuStreamGetId", unsafe { sys::cuStreamGetId(self.inner.raw, &mut id) })?;
         Ok(id)
     }
+}
+
+/// The refusal of work through a per-thread default stream on a thread other than the one
+/// that made it.
+#[cold]
+pub(crate) fn other_threads_stream() -> crate::Error {
+    crate::Error::invalid(
+        "stream",
+        "this per-thread default stream was made on another thread, where its handle names that thread's \
+         stream; make one with Stream::per_thread on this thread",
+    )
 }
 
 /// Whether `raw` is a handle the driver resolves through the current context: the null

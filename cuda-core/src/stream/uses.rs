@@ -112,11 +112,7 @@ impl StreamUses {
         if super::capture_of(stream)?.is_some() {
             return Ok(());
         }
-        let mut guard = self.lock();
-        let noted = guard.get_or_insert_with(Box::default);
-        if !noted.streams.contains(stream) {
-            noted.streams.push(stream.clone());
-        }
+        self.note_queued(stream);
         Ok(())
     }
 
@@ -176,11 +172,7 @@ impl StreamUses {
 pub(crate) fn nameable(ctx: &Context, stream: &Stream) -> Result<()> {
     if stream.is_default() {
         if stream.is_other_threads() {
-            return Err(Error::invalid(
-                "stream",
-                "this per-thread default stream was made on another thread, where its handle names that \
-                 thread's stream; make one with Stream::per_thread on this thread",
-            ));
+            return Err(super::other_threads_stream());
         }
         if stream.context() != ctx {
             return Err(Error::invalid(
