@@ -49,6 +49,11 @@ pub const TESTS: &[Test] = &[
         egl_present,
         g5_read_only_resources_refuse_writable_access,
     ),
+    gpu_needing(
+        "g8_unmap_waits_for_work_on_another_stream",
+        egl_present,
+        g8_unmap_waits_for_work_on_another_stream,
+    ),
 ];
 
 fn vulkan_present() -> Result<(), String> {
@@ -335,6 +340,38 @@ fn g5_read_only_resources_refuse_writable_access() -> TestResult {
     })();
     gl.delete_buffer(buffer);
     gl.delete_texture(texture);
+    outcome?;
+    no_deferred(&ctx)
+}
+
+// G8. On fa5afb9, a graphics mapping was unmapped in its own stream's order only: a memset
+// queued through a view of it on another stream could still run after OpenGL had the buffer
+// back. The unmap is now ordered after the streams its views were used on: the memset, held
+// back on a second stream, has landed by the time OpenGL reads the buffer.
+fn g8_unmap_waits_for_work_on_another_stream() -> TestResult {
+    const WORDS: usize = 1 << 16;
+    let gl = Gl::new(0)?;
+    let (_, ctx, stream) = own_context()?;
+    let late = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let name = gl.create_buffer(&vec![0u8; WORDS * 4])?;
+    let outcome = (|| -> TestResult {
+        let mut resource = GraphicsResource::gl_buffer(&ctx, name, RegisterFlags::empty())?;
+        {
+            let mut mapped = resource.map(&stream)?;
+            late.launch_host_func(|| std::thread::sleep(Duration::from_millis(300)))?;
+            mapped.buffer_mut::<u32>(0)?.memset_d32_async(7, &late)?;
+            mapped.unmap()?;
+        }
+        gl.make_current()?;
+        let seen = gl.read_buffer(name, WORDS * 4)?;
+        let words: Vec<u32> =
+            seen.chunks_exact(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let wrong = words.iter().filter(|&&w| w != 7).count();
+        ensure_eq!(wrong, 0, "words OpenGL read before the memset queued through the mapping had run");
+        drop(resource);
+        raw_sync(&late)
+    })();
+    gl.delete_buffer(name);
     outcome?;
     no_deferred(&ctx)
 }
