@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 fn main() {
     cuda_tests::run(&[
         gpu("capture_records_work_that_each_launch_replays", capture_records_work_that_each_launch_replays),
+        gpu("capture_from_a_struct_that_holds_its_stream", capture_from_a_struct_that_holds_its_stream),
         gpu("capture_across_two_streams_joined_by_events", capture_across_two_streams_joined_by_events),
         gpu(
             "invalidated_capture_is_an_error_and_the_context_stays_usable",
@@ -956,5 +957,42 @@ fn if_node_runs_its_body_when_set() -> TestResult {
         ensure_eq!(out.to_vec()?, vec![if value != 0 { 42 } else { 0 }; 4], "flag {value}");
     }
     drop(exec);
+    Ok(())
+}
+
+/// A struct that holds its stream and buffer records its own work into a graph: the capture
+/// borrows nothing, so `&mut self` methods queue the work while it runs.
+struct Step {
+    stream: Stream,
+    data: DeviceBuffer<u32>,
+}
+
+impl Step {
+    fn enqueue(&mut self, value: u32) -> Result<(), Error> {
+        self.data.view_mut().memset_d32_async(value, &self.stream)
+    }
+
+    fn record(&mut self) -> Result<Graph, Error> {
+        // SAFETY: the captured memset uses `self.data`, which outlives the graph (the test
+        // drops the graph first).
+        let capture = unsafe { self.stream.begin_capture(CaptureMode::ThreadLocal)? };
+        self.enqueue(9)?;
+        capture.end()
+    }
+}
+
+fn capture_from_a_struct_that_holds_its_stream() -> TestResult {
+    let ctx = Context::primary(&Device::get(0)?)?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut step = Step { data: DeviceBuffer::zeroed(&stream, 1024)?, stream };
+    let graph = step.record()?;
+    ensure_eq!(step.data.to_vec()?, vec![0u32; 1024], "the captured memset ran at capture");
+    let exec = graph.instantiate(InstantiateFlags::empty())?;
+    exec.launch(&step.stream)?;
+    ensure_eq!(step.data.to_vec()?, vec![9u32; 1024]);
+    step.enqueue(3)?;
+    exec.launch(&step.stream)?;
+    ensure_eq!(step.data.to_vec()?, vec![9u32; 1024], "the replay did not run after the new memset");
+    drop((exec, graph));
     Ok(())
 }

@@ -6,6 +6,7 @@ mod kernels;
 
 use cuda_core::module::{
     CacheConfig, FunctionAttribute, JitInputType, JitOptions, Library, Linker, Module, OptimizationLevel,
+    SharedFunction,
 };
 use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
@@ -13,6 +14,7 @@ use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
 fn main() {
     cuda_tests::run(&[
         gpu("ptx_loads_and_lists_its_kernels", ptx_loads_and_lists_its_kernels),
+        gpu("an_application_struct_keeps_its_kernels", an_application_struct_keeps_its_kernels),
         gpu(
             "jit_options_limit_registers_and_fill_the_info_log",
             jit_options_limit_registers_and_fill_the_info_log,
@@ -229,5 +231,53 @@ fn fat_binaries_load_their_cubin_or_ptx() -> TestResult {
         stream.synchronize()?;
         ensure_eq!(y.to_vec()?, vec![4.5f32; n as usize]);
     }
+    Ok(())
+}
+
+/// What an application keeps: a stream and its kernels in one struct, with no borrow between
+/// them; the kernels keep their module loaded after every other handle of it is gone, from any
+/// thread.
+struct Gpu {
+    stream: Stream,
+    saxpy: SharedFunction,
+}
+
+fn an_application_struct_keeps_its_kernels() -> TestResult {
+    fn send_sync<T: Send + Sync + 'static>(_: &T) {}
+    let ctx = Context::primary(&Device::get(0)?)?;
+    let module = std::sync::Arc::new(Module::from_ptx(&ctx, kernels::PTX)?);
+    let gpu = Gpu {
+        stream: Stream::new(&ctx, StreamFlags::NON_BLOCKING)?,
+        saxpy: module.shared_function("saxpy")?,
+    };
+    drop(module);
+    send_sync(&gpu.saxpy);
+    let again = gpu.saxpy.clone();
+    ensure!(std::sync::Arc::strong_count(again.module()) == 2, "the kernel handles do not hold the module");
+    let n = 4096u32;
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let (dx, mut dy) = (
+        DeviceBuffer::from_slice(&gpu.stream, &x)?,
+        DeviceBuffer::from_slice(&gpu.stream, &vec![1.0f32; n as usize])?,
+    );
+    // From another thread, through the clone: the handle is Send + Sync.
+    let launched = std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: saxpy(u32 n, f32 a, const f32* x, f32* y) over n elements of both buffers.
+            unsafe {
+                again.function().launch(
+                    &gpu.stream,
+                    &LaunchConfig::for_elements(n, 256),
+                    (&n, &2.0f32, &dx, &mut dy),
+                )
+            }
+        })
+        .join()
+        .map_err(|_| "the launching thread panicked")
+    })?;
+    launched?;
+    let y = dy.to_vec()?;
+    let wrong = y.iter().zip(&x).filter(|&(&y, &x)| y != 2.0 * x + 1.0).count();
+    ensure_eq!(wrong, 0, "elements of y = 2x + 1 wrong");
     Ok(())
 }

@@ -77,16 +77,43 @@ pub struct CaptureInfo {
 
 /// A capture under way on a stream, begun by [`Stream::begin_capture`]. [`end`](Self::end)
 /// ends it and returns the graph; dropping it ends it and discards what was captured.
+///
+/// It holds its own handle of the stream and borrows nothing, so a stream kept in a struct
+/// can be captured while the struct's `&mut self` methods queue the work:
+///
+/// ```no_run
+/// use cuda_core::graph::{CaptureMode, Graph};
+/// use cuda_core::{DeviceBuffer, Stream};
+///
+/// struct Step {
+///     stream: Stream,
+///     data: DeviceBuffer<u32>,
+/// }
+///
+/// impl Step {
+///     fn enqueue(&mut self) -> cuda_core::Result<()> {
+///         self.data.view_mut().memset_d32_async(7, &self.stream)
+///     }
+///
+///     fn record(&mut self) -> cuda_core::Result<Graph> {
+///         // SAFETY: the captured memset uses `self.data`, which the caller keeps alive while
+///         // the graph may run.
+///         let capture = unsafe { self.stream.begin_capture(CaptureMode::ThreadLocal)? };
+///         self.enqueue()?;
+///         capture.end()
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 #[must_use = "the capture ends when this is dropped; call `end` to get the graph"]
-pub struct Capture<'s> {
-    active: Active<'s>,
+pub struct Capture {
+    active: Active,
 }
 
-impl Capture<'_> {
+impl Capture {
     /// The stream being captured.
     pub fn stream(&self) -> &Stream {
-        self.active.stream
+        &self.active.stream
     }
 
     /// Ends the capture ([`cuStreamEndCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html))
@@ -115,15 +142,15 @@ impl Capture<'_> {
 /// too (the nodes captured so far stay when the capture was valid).
 #[derive(Debug)]
 #[must_use = "the capture ends when this is dropped"]
-pub struct CaptureToGraph<'s> {
-    active: Active<'s>,
-    graph: &'s Graph,
+pub struct CaptureToGraph<'g> {
+    active: Active,
+    graph: &'g Graph,
 }
 
 impl CaptureToGraph<'_> {
     /// The stream being captured.
     pub fn stream(&self) -> &Stream {
-        self.active.stream
+        &self.active.stream
     }
 
     /// Ends the capture, as [`Capture::end`] does, with the nodes left in the graph.
@@ -143,8 +170,10 @@ impl CaptureToGraph<'_> {
 
 /// A stream being captured; ends the capture once, by `end` or on drop.
 #[derive(Debug)]
-struct Active<'s> {
-    stream: &'s Stream,
+struct Active {
+    /// A handle of the stream being captured (a clone: the capture does not borrow the
+    /// caller's, which may sit in a struct that the captured work also uses).
+    stream: Stream,
     /// The capture's id.
     id: u64,
     /// Whether the graph the driver returns is a new one, which a dropped capture destroys.
@@ -152,7 +181,7 @@ struct Active<'s> {
     ended: bool,
 }
 
-impl Active<'_> {
+impl Active {
     /// Ends the capture of the stream and returns the driver's graph handle, and the pinned
     /// buffers the captured copies took.
     fn end(&mut self) -> (Result<sys::CUgraph>, Vec<Taken>) {
@@ -167,7 +196,7 @@ impl Active<'_> {
     }
 }
 
-impl Drop for Active<'_> {
+impl Drop for Active {
     fn drop(&mut self) {
         if self.ended {
             return;
@@ -205,14 +234,14 @@ impl Stream {
     /// captured one would run at every launch): no other thread may call it on this stream, or
     /// on a stream about to join the capture, while the capture begins or the stream joins,
     /// where its check could miss the capture. Add host work with [`Graph::add_host_node`].
-    pub unsafe fn begin_capture(&self, mode: CaptureMode) -> Result<Capture<'_>> {
+    pub unsafe fn begin_capture(&self, mode: CaptureMode) -> Result<Capture> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
         let id = capturing::begin(self, || {
             // SAFETY: the stream is live.
             check("cuStreamBeginCapture", unsafe { sys::cuStreamBeginCapture(self.as_raw(), mode.as_raw()) })
         })?;
-        Ok(Capture { active: Active { stream: self, id, new_graph: true, ended: false } })
+        Ok(Capture { active: Active { stream: self.clone(), id, new_graph: true, ended: false } })
     }
 
     /// Starts capturing this stream into `graph`, the captured work depending on
@@ -224,12 +253,12 @@ impl Stream {
     ///
     /// As for [`begin_capture`](Self::begin_capture); hand what the work uses to
     /// [`Graph::keep`] on `graph`.
-    pub unsafe fn begin_capture_to_graph<'s>(
-        &'s self,
-        graph: &'s Graph,
+    pub unsafe fn begin_capture_to_graph<'g>(
+        &self,
+        graph: &'g Graph,
         dependencies: &[GraphNode<'_>],
         mode: CaptureMode,
-    ) -> Result<CaptureToGraph<'s>> {
+    ) -> Result<CaptureToGraph<'g>> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
         let id = capturing::begin(self, || {
@@ -245,7 +274,10 @@ impl Stream {
                 )
             })
         })?;
-        Ok(CaptureToGraph { active: Active { stream: self, id, new_graph: false, ended: false }, graph })
+        Ok(CaptureToGraph {
+            active: Active { stream: self.clone(), id, new_graph: false, ended: false },
+            graph,
+        })
     }
 
     /// Where this stream's capture stands: status, id and the number of nodes the next

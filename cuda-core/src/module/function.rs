@@ -162,6 +162,21 @@ impl<'m> Function<'m> {
         Ok(f)
     }
 
+    /// The same function with its lifetime dropped, for a handle that keeps the code loaded
+    /// itself.
+    ///
+    /// # Safety
+    ///
+    /// The function must stay loaded for as long as the result (and every copy of it) is used.
+    pub(crate) unsafe fn detached(self) -> Function<'static> {
+        Function {
+            raw: self.raw,
+            max_threads_per_block: self.max_threads_per_block,
+            params: self.params,
+            _code: PhantomData,
+        }
+    }
+
     /// The raw `CUfunction`.
     #[inline]
     pub fn as_raw(&self) -> sys::CUfunction {

@@ -22,6 +22,7 @@ mod image;
 mod jit;
 mod library;
 mod link;
+mod shared;
 
 pub use function::{CacheConfig, Function, FunctionAttribute, SharedMemoryConfig};
 pub(crate) use global::Claims;
@@ -29,6 +30,7 @@ pub use global::Global;
 pub use jit::{JitCacheMode, JitFallback, JitLog, JitOptions, JitTarget, OptimizationLevel};
 pub use library::{Kernel, Library};
 pub use link::{JitInputType, Linker};
+pub use shared::SharedFunction;
 
 use crate::context::Context;
 use crate::error::{Error, Result, check};
