@@ -30,7 +30,8 @@ fn main() -> ExitCode {
         Some(CHILD) => ("ipc (child)", child()),
         _ => ("ipc", run()),
     };
-    match result {
+    // As in the other examples: the default pools' cache goes back before exiting.
+    match result.and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{name}: {e}");

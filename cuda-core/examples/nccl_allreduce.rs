@@ -24,7 +24,8 @@ type Failure = Box<dyn std::error::Error>;
 const ELEMENTS: usize = 1 << 20;
 
 fn main() {
-    if let Err(e) = run() {
+    // As in the other examples: the default pools' cache goes back before exiting.
+    if let Err(e) = run().and_then(|r| Ok(cuda_core::pool::release_default_pools().map(|()| r)?)) {
         eprintln!("nccl_allreduce: {e}");
         std::process::exit(1);
     }

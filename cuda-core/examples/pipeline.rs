@@ -32,7 +32,9 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1).map(|s| s.parse::<usize>().ok());
     let chunks = args.next().flatten().unwrap_or(64);
     let len = args.next().flatten().unwrap_or(1 << 18);
-    match run(chunks, len) {
+    // The default pools cache freed blocks for reuse: give them back before exiting, so
+    // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
+    match run(chunks, len).and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pipeline: {e}");
@@ -191,8 +193,6 @@ fn run(chunks: usize, len: usize) -> cuda_core::Result<()> {
         graph.nodes()?.len(),
         start.elapsed().as_secs_f64() * 1e3 / f64::from(rounds)
     );
-    drop((exec, graph, p));
-    // The default pools keep freed blocks cached for reuse; give them back before exiting, so
-    // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    cuda_core::pool::release_default_pools()
+    drop((exec, graph));
+    Ok(())
 }
