@@ -6,7 +6,7 @@
 use crate::abi::AbiVersions;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use crate::stream::Stream;
+use crate::stream::{EventWaitFlags, Stream};
 use bitflags::bitflags;
 use cuda_driver_sys as sys;
 
@@ -167,6 +167,33 @@ impl Event {
         };
         check("cuEventElapsedTime", status)?;
         Ok(ms)
+    }
+}
+
+/// Waits of a stream on an event (they live with events, which streams need not know).
+impl Stream {
+    /// Makes later work on this stream wait until `event` completes (the work it captured)
+    /// ([`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    /// The event may belong to another context or device. On a default stream, the stream's
+    /// context is made current first.
+    #[inline]
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.context().take_deferred()?;
+        self.bind_if_default()?;
+        // SAFETY: both handles are alive while their owners are borrowed.
+        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.as_raw(), event.as_raw(), 0) })
+    }
+
+    /// [`Stream::wait_event`] with flags
+    /// ([`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    #[inline]
+    pub fn wait_event_with_flags(&self, event: &Event, flags: EventWaitFlags) -> Result<()> {
+        self.context().take_deferred()?;
+        self.bind_if_default()?;
+        // SAFETY: both handles are alive while their owners are borrowed.
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(self.as_raw(), event.as_raw(), flags.bits())
+        })
     }
 }
 

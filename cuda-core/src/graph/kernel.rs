@@ -19,7 +19,7 @@ impl NodeKernel for Kernel<'_> {}
 mod sealed {
     use crate::context::Context;
     use crate::error::Result;
-    use crate::launch::ParamLayout;
+    use crate::module::ParamLayout;
     use crate::module::{Function, Kernel};
     use cuda_driver_sys as sys;
 

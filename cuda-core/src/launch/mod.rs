@@ -41,10 +41,9 @@
 //! ```
 
 mod args;
-mod params;
 
+use crate::module::ParamLayout;
 pub use args::{KernelArg, KernelArgs};
-pub(crate) use params::ParamLayout;
 
 use crate::error::{Error, Result, check};
 use crate::module::{Function, Kernel};

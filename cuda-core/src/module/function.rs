@@ -1,9 +1,9 @@
 //! A kernel in a loaded module: its attributes and cache and shared-memory configuration.
 
+use super::ParamLayout;
 use super::driver_string;
 pub use crate::context::CacheConfig;
 use crate::error::{Error, Result, check};
-use crate::launch::ParamLayout;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 

@@ -1,12 +1,12 @@
 //! Libraries: code loaded once for all contexts, and their context-independent kernels.
 
+use super::ParamLayout;
 use super::{
     Claims, Function, FunctionAttribute, Global, JitLog, JitOptions, driver_string, image, symbol_name,
 };
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::launch::ParamLayout;
 use crate::module::CacheConfig;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;

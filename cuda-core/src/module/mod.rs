@@ -22,6 +22,7 @@ mod image;
 mod jit;
 mod library;
 mod link;
+mod params;
 mod shared;
 
 pub use function::{CacheConfig, Function, FunctionAttribute, SharedMemoryConfig};
@@ -30,6 +31,7 @@ pub use global::Global;
 pub use jit::{JitCacheMode, JitFallback, JitLog, JitOptions, JitTarget, OptimizationLevel};
 pub use library::{Kernel, Library};
 pub use link::{JitInputType, Linker};
+pub(crate) use params::ParamLayout;
 pub use shared::SharedFunction;
 
 use crate::context::Context;

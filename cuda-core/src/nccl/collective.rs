@@ -3,33 +3,15 @@
 
 use super::buffers::{Input, Output};
 use super::comm::Communicator;
+use super::comm::same_device;
 use super::datatype::DataType;
 use super::op::Reduction;
 use super::version::require;
-use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::same_len;
 use crate::stream::Stream;
 use nccl_sys as nccl;
 use std::ffi::c_void;
-
-/// An [`Error::InvalidArgument`] unless `ctx` is on the communicator's device.
-#[inline]
-pub(crate) fn same_device(operation: &'static str, comm: &Communicator, ctx: &Context) -> Result<()> {
-    let (mine, theirs) = (comm.context().device(), ctx.device());
-    if mine == theirs {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            operation,
-            format!(
-                "the communicator works on device {} but the memory or stream is on device {}; use those of its device",
-                mine.ordinal(),
-                theirs.ordinal()
-            ),
-        ))
-    }
-}
 
 /// The raw device address of `memory`, as NCCL takes it.
 #[inline]

@@ -485,3 +485,21 @@ impl Drop for Communicator {
         }
     }
 }
+
+/// An [`Error::InvalidArgument`] unless `ctx` is on the communicator's device.
+#[inline]
+pub(crate) fn same_device(operation: &'static str, comm: &Communicator, ctx: &Context) -> Result<()> {
+    let (mine, theirs) = (comm.context().device(), ctx.device());
+    if mine == theirs {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            operation,
+            format!(
+                "the communicator works on device {} but the memory or stream is on device {}; use those of its device",
+                mine.ordinal(),
+                theirs.ordinal()
+            ),
+        ))
+    }
+}

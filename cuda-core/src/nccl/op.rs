@@ -113,7 +113,7 @@ impl<'a, T: DataType> PreMulSum<'a, T> {
                 format!("the scalar is one element, but the view has {}; slice it to one", scalar.len()),
             ));
         }
-        super::collective::same_device("PreMulSum::with_device_scalar", comm, scalar.context())?;
+        super::comm::same_device("PreMulSum::with_device_scalar", comm, scalar.context())?;
         // SAFETY: the view is device memory of the communicator's device, kept alive for 'a,
         // which the operation does not outlive.
         unsafe {

@@ -19,7 +19,6 @@ pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWri
 
 use crate::context::Context;
 use crate::error::{Result, check};
-use crate::event::Event;
 use bitflags::bitflags;
 use cuda_driver_sys as sys;
 use std::mem::ManuallyDrop;
@@ -252,30 +251,6 @@ impl Stream {
             return Ok(false);
         }
         check("cuStreamQuery", status).map(|()| true)
-    }
-
-    /// Makes later work on this stream wait until `event` completes (the work it captured)
-    /// ([`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
-    /// The event may belong to another context or device. On a default stream, the stream's
-    /// context is made current first.
-    #[inline]
-    pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.inner.ctx.take_deferred()?;
-        self.bind_if_default()?;
-        // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.inner.raw, event.as_raw(), 0) })
-    }
-
-    /// [`Stream::wait_event`] with flags
-    /// ([`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
-    #[inline]
-    pub fn wait_event_with_flags(&self, event: &Event, flags: EventWaitFlags) -> Result<()> {
-        self.inner.ctx.take_deferred()?;
-        self.bind_if_default()?;
-        // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(self.inner.raw, event.as_raw(), flags.bits())
-        })
     }
 
     /// The flags the stream was created with

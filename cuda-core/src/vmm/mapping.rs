@@ -58,6 +58,33 @@ pub struct Mapping {
     range: ManuallyDrop<AddressRange>,
 }
 
+/// Mapping into a range lives with the mappings, so that a range does not depend on them.
+impl AddressRange {
+    /// Maps all of `physical` at `offset` bytes into the range
+    /// ([`cuMemMap`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
+    /// Nothing may access the mapping until [`Mapping::set_access`] allows it. The driver maps
+    /// whole physical allocations only (a part, or from an offset, is `CUDA_ERROR_NOT_SUPPORTED`),
+    /// so to map pieces, make one [`PhysicalMemory`] per piece.
+    ///
+    /// Checked before the call, as [`Error::InvalidArgument`]s: a mapping that ends past the
+    /// reserved range, an offset that is not a multiple of the allocation granularity (the
+    /// message names it), and physical memory that a [`VmmAllocator`](super::VmmAllocator)
+    /// buffer or a [`GrowableBuffer`](super::GrowableBuffer) maps as its own (reached through
+    /// [`Mapping::physical`]), which has exclusive access to it. Mapping over addresses
+    /// already mapped is the driver's error.
+    pub fn map(&self, offset: usize, physical: &PhysicalMemory) -> Result<Mapping> {
+        physical.mappable("AddressRange::map")?;
+        let size = physical.size();
+        super::range::check_mapping(self.size(), offset, size, physical.granularity())?;
+        self.context().enter()?;
+        let ptr = self.as_raw() + offset as u64;
+        // SAFETY: the addresses are inside this reservation (checked above); the reservation and
+        // the physical allocation stay alive while the mapping, which holds them, is.
+        check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, 0, physical.as_raw(), 0) })?;
+        Ok(Mapping::new(ptr, size, self.clone(), physical.clone()))
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         if let Err(e) = self.uses.synchronize_for_release() {

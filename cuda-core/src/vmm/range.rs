@@ -1,8 +1,6 @@
 //! [`AddressRange`]: a reservation of device virtual addresses, into which physical memory is
 //! mapped.
 
-use super::mapping::Mapping;
-use super::physical::PhysicalMemory;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use cuda_driver_sys as sys;
@@ -13,7 +11,7 @@ use std::sync::Arc;
 ///
 /// Clones share the reservation; it is freed
 /// ([`cuMemAddressFree`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html))
-/// when the last clone and the last [`Mapping`] into it are dropped, in whatever order.
+/// when the last clone and the last [`Mapping`](super::Mapping) into it are dropped, in whatever order.
 #[derive(Clone, Debug)]
 pub struct AddressRange {
     inner: Arc<Reservation>,
@@ -107,30 +105,6 @@ impl AddressRange {
         Ok(AddressRange { inner: Arc::new(Reservation { ptr, size, context: context.clone() }) })
     }
 
-    /// Maps all of `physical` at `offset` bytes into the range
-    /// ([`cuMemMap`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
-    /// Nothing may access the mapping until [`Mapping::set_access`] allows it. The driver maps
-    /// whole physical allocations only (a part, or from an offset, is `CUDA_ERROR_NOT_SUPPORTED`),
-    /// so to map pieces, make one [`PhysicalMemory`] per piece.
-    ///
-    /// Checked before the call, as [`Error::InvalidArgument`]s: a mapping that ends past the
-    /// reserved range, an offset that is not a multiple of the allocation granularity (the
-    /// message names it), and physical memory that a [`VmmAllocator`](super::VmmAllocator)
-    /// buffer or a [`GrowableBuffer`](super::GrowableBuffer) maps as its own (reached through
-    /// [`Mapping::physical`]), which has exclusive access to it. Mapping over addresses
-    /// already mapped is the driver's error.
-    pub fn map(&self, offset: usize, physical: &PhysicalMemory) -> Result<Mapping> {
-        physical.mappable("AddressRange::map")?;
-        let size = physical.size();
-        check_mapping(self.size(), offset, size, physical.granularity())?;
-        self.inner.context.enter()?;
-        let ptr = self.inner.ptr + offset as u64;
-        // SAFETY: the addresses are inside this reservation (checked above); the reservation and
-        // the physical allocation stay alive while the mapping, which holds them, is.
-        check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, 0, physical.as_raw(), 0) })?;
-        Ok(Mapping::new(ptr, size, self.clone(), physical.clone()))
-    }
-
     /// The first reserved address.
     #[inline]
     pub fn as_raw(&self) -> sys::CUdeviceptr {
@@ -152,7 +126,7 @@ impl AddressRange {
 
 /// Checks a mapping of a physical allocation of `size` bytes at `offset` into a range of
 /// `range_size` bytes.
-fn check_mapping(range_size: usize, offset: usize, size: usize, granularity: usize) -> Result<()> {
+pub(super) fn check_mapping(range_size: usize, offset: usize, size: usize, granularity: usize) -> Result<()> {
     const OP: &str = "AddressRange::map";
     if size == 0 {
         return Err(Error::invalid(OP, "a mapping of 0 bytes was requested; map at least one granule"));
