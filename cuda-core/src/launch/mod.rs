@@ -134,10 +134,13 @@ impl LaunchConfig {
     }
 
     /// One thread per element: blocks of `block_size` threads, enough of them to cover
-    /// `elements` (at least one block).
-    pub fn for_elements(elements: u32, block_size: u32) -> LaunchConfig {
+    /// `elements` (at least one block). `elements` is any unsigned count (a buffer's `usize`
+    /// length as it is); a grid past what a launch can take saturates and is refused by the
+    /// driver at launch.
+    pub fn for_elements(elements: impl ElementCount, block_size: u32) -> LaunchConfig {
         let block_size = block_size.max(1);
-        LaunchConfig::new(elements.div_ceil(block_size).max(1), block_size)
+        let blocks = elements.as_u64().div_ceil(u64::from(block_size)).max(1);
+        LaunchConfig::new(u32::try_from(blocks).unwrap_or(u32::MAX), block_size)
     }
 
     /// Sets the dynamic shared memory per block.
@@ -398,6 +401,38 @@ impl Kernel<'_> {
     }
 }
 
+/// A count of elements for [`LaunchConfig::for_elements`]: `u32`, `u64` or `usize`, and `i32`
+/// (what an integer literal is, and what C code holds; a negative count is 0).
+pub trait ElementCount: Copy {
+    /// The count as a `u64`.
+    fn as_u64(self) -> u64;
+}
+
+impl ElementCount for u32 {
+    fn as_u64(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl ElementCount for u64 {
+    fn as_u64(self) -> u64 {
+        self
+    }
+}
+
+impl ElementCount for usize {
+    fn as_u64(self) -> u64 {
+        // A usize is at most 64 bits on every target the driver supports.
+        self as u64
+    }
+}
+
+impl ElementCount for i32 {
+    fn as_u64(self) -> u64 {
+        u64::try_from(self).unwrap_or(0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,5 +476,11 @@ mod tests {
         assert!(LaunchConfig::new(1, 4096).check("t", 0).is_ok(), "unknown limit: the driver decides");
         assert_eq!(LaunchConfig::for_elements(1000, 256).grid, Dim3::new(4, 1, 1));
         assert_eq!(LaunchConfig::for_elements(0, 256).grid, Dim3::new(1, 1, 1));
+        // A buffer's usize length goes in as it is; counts past a u32 saturate (the driver
+        // refuses that grid at launch); a negative literal counts as 0.
+        assert_eq!(LaunchConfig::for_elements(1000usize, 256).grid, Dim3::new(4, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(1u64 << 39, 256).grid, Dim3::new(1 << 31, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(1u64 << 40, 256).grid, Dim3::new(u32::MAX, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(-5, 32).grid, Dim3::new(1, 1, 1));
     }
 }
