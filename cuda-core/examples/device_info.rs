@@ -8,7 +8,6 @@
 //! Without a driver it prints one line saying what could not be loaded and what to install,
 //! and exits with status 1.
 
-use cuda_core::driver_sys::CUdevice_attribute as A;
 use cuda_core::module::Module;
 use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
@@ -83,18 +82,18 @@ fn run() -> cuda_core::Result<bool> {
             "\n[{}] {}\n    compute capability {major}.{minor}, {} SMs, {:.1} GiB, PCI {}, {}",
             device.ordinal(),
             device.name()?,
-            device.attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            device.multiprocessor_count()?,
             total as f64 / (1u64 << 30) as f64,
             device.pci_bus_id()?,
             device.uuid()?,
         );
         println!(
             "    max threads per block {}, shared memory per block {} KiB (opt-in {} KiB), L2 {} MiB, clock {} MHz",
-            device.attribute(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
-            device.attribute(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)? / 1024,
-            device.attribute(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? / 1024,
-            device.attribute(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? >> 20,
-            device.attribute(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)? / 1000,
+            device.max_threads_per_block()?,
+            device.max_shared_memory_per_block()? / 1024,
+            device.max_shared_memory_per_block_optin()? / 1024,
+            device.l2_cache_size()? >> 20,
+            device.clock_rate()? / 1000,
         );
         match self_check(device) {
             Ok(()) => println!("    self-check: ok (allocate, copy round trip, PTX kernel launch)"),

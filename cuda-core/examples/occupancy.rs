@@ -8,7 +8,6 @@
 //! cargo run --example occupancy -- 1000000
 //! ```
 
-use cuda_core::driver_sys::CUdevice_attribute as A;
 use cuda_core::module::{FunctionAttribute, Module};
 use cuda_core::occupancy::OccupancyFlags;
 use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
@@ -35,9 +34,9 @@ fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("occupancy example", message)) }
 }
 
-/// A device attribute that is a count.
-fn count(device: &Device, attribute: A) -> cuda_core::Result<u32> {
-    Ok(u32::try_from(device.attribute(attribute)?).unwrap_or(0))
+/// A device attribute that is a count, as a `u32` (0 for a negative answer).
+fn count(value: i32) -> u32 {
+    u32::try_from(value).unwrap_or(0)
 }
 
 fn run(n: u32) -> cuda_core::Result<()> {
@@ -45,9 +44,9 @@ fn run(n: u32) -> cuda_core::Result<()> {
     let ctx = Context::primary(&device)?;
     let module = Module::from_ptx(&ctx, PTX)?;
     let saxpy = module.function("saxpy")?;
-    let sms = count(&device, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    let threads_per_sm = count(&device, A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?;
-    let blocks_per_sm = count(&device, A::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)?;
+    let sms = count(device.multiprocessor_count()?);
+    let threads_per_sm = count(device.max_threads_per_multiprocessor()?);
+    let blocks_per_sm = count(device.max_blocks_per_multiprocessor()?);
     let largest = u32::try_from(saxpy.attribute(FunctionAttribute::MaxThreadsPerBlock)?).unwrap_or(0);
     println!(
         "{}: {sms} SMs of at most {threads_per_sm} threads and {blocks_per_sm} blocks; saxpy: {} registers \

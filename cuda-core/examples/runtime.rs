@@ -8,7 +8,6 @@
 //! cargo run --example runtime
 //! ```
 
-use cuda_core::driver_sys::CUdevice_attribute as A;
 use cuda_core::memory::HostAllocFlags;
 use cuda_core::runtime::{self as rt, MemoryType};
 use cuda_core::runtime_sys::cudaDeviceAttr as RA;
@@ -55,9 +54,9 @@ fn run() -> cuda_core::Result<()> {
     let minor = rt::device_get_attribute(RA::cudaDevAttrComputeCapabilityMinor, 0)?;
     check((major, minor) == device.compute_capability()?, format!("compute capability {major}.{minor}"))?;
     let sms = rt::device_get_attribute(RA::cudaDevAttrMultiProcessorCount, 0)?;
-    check(sms == device.attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?, format!("{sms} SMs"))?;
+    check(sms == device.multiprocessor_count()?, format!("{sms} SMs"))?;
     let threads = rt::device_get_attribute(RA::cudaDevAttrMaxThreadsPerBlock, 0)?;
-    check(threads == device.attribute(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?, "threads per block")?;
+    check(threads == device.max_threads_per_block()?, "threads per block")?;
     let bus = rt::device_get_pci_bus_id(0)?;
     check(bus.eq_ignore_ascii_case(&device.pci_bus_id()?), format!("PCI bus id {bus}"))?;
     check(rt::device_get_by_pci_bus_id(&bus)? == 0, format!("{bus} is not device 0"))?;
