@@ -8,6 +8,8 @@ use cuda_tests::{TestResult, cpu, ensure, ensure_eq, gpu};
 fn main() {
     cuda_tests::run(&[
         gpu("count_get_and_out_of_range_ordinal", count_get_and_out_of_range_ordinal),
+        gpu("ordinals_of_every_integer_type_and_refusals", ordinals_of_every_integer_type_and_refusals),
+        cpu("bad_ordinals_refused_before_the_driver", bad_ordinals_refused_before_the_driver),
         gpu("identity_round_trips", identity_round_trips),
         gpu("typed_attributes_match_raw_ones", typed_attributes_match_raw_ones),
         gpu("every_attribute_answers_or_is_refused", every_attribute_answers_or_is_refused),
@@ -29,6 +31,55 @@ fn count_get_and_out_of_range_ordinal() -> TestResult {
         other => return Err(format!("expected InvalidArgument, got {other:?}").into()),
     }
     ensure!(driver_version()? >= 12000, "driver version {}", driver_version()?);
+    Ok(())
+}
+
+/// The refusal of `Device::get(ordinal)`, as `operation: message`.
+fn refusal(ordinal: Result<Device, Error>) -> Result<String, String> {
+    match ordinal {
+        Err(Error::InvalidArgument { operation, message }) => Ok(format!("{operation}: {message}")),
+        other => Err(format!("expected InvalidArgument, got {other:?}")),
+    }
+}
+
+fn ordinals_of_every_integer_type_and_refusals() -> TestResult {
+    let n = Device::count()?;
+    let first = Device::get(0)?;
+    ensure_eq!(Device::get(0i32)?, first);
+    ensure_eq!(Device::get(0u32)?, first);
+    ensure_eq!(Device::get(0usize)?, first);
+    ensure_eq!(Device::get(0u64)?, first);
+    ensure_eq!(Device::get(0i64)?, first);
+    ensure_eq!(Device::get(n - 1)?.ordinal(), n - 1);
+    // CUDA code holds the ordinal as an `int`; so does the driver.
+    let as_int: i32 = i32::try_from(n)?;
+    let past_the_end = refusal(Device::get(as_int))?;
+    ensure_eq!(
+        past_the_end,
+        format!(
+            "Device::get: device ordinal {n} is out of range: {n} device(s) present (ordinals 0..{n}); \
+             use one below Device::count()"
+        )
+    );
+    ensure_eq!(refusal(Device::get(n))?, past_the_end);
+    let negative = refusal(Device::get(-1i32))?;
+    ensure!(negative.starts_with("Device::get: device ordinal -1 is out of range"), "{negative}");
+    Ok(())
+}
+
+/// A negative ordinal, or one no `int` holds, is refused before the driver is loaded: this
+/// runs on a host without CUDA.
+fn bad_ordinals_refused_before_the_driver() -> TestResult {
+    let negative = refusal(Device::get(-1i32))?;
+    ensure_eq!(
+        negative,
+        "Device::get: device ordinal -1 is out of range: ordinals count from 0 (the first device) to \
+         Device::count() - 1"
+    );
+    let oversized = refusal(Device::get(u64::MAX))?;
+    ensure!(oversized.contains("18446744073709551615") && oversized.contains("int"), "{oversized}");
+    ensure!(refusal(Device::get(i64::MIN)).is_ok(), "i64::MIN was not refused");
+    ensure!(refusal(Device::get(1u64 << 31)).is_ok(), "2^31 was not refused");
     Ok(())
 }
 

@@ -4,6 +4,9 @@
 //! section of the driver API.
 
 mod attributes;
+mod ordinal;
+
+pub use ordinal::DeviceOrdinal;
 
 use crate::error::{Error, Result, check};
 use cuda_driver_sys as sys;
@@ -115,22 +118,33 @@ impl Device {
     /// The device of the given ordinal
     /// ([`cuDeviceGet`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
     ///
-    /// An ordinal past the last device is an [`Error::InvalidArgument`] that says how many
-    /// devices there are.
-    pub fn get(ordinal: usize) -> Result<Device> {
-        let count = Device::count()?;
-        if ordinal >= count {
-            return Err(Error::invalid(
-                "Device::get",
-                format!(
-                    "device ordinal {ordinal} is out of range: {count} device(s) present (ordinals 0..{count})"
-                ),
-            ));
-        }
+    /// The ordinal may be any primitive integer up to 64 bits ([`DeviceOrdinal`]): the `int`
+    /// CUDA code holds, a `u32`, a `usize` index, or a literal.
+    ///
+    /// # Errors
+    ///
+    /// An ordinal no device can have is an [`Error::InvalidArgument`] that says why: a negative
+    /// one, or one the driver's `int` cannot hold, before any driver call; one past the last
+    /// device, saying how many devices there are. Loading or initialising the driver fails
+    /// with that error, as [`Device::count`] does.
+    ///
+    /// ```no_run
+    /// use cuda_core::Device;
+    ///
+    /// let first = Device::get(0)?;
+    /// let from_c: i32 = 1; // as `cudaGetDevice` or an MPI rank gives it
+    /// let second = Device::get(from_c)?;
+    /// let third = Device::get(2u32)?;
+    /// assert!(Device::get(-1).is_err());
+    /// # let _ = (first, second, third);
+    /// # Ok::<(), cuda_core::Error>(())
+    /// ```
+    pub fn get(ordinal: impl DeviceOrdinal) -> Result<Device> {
+        let ordinal = ordinal::as_int(ordinal)?;
+        let ordinal = ordinal::within(ordinal, Device::count()?)?;
         let mut raw = 0;
-        // The range check above makes the cast lossless.
-        // SAFETY: one out-parameter; the ordinal is in range.
-        check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut raw, ordinal as i32) })?;
+        // SAFETY: one out-parameter; the ordinal is one of the devices present.
+        check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut raw, ordinal) })?;
         Ok(Device { raw })
     }
 

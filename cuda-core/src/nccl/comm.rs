@@ -320,7 +320,7 @@ impl Communicator {
         let mut d = 0;
         // SAFETY: a live communicator; one out-parameter.
         check_nccl("ncclCommCuDevice", unsafe { nccl::ncclCommCuDevice(self.raw, &mut d) })?;
-        Device::get(usize::try_from(d).unwrap_or(usize::MAX))
+        Device::get(d)
     }
 
     /// Where the communicator's background work stands
