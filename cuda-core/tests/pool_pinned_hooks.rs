@@ -2,51 +2,21 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::allocator::{PinnedAllocator, StreamRef};
-use super::fake::{CountingPinned, CountingUpstream, ManualEvents};
-use super::hooks::{self, HookEvent, MemoryHook, MemoryKind};
-use super::tests_api::HeapPinned;
-use super::*;
-use crate::{Error, PinnedBuffer};
+// Each test file uses part of the shared fakes.
+#[allow(dead_code)]
+mod support;
+
+use cuda_core::pool::hooks::{self, MemoryKind};
+use cuda_core::pool::{
+    self, Allocator, DebugPrintHook, LineProfileHook, LineUsage, MemoryPool, PinnedAllocator,
+    PinnedMemoryPool, StreamRef,
+};
+use cuda_core::{Error, PinnedBuffer, Result};
 use std::cell::RefCell;
 use std::io::Write;
 use std::rc::Rc;
 use std::sync::Arc;
-
-/// Every event a hook sees, whole, with the callback's name.
-#[derive(Default)]
-struct Tape(RefCell<Vec<(&'static str, HookEvent)>>);
-
-impl MemoryHook for Tape {
-    fn name(&self) -> &str {
-        "tape"
-    }
-    fn alloc_preprocess(&self, e: &HookEvent) {
-        self.0.borrow_mut().push(("alloc_pre", *e));
-    }
-    fn alloc_postprocess(&self, e: &HookEvent) {
-        self.0.borrow_mut().push(("alloc_post", *e));
-    }
-    fn malloc_preprocess(&self, e: &HookEvent) {
-        self.0.borrow_mut().push(("malloc_pre", *e));
-    }
-    fn malloc_postprocess(&self, e: &HookEvent) {
-        self.0.borrow_mut().push(("malloc_post", *e));
-    }
-    fn free_preprocess(&self, e: &HookEvent) {
-        self.0.borrow_mut().push(("free_pre", *e));
-    }
-    fn free_postprocess(&self, e: &HookEvent) {
-        self.0.borrow_mut().push(("free_post", *e));
-    }
-}
-
-impl Tape {
-    /// (callback, size, mem_size, mem_ptr, pmem_id) of each event.
-    fn brief(&self) -> Vec<(&'static str, usize, usize, u64, usize)> {
-        self.0.borrow().iter().map(|(n, e)| (*n, e.size, e.mem_size, e.mem_ptr, e.pmem_id)).collect()
-    }
-}
+use support::{CountingPinned, CountingUpstream, HeapPinned, ManualEvents, Tape};
 
 fn pinned_pool(up: CountingPinned) -> (PinnedMemoryPool, Arc<CountingPinned>) {
     let up = Arc::new(up);
@@ -92,7 +62,7 @@ fn pinned_pool_fires_upstream_malloc_and_free_hooks_in_order() {
     // The call site is the caller's of `PinnedBuffer::new_in`, through `#[track_caller]` (and
     // the `PinnedAllocator` trait object).
     let (_, first) = events[0];
-    assert!(first.location.file().ends_with("tests_pinned_hooks.rs"), "{:?}", first.location);
+    assert!(first.location.file().ends_with("pool_pinned_hooks.rs"), "{:?}", first.location);
     assert_eq!(first.location.line(), line);
     assert_eq!(events[2].1.location.line(), line, "the upstream allocation is attributed to the same site");
     assert_eq!(*up.allocations.lock().unwrap(), 1);
@@ -115,7 +85,7 @@ fn pinned_hooks_see_the_caller_through_the_pinned_allocator_trait() {
     assert_eq!(events[3].1.mem_size, 8192, "5000 bytes are served from the 8 KiB class");
     assert_eq!(events[0].1.location.line(), line);
     assert_eq!(events[4].1.location.line(), line + 2, "the free is attributed to its own site");
-    assert!(events.iter().all(|(_, e)| e.location.file().ends_with("tests_pinned_hooks.rs")));
+    assert!(events.iter().all(|(_, e)| e.location.file().ends_with("pool_pinned_hooks.rs")));
 }
 
 #[test]
@@ -148,24 +118,6 @@ fn a_failed_pinned_allocation_fires_no_post_hooks() {
     assert!(matches!(e, Error::OutOfMemory { requested: 4096, held: 0, limit: None }), "{e}");
     let names: Vec<&str> = tape.0.borrow().iter().map(|(n, _)| *n).collect();
     assert_eq!(names, ["malloc_pre", "alloc_pre", "alloc_pre"]);
-}
-
-#[test]
-fn a_pinned_buffer_given_back_after_a_copy_fires_its_free_hooks_at_once() {
-    // What a buffer dropped with a copy in flight does (through `deallocate_after`, which
-    // needs a `Stream`, so `give_back` with a fake stream here): the free is seen at the
-    // drop, although the memory waits for the copy's event.
-    let up = Arc::new(CountingPinned::default());
-    let ev = Arc::new(ManualEvents::default());
-    let pool = PinnedMemoryPool::with_parts(up, ev.clone());
-    let a = pool.allocate_raw(512).unwrap();
-    let tape = Rc::new(Tape::default());
-    let guard = hooks::install(tape.clone()).unwrap();
-    pool.give_back(a, &[0x4400 as cuda_driver_sys::CUstream]).unwrap();
-    drop(guard);
-    let (p, id) = (a.ptr as u64, &pool as *const PinnedMemoryPool as usize);
-    assert_eq!(tape.brief(), [("free_pre", 0, 512, p, id), ("free_post", 0, 512, p, id)]);
-    assert_eq!(pool.used_bytes(), 512, "still waiting for the copy");
 }
 
 /// A writer the test can read back.

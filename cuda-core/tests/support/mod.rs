@@ -1,11 +1,18 @@
-//! Counting upstream allocators (device and pinned) and hand-completed events, for testing the
-//! pools on a CPU.
+//! Fakes for testing the pools on a CPU: counting upstream allocators (device and pinned),
+//! pinned memory on the heap, events that complete when the test says so, and a hook that
+//! records every event.
+//!
+//! One file serves both sides. The unit tests in `src/pool/` include it as `crate::pool::fake`
+//! (they test crate-private parts of the pools against it); each integration test here includes
+//! it as `mod support;` and brings `cuda_core::{pool, Error, Result}` into its crate root, so that
+//! the `crate::` paths below name the same items in both.
 
-use super::allocator::{
-    Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
-};
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::pool::hooks::{HookEvent, MemoryHook};
+use crate::pool::{Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
 use crate::{Error, Result};
-use cuda_driver_sys as sys;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -49,7 +56,7 @@ unsafe impl Allocator for CountingUpstream {
         if s.capacity != 0 && live + size > s.capacity {
             return Err(Error::Driver {
                 call: "cuMemAlloc",
-                status: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                status: cuda_driver_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
             });
         }
         // Leave a gap so that blocks of different upstream allocations are never adjacent.
@@ -63,7 +70,10 @@ unsafe impl Allocator for CountingUpstream {
     unsafe fn deallocate(&self, a: DeviceAllocation, _stream: StreamRef<'_>) -> Result<()> {
         let mut s = self.get();
         if s.fail_releases {
-            return Err(Error::Driver { call: "cuMemFree", status: sys::CUresult::CUDA_ERROR_LAUNCH_FAILED });
+            return Err(Error::Driver {
+                call: "cuMemFree",
+                status: cuda_driver_sys::CUresult::CUDA_ERROR_LAUNCH_FAILED,
+            });
         }
         if a.token != a.ptr ^ 0xABCD || s.live.remove(&a.ptr) != Some(a.size) {
             return Err(Error::invalid("CountingUpstream::deallocate", format!("{a:?} is not live")));
@@ -105,7 +115,7 @@ unsafe impl PinnedAllocator for CountingPinned {
         if s.capacity != 0 && live + size > s.capacity {
             return Err(Error::Driver {
                 call: "cuMemHostAlloc",
-                status: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                status: cuda_driver_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
             });
         }
         let ptr = 0x7f00_0000_0000 + s.next;
@@ -120,7 +130,7 @@ unsafe impl PinnedAllocator for CountingPinned {
         if s.fail_releases {
             return Err(Error::Driver {
                 call: "cuMemFreeHost",
-                status: sys::CUresult::CUDA_ERROR_LAUNCH_FAILED,
+                status: cuda_driver_sys::CUresult::CUDA_ERROR_LAUNCH_FAILED,
             });
         }
         if s.live.remove(&(a.ptr as u64)) != Some(a.size) {
@@ -152,7 +162,7 @@ impl ManualEvents {
     }
 
     /// Completes every event recorded on `stream`.
-    pub(crate) fn complete(&self, stream: sys::CUstream) {
+    pub(crate) fn complete(&self, stream: cuda_driver_sys::CUstream) {
         for (s, done) in self.get().events.values_mut() {
             if *s == stream as usize {
                 *done = true;
@@ -191,5 +201,72 @@ unsafe impl StreamEvents for ManualEvents {
 
     fn destroy(&self, event: u64) {
         self.get().events.remove(&event);
+    }
+}
+
+/// Pinned memory from the heap (real memory, 8-byte aligned, so buffers can be written and
+/// read), counted.
+#[derive(Default)]
+pub(crate) struct HeapPinned {
+    live: Mutex<HashMap<usize, Vec<u64>>>,
+    pub(crate) allocations: Mutex<usize>,
+}
+
+impl HeapPinned {
+    pub(crate) fn n_live(&self) -> usize {
+        self.live.lock().unwrap().len()
+    }
+}
+
+// SAFETY: test-only; each allocation is a fresh heap vector (owned here, untouched until it is
+// given back), as large as asked, 8-byte aligned. It is not page-locked: no copy runs on it.
+unsafe impl PinnedAllocator for HeapPinned {
+    fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
+        let mut v = vec![0u64; size.div_ceil(8)];
+        let ptr = v.as_mut_ptr().cast::<u8>();
+        self.live.lock().unwrap().insert(ptr as usize, v);
+        *self.allocations.lock().unwrap() += 1;
+        Ok(PinnedAllocation { ptr, size })
+    }
+    unsafe fn deallocate(&self, a: PinnedAllocation) -> Result<()> {
+        match self.live.lock().unwrap().remove(&(a.ptr as usize)) {
+            Some(v) if v.len() == a.size.div_ceil(8) => Ok(()),
+            _ => Err(Error::invalid("HeapPinned", "not live")),
+        }
+    }
+}
+
+/// Every event a hook sees, whole, with the callback's name.
+#[derive(Default)]
+pub(crate) struct Tape(pub(crate) RefCell<Vec<(&'static str, HookEvent)>>);
+
+impl MemoryHook for Tape {
+    fn name(&self) -> &str {
+        "tape"
+    }
+    fn alloc_preprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("alloc_pre", *e));
+    }
+    fn alloc_postprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("alloc_post", *e));
+    }
+    fn malloc_preprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("malloc_pre", *e));
+    }
+    fn malloc_postprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("malloc_post", *e));
+    }
+    fn free_preprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("free_pre", *e));
+    }
+    fn free_postprocess(&self, e: &HookEvent) {
+        self.0.borrow_mut().push(("free_post", *e));
+    }
+}
+
+impl Tape {
+    /// (callback, size, mem_size, mem_ptr, pmem_id) of each event.
+    pub(crate) fn brief(&self) -> Vec<(&'static str, usize, usize, u64, usize)> {
+        self.0.borrow().iter().map(|(n, e)| (*n, e.size, e.mem_size, e.mem_ptr, e.pmem_id)).collect()
     }
 }

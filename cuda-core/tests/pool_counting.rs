@@ -1,17 +1,23 @@
-//! The public layer on CPU: limits, pinned pool, current allocator, hooks, C interface.
+//! The pools' public layer on a CPU, against counting fakes: limits, the pinned pool, the
+//! current allocator, hooks, the C interface.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::allocator::{PinnedAllocation, PinnedAllocator, StreamRef};
-use super::core::ALLOCATION_UNIT as UNIT;
-use super::fake::{CountingUpstream, ManualEvents};
-use super::*;
-use crate::{Error, PinnedBuffer, Result};
+// Each test file uses part of the shared fakes.
+#[allow(dead_code)]
+mod support;
+
+use cuda_core::pool::{
+    self, ALLOCATION_UNIT as UNIT, Allocator, DebugPrintHook, LineProfileHook, LineUsage, MemoryPool,
+    PinnedAllocator, PinnedMemoryPool, PoolLimit, StreamRef, capi, get_allocator, hooks, set_allocator,
+    using_allocator,
+};
+use cuda_core::{Error, PinnedBuffer, Result};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::io::Write;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use support::{CountingUpstream, HeapPinned, ManualEvents};
 
 fn fake_pool() -> (MemoryPool, Arc<CountingUpstream>) {
     let up = Arc::new(CountingUpstream::default());
@@ -52,38 +58,6 @@ fn memory_pool_limits_and_counters() {
     pool.free_all_blocks(None).unwrap();
     assert_eq!(pool.total_bytes(), 0);
     pool.check_invariants().unwrap();
-}
-
-/// Pinned memory from the heap (real memory, 8-byte aligned, so buffers can be written and
-/// read), counted.
-#[derive(Default)]
-pub(super) struct HeapPinned {
-    live: Mutex<HashMap<usize, Vec<u64>>>,
-    pub(super) allocations: Mutex<usize>,
-}
-
-impl HeapPinned {
-    pub(super) fn n_live(&self) -> usize {
-        self.live.lock().unwrap().len()
-    }
-}
-
-// SAFETY: test-only; each allocation is a fresh heap vector (owned here, untouched until it is
-// given back), as large as asked, 8-byte aligned. It is not page-locked: no copy runs on it.
-unsafe impl PinnedAllocator for HeapPinned {
-    fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
-        let mut v = vec![0u64; size.div_ceil(8)];
-        let ptr = v.as_mut_ptr().cast::<u8>();
-        self.live.lock().unwrap().insert(ptr as usize, v);
-        *self.allocations.lock().unwrap() += 1;
-        Ok(PinnedAllocation { ptr, size })
-    }
-    unsafe fn deallocate(&self, a: PinnedAllocation) -> Result<()> {
-        match self.live.lock().unwrap().remove(&(a.ptr as usize)) {
-            Some(v) if v.len() == a.size.div_ceil(8) => Ok(()),
-            _ => Err(Error::invalid("HeapPinned", "not live")),
-        }
-    }
 }
 
 /// A pinned pool on the heap, with events that complete when the test says so.
@@ -127,78 +101,6 @@ fn pinned_pool_uses_power_of_two_classes_and_exact_reuse() {
     pool.free_all_blocks().unwrap();
     assert_eq!(pool.total_bytes(), 0);
     assert_eq!(up.n_live(), 0);
-}
-
-#[test]
-fn pinned_buffers_come_from_the_threads_pinned_allocator() {
-    let (pool, _up, ev) = heap_pinned_pool();
-    set_pinned_memory_allocator(Some(pool.clone()));
-    let b = PinnedBuffer::from_slice(&[1u32, 2, 3]).unwrap();
-    assert_eq!(b.as_slice().unwrap(), [1, 2, 3]);
-    assert_eq!(pool.used_bytes(), 512);
-    // Another thread has its own pinned allocator (here none is set: the default pool, which
-    // needs a GPU, so only the setting is checked).
-    std::thread::scope(|s| {
-        s.spawn(|| assert!(current_pinned_allocator().is_none()));
-    });
-    set_pinned_memory_allocator(None);
-    // No copy ever used the buffer: dropping it gives it back at once, with no event.
-    assert!(!b.has_copies_in_flight());
-    drop(b);
-    assert_eq!((pool.used_bytes(), pool.n_free_blocks()), (0, 1));
-    assert_eq!(ev.get().created, 0);
-}
-
-#[test]
-fn pinned_buffers_wait_for_their_copies_event() {
-    // What a dropped buffer with a copy in flight does: `PinnedAllocator::deallocate_after` on
-    // the pool gives it back through `give_back` with the copy's stream, and the pool records
-    // its own event there. (A `Stream` needs a GPU, so the stream here is a fake handle.)
-    let (pool, _up, ev) = heap_pinned_pool();
-    let copy_stream = 0x4400 as cuda_driver_sys::CUstream;
-    let a = pool.allocate_raw(512).unwrap();
-    pool.give_back(a, &[copy_stream]).unwrap();
-    assert_eq!(pool.used_bytes(), 512, "the copy may still read it");
-    assert_eq!(pool.n_free_blocks(), 0);
-    {
-        let e = ev.get();
-        assert_eq!((e.created, e.records), (1, 1));
-        assert!(e.events.values().all(|&(s, done)| s == copy_stream as usize && !done));
-    }
-    let b = pool.allocate_raw(512).unwrap();
-    assert_ne!(b.ptr, a.ptr);
-    // Releasing the cache leaves it alone too.
-    pool.free_all_blocks().unwrap();
-    assert_eq!(pool.total_bytes(), 1024);
-    ev.complete(copy_stream);
-    let c = pool.allocate_raw(512).unwrap();
-    assert_eq!(c.ptr, a.ptr, "reused once the copy's event completed");
-    // The next deferral reuses the completed event instead of creating one.
-    pool.give_back(c, &[copy_stream]).unwrap();
-    let (created, records) = {
-        let e = ev.get();
-        (e.created, e.records)
-    };
-    assert_eq!((created, records), (1, 2));
-    ev.complete(copy_stream);
-    // SAFETY: allocated above, given back once, no copy uses it.
-    unsafe { pool.deallocate(b) }.unwrap();
-    pool.free_all_blocks().unwrap();
-    assert_eq!((pool.used_bytes(), pool.total_bytes()), (0, 0));
-}
-
-#[test]
-fn a_pinned_buffer_used_on_two_streams_waits_for_both() {
-    let (pool, _up, ev) = heap_pinned_pool();
-    let (s1, s2) = (0x4400 as cuda_driver_sys::CUstream, 0x4800 as cuda_driver_sys::CUstream);
-    let a = pool.allocate_raw(4096).unwrap();
-    pool.give_back(a, &[s1, s2]).unwrap();
-    ev.complete(s1);
-    pool.free_all_blocks().unwrap();
-    assert_eq!((pool.used_bytes(), pool.total_bytes()), (4096, 4096), "stream 2 has not passed yet");
-    ev.complete(s2);
-    pool.free_all_blocks().unwrap();
-    assert_eq!((pool.used_bytes(), pool.total_bytes()), (0, 0));
 }
 
 #[test]
@@ -348,7 +250,7 @@ fn debug_print_hook_writes_one_json_line_per_event() {
         lines[2].starts_with("{\"hook\":\"free\",") && lines[2].contains(&format!("\"mem_ptr\":{}", a.ptr)),
         "{text}"
     );
-    assert!(lines.iter().all(|l| l.ends_with('}') && l.contains("tests_api.rs")), "{text}");
+    assert!(lines.iter().all(|l| l.ends_with('}') && l.contains("pool_counting.rs")), "{text}");
 }
 
 #[test]
@@ -373,7 +275,7 @@ fn line_profile_hook_attributes_bytes_to_call_sites() {
     assert_eq!(usage.len(), 2, "{usage:?}");
     let (site_a, a) = usage[0];
     let (site_b, bu) = usage[1];
-    assert!(site_a.0.ends_with("tests_api.rs"));
+    assert!(site_a.0.ends_with("pool_counting.rs"));
     assert_eq!(a, LineUsage { used_bytes: 3 * 1024, acquired_bytes: 3 * 1024 });
     assert_eq!(site_b.1, line_b);
     assert_eq!(bu, LineUsage { used_bytes: 1024, acquired_bytes: 0 });
