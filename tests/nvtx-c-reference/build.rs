@@ -1,5 +1,5 @@
 //! Compiles `src/reference.c` against NVIDIA's NVTX headers from the wheels that
-//! `cargo xtask bindgen` unpacks into `target/cuda-headers`. Without them (or without a C
+//! `cargo xtask bindgen` unpacks into `target/cuda-headers` (`current` is the pinned set). Without them (or without a C
 //! compiler) nothing is compiled and `nvtx_c_reference::available()` is false.
 
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let include = std::env::var_os("NVTX_C_INCLUDE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| manifest.join("../../target/cuda-headers/include-root/nvidia/cu13/include"));
+        .unwrap_or_else(|| manifest.join("../../target/cuda-headers/current/nvidia/cu13/include"));
     println!("cargo::rerun-if-env-changed=NVTX_C_INCLUDE");
     println!("cargo::rerun-if-changed={}", include.join("nvtx3/nvToolsExt.h").display());
     if !include.join("nvtx3/nvToolsExt.h").exists() {

@@ -347,7 +347,7 @@ struct CFunction {
     ret_type: Option<syn::Type>,
 }
 
-fn type_text(ty: &syn::Type) -> String {
+pub(crate) fn type_text(ty: &syn::Type) -> String {
     let file: syn::File = syn::parse_quote!(type T = #ty;);
     let text = prettyplease::unparse(&file);
     text.trim().trim_start_matches("type T = ").trim_end_matches(';').to_string()
@@ -390,6 +390,8 @@ fn generate_crate(spec: &CrateSpec, file: syn::File) -> Result<Vec<GeneratedFile
         defined.insert(constant.name);
         types.push(item);
     }
+    let initializers = crate::initializers::constants(&macro_refs, &types)?;
+    types.extend(initializers);
     let renames = cmacros::renames(&macro_refs, spec.prefix)?;
     let abi = AbiTable::new(&types);
     let header = |what: &str| {
@@ -590,17 +592,25 @@ fn render_functions(
     Ok(format!("crate::{}! {{\n{body}}}\n", spec.macro_name))
 }
 
-/// The ABI versions of driver functions that no declared name reaches, each as
-/// `<base>_v<version>` with the signature of its `PFN_<base>_v<version>` typedef, so that code
-/// can call an older ABI on a driver that lacks the newer one.
+/// The ABI versions of driver functions, each as `<base>_v<version>` with the signature of its
+/// `PFN_<base>_v<version>` typedef, so that code can call an older ABI on a driver that lacks the
+/// newer one. Versions that no declared name reaches are always listed; a function with several
+/// versions lists every one, including the one its C name reaches today, so that a caller who
+/// names a version compiles against the bindings of every header set (a newer header moves the
+/// C name to its newer ABI).
 fn older_abi_lines(
     abi: &AbiTable,
     reached: &BTreeSet<(String, i32)>,
     lines: &mut BTreeMap<String, String>,
     doc_tail: &dyn Fn(&[&str]) -> String,
 ) -> Result<(), String> {
-    for v in abi.all_variants() {
-        if reached.contains(&(v.base.clone(), v.version)) {
+    let variants = abi.all_variants();
+    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+    for v in &variants {
+        *count.entry(v.base.as_str()).or_default() += 1;
+    }
+    for v in &variants {
+        if reached.contains(&(v.base.clone(), v.version)) && count.get(v.base.as_str()).copied().unwrap_or(0) < 2 {
             continue;
         }
         let name = format!("{}_v{}", v.base, v.version);

@@ -1,9 +1,12 @@
 //! `cargo xtask <command>`: the project's maintenance tasks.
 //!
-//! * `bindgen [--check] [--cuda-root DIR] [--nccl-root DIR]`: regenerate the `-sys` crates, or
-//!   check that what is committed is what the generator writes.
+//! * `bindgen [--check] [--cuda X.Y] [--nccl X.Y] [--cuda-root DIR] [--nccl-root DIR]`:
+//!   regenerate the `-sys` crates from the `newest` wheels of `xtask/wheels.txt` and report what
+//!   changed in the API surface, or check that what is committed is what the generator writes.
+//!   `--cuda`/`--nccl` bump the pins to the newest wheels of those releases first.
 //! * `surface [--cuda-root DIR] [--nccl-root DIR]`: per crate, functions the headers declare
-//!   against functions the crate exposes.
+//!   against functions the crate exposes, and the driver functions new since the oldest set.
+//! * `compat`: `cuda-core` compiles against bindings from the oldest and the newest header sets.
 //! * `doc-audit`: every public function of `cuda-core` documents its safety contract, its
 //!   errors and the NVIDIA section of the C function it calls (see [`docaudit`]).
 //! * `gpu-bundle`: pack the GPU test suite into `.gpu/` for a host without a Rust toolchain.
@@ -12,10 +15,13 @@
 mod abi;
 mod bindgen;
 mod bundle;
+mod changes;
 mod cmacros;
+mod compat;
 mod docaudit;
 mod docgroups;
 mod headers;
+mod initializers;
 mod runtime12;
 mod surface;
 
@@ -38,20 +44,27 @@ fn workspace_root() -> PathBuf {
     here.parent().map(Path::to_path_buf).unwrap_or(here)
 }
 
+#[derive(Default)]
 struct Options {
     check: bool,
     cuda_root: Option<PathBuf>,
     nccl_root: Option<PathBuf>,
+    /// A CUDA release (`13.5`) to bump the pins to.
+    cuda_release: Option<String>,
+    /// An NCCL release (`2.32`) to bump the pins to.
+    nccl_release: Option<String>,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
-    let mut o = Options { check: false, cuda_root: None, nccl_root: None };
+    let mut o = Options::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--check" => o.check = true,
             "--cuda-root" => o.cuda_root = Some(it.next().ok_or("--cuda-root needs a directory")?.into()),
             "--nccl-root" => o.nccl_root = Some(it.next().ok_or("--nccl-root needs a directory")?.into()),
+            "--cuda" => o.cuda_release = Some(it.next().ok_or("--cuda needs a release, e.g. 13.5")?.clone()),
+            "--nccl" => o.nccl_release = Some(it.next().ok_or("--nccl needs a release, e.g. 2.32")?.clone()),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -62,21 +75,62 @@ fn run(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
     let Some((cmd, rest)) = args.split_first() else {
         return Err(
-            "usage: cargo xtask <bindgen [--check] | surface | doc-audit | gpu-bundle | bench>".into()
+            "usage: cargo xtask <bindgen [--check] [--cuda X.Y] [--nccl X.Y] | surface | compat | doc-audit | gpu-bundle | bench>".into()
         );
     };
     match cmd.as_str() {
         "bindgen" => {
             let o = options(rest)?;
-            let headers = headers::locate(&root, o.cuda_root, o.nccl_root)?;
+            let mut pins = headers::read_pins(&root)?;
+            let bump = o.cuda_release.is_some() || o.nccl_release.is_some();
+            if bump {
+                if o.check {
+                    return Err(
+                        "--check compares with the pinned headers; it takes no --cuda or --nccl".into()
+                    );
+                }
+                let resolved =
+                    headers::resolve_release(&root, o.cuda_release.as_deref(), o.nccl_release.as_deref())?;
+                for w in &mut pins.newest {
+                    if let Some(r) = resolved.iter().find(|r| r.name == w.name) {
+                        w.version = r.version.clone();
+                    }
+                }
+            }
+            let local = o.cuda_root.is_some();
+            let headers = headers::locate(&root, &pins.newest, &pins.cuda12, o.cuda_root, o.nccl_root)?;
+            if !local {
+                headers::link_current(&root, &pins.newest)?;
+            }
             let files = bindgen::generate(&headers)?;
-            if o.check { check(&root, &files) } else { bindgen::write_all(&root, &files) }
+            if o.check {
+                return check(&root, &files);
+            }
+            let report = changes::report(&root, &files);
+            bindgen::write_all(&root, &files)?;
+            if bump {
+                let path = headers::pins_file(&root);
+                let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                std::fs::write(&path, headers::replace_newest(&text, &pins.newest))
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                println!("pinned in {}:", path.display());
+                for w in &pins.newest {
+                    println!("  {} {}", w.name, w.version);
+                }
+            }
+            let saved = root.join("target/bindgen-changes.txt");
+            let _ = std::fs::write(&saved, &report);
+            println!("what changed in the API surface (also in {}):\n{report}", saved.display());
+            Ok(())
         }
         "surface" => {
             let o = options(rest)?;
-            let headers = headers::locate(&root, o.cuda_root, o.nccl_root)?;
-            surface::report(&root, &headers)
+            let pins = headers::read_pins(&root)?;
+            let headers = headers::locate(&root, &pins.newest, &pins.cuda12, o.cuda_root, o.nccl_root)?;
+            let oldest = headers::locate(&root, &pins.oldest, &pins.cuda12, None, None)?;
+            surface::report(&root, &headers, &oldest)
         }
+        "compat" => compat::run(&root),
         "doc-audit" => docaudit::run(&root),
         "gpu-bundle" => bundle::gpu_bundle(&root),
         "bench" => bundle::bench_bundle(&root),

@@ -7,7 +7,7 @@
 use crate::cmacros;
 use crate::headers::Headers;
 use regex::Regex;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 struct Surface {
@@ -21,8 +21,13 @@ fn read(p: &Path) -> Result<String, String> {
     std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// Header text outside blocks the generator never sees: the older ABI spellings kept for the
-/// driver's own build (`__CUDA_API_VERSION_INTERNAL`) and Windows-only declarations.
+/// Macros that only the libraries' own builds define: a block under one of them declares
+/// nothing a program compiled against the header can call (NCCL's `ncclResetDebugInit` is a
+/// no-op macro there).
+const BUILD_ONLY: &[&str] = &["__CUDA_API_VERSION_INTERNAL", "NCCL_OS_LINUX"];
+
+/// Header text outside blocks the generator never sees: declarations kept for the libraries'
+/// own builds ([`BUILD_ONLY`]) and Windows-only declarations.
 fn visible_text(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut depth = 0usize;
@@ -31,7 +36,7 @@ fn visible_text(text: &str) -> String {
         let t = line.trim_start();
         if t.starts_with("#if") {
             depth += 1;
-            let hides = t.contains("__CUDA_API_VERSION_INTERNAL") || t.contains("_WIN32");
+            let hides = BUILD_ONLY.iter().any(|m| t.contains(m)) || t.contains("_WIN32");
             if hidden_at.is_none() && hides && !t.contains("!defined(_WIN32)") {
                 hidden_at = Some(depth);
             }
@@ -91,11 +96,11 @@ fn exposed_functions(root: &Path, krate: &str) -> Result<BTreeSet<String>, Strin
     Ok(re.captures_iter(&text).map(|c| c[1].to_string()).collect())
 }
 
-/// Prints the comparison; fails if any header function is not exposed.
-pub fn report(root: &Path, h: &Headers) -> Result<(), String> {
+/// The surfaces of the four crates over the headers of `h`.
+fn surfaces_of(h: &Headers) -> [Surface; 4] {
     let c = &h.cuda;
     let nvtx = h.nvtx.join("nvtx3");
-    let surfaces = [
+    [
         Surface {
             krate: "cuda-driver-sys",
             headers: ["cuda.h", "cudaProfiler.h", "cudaGL.h", "cudaEGL.h", "cudaVDPAU.h"]
@@ -126,7 +131,26 @@ pub fn report(root: &Path, h: &Headers) -> Result<(), String> {
             declaration: r"(?m)^\s*(?:ncclResult_t|const\s+char\s*\*|void)\s+(p?nccl\w+)\s*\(",
             prefix: "nccl",
         },
-    ];
+    ]
+}
+
+/// The driver ABI version each driver function is resolved at, from the generated list.
+fn driver_versions(root: &Path) -> Result<BTreeMap<String, i32>, String> {
+    let text = read(&root.join("cuda-driver-sys/src/generated/functions.rs"))?;
+    let re = Regex::new(r#"(?m)^\s{4}(\w+)\(.*=> c"\w+", (\d+), "#).map_err(|e| e.to_string())?;
+    Ok(re.captures_iter(&text).filter_map(|c| Some((c[1].to_string(), c[2].parse().ok()?))).collect())
+}
+
+/// `13010` as `13.1`.
+fn version_text(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+/// Prints the comparison and the functions new since the `oldest` headers; fails if any header
+/// function is not exposed.
+pub fn report(root: &Path, h: &Headers, oldest: &Headers) -> Result<(), String> {
+    let surfaces = surfaces_of(h);
+    let old_surfaces = surfaces_of(oldest);
     let mut all_complete = true;
     println!("{:<18} {:>8} {:>8} {:>8}", "crate", "header", "exposed", "covered");
     for s in &surfaces {
@@ -151,6 +175,33 @@ pub fn report(root: &Path, h: &Headers) -> Result<(), String> {
                 "  exposed beyond the scanned declarations: {}",
                 extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
             );
+        }
+    }
+    println!("\nnew since the oldest supported headers ({}):", oldest.origin_cuda);
+    let versions = driver_versions(root)?;
+    for (s, old) in surfaces.iter().zip(&old_surfaces) {
+        let new: BTreeSet<String> = header_functions(s)?;
+        let before = header_functions(old)?;
+        let added: Vec<&String> = new.difference(&before).collect();
+        if added.is_empty() {
+            continue;
+        }
+        println!("  {} ({}):", s.krate, added.len());
+        if s.krate == "cuda-driver-sys" {
+            let mut by_version: BTreeMap<i32, Vec<&str>> = BTreeMap::new();
+            for name in &added {
+                by_version.entry(versions.get(name.as_str()).copied().unwrap_or(0)).or_default().push(name);
+            }
+            for (v, names) in by_version {
+                let needs = if v == 0 {
+                    "version unknown".to_string()
+                } else {
+                    format!("needs a {} driver", version_text(v))
+                };
+                println!("    {needs}: {}", names.join(", "));
+            }
+        } else {
+            println!("    {}", added.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
         }
     }
     if all_complete { Ok(()) } else { Err("some header functions are not exposed".into()) }

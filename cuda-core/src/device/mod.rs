@@ -209,7 +209,7 @@ impl Device {
     /// The device's UUID
     /// ([`cuDeviceGetUuid`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
     pub fn uuid(&self) -> Result<Uuid> {
-        let mut uuid = sys::CUuuid { bytes: [0; 16] };
+        let mut uuid = sys::CUuuid { bytes: [0; 16], ..Default::default() };
         // SAFETY: one out-parameter of the right type.
         check("cuDeviceGetUuid", unsafe { sys::cuDeviceGetUuid(&mut uuid, self.raw) })?;
         Ok(Uuid(uuid.bytes.map(|b| b as u8)))

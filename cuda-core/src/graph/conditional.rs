@@ -109,13 +109,15 @@ impl Graph {
             size,
             phGraph_out: std::ptr::null_mut(),
             ctx: self.ctx.as_raw(),
+            ..Default::default()
         };
         let graph = self.raw;
         let params_ptr: *mut sys::CUgraphNodeParams = &mut params;
         // SAFETY: the graph is live; the driver fills `phGraph_out` with `size` body graphs
-        // that it owns.
+        // that it owns. The 12.3 ABI is named: it reads conditional nodes as every later one
+        // does, and CUDA 13.4 headers point `cuGraphAddNode` at an ABI 13.0 drivers lack.
         let node = self.add_with("cuGraphAddNode", dependencies, |out, deps, n| unsafe {
-            sys::cuGraphAddNode(out, graph, deps, std::ptr::null(), n, params_ptr)
+            sys::cuGraphAddNode_v12030(out, graph, deps, std::ptr::null(), n, params_ptr)
         })?;
         // SAFETY: the conditional variant was written above and by the driver.
         let out = unsafe { params.__bindgen_anon_1.conditional.phGraph_out };

@@ -160,6 +160,7 @@ impl Graph {
             hUploadStream: upload,
             hErrNode_out: std::ptr::null_mut(),
             result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
+            ..Default::default()
         };
         // SAFETY: the graph (and the stream, when given) are live; one out-parameter and the
         // in-out parameters.
@@ -349,6 +350,7 @@ impl GraphExec {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
             errorNode: std::ptr::null_mut(),
             errorFromNode: std::ptr::null_mut(),
+            ..Default::default()
         };
         // SAFETY: both graphs are live; one out-parameter.
         let status = unsafe { sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) };
@@ -569,6 +571,7 @@ mod tests {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
             errorNode: 0x40 as sys::CUgraphNode,
             errorFromNode: std::ptr::null_mut(),
+            ..Default::default()
         };
         let e = update_refused(&info);
         assert_eq!(
@@ -592,6 +595,7 @@ mod tests {
             hUploadStream: std::ptr::null_mut(),
             hErrNode_out: std::ptr::null_mut(),
             result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED,
+            ..Default::default()
         };
         let status = sys::CUresult::CUDA_ERROR_INVALID_VALUE;
         let e = instantiate_refused(status, &params);

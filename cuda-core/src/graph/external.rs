@@ -26,6 +26,7 @@ impl Graph {
             extSemArray: batch.handles.as_mut_ptr(),
             paramsArray: batch.params.as_ptr(),
             numExtSems: batch.count,
+            ..Default::default()
         };
         let graph = self.raw;
         // SAFETY: the batch's arrays hold `count` elements and outlive the call, which copies them.
@@ -53,6 +54,7 @@ impl Graph {
             extSemArray: batch.handles.as_mut_ptr(),
             paramsArray: batch.params.as_ptr(),
             numExtSems: batch.count,
+            ..Default::default()
         };
         let graph = self.raw;
         // SAFETY: as in `add_external_signal_node`.

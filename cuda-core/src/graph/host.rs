@@ -36,6 +36,7 @@ impl HostFunction {
         let params = sys::CUDA_HOST_NODE_PARAMS {
             fn_: Some(trampoline),
             userData: Arc::as_ptr(&host).cast_mut().cast(),
+            ..Default::default()
         };
         (host, params)
     }

@@ -107,6 +107,7 @@ pub(crate) fn kernel_params<A: KernelArgs>(
         extra: std::ptr::null_mut(),
         kern: target.kern,
         ctx: target.ctx,
+        ..Default::default()
     })
 }
 

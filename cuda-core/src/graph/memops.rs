@@ -47,6 +47,7 @@ impl Graph {
             count: raw.0.len() as u32,
             paramArray: raw.0.as_mut_ptr(),
             flags: 0,
+            ..Default::default()
         };
         let graph = self.raw;
         // SAFETY: the graph is live; `params` names `count` initialised operations, kept with the

@@ -115,6 +115,7 @@ pub(crate) fn memset_params<T: Pod>(
         elementSize: size as u32,
         width: dst.len,
         height: 1,
+        ..Default::default()
     })
 }
 
@@ -236,8 +237,10 @@ impl Graph {
         // SAFETY: CUDA_MEM_ALLOC_NODE_PARAMS is plain C data; all-zero is "nothing set".
         let mut params: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
         params.poolProps.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        params.poolProps.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-        params.poolProps.location.id = self.ctx.device().as_raw();
+        params.poolProps.location = crate::c_layout::mem_location(
+            sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            self.ctx.device().as_raw(),
+        );
         params.bytesize = bytes;
         let graph = self.raw;
         let params_ptr: *mut sys::CUDA_MEM_ALLOC_NODE_PARAMS = &mut params;

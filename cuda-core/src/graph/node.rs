@@ -118,7 +118,13 @@ impl EdgeKind {
                 (sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER, T::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
             }
         };
-        sys::CUgraphEdgeData { from_port: port as u8, to_port: 0, type_: type_.0 as u8, reserved: [0; 5] }
+        sys::CUgraphEdgeData {
+            from_port: port as u8,
+            to_port: 0,
+            type_: type_.0 as u8,
+            reserved: [0; 5],
+            ..Default::default()
+        }
     }
 
     /// The kind of raw edge data, where it is one of these.
@@ -401,7 +407,13 @@ mod tests {
         }
         let raw = EdgeKind::LaunchOrder.as_raw();
         assert_eq!((raw.from_port, raw.type_), (2, 1));
-        let odd = sys::CUgraphEdgeData { from_port: 9, to_port: 0, type_: 0, reserved: [0; 5] };
+        let odd = sys::CUgraphEdgeData {
+            from_port: 9,
+            to_port: 0,
+            type_: 0,
+            reserved: [0; 5],
+            ..Default::default()
+        };
         assert_eq!(EdgeKind::from_raw(&odd), None);
     }
 }

@@ -196,14 +196,20 @@ impl LaunchConfig {
     ) -> sys::CUlaunchConfig {
         let mut n = 0;
         let mut push = |id: sys::CUlaunchAttributeID, value: sys::CUlaunchAttributeValue| {
-            attrs[n] = MaybeUninit::new(sys::CUlaunchAttribute { id, pad: [0; 4], value });
+            attrs[n] =
+                MaybeUninit::new(sys::CUlaunchAttribute { id, pad: [0; 4], value, ..Default::default() });
             n += 1;
         };
         if let Some(c) = self.cluster {
             push(
                 sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
                 sys::CUlaunchAttributeValue {
-                    clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: c.x, y: c.y, z: c.z },
+                    clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+                        x: c.x,
+                        y: c.y,
+                        z: c.z,
+                        ..Default::default()
+                    },
                 },
             );
         }
@@ -236,6 +242,7 @@ impl LaunchConfig {
             hStream: stream,
             attrs: attrs.as_mut_ptr().cast(),
             numAttrs: n as u32,
+            ..Default::default()
         }
     }
 }

@@ -66,6 +66,7 @@ impl ArrayDescriptor {
             Format: self.format,
             NumChannels: self.num_channels,
             Flags: self.flags.bits(),
+            ..Default::default()
         }
     }
 

@@ -58,7 +58,7 @@ impl MemLocation {
             MemLocation::HostNuma(n) => (T::CU_MEM_LOCATION_TYPE_HOST_NUMA, n),
             MemLocation::HostNumaCurrent => (T::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, 0),
         };
-        sys::CUmemLocation { type_, id }
+        crate::c_layout::mem_location(type_, id)
     }
 
     /// The `CUdevice` that the first ABI of `cuMemAdvise` and `cuMemPrefetchAsync` takes for

@@ -82,7 +82,7 @@ impl MemPool {
     /// The data another process needs to import the allocation at `ptr` of this (exported)
     /// pool ([`cuMemPoolExportPointer`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
     pub fn export_pointer(&self, ptr: sys::CUdeviceptr) -> Result<PointerExportData> {
-        let mut data = sys::CUmemPoolPtrExportData { reserved: [0; 64] };
+        let mut data = sys::CUmemPoolPtrExportData { reserved: [0; 64], ..Default::default() };
         // SAFETY: one out-parameter; the driver checks that `ptr` belongs to an exported pool.
         check("cuMemPoolExportPointer", unsafe { sys::cuMemPoolExportPointer(&mut data, ptr) })?;
         Ok(PointerExportData(data.reserved))
@@ -113,7 +113,7 @@ impl MemPool {
         let bytes = checked_bytes::<T>("MemPool::import_pointer", len)?;
         let context = stream.context();
         context.enter()?;
-        let mut raw = sys::CUmemPoolPtrExportData { reserved: data.0 };
+        let mut raw = sys::CUmemPoolPtrExportData { reserved: data.0, ..Default::default() };
         let mut ptr = 0;
         // SAFETY: one out-parameter and the export data, both live locals.
         check("cuMemPoolImportPointer", unsafe {

@@ -140,7 +140,7 @@ fn device_location(device: Device) -> Result<sys::CUmemLocation> {
     let id = i32::try_from(device.ordinal()).map_err(|_| {
         Error::invalid("MemPool", format!("device ordinal {} is out of range", device.ordinal()))
     })?;
-    Ok(sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id })
+    Ok(crate::c_layout::mem_location(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id))
 }
 
 /// The pool made current on each device by [`MemPool::set_current`], held while current.
@@ -438,7 +438,11 @@ impl MemPool {
     /// Grants `device` the given access to the pool's memory
     /// ([`cuMemPoolSetAccess`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
     pub fn set_access(&self, device: &Device, access: Access) -> Result<()> {
-        let desc = sys::CUmemAccessDesc { location: device_location(*device)?, flags: access.as_raw() };
+        let desc = sys::CUmemAccessDesc {
+            location: device_location(*device)?,
+            flags: access.as_raw(),
+            ..Default::default()
+        };
         // SAFETY: one descriptor, read by the call.
         check("cuMemPoolSetAccess", unsafe { sys::cuMemPoolSetAccess(self.as_raw(), &desc, 1) })
     }

@@ -6,8 +6,6 @@ use std::ffi::CString;
 
 /// `NCCL_CONFIG_UNDEF_INT`: the field keeps NCCL's default (or its environment variable).
 const UNDEF_INT: i32 = i32::MIN;
-/// `ncclConfig_t::magic`, as `NCCL_CONFIG_INITIALIZER` sets it.
-const MAGIC: u32 = 0xcafe_beef;
 
 /// How the CTAs of a communicator's kernels are chosen (`NCCL_CTA_POLICY_*`, NCCL 2.27).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -188,24 +186,23 @@ impl Config {
         let int = |v: Option<i32>| v.unwrap_or(UNDEF_INT);
         let flag = |v: Option<bool>| v.map_or(UNDEF_INT, i32::from);
         let text = |v: &Option<CString>| v.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
-        nccl::ncclConfig_t {
-            size: std::mem::size_of::<nccl::ncclConfig_t>(),
-            magic: MAGIC,
-            version: nccl::NCCL_VERSION_CODE,
-            blocking: flag(self.blocking),
-            cgaClusterSize: int(self.cga_cluster_size),
-            minCTAs: int(self.min_ctas),
-            maxCTAs: int(self.max_ctas),
-            netName: text(&self.net_name),
-            splitShare: flag(self.split_share),
-            trafficClass: int(self.traffic_class),
-            commName: text(&self.comm_name),
-            collnetEnable: flag(self.collnet_enable),
-            CTAPolicy: self.cta_policy.map_or(UNDEF_INT, CtaPolicy::raw),
-            shrinkShare: flag(self.shrink_share),
-            nvlsCTAs: int(self.nvls_ctas),
-            nChannelsPerNetPeer: int(self.channels_per_net_peer),
-            nvlinkCentricSched: flag(self.nvlink_centric_scheduling),
-        }
+        // Every field the header declares starts undefined, including those of NCCL releases
+        // newer than this crate knows; only the ones set here change.
+        let mut raw = nccl::NCCL_CONFIG_INITIALIZER;
+        raw.blocking = flag(self.blocking);
+        raw.cgaClusterSize = int(self.cga_cluster_size);
+        raw.minCTAs = int(self.min_ctas);
+        raw.maxCTAs = int(self.max_ctas);
+        raw.netName = text(&self.net_name);
+        raw.splitShare = flag(self.split_share);
+        raw.trafficClass = int(self.traffic_class);
+        raw.commName = text(&self.comm_name);
+        raw.collnetEnable = flag(self.collnet_enable);
+        raw.CTAPolicy = self.cta_policy.map_or(UNDEF_INT, CtaPolicy::raw);
+        raw.shrinkShare = flag(self.shrink_share);
+        raw.nvlsCTAs = int(self.nvls_ctas);
+        raw.nChannelsPerNetPeer = int(self.channels_per_net_peer);
+        raw.nvlinkCentricSched = flag(self.nvlink_centric_scheduling);
+        raw
     }
 }

@@ -129,12 +129,7 @@ impl Group {
     /// the guard then drops, and its `ncclGroupEnd` issues the group's calls.
     pub fn simulate_end(mut self) -> Result<f32> {
         require("ncclGroupSimulateEnd", since::SIMULATE)?;
-        let mut info = nccl::ncclSimInfo_t {
-            size: std::mem::size_of::<nccl::ncclSimInfo_t>(),
-            magic: 0x7468_5283,
-            version: nccl::NCCL_VERSION_CODE,
-            estimatedTime: nccl::NCCL_UNDEF_FLOAT as f32,
-        };
+        let mut info = nccl::NCCL_SIM_INFO_INITIALIZER;
         self.ended = true;
         // SAFETY: this guard's `ncclGroupStart` is still open; one out-parameter, initialised
         // as `NCCL_SIM_INFO_INITIALIZER` does.

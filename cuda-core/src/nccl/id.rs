@@ -77,7 +77,7 @@ impl UniqueId {
 
     /// The raw id, for the `-sys` functions.
     pub fn as_raw(&self) -> nccl::ncclUniqueId {
-        nccl::ncclUniqueId { internal: self.bytes.map(|b| b as std::ffi::c_char) }
+        nccl::ncclUniqueId { internal: self.bytes.map(|b| b as std::ffi::c_char), ..Default::default() }
     }
 }
 

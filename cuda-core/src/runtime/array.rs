@@ -47,7 +47,7 @@ impl ChannelFormatDesc {
             ChannelFormatKind::Float => rt::cudaChannelFormatKind::cudaChannelFormatKindFloat,
         };
         let [x, y, z, w] = self.bits.map(i32::from);
-        rt::cudaChannelFormatDesc { x, y, z, w, f: kind }
+        rt::cudaChannelFormatDesc { x, y, z, w, f: kind, ..Default::default() }
     }
 }
 
@@ -93,7 +93,7 @@ impl Array {
         Array::check_desc("Array::malloc_3d", desc, width)?;
         let raw_desc = desc.to_raw();
         let mut raw = std::ptr::null_mut();
-        let extent = rt::cudaExtent { width, height, depth };
+        let extent = rt::cudaExtent { width, height, depth, ..Default::default() };
         // SAFETY: a live descriptor and one out-parameter.
         check_runtime("cudaMalloc3DArray", unsafe {
             rt::cudaMalloc3DArray(&mut raw, &raw_desc, extent, rt::cudaArrayDefault)

@@ -327,9 +327,15 @@ fn params_3d(
     }
     // SAFETY: a plain C struct; all zeroes (null pointers, zero sizes) is valid.
     let mut p: rt::cudaMemcpy3DParms = unsafe { std::mem::zeroed() };
-    p.extent = rt::cudaExtent { width: array.extent().0, height: rows, depth: slices };
+    p.extent = rt::cudaExtent { width: array.extent().0, height: rows, depth: slices, ..Default::default() };
     p.kind = rt::cudaMemcpyKind::cudaMemcpyDefault;
-    let pitched = rt::cudaPitchedPtr { ptr: linear, pitch: row, xsize: array.extent().0, ysize: rows };
+    let pitched = rt::cudaPitchedPtr {
+        ptr: linear,
+        pitch: row,
+        xsize: array.extent().0,
+        ysize: rows,
+        ..Default::default()
+    };
     p.srcPtr = pitched;
     p.dstPtr = pitched;
     Ok(p)

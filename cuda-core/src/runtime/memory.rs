@@ -340,12 +340,12 @@ pub enum MemLocation {
 impl MemLocation {
     fn to_raw(self, operation: &'static str) -> Result<rt::cudaMemLocation> {
         Ok(match self {
-            MemLocation::Device(d) => rt::cudaMemLocation {
-                type_: rt::cudaMemLocationType::cudaMemLocationTypeDevice,
-                id: ordinal(operation, d)?,
-            },
+            MemLocation::Device(d) => crate::c_layout::runtime::mem_location(
+                rt::cudaMemLocationType::cudaMemLocationTypeDevice,
+                ordinal(operation, d)?,
+            ),
             MemLocation::Host => {
-                rt::cudaMemLocation { type_: rt::cudaMemLocationType::cudaMemLocationTypeHost, id: 0 }
+                crate::c_layout::runtime::mem_location(rt::cudaMemLocationType::cudaMemLocationTypeHost, 0)
             }
         })
     }
@@ -517,7 +517,7 @@ mod tests {
     fn locations_name_devices_by_ordinal() {
         let device = MemLocation::Device(3).to_raw("t").ok();
         assert_eq!(
-            device.map(|l| (l.type_, l.id)),
+            device.map(|l| (l.type_, crate::c_layout::runtime::mem_location_id(&l))),
             Some((rt::cudaMemLocationType::cudaMemLocationTypeDevice, 3))
         );
         let host = MemLocation::Host.to_raw("t").ok();

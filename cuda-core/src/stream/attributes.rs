@@ -135,6 +135,7 @@ impl Stream {
             hitRatio: window.hit_ratio,
             hitProp: window.hit_prop.as_raw(),
             missProp: window.miss_prop.as_raw(),
+            ..Default::default()
         };
         self.set_attribute(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v)
     }

@@ -133,6 +133,7 @@ impl TextureDescriptor {
             maxMipmapLevelClamp: self.max_mipmap_level_clamp,
             borderColor: self.border_color,
             reserved: [0; 12],
+            ..Default::default()
         }
     }
 

@@ -136,6 +136,7 @@ impl ResourceViewDescriptor {
             firstLayer: self.first_layer,
             lastLayer: self.last_layer,
             reserved: [0; 16],
+            ..Default::default()
         }
     }
 

@@ -14,14 +14,51 @@ use std::mem::ManuallyDrop;
 
 /// Access to a mapping granted to one location (`CUmemAccessDesc`); a slice of them is what
 /// [`Mapping::set_access`] passes to the driver as it is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy)]
 #[repr(transparent)]
 pub struct AccessGrant(sys::CUmemAccessDesc);
 
 impl AccessGrant {
+    /// What the grant holds, for comparing and printing: the location's type and id, and the
+    /// access flags. (The C struct's derives depend on the header it was generated from.)
+    fn key(&self) -> (u32, i32, u32) {
+        (self.0.location.type_.0, crate::c_layout::mem_location_id(&self.0.location), self.0.flags.0)
+    }
+}
+
+impl PartialEq for AccessGrant {
+    fn eq(&self, other: &AccessGrant) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for AccessGrant {}
+
+impl std::hash::Hash for AccessGrant {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl std::fmt::Debug for AccessGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (location_type, id, flags) = self.key();
+        f.debug_struct("AccessGrant")
+            .field("location_type", &location_type)
+            .field("id", &id)
+            .field("flags", &flags)
+            .finish()
+    }
+}
+
+impl AccessGrant {
     /// `access` for `location` (a device, or host memory where the driver supports it).
     pub fn new(location: MemLocation, access: Access) -> AccessGrant {
-        AccessGrant(sys::CUmemAccessDesc { location: location.as_raw(), flags: access.as_raw() })
+        AccessGrant(sys::CUmemAccessDesc {
+            location: location.as_raw(),
+            flags: access.as_raw(),
+            ..Default::default()
+        })
     }
 
     /// `access` for `device`.
@@ -222,7 +259,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<AccessGrant>(), std::mem::size_of::<sys::CUmemAccessDesc>());
         let g = AccessGrant::device(Device::from_raw(2), Access::ReadWrite).as_raw();
         assert_eq!(g.location.type_, sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE);
-        assert_eq!(g.location.id, 2);
+        assert_eq!(crate::c_layout::mem_location_id(&g.location), 2);
         assert_eq!(g.flags, sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
     }
 }

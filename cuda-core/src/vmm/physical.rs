@@ -280,7 +280,7 @@ impl PhysicalMemory {
         size: usize,
     ) -> Result<PhysicalMemory> {
         context.enter()?;
-        let mut data = sys::CUmemFabricHandle { data: handle.0 };
+        let mut data = sys::CUmemFabricHandle { data: handle.0, ..Default::default() };
         let mut raw = 0;
         // SAFETY: for the fabric handle type the handle is a pointer to the 64-byte struct,
         // which lives across the call.
@@ -347,7 +347,7 @@ impl PhysicalMemory {
     pub fn export_fabric(&self) -> Result<FabricHandle> {
         self.exportable("PhysicalMemory::export_fabric", HandleTypes::FABRIC, "FABRIC")?;
         self.inner.context.enter()?;
-        let mut data = sys::CUmemFabricHandle { data: [0; 64] };
+        let mut data = sys::CUmemFabricHandle { data: [0; 64], ..Default::default() };
         // SAFETY: for the fabric handle type the driver writes the 64-byte struct.
         check("cuMemExportToShareableHandle", unsafe {
             sys::cuMemExportToShareableHandle(

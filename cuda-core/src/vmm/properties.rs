@@ -138,9 +138,11 @@ impl AllocationProperties {
     /// The properties a raw `CUmemAllocationProp` describes; a location type the crate does
     /// not know, or none, is an [`Error::InvalidArgument`].
     pub fn from_raw(raw: &sys::CUmemAllocationProp) -> Result<AllocationProperties> {
-        let location = MemLocation::from_raw(raw.location.type_, raw.location.id)?.ok_or_else(|| {
-            Error::invalid("AllocationProperties::from_raw", "the properties name no location")
-        })?;
+        let location =
+            MemLocation::from_raw(raw.location.type_, crate::c_layout::mem_location_id(&raw.location))?
+                .ok_or_else(|| {
+                    Error::invalid("AllocationProperties::from_raw", "the properties name no location")
+                })?;
         Ok(AllocationProperties {
             location,
             handle_types: HandleTypes::from_bits_truncate(raw.requestedHandleTypes.0),
@@ -240,7 +242,7 @@ mod tests {
             .with_gpu_direct_rdma(true);
         let raw = props.to_raw();
         assert_eq!(raw.requestedHandleTypes.0, 0x9);
-        assert_eq!(raw.location.id, 1);
+        assert_eq!(crate::c_layout::mem_location_id(&raw.location), 1);
         assert_eq!(raw.type_, sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED);
         assert_eq!(AllocationProperties::from_raw(&raw).ok(), Some(props));
         let numa = AllocationProperties::host_numa(3);

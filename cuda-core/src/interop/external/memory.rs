@@ -231,8 +231,13 @@ impl ExternalMemory {
         if offset % std::mem::align_of::<T>() as u64 != 0 {
             return Err(Error::invalid(OP, format!("offset {offset} is not aligned for the element type")));
         }
-        let desc =
-            sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC { offset, size: bytes as u64, flags: 0, reserved: [0; 16] };
+        let desc = sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
+            offset,
+            size: bytes as u64,
+            flags: 0,
+            reserved: [0; 16],
+            ..Default::default()
+        };
         self.inner.context.enter()?;
         let mut ptr = 0;
         // SAFETY: one out-parameter; the object is alive and the range lies inside it.
@@ -283,6 +288,7 @@ impl ExternalMemory {
             arrayDesc: descriptor.as_raw(),
             numLevels: levels,
             reserved: [0; 16],
+            ..Default::default()
         };
         self.inner.context.enter()?;
         let mut raw = std::ptr::null_mut();

@@ -30,7 +30,7 @@ impl IpcEventHandle {
             ));
         }
         event.context().enter()?;
-        let mut raw = sys::CUipcEventHandle { reserved: [0; 64] };
+        let mut raw = sys::CUipcEventHandle { reserved: [0; 64], ..Default::default() };
         // SAFETY: one out-parameter; the event is alive.
         check("cuIpcGetEventHandle", unsafe { sys::cuIpcGetEventHandle(&mut raw, event.as_raw()) })?;
         Ok(IpcEventHandle(handle_bytes(&raw.reserved)))
@@ -42,7 +42,7 @@ impl IpcEventHandle {
     /// open is the driver's error.
     pub fn open(&self, context: &Context) -> Result<Event> {
         context.enter()?;
-        let raw = sys::CUipcEventHandle { reserved: handle_chars(&self.0) };
+        let raw = sys::CUipcEventHandle { reserved: handle_chars(&self.0), ..Default::default() };
         let mut event = std::ptr::null_mut();
         // SAFETY: one out-parameter; the driver validates the handle.
         check("cuIpcOpenEventHandle", unsafe { sys::cuIpcOpenEventHandle(&mut event, raw) })?;

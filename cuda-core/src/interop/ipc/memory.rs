@@ -38,7 +38,7 @@ impl IpcMemHandle {
     pub fn export<T: Pod>(view: &DeviceView<'_, T>) -> Result<IpcMemHandle> {
         view.context().enter()?;
         let (base, _) = address_range(view.as_raw())?;
-        let mut raw = sys::CUipcMemHandle { reserved: [0; 64] };
+        let mut raw = sys::CUipcMemHandle { reserved: [0; 64], ..Default::default() };
         // SAFETY: one out-parameter; the driver checks that `base` starts an allocation.
         check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(&mut raw, base) })?;
         Ok(IpcMemHandle {
@@ -146,7 +146,7 @@ impl IpcMemHandle {
         let context = stream.context();
         context.enter()?;
         let mut base = 0;
-        let raw = sys::CUipcMemHandle { reserved: handle_chars(&self.handle) };
+        let raw = sys::CUipcMemHandle { reserved: handle_chars(&self.handle), ..Default::default() };
         let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS.0;
         // SAFETY: one out-parameter; the driver validates the handle.
         check("cuIpcOpenMemHandle", unsafe { sys::cuIpcOpenMemHandle(&mut base, raw, flags) })?;
