@@ -287,6 +287,9 @@ pub(crate) fn nccl_error(call: &'static str, status: nccl::ncclResult_t) -> Erro
 }
 
 #[cfg(test)]
+mod guide;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -133,4 +133,12 @@ mod tests {
         assert!(none.contains("sees no CUDA device") && none.contains("CUDA_VISIBLE_DEVICES"), "{none}");
         assert!(within(-1, 4).is_err());
     }
+
+    #[test]
+    fn the_guide_shows_the_refusals() {
+        let chapter = include_str!("../../../docs/src/errors.md");
+        for text in [refusal(as_int(-1)), refusal(within(2, 2))] {
+            assert!(chapter.contains(&text), "docs/src/errors.md does not show `{text}`");
+        }
+    }
 }

@@ -38,8 +38,8 @@
 //! let _scope = using_allocator(pool.clone());
 //! let mut buffer = DeviceBuffer::<f32>::new(&compute, 1 << 18)?; // 1 MiB from `pool`
 //! // ... queue work on `compute`, then a copy of `buffer` on `copies` ...
-//! buffer.record_stream(&copies); // not reused until `copies` has passed this point
-//! drop(buffer); // back to `compute`'s free blocks
+//! buffer.record_stream(&copies)?; // not reused until `copies` has passed this point
+//! drop(buffer); // held back until `compute` and `copies` pass this point
 //! assert_eq!(pool.used_bytes(), 1 << 20); // still held for `copies`
 //! # Ok(())
 //! # }

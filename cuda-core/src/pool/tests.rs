@@ -325,6 +325,40 @@ fn record_stream_on_two_streams_waits_for_both() {
     p.check();
 }
 
+/// What the guide's pool chapter says of the counters: a held-back block is used until the
+/// pool looks at its events, whether or not they have completed meanwhile.
+#[test]
+fn a_held_back_block_counts_as_used_until_the_pool_looks() {
+    let p = pool();
+    let spare = p.alloc_on(UNIT, S1);
+    let a = p.alloc_on(2 * UNIT, S1);
+    p.free(spare);
+    // As `MemoryPool::deallocate_after` does: the buffer's own stream and the other one.
+    p.core.free(a, &[stream(S1), stream(S2)]).unwrap();
+    assert_eq!((p.core.used_bytes(), p.core.total_bytes(), p.core.n_free_blocks()), (2 * UNIT, 3 * UNIT, 1));
+    p.ev.complete(stream(S1));
+    p.ev.complete(stream(S2));
+    assert_eq!(p.core.used_bytes(), 2 * UNIT, "the pool has not looked yet");
+    // A request that finds a free block does not look either.
+    let small = p.alloc_on(UNIT, S1);
+    assert_eq!(small.ptr, spare.ptr);
+    p.free(small);
+    assert_eq!(p.core.used_bytes(), 2 * UNIT);
+    // A request of the block's stream that finds nothing that fits looks, and takes it.
+    let b = p.alloc_on(2 * UNIT, S1);
+    assert_eq!(b.ptr, a.ptr);
+    p.free(b);
+    assert_eq!(p.core.used_bytes(), 0);
+    // `free_all_blocks` looks too, and returns what is wholly free.
+    let c = p.alloc_on(2 * UNIT, S1);
+    p.core.free(c, &[stream(S1), stream(S2)]).unwrap();
+    p.ev.complete(stream(S1));
+    p.ev.complete(stream(S2));
+    p.core.free_all_blocks(None).unwrap();
+    assert_eq!((p.core.used_bytes(), p.core.total_bytes()), (0, 0));
+    p.check();
+}
+
 fn hammer(p: &Pool, s: usize) {
     let mut live = Vec::new();
     for i in 0..2000usize {
