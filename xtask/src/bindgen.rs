@@ -610,7 +610,9 @@ fn older_abi_lines(
         *count.entry(v.base.as_str()).or_default() += 1;
     }
     for v in &variants {
-        if reached.contains(&(v.base.clone(), v.version)) && count.get(v.base.as_str()).copied().unwrap_or(0) < 2 {
+        if reached.contains(&(v.base.clone(), v.version))
+            && count.get(v.base.as_str()).copied().unwrap_or(0) < 2
+        {
             continue;
         }
         let name = format!("{}_v{}", v.base, v.version);

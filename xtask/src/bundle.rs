@@ -37,7 +37,7 @@ cd "$root/tests" || exit 2
 names=()
 for b in $(find "$dir" -type f -path '*/deps/*' -perm -u+x ! -name '*.so' ! -name '*.d' | sort); do
     name=$(basename "$b" | sed 's/-[0-9a-f]*$//')
-    case "$name" in fault|cuda_tests) continue ;; esac
+    case "$name" in fault|cuda_tests|sanitizer) continue ;; esac
     names+=("$name")
     while [ "$(jobs -rp | wc -l)" -ge 8 ]; do wait -n; done
     ( CUDA_TEST_REQUIRE_GPU=1 compute-sanitizer --tool "$tool" "${extra[@]}" "$@" \

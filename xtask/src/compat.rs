@@ -153,7 +153,9 @@ fn check_set(root: &Path, name: &str, set: &[Wheel], pins: &Pins) -> Result<(), 
 
 /// The ABI version each canonical driver function resolves at, from a generated function list.
 fn driver_versions(functions_rs: &str) -> std::collections::BTreeMap<String, i32> {
-    let Ok(re) = regex::Regex::new(r#"(?m)^\s{4}(\w+)\(.*?=> c"\w+", (\d+), "#) else { return Default::default() };
+    let Ok(re) = regex::Regex::new(r#"(?m)^\s{4}(\w+)\(.*?=> c"\w+", (\d+), "#) else {
+        return Default::default();
+    };
     re.captures_iter(functions_rs).filter_map(|c| Some((c[1].to_string(), c[2].parse().ok()?))).collect()
 }
 
@@ -235,14 +237,21 @@ mod tests {
         let root = std::env::temp_dir().join(format!("xtask-compat-{}", std::process::id()));
         let src = root.join("cuda-core/src");
         std::fs::create_dir_all(&src).unwrap();
-        std::fs::write(src.join("a.rs"), "fn f() { sys::cuGraphAddNode(a); sys::cuGraphAddNode_v12030(b); }").unwrap();
-        std::fs::write(src.join("b.rs"), "fn g() { sys::cuGraphAddNode_v12030(b); sys::cuMemAlloc(c); }").unwrap();
-        let line = |name: &str, v: i32| format!("    {name}(a: i32) -> CUresult => c\"{name}\", {v}, 0, \"cuda.h\";\n");
+        std::fs::write(src.join("a.rs"), "fn f() { sys::cuGraphAddNode(a); sys::cuGraphAddNode_v12030(b); }")
+            .unwrap();
+        std::fs::write(src.join("b.rs"), "fn g() { sys::cuGraphAddNode_v12030(b); sys::cuMemAlloc(c); }")
+            .unwrap();
+        let line = |name: &str, v: i32| {
+            format!("    {name}(a: i32) -> CUresult => c\"{name}\", {v}, 0, \"cuda.h\";\n")
+        };
         let oldest = line("cuGraphAddNode", 12030) + &line("cuMemAlloc", 3020);
         let newest = line("cuGraphAddNode", 13040) + &line("cuMemAlloc", 3020);
         let found = moved_calls(&root, &oldest, &newest).unwrap();
         assert_eq!(found.len(), 1, "{found:?}");
-        assert!(found[0].contains("a.rs: cuGraphAddNode (ABI 12030 in the oldest headers, 13040 in the newest)"), "{found:?}");
+        assert!(
+            found[0].contains("a.rs: cuGraphAddNode (ABI 12030 in the oldest headers, 13040 in the newest)"),
+            "{found:?}"
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -18,14 +18,23 @@ type Signature = (Vec<(String, syn::Type)>, Option<syn::Type>);
 pub struct Catalog {
     aliases: BTreeMap<String, syn::Type>,
     records: BTreeMap<String, Vec<(String, syn::Type)>>,
+    unions: BTreeSet<String>,
+    /// Record sizes from bindgen's layout tests.
+    sizes: BTreeMap<String, usize>,
     functions: BTreeMap<String, Signature>,
 }
 
 impl Catalog {
     /// Reads bindgen's items.
     pub fn new(items: &[syn::Item]) -> Catalog {
-        let mut c =
-            Catalog { aliases: BTreeMap::new(), records: BTreeMap::new(), functions: BTreeMap::new() };
+        let mut c = Catalog {
+            aliases: BTreeMap::new(),
+            records: BTreeMap::new(),
+            unions: BTreeSet::new(),
+            sizes: BTreeMap::new(),
+            functions: BTreeMap::new(),
+        };
+        let size_test = regex::Regex::new(r#""Size of (\w+)"\s*,?\s*\]\s*\[[^\]]*?-\s*(\d+)\s*usize"#).ok();
         for item in items {
             match item {
                 syn::Item::Type(t) => {
@@ -36,6 +45,17 @@ impl Catalog {
                 }
                 syn::Item::Union(u) => {
                     c.records.insert(u.ident.to_string(), fields(u.fields.named.iter()));
+                    c.unions.insert(u.ident.to_string());
+                }
+                syn::Item::Const(k) if k.ident == "_" => {
+                    let text = quote::quote!(#k).to_string();
+                    if let Some(re) = &size_test {
+                        for cap in re.captures_iter(&text) {
+                            if let Ok(n) = cap[2].parse() {
+                                c.sizes.insert(cap[1].to_string(), n);
+                            }
+                        }
+                    }
                 }
                 syn::Item::ForeignMod(m) => {
                     for fi in &m.items {
@@ -87,11 +107,12 @@ impl Catalog {
                 if let Some(target) = self.aliases.get(&name) {
                     return self.deep(target, seen);
                 }
-                match self.records.get(&name) {
+                match self.fields_of(&name) {
                     Some(fields) if seen.insert(name.clone()) => {
                         let inner: Vec<String> =
                             fields.iter().map(|(f, t)| format!("{f}: {}", self.deep(t, seen))).collect();
-                        format!("{name} {{ {} }}", inner.join(", "))
+                        let size = self.sizes.get(&name).map(|n| format!("[{n}]")).unwrap_or_default();
+                        format!("{name}{size} {{ {} }}", inner.join(", "))
                     }
                     _ => name,
                 }
@@ -153,11 +174,28 @@ fn arguments_match(
         }
         _ if behind_pointer => match (newer.record(a), older.record(b)) {
             (Some(new_fields), Some(old_fields)) => {
-                old_fields.len() < new_fields.len()
-                    && old_fields
-                        .iter()
-                        .zip(new_fields)
-                        .all(|((on, ot), (nn, nt))| on == nn && same_type(newer, nt, older, ot))
+                let prefix_of_new = |old: &[(String, syn::Type)]| {
+                    old.len() < new_fields.len()
+                        && old
+                            .iter()
+                            .zip(&new_fields)
+                            .all(|((on, ot), (nn, nt))| on == nn && same_type(newer, nt, older, ot))
+                };
+                // New fields at the end, or new fields carved out of a trailing `reserved`
+                // array at the same size (CUDA 13.1's `cudaFuncAttributes`).
+                let unreserved: Vec<(String, syn::Type)> = {
+                    let mut kept = old_fields.clone();
+                    while kept.last().is_some_and(|(n, _)| n.starts_with("reserved")) {
+                        kept.pop();
+                    }
+                    kept
+                };
+                let same_size = matches!(
+                    (newer.size_of(a), older.size_of(b)),
+                    (Some(x), Some(y)) if x == y
+                );
+                prefix_of_new(&old_fields)
+                    || (same_size && unreserved.len() < old_fields.len() && prefix_of_new(&unreserved))
             }
             _ => false,
         },
@@ -166,14 +204,52 @@ fn arguments_match(
 }
 
 impl Catalog {
-    /// The fields of the struct or union `ty` names, through aliases.
-    fn record(&self, ty: &syn::Type) -> Option<&Vec<(String, syn::Type)>> {
+    /// The fields of the struct or union `ty` names, through aliases, as [`fields_of`] gives them.
+    fn record(&self, ty: &syn::Type) -> Option<Vec<(String, syn::Type)>> {
         let syn::Type::Path(p) = ty else { return None };
         let name = p.path.segments.last()?.ident.to_string();
         match self.aliases.get(&name) {
             Some(target) => self.record(target),
-            None => self.records.get(&name),
+            None => self.fields_of(&name),
         }
+    }
+
+    /// The size bindgen's layout test gives the record `ty` names, through aliases.
+    fn size_of(&self, ty: &syn::Type) -> Option<usize> {
+        let syn::Type::Path(p) = ty else { return None };
+        let name = p.path.segments.last()?.ident.to_string();
+        match self.aliases.get(&name) {
+            Some(target) => self.size_of(target),
+            None => self.sizes.get(&name).copied(),
+        }
+    }
+
+    /// The fields of the record `name`, an anonymous union member (`__bindgen_anon_N`) standing
+    /// for its first member: C places every member of the union at the union's offset, and a
+    /// header that wraps a field in such a union (`cudaMemLocation::id` in CUDA 13.1) keeps the
+    /// field where it was. The record's size, compared with the rest, catches a union that
+    /// grew past the field.
+    fn fields_of(&self, name: &str) -> Option<Vec<(String, syn::Type)>> {
+        let fields = self.records.get(name)?;
+        Some(
+            fields
+                .iter()
+                .map(|(f, t)| {
+                    let first = match t {
+                        syn::Type::Path(p) if f.starts_with("__bindgen_anon_") => p
+                            .path
+                            .segments
+                            .last()
+                            .map(|s| s.ident.to_string())
+                            .filter(|u| self.unions.contains(u))
+                            .and_then(|u| self.records.get(&u))
+                            .and_then(|members| members.first().cloned()),
+                        _ => None,
+                    };
+                    first.unwrap_or_else(|| (f.clone(), t.clone()))
+                })
+                .collect(),
+        )
     }
 }
 
@@ -299,5 +375,61 @@ mod tests {
             Some(&None),
             "a field removed in the middle moves the rest"
         );
+    }
+
+    #[test]
+    fn a_field_wrapped_in_an_anonymous_union_keeps_its_functions_callable() {
+        let v13 = catalog(syn::parse_quote! {
+            pub struct cudaMemLocation { pub type_: u32, pub __bindgen_anon_1: cudaMemLocation__bindgen_ty_1 }
+            pub union cudaMemLocation__bindgen_ty_1 { pub id: i32, pub pair: [u8; 2usize] }
+            const _: () = { ["Size of cudaMemLocation"][::core::mem::size_of::<cudaMemLocation>() - 8usize]; };
+            pub struct cudaWide { pub type_: u32, pub __bindgen_anon_1: cudaWide__bindgen_ty_1 }
+            pub union cudaWide__bindgen_ty_1 { pub id: i32, pub big: [u64; 2usize] }
+            const _: () = { ["Size of cudaWide"][::core::mem::size_of::<cudaWide>() - 24usize]; };
+            unsafe extern "C" {
+                pub fn cudaMemAdvise(p: *const u8, n: usize, a: u32, l: cudaMemLocation) -> u32;
+                pub fn cudaWideCall(l: cudaWide) -> u32;
+            }
+        });
+        let v12 = catalog(syn::parse_quote! {
+            pub struct cudaMemLocation { pub type_: u32, pub id: i32 }
+            const _: () = { ["Size of cudaMemLocation"][::core::mem::size_of::<cudaMemLocation>() - 8usize]; };
+            pub struct cudaWide { pub type_: u32, pub id: i32 }
+            const _: () = { ["Size of cudaWide"][::core::mem::size_of::<cudaWide>() - 8usize]; };
+            unsafe extern "C" {
+                pub fn cudaMemAdvise(p: *const u8, n: usize, a: u32, l: cudaMemLocation) -> u32;
+                pub fn cudaWideCall(l: cudaWide) -> u32;
+            }
+        });
+        let d = differences(&v13, &v12);
+        assert_eq!(d.get("cudaMemAdvise"), None, "the id is where it was");
+        assert_eq!(d.get("cudaWideCall"), Some(&None), "a union that grew moves what follows");
+    }
+
+    #[test]
+    fn fields_carved_out_of_trailing_reserved_bytes_keep_a_pointed_to_struct_callable() {
+        let v13 = catalog(syn::parse_quote! {
+            pub struct cudaFuncAttributes { pub maxThreads: i32, pub newer: i32, pub reserved: [i32; 15usize] }
+            const _: () = { ["Size of cudaFuncAttributes"][::core::mem::size_of::<cudaFuncAttributes>() - 64usize]; };
+            pub struct cudaGrown { pub a: i32, pub newer: i32, pub reserved: [i32; 15usize] }
+            const _: () = { ["Size of cudaGrown"][::core::mem::size_of::<cudaGrown>() - 68usize]; };
+            unsafe extern "C" {
+                pub fn cudaFuncGetAttributes(attr: *mut cudaFuncAttributes, f: *const u8) -> u32;
+                pub fn cudaGrownGet(g: *mut cudaGrown) -> u32;
+            }
+        });
+        let v12 = catalog(syn::parse_quote! {
+            pub struct cudaFuncAttributes { pub maxThreads: i32, pub reserved: [i32; 16usize] }
+            const _: () = { ["Size of cudaFuncAttributes"][::core::mem::size_of::<cudaFuncAttributes>() - 64usize]; };
+            pub struct cudaGrown { pub a: i32, pub reserved: [i32; 15usize] }
+            const _: () = { ["Size of cudaGrown"][::core::mem::size_of::<cudaGrown>() - 64usize]; };
+            unsafe extern "C" {
+                pub fn cudaFuncGetAttributes(attr: *mut cudaFuncAttributes, f: *const u8) -> u32;
+                pub fn cudaGrownGet(g: *mut cudaGrown) -> u32;
+            }
+        });
+        let d = differences(&v13, &v12);
+        assert_eq!(d.get("cudaFuncGetAttributes"), None, "the same bytes, the old fields where they were");
+        assert_eq!(d.get("cudaGrownGet"), Some(&None), "a different size is not the same struct");
     }
 }

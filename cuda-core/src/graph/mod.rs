@@ -102,6 +102,8 @@ mod dot;
 mod exec;
 mod external;
 mod host;
+#[cfg(cuda_headers_13_1)]
+mod ids;
 mod keep;
 mod kernel;
 mod memops;

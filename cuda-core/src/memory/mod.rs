@@ -71,6 +71,8 @@ mod memset;
 mod pinned;
 mod pitched;
 mod pointer;
+#[cfg(cuda_headers_13_4)]
+mod residency;
 mod source;
 pub mod space;
 mod view;

@@ -141,6 +141,20 @@ impl<'m> Function<'m> {
     ///
     /// `raw` must be a live function that stays loaded for `'m`.
     pub unsafe fn from_raw(raw: sys::CUfunction) -> Result<Function<'m>> {
+        // SAFETY: passed on.
+        unsafe { Function::from_raw_counted(raw, None) }
+    }
+
+    /// [`Function::from_raw`] for a function whose parameter count is known from its PTX: its
+    /// layout is read without asking past the last parameter.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Function::from_raw`]; `count` must be the function's parameter count.
+    pub(crate) unsafe fn from_raw_counted(
+        raw: sys::CUfunction,
+        count: Option<usize>,
+    ) -> Result<Function<'m>> {
         let mut f =
             Function { raw, max_threads_per_block: 0, params: ParamLayout::UNKNOWN, _code: PhantomData };
         let mut value = 0;
@@ -154,7 +168,14 @@ impl<'m> Function<'m> {
         if status != sys::CUresult::CUDA_ERROR_FUNCTION_NOT_LOADED {
             check("cuFuncGetAttribute", status)?;
             f.max_threads_per_block = u32::try_from(value).unwrap_or(0);
-            f.params = ParamLayout::read(|index, offset, size| {
+            let known = |out: &mut usize| match count {
+                Some(n) => {
+                    *out = n;
+                    sys::CUresult::CUDA_SUCCESS
+                }
+                None => super::params::function_param_count(raw, out),
+            };
+            f.params = ParamLayout::read(known, |index, offset, size| {
                 // SAFETY: a live function and two out-parameters.
                 unsafe { sys::cuFuncGetParamInfo(raw, index, offset, size) }
             });

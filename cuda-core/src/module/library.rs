@@ -328,10 +328,13 @@ impl<'l> Kernel<'l> {
     pub(crate) fn query_param_layout(&self) -> &ParamLayout {
         let raw = self.raw;
         self.params.get_or_init(|| {
-            ParamLayout::read(|index, offset, size| {
-                // SAFETY: a live kernel and two out-parameters.
-                unsafe { sys::cuKernelGetParamInfo(raw, index, offset, size) }
-            })
+            ParamLayout::read(
+                |count| super::params::kernel_param_count(raw, count),
+                |index, offset, size| {
+                    // SAFETY: a live kernel and two out-parameters.
+                    unsafe { sys::cuKernelGetParamInfo(raw, index, offset, size) }
+                },
+            )
         })
     }
 

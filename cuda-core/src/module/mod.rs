@@ -23,6 +23,7 @@ mod jit;
 mod library;
 mod link;
 mod params;
+mod ptx_params;
 mod shared;
 
 pub use function::{CacheConfig, Function, FunctionAttribute, SharedMemoryConfig};
@@ -61,6 +62,8 @@ pub struct Module {
     log: JitLog,
     /// The variables that have a live [`Global`].
     claims: Claims,
+    /// The parameter count of each kernel, where the module was loaded from PTX.
+    ptx_params: Vec<(String, usize)>,
 }
 
 // SAFETY: a CUmodule may be used from any thread; the driver synchronizes access to it.
@@ -80,7 +83,9 @@ impl Module {
     /// compiler's logs; a compile error is an [`Error::Jit`] with the error log.
     pub fn from_ptx_with(ctx: &Context, ptx: &str, options: &JitOptions) -> Result<Module> {
         let text = image::ptx_cstring("Module::from_ptx", ptx.as_bytes())?;
-        Module::load(ctx, text.as_ptr().cast(), options)
+        let mut module = Module::load(ctx, text.as_ptr().cast(), options)?;
+        module.ptx_params = ptx_params::entry_param_counts(ptx);
+        Ok(module)
     }
 
     /// Loads a cubin (an ELF image for one architecture); fails as
@@ -127,7 +132,9 @@ impl Module {
             image::Kind::Fatbin => Module::from_fatbin_with(ctx, image, options),
             image::Kind::Ptx => {
                 let text = image::ptx_cstring("Module::from_image", image)?;
-                Module::load(ctx, text.as_ptr().cast(), options)
+                let mut module = Module::load(ctx, text.as_ptr().cast(), options)?;
+                module.ptx_params = ptx_params::entry_param_counts(&String::from_utf8_lossy(image));
+                Ok(module)
             }
         }
     }
@@ -160,7 +167,7 @@ impl Module {
             )
         };
         let log = raw_options.check("cuModuleLoadDataEx", status)?;
-        Ok(Module { raw, ctx: ctx.clone(), log, claims: Claims::default() })
+        Ok(Module { raw, ctx: ctx.clone(), log, claims: Claims::default(), ptx_params: Vec::new() })
     }
 
     /// Adopts a loaded module; it is unloaded on drop.
@@ -169,7 +176,13 @@ impl Module {
     ///
     /// `raw` must be a live module loaded into `ctx`, owned by nobody else.
     pub unsafe fn from_raw(ctx: &Context, raw: sys::CUmodule) -> Module {
-        Module { raw, ctx: ctx.clone(), log: JitLog::default(), claims: Claims::default() }
+        Module {
+            raw,
+            ctx: ctx.clone(),
+            log: JitLog::default(),
+            claims: Claims::default(),
+            ptx_params: Vec::new(),
+        }
     }
 
     /// The raw `CUmodule`.
@@ -204,8 +217,10 @@ impl Module {
             ));
         }
         check("cuModuleGetFunction", status)?;
-        // SAFETY: the function belongs to this module, which the result borrows.
-        unsafe { Function::from_raw(raw) }
+        let count = self.ptx_params.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
+        // SAFETY: the function belongs to this module, which the result borrows; the count was
+        // read from the PTX it was compiled from.
+        unsafe { Function::from_raw_counted(raw, count) }
     }
 
     /// Every kernel in the module
@@ -222,8 +237,28 @@ impl Module {
         check("cuModuleEnumerateFunctions", unsafe {
             sys::cuModuleEnumerateFunctions(raw.as_mut_ptr(), count, self.raw)
         })?;
-        // SAFETY: each function belongs to this module, which the results borrow.
-        raw.into_iter().map(|f| unsafe { Function::from_raw(f) }).collect()
+        // SAFETY: each function belongs to this module, which the results borrow; a count is
+        // the one its PTX declares.
+        raw.into_iter().map(|f| unsafe { Function::from_raw_counted(f, self.ptx_count_of(f)) }).collect()
+    }
+
+    /// The parameter count the PTX gives the function `raw` of this module, found by its name
+    /// ([`cuFuncGetName`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html));
+    /// `None` for a module not loaded from PTX or a name the driver does not give.
+    fn ptx_count_of(&self, raw: sys::CUfunction) -> Option<usize> {
+        if self.ptx_params.is_empty() {
+            return None;
+        }
+        let mut name: *const c_char = std::ptr::null();
+        // SAFETY: a live function of this module and one out-parameter; the driver keeps the
+        // name for the life of the module.
+        let status = unsafe { sys::cuFuncGetName(&mut name, raw) };
+        if status != sys::CUresult::CUDA_SUCCESS || name.is_null() {
+            return None;
+        }
+        // SAFETY: a NUL-terminated string owned by the driver, read at once.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_str().ok()?;
+        self.ptx_params.iter().find(|(n, _)| n == name).map(|(_, c)| *c)
     }
 
     /// The `__device__` variable called `name`, viewed as elements of `T`

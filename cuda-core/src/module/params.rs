@@ -37,13 +37,23 @@ impl ParamLayout {
     /// A layout that checks nothing.
     pub(crate) const UNKNOWN: ParamLayout = ParamLayout { count: UNKNOWN, sizes: [0; CHECKED_PARAMS] };
 
-    /// Reads the layout by asking `query(index, &mut offset, &mut size)` for index 0, 1, ...
-    /// until the driver answers `CUDA_ERROR_INVALID_VALUE` (past the last parameter). Any
-    /// other failure (the call missing from the driver, a function not loaded yet, ...) or a
-    /// size that does not fit the layout gives [`ParamLayout::UNKNOWN`]: the check is a
-    /// safeguard, and its absence must not stop a kernel from being used.
+    /// Reads the layout: where `count(&mut n)` succeeds (`cuFuncGetParamCount`, CUDA 13.2
+    /// drivers) by asking `query(index, &mut offset, &mut size)` for each of the `n`
+    /// parameters; otherwise by asking for index 0, 1, ... until the driver answers
+    /// `CUDA_ERROR_INVALID_VALUE` (past the last parameter; tools that report API errors, such
+    /// as compute-sanitizer, show that answer). Any other failure (the call missing from the
+    /// driver, a function not loaded yet, ...) or a size that does not fit the layout gives
+    /// [`ParamLayout::UNKNOWN`]: the check is a safeguard, and its absence must not stop a
+    /// kernel from being used.
     #[cold]
-    pub(crate) fn read(mut query: impl FnMut(usize, &mut usize, &mut usize) -> sys::CUresult) -> ParamLayout {
+    pub(crate) fn read(
+        count: impl FnOnce(&mut usize) -> sys::CUresult,
+        mut query: impl FnMut(usize, &mut usize, &mut usize) -> sys::CUresult,
+    ) -> ParamLayout {
+        let mut known = 0;
+        if count(&mut known) == sys::CUresult::CUDA_SUCCESS {
+            return ParamLayout::read_known(known, query);
+        }
         let mut layout = ParamLayout { count: 0, sizes: [0; CHECKED_PARAMS] };
         for index in 0..usize::from(UNKNOWN) {
             let (mut offset, mut size) = (0, 0);
@@ -61,6 +71,29 @@ impl ParamLayout {
             layout.count += 1;
         }
         ParamLayout::UNKNOWN
+    }
+
+    /// The layout of a kernel of `count` parameters, each read with `query`.
+    fn read_known(
+        count: usize,
+        mut query: impl FnMut(usize, &mut usize, &mut usize) -> sys::CUresult,
+    ) -> ParamLayout {
+        let Ok(count16) = u16::try_from(count) else { return ParamLayout::UNKNOWN };
+        if count16 == UNKNOWN {
+            return ParamLayout::UNKNOWN;
+        }
+        let mut layout = ParamLayout { count: count16, sizes: [0; CHECKED_PARAMS] };
+        for index in 0..count.min(CHECKED_PARAMS) {
+            let (mut offset, mut size) = (0, 0);
+            if query(index, &mut offset, &mut size) != sys::CUresult::CUDA_SUCCESS {
+                return ParamLayout::UNKNOWN;
+            }
+            match u16::try_from(size) {
+                Ok(size) => layout.sizes[index] = size,
+                Err(_) => return ParamLayout::UNKNOWN,
+            }
+        }
+        layout
     }
 
     /// A layout of the given parameter sizes (at most [`CHECKED_PARAMS`] are kept).
@@ -100,6 +133,33 @@ impl ParamLayout {
     }
 }
 
+/// The parameter count of a function (`cuFuncGetParamCount`, CUDA 13.2), for
+/// [`ParamLayout::read`]; `CUDA_ERROR_NOT_FOUND` where the bindings predate it, and the loader's
+/// refusal (no driver call) where the driver does.
+pub(crate) fn function_param_count(raw: sys::CUfunction, out: &mut usize) -> sys::CUresult {
+    #[cfg(cuda_headers_13_2)]
+    // SAFETY: a live function (the caller's) and one out-parameter.
+    return unsafe { sys::cuFuncGetParamCount(raw, out) };
+    #[cfg(not(cuda_headers_13_2))]
+    {
+        let _ = (raw, out);
+        sys::CUresult::CUDA_ERROR_NOT_FOUND
+    }
+}
+
+/// The parameter count of a library kernel (`cuKernelGetParamCount`, CUDA 13.2), as
+/// [`function_param_count`].
+pub(crate) fn kernel_param_count(raw: sys::CUkernel, out: &mut usize) -> sys::CUresult {
+    #[cfg(cuda_headers_13_2)]
+    // SAFETY: a live kernel (the caller's) and one out-parameter.
+    return unsafe { sys::cuKernelGetParamCount(raw, out) };
+    #[cfg(not(cuda_headers_13_2))]
+    {
+        let _ = (raw, out);
+        sys::CUresult::CUDA_ERROR_NOT_FOUND
+    }
+}
+
 #[cold]
 fn count_mismatch(operation: &'static str, expected: usize, given: usize) -> Error {
     let parameters = if expected == 1 { "parameter" } else { "parameters" };
@@ -123,6 +183,11 @@ fn size_mismatch(operation: &'static str, index: usize, expected: u16, given: us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A driver without `cuFuncGetParamCount`.
+    fn no_count(_: &mut usize) -> sys::CUresult {
+        sys::CUresult::CUDA_ERROR_NOT_FOUND
+    }
 
     fn message(r: Result<()>) -> String {
         match r {
@@ -169,7 +234,7 @@ mod tests {
     fn parameters_past_the_kept_sizes_are_counted_only() {
         let mut sizes = [4u16; 20];
         sizes[18] = 8;
-        let mut layout = ParamLayout::read(|i, _, size| match sizes.get(i) {
+        let mut layout = ParamLayout::read(no_count, |i, _, size| match sizes.get(i) {
             Some(&s) => {
                 *size = usize::from(s);
                 sys::CUresult::CUDA_SUCCESS
@@ -182,7 +247,7 @@ mod tests {
         given[3] = 8;
         assert!(layout.check("t", &given).is_err());
         assert!(layout.check("t", &[4; 19]).is_err());
-        layout = ParamLayout::read(|_, _, _| sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+        layout = ParamLayout::read(no_count, |_, _, _| sys::CUresult::CUDA_ERROR_INVALID_VALUE);
         assert_eq!(layout, ParamLayout::from_sizes(&[]));
     }
 
@@ -193,21 +258,54 @@ mod tests {
             sys::CUresult::CUDA_ERROR_NOT_FOUND,
             sys::CUresult::CUDA_ERROR_FUNCTION_NOT_LOADED,
         ] {
-            assert_eq!(ParamLayout::read(|_, _, _| status), ParamLayout::UNKNOWN);
+            assert_eq!(ParamLayout::read(no_count, |_, _, _| status), ParamLayout::UNKNOWN);
         }
         // Failing part way through is unknown too, not a shorter layout.
-        let layout = ParamLayout::read(|i, _, size| {
+        let layout = ParamLayout::read(no_count, |i, _, size| {
             *size = 4;
             if i < 2 { sys::CUresult::CUDA_SUCCESS } else { sys::CUresult::CUDA_ERROR_NOT_SUPPORTED }
         });
         assert_eq!(layout, ParamLayout::UNKNOWN);
         // A size too large to keep.
-        let layout = ParamLayout::read(|i, _, size| {
+        let layout = ParamLayout::read(no_count, |i, _, size| {
             *size = 1 << 20;
             if i < 1 { sys::CUresult::CUDA_SUCCESS } else { sys::CUresult::CUDA_ERROR_INVALID_VALUE }
         });
         assert_eq!(layout, ParamLayout::UNKNOWN);
         // A driver that never says where the parameters end.
-        assert_eq!(ParamLayout::read(|_, _, _| sys::CUresult::CUDA_SUCCESS), ParamLayout::UNKNOWN);
+        assert_eq!(ParamLayout::read(no_count, |_, _, _| sys::CUresult::CUDA_SUCCESS), ParamLayout::UNKNOWN);
+    }
+
+    #[test]
+    fn a_reported_count_is_read_without_asking_past_the_last_parameter() {
+        let sizes = [4usize, 8, 8];
+        let mut asked = Vec::new();
+        let layout = ParamLayout::read(
+            |n| {
+                *n = sizes.len();
+                sys::CUresult::CUDA_SUCCESS
+            },
+            |i, _, size| {
+                asked.push(i);
+                match sizes.get(i) {
+                    Some(&s) => {
+                        *size = s;
+                        sys::CUresult::CUDA_SUCCESS
+                    }
+                    None => sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                }
+            },
+        );
+        assert_eq!(layout, ParamLayout::from_sizes(&[4, 8, 8]));
+        assert_eq!(asked, [0, 1, 2]);
+        // A parameter the driver cannot describe leaves the layout unknown.
+        let failing = ParamLayout::read(
+            |n| {
+                *n = 2;
+                sys::CUresult::CUDA_SUCCESS
+            },
+            |_, _, _| sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+        );
+        assert_eq!(failing, ParamLayout::UNKNOWN);
     }
 }

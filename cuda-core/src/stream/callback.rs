@@ -72,6 +72,45 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn launch_host_func<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
+        self.enqueue_host_func("cuLaunchHostFunc", f, |stream, trampoline, data| {
+            // SAFETY: passed on from `enqueue_host_func`: a live stream, a matching trampoline
+            // and its payload.
+            unsafe { sys::cuLaunchHostFunc(stream, trampoline, data) }
+        })
+    }
+
+    /// [`launch_host_func`](Self::launch_host_func) with the way the driver's thread waits for
+    /// host functions to run
+    /// ([`cuLaunchHostFunc_v2`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html),
+    /// CUDA 13.1): [`HostFuncSync::SpinWait`] trades a busy thread for a shorter delay before
+    /// `f` runs. Everything else, refusals included, is as for `launch_host_func`.
+    ///
+    /// On a driver older than 13.1 this is an [`Error::Load`] naming the version needed and
+    /// the one installed, and nothing is queued.
+    #[cfg(cuda_headers_13_1)]
+    pub fn launch_host_func_with<F: FnOnce() + Send + 'static>(
+        &self,
+        sync: HostFuncSync,
+        f: F,
+    ) -> Result<()> {
+        let mode = match sync {
+            HostFuncSync::Blocking => sys::CUhostTaskSyncMode::CU_HOST_TASK_BLOCKING,
+            HostFuncSync::SpinWait => sys::CUhostTaskSyncMode::CU_HOST_TASK_SPINWAIT,
+        };
+        self.enqueue_host_func("cuLaunchHostFunc_v2", f, |stream, trampoline, data| {
+            // SAFETY: as in `launch_host_func`.
+            unsafe { sys::cuLaunchHostFunc_v2(stream, trampoline, data, mode.0) }
+        })
+    }
+
+    /// Queues `f` through `launch` (one of the `cuLaunchHostFunc` ABIs), which receives the
+    /// stream, the trampoline and the boxed payload.
+    fn enqueue_host_func<F: FnOnce() + Send + 'static>(
+        &self,
+        call: &'static str,
+        f: F,
+        launch: impl FnOnce(sys::CUstream, sys::CUhostFn, *mut c_void) -> sys::CUresult,
+    ) -> Result<()> {
         let ctx = self.context();
         ctx.take_deferred()?;
         self.bind_if_default()?;
@@ -84,12 +123,26 @@ impl Stream {
             ));
         }
         let payload = Box::into_raw(Box::new(Payload { f, ctx: std::sync::Arc::downgrade(ctx.inner()) }));
-        // SAFETY: the trampoline matches `CUhostFn` and takes back the box exactly once.
-        let status = unsafe { sys::cuLaunchHostFunc(self.as_raw(), Some(trampoline::<F>), payload.cast()) };
+        // The trampoline matches `CUhostFn` and takes back the box exactly once.
+        let status = launch(self.as_raw(), Some(trampoline::<F>), payload.cast());
         if status != sys::CUresult::CUDA_SUCCESS {
             // SAFETY: the driver refused the call, so it will never run the trampoline.
             drop(unsafe { Box::from_raw(payload) });
         }
-        check("cuLaunchHostFunc", status)
+        check(call, status)
     }
+}
+
+/// How the driver's thread that runs host functions waits for the next one
+/// (`CUhostTaskSyncMode`, CUDA 13.1).
+#[cfg(cuda_headers_13_1)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HostFuncSync {
+    /// `CU_HOST_TASK_BLOCKING`: the thread sleeps until a host function is ready (what
+    /// [`Stream::launch_host_func`] does).
+    #[default]
+    Blocking,
+    /// `CU_HOST_TASK_SPINWAIT`: the thread spins, so the function starts sooner and a core is
+    /// kept busy.
+    SpinWait,
 }

@@ -6,6 +6,8 @@
 
 mod attributes;
 mod callback;
+#[cfg(cuda_headers_13_1)]
+pub use callback::HostFuncSync;
 pub(crate) use callback::report_panic;
 pub(crate) mod capturing;
 pub(crate) mod deferred;
