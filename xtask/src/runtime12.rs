@@ -204,7 +204,7 @@ fn arguments_match(
 }
 
 impl Catalog {
-    /// The fields of the struct or union `ty` names, through aliases, as [`fields_of`] gives them.
+    /// The fields of the struct or union `ty` names, through aliases, as [`Catalog::fields_of`] gives them.
     fn record(&self, ty: &syn::Type) -> Option<Vec<(String, syn::Type)>> {
         let syn::Type::Path(p) = ty else { return None };
         let name = p.path.segments.last()?.ident.to_string();

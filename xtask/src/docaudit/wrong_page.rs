@@ -1,4 +1,4 @@
-//! [`Kind::WrongPage`](super::Kind::WrongPage): a doc link on a C function's name leads to the
+//! The check behind [`super::Kind::WrongPage`]: a doc link on a C function's name leads to the
 //! page that documents that function.
 
 use super::{Finding, Kind};
