@@ -7,6 +7,8 @@
 use cuda_driver_sys as sys;
 use cudart_sys as rt;
 use nccl_sys as nccl;
+use nvjitlink_sys as nvjitlink;
+use nvrtc_sys as nvrtc;
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -116,6 +118,29 @@ pub enum Error {
         /// The compiler's error log: what is wrong with the input, and where.
         log: String,
     },
+    /// NVRTC refused a program or a call ([`compile`](crate::compile)): for a compile error,
+    /// `log` is NVRTC's whole log, each diagnostic as `file(line): error: message`
+    /// ([`compile::diagnostics`](crate::compile::diagnostics) splits it).
+    #[error("{}", compiler_text(.call, .status.name(), i64::from(.status.0), .log))]
+    Nvrtc {
+        /// The C function that failed, e.g. `nvrtcCompileProgram`.
+        call: &'static str,
+        /// The status it returned.
+        status: nvrtc::nvrtcResult,
+        /// The compiler's log; empty for failures that are not about the source.
+        log: String,
+    },
+    /// nvJitLink refused to link ([`compile::Linker`](crate::compile::Linker)); `log` is its
+    /// error log.
+    #[error("{}", compiler_text(.call, .status.name(), i64::from(.status.0), .log))]
+    NvJitLink {
+        /// The C function that failed, e.g. `nvJitLinkComplete`.
+        call: &'static str,
+        /// The status it returned.
+        status: nvjitlink::nvJitLinkResult,
+        /// The linker's error log.
+        log: String,
+    },
 }
 
 impl Error {
@@ -139,7 +164,9 @@ impl Error {
             | Error::Runtime { call, .. }
             | Error::Nccl { call, .. }
             | Error::Load { call, .. }
-            | Error::Jit { call, .. } => Some(call),
+            | Error::Jit { call, .. }
+            | Error::Nvrtc { call, .. }
+            | Error::NvJitLink { call, .. } => Some(call),
             _ => None,
         }
     }
@@ -199,6 +226,12 @@ fn runtime_text(call: &str, status: rt::cudaError_t) -> String {
 
 fn nccl_text(call: &str, status: nccl::ncclResult_t) -> String {
     status_text(call, status.name(), i64::from(status.0), nccl_description(status))
+}
+
+fn compiler_text(call: &str, name: Option<&str>, raw: i64, log: &str) -> String {
+    let text = status_text(call, name, raw, None);
+    let log = log.trim_end();
+    if log.is_empty() { text } else { format!("{text}; log:\n{log}") }
 }
 
 fn jit_text(call: &str, status: sys::CUresult, log: &str) -> String {

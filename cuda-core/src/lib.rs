@@ -41,6 +41,7 @@
 
 mod abi;
 mod c_layout;
+pub mod compile;
 pub mod context;
 pub mod device;
 pub mod dlpack;
@@ -97,6 +98,7 @@ mod guide {
         Pools = "pools.md";
         Streams = "streams.md";
         Kernels = "kernels.md";
+        Compile = "compile.md";
         Graphs = "graphs.md";
         Vmm = "vmm.md";
         Ipc = "ipc.md";

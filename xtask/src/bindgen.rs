@@ -23,8 +23,8 @@ enum Flavor {
     Driver { fallback_version: i32 },
     /// The exported symbol, with its `_ptds`/`_ptsz` variant where the header has one.
     Runtime,
-    /// The exported symbol.
-    Nccl,
+    /// The exported symbol (NCCL, NVRTC, nvJitLink).
+    Exported,
     /// A slot of the NVTX tool protocol: (module, callback id) by function name.
     Nvtx { slots: BTreeMap<String, (String, u32)> },
 }
@@ -37,6 +37,11 @@ struct CrateSpec {
     wrapper: String,
     include_dirs: Vec<PathBuf>,
     allow_dir: PathBuf,
+    /// Only these files of `allow_dir` (every file when empty).
+    allow_files: Vec<&'static str>,
+    /// Versioned entry points that stand for a C name: a regex whose first group is the C
+    /// name (`__nvJitLinkCreate_13_0` is `nvJitLinkCreate`, which the library exports too).
+    entry_points: Option<&'static str>,
     defines: Vec<&'static str>,
     /// Files whose `#define` renames and cast constants are read.
     macro_files: Vec<PathBuf>,
@@ -79,6 +84,8 @@ fn cuda12_table(h: &Headers, runtime13: &CrateSpec) -> Result<GeneratedFile, Str
     let api_only = |include: &PathBuf| CrateSpec {
         include_dirs: vec![include.clone(), stub.clone()],
         allow_dir: include.clone(),
+        allow_files: vec![],
+        entry_points: None,
         wrapper: "#include <cuda_runtime_api.h>\n".into(),
         macro_files: vec![],
         flavor: Flavor::Runtime,
@@ -142,6 +149,8 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
             wrapper: includes(&driver_headers),
             include_dirs: vec![c.clone()],
             allow_dir: c.clone(),
+            allow_files: vec![],
+            entry_points: None,
             defines: vec![],
             macro_files: driver_headers
                 .iter()
@@ -169,6 +178,8 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
             wrapper: includes(&runtime_headers),
             include_dirs: vec![c.clone(), stub.clone()],
             allow_dir: c.clone(),
+            allow_files: vec![],
+            entry_points: None,
             defines: vec![],
             macro_files: runtime_headers.iter().map(|f| c.join(f)).collect(),
             prefix: "cuda",
@@ -188,6 +199,8 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
             wrapper: includes(&nvtx_headers),
             include_dirs: vec![h.nvtx.clone(), c.clone(), stub.clone()],
             allow_dir: h.nvtx.join("nvtx3"),
+            allow_files: vec![],
+            entry_points: None,
             defines: vec!["NVTX_NO_IMPL"],
             macro_files: nvtx_headers.iter().map(|f| h.nvtx.join(f)).collect(),
             prefix: "nvtx",
@@ -211,10 +224,12 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
             wrapper: "#include <nccl.h>\n".into(),
             include_dirs: vec![h.nccl.clone(), nccl_stub, c.clone(), stub.clone()],
             allow_dir: h.nccl.clone(),
+            allow_files: vec![],
+            entry_points: None,
             defines: vec![],
             macro_files: vec![h.nccl.join("nccl.h")],
             prefix: "nccl",
-            flavor: Flavor::Nccl,
+            flavor: Flavor::Exported,
             docs: Some(DocSource {
                 headers: vec![h.nccl.join("nccl.h")],
                 base: NCCL_DOCS,
@@ -226,7 +241,57 @@ fn specs(h: &Headers) -> Result<Vec<CrateSpec>, String> {
                 },
             }),
         },
+        exported_spec(h, "nvrtc-sys", "nvrtc_functions", "nvrtc.h", "nvrtc", None, NVRTC_DOCS, "NVRTC API"),
+        // The C names are inline wrappers of versioned entry points (`__nvJitLinkCreate_13_5`),
+        // which every header declares; the library exports the C names too, and a 13.x library
+        // has them all where it has only its own and older versioned ones. So the bindings
+        // take the versioned declarations and call the C names.
+        exported_spec(
+            h,
+            "nvjitlink-sys",
+            "nvjitlink_functions",
+            "nvJitLink.h",
+            "nvJitLink",
+            Some(r"^__(nvJitLink\w+?)_\d+_\d+$"),
+            NVJITLINK_DOCS,
+            "nvJitLink API",
+        ),
     ])
+}
+
+/// A crate of one header in the CUDA include directory whose functions are plain exports.
+#[allow(clippy::too_many_arguments)]
+fn exported_spec(
+    h: &Headers,
+    dir: &'static str,
+    macro_name: &'static str,
+    header: &'static str,
+    prefix: &'static str,
+    entry_points: Option<&'static str>,
+    docs: &'static str,
+    section: &'static str,
+) -> CrateSpec {
+    CrateSpec {
+        dir,
+        macro_name,
+        origin: h.origin_cuda.clone(),
+        headers_named: header.into(),
+        wrapper: format!("#include <{header}>\n"),
+        include_dirs: vec![h.cuda.clone()],
+        allow_dir: h.cuda.clone(),
+        allow_files: vec![header],
+        entry_points,
+        defines: vec![],
+        macro_files: vec![h.cuda.join(header)],
+        prefix,
+        flavor: Flavor::Exported,
+        docs: Some(DocSource {
+            headers: vec![],
+            base: docs,
+            names: PageNames::CaseKept,
+            index: DocPlace { header: header.into(), section: section.into(), url: docs.into() },
+        }),
+    }
 }
 
 /// Base address of the driver API reference.
@@ -235,6 +300,10 @@ const DRIVER_DOCS: &str = "https://docs.nvidia.com/cuda/cuda-driver-api/";
 const RUNTIME_DOCS: &str = "https://docs.nvidia.com/cuda/cuda-runtime-api/";
 /// NVIDIA's doxygen reference of the NVTX C API (NVTX v3), one page per group.
 const NVTX_DOCS: &str = "https://nvidia.github.io/NVTX/doxygen/";
+/// NVRTC's guide, one page that documents every function.
+const NVRTC_DOCS: &str = "https://docs.nvidia.com/cuda/nvrtc/index.html";
+/// nvJitLink's guide, one page that documents every function.
+const NVJITLINK_DOCS: &str = "https://docs.nvidia.com/cuda/nvjitlink/index.html";
 /// NCCL's API page; its headers have no doxygen groups.
 const NCCL_DOCS: &str = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html";
 
@@ -310,7 +379,13 @@ fn nvtx_slots(types_h: &Path) -> Result<BTreeMap<String, (String, u32)>, String>
 }
 
 fn run_bindgen(spec: &CrateSpec) -> Result<syn::File, String> {
-    let allow = format!("{}/.*", regex::escape(&spec.allow_dir.to_string_lossy()));
+    let dir = regex::escape(&spec.allow_dir.to_string_lossy());
+    let allow = if spec.allow_files.is_empty() {
+        format!("{dir}/.*")
+    } else {
+        let files: Vec<String> = spec.allow_files.iter().map(|f| regex::escape(f)).collect();
+        format!("{dir}/({})", files.join("|"))
+    };
     let mut builder = bindgen::Builder::default()
         .header_contents("wrapper.h", &spec.wrapper)
         .allowlist_file(allow)
@@ -364,6 +439,9 @@ fn generate_crate(spec: &CrateSpec, file: syn::File) -> Result<Vec<GeneratedFile
                     if let syn::ForeignItem::Fn(f) = fi {
                         functions.push(c_function(&f.sig));
                     }
+                }
+                if let Some(pattern) = spec.entry_points {
+                    functions = c_names_of_entry_points(functions, pattern)?;
                 }
             }
             other => {
@@ -495,6 +573,22 @@ fn c_function(sig: &syn::Signature) -> CFunction {
     CFunction { declared: sig.ident.to_string(), args, ret, arg_types, ret_type }
 }
 
+/// Functions declared under versioned entry points (`pattern`'s first group is the C name)
+/// named by their C names; a C name declared both ways is kept once.
+fn c_names_of_entry_points(functions: Vec<CFunction>, pattern: &str) -> Result<Vec<CFunction>, String> {
+    let re = Regex::new(pattern).map_err(|e| e.to_string())?;
+    let mut out: Vec<CFunction> = Vec::new();
+    for mut f in functions {
+        if let Some(c) = re.captures(&f.declared) {
+            f.declared = c[1].to_string();
+        }
+        if !out.iter().any(|o| o.declared == f.declared) {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
 fn strip_abi_suffix(name: &str) -> &str {
     let re_end = name.rfind("_v");
     match re_end {
@@ -574,7 +668,7 @@ fn render_functions(
                     let pt = per_thread.map(|s| format!("{}{s}", f.declared)).unwrap_or_default();
                     format!("c\"{}\", c\"{pt}\"", f.declared)
                 }
-                Flavor::Nccl => format!("c\"{}\"", f.declared),
+                Flavor::Exported => format!("c\"{}\"", f.declared),
                 Flavor::Nvtx { slots } => match slots.get(&f.declared) {
                     Some((module, id)) => format!("{module}, {id}"),
                     None => return Err(format!("{}: no NVTX callback id", f.declared)),

@@ -20,7 +20,7 @@ use syn::visit::Visit;
 fn generated_structs(root: &Path) -> Result<BTreeSet<String>, String> {
     let mut structs = BTreeSet::new();
     let mut aliases = Vec::new();
-    for krate in ["cuda-driver-sys", "cudart-sys", "nvtx-sys", "nccl-sys"] {
+    for krate in ["cuda-driver-sys", "cudart-sys", "nvtx-sys", "nccl-sys", "nvrtc-sys", "nvjitlink-sys"] {
         let path = root.join(krate).join("src/generated/types.rs");
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let file = syn::parse_file(&text).map_err(|e| format!("{}: {e}", path.display()))?;

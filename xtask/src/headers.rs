@@ -24,8 +24,15 @@ impl Wheel {
     }
 }
 
-/// The CUDA wheels of a header set (runtime, profiler API, NVTX) in this order.
-const CUDA_WHEELS: [&str; 3] = ["nvidia-cuda-runtime", "nvidia-cuda-profiler-api", "nvidia-nvtx"];
+/// The CUDA wheels of a header set (runtime, profiler API, NVTX, NVRTC, nvJitLink) in this
+/// order; all unpack into the same `nvidia/cu<major>/include`.
+const CUDA_WHEELS: [&str; 5] = [
+    "nvidia-cuda-runtime",
+    "nvidia-cuda-profiler-api",
+    "nvidia-nvtx",
+    "nvidia-cuda-nvrtc",
+    "nvidia-nvjitlink",
+];
 /// The NCCL wheel of a header set.
 const NCCL_WHEEL: &str = "nvidia-nccl-cu13";
 
@@ -156,7 +163,13 @@ pub fn locate(
     let cuda12_runtime = find_include(&unpacked12, "cuda_runtime_api.h")?;
     let origin_cuda12 =
         format!("NVIDIA wheel {}", cuda12.iter().map(Wheel::requirement).collect::<Vec<_>>().join(", "));
-    for (dir, file) in [(&cuda, "cuda.h"), (&cuda, "cuda_runtime_api.h"), (&nccl, "nccl.h")] {
+    for (dir, file) in [
+        (&cuda, "cuda.h"),
+        (&cuda, "cuda_runtime_api.h"),
+        (&cuda, "nvrtc.h"),
+        (&cuda, "nvJitLink.h"),
+        (&nccl, "nccl.h"),
+    ] {
         if !dir.join(file).is_file() {
             return Err(format!("{} not found in {}", file, dir.display()));
         }
@@ -311,16 +324,18 @@ mod tests {
 
     const TEXT: &str = "# comment\n\
         newest nvidia-cuda-runtime 13.5.37\nnewest nvidia-cuda-profiler-api 13.5.25\n\
-        newest nvidia-nvtx 13.5.25\nnewest nvidia-nccl-cu13 2.32.3\n\
+        newest nvidia-nvtx 13.5.25\nnewest nvidia-cuda-nvrtc 13.5.37\nnewest nvidia-nvjitlink 13.5.37\n\
+        newest nvidia-nccl-cu13 2.32.3\n\
         oldest nvidia-cuda-runtime 13.0.96\noldest nvidia-cuda-profiler-api 13.0.85\n\
-        oldest nvidia-nvtx 13.0.85\noldest nvidia-nccl-cu13 2.28.9\n\
+        oldest nvidia-nvtx 13.0.85\noldest nvidia-cuda-nvrtc 13.0.88\noldest nvidia-nvjitlink 13.0.88\n\
+        oldest nvidia-nccl-cu13 2.28.9\n\
         cuda12 nvidia-cuda-runtime-cu12 12.9.79\n";
 
     #[test]
     fn pins_parse_by_set() {
         let pins = parse_pins(TEXT).unwrap();
-        assert_eq!(pins.newest.len(), 4);
-        assert_eq!(pins.oldest[3], Wheel { name: "nvidia-nccl-cu13".into(), version: "2.28.9".into() });
+        assert_eq!(pins.newest.len(), 6);
+        assert_eq!(pins.oldest[5], Wheel { name: "nvidia-nccl-cu13".into(), version: "2.28.9".into() });
         assert_eq!(pins.cuda12[0].version, "12.9.79");
         assert!(parse_pins("newest nvidia-nvtx\n").unwrap_err().contains("line 1"));
         assert!(parse_pins("later nvidia-nvtx 1\n").unwrap_err().contains("unknown set"));
@@ -335,6 +350,8 @@ mod tests {
             Wheel { name: "nvidia-cuda-runtime".into(), version: "13.6.1".into() },
             Wheel { name: "nvidia-cuda-profiler-api".into(), version: "13.6.2".into() },
             Wheel { name: "nvidia-nvtx".into(), version: "13.6.3".into() },
+            Wheel { name: "nvidia-cuda-nvrtc".into(), version: "13.6.1".into() },
+            Wheel { name: "nvidia-nvjitlink".into(), version: "13.6.1".into() },
             Wheel { name: "nvidia-nccl-cu13".into(), version: "2.33.0".into() },
         ];
         let text = replace_newest(TEXT, &bumped);

@@ -21,10 +21,11 @@ fn read(p: &Path) -> Result<String, String> {
     std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// Macros that only the libraries' own builds define: a block under one of them declares
-/// nothing a program compiled against the header can call (NCCL's `ncclResetDebugInit` is a
-/// no-op macro there).
-const BUILD_ONLY: &[&str] = &["__CUDA_API_VERSION_INTERNAL", "NCCL_OS_LINUX"];
+/// Macros that only the libraries' own builds define, or that opt into C++-only helpers: a
+/// block under one of them declares nothing a C program compiled against the header can call
+/// (NCCL's `ncclResetDebugInit` is a no-op macro there; NVRTC's `nvrtcGetTypeName` is an
+/// inline C++ template).
+const BUILD_ONLY: &[&str] = &["__CUDA_API_VERSION_INTERNAL", "NCCL_OS_LINUX", "NVRTC_GET_TYPE_NAME"];
 
 /// Header text outside blocks the generator never sees: declarations kept for the libraries'
 /// own builds ([`BUILD_ONLY`]) and Windows-only declarations.
@@ -97,7 +98,7 @@ fn exposed_functions(root: &Path, krate: &str) -> Result<BTreeSet<String>, Strin
 }
 
 /// The surfaces of the four crates over the headers of `h`.
-fn surfaces_of(h: &Headers) -> [Surface; 4] {
+fn surfaces_of(h: &Headers) -> [Surface; 6] {
     let c = &h.cuda;
     let nvtx = h.nvtx.join("nvtx3");
     [
@@ -130,6 +131,20 @@ fn surfaces_of(h: &Headers) -> [Surface; 4] {
             headers: vec![h.nccl.join("nccl.h")],
             declaration: r"(?m)^\s*(?:ncclResult_t|const\s+char\s*\*|void)\s+(p?nccl\w+)\s*\(",
             prefix: "nccl",
+        },
+        Surface {
+            krate: "nvrtc-sys",
+            headers: vec![c.join("nvrtc.h")],
+            declaration: r"(?m)^\s*(?:nvrtcResult\s+|const\s+char\s*\*\s*)(nvrtc\w+)\s*\(",
+            prefix: "nvrtc",
+        },
+        Surface {
+            krate: "nvjitlink-sys",
+            headers: vec![c.join("nvJitLink.h")],
+            // The C names, from the versioned entry points that every header declares
+            // (`__nvJitLinkCreate_13_0` is `nvJitLinkCreate`) and the plain declarations.
+            declaration: r"(?m)^\s*extern\s+nvJitLinkResult\s+(?:__)?(nvJitLink[A-Za-z]+)(?:_\d+_\d+)?\s*\(",
+            prefix: "nvJitLink",
         },
     ]
 }

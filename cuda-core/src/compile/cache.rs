@@ -1,0 +1,495 @@
+//! The compile cache: kernels compiled at run time (CUBIN, PTX or LTO-IR bytes) kept in memory
+//! and on disk under the SHA-256 of everything that went into them, as CuPy's kernel cache and
+//! cuda.core's program cache keep theirs.
+//!
+//! On disk each entry is one file, `<key as 64 hex digits>.bin`: a 60-byte header (the magic
+//! `b"CUKCACHE"`, the format version as a little-endian `u32`, the 32-byte key, the payload's
+//! length as a little-endian `u64`, the payload's 64-bit checksum, little-endian) and then the
+//! payload. A file is
+//! written whole to a temporary file of a unique name in the same directory, synced, then renamed
+//! over the entry's name, so readers in any process see the old file, the new one or none.
+//! A file that fails any check when read is removed and counts as a miss: a corrupt or truncated
+//! entry is compiled again, never loaded.
+
+use super::checksum::checksum;
+use super::sha256::Sha256;
+use crate::error::Result;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+const MAGIC: [u8; 8] = *b"CUKCACHE";
+const VERSION: u32 = 2;
+const HEADER_LEN: usize = 8 + 4 + 32 + 8 + 8;
+
+/// The identity of a compiled kernel: the SHA-256 of everything that decides its bytes (source,
+/// options, headers, compiler version, target architecture).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CacheKey([u8; 32]);
+
+impl CacheKey {
+    /// The key of `parts`, in order. Each part is hashed after its length (a little-endian
+    /// `u64`), so parts cannot run into each other: `["ab", "c"]` and `["a", "bc"]` differ.
+    pub fn new(parts: &[&[u8]]) -> CacheKey {
+        let mut hasher = Sha256::new();
+        for part in parts {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+        CacheKey(hasher.finish())
+    }
+
+    /// The key's 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    fn file_name(&self) -> String {
+        format!("{self}.bin")
+    }
+}
+
+impl fmt::Display for CacheKey {
+    /// The key as 64 lowercase hexadecimal digits, as in its file's name.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for CacheKey {
+    /// The same 64 hexadecimal digits as [`Display`](fmt::Display).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Where a cached kernel was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CacheHit {
+    /// In this process's memory.
+    Memory,
+    /// In a file of the cache's directory (and it is now in memory too).
+    Disk,
+}
+
+/// What a [`CompileCache`] has done since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups answered from memory.
+    pub memory_hits: u64,
+    /// Lookups answered from a file.
+    pub disk_hits: u64,
+    /// Lookups that found nothing (each then compiles, in `get_or_insert_with`).
+    pub misses: u64,
+    /// Entries stored (in memory, and on disk when the cache has a directory).
+    pub writes: u64,
+    /// Files that could not be written; those entries are in memory only.
+    pub failed_writes: u64,
+    /// Files found corrupt, truncated or unreadable: each was a miss and was removed.
+    pub rejected: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    memory_hits: AtomicU64,
+    disk_hits: AtomicU64,
+    misses: AtomicU64,
+    writes: AtomicU64,
+    failed_writes: AtomicU64,
+    rejected: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Relaxed);
+}
+
+/// Compiled kernels by [`CacheKey`], in memory and, optionally, in a directory shared by every
+/// process that uses it.
+///
+/// Disk failures never fail a compile: a file that cannot be read is a miss, and one that cannot
+/// be written leaves the entry in memory only (both show in [`stats`](Self::stats)). The
+/// checksum catches corruption, not tampering: the directory should be writable by its owner
+/// only, as the default one is unless the umask says otherwise.
+///
+/// `Send + Sync`; clones are cheap and share the memory, the directory and the counters. The
+/// memory holds every entry stored until [`clear_memory`](Self::clear_memory).
+///
+/// ```
+/// use cuda_core::compile::{CacheKey, CompileCache};
+/// let cache = CompileCache::in_memory();
+/// let key = CacheKey::new(&[b"__global__ void k() {}", b"--gpu-architecture=sm_90"]);
+/// let (cubin, hit) = cache.get_or_insert_with(&key, || Ok(b"compiled bytes".to_vec()))?;
+/// assert_eq!((&*cubin, hit), (&b"compiled bytes"[..], None));
+/// assert!(cache.get(&key).is_some());
+/// # Ok::<(), cuda_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct CompileCache {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    memory: Option<Mutex<HashMap<CacheKey, Arc<[u8]>>>>,
+    dir: Option<PathBuf>,
+    counters: Counters,
+}
+
+impl CompileCache {
+    fn with(memory: bool, dir: Option<PathBuf>) -> Self {
+        let memory = memory.then(|| Mutex::new(HashMap::new()));
+        CompileCache { inner: Arc::new(Inner { memory, dir, counters: Counters::default() }) }
+    }
+
+    /// Memory and the user's cache directory: `$CUDA_CORE_CACHE_DIR` if set, else
+    /// `$XDG_CACHE_HOME/cuda-core/kernels`, else `$HOME/.cache/cuda-core/kernels`
+    /// (`%LOCALAPPDATA%\cuda-core\kernels` on Windows). With `CUDA_CORE_CACHE_DISABLE` set to
+    /// anything but `0` or nothing, or with none of those variables set, memory only.
+    pub fn new() -> Self {
+        Self::with(true, default_dir(|name| std::env::var_os(name)))
+    }
+
+    /// Memory only.
+    pub fn in_memory() -> Self {
+        Self::with(true, None)
+    }
+
+    /// Memory and the directory `dir`, created on the first write.
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        Self::with(true, Some(dir.into()))
+    }
+
+    /// No memory and no disk: every lookup misses and every kernel is compiled.
+    pub fn disabled() -> Self {
+        Self::with(false, None)
+    }
+
+    /// The process's cache, a [`new`](Self::new) made on first use.
+    pub fn global() -> &'static CompileCache {
+        static GLOBAL: OnceLock<CompileCache> = OnceLock::new();
+        GLOBAL.get_or_init(CompileCache::new)
+    }
+
+    /// The directory of the files, if the cache has one.
+    pub fn dir(&self) -> Option<&Path> {
+        self.inner.dir.as_deref()
+    }
+
+    /// The kernel stored under `key`, looked for in memory, then on disk (a disk hit is kept in
+    /// memory too); `None` on a miss.
+    pub fn get(&self, key: &CacheKey) -> Option<(Arc<[u8]>, CacheHit)> {
+        let counters = &self.inner.counters;
+        if let Some(bytes) = self.memory_get(key) {
+            bump(&counters.memory_hits);
+            return Some((bytes, CacheHit::Memory));
+        }
+        if let Some(bytes) = self.inner.dir.as_deref().and_then(|dir| self.read(dir, key)) {
+            bump(&counters.disk_hits);
+            self.memory_put(key, bytes.clone());
+            return Some((bytes, CacheHit::Disk));
+        }
+        bump(&counters.misses);
+        None
+    }
+
+    /// Stores `bytes` under `key`, in memory and on disk, replacing what was there. A file that
+    /// cannot be written counts in [`CacheStats::failed_writes`]; nothing fails.
+    pub fn put(&self, key: &CacheKey, bytes: &[u8]) {
+        self.store(key, Arc::from(bytes));
+    }
+
+    /// The kernel stored under `key`, or the one `compile` makes, stored. The second value says
+    /// where it was found, `None` when it was compiled now. Fails only when `compile` does, and
+    /// then stores nothing. Two threads that miss at once both compile.
+    pub fn get_or_insert_with(
+        &self,
+        key: &CacheKey,
+        compile: impl FnOnce() -> Result<Vec<u8>>,
+    ) -> Result<(Arc<[u8]>, Option<CacheHit>)> {
+        if let Some((bytes, hit)) = self.get(key) {
+            return Ok((bytes, Some(hit)));
+        }
+        let bytes: Arc<[u8]> = compile()?.into();
+        self.store(key, bytes.clone());
+        Ok((bytes, None))
+    }
+
+    /// Forgets what is in memory; the files stay.
+    pub fn clear_memory(&self) {
+        if let Some(memory) = &self.inner.memory {
+            memory.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> CacheStats {
+        let c = &self.inner.counters;
+        CacheStats {
+            memory_hits: c.memory_hits.load(Relaxed),
+            disk_hits: c.disk_hits.load(Relaxed),
+            misses: c.misses.load(Relaxed),
+            writes: c.writes.load(Relaxed),
+            failed_writes: c.failed_writes.load(Relaxed),
+            rejected: c.rejected.load(Relaxed),
+        }
+    }
+
+    fn store(&self, key: &CacheKey, bytes: Arc<[u8]>) {
+        if self.inner.memory.is_none() && self.inner.dir.is_none() {
+            return;
+        }
+        if let Some(dir) = &self.inner.dir {
+            if write(dir, key, &bytes).is_err() {
+                bump(&self.inner.counters.failed_writes);
+            }
+        }
+        self.memory_put(key, bytes);
+        bump(&self.inner.counters.writes);
+    }
+
+    fn memory_get(&self, key: &CacheKey) -> Option<Arc<[u8]>> {
+        let memory = self.inner.memory.as_ref()?;
+        memory.lock().unwrap_or_else(PoisonError::into_inner).get(key).cloned()
+    }
+
+    fn memory_put(&self, key: &CacheKey, bytes: Arc<[u8]>) {
+        if let Some(memory) = &self.inner.memory {
+            memory.lock().unwrap_or_else(PoisonError::into_inner).insert(*key, bytes);
+        }
+    }
+
+    /// The payload of `key`'s file if it passes every check; a file that fails one is removed.
+    fn read(&self, dir: &Path, key: &CacheKey) -> Option<Arc<[u8]>> {
+        let path = dir.join(key.file_name());
+        let payload = match fs::read(&path) {
+            Ok(data) => decode(key, &data).map(Arc::from),
+            // No file: a plain miss (a directory not made yet, or a file where it should be).
+            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
+                return None;
+            }
+            Err(_) => None,
+        };
+        if payload.is_none() {
+            bump(&self.inner.counters.rejected);
+            // Best effort: a file that cannot be removed is rejected again next time, and a valid
+            // file another process renamed here meanwhile goes too (one more compile, no harm).
+            let _ = fs::remove_file(&path);
+        }
+        payload
+    }
+}
+
+impl Default for CompileCache {
+    /// [`CompileCache::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for CompileCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompileCache")
+            .field("memory", &self.inner.memory.is_some())
+            .field("dir", &self.inner.dir)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// The directory [`CompileCache::new`] uses, reading the environment through `var`.
+fn default_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let set = |name: &str| var(name).filter(|v| !v.is_empty());
+    if set("CUDA_CORE_CACHE_DISABLE").is_some_and(|v| v != "0") {
+        return None;
+    }
+    if let Some(dir) = set("CUDA_CORE_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = if cfg!(windows) {
+        set("LOCALAPPDATA").map(PathBuf::from)
+    } else {
+        // The XDG specification ignores a relative XDG_CACHE_HOME.
+        let xdg = set("XDG_CACHE_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+        xdg.or_else(|| set("HOME").map(|home| Path::new(&home).join(".cache")))
+    };
+    base.map(|b| b.join("cuda-core").join("kernels"))
+}
+
+/// The payload of a file's bytes `data` if they are an entry of `key`, whole and intact.
+fn decode<'a>(key: &CacheKey, data: &'a [u8]) -> Option<&'a [u8]> {
+    let (header, payload) = data.split_at_checked(HEADER_LEN)?;
+    let (magic, header) = header.split_at(8);
+    let (version, header) = header.split_at(4);
+    let (stored_key, header) = header.split_at(32);
+    let (length, sum) = header.split_at(8);
+    let intact = magic == MAGIC
+        && u32::from_le_bytes(version.try_into().ok()?) == VERSION
+        && stored_key == key.as_bytes()
+        && u64::from_le_bytes(length.try_into().ok()?) == payload.len() as u64
+        && u64::from_le_bytes(sum.try_into().ok()?) == checksum(payload);
+    intact.then_some(payload)
+}
+
+fn header(key: &CacheKey, payload: &[u8]) -> Vec<u8> {
+    let mut header = Vec::with_capacity(HEADER_LEN);
+    header.extend_from_slice(&MAGIC);
+    header.extend_from_slice(&VERSION.to_le_bytes());
+    header.extend_from_slice(key.as_bytes());
+    header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    header.extend_from_slice(&checksum(payload).to_le_bytes());
+    header
+}
+
+/// Writes `key`'s file through a temporary file and a rename, so no reader sees half of it.
+fn write(dir: &Path, key: &CacheKey, payload: &[u8]) -> io::Result<()> {
+    static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
+    fs::create_dir_all(dir)?;
+    let mut attempts = 0;
+    let (file, temporary) = loop {
+        let n = TEMPORARIES.fetch_add(1, Relaxed);
+        let temporary = dir.join(format!(".{key}.{}.{n}.tmp", std::process::id()));
+        match OpenOptions::new().write(true).create_new(true).open(&temporary) {
+            Ok(file) => break (file, temporary),
+            // Left by a crashed process that had this id: try the next name.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    let result = (|| {
+        let mut file = file;
+        file.write_all(&header(key, payload))?;
+        file.write_all(payload)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&temporary, dir.join(key.file_name()))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temporary);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::sha256::sha256;
+    use std::cell::Cell;
+
+    /// A fresh directory under the system's temporary directory, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let name = format!("cuda-core-cache-unit-{}-{}", std::process::id(), N.fetch_add(1, Relaxed));
+            let path = std::env::temp_dir().join(name);
+            let _ = fs::remove_dir_all(&path);
+            TempDir(path)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn keys_separate_parts_order_and_splits() {
+        let k = |parts: &[&[u8]]| CacheKey::new(parts);
+        assert_eq!(k(&[b"ab", b"c"]), k(&[b"ab", b"c"]));
+        assert_ne!(k(&[b"ab", b"c"]), k(&[b"a", b"bc"]));
+        assert_ne!(k(&[b"ab", b"c"]), k(&[b"c", b"ab"]));
+        assert_ne!(k(&[b"abc"]), k(&[b"ab", b"c"]));
+        assert_ne!(k(&[]), k(&[b""]));
+        assert_ne!(k(&[b""]), k(&[b"", b""]));
+        // The length prefix is a little-endian u64 before each part.
+        let mut framed = 3u64.to_le_bytes().to_vec();
+        framed.extend_from_slice(b"abc");
+        assert_eq!(k(&[b"abc"]).as_bytes(), &sha256(&[&framed]));
+        let key = k(&[b"abc"]);
+        let text = key.to_string();
+        assert_eq!(text.len(), 64);
+        assert!(text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{text}");
+        assert_eq!(text, crate::hex::encode(key.as_bytes()));
+        assert_eq!(format!("{key:?}"), text);
+        assert_eq!(key.file_name(), format!("{text}.bin"));
+    }
+
+    #[test]
+    fn damaged_files_are_removed_and_compiled_again() {
+        let key = CacheKey::new(&[b"damaged"]);
+        let payload = b"a kernel's bytes, long enough to damage".to_vec();
+        let other_file = {
+            let dir = TempDir::new();
+            let other = CacheKey::new(&[b"another kernel"]);
+            CompileCache::at(&dir.0).put(&other, &payload);
+            fs::read(dir.0.join(other.file_name())).unwrap()
+        };
+        type Damage<'a> = &'a dyn Fn(&mut Vec<u8>);
+        let damages: [(&str, Damage); 9] = [
+            ("a payload byte flipped", &|f| f[HEADER_LEN + 3] ^= 1),
+            ("a checksum byte flipped", &|f| f[HEADER_LEN - 1] ^= 0x80),
+            ("truncated payload", &|f| f.truncate(f.len() - 1)),
+            ("truncated header", &|f| f.truncate(HEADER_LEN - 5)),
+            ("empty", &|f| f.clear()),
+            ("a byte too many", &|f| f.push(0)),
+            ("wrong magic", &|f| f[0] = b'X'),
+            ("another version", &|f| f[8] ^= 0x40),
+            ("another key's file", &|f| f.clone_from(&other_file)),
+        ];
+        for (what, damage) in damages {
+            let dir = TempDir::new();
+            let path = dir.0.join(key.file_name());
+            CompileCache::at(&dir.0).put(&key, &payload);
+            let mut file = fs::read(&path).unwrap();
+            damage(&mut file);
+            fs::write(&path, &file).unwrap();
+
+            let cache = CompileCache::at(&dir.0);
+            assert_eq!(cache.get(&key), None, "{what}");
+            assert_eq!(cache.stats().rejected, 1, "{what}");
+            assert!(!path.exists(), "{what}: the bad file is removed");
+
+            fs::write(&path, &file).unwrap();
+            let compiled = Cell::new(false);
+            let (bytes, hit) = cache
+                .get_or_insert_with(&key, || {
+                    compiled.set(true);
+                    Ok(payload.clone())
+                })
+                .unwrap();
+            assert!(compiled.get(), "{what}: compiled again");
+            assert_eq!((&*bytes, hit), (&payload[..], None), "{what}");
+            assert_eq!(cache.stats().rejected, 2, "{what}");
+            assert_eq!(decode(&key, &fs::read(&path).unwrap()), Some(&payload[..]), "{what}: rewritten");
+            assert_eq!(CompileCache::at(&dir.0).get(&key).map(|(_, hit)| hit), Some(CacheHit::Disk));
+        }
+    }
+
+    #[test]
+    fn the_default_directory_follows_the_environment() {
+        let dir = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, OsString)> = vars.iter().map(|(k, v)| (k.to_string(), v.into())).collect();
+            default_dir(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+        };
+        let all =
+            [("CUDA_CORE_CACHE_DIR", "/c"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h"), ("LOCALAPPDATA", "/l")];
+        assert_eq!(dir(&all), Some(PathBuf::from("/c")));
+        assert_eq!(dir(&[("CUDA_CORE_CACHE_DISABLE", "1"), all[0]]), None);
+        assert_eq!(dir(&[("CUDA_CORE_CACHE_DISABLE", "0"), all[0]]), Some(PathBuf::from("/c")));
+        assert_eq!(dir(&[("CUDA_CORE_CACHE_DIR", ""), ("CUDA_CORE_CACHE_DISABLE", "")]), None);
+        let kernels = |base: &str| Some(Path::new(base).join("cuda-core").join("kernels"));
+        if cfg!(windows) {
+            assert_eq!(dir(&all[1..]), kernels("/l"));
+        } else {
+            assert_eq!(dir(&all[1..]), kernels("/x"));
+            assert_eq!(dir(&[("XDG_CACHE_HOME", "relative"), all[2]]), kernels("/h/.cache"));
+            assert_eq!(dir(&all[2..3]), kernels("/h/.cache"));
+        }
+    }
+}

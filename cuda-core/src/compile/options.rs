@@ -1,0 +1,275 @@
+//! [`CompileOptions`]: how NVRTC compiles a [`Program`](super::Program), as typed values.
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use std::path::PathBuf;
+
+/// What a compile produces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Output {
+    /// Machine code for one real architecture (`sm_XX`): what the driver loads without
+    /// compiling anything. The default.
+    #[default]
+    Cubin,
+    /// PTX for a virtual architecture (`compute_XX`), compiled by the driver when loaded.
+    Ptx,
+    /// LTO-IR (`-dlto`), an input of [`Linker`](super::Linker) for link-time optimisation.
+    LtoIr,
+}
+
+impl Output {
+    pub(crate) fn tag(self) -> u8 {
+        match self {
+            Output::Cubin => 0,
+            Output::Ptx => 1,
+            Output::LtoIr => 2,
+        }
+    }
+
+    pub(crate) fn from_tag(tag: u8) -> Option<Output> {
+        [Output::Cubin, Output::Ptx, Output::LtoIr].into_iter().find(|o| o.tag() == tag)
+    }
+}
+
+/// A GPU architecture by compute capability: `Arch::new(9, 0)` is `sm_90`/`compute_90`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Arch {
+    major: u32,
+    minor: u32,
+}
+
+impl Arch {
+    /// The architecture of compute capability `major.minor`.
+    pub const fn new(major: u32, minor: u32) -> Arch {
+        Arch { major, minor }
+    }
+
+    /// The architecture of `device` (its compute capability).
+    ///
+    /// Fails as [`Device::compute_capability`] does.
+    pub fn of(device: &Device) -> Result<Arch> {
+        let (major, minor) = device.compute_capability()?;
+        let bad =
+            || Error::invalid("Arch::of", format!("the device reports compute capability {major}.{minor}"));
+        Ok(Arch {
+            major: u32::try_from(major).map_err(|_| bad())?,
+            minor: u32::try_from(minor).map_err(|_| bad())?,
+        })
+    }
+
+    /// `major * 10 + minor`, as NVRTC numbers architectures (90 for 9.0).
+    pub fn number(self) -> u32 {
+        self.major * 10 + self.minor
+    }
+
+    /// `sm_XX`.
+    pub fn real(self) -> String {
+        format!("sm_{}", self.number())
+    }
+
+    /// `compute_XX`.
+    pub fn virtual_arch(self) -> String {
+        format!("compute_{}", self.number())
+    }
+}
+
+/// The C++ dialect (`--std`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CppStd {
+    /// `--std=c++11`.
+    Cpp11,
+    /// `--std=c++14`.
+    Cpp14,
+    /// `--std=c++17` (NVRTC's default).
+    Cpp17,
+    /// `--std=c++20`.
+    Cpp20,
+}
+
+impl CppStd {
+    fn flag(self) -> &'static str {
+        match self {
+            CppStd::Cpp11 => "--std=c++11",
+            CppStd::Cpp14 => "--std=c++14",
+            CppStd::Cpp17 => "--std=c++17",
+            CppStd::Cpp20 => "--std=c++20",
+        }
+    }
+}
+
+/// How to compile: the target, what to produce, and the compiler's options as typed values,
+/// with [`raw`](Self::raw) for anything else NVRTC takes.
+///
+/// By default the output is a CUBIN for the real architecture of the device it is compiled for
+/// ([`Program::compile_for`](super::Program::compile_for)). A CUBIN needs no compiling by the
+/// driver; PTX does, and PTX from an NVRTC newer than the installed driver uses an ISA version
+/// the driver does not know (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`), while a CUBIN from that
+/// NVRTC loads wherever the architecture matches.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    pub(crate) arch: Option<Arch>,
+    pub(crate) output: Output,
+    std: Option<CppStd>,
+    defines: Vec<(String, Option<String>)>,
+    include_paths: Vec<PathBuf>,
+    relocatable: bool,
+    line_info: bool,
+    fast_math: bool,
+    debug: bool,
+    raw: Vec<String>,
+}
+
+impl CompileOptions {
+    /// No option set: a CUBIN for the device compiled for.
+    pub fn new() -> CompileOptions {
+        CompileOptions::default()
+    }
+
+    /// Compile for `arch` instead of the device's own architecture.
+    pub fn arch(mut self, arch: Arch) -> CompileOptions {
+        self.arch = Some(arch);
+        self
+    }
+
+    /// Produce `output` (CUBIN, PTX or LTO-IR).
+    pub fn output(mut self, output: Output) -> CompileOptions {
+        self.output = output;
+        self
+    }
+
+    /// The C++ dialect.
+    pub fn std(mut self, std: CppStd) -> CompileOptions {
+        self.std = Some(std);
+        self
+    }
+
+    /// `-D name` (`value` given: `-D name=value`).
+    pub fn define(mut self, name: impl Into<String>, value: Option<&str>) -> CompileOptions {
+        self.defines.push((name.into(), value.map(str::to_string)));
+        self
+    }
+
+    /// `-I dir`: a directory searched for `#include`s not given as in-memory headers.
+    pub fn include_path(mut self, dir: impl Into<PathBuf>) -> CompileOptions {
+        self.include_paths.push(dir.into());
+        self
+    }
+
+    /// `-rdc=true`: relocatable device code, for linking with other translation units.
+    pub fn relocatable(mut self, on: bool) -> CompileOptions {
+        self.relocatable = on;
+        self
+    }
+
+    /// `-lineinfo`: source line information for profilers and the sanitizer.
+    pub fn line_info(mut self, on: bool) -> CompileOptions {
+        self.line_info = on;
+        self
+    }
+
+    /// `--use_fast_math`.
+    pub fn fast_math(mut self, on: bool) -> CompileOptions {
+        self.fast_math = on;
+        self
+    }
+
+    /// `-G`: device debug information (and no optimisation).
+    pub fn debug(mut self, on: bool) -> CompileOptions {
+        self.debug = on;
+        self
+    }
+
+    /// Any other NVRTC option, passed as written (`"-maxrregcount=32"`).
+    pub fn raw(mut self, option: impl Into<String>) -> CompileOptions {
+        self.raw.push(option.into());
+        self
+    }
+
+    /// The output asked for.
+    pub fn output_kind(&self) -> Output {
+        self.output
+    }
+
+    /// The command line NVRTC gets for `arch`, in a fixed order (it is part of the cache key).
+    pub(crate) fn to_args(&self, arch: Arch) -> Vec<String> {
+        let mut args = Vec::new();
+        let target = match self.output {
+            Output::Ptx => arch.virtual_arch(),
+            Output::Cubin | Output::LtoIr => arch.real(),
+        };
+        args.push(format!("--gpu-architecture={target}"));
+        if self.output == Output::LtoIr {
+            args.push("-dlto".into());
+        }
+        if let Some(std) = self.std {
+            args.push(std.flag().into());
+        }
+        for (name, value) in &self.defines {
+            args.push(match value {
+                Some(v) => format!("-D{name}={v}"),
+                None => format!("-D{name}"),
+            });
+        }
+        for dir in &self.include_paths {
+            args.push(format!("-I{}", dir.display()));
+        }
+        if self.relocatable {
+            args.push("-rdc=true".into());
+        }
+        if self.line_info {
+            args.push("-lineinfo".into());
+        }
+        if self.fast_math {
+            args.push("--use_fast_math".into());
+        }
+        if self.debug {
+            args.push("-G".into());
+        }
+        args.extend(self.raw.iter().cloned());
+        args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_render_as_nvrtc_flags_in_a_fixed_order() {
+        let o = CompileOptions::new()
+            .std(CppStd::Cpp17)
+            .define("N", Some("4"))
+            .define("FAST", None)
+            .include_path("/inc")
+            .relocatable(true)
+            .line_info(true)
+            .fast_math(true)
+            .raw("-maxrregcount=32");
+        assert_eq!(
+            o.to_args(Arch::new(9, 0)),
+            [
+                "--gpu-architecture=sm_90",
+                "--std=c++17",
+                "-DN=4",
+                "-DFAST",
+                "-I/inc",
+                "-rdc=true",
+                "-lineinfo",
+                "--use_fast_math",
+                "-maxrregcount=32"
+            ]
+        );
+        let ptx = CompileOptions::new().output(Output::Ptx).to_args(Arch::new(8, 6));
+        assert_eq!(ptx, ["--gpu-architecture=compute_86"]);
+        let lto = CompileOptions::new().output(Output::LtoIr).debug(true).to_args(Arch::new(9, 0));
+        assert_eq!(lto, ["--gpu-architecture=sm_90", "-dlto", "-G"]);
+    }
+
+    #[test]
+    fn outputs_round_trip_through_their_tags() {
+        for o in [Output::Cubin, Output::Ptx, Output::LtoIr] {
+            assert_eq!(Output::from_tag(o.tag()), Some(o));
+        }
+        assert_eq!(Output::from_tag(9), None);
+    }
+}

@@ -1,0 +1,436 @@
+//! [`Program`]: CUDA C++ source with its in-memory headers and name expressions, compiled by
+//! NVRTC into a [`Compiled`].
+
+use super::cache::{CacheHit, CacheKey, CompileCache};
+use super::options::{Arch, CompileOptions, Output};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::module::{JitOptions, Module, SharedFunction};
+use nvrtc_sys as nvrtc;
+use std::ffi::{CStr, CString, c_char};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How many times this process has run `nvrtcCompileProgram`: a cache hit does not.
+static COMPILATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// The number of NVRTC compilations this process has run so far; a compile answered from a
+/// [`CompileCache`] runs none.
+pub fn nvrtc_compilations() -> u64 {
+    COMPILATIONS.load(Ordering::Relaxed)
+}
+
+/// CUDA C++ source to compile with NVRTC: the source, headers held in memory, and the name
+/// expressions (`"scale<float>"`) whose lowered (mangled) names the result should report.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::compile::{CompileOptions, Program};
+/// use cuda_core::{Context, Device};
+/// let ctx = Context::primary(&Device::get(0)?)?;
+/// let program = Program::new(r#"#include "scale.h"
+/// template <typename T> __global__ void scale(T *x, T a, unsigned n) {
+///     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+///     if (i < n) x[i] = mul(x[i], a);
+/// }"#)
+/// .header("scale.h", "template <typename T> __device__ T mul(T x, T a) { return x * a; }")
+/// .name_expression("scale<float>");
+/// let compiled = program.compile_for(ctx.device(), &CompileOptions::new())?;
+/// let module = std::sync::Arc::new(compiled.load(&ctx)?);
+/// let scale = compiled.shared_function(&module, "scale<float>")?;
+/// # let _ = scale; Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Program {
+    source: String,
+    name: String,
+    headers: Vec<(String, String)>,
+    name_expressions: Vec<String>,
+}
+
+impl Program {
+    /// A program of `source`, named `kernel.cu` in the compiler's messages.
+    pub fn new(source: impl Into<String>) -> Program {
+        Program {
+            source: source.into(),
+            name: "kernel.cu".into(),
+            headers: Vec::new(),
+            name_expressions: Vec::new(),
+        }
+    }
+
+    /// The file name the compiler's messages give the source.
+    pub fn named(mut self, name: impl Into<String>) -> Program {
+        self.name = name.into();
+        self
+    }
+
+    /// A header `#include "name"` finds, held in memory.
+    pub fn header(mut self, name: impl Into<String>, contents: impl Into<String>) -> Program {
+        self.headers.push((name.into(), contents.into()));
+        self
+    }
+
+    /// A name expression (`"scale<float>"`, `"&counter"`): NVRTC instantiates it and the
+    /// result reports its lowered name ([`Compiled::lowered_name`]).
+    pub fn name_expression(mut self, expression: impl Into<String>) -> Program {
+        self.name_expressions.push(expression.into());
+        self
+    }
+
+    /// Compiles for `device`'s architecture (or the one `options` names), through the
+    /// process-wide cache ([`CompileCache::global`]).
+    ///
+    /// Fails as [`compile_with_cache`](Self::compile_with_cache) does.
+    pub fn compile_for(&self, device: crate::Device, options: &CompileOptions) -> Result<Compiled> {
+        let arch = match options.arch {
+            Some(a) => a,
+            None => Arch::of(&device)?,
+        };
+        self.compile_with_cache(arch, options, CompileCache::global())
+    }
+
+    /// Compiles for `arch` (the architecture `options` names wins), answering from `cache`
+    /// when it holds the same compile: same source, headers, name expressions, options,
+    /// architecture and NVRTC version.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Nvrtc`] with the compiler's whole log when the source does not compile
+    ///   ([`diagnostics`](super::diagnostics) splits it into file, line and message);
+    /// * [`Error::Load`] naming the files tried and what to install when NVRTC is missing;
+    /// * [`Error::InvalidArgument`] for a source, name, header or option with a NUL byte.
+    pub fn compile_with_cache(
+        &self,
+        arch: Arch,
+        options: &CompileOptions,
+        cache: &CompileCache,
+    ) -> Result<Compiled> {
+        let arch = options.arch.unwrap_or(arch);
+        let args = options.to_args(arch);
+        let key = self.cache_key(&args, options.output, nvrtc_version()?);
+        let (bytes, hit) =
+            cache.get_or_insert_with(&key, || Ok(self.run_nvrtc(&args, options.output)?.to_bytes()))?;
+        let mut compiled = Compiled::from_bytes(&bytes).ok_or_else(|| {
+            Error::invalid("Program::compile", "the compile cache returned an entry this version cannot read")
+        })?;
+        compiled.cache_hit = hit;
+        Ok(compiled)
+    }
+
+    /// Compiles for `arch` without any cache.
+    ///
+    /// Fails as [`compile_with_cache`](Self::compile_with_cache) does.
+    pub fn compile(&self, arch: Arch, options: &CompileOptions) -> Result<Compiled> {
+        self.run_nvrtc(&options.to_args(options.arch.unwrap_or(arch)), options.output)
+    }
+
+    fn cache_key(&self, args: &[String], output: Output, nvrtc: i32) -> CacheKey {
+        let version = nvrtc.to_le_bytes();
+        let tag = [output.tag()];
+        let mut parts: Vec<&[u8]> =
+            vec![b"cuda-core compile 1", &version, &tag, self.source.as_bytes(), self.name.as_bytes()];
+        for (name, text) in &self.headers {
+            parts.push(name.as_bytes());
+            parts.push(text.as_bytes());
+        }
+        parts.push(b"--");
+        parts.extend(self.name_expressions.iter().map(|e| e.as_bytes()));
+        parts.push(b"--");
+        parts.extend(args.iter().map(|a| a.as_bytes()));
+        CacheKey::new(&parts)
+    }
+
+    fn run_nvrtc(&self, args: &[String], output: Output) -> Result<Compiled> {
+        let c = |what: &str, text: &str| {
+            CString::new(text)
+                .map_err(|_| Error::invalid("Program::compile", format!("the {what} holds a NUL byte")))
+        };
+        let source = c("source", &self.source)?;
+        let name = c("program name", &self.name)?;
+        let header_texts = self.headers.iter().map(|(_, t)| c("header", t)).collect::<Result<Vec<_>>>()?;
+        let header_names =
+            self.headers.iter().map(|(n, _)| c("header name", n)).collect::<Result<Vec<_>>>()?;
+        let expressions =
+            self.name_expressions.iter().map(|e| c("name expression", e)).collect::<Result<Vec<_>>>()?;
+        let options = args.iter().map(|a| c("option", a)).collect::<Result<Vec<_>>>()?;
+        let texts: Vec<*const c_char> = header_texts.iter().map(|t| t.as_ptr()).collect();
+        let names: Vec<*const c_char> = header_names.iter().map(|t| t.as_ptr()).collect();
+        let count =
+            i32::try_from(texts.len()).map_err(|_| Error::invalid("Program::compile", "too many headers"))?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: NUL-terminated strings and arrays of `count` of them, alive across the call.
+        check("nvrtcCreateProgram", unsafe {
+            nvrtc::nvrtcCreateProgram(
+                &mut raw,
+                source.as_ptr(),
+                name.as_ptr(),
+                count,
+                texts.as_ptr(),
+                names.as_ptr(),
+            )
+        })?;
+        let program = Guard(raw);
+        for e in &expressions {
+            // SAFETY: a live program and a NUL-terminated expression.
+            check("nvrtcAddNameExpression", unsafe { nvrtc::nvrtcAddNameExpression(program.0, e.as_ptr()) })?;
+        }
+        let pointers: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
+        let n = i32::try_from(pointers.len())
+            .map_err(|_| Error::invalid("Program::compile", "too many options"))?;
+        COMPILATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: a live program and `n` NUL-terminated options.
+        let status = unsafe { nvrtc::nvrtcCompileProgram(program.0, n, pointers.as_ptr()) };
+        let log = program.log()?;
+        if status != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            return Err(nvrtc_error("nvrtcCompileProgram", status, log));
+        }
+        let code = program.output(output)?;
+        let mut lowered = Vec::new();
+        for (text, e) in self.name_expressions.iter().zip(&expressions) {
+            let mut name: *const c_char = std::ptr::null();
+            // SAFETY: a compiled program, an expression added before compiling, one out-parameter.
+            check("nvrtcGetLoweredName", unsafe {
+                nvrtc::nvrtcGetLoweredName(program.0, e.as_ptr(), &mut name)
+            })?;
+            if name.is_null() {
+                return Err(Error::invalid(
+                    "Program::compile",
+                    format!("NVRTC gave no lowered name for `{text}`"),
+                ));
+            }
+            // SAFETY: NVRTC keeps the name until the program is destroyed (below, after this).
+            let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+            lowered.push((text.clone(), name));
+        }
+        Ok(Compiled { output, code: code.into(), log, lowered, cache_hit: None })
+    }
+}
+
+/// A program NVRTC created, destroyed on drop.
+struct Guard(nvrtc::nvrtcProgram);
+
+impl Guard {
+    /// The program's log (warnings, or the errors of a failed compile).
+    fn log(&self) -> Result<String> {
+        let mut size = 0;
+        // SAFETY: a live program and one out-parameter.
+        check("nvrtcGetProgramLogSize", unsafe { nvrtc::nvrtcGetProgramLogSize(self.0, &mut size) })?;
+        let mut log = vec![0u8; size.max(1)];
+        // SAFETY: `log` holds the `size` bytes NVRTC writes.
+        check("nvrtcGetProgramLog", unsafe { nvrtc::nvrtcGetProgramLog(self.0, log.as_mut_ptr().cast()) })?;
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        Ok(String::from_utf8_lossy(&log[..end]).trim_end().to_string())
+    }
+
+    /// The compiled code of the kind asked for.
+    fn output(&self, output: Output) -> Result<Vec<u8>> {
+        type Size = unsafe fn(nvrtc::nvrtcProgram, *mut usize) -> nvrtc::nvrtcResult;
+        type Get = unsafe fn(nvrtc::nvrtcProgram, *mut c_char) -> nvrtc::nvrtcResult;
+        let (size_call, get_call, size_fn, get_fn): (&'static str, &'static str, Size, Get) = match output {
+            Output::Cubin => {
+                ("nvrtcGetCUBINSize", "nvrtcGetCUBIN", nvrtc::nvrtcGetCUBINSize, nvrtc::nvrtcGetCUBIN)
+            }
+            Output::Ptx => ("nvrtcGetPTXSize", "nvrtcGetPTX", nvrtc::nvrtcGetPTXSize, nvrtc::nvrtcGetPTX),
+            Output::LtoIr => {
+                ("nvrtcGetLTOIRSize", "nvrtcGetLTOIR", nvrtc::nvrtcGetLTOIRSize, nvrtc::nvrtcGetLTOIR)
+            }
+        };
+        let mut size = 0;
+        // SAFETY: a compiled program and one out-parameter.
+        check(size_call, unsafe { size_fn(self.0, &mut size) })?;
+        let mut code = vec![0u8; size];
+        // SAFETY: `code` holds the `size` bytes NVRTC writes.
+        check(get_call, unsafe { get_fn(self.0, code.as_mut_ptr().cast()) })?;
+        if output == Output::Ptx {
+            // The PTX ends in a NUL, which is not part of the text.
+            while code.last() == Some(&0) {
+                code.pop();
+            }
+        }
+        Ok(code)
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // SAFETY: the program is live and destroyed once; a failure leaves nothing to undo.
+        let _ = unsafe { nvrtc::nvrtcDestroyProgram(&mut self.0) };
+    }
+}
+
+/// What a compile produced: the code, the compiler's log (warnings) and the lowered names of
+/// the name expressions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Compiled {
+    output: Output,
+    code: Arc<[u8]>,
+    log: String,
+    lowered: Vec<(String, String)>,
+    cache_hit: Option<CacheHit>,
+}
+
+impl Compiled {
+    /// The kind of code.
+    pub fn output(&self) -> Output {
+        self.output
+    }
+
+    /// The code: a CUBIN, PTX text (no trailing NUL) or LTO-IR.
+    pub fn code(&self) -> &[u8] {
+        &self.code
+    }
+
+    /// The compiler's log of a successful compile: its warnings, empty when there were none.
+    pub fn log(&self) -> &str {
+        &self.log
+    }
+
+    /// The lowered (mangled) name NVRTC gave a name expression, as the module names it.
+    pub fn lowered_name(&self, expression: &str) -> Option<&str> {
+        self.lowered.iter().find(|(e, _)| e == expression).map(|(_, l)| l.as_str())
+    }
+
+    /// Where the result came from: `None` when NVRTC compiled it now, else the cache level
+    /// that held it.
+    pub fn cache_hit(&self) -> Option<CacheHit> {
+        self.cache_hit
+    }
+
+    /// Loads the code into `ctx` as a [`Module`].
+    ///
+    /// LTO-IR cannot be loaded (link it with [`Linker`](super::Linker) first): an
+    /// [`Error::InvalidArgument`]. Otherwise it fails as [`Module::from_cubin`] or
+    /// [`Module::from_ptx`] does.
+    pub fn load(&self, ctx: &Context) -> Result<Module> {
+        match self.output {
+            // A CUBIN needs no compiling: a small log is room enough for a refusal, and the
+            // default's two 16 KiB buffers would be zeroed on every load of a cached kernel.
+            Output::Cubin => {
+                Module::from_cubin_with(ctx, &self.code, &JitOptions::new().with_log_capacity(2048))
+            }
+            Output::Ptx => {
+                let text = std::str::from_utf8(&self.code)
+                    .map_err(|_| Error::invalid("Compiled::load", "NVRTC's PTX is not UTF-8"))?;
+                Module::from_ptx(ctx, text)
+            }
+            Output::LtoIr => Err(Error::invalid(
+                "Compiled::load",
+                "LTO-IR is linker input: link it with compile::Linker, then load the linked CUBIN",
+            )),
+        }
+    }
+
+    /// The kernel `name` of `module` (loaded from this result) as an owning handle: `name` may
+    /// be a name expression given to the program, looked up by its lowered name, or the name
+    /// of an `extern "C"` kernel.
+    ///
+    /// Fails as [`Module::shared_function`] does.
+    pub fn shared_function(&self, module: &Arc<Module>, name: &str) -> Result<SharedFunction> {
+        module.shared_function(self.lowered_name(name).unwrap_or(name))
+    }
+
+    /// The cache entry: the output tag, then length-prefixed code, log and name pairs.
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut out = vec![self.output.tag()];
+        let mut field = |bytes: &[u8]| {
+            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            out.extend_from_slice(bytes);
+        };
+        field(&self.code);
+        field(self.log.as_bytes());
+        for (expression, lowered) in &self.lowered {
+            field(expression.as_bytes());
+            field(lowered.as_bytes());
+        }
+        out
+    }
+
+    /// Reads [`to_bytes`](Self::to_bytes)' format; `None` for bytes of any other shape.
+    fn from_bytes(bytes: &[u8]) -> Option<Compiled> {
+        let (&tag, mut rest) = bytes.split_first()?;
+        let output = Output::from_tag(tag)?;
+        let mut field = || -> Option<Vec<u8>> {
+            let (len, tail) = rest.split_first_chunk::<8>()?;
+            let len = usize::try_from(u64::from_le_bytes(*len)).ok()?;
+            if tail.len() < len {
+                return None;
+            }
+            let (value, tail) = tail.split_at(len);
+            rest = tail;
+            Some(value.to_vec())
+        };
+        let code = field()?;
+        let log = String::from_utf8(field()?).ok()?;
+        let mut lowered = Vec::new();
+        while let Some(expression) = field() {
+            let name = field()?;
+            lowered.push((String::from_utf8(expression).ok()?, String::from_utf8(name).ok()?));
+        }
+        if !rest.is_empty() {
+            return None;
+        }
+        Some(Compiled { output, code: code.into(), log, lowered, cache_hit: None })
+    }
+}
+
+/// The version of the NVRTC that compiles, `major * 1000 + minor * 10`.
+pub(crate) fn nvrtc_version() -> Result<i32> {
+    nvrtc::nvrtc_version().map_err(|source| Error::Load { call: "nvrtcVersion", source })
+}
+
+/// Turns an NVRTC status into a `Result`.
+pub(crate) fn check(call: &'static str, status: nvrtc::nvrtcResult) -> Result<()> {
+    if status == nvrtc::nvrtcResult::NVRTC_SUCCESS {
+        Ok(())
+    } else {
+        Err(nvrtc_error(call, status, String::new()))
+    }
+}
+
+#[cold]
+fn nvrtc_error(call: &'static str, status: nvrtc::nvrtcResult, log: String) -> Error {
+    if let Some(source) = nvrtc::load_error(call).or_else(nvrtc::library_error) {
+        return Error::Load { call, source };
+    }
+    Error::Nvrtc { call, status, log }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_entries_round_trip_and_bad_ones_are_refused() {
+        let c = Compiled {
+            output: Output::Ptx,
+            code: b".version 8.0".to_vec().into(),
+            log: "warning: x".into(),
+            lowered: vec![("f<int>".into(), "_Z1fIiEvv".into()), ("g".into(), "g".into())],
+            cache_hit: None,
+        };
+        let bytes = c.to_bytes();
+        assert_eq!(Compiled::from_bytes(&bytes), Some(c.clone()));
+        assert_eq!(Compiled::from_bytes(&bytes[..bytes.len() - 1]), None, "truncated");
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert_eq!(Compiled::from_bytes(&extra), None, "trailing bytes");
+        assert_eq!(Compiled::from_bytes(&[7]), None, "unknown output");
+        assert_eq!(Compiled::from_bytes(&[]), None);
+    }
+
+    #[test]
+    fn keys_change_with_everything_that_changes_the_output() {
+        let p = Program::new("__global__ void k() {}");
+        let args = vec!["--gpu-architecture=sm_90".to_string()];
+        let base = p.cache_key(&args, Output::Cubin, 13000);
+        assert_eq!(base, p.cache_key(&args, Output::Cubin, 13000));
+        assert_ne!(base, p.cache_key(&args, Output::Ptx, 13000));
+        assert_ne!(base, p.cache_key(&args, Output::Cubin, 13010), "another NVRTC");
+        assert_ne!(base, p.cache_key(&["--gpu-architecture=sm_80".to_string()], Output::Cubin, 13000));
+        assert_ne!(base, p.clone().header("a.h", "").cache_key(&args, Output::Cubin, 13000));
+        assert_ne!(base, p.clone().name_expression("k").cache_key(&args, Output::Cubin, 13000));
+        assert_ne!(base, p.clone().named("other.cu").cache_key(&args, Output::Cubin, 13000));
+        assert_ne!(base, Program::new("__global__ void k(){}").cache_key(&args, Output::Cubin, 13000));
+    }
+}

@@ -1,0 +1,57 @@
+//! Raw bindings to nvJitLink (`nvJitLink.h`), CUDA's run-time linker of LTO-IR, PTX and cubins,
+//! loaded at run time.
+//!
+//! Every function of the header is a `pub unsafe fn` with its C name and C signature. The
+//! header's C names are inline wrappers of versioned entry points (`__nvJitLinkCreate_13_5`,
+//! the version of the header); the library exports the C names as well, and every nvJitLink of
+//! a major release has them, where it has only its own and older versioned entry points. These
+//! bindings call the C names, so that one build runs with any nvJitLink of the release.
+//!
+//! # Loading
+//!
+//! nvJitLink is opened on the first call of any function: the file named by
+//! `NVJITLINK_LIBRARY_PATH` if set, else `libnvJitLink.so.13`, `libnvJitLink.so.12`,
+//! `libnvJitLink.so`, then the same names under `/usr/local/cuda/lib64` (`nvJitLink_130_0.dll`,
+//! `nvJitLink_120_0.dll` on Windows). A missing library or symbol makes the function return
+//! [`nvJitLinkResult::NVJITLINK_ERROR_INTERNAL`]; [`load_error`] says why. Nothing here panics.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#![no_std]
+extern crate std;
+
+#[allow(missing_docs, unpredictable_function_pointer_comparisons, clippy::all, clippy::pedantic)]
+mod types {
+    include!("generated/types.rs");
+}
+pub use types::*;
+
+mod loader;
+pub use cuda_loader::{LoadError, LoadErrorKind, last_load_error, load_error};
+pub use loader::{library_error, library_path, nvjitlink_version};
+
+/// Expands each line of the generated function list into a lazily resolved function.
+macro_rules! nvjitlink_functions {
+    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
+        => $symbol:literal, $header:literal, $section:literal, $url:literal; )*) => {
+        $(
+            ::cuda_loader::lazy_function! {
+                #[doc = concat!(
+                    "`", stringify!($name), "` from `", $header, "`, section [", $section, "](", $url,
+                    "); the loader resolves the exported symbol `", stringify!($symbol), "`.\n\n",
+                    "See the section for its contract.",
+                )]
+                $name($($arg: $ty),*) -> $ret,
+                slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, 0, 0, c""),
+                resolve: $crate::loader::resolve,
+                on_failure: $crate::loader::OnLoadFailure::on_load_failure,
+            }
+        )*
+    };
+}
+pub(crate) use nvjitlink_functions;
+
+#[allow(clippy::all, clippy::pedantic)]
+mod functions {
+    use crate::types::*;
+    include!("generated/functions.rs");
+}
+pub use functions::*;

@@ -1,0 +1,55 @@
+//! Raw bindings to NVRTC (`nvrtc.h`), CUDA's run-time compiler of CUDA C++, loaded at run time.
+//!
+//! Every function of the header is a `pub unsafe fn` with its C name and C signature.
+//!
+//! # Loading
+//!
+//! NVRTC is opened on the first call of any function: the file named by `NVRTC_LIBRARY_PATH`
+//! if set, else `libnvrtc.so.13`, `libnvrtc.so.12`, `libnvrtc.so`, then the same names under
+//! `/usr/local/cuda/lib64` (`nvrtc64_130_0.dll`, `nvrtc64_120_0.dll` on Windows). Each function
+//! is looked up by its exported name once; afterwards a call costs one atomic load and an
+//! indirect call. A missing library or symbol makes the function return
+//! [`nvrtcResult::NVRTC_ERROR_INTERNAL_ERROR`] (`nvrtcGetErrorString` returns a message saying
+//! so); [`load_error`] says why: the files tried, the symbol, the version installed and what to
+//! install. Nothing here panics.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#![no_std]
+extern crate std;
+
+#[allow(missing_docs, unpredictable_function_pointer_comparisons, clippy::all, clippy::pedantic)]
+mod types {
+    include!("generated/types.rs");
+}
+pub use types::*;
+
+mod loader;
+pub use cuda_loader::{LoadError, LoadErrorKind, last_load_error, load_error};
+pub use loader::{library_error, library_path, nvrtc_version};
+
+/// Expands each line of the generated function list into a lazily resolved function.
+macro_rules! nvrtc_functions {
+    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
+        => $symbol:literal, $header:literal, $section:literal, $url:literal; )*) => {
+        $(
+            ::cuda_loader::lazy_function! {
+                #[doc = concat!(
+                    "`", stringify!($name), "` from `", $header, "`, section [", $section, "](", $url,
+                    "); the loader resolves the exported symbol `", stringify!($symbol), "`.\n\n",
+                    "See the section for its contract.",
+                )]
+                $name($($arg: $ty),*) -> $ret,
+                slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, 0, 0, c""),
+                resolve: $crate::loader::resolve,
+                on_failure: $crate::loader::OnLoadFailure::on_load_failure,
+            }
+        )*
+    };
+}
+pub(crate) use nvrtc_functions;
+
+#[allow(clippy::all, clippy::pedantic)]
+mod functions {
+    use crate::types::*;
+    include!("generated/functions.rs");
+}
+pub use functions::*;

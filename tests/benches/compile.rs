@@ -1,0 +1,124 @@
+//! Kernels from source: a cold compile through `compile::Program` against the raw NVRTC calls
+//! (create, compile, get the CUBIN, destroy), and a compile answered by the cache, from memory
+//! and from disk, loaded as a module, against reading the CUBIN's file (or holding its bytes)
+//! and `cuModuleLoadData`. `tests/benches/compile_cupy.py` measures CuPy's `RawKernel` on the
+//! same source.
+
+use cuda_core::compile::{Arch, CompileCache, CompileOptions, Program};
+use cuda_core::{Context, Device, Result};
+use cuda_driver_sys as sys;
+use cuda_tests::bench::{Row, compare, print_table};
+use nvrtc_sys as nvrtc;
+use std::ffi::CString;
+use std::hint::black_box;
+
+/// The source every row compiles; `tests/benches/compile_cupy.py` holds the same text.
+const SOURCE: &str = r#"
+extern "C" __global__ void saxpy(float a, const float *x, float *y, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"#;
+
+fn main() {
+    match run() {
+        Ok(rows) => print_table("compiling kernels from source against the raw calls (same run)", &rows),
+        Err(e) => eprintln!("benchmark skipped: {e}"),
+    }
+}
+
+/// The raw NVRTC sequence; returns the CUBIN.
+fn raw_compile(source: &CString, arch: &CString) -> Vec<u8> {
+    let mut prog = std::ptr::null_mut();
+    let options = [arch.as_ptr()];
+    let mut cubin = Vec::new();
+    // SAFETY: NUL-terminated strings alive across the calls; the program is destroyed last.
+    unsafe {
+        nvrtc::nvrtcCreateProgram(
+            &mut prog,
+            source.as_ptr(),
+            c"kernel.cu".as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        );
+        if nvrtc::nvrtcCompileProgram(prog, 1, options.as_ptr()) == nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            let mut size = 0;
+            nvrtc::nvrtcGetCUBINSize(prog, &mut size);
+            cubin.resize(size, 0);
+            nvrtc::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast());
+        }
+        nvrtc::nvrtcDestroyProgram(&mut prog);
+    }
+    cubin
+}
+
+/// `cuModuleLoadData` and `cuModuleUnload` of `image`.
+fn raw_load(image: &[u8]) {
+    let mut module = std::ptr::null_mut();
+    // SAFETY: a complete CUBIN in memory; the module is unloaded at once.
+    unsafe {
+        sys::cuModuleLoadData(&mut module, image.as_ptr().cast());
+        sys::cuModuleUnload(module);
+    }
+}
+
+fn run() -> Result<Vec<Row>> {
+    let device = Device::get(0)?;
+    let ctx = Context::primary(&device)?;
+    ctx.bind_to_thread()?;
+    let arch = Arch::of(&device)?;
+    let program = Program::new(SOURCE);
+    let options = CompileOptions::new();
+    let source = CString::new(SOURCE).map_err(|_| cuda_core::Error::invalid("bench", "NUL in the source"))?;
+    let arch_flag = CString::new(format!("--gpu-architecture={}", arch.real()))
+        .map_err(|_| cuda_core::Error::invalid("bench", "NUL in the option"))?;
+    let mut rows = Vec::new();
+
+    rows.push(compare(
+        "cold compile: Program::compile vs raw NVRTC",
+        5,
+        2,
+        || {
+            black_box(program.compile(arch, &options).ok());
+        },
+        || {
+            black_box(raw_compile(&source, &arch_flag));
+        },
+    ));
+
+    let dir = std::env::temp_dir().join(format!("cuda-core-compile-bench-{}", std::process::id()));
+    let cache = CompileCache::at(&dir);
+    let compiled = program.compile_with_cache(arch, &options, &cache)?;
+    let cubin = compiled.code().to_vec();
+    let file = dir.join("raw.cubin");
+    std::fs::write(&file, &cubin).map_err(|e| cuda_core::Error::invalid("bench", e.to_string()))?;
+
+    rows.push(compare(
+        "memory hit + load vs cuModuleLoadData",
+        21,
+        200,
+        || {
+            let hit = program.compile_with_cache(arch, &options, &cache);
+            black_box(hit.and_then(|c| c.load(&ctx)).ok());
+        },
+        || raw_load(black_box(&cubin)),
+    ));
+    rows.push(compare(
+        "disk hit + load vs read file + cuModuleLoadData",
+        21,
+        200,
+        || {
+            let fresh = CompileCache::at(&dir);
+            let hit = program.compile_with_cache(arch, &options, &fresh);
+            black_box(hit.and_then(|c| c.load(&ctx)).ok());
+        },
+        || {
+            if let Ok(bytes) = std::fs::read(black_box(&file)) {
+                raw_load(&bytes);
+            }
+        },
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(rows)
+}
