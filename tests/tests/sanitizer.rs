@@ -10,8 +10,9 @@ use cuda_tests::{TestResult, ensure, gpu_needing};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The examples checked: the README's first program and the smallest kernel launch.
-const EXAMPLES: [&str; 2] = ["device_info", "saxpy"];
+/// The examples checked: the README's first program, the smallest kernel launch, and a kernel
+/// compiled from source by NVRTC.
+const EXAMPLES: [&str; 3] = ["device_info", "saxpy", "nvrtc"];
 
 fn sanitizer() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|paths| {

@@ -129,7 +129,7 @@ impl Program {
         let version = nvrtc.to_le_bytes();
         let tag = [output.tag()];
         let mut parts: Vec<&[u8]> =
-            vec![b"cuda-core compile 1", &version, &tag, self.source.as_bytes(), self.name.as_bytes()];
+            vec![b"cuda-core compile 2", &version, &tag, self.source.as_bytes(), self.name.as_bytes()];
         for (name, text) in &self.headers {
             parts.push(name.as_bytes());
             parts.push(text.as_bytes());
@@ -186,6 +186,15 @@ impl Program {
             return Err(nvrtc_error("nvrtcCompileProgram", status, log));
         }
         let code = program.output(output)?;
+        // With a CUBIN, NVRTC keeps the PTX it compiled: its `.entry` declarations give each
+        // kernel's parameter count, which drivers before 13.2 cannot report without an error.
+        let params = match output {
+            Output::Cubin => program
+                .output(Output::Ptx)
+                .ok()
+                .map_or_else(Vec::new, |ptx| Module::param_counts_of_ptx(&String::from_utf8_lossy(&ptx))),
+            Output::Ptx | Output::LtoIr => Vec::new(),
+        };
         let mut lowered = Vec::new();
         for (text, e) in self.name_expressions.iter().zip(&expressions) {
             let mut name: *const c_char = std::ptr::null();
@@ -203,7 +212,7 @@ impl Program {
             let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
             lowered.push((text.clone(), name));
         }
-        Ok(Compiled { output, code: code.into(), log, lowered, cache_hit: None })
+        Ok(Compiled { output, code: code.into(), log, lowered, params, cache_hit: None })
     }
 }
 
@@ -267,6 +276,8 @@ pub struct Compiled {
     code: Arc<[u8]>,
     log: String,
     lowered: Vec<(String, String)>,
+    /// The parameter count of each kernel of a CUBIN, from the PTX NVRTC compiled it from.
+    params: Vec<(String, usize)>,
     cache_hit: Option<CacheHit>,
 }
 
@@ -307,7 +318,9 @@ impl Compiled {
             // A CUBIN needs no compiling: a small log is room enough for a refusal, and the
             // default's two 16 KiB buffers would be zeroed on every load of a cached kernel.
             Output::Cubin => {
-                Module::from_cubin_with(ctx, &self.code, &JitOptions::new().with_log_capacity(2048))
+                let module =
+                    Module::from_cubin_with(ctx, &self.code, &JitOptions::new().with_log_capacity(2048))?;
+                Ok(module.with_param_counts(self.params.clone()))
             }
             Output::Ptx => {
                 let text = std::str::from_utf8(&self.code)
@@ -330,7 +343,8 @@ impl Compiled {
         module.shared_function(self.lowered_name(name).unwrap_or(name))
     }
 
-    /// The cache entry: the output tag, then length-prefixed code, log and name pairs.
+    /// The cache entry: the output tag, then length-prefixed code and log, the number of name
+    /// pairs and the pairs, the number of parameter counts and the counts (name, count).
     fn to_bytes(&self) -> Vec<u8> {
         let mut out = vec![self.output.tag()];
         let mut field = |bytes: &[u8]| {
@@ -339,9 +353,15 @@ impl Compiled {
         };
         field(&self.code);
         field(self.log.as_bytes());
+        field(&(self.lowered.len() as u64).to_le_bytes());
         for (expression, lowered) in &self.lowered {
             field(expression.as_bytes());
             field(lowered.as_bytes());
+        }
+        field(&(self.params.len() as u64).to_le_bytes());
+        for (name, count) in &self.params {
+            field(name.as_bytes());
+            field(&(*count as u64).to_le_bytes());
         }
         out
     }
@@ -360,17 +380,25 @@ impl Compiled {
             rest = tail;
             Some(value.to_vec())
         };
+        let number = |bytes: Vec<u8>| -> Option<usize> {
+            usize::try_from(u64::from_le_bytes(bytes.try_into().ok()?)).ok()
+        };
         let code = field()?;
         let log = String::from_utf8(field()?).ok()?;
         let mut lowered = Vec::new();
-        while let Some(expression) = field() {
-            let name = field()?;
-            lowered.push((String::from_utf8(expression).ok()?, String::from_utf8(name).ok()?));
+        for _ in 0..number(field()?)? {
+            let expression = String::from_utf8(field()?).ok()?;
+            lowered.push((expression, String::from_utf8(field()?).ok()?));
+        }
+        let mut params = Vec::new();
+        for _ in 0..number(field()?)? {
+            let name = String::from_utf8(field()?).ok()?;
+            params.push((name, number(field()?)?));
         }
         if !rest.is_empty() {
             return None;
         }
-        Some(Compiled { output, code: code.into(), log, lowered, cache_hit: None })
+        Some(Compiled { output, code: code.into(), log, lowered, params, cache_hit: None })
     }
 }
 
@@ -407,6 +435,7 @@ mod tests {
             code: b".version 8.0".to_vec().into(),
             log: "warning: x".into(),
             lowered: vec![("f<int>".into(), "_Z1fIiEvv".into()), ("g".into(), "g".into())],
+            params: vec![("_Z1fIiEvv".into(), 3)],
             cache_hit: None,
         };
         let bytes = c.to_bytes();

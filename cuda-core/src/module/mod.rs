@@ -170,6 +170,19 @@ impl Module {
         Ok(Module { raw, ctx: ctx.clone(), log, claims: Claims::default(), ptx_params: Vec::new() })
     }
 
+    /// The module with the parameter count of each kernel, as the PTX it was compiled from
+    /// declares them (`(kernel name, count)`), so that looking a kernel up reads its layout
+    /// without asking past its last parameter. The counts must be those of this module's code.
+    pub(crate) fn with_param_counts(mut self, counts: Vec<(String, usize)>) -> Module {
+        self.ptx_params = counts;
+        self
+    }
+
+    /// The parameter counts of the `.entry` declarations of `ptx`.
+    pub(crate) fn param_counts_of_ptx(ptx: &str) -> Vec<(String, usize)> {
+        ptx_params::entry_param_counts(ptx)
+    }
+
     /// Adopts a loaded module; it is unloaded on drop.
     ///
     /// # Safety
