@@ -51,3 +51,31 @@ macro_rules! lazy_function {
         }
     };
 }
+
+/// Expands a generated list of exported functions, one line per C function
+/// (`name(args) -> ret => c"symbol", "header", "section", "url";`), into [`lazy_function!`]s
+/// that resolve the exported symbol through `resolve` and answer `on_failure` when it cannot be
+/// resolved: the shape of every `-sys` crate whose functions are plain exports (NCCL, NVRTC,
+/// nvJitLink). Each crate's own list macro forwards its lines here with its two paths.
+#[macro_export]
+macro_rules! exported_functions {
+    (
+        resolve: $resolve:path, on_failure: $on_failure:path;
+        $( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
+            => $symbol:literal, $header:literal, $section:literal, $url:literal; )*
+    ) => {
+        $(
+            $crate::lazy_function! {
+                #[doc = concat!(
+                    "`", stringify!($name), "` from `", $header, "`, section [", $section, "](", $url,
+                    "); the loader resolves the exported symbol `", stringify!($symbol), "`.\n\n",
+                    "See the section for its contract.",
+                )]
+                $name($($arg: $ty),*) -> $ret,
+                slot: $crate::Slot::new(stringify!($name), $symbol, 0, 0, c""),
+                resolve: $resolve,
+                on_failure: $on_failure,
+            }
+        )*
+    };
+}

@@ -28,23 +28,15 @@ mod loader;
 pub use cuda_loader::{LoadError, LoadErrorKind, last_load_error, load_error};
 pub use loader::{library_error, library_path, nvjitlink_version};
 
-/// Expands each line of the generated function list into a lazily resolved function.
+/// Expands the generated function list into lazily resolved functions
+/// ([`cuda_loader::exported_functions!`]).
 macro_rules! nvjitlink_functions {
-    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
-        => $symbol:literal, $header:literal, $section:literal, $url:literal; )*) => {
-        $(
-            ::cuda_loader::lazy_function! {
-                #[doc = concat!(
-                    "`", stringify!($name), "` from `", $header, "`, section [", $section, "](", $url,
-                    "); the loader resolves the exported symbol `", stringify!($symbol), "`.\n\n",
-                    "See the section for its contract.",
-                )]
-                $name($($arg: $ty),*) -> $ret,
-                slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, 0, 0, c""),
-                resolve: $crate::loader::resolve,
-                on_failure: $crate::loader::OnLoadFailure::on_load_failure,
-            }
-        )*
+    ($($line:tt)*) => {
+        ::cuda_loader::exported_functions! {
+            resolve: $crate::loader::resolve,
+            on_failure: $crate::loader::OnLoadFailure::on_load_failure;
+            $($line)*
+        }
     };
 }
 pub(crate) use nvjitlink_functions;

@@ -5,6 +5,7 @@ use crate::cmacros::{self, Rename};
 use crate::docgroups::{DocIndex, DocPlace, PageNames};
 use crate::headers::Headers;
 use crate::runtime12;
+use crate::syntax::type_text;
 use regex::Regex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -420,12 +421,6 @@ struct CFunction {
     ret: String,
     arg_types: Vec<syn::Type>,
     ret_type: Option<syn::Type>,
-}
-
-pub(crate) fn type_text(ty: &syn::Type) -> String {
-    let file: syn::File = syn::parse_quote!(type T = #ty;);
-    let text = prettyplease::unparse(&file);
-    text.trim().trim_start_matches("type T = ").trim_end_matches(';').to_string()
 }
 
 fn generate_crate(spec: &CrateSpec, file: syn::File) -> Result<Vec<GeneratedFile>, String> {

@@ -2,7 +2,8 @@
 //! removed or changed (fields and size), per crate. The report a maintainer reads before a
 //! release.
 
-use crate::bindgen::{GeneratedFile, type_text};
+use crate::bindgen::GeneratedFile;
+use crate::syntax::type_text;
 use regex::Regex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;

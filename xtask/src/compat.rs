@@ -29,7 +29,7 @@ fn generated_structs(root: &Path) -> Result<BTreeSet<String>, String> {
                 syn::Item::Struct(s) if matches!(s.fields, syn::Fields::Named(_)) => {
                     structs.insert(s.ident.to_string());
                 }
-                syn::Item::Type(t) => aliases.push((t.ident.to_string(), bindgen::type_text(&t.ty))),
+                syn::Item::Type(t) => aliases.push((t.ident.to_string(), crate::syntax::type_text(&t.ty))),
                 _ => {}
             }
         }

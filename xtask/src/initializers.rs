@@ -7,7 +7,7 @@
 //! element is `sizeof(T)` into `pub const NAME: T`, so that the safe layer starts from the
 //! constant of whichever header the bindings came from and sets only the fields it knows.
 
-use crate::bindgen::type_text;
+use crate::syntax::type_text;
 use regex::Regex;
 use std::collections::BTreeMap;
 use std::path::Path;

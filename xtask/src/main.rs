@@ -24,6 +24,7 @@ mod headers;
 mod initializers;
 mod runtime12;
 mod surface;
+mod syntax;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
