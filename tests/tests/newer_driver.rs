@@ -114,6 +114,32 @@ mod since_13_1 {
     }
 }
 
+#[cfg(cuda_headers_13_1)]
+mod since_13_1_streams {
+    use super::too_old;
+    use cuda_core::device::driver_version;
+    use cuda_core::{Stream, StreamFlags};
+    use cuda_tests::{TestResult, device_zero, ensure, ensure_eq};
+
+    /// An ordinary stream may use every SM of its device.
+    pub fn a_stream_reports_the_sms_it_may_use() -> TestResult {
+        let (device, ctx, _stream) = device_zero()?;
+        let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+        let resource = stream.sm_resource();
+        if driver_version()? < 13010 {
+            return too_old(
+                &resource.err().ok_or("cuStreamGetDevResource succeeded")?,
+                "cuStreamGetDevResource",
+                "13.1",
+            );
+        }
+        let resource = resource?;
+        ensure_eq!(i64::from(resource.sm_count), i64::from(device.multiprocessor_count()?));
+        ensure!(resource.min_partition_size >= 1, "{resource:?}");
+        Ok(())
+    }
+}
+
 #[cfg(cuda_headers_13_4)]
 mod since_13_4 {
     use super::too_old;
@@ -169,6 +195,11 @@ fn main() {
             since_13_1::host_function_with_a_sync_mode_runs_in_order,
         ),
     ]);
+    #[cfg(cuda_headers_13_1)]
+    tests.push(gpu(
+        "a_stream_reports_the_sms_it_may_use",
+        since_13_1_streams::a_stream_reports_the_sms_it_may_use,
+    ));
     #[cfg(cuda_headers_13_4)]
     tests.push(gpu("managed_residency_follows_a_prefetch", since_13_4::managed_residency_follows_a_prefetch));
     let _ = gpu;

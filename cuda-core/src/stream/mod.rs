@@ -7,8 +7,12 @@
 mod attributes;
 mod callback;
 #[cfg(cuda_headers_13_1)]
+mod resource;
+#[cfg(cuda_headers_13_1)]
 pub use callback::HostFuncSync;
 pub(crate) use callback::report_panic;
+#[cfg(cuda_headers_13_1)]
+pub use resource::SmResource;
 pub(crate) mod capturing;
 pub(crate) mod deferred;
 mod memops;
