@@ -281,6 +281,11 @@ fn missing_child() -> TestResult {
 }
 
 fn main() {
+    // `compile::kernel` uses the process-wide cache: keep it out of the user's cache directory,
+    // so that what earlier runs left there cannot decide a test.
+    let global = std::env::temp_dir().join(format!("cuda-core-compile-global-{}", std::process::id()));
+    // SAFETY: no other thread exists yet to read the environment concurrently.
+    unsafe { std::env::set_var("CUDA_CORE_CACHE_DIR", &global) };
     if let Ok(dir) = std::env::var(CHILD_DIR) {
         let result = if dir == "missing" { missing_child() } else { child(&dir) };
         if let Err(e) = result {

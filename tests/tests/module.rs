@@ -12,6 +12,12 @@ use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
 
 fn main() {
+    // The driver keeps JIT-compiled PTX in a per-user cache (~/.nv/ComputeCache); a load that
+    // the cache answers compiles nothing and leaves the info log empty, so the JIT test would
+    // pass or fail by what earlier runs left on the machine. The driver reads this switch when
+    // it initialises, which has not happened yet.
+    // SAFETY: no other thread exists yet to read the environment concurrently.
+    unsafe { std::env::set_var("CUDA_CACHE_DISABLE", "1") };
     cuda_tests::run(&[
         gpu("ptx_loads_and_lists_its_kernels", ptx_loads_and_lists_its_kernels),
         gpu("an_application_struct_keeps_its_kernels", an_application_struct_keeps_its_kernels),
