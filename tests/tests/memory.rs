@@ -18,10 +18,34 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// `from_slice` and `from_fn` write each element once; `new_uninit` writes none, and a copy from
+/// the device that covers it makes every element the device's.
+fn pinned_buffers_written_once_and_filled_by_the_device() -> TestResult {
+    let (_device, _ctx, s) = cuda_tests::device_zero()?;
+    let input: Vec<u32> = (0..(1u32 << 18)).map(|i| i.wrapping_mul(2654435761)).collect();
+    let copied = PinnedBuffer::from_slice(&input)?;
+    ensure!(copied.as_slice()? == input.as_slice(), "from_slice holds the slice");
+    let computed = PinnedBuffer::from_fn(input.len(), |i| input[i] ^ 1)?;
+    ensure!(computed.as_slice()?.iter().zip(&input).all(|(c, i)| *c == i ^ 1), "from_fn holds f(i)");
+    // A staging buffer: taken from the pool unwritten, then filled by the device. Dirty the
+    // pool's memory first, so that stale bytes would show.
+    drop(PinnedBuffer::from_fn(input.len(), |_| 0xdead_beef_u32)?);
+    let on_device = DeviceBuffer::from_slice(&s, &input)?;
+    // SAFETY: the copy below writes every element before any is read (as_slice waits for it).
+    let mut staging = unsafe { PinnedBuffer::<u32>::new_uninit(input.len())? };
+    on_device.copy_to_pinned_async(&mut staging, &s)?;
+    ensure!(staging.as_slice()? == input.as_slice(), "the staging buffer holds the device's data");
+    Ok(())
+}
+
 fn main() {
     cuda_tests::run(&[
         gpu("bad_sizes_are_refused_and_context_stays_usable", bad_sizes_are_refused_and_context_stays_usable),
         gpu("round_trip_and_views", round_trip_and_views),
+        gpu(
+            "pinned_buffers_written_once_and_filled_by_the_device",
+            pinned_buffers_written_once_and_filled_by_the_device,
+        ),
         gpu(
             "mismatched_and_out_of_bounds_copies_are_refused",
             mismatched_and_out_of_bounds_copies_are_refused,
