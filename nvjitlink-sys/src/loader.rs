@@ -44,15 +44,18 @@ fn open_nvjitlink(lib: &'static libloading::Library, file: &str) -> Result<NvJit
     };
     let version = symbol_address(lib, c"nvJitLinkVersion")
         .ok_or_else(|| unusable("it does not export nvJitLinkVersion"))?;
-    // SAFETY: nvJitLinkVersion has had this signature since nvJitLink's first release (12.0).
+    // SAFETY: nvJitLinkVersion has this signature in every nvJitLink that exports it.
     let version: Version = unsafe { core::mem::transmute(version) };
     let (mut major, mut minor): (c_uint, c_uint) = (0, 0);
     // SAFETY: the pointers are to live locals.
     if unsafe { version(&mut major, &mut minor) } != nvJitLinkResult::NVJITLINK_SUCCESS {
         return Err(unusable("nvJitLinkVersion failed"));
     }
-    let version =
-        i32::try_from(major * 1000 + minor * 10).map_err(|_| unusable("nvJitLinkVersion is out of range"))?;
+    let version = major
+        .checked_mul(1000)
+        .and_then(|v| minor.checked_mul(10).and_then(|m| v.checked_add(m)))
+        .and_then(|v| i32::try_from(v).ok())
+        .ok_or_else(|| unusable("nvJitLinkVersion reported a version out of range"))?;
     Ok(NvJitLink { version })
 }
 

@@ -51,7 +51,11 @@ fn open_nvrtc(lib: &'static libloading::Library, file: &str) -> Result<Nvrtc, Lo
     if unsafe { version(&mut major, &mut minor) } != nvrtcResult::NVRTC_SUCCESS {
         return Err(unusable("nvrtcVersion failed"));
     }
-    Ok(Nvrtc { version: major * 1000 + minor * 10 })
+    let version = major
+        .checked_mul(1000)
+        .and_then(|v| minor.checked_mul(10).and_then(|m| v.checked_add(m)))
+        .ok_or_else(|| unusable("nvrtcVersion reported a version out of range"))?;
+    Ok(Nvrtc { version })
 }
 
 /// The version of the loaded NVRTC, `major * 1000 + minor * 10` (13000 for 13.0), as

@@ -26,6 +26,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 const MAGIC: [u8; 8] = *b"CUKCACHE";
 const VERSION: u32 = 2;
 const HEADER_LEN: usize = 8 + 4 + 32 + 8 + 8;
+/// The largest file read back (1 GiB): no compiled kernel comes near it.
+const MAX_FILE_BYTES: u64 = 1 << 30;
 
 /// The identity of a compiled kernel: the SHA-256 of everything that decides its bytes (source,
 /// options, headers, compiler version, target architecture).
@@ -265,13 +267,20 @@ impl CompileCache {
     /// The payload of `key`'s file if it passes every check; a file that fails one is removed.
     fn read(&self, dir: &Path, key: &CacheKey) -> Option<Arc<[u8]>> {
         let path = dir.join(key.file_name());
-        let payload = match fs::read(&path) {
-            Ok(data) => decode(key, &data).map(Arc::from),
+        // Only a regular file of a plausible size is read: a link to a device or a pipe, or a
+        // file larger than any kernel, is rejected without reading it.
+        let plausible = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta.is_file() && meta.len() <= MAX_FILE_BYTES,
+            Err(_) => return None,
+        };
+        let payload = match plausible.then(|| fs::read(&path)) {
+            Some(Ok(data)) => decode(key, &data).map(Arc::from),
+            None => None,
             // No file: a plain miss (a directory not made yet, or a file where it should be).
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
+            Some(Err(e)) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
                 return None;
             }
-            Err(_) => None,
+            Some(Err(_)) => None,
         };
         if payload.is_none() {
             bump(&self.inner.counters.rejected);
@@ -344,10 +353,20 @@ fn header(key: &CacheKey, payload: &[u8]) -> Vec<u8> {
     header
 }
 
+/// Creates `dir` and its missing parents; on Unix the directories made are readable and
+/// writable by their owner only, since what the cache holds is run on the GPU.
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
 /// Writes `key`'s file through a temporary file and a rename, so no reader sees half of it.
 fn write(dir: &Path, key: &CacheKey, payload: &[u8]) -> io::Result<()> {
     static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
-    fs::create_dir_all(dir)?;
+    create_private_dir(dir)?;
     let mut attempts = 0;
     let (file, temporary) = loop {
         let n = TEMPORARIES.fetch_add(1, Relaxed);
@@ -418,6 +437,24 @@ mod tests {
         assert_eq!(text, crate::hex::encode(key.as_bytes()));
         assert_eq!(format!("{key:?}"), text);
         assert_eq!(key.file_name(), format!("{text}.bin"));
+    }
+
+    /// A link where an entry should be (to a device that never ends, here) is rejected
+    /// without being read, and the directories the cache makes are its owner's alone.
+    #[cfg(unix)]
+    #[test]
+    fn links_are_not_followed_and_directories_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = TempDir::new();
+        let key = CacheKey::new(&[b"linked"]);
+        let cache = CompileCache::at(dir.0.join("nested"));
+        cache.put(&CacheKey::new(&[b"other"]), b"x");
+        let mode = fs::metadata(dir.0.join("nested")).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "the cache directory is private");
+        std::os::unix::fs::symlink("/dev/zero", dir.0.join("nested").join(key.file_name())).unwrap();
+        let fresh = CompileCache::at(dir.0.join("nested"));
+        assert_eq!(fresh.get(&key), None);
+        assert_eq!(fresh.stats().rejected, 1);
     }
 
     #[test]

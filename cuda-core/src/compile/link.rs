@@ -128,7 +128,9 @@ impl Linker {
         // SAFETY: `count` NUL-terminated options, alive across the call; one out-parameter.
         let status = unsafe { nvjitlink::nvJitLinkCreate(&mut raw, count, pointers.as_ptr()) };
         if status != nvjitlink::nvJitLinkResult::NVJITLINK_SUCCESS {
-            return Err(link_error("nvJitLinkCreate", status, String::new()));
+            // A refused option may still leave a handle, whose log names the option.
+            let log = if raw.is_null() { String::new() } else { Handle(raw).log(true) };
+            return Err(link_error("nvJitLinkCreate", status, log));
         }
         let handle = Handle(raw);
         for (kind, name, data) in &self.inputs {

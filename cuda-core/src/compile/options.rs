@@ -57,19 +57,20 @@ impl Arch {
         })
     }
 
-    /// `major * 10 + minor`, as NVRTC numbers architectures (90 for 9.0).
+    /// `major * 10 + minor`, as NVRTC numbers architectures (90 for 9.0); saturates rather
+    /// than wrap for numbers no GPU has.
     pub fn number(self) -> u32 {
-        self.major * 10 + self.minor
+        self.major.saturating_mul(10).saturating_add(self.minor)
     }
 
-    /// `sm_XX`.
+    /// `sm_XX` (the major and minor versions written one after the other, as NVRTC names them).
     pub fn real(self) -> String {
-        format!("sm_{}", self.number())
+        format!("sm_{}{}", self.major, self.minor)
     }
 
     /// `compute_XX`.
     pub fn virtual_arch(self) -> String {
-        format!("compute_{}", self.number())
+        format!("compute_{}{}", self.major, self.minor)
     }
 }
 

@@ -111,10 +111,14 @@ impl Program {
         let key = self.cache_key(&args, options.output, nvrtc_version()?);
         let (bytes, hit) =
             cache.get_or_insert_with(&key, || Ok(self.run_nvrtc(&args, options.output)?.to_bytes()))?;
-        let mut compiled = Compiled::from_bytes(&bytes).ok_or_else(|| {
-            Error::invalid("Program::compile", "the compile cache returned an entry this version cannot read")
-        })?;
-        compiled.cache_hit = hit;
+        if let Some(mut compiled) = Compiled::from_bytes(&bytes) {
+            compiled.cache_hit = hit;
+            return Ok(compiled);
+        }
+        // An entry of another shape under this key (written by hand, or by a build that laid
+        // entries out differently): compile again and store the result over it.
+        let compiled = self.run_nvrtc(&args, options.output)?;
+        cache.put(&key, &compiled.to_bytes());
         Ok(compiled)
     }
 
@@ -248,6 +252,14 @@ impl Guard {
         let mut size = 0;
         // SAFETY: a compiled program and one out-parameter.
         check(size_call, unsafe { size_fn(self.0, &mut size) })?;
+        if size == 0 {
+            return Err(Error::invalid(
+                "Program::compile",
+                format!(
+                    "NVRTC produced no {output:?} (a raw option that changes the target, such as a virtual architecture or -dlto, conflicts with the output asked for)"
+                ),
+            ));
+        }
         let mut code = vec![0u8; size];
         // SAFETY: `code` holds the `size` bytes NVRTC writes.
         check(get_call, unsafe { get_fn(self.0, code.as_mut_ptr().cast()) })?;

@@ -149,10 +149,14 @@ impl<T: Pod> PinnedBuffer<T> {
     /// # Safety
     ///
     /// Every element must be written before any is read: through [`as_mut_ptr`](Self::as_mut_ptr),
-    /// or by copies from the device that together cover the buffer (reads wait for them). Any
-    /// method that reads the elements ([`as_slice`](Self::as_slice),
-    /// [`as_mut_slice`](Self::as_mut_slice), [`to_vec`](Self::to_vec), a copy to the device)
-    /// before then reads uninitialised memory.
+    /// or by copies from the device that together cover the buffer, queued outside a stream
+    /// capture (reads wait for those; a copy captured into a graph writes only when a launch of
+    /// the graph runs it) and completed without error (a failed copy writes nothing). Until
+    /// then no method that hands out or copies the elements may be used:
+    /// [`as_slice`](Self::as_slice), [`as_mut_slice`](Self::as_mut_slice),
+    /// [`copy_from_slice`](Self::copy_from_slice) (it goes through `as_mut_slice`),
+    /// [`to_vec`](Self::to_vec), a copy to the device, or the runtime copies that take the
+    /// buffer; each would read or expose uninitialised memory.
     #[track_caller]
     pub unsafe fn new_uninit(len: usize) -> Result<PinnedBuffer<T>> {
         let source = match current_pinned_allocator() {

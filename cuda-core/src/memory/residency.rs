@@ -46,7 +46,14 @@ impl<T: Pod> ManagedBuffer<T> {
             ));
         }
         let regions = size.div_ceil(summary_bytes);
-        let mut raw = vec![sys::CUmemLocation::default(); regions];
+        let mut raw = Vec::new();
+        raw.try_reserve_exact(regions).map_err(|_| {
+            Error::invalid(
+                "ManagedBuffer::residency",
+                format!("{regions} regions of {summary_bytes} bytes are too many to report; give a larger summary granularity"),
+            )
+        })?;
+        raw.resize(regions, sys::CUmemLocation::default());
         self.context().enter()?;
         // SAFETY: the range is this live allocation; the driver writes one location per region,
         // and `raw` holds that many.

@@ -150,7 +150,10 @@ impl<'m> Function<'m> {
     ///
     /// # Safety
     ///
-    /// As for [`Function::from_raw`]; `count` must be the function's parameter count.
+    /// As for [`Function::from_raw`]. `count` is the function's parameter count as its PTX
+    /// declares it; a wrong one only makes the launch check refuse right arguments or check
+    /// nothing (launches are `unsafe` whatever the check says), so it is no condition of this
+    /// function's safety.
     pub(crate) unsafe fn from_raw_counted(
         raw: sys::CUfunction,
         count: Option<usize>,
