@@ -51,6 +51,7 @@ pub mod graph;
 mod hex;
 pub mod interop;
 pub mod launch;
+pub mod logs;
 pub mod memory;
 pub mod mempool;
 pub mod module;
