@@ -41,8 +41,10 @@
 
 mod abi;
 mod c_layout;
+pub mod checkpoint;
 pub mod compile;
 pub mod context;
+pub mod coredump;
 pub mod device;
 pub mod dlpack;
 pub mod error;

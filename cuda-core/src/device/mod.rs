@@ -3,9 +3,11 @@
 //! See the [Device Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)
 //! section of the driver API.
 
+mod atomics;
 mod attributes;
 mod ordinal;
 
+pub use atomics::{AtomicCaps, AtomicOp};
 pub use ordinal::DeviceOrdinal;
 
 use crate::error::{Error, Result, check};
