@@ -126,7 +126,7 @@ impl Device {
 
     /// How each of `ops` is supported on memory of `peer` accessed from this device, in the
     /// order asked
-    /// ([`cuDeviceGetP2PAtomicCapabilities`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html),
+    /// ([`cuDeviceGetP2PAtomicCapabilities`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PEER__ACCESS.html),
     /// CUDA 13.0).
     ///
     /// Fails as [`host_atomic_capabilities`](Self::host_atomic_capabilities) does.
