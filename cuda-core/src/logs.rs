@@ -1,7 +1,7 @@
 //! The driver's error log (CUDA 12.9): the messages the driver writes when a call fails, which
-//! say more than the status does ("the size asked for is larger than ..."), read back from its
+//! say more than the status does (which argument, which limit), read back from its
 //! buffer ([`Cursor`], [`all`]) or delivered as they are written ([`subscribe`], and with the
-//! `tracing` feature [`to_tracing`]).
+//! `tracing` feature `to_tracing`).
 //!
 //! ```no_run
 //! # fn main() -> cuda_core::Result<()> {
@@ -14,7 +14,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! On a driver older than 12.9 every call here is an [`Error::Load`](crate::Error::Load) naming
+//! On a driver older than 12.9 every call here is an [`Error::Load`] naming
 //! the version needed and the one installed.
 
 use crate::error::{Error, Result, check};
