@@ -36,8 +36,10 @@ impl ProcessState {
             S::CU_PROCESS_STATE_LOCKED => ProcessState::Locked,
             S::CU_PROCESS_STATE_CHECKPOINTED => ProcessState::Checkpointed,
             S::CU_PROCESS_STATE_FAILED => ProcessState::Failed,
-            S::CU_PROCESS_STATE_CHECKPOINTING => ProcessState::Checkpointing,
-            S::CU_PROCESS_STATE_RESTORING => ProcessState::Restoring,
+            // CU_PROCESS_STATE_CHECKPOINTING and _RESTORING: named only by headers newer than 13.0,
+            // matched by value so that the crate builds against those headers too.
+            S(4) => ProcessState::Checkpointing,
+            S(5) => ProcessState::Restoring,
             other => ProcessState::Other(other.0),
         }
     }
@@ -84,9 +86,10 @@ mod tests {
     #[test]
     fn states_convert_and_unknown_ones_keep_their_value() {
         assert_eq!(
-            ProcessState::from_raw(sys::CUprocessState::CU_PROCESS_STATE_RESTORING),
-            ProcessState::Restoring
+            ProcessState::from_raw(sys::CUprocessState::CU_PROCESS_STATE_LOCKED),
+            ProcessState::Locked
         );
+        assert_eq!(ProcessState::from_raw(sys::CUprocessState(5)), ProcessState::Restoring);
         assert_eq!(ProcessState::from_raw(sys::CUprocessState(42)), ProcessState::Other(42));
         assert!(matches!(process_state(u32::MAX), Err(Error::InvalidArgument { .. })));
     }
