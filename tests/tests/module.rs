@@ -196,6 +196,16 @@ fn modules_load_from_files() -> TestResult {
     ensure_eq!(module.functions()?.len(), 5);
     let library = Library::from_file(&ptx, &JitOptions::new())?;
     ensure_eq!(library.kernels()?.len(), 5);
+    // The library's own handles, as the driver reports them.
+    let kernel = library.kernels()?.into_iter().next().ok_or("no kernel")?;
+    ensure_eq!(kernel.library_raw()?, library.as_raw());
+    ensure!(!library.module_raw(&ctx)?.is_null(), "the library is a module in the context");
+    ensure!(library.unified_function("no_such_function").is_err(), "an unknown unified function is refused");
+    let missing_library = Library::from_file(dir.join("missing.ptx"), &JitOptions::new());
+    ensure!(
+        missing_library.is_err_and(|e| e.to_string().contains("missing.ptx")),
+        "a missing library file is named"
+    );
     let mut linker = Linker::new(&ctx, &JitOptions::new())?;
     let twice = dir.join("twice.ptx");
     std::fs::write(&twice, kernels::PTX_TWICE)?;

@@ -78,16 +78,43 @@ impl Library {
         Library::load(text.as_ptr().cast(), options)
     }
 
-    /// Reads a `.ptx`, `.cubin` or `.fatbin` file and loads it like [`Library::from_image`].
+    /// Loads a `.ptx`, `.cubin` or `.fatbin` file, which the driver reads itself
+    /// ([`cuLibraryLoadFromFile`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
     ///
-    /// A file that cannot be read is an [`Error::InvalidArgument`] with the operating system's
-    /// reason; otherwise it fails as [`Library::from_image`] does.
+    /// A file that cannot be opened is an [`Error::InvalidArgument`] with the operating
+    /// system's reason, and so is a path with a NUL byte (or, off Unix, one that is not UTF-8);
+    /// an image the driver or the JIT compiler rejects is an [`Error::Jit`] with the compiler's
+    /// log.
     pub fn from_file(path: impl AsRef<Path>, options: &JitOptions) -> Result<Library> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| {
-            Error::invalid("Library::from_file", format!("cannot read {}: {e}", path.display()))
-        })?;
-        Library::from_image(&bytes, options)
+        let bad = |why: String| {
+            Error::invalid("Library::from_file", format!("cannot read {}: {why}", path.display()))
+        };
+        std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+        #[cfg(unix)]
+        let name = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()));
+        #[cfg(not(unix))]
+        let name = std::ffi::CString::new(path.to_str().ok_or_else(|| bad("the path is not UTF-8".into()))?);
+        let name = name.map_err(|_| bad("the path holds a NUL byte".into()))?;
+        crate::device::init()?;
+        let mut raw_options = options.to_raw();
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a NUL-terminated path; the JIT option arrays have `len()` entries; no library
+        // options are passed.
+        let status = unsafe {
+            sys::cuLibraryLoadFromFile(
+                &mut raw,
+                name.as_ptr(),
+                raw_options.keys.as_mut_ptr(),
+                raw_options.values.as_mut_ptr(),
+                raw_options.len(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        let log = raw_options.check("cuLibraryLoadFromFile", status)?;
+        Ok(Library { raw, log, claims: Claims::default() })
     }
 
     fn load(image: *const std::ffi::c_void, options: &JitOptions) -> Result<Library> {
@@ -114,6 +141,34 @@ impl Library {
     /// The raw `CUlibrary`.
     pub fn as_raw(&self) -> sys::CUlibrary {
         self.raw
+    }
+
+    /// The module the library is loaded as in `ctx` (the library owns it: do not unload it)
+    /// ([`cuLibraryGetModule`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)),
+    /// for code that works with `CUmodule`s.
+    ///
+    /// Fails with the driver's status when it refuses the call.
+    pub fn module_raw(&self, ctx: &Context) -> Result<sys::CUmodule> {
+        ctx.enter()?;
+        let mut module = std::ptr::null_mut();
+        // SAFETY: a live library and one out-parameter.
+        check("cuLibraryGetModule", unsafe { sys::cuLibraryGetModule(&mut module, self.raw) })?;
+        Ok(module)
+    }
+
+    /// The host address of the unified function `symbol` (a function compiled for both host
+    /// and device) ([`cuLibraryGetUnifiedFunction`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
+    ///
+    /// A name with a NUL byte is an [`Error::InvalidArgument`]; a name the library does not
+    /// hold fails with the driver's status (`CUDA_ERROR_NOT_FOUND`).
+    pub fn unified_function(&self, symbol: &str) -> Result<*mut std::ffi::c_void> {
+        let name = symbol_name("Library::unified_function", symbol)?;
+        let mut address = std::ptr::null_mut();
+        // SAFETY: a live library, a NUL-terminated name and one out-parameter.
+        check("cuLibraryGetUnifiedFunction", unsafe {
+            sys::cuLibraryGetUnifiedFunction(&mut address, self.raw, name.as_ptr())
+        })?;
+        Ok(address)
     }
 
     /// What the JIT compiler wrote while loading.
@@ -342,6 +397,18 @@ impl<'l> Kernel<'l> {
     #[inline]
     pub fn as_raw(&self) -> sys::CUkernel {
         self.raw
+    }
+
+    /// The library the kernel belongs to, as the driver reports it
+    /// ([`cuKernelGetLibrary`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)):
+    /// the [`Library::as_raw`] of the library this kernel borrows.
+    ///
+    /// Fails with the driver's status when it refuses the call.
+    pub fn library_raw(&self) -> Result<sys::CUlibrary> {
+        let mut library = std::ptr::null_mut();
+        // SAFETY: a live kernel and one out-parameter.
+        check("cuKernelGetLibrary", unsafe { sys::cuKernelGetLibrary(&mut library, self.raw) })?;
+        Ok(library)
     }
 
     /// The kernel's function in `ctx`, loading it there if needed
