@@ -72,7 +72,7 @@ pub use context::{Context, ContextFlags, CurrentGuard};
 pub use device::Device;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
-pub use launch::{Dim3, KernelArgs, LaunchConfig};
+pub use launch::{ClusterScheduling, Dim3, KernelArgs, LaunchConfig, MemSyncDomain};
 pub use memory::{DeviceBuffer, DeviceView, DeviceViewMut, ManagedBuffer, PinnedBuffer};
 pub use module::{Function, Kernel, Library, Module};
 pub use stream::{Stream, StreamFlags};

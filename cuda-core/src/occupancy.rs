@@ -187,7 +187,7 @@ impl Function<'_> {
     /// and shared memory; a cluster size in it is ignored)
     /// ([`cuOccupancyMaxPotentialClusterSize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__OCCUPANCY.html)).
     pub fn max_potential_cluster_size(&self, config: &LaunchConfig) -> Result<u32> {
-        let mut attrs = [const { MaybeUninit::uninit() }; 4];
+        let mut attrs = [const { MaybeUninit::uninit() }; crate::launch::MAX_ATTRIBUTES];
         let raw = config.raw_config(std::ptr::null_mut(), &mut attrs);
         let mut size = 0;
         // SAFETY: a live function; the configuration points at its initialised attributes.
@@ -208,7 +208,7 @@ impl Function<'_> {
                 "the launch configuration has no cluster dimensions; set LaunchConfig::cluster",
             ));
         }
-        let mut attrs = [const { MaybeUninit::uninit() }; 4];
+        let mut attrs = [const { MaybeUninit::uninit() }; crate::launch::MAX_ATTRIBUTES];
         let raw = config.raw_config(std::ptr::null_mut(), &mut attrs);
         let mut clusters = 0;
         // SAFETY: a live function; the configuration points at its initialised attributes.

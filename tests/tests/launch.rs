@@ -8,7 +8,9 @@ mod kernels;
 use cuda_core::driver_sys as sys;
 use cuda_core::module::{FunctionAttribute, JitOptions, Library, Module};
 use cuda_core::occupancy::OccupancyFlags;
-use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
+use cuda_core::{
+    ClusterScheduling, Context, Device, DeviceBuffer, Error, LaunchConfig, MemSyncDomain, Stream, StreamFlags,
+};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
 
 fn main() {
@@ -20,6 +22,10 @@ fn main() {
             cooperative_launch_fits_the_device_or_is_refused,
         ),
         gpu("cluster_launch_on_compute_9_and_later", cluster_launch_on_compute_9_and_later),
+        gpu(
+            "scheduling_domain_and_carveout_attributes_launch",
+            scheduling_domain_and_carveout_attributes_launch,
+        ),
         gpu(
             "priority_and_programmatic_serialization_launches",
             priority_and_programmatic_serialization_launches,
@@ -178,6 +184,40 @@ fn cluster_launch_on_compute_9_and_later() -> TestResult {
     ensure!(uneven.is_err(), "63 blocks in clusters of 4 must be refused");
     stream.synchronize()?;
     s.check(a, 1)?;
+    Ok(())
+}
+
+/// The cluster scheduling policy, a preferred cluster shape, the memory synchronization domain
+/// and the shared-memory carveout, all on one launch whose results are checked; a carveout
+/// over 100% is refused before the launch.
+fn scheduling_domain_and_carveout_attributes_launch() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let saxpy = module.function("saxpy")?;
+    let mut s = Saxpy::new(&ctx, 64 * 128)?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let a = 0.25f32;
+    let mut config = LaunchConfig::new(64, 128).shared_memory_carveout(50);
+    if ctx.device().compute_capability()?.0 >= 9 {
+        config = config
+            .cluster(2)
+            .preferred_cluster(4)
+            .cluster_scheduling(ClusterScheduling::Spread)
+            .mem_sync_domain(MemSyncDomain::Remote);
+    }
+    // SAFETY: as in saxpy_results_are_read_back.
+    unsafe { saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))? };
+    stream.synchronize()?;
+    s.check(a, 1)?;
+    // SAFETY: refused before any launch.
+    let too_much = unsafe {
+        saxpy.launch(
+            &stream,
+            &LaunchConfig::new(64, 128).shared_memory_carveout(101),
+            (&s.n, &a, &s.x, &mut s.y),
+        )
+    };
+    ensure!(matches!(too_much, Err(Error::InvalidArgument { .. })), "a 101% carveout: {too_much:?}");
     Ok(())
 }
 

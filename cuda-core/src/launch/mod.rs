@@ -117,6 +117,44 @@ pub struct LaunchConfig {
     /// triggers it (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`; compute
     /// capability 9.0 and later).
     pub programmatic_stream_serialization: bool,
+    /// How the blocks of a cluster are placed on the GPU
+    /// (`CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE`); `None` is the driver's.
+    pub cluster_scheduling: Option<ClusterScheduling>,
+    /// A cluster shape the driver uses where the GPU can, falling back to
+    /// [`cluster`](Self::cluster) where it cannot (`CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION`,
+    /// CUDA 12.8 drivers); each dimension must be a multiple of `cluster`'s.
+    pub preferred_cluster: Option<Dim3>,
+    /// The memory synchronization domain of the kernel's fences
+    /// (`CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN`, compute capability 9.0 and later).
+    pub mem_sync_domain: Option<MemSyncDomain>,
+    /// The share of the L1/shared-memory split to give shared memory, in percent
+    /// (`CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`); a hint.
+    pub shared_memory_carveout: Option<u8>,
+}
+
+/// How many launch attributes a configuration can carry.
+pub(crate) const MAX_ATTRIBUTES: usize = 8;
+
+/// Where the blocks of a cluster go (`CUclusterSchedulingPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClusterScheduling {
+    /// `CU_CLUSTER_SCHEDULING_POLICY_DEFAULT`.
+    Default,
+    /// `CU_CLUSTER_SCHEDULING_POLICY_SPREAD`: clusters spread over the GPU.
+    Spread,
+    /// `CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING`: clusters placed to balance the load.
+    LoadBalancing,
+}
+
+/// The domain a kernel's memory fences order against (`CUlaunchMemSyncDomain`): fences of
+/// kernels in another domain do not wait for this one's memory operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemSyncDomain {
+    /// `CU_LAUNCH_MEM_SYNC_DOMAIN_DEFAULT`.
+    Default,
+    /// `CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE`: for kernels whose fences only order against remote
+    /// (peer or network) work, such as NCCL's.
+    Remote,
 }
 
 impl LaunchConfig {
@@ -130,6 +168,10 @@ impl LaunchConfig {
             cooperative: false,
             priority: None,
             programmatic_stream_serialization: false,
+            cluster_scheduling: None,
+            preferred_cluster: None,
+            mem_sync_domain: None,
+            shared_memory_carveout: None,
         }
     }
 
@@ -173,6 +215,30 @@ impl LaunchConfig {
         self
     }
 
+    /// Sets the cluster scheduling policy.
+    pub fn cluster_scheduling(mut self, policy: ClusterScheduling) -> LaunchConfig {
+        self.cluster_scheduling = Some(policy);
+        self
+    }
+
+    /// Sets the preferred cluster dimensions.
+    pub fn preferred_cluster(mut self, dims: impl Into<Dim3>) -> LaunchConfig {
+        self.preferred_cluster = Some(dims.into());
+        self
+    }
+
+    /// Sets the memory synchronization domain.
+    pub fn mem_sync_domain(mut self, domain: MemSyncDomain) -> LaunchConfig {
+        self.mem_sync_domain = Some(domain);
+        self
+    }
+
+    /// Sets the preferred shared-memory carveout, in percent (checked at launch: at most 100).
+    pub fn shared_memory_carveout(mut self, percent: u8) -> LaunchConfig {
+        self.shared_memory_carveout = Some(percent);
+        self
+    }
+
     /// Rejects zero dimensions and a block larger than `max_threads` (when known).
     #[inline]
     pub(crate) fn check(&self, operation: &'static str, max_threads: u32) -> Result<()> {
@@ -183,6 +249,14 @@ impl LaunchConfig {
         if max_threads != 0 && block > u64::from(max_threads) {
             return Err(too_many_threads(operation, block, max_threads));
         }
+        if let Some(percent) = self.shared_memory_carveout {
+            if percent > 100 {
+                return Err(Error::invalid(
+                    operation,
+                    format!("a shared-memory carveout of {percent}% was asked for; give 0 to 100"),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -192,13 +266,16 @@ impl LaunchConfig {
     pub(crate) fn raw_config(
         &self,
         stream: sys::CUstream,
-        attrs: &mut [MaybeUninit<sys::CUlaunchAttribute>; 4],
+        attrs: &mut [MaybeUninit<sys::CUlaunchAttribute>; MAX_ATTRIBUTES],
     ) -> sys::CUlaunchConfig {
         let mut n = 0;
+        // Every attribute this configuration can ask for fits: there are MAX_ATTRIBUTES kinds.
         let mut push = |id: sys::CUlaunchAttributeID, value: sys::CUlaunchAttributeValue| {
-            attrs[n] =
-                MaybeUninit::new(sys::CUlaunchAttribute { id, pad: [0; 4], value, ..Default::default() });
-            n += 1;
+            if let Some(slot) = attrs.get_mut(n) {
+                *slot =
+                    MaybeUninit::new(sys::CUlaunchAttribute { id, pad: [0; 4], value, ..Default::default() });
+                n += 1;
+            }
         };
         if let Some(c) = self.cluster {
             push(
@@ -229,6 +306,47 @@ impl LaunchConfig {
             push(
                 sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
                 sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+            );
+        }
+        if let Some(policy) = self.cluster_scheduling {
+            use sys::CUclusterSchedulingPolicy as P;
+            let raw = match policy {
+                ClusterScheduling::Default => P::CU_CLUSTER_SCHEDULING_POLICY_DEFAULT,
+                ClusterScheduling::Spread => P::CU_CLUSTER_SCHEDULING_POLICY_SPREAD,
+                ClusterScheduling::LoadBalancing => P::CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING,
+            };
+            push(
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                sys::CUlaunchAttributeValue { clusterSchedulingPolicyPreference: raw },
+            );
+        }
+        if let Some(c) = self.preferred_cluster {
+            push(
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION,
+                sys::CUlaunchAttributeValue {
+                    preferredClusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_4 {
+                        x: c.x,
+                        y: c.y,
+                        z: c.z,
+                        ..Default::default()
+                    },
+                },
+            );
+        }
+        if let Some(domain) = self.mem_sync_domain {
+            let raw = match domain {
+                MemSyncDomain::Default => sys::CUlaunchMemSyncDomain::CU_LAUNCH_MEM_SYNC_DOMAIN_DEFAULT,
+                MemSyncDomain::Remote => sys::CUlaunchMemSyncDomain::CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE,
+            };
+            push(
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+                sys::CUlaunchAttributeValue { memSyncDomain: raw },
+            );
+        }
+        if let Some(percent) = self.shared_memory_carveout {
+            push(
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                sys::CUlaunchAttributeValue { sharedMemCarveout: u32::from(percent) },
             );
         }
         sys::CUlaunchConfig {
@@ -289,7 +407,7 @@ unsafe fn launch_raw<A: KernelArgs>(
     // Buffers used on another stream than their own wait for this one before they are given
     // back; nothing to do on their own stream.
     args.note_launch(stream)?;
-    let mut attrs = [const { MaybeUninit::uninit() }; 4];
+    let mut attrs = [const { MaybeUninit::uninit() }; crate::launch::MAX_ATTRIBUTES];
     let raw = config.raw_config(raw_stream, &mut attrs);
     // `args` stays where it is until the call returns: the pointers of views passed by value
     // point into it.
@@ -446,7 +564,7 @@ mod tests {
 
     #[test]
     fn configuration_becomes_only_the_attributes_asked_for() {
-        let mut attrs = [const { MaybeUninit::uninit() }; 4];
+        let mut attrs = [const { MaybeUninit::uninit() }; crate::launch::MAX_ATTRIBUTES];
         let plain = LaunchConfig::new((4, 2), 128).raw_config(std::ptr::null_mut(), &mut attrs);
         assert_eq!((plain.gridDimX, plain.gridDimY, plain.gridDimZ), (4, 2, 1));
         assert_eq!((plain.blockDimX, plain.numAttrs), (128, 0));
@@ -489,5 +607,49 @@ mod tests {
         assert_eq!(LaunchConfig::for_elements(1u64 << 39, 256).grid, Dim3::new(1 << 31, 1, 1));
         assert_eq!(LaunchConfig::for_elements(1u64 << 40, 256).grid, Dim3::new(u32::MAX, 1, 1));
         assert_eq!(LaunchConfig::for_elements(-5, 32).grid, Dim3::new(1, 1, 1));
+    }
+
+    #[test]
+    fn scheduling_domain_and_carveout_become_attributes() {
+        let mut attrs = [const { MaybeUninit::uninit() }; MAX_ATTRIBUTES];
+        let config = LaunchConfig::new(8, 64)
+            .cluster_scheduling(ClusterScheduling::LoadBalancing)
+            .preferred_cluster(4)
+            .mem_sync_domain(MemSyncDomain::Remote)
+            .shared_memory_carveout(25);
+        let raw = config.raw_config(std::ptr::null_mut(), &mut attrs);
+        assert_eq!(raw.numAttrs, 4);
+        // SAFETY: the first four were written by raw_config.
+        let ids: Vec<_> = attrs[..4].iter().map(|a| unsafe { a.assume_init_ref() }.id).collect();
+        assert_eq!(
+            ids,
+            [
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION,
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+            ]
+        );
+        // SAFETY: each written with the variant read here.
+        unsafe {
+            assert_eq!(
+                attrs[0].assume_init_ref().value.clusterSchedulingPolicyPreference,
+                sys::CUclusterSchedulingPolicy::CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING
+            );
+            assert_eq!(attrs[1].assume_init_ref().value.preferredClusterDim.x, 4);
+            assert_eq!(
+                attrs[2].assume_init_ref().value.memSyncDomain,
+                sys::CUlaunchMemSyncDomain::CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE
+            );
+            assert_eq!(attrs[3].assume_init_ref().value.sharedMemCarveout, 25);
+        }
+        assert!(config.check("t", 0).is_ok());
+        assert!(matches!(
+            config.shared_memory_carveout(101).check("t", 0),
+            Err(Error::InvalidArgument { .. })
+        ));
+        // Every attribute at once still fits.
+        let all = config.cluster(2).cooperative(true).priority(0).programmatic_stream_serialization(true);
+        assert_eq!(all.raw_config(std::ptr::null_mut(), &mut attrs).numAttrs as usize, MAX_ATTRIBUTES);
     }
 }
