@@ -70,7 +70,7 @@ impl Cursor {
     ///
     /// Fails with the driver's status when it refuses the call.
     pub fn read(&mut self) -> Result<String> {
-        dump_to_memory(&mut self.0)
+        dump(&mut std::ptr::from_mut(&mut self.0))
     }
 
     /// Writes the messages since the cursor's position to the file at `path` and moves the
@@ -94,11 +94,6 @@ impl Cursor {
 pub fn all() -> Result<String> {
     let mut from_start = std::ptr::null_mut();
     dump(&mut from_start)
-}
-
-fn dump_to_memory(iterator: &mut sys::CUlogIterator) -> Result<String> {
-    let mut pointer: *mut sys::CUlogIterator = iterator;
-    dump(&mut pointer)
 }
 
 /// `cuLogsDumpToMemory` from `*iterator` (null: from the start).

@@ -144,7 +144,7 @@ pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
         kind: LoadErrorKind::SymbolNotFound {
             symbol: symbol.clone(),
             file: driver.file.clone(),
-            installed: Some(std::format!("{}.{}", d.version / 1000, (d.version % 1000) / 10)),
+            installed: Some(cuda_loader::cuda_version_text(d.version)),
         },
     };
     // A driver cannot have an ABI newer than itself. Asked for one anyway, older drivers answer

@@ -53,12 +53,26 @@ pub enum LoadErrorKind {
 }
 
 /// A version as `library` numbers its releases: NCCL's `22809` is 2.28.9, CUDA's `12050` is 12.5.
+/// A CUDA-style version code (`major * 1000 + minor * 10`, 13000 for 13.0) of `major.minor`;
+/// `None` when it does not fit, or a part is negative.
+pub fn version_code(major: i64, minor: i64) -> Option<i32> {
+    if major < 0 || minor < 0 {
+        return None;
+    }
+    i32::try_from(major.checked_mul(1000)?.checked_add(minor.checked_mul(10)?)?).ok()
+}
+
+/// `major.minor` of a CUDA-style version code (`12.5` for 12050).
+pub fn cuda_version_text(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
 fn version_text(library: &str, v: i32) -> String {
     if library.starts_with("libnccl") {
         let (major, rest) = if v >= 10000 { (v / 10000, v % 10000) } else { (v / 1000, v % 1000) };
         format!("{major}.{}.{}", rest / 100, rest % 100)
     } else {
-        format!("{}.{}", v / 1000, (v % 1000) / 10)
+        cuda_version_text(v)
     }
 }
 
@@ -179,6 +193,9 @@ mod tests {
     #[test]
     fn versions_are_written_as_each_library_numbers_them() {
         assert_eq!(version_text("libcuda.so.1", 12050), "12.5");
+        assert_eq!(version_code(13, 5), Some(13050));
+        assert_eq!(version_code(-1, 0), None);
+        assert_eq!(version_code(i64::from(u32::MAX), 0), None);
         assert_eq!(version_text("libnccl.so.2", 22809), "2.28.9");
         assert_eq!(version_text("libnccl.so.2", 2804), "2.8.4");
         let too_old =

@@ -16,7 +16,7 @@ mod library;
 mod per_thread;
 mod slot;
 
-pub use error::{LoadError, LoadErrorKind, last_load_error, load_error};
+pub use error::{LoadError, LoadErrorKind, cuda_version_text, last_load_error, load_error, version_code};
 pub use library::{Library, Loaded, symbol_address};
 pub use per_thread::{AlreadyChosen, DefaultStreamChoice};
 pub use slot::{Failure, Slot};

@@ -51,10 +51,7 @@ fn open_nvjitlink(lib: &'static libloading::Library, file: &str) -> Result<NvJit
     if unsafe { version(&mut major, &mut minor) } != nvJitLinkResult::NVJITLINK_SUCCESS {
         return Err(unusable("nvJitLinkVersion failed"));
     }
-    let version = major
-        .checked_mul(1000)
-        .and_then(|v| minor.checked_mul(10).and_then(|m| v.checked_add(m)))
-        .and_then(|v| i32::try_from(v).ok())
+    let version = cuda_loader::version_code(major.into(), minor.into())
         .ok_or_else(|| unusable("nvJitLinkVersion reported a version out of range"))?;
     Ok(NvJitLink { version })
 }
@@ -76,10 +73,7 @@ pub fn library_path() -> Option<String> {
 }
 
 pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
-    let installed = NVJITLINK
-        .get()
-        .ok()
-        .map(|n| std::format!("{}.{}", n.data.version / 1000, (n.data.version % 1000) / 10));
+    let installed = NVJITLINK.get().ok().map(|n| cuda_loader::cuda_version_text(n.data.version));
     NVJITLINK.resolve_exported(slot, false, installed)
 }
 

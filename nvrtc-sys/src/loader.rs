@@ -51,9 +51,7 @@ fn open_nvrtc(lib: &'static libloading::Library, file: &str) -> Result<Nvrtc, Lo
     if unsafe { version(&mut major, &mut minor) } != nvrtcResult::NVRTC_SUCCESS {
         return Err(unusable("nvrtcVersion failed"));
     }
-    let version = major
-        .checked_mul(1000)
-        .and_then(|v| minor.checked_mul(10).and_then(|m| v.checked_add(m)))
+    let version = cuda_loader::version_code(major.into(), minor.into())
         .ok_or_else(|| unusable("nvrtcVersion reported a version out of range"))?;
     Ok(Nvrtc { version })
 }
@@ -75,8 +73,7 @@ pub fn library_path() -> Option<String> {
 }
 
 pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
-    let installed =
-        NVRTC.get().ok().map(|n| std::format!("{}.{}", n.data.version / 1000, (n.data.version % 1000) / 10));
+    let installed = NVRTC.get().ok().map(|n| cuda_loader::cuda_version_text(n.data.version));
     NVRTC.resolve_exported(slot, false, installed)
 }
 

@@ -151,20 +151,12 @@ fn check_set(root: &Path, name: &str, set: &[Wheel], pins: &Pins) -> Result<(), 
     }
 }
 
-/// The ABI version each canonical driver function resolves at, from a generated function list.
-fn driver_versions(functions_rs: &str) -> std::collections::BTreeMap<String, i32> {
-    let Ok(re) = regex::Regex::new(r#"(?m)^\s{4}(\w+)\(.*?=> c"\w+", (\d+), "#) else {
-        return Default::default();
-    };
-    re.captures_iter(functions_rs).filter_map(|c| Some((c[1].to_string(), c[2].parse().ok()?))).collect()
-}
-
 /// Calls in `cuda-core/src` (`name(`) of driver functions whose C name resolves at a newer ABI
 /// in the newest headers than in the oldest: on a driver of the oldest release they would fail.
 /// Such a call must name its version (`cuGraphAddNode_v12030`) or choose one at run time.
 fn moved_calls(root: &Path, oldest: &str, newest: &str) -> Result<Vec<String>, String> {
-    let old = driver_versions(oldest);
-    let moved: Vec<(String, i32, i32)> = driver_versions(newest)
+    let old = crate::syntax::driver_versions(oldest);
+    let moved: Vec<(String, i32, i32)> = crate::syntax::driver_versions(newest)
         .into_iter()
         .filter_map(|(name, v)| old.get(&name).filter(|o| **o < v).map(|o| (name, *o, v)))
         .collect();

@@ -149,13 +149,6 @@ fn surfaces_of(h: &Headers) -> [Surface; 6] {
     ]
 }
 
-/// The driver ABI version each driver function is resolved at, from the generated list.
-fn driver_versions(root: &Path) -> Result<BTreeMap<String, i32>, String> {
-    let text = read(&root.join("cuda-driver-sys/src/generated/functions.rs"))?;
-    let re = Regex::new(r#"(?m)^\s{4}(\w+)\(.*=> c"\w+", (\d+), "#).map_err(|e| e.to_string())?;
-    Ok(re.captures_iter(&text).filter_map(|c| Some((c[1].to_string(), c[2].parse().ok()?))).collect())
-}
-
 /// `13010` as `13.1`.
 fn version_text(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
@@ -193,7 +186,8 @@ pub fn report(root: &Path, h: &Headers, oldest: &Headers) -> Result<(), String> 
         }
     }
     println!("\nnew since the oldest supported headers ({}):", oldest.origin_cuda);
-    let versions = driver_versions(root)?;
+    let versions =
+        crate::syntax::driver_versions(&read(&root.join("cuda-driver-sys/src/generated/functions.rs"))?);
     for (s, old) in surfaces.iter().zip(&old_surfaces) {
         let new: BTreeSet<String> = header_functions(s)?;
         let before = header_functions(old)?;

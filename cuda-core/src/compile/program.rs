@@ -193,10 +193,9 @@ impl Program {
         // With a CUBIN, NVRTC keeps the PTX it compiled: its `.entry` declarations give each
         // kernel's parameter count, which drivers before 13.2 cannot report without an error.
         let params = match output {
-            Output::Cubin => program
-                .output(Output::Ptx)
-                .ok()
-                .map_or_else(Vec::new, |ptx| Module::param_counts_of_ptx(&String::from_utf8_lossy(&ptx))),
+            Output::Cubin => program.output(Output::Ptx).ok().map_or_else(Vec::new, |ptx| {
+                crate::module::ptx_params::entry_param_counts(&String::from_utf8_lossy(&ptx))
+            }),
             Output::Ptx | Output::LtoIr => Vec::new(),
         };
         let mut lowered = Vec::new();

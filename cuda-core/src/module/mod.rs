@@ -23,7 +23,7 @@ mod jit;
 mod library;
 mod link;
 mod params;
-mod ptx_params;
+pub(crate) mod ptx_params;
 mod shared;
 
 pub use function::{CacheConfig, Function, FunctionAttribute, SharedMemoryConfig};
@@ -176,11 +176,6 @@ impl Module {
     pub(crate) fn with_param_counts(mut self, counts: Vec<(String, usize)>) -> Module {
         self.ptx_params = counts;
         self
-    }
-
-    /// The parameter counts of the `.entry` declarations of `ptx`.
-    pub(crate) fn param_counts_of_ptx(ptx: &str) -> Vec<(String, usize)> {
-        ptx_params::entry_param_counts(ptx)
     }
 
     /// Adopts a loaded module; it is unloaded on drop.
