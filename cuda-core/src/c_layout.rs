@@ -39,6 +39,7 @@ pub(crate) fn mem_location_id(raw: &sys::CUmemLocation) -> i32 {
 }
 
 /// The runtime's `cudaMemLocation`, laid out as the driver's.
+#[cfg(feature = "runtime")]
 pub(crate) mod runtime {
     use super::ID_OFFSET;
     use cudart_sys as rt;
@@ -82,6 +83,11 @@ mod tests {
         // SAFETY: an 8-byte plain C struct read as bytes.
         let bytes = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), size_of::<sys::CUmemLocation>()) };
         assert_eq!(&bytes[ID_OFFSET..], &0x0102_0304i32.to_ne_bytes());
+    }
+
+    #[test]
+    #[cfg(feature = "runtime")]
+    fn the_runtime_id_lands_after_the_type() {
         let rt_raw = runtime::mem_location(cudart_sys::cudaMemLocationType::cudaMemLocationTypeDevice, 7);
         let rt_base: *const cudart_sys::cudaMemLocation = &rt_raw;
         // SAFETY: as above.

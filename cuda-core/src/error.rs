@@ -5,20 +5,24 @@
 //! before any call, what was wrong with the arguments.
 
 use cuda_driver_sys as sys;
+#[cfg(feature = "runtime")]
 use cudart_sys as rt;
+#[cfg(feature = "nccl")]
 use nccl_sys as nccl;
+#[cfg(feature = "compile")]
 use nvjitlink_sys as nvjitlink;
+#[cfg(feature = "compile")]
 use nvrtc_sys as nvrtc;
+use std::fmt;
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in this crate.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Error {
     /// A CUDA driver call returned an error status.
-    #[error("{}", driver_text(.call, *.status))]
     Driver {
         /// The C function that failed, e.g. `cuMemAlloc`.
         call: &'static str,
@@ -26,7 +30,7 @@ pub enum Error {
         status: sys::CUresult,
     },
     /// A CUDA runtime call returned an error status.
-    #[error("{}", runtime_text(.call, *.status))]
+    #[cfg(feature = "runtime")]
     Runtime {
         /// The C function that failed, e.g. `cudaMalloc`.
         call: &'static str,
@@ -34,7 +38,7 @@ pub enum Error {
         status: rt::cudaError_t,
     },
     /// An NCCL call returned an error status.
-    #[error("{}", nccl_text(.call, *.status))]
+    #[cfg(feature = "nccl")]
     Nccl {
         /// The C function that failed, e.g. `ncclAllReduce`.
         call: &'static str,
@@ -42,7 +46,6 @@ pub enum Error {
         status: nccl::ncclResult_t,
     },
     /// A library, or one of its functions, could not be loaded.
-    #[error("{call} could not be loaded: {source}")]
     Load {
         /// The C function that was being called.
         call: &'static str,
@@ -50,7 +53,6 @@ pub enum Error {
         source: sys::LoadError,
     },
     /// An argument was rejected before any call was made (sizes, bounds, alignment, ranges).
-    #[error("{operation}: {message}")]
     InvalidArgument {
         /// The operation that rejected it, e.g. `DeviceBuffer::copy_from`.
         operation: &'static str,
@@ -59,7 +61,6 @@ pub enum Error {
     },
     /// What was asked does not exist on this platform (a Windows handle on Linux, say); nothing
     /// was called.
-    #[error("{operation}: {message}")]
     Unsupported {
         /// The operation that refused it, e.g. `ExternalMemory::import`.
         operation: &'static str,
@@ -67,7 +68,6 @@ pub enum Error {
         message: String,
     },
     /// A memory pool or allocator could not satisfy a request, even after releasing its cache.
-    #[error("{}", out_of_memory_text(*.requested, *.held, *.limit))]
     OutOfMemory {
         /// The bytes asked for.
         requested: usize,
@@ -77,14 +77,12 @@ pub enum Error {
         limit: Option<usize>,
     },
     /// A host function run by the GPU (a stream callback) panicked; the panic was caught.
-    #[error("a stream callback panicked: {message}")]
     CallbackPanicked {
         /// The panic's message.
         message: String,
     },
     /// The driver refused to make an executable graph of a graph
     /// (`cuGraphInstantiateWithParams`).
-    #[error("{}", graph_instantiate_text(*.result, *.status, *.node))]
     GraphInstantiate {
         /// Why, as the driver says: `CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE` (a cycle or a
         /// node that does not belong), `..._NODE_OPERATION_NOT_SUPPORTED`,
@@ -98,7 +96,6 @@ pub enum Error {
     },
     /// The driver refused to update an executable graph from another graph
     /// (`cuGraphExecUpdate`); the executable graph is unchanged and can still be launched.
-    #[error("{}", graph_update_text(*.result, *.node))]
     GraphUpdate {
         /// Why, as the driver says: `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`,
         /// `..._NODE_TYPE_CHANGED`, `..._FUNCTION_CHANGED`, `..._PARAMETERS_CHANGED`,
@@ -109,7 +106,6 @@ pub enum Error {
         node: Option<usize>,
     },
     /// The JIT compiler or linker rejected its input (PTX, cubin, fat binary, linker input).
-    #[error("{}", jit_text(.call, *.status, .log))]
     Jit {
         /// The C function that failed, e.g. `cuModuleLoadDataEx`.
         call: &'static str,
@@ -121,7 +117,7 @@ pub enum Error {
     /// NVRTC refused a program or a call ([`compile`](crate::compile)): for a compile error,
     /// `log` is NVRTC's whole log, each diagnostic as `file(line): error: message`
     /// ([`compile::diagnostics`](crate::compile::diagnostics) splits it).
-    #[error("{}", compiler_text(.call, .status.name(), i64::from(.status.0), .log))]
+    #[cfg(feature = "compile")]
     Nvrtc {
         /// The C function that failed, e.g. `nvrtcCompileProgram`.
         call: &'static str,
@@ -132,7 +128,7 @@ pub enum Error {
     },
     /// nvJitLink refused to link ([`compile::Linker`](crate::compile::Linker)); `log` is its
     /// error log.
-    #[error("{}", compiler_text(.call, .status.name(), i64::from(.status.0), .log))]
+    #[cfg(feature = "compile")]
     NvJitLink {
         /// The C function that failed, e.g. `nvJitLinkComplete`.
         call: &'static str,
@@ -160,13 +156,54 @@ impl Error {
     /// The C function that failed, when the error came from a call.
     pub fn call(&self) -> Option<&'static str> {
         match self {
-            Error::Driver { call, .. }
-            | Error::Runtime { call, .. }
-            | Error::Nccl { call, .. }
-            | Error::Load { call, .. }
-            | Error::Jit { call, .. }
-            | Error::Nvrtc { call, .. }
-            | Error::NvJitLink { call, .. } => Some(call),
+            Error::Driver { call, .. } | Error::Load { call, .. } | Error::Jit { call, .. } => Some(call),
+            #[cfg(feature = "runtime")]
+            Error::Runtime { call, .. } => Some(call),
+            #[cfg(feature = "nccl")]
+            Error::Nccl { call, .. } => Some(call),
+            #[cfg(feature = "compile")]
+            Error::Nvrtc { call, .. } | Error::NvJitLink { call, .. } => Some(call),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            Error::Driver { call, status } => driver_text(call, *status),
+            #[cfg(feature = "runtime")]
+            Error::Runtime { call, status } => runtime_text(call, *status),
+            #[cfg(feature = "nccl")]
+            Error::Nccl { call, status } => nccl_text(call, *status),
+            Error::Load { call, source } => return write!(f, "{call} could not be loaded: {source}"),
+            Error::InvalidArgument { operation, message } | Error::Unsupported { operation, message } => {
+                return write!(f, "{operation}: {message}");
+            }
+            Error::OutOfMemory { requested, held, limit } => out_of_memory_text(*requested, *held, *limit),
+            Error::CallbackPanicked { message } => return write!(f, "a stream callback panicked: {message}"),
+            Error::GraphInstantiate { result, status, node } => {
+                graph_instantiate_text(*result, *status, *node)
+            }
+            Error::GraphUpdate { result, node } => graph_update_text(*result, *node),
+            Error::Jit { call, status, log } => jit_text(call, *status, log),
+            #[cfg(feature = "compile")]
+            Error::Nvrtc { call, status, log } => {
+                compiler_text(call, status.name(), i64::from(status.0), log)
+            }
+            #[cfg(feature = "compile")]
+            Error::NvJitLink { call, status, log } => {
+                compiler_text(call, status.name(), i64::from(status.0), log)
+            }
+        };
+        f.write_str(&text)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Load { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -183,6 +220,7 @@ fn driver_description(status: sys::CUresult) -> Option<String> {
     Some(unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned())
 }
 
+#[cfg(feature = "runtime")]
 fn runtime_description(status: rt::cudaError_t) -> Option<String> {
     // SAFETY: cudaGetErrorString takes any value and returns a static string (or, unloaded, ours).
     let text = unsafe { rt::cudaGetErrorString(status) };
@@ -193,6 +231,7 @@ fn runtime_description(status: rt::cudaError_t) -> Option<String> {
     Some(unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned())
 }
 
+#[cfg(feature = "nccl")]
 fn nccl_description(status: nccl::ncclResult_t) -> Option<String> {
     if nccl::library_error().is_some() {
         return None;
@@ -220,14 +259,17 @@ fn driver_text(call: &str, status: sys::CUresult) -> String {
     status_text(call, status.name(), i64::from(status.0), driver_description(status))
 }
 
+#[cfg(feature = "runtime")]
 fn runtime_text(call: &str, status: rt::cudaError_t) -> String {
     status_text(call, status.name(), i64::from(status.0), runtime_description(status))
 }
 
+#[cfg(feature = "nccl")]
 fn nccl_text(call: &str, status: nccl::ncclResult_t) -> String {
     status_text(call, status.name(), i64::from(status.0), nccl_description(status))
 }
 
+#[cfg(feature = "compile")]
 fn compiler_text(call: &str, name: Option<&str>, raw: i64, log: &str) -> String {
     let text = status_text(call, name, raw, None);
     let log = log.trim_end();
@@ -286,12 +328,14 @@ pub(crate) fn driver_error(call: &'static str, status: sys::CUresult) -> Error {
     Error::Driver { call, status }
 }
 
+#[cfg(feature = "runtime")]
 /// Turns a runtime status into a `Result`, like [`check`].
 #[inline]
 pub(crate) fn check_runtime(call: &'static str, status: rt::cudaError_t) -> Result<()> {
     if status == rt::cudaError_t::cudaSuccess { Ok(()) } else { Err(runtime_error(call, status)) }
 }
 
+#[cfg(feature = "runtime")]
 #[cold]
 pub(crate) fn runtime_error(call: &'static str, status: rt::cudaError_t) -> Error {
     if status == rt::cudaError_t::cudaErrorSymbolNotFound {
@@ -302,6 +346,7 @@ pub(crate) fn runtime_error(call: &'static str, status: rt::cudaError_t) -> Erro
     Error::Runtime { call, status }
 }
 
+#[cfg(feature = "nccl")]
 /// Turns an NCCL status into a `Result`, like [`check`]; `ncclSystemError` from a function that
 /// could not be loaded becomes [`Error::Load`].
 #[inline]
@@ -309,6 +354,7 @@ pub(crate) fn check_nccl(call: &'static str, status: nccl::ncclResult_t) -> Resu
     if status == nccl::ncclResult_t::ncclSuccess { Ok(()) } else { Err(nccl_error(call, status)) }
 }
 
+#[cfg(feature = "nccl")]
 #[cold]
 pub(crate) fn nccl_error(call: &'static str, status: nccl::ncclResult_t) -> Error {
     if status == nccl::ncclResult_t::ncclSystemError {
@@ -342,6 +388,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(all(feature = "runtime", feature = "nccl"))]
     fn runtime_and_nccl_statuses_have_names() {
         let e = Error::Runtime { call: "cudaMalloc", status: rt::cudaError_t::cudaErrorMemoryAllocation };
         assert!(e.to_string().starts_with("cudaMalloc failed: cudaErrorMemoryAllocation"), "{e}");

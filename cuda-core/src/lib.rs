@@ -38,33 +38,49 @@
 // even where it names every field today: a newer header may add fields (`cargo xtask compat`
 // checks it).
 #![allow(clippy::needless_update)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod abi;
 mod c_layout;
 pub mod checkpoint;
+#[cfg(feature = "compile")]
+#[cfg_attr(docsrs, doc(cfg(feature = "compile")))]
 pub mod compile;
 pub mod context;
 pub mod coredump;
 pub mod device;
+#[cfg(feature = "dlpack")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dlpack")))]
 pub mod dlpack;
 pub mod error;
 pub mod event;
 pub mod graph;
+#[cfg(any(feature = "interop", feature = "nccl", test))]
 mod hex;
+#[cfg(feature = "interop")]
+#[cfg_attr(docsrs, doc(cfg(feature = "interop")))]
 pub mod interop;
 pub mod launch;
 pub mod logs;
 pub mod memory;
 pub mod mempool;
 pub mod module;
+#[cfg(feature = "nccl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
 pub mod nccl;
+#[cfg(feature = "nvtx")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nvtx")))]
 pub mod nvtx;
 pub mod occupancy;
 pub mod peer;
 pub mod pool;
 pub mod profiler;
+#[cfg(feature = "runtime")]
+#[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
 pub mod runtime;
 pub mod stream;
+#[cfg(feature = "texture")]
+#[cfg_attr(docsrs, doc(cfg(feature = "texture")))]
 pub mod texture;
 pub mod vmm;
 
@@ -78,8 +94,14 @@ pub use module::{Function, Kernel, Library, Module};
 pub use stream::{Stream, StreamFlags};
 
 pub use cuda_driver_sys as driver_sys;
+#[cfg(feature = "runtime")]
+#[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
 pub use cudart_sys as runtime_sys;
+#[cfg(feature = "nccl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
 pub use nccl_sys;
+#[cfg(feature = "nvtx")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nvtx")))]
 pub use nvtx_sys;
 
 /// The user guide's chapters (`docs/src`), included so that `cargo test` compiles every Rust
@@ -87,8 +109,9 @@ pub use nvtx_sys;
 #[cfg(doctest)]
 mod guide {
     macro_rules! chapters {
-        ($($name:ident = $file:literal;)*) => {
+        ($($(#[$attr:meta])* $name:ident = $file:literal;)*) => {
             $(
+                $(#[$attr])*
                 #[doc = include_str!(concat!("../../docs/src/", $file))]
                 pub struct $name;
             )*
@@ -101,15 +124,23 @@ mod guide {
         Pools = "pools.md";
         Streams = "streams.md";
         Kernels = "kernels.md";
+        #[cfg(feature = "compile")]
         Compile = "compile.md";
         Graphs = "graphs.md";
         Vmm = "vmm.md";
+        #[cfg(feature = "interop")]
         Ipc = "ipc.md";
+        #[cfg(feature = "interop")]
         Interop = "interop.md";
+        #[cfg(feature = "texture")]
         Textures = "textures.md";
+        #[cfg(feature = "nccl")]
         Nccl = "nccl.md";
+        #[cfg(feature = "dlpack")]
         Dlpack = "dlpack.md";
+        #[cfg(feature = "nvtx")]
         Nvtx = "nvtx.md";
+        #[cfg(feature = "runtime")]
         Runtime = "runtime.md";
         Loading = "loading.md";
         Errors = "errors.md";

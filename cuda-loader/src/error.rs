@@ -4,14 +4,21 @@ use std::cell::RefCell;
 use std::sync::Mutex;
 
 /// Why a library or one of its functions could not be used.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{}", message(.library, .kind))]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadError {
     /// The library concerned, by its usual name (`libcuda.so.1`, `libcudart.so.13`, ...).
     pub library: &'static str,
     /// What went wrong.
     pub kind: LoadErrorKind,
 }
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&message(self.library, &self.kind))
+    }
+}
+
+impl std::error::Error for LoadError {}
 
 /// The reasons a load can fail.
 #[derive(Clone, Debug, PartialEq, Eq)]

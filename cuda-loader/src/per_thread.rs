@@ -13,15 +13,20 @@ pub struct DefaultStreamChoice {
 }
 
 /// The default stream was already fixed, to another choice than the one asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the default stream is already fixed to the {} stream; choose before the first call",
-    if *.per_thread { "per-thread" } else { "legacy" }
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AlreadyChosen {
     /// Whether the per-thread default stream is the one in effect.
     pub per_thread: bool,
 }
+
+impl std::fmt::Display for AlreadyChosen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let which = if self.per_thread { "per-thread" } else { "legacy" };
+        write!(f, "the default stream is already fixed to the {which} stream; choose before the first call")
+    }
+}
+
+impl std::error::Error for AlreadyChosen {}
 
 impl DefaultStreamChoice {
     /// Undecided; `env_var` set to `1` selects the per-thread stream when nothing else does.

@@ -136,6 +136,7 @@ fn check_set(root: &Path, name: &str, set: &[Wheel], pins: &Pins) -> Result<(), 
     println!("{name}: bindings from {} and {}", headers.origin_cuda, headers.origin_nccl);
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["check", "--locked", "--all-targets", "-p", "cuda-core", "-p", "cuda-tests"])
+        .args(["--features", "cuda-core/tracing,cuda-core/half"])
         .env("CARGO_TARGET_DIR", root.join("target/compat-target"))
         .current_dir(&scratch)
         .status()

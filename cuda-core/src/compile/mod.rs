@@ -2,6 +2,8 @@
 //! nvJitLink ([`Linker`]), and kept in a compile cache ([`CompileCache`]), in memory and on
 //! disk.
 //!
+//! Built with the `compile` feature, which is on by default.
+//!
 //! The one-call path, as CuPy's `RawKernel` gives it: [`kernel`] compiles a source for a
 //! context's device (a CUBIN for its real architecture), loads it and returns the kernel as an
 //! owning handle; the second call with the same source, in this process or a later one, is

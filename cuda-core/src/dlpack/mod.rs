@@ -1,6 +1,8 @@
 //! DLPack 1.x: lending tensors to and borrowing them from other libraries (PyTorch, CuPy, JAX,
 //! NumPy, ...) in the same process, without copying.
 //!
+//! Built with the `dlpack` feature, which is on by default.
+//!
 //! See the [DLPack specification](https://dmlc.github.io/dlpack/latest/) and its
 //! [Python protocol](https://dmlc.github.io/dlpack/latest/python_spec.html).
 //!

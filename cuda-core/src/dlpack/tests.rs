@@ -124,9 +124,13 @@ fn element_types_map_to_their_data_types() {
 }
 
 /// A user type whose declared data type is wider than the type.
-#[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
+#[derive(Clone, Copy)]
 #[repr(transparent)]
 struct Lying(u32);
+
+// SAFETY: a transparent `u32`.
+unsafe impl bytemuck::Zeroable for Lying {}
+unsafe impl bytemuck::Pod for Lying {}
 
 impl DlpackDtype for Lying {
     const DTYPE: DLDataType = DLDataType::new(DLDataTypeCode::kDLFloat, 64, 1);

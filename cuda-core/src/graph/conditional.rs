@@ -9,9 +9,14 @@ use std::marker::PhantomData;
 /// The value a conditional node reads (`CUgraphConditionalHandle`), set on the device by a
 /// kernel that calls `cudaGraphSetConditional(handle, value)` and passed to it as an ordinary
 /// kernel argument (`&handle`, 8 bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, bytemuck::Zeroable, bytemuck::Pod)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(transparent)]
 pub struct ConditionalHandle(sys::CUgraphConditionalHandle);
+
+// SAFETY: a transparent wrapper of the driver's 64-bit integer handle: no padding, every bit
+// pattern a value (the driver checks handles it is given).
+unsafe impl bytemuck::Zeroable for ConditionalHandle {}
+unsafe impl bytemuck::Pod for ConditionalHandle {}
 
 impl ConditionalHandle {
     /// The raw handle.

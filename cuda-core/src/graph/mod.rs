@@ -100,6 +100,7 @@ mod capture;
 mod conditional;
 mod dot;
 mod exec;
+#[cfg(feature = "interop")]
 mod external;
 mod host;
 #[cfg(cuda_headers_13_1)]

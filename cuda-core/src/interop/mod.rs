@@ -1,5 +1,7 @@
 //! Sharing with other processes and APIs.
 //!
+//! Built with the `interop` feature, which is on by default.
+//!
 //! * [`ipc`]: device memory and events shared with other processes on the same host through
 //!   the driver's legacy IPC handles (`cuIpc*`). Physical allocations of the virtual memory
 //!   management calls are shared as file descriptors or fabric handles instead

@@ -265,13 +265,16 @@ mod tests {
 
     #[test]
     fn plain_data_structs_pass_by_value_with_their_size() {
-        #[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
+        #[derive(Clone, Copy)]
         #[repr(C)]
         struct Params {
             scale: f32,
             count: u32,
             offset: [u64; 2],
         }
+        // SAFETY: plain numbers, laid out without padding (4 + 4 + 16 bytes).
+        unsafe impl bytemuck::Zeroable for Params {}
+        unsafe impl bytemuck::Pod for Params {}
         let params = Params { scale: 2.0, count: 3, offset: [4, 5] };
         let small = 9u8;
         let args = (&params, &small);

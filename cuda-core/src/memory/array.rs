@@ -297,6 +297,7 @@ impl Array {
         Ok(Array { raw, ctx: ctx.clone(), owned: true, queued: Arc::default() })
     }
 
+    #[cfg(feature = "interop")]
     /// An array that `owner` keeps alive, borrowed for `'a`.
     pub(crate) fn borrowed<'a>(raw: sys::CUarray, ctx: &Context) -> BorrowedArray<'a> {
         Array::part(raw, ctx, Arc::default())
@@ -307,6 +308,7 @@ impl Array {
         BorrowedArray { array: Array { raw, ctx: ctx.clone(), owned: false, queued }, _owner: PhantomData }
     }
 
+    #[cfg(feature = "texture")]
     /// The flag that, once set, makes the array's owner wait for its context before it
     /// destroys it: for objects that queue work on the array later (textures, surfaces).
     pub(crate) fn queue_flag(&self) -> Arc<AtomicBool> {
@@ -571,6 +573,7 @@ impl MipmappedArray {
         })
     }
 
+    #[cfg(feature = "interop")]
     /// Takes ownership of `raw`, which has `levels` levels and is destroyed on drop before
     /// `owner` is released.
     pub(crate) fn adopt(
@@ -589,6 +592,7 @@ impl MipmappedArray {
         }
     }
 
+    #[cfg(feature = "interop")]
     /// Borrows `raw`, of `levels` levels, which something else destroys.
     pub(crate) fn borrowed<'a>(
         raw: sys::CUmipmappedArray,
@@ -621,6 +625,7 @@ impl MipmappedArray {
         self.levels
     }
 
+    #[cfg(feature = "texture")]
     /// The flag [`Array::queue_flag`] gives, for the whole chain.
     pub(crate) fn queue_flag(&self) -> Arc<AtomicBool> {
         self.queued.clone()

@@ -275,6 +275,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         self.uses.note(current, Some(&self.stream), stream)
     }
 
+    #[cfg(feature = "nccl")]
     /// Notes that a call inside the open NCCL group `group` uses the buffer: dropped before the
     /// group ends, it is given back only after the group has queued its calls.
     #[inline]

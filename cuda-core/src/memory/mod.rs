@@ -90,8 +90,10 @@ pub use pinned::PinnedBuffer;
 pub use pitched::PitchedBuffer;
 pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attributes, set_sync_memops};
 pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};
+#[cfg(feature = "texture")]
+pub(crate) use view::Track;
+pub(crate) use view::range_of;
 pub use view::{DeviceView, DeviceViewMut};
-pub(crate) use view::{Track, range_of};
 
 use crate::error::{Error, Result};
 

@@ -60,6 +60,7 @@ pub(crate) struct Track<'a> {
 }
 
 impl Track<'_> {
+    #[cfg(feature = "texture")]
     /// Notes that a kernel reading or writing the memory through another handle (a texture, a
     /// tensor map) is about to be launched on `stream`, with `stream`'s context current.
     #[inline]
@@ -189,6 +190,7 @@ macro_rules! common {
                 }
             }
 
+            #[cfg(feature = "nccl")]
             /// Notes that a call inside the open NCCL group `group` uses the view's memory
             /// (see [`DeviceBuffer::taken_by_group`](crate::DeviceBuffer)).
             #[inline]

@@ -170,6 +170,7 @@ impl Module {
         Ok(Module { raw, ctx: ctx.clone(), log, claims: Claims::default(), ptx_params: Vec::new() })
     }
 
+    #[cfg(feature = "compile")]
     /// The module with the parameter count of each kernel, as the PTX it was compiled from
     /// declares them (`(kernel name, count)`), so that looking a kernel up reads its layout
     /// without asking past its last parameter. The counts must be those of this module's code.

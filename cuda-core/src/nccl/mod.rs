@@ -1,6 +1,8 @@
 //! NCCL: collective and point-to-point communication between GPUs, in one process or many, on
 //! one host or several.
 //!
+//! Built with the `nccl` feature, which is on by default.
+//!
 //! See the [NCCL user guide](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/index.html)
 //! and its [API reference](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html).
 //! NCCL (`libnccl.so.2`) is loaded on first use, like the other libraries of this crate.
@@ -98,6 +100,8 @@ pub use config::{Config, CtaPolicy};
 pub use datatype::{DataType, Float8E4M3, Float8E5M2};
 pub(crate) use group::current_group;
 pub use group::{Group, group, take_deferred_group_error};
+#[cfg(feature = "half")]
+#[cfg_attr(docsrs, doc(cfg(feature = "half")))]
 pub use half::{bf16, f16};
 pub use id::UniqueId;
 pub use op::{PreMulSum, ReduceOp, Reduction};

@@ -84,7 +84,9 @@ fn versions_decode_both_encodings() {
 #[test]
 fn datatypes_and_ops_map_to_nccl_values() {
     assert_eq!(<f32 as DataType>::RAW, nccl::ncclDataType_t::ncclFloat32);
+    #[cfg(feature = "half")]
     assert_eq!(<bf16 as DataType>::RAW, nccl::ncclDataType_t::ncclBfloat16);
+    #[cfg(feature = "half")]
     assert_eq!(<f16 as DataType>::RAW, nccl::ncclDataType_t::ncclFloat16);
     assert_eq!(<Float8E4M3 as DataType>::RAW, nccl::ncclDataType_t::ncclFloat8e4m3);
     assert_eq!(<u64 as DataType>::RAW, nccl::ncclDataType_t::ncclUint64);

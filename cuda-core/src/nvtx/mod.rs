@@ -1,6 +1,8 @@
 //! NVTX: annotate the program with ranges and marks that Nsight Systems, Nsight Compute and
 //! other tools show on their timelines and filter by.
 //!
+//! Built with the `nvtx` feature, which is on by default.
+//!
 //! NVTX is spoken in pure Rust by [`nvtx_sys`]: no library, no C compiler, no toolkit. With no
 //! tool attached every call here costs one atomic load and does nothing. Tools attach by
 //! setting `NVTX_INJECTION64_PATH`, which Nsight does for the programs it launches;

@@ -73,13 +73,10 @@ pub(crate) fn is_out_of_memory(e: &Error) -> bool {
     match e {
         Error::OutOfMemory { .. } => true,
         Error::Driver { status, .. } => *status == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
-        Error::Runtime { status, .. } => *status == cuda_runtime_oom(),
+        #[cfg(feature = "runtime")]
+        Error::Runtime { status, .. } => *status == cudart_sys::cudaError_t::cudaErrorMemoryAllocation,
         _ => false,
     }
-}
-
-fn cuda_runtime_oom() -> cudart_sys::cudaError_t {
-    cudart_sys::cudaError_t::cudaErrorMemoryAllocation
 }
 
 /// The bookkeeping shared by [`MemoryPool`](super::MemoryPool) and its tests.

@@ -1,6 +1,8 @@
 //! The CUDA runtime calls that CuPy's `cupy.cuda.runtime` offers, made safe, for programs that
 //! mix runtime and driver code.
 //!
+//! Built with the `runtime` feature, which is on by default.
+//!
 //! The runtime works in each device's primary context, the same one
 //! [`Context::primary`](crate::Context::primary) retains: memory, streams and events made here
 //! are usable by driver code in that context and the other way round (through `as_raw`).

@@ -3,6 +3,7 @@
 //! given back once the scope has queued the work.
 
 use std::collections::HashMap;
+#[cfg(feature = "nccl")]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -13,8 +14,10 @@ pub(crate) type Release = Box<dyn FnOnce(bool) + Send>;
 
 /// The scopes open on any thread, by id, with the releases handed to them.
 static OPEN: Mutex<Option<HashMap<u64, Vec<Release>>>> = Mutex::new(None);
+#[cfg(feature = "nccl")]
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+#[cfg(feature = "nccl")]
 /// Opens a scope and returns its id (never 0, never reused).
 pub(crate) fn open_scope() -> u64 {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -25,6 +28,7 @@ pub(crate) fn open_scope() -> u64 {
     id
 }
 
+#[cfg(feature = "nccl")]
 /// Closes the scope `id` once its work is queued (or will never be), and returns the releases
 /// handed to it, for the caller to run.
 pub(crate) fn close_scope(id: u64) -> Vec<Release> {
@@ -53,7 +57,7 @@ pub(crate) fn defer_to(id: u64, release: Release) -> Result<(), Release> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "nccl"))]
 mod tests {
     use super::*;
     use std::sync::Arc;

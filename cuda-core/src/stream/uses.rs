@@ -54,6 +54,7 @@ impl StreamUses {
         self.noted().is_none_or(|n| n.streams.is_empty() && n.groups.is_empty())
     }
 
+    #[cfg(feature = "nccl")]
     /// Notes that work of the open scope `group` (an NCCL group, not yet queued) uses the
     /// memory.
     pub(crate) fn note_group(&self, group: u64) {

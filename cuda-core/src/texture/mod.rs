@@ -1,5 +1,7 @@
 //! Texture and surface objects, and tensor maps.
 //!
+//! Built with the `texture` feature, which is on by default.
+//!
 //! See [Texture Object Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TEXOBJECT.html),
 //! [Surface Object Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__SURFOBJECT.html)
 //! and [Tensor Map Object Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TENSOR__MEMORY.html).
