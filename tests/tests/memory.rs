@@ -38,6 +38,104 @@ fn pinned_buffers_written_once_and_filled_by_the_device() -> TestResult {
     Ok(())
 }
 
+/// Chunks of one pinned buffer copy on different streams: a chunk waits for its own copies only,
+/// the buffer for all of them once the chunks are gone, and its memory is not reused while a
+/// chunk's copy is in flight, even when the chunk was forgotten.
+fn pinned_chunks_copy_on_their_own_streams() -> TestResult {
+    use cuda_core::graph::CaptureMode;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ctx = ctx()?;
+    let (a, b) = (stream(&ctx)?, stream(&ctx)?);
+    let n = 1 << 20;
+    let input: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) ^ 0xa5a5).collect();
+    let device = DeviceBuffer::from_slice(&a, &input)?;
+    let mut staging = PinnedBuffer::<u32>::new(n)?;
+    ensure!(
+        matches!(staging.chunks_mut(0), Err(Error::InvalidArgument { .. })),
+        "a chunk length of 0 is refused"
+    );
+    {
+        let mut chunks = staging.chunks_mut(300_000)?;
+        ensure_eq!(chunks.len(), 4);
+        ensure_eq!(
+            chunks.iter().map(|c| (c.offset(), c.len())).collect::<Vec<_>>(),
+            vec![(0, 300_000), (300_000, 300_000), (600_000, 300_000), (900_000, n - 900_000)]
+        );
+        // Stream b is held for a while; the chunks copied on a do not wait for it.
+        let b_done = Arc::new(AtomicBool::new(false));
+        let flag = b_done.clone();
+        b.launch_host_func(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            flag.store(true, Ordering::SeqCst);
+        })?;
+        for (i, chunk) in chunks.iter_mut().enumerate() {
+            let range = chunk.offset()..chunk.offset() + chunk.len();
+            device.slice(range)?.copy_to_pinned_async(chunk, if i % 2 == 0 { &a } else { &b })?;
+        }
+        ensure!(
+            chunks[1].has_copies_in_flight() && chunks[3].has_copies_in_flight(),
+            "copies on b not recorded"
+        );
+        let held = !b_done.load(Ordering::SeqCst);
+        ensure!(chunks[0].as_slice()? == &input[..300_000], "chunk 0 holds the device's data");
+        ensure!(chunks[2].as_slice()? == &input[600_000..900_000], "chunk 2 holds the device's data");
+        if held {
+            // (A tool that runs host functions when they are queued has already run it.)
+            ensure!(!b_done.load(Ordering::SeqCst), "reading the chunks copied on a waited for stream b");
+        }
+        ensure!(chunks[3].as_slice()? == &input[900_000..], "chunk 3 holds the device's data");
+        // Chunk 1 is dropped with its copy possibly in flight: the buffer covers it.
+    }
+    ensure!(staging.as_slice()? == input.as_slice(), "the whole buffer waits for every chunk's copy");
+    ensure!(!staging.has_copies_in_flight(), "copies in flight after as_slice waited for them");
+    // Host-to-device from chunks, then a whole-buffer copy back on another stream.
+    {
+        let mut back = DeviceBuffer::<u32>::zeroed(&a, n)?;
+        for (i, chunk) in staging.chunks_mut(1 << 18)?.iter().enumerate() {
+            let range = chunk.offset()..chunk.offset() + chunk.len();
+            back.slice_mut(range)?.copy_from_pinned_async(chunk, if i % 2 == 0 { &a } else { &b })?;
+        }
+        a.synchronize()?;
+        b.synchronize()?;
+        ensure!(back.to_vec()? == input, "the chunks' host-to-device copies landed");
+    }
+    // A chunk's copy in flight keeps the memory from reuse after the chunk and the buffer are
+    // gone (a chunk has no drop code to forget: the buffer holds its tracker).
+    let mut doomed = PinnedBuffer::<u32>::new(n)?;
+    {
+        let mut chunks = doomed.chunks_mut(n / 2)?;
+        b.launch_host_func(|| std::thread::sleep(Duration::from_millis(200)))?;
+        device.slice(n / 2..n)?.copy_to_pinned_async(&mut chunks[1], &b)?;
+    }
+    drop(doomed);
+    let mut other = PinnedBuffer::<u32>::new(n)?;
+    other.as_mut_slice()?.fill(0xdead_beef);
+    b.synchronize()?;
+    ensure!(other.as_slice()?.iter().all(|&x| x == 0xdead_beef), "a chunk's copy wrote reused memory");
+    // Chunks refuse captured copies, and a buffer captured into a graph refuses to split.
+    let mut captured = PinnedBuffer::<u32>::new(1024)?;
+    {
+        let mut chunks = captured.chunks_mut(512)?;
+        // SAFETY: nothing is launched in the capture; the graph is dropped unlaunched.
+        let capture = unsafe { a.begin_capture(CaptureMode::ThreadLocal)? };
+        let refused = device.slice(0..512)?.copy_to_pinned_async(&mut chunks[0], &a);
+        drop(capture.end()?);
+        ensure!(
+            matches!(refused, Err(Error::InvalidArgument { .. })),
+            "a chunk's captured copy: {refused:?}"
+        );
+    }
+    // SAFETY: as above.
+    let capture = unsafe { a.begin_capture(CaptureMode::ThreadLocal)? };
+    device.slice(0..1024)?.copy_to_pinned_async(&mut captured, &a)?;
+    drop(capture.end()?);
+    ensure!(
+        matches!(captured.chunks_mut(512), Err(Error::InvalidArgument { .. })),
+        "a buffer captured into a graph splits"
+    );
+    Ok(())
+}
+
 fn main() {
     cuda_tests::run(&[
         gpu("bad_sizes_are_refused_and_context_stays_usable", bad_sizes_are_refused_and_context_stays_usable),
@@ -51,6 +149,7 @@ fn main() {
             mismatched_and_out_of_bounds_copies_are_refused,
         ),
         gpu("misaligned_views_are_refused", misaligned_views_are_refused),
+        gpu("pinned_chunks_copy_on_their_own_streams", pinned_chunks_copy_on_their_own_streams),
         gpu("memset_widths", memset_widths),
         gpu("async_copies_through_pinned_memory", async_copies_through_pinned_memory),
         gpu("safe_pinned_pipeline_across_two_streams", safe_pinned_pipeline_across_two_streams),

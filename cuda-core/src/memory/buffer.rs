@@ -324,27 +324,27 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         self.view_mut().copy_from_device(&src.view())
     }
 
-    /// Queues a copy of pinned host memory into the buffer on `stream`; safe, because `src`
-    /// stays readable but cannot be written or freed until the copy is done (see
-    /// [`PinnedBuffer`](super::PinnedBuffer))
+    /// Queues a copy of pinned host memory (a [`PinnedBuffer`](super::PinnedBuffer) or a
+    /// [`PinnedChunk`](super::PinnedChunk)) into the buffer on `stream`; safe, because `src`
+    /// stays readable but cannot be written or freed until the copy is done
     /// ([`cuMemcpyHtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
     /// Fails as [`DeviceViewMut::copy_from_pinned_async`](super::DeviceViewMut::copy_from_pinned_async)
     /// does: lengths that differ are an [`Error::InvalidArgument`].
     #[inline]
-    pub fn copy_from_pinned_async(&mut self, src: &super::PinnedBuffer<T>, stream: &Stream) -> Result<()> {
+    pub fn copy_from_pinned_async(&mut self, src: &impl super::PinnedHost<T>, stream: &Stream) -> Result<()> {
         self.view_mut().copy_from_pinned_async(src, stream)
     }
 
-    /// Queues a copy of the buffer into pinned host memory on `stream`; safe, because `dst`
-    /// cannot be read, written or freed until the copy is done (see
-    /// [`PinnedBuffer`](super::PinnedBuffer))
+    /// Queues a copy of the buffer into pinned host memory (a [`PinnedBuffer`](super::PinnedBuffer)
+    /// or a [`PinnedChunk`](super::PinnedChunk)) on `stream`; safe, because `dst` cannot be
+    /// read, written or freed until the copy is done
     /// ([`cuMemcpyDtoHAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
     /// Fails as [`DeviceView::copy_to_pinned_async`](super::DeviceView::copy_to_pinned_async)
     /// does: lengths that differ are an [`Error::InvalidArgument`].
     #[inline]
-    pub fn copy_to_pinned_async(&self, dst: &mut super::PinnedBuffer<T>, stream: &Stream) -> Result<()> {
+    pub fn copy_to_pinned_async(&self, dst: &mut impl super::PinnedHost<T>, stream: &Stream) -> Result<()> {
         self.view().copy_to_pinned_async(dst, stream)
     }
 

@@ -1,7 +1,7 @@
 //! Linear copies between host slices and device views: host to device, device to host, device
 //! to device (and between contexts, as peer copies), synchronous and stream-ordered.
 
-use super::pinned::PinnedBuffer;
+use super::pinned_chunk::PinnedHost;
 use super::same_len;
 use super::view::{DeviceView, DeviceViewMut};
 use crate::error::{Result, check};
@@ -178,19 +178,20 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// Lengths that differ, or a default stream of another context or thread, are an
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     #[inline]
-    pub fn copy_from_pinned_async(&mut self, src: &PinnedBuffer<T>, stream: &Stream) -> Result<()> {
-        same_len("copy_from_pinned_async", self.len, src.len())?;
+    pub fn copy_from_pinned_async(&mut self, src: &impl PinnedHost<T>, stream: &Stream) -> Result<()> {
+        let super::pinned_chunk::sealed::Tracked { ptr: host, len, uses } = src.tracked()?;
+        same_len("copy_from_pinned_async", self.len, len)?;
         self.ctx.enter()?;
         // The copy runs with this view's context current, and `src` records it on `stream`:
         // both must name the same stream (checked here too for views without an owner).
         crate::stream::nameable(self.ctx, stream)?;
         self.used_on(self.ctx, stream)?;
         let (dst, bytes) = (self.ptr, self.size_in_bytes());
-        src.uses().around(stream, false, || {
+        uses.around(stream, false, || {
             // SAFETY: the lengths match; `src` stays alive and unwritten until the event
             // recorded after this copy has completed.
             check("cuMemcpyHtoDAsync", unsafe {
-                sys::cuMemcpyHtoDAsync(dst, src.as_ptr().cast(), bytes, stream.as_raw())
+                sys::cuMemcpyHtoDAsync(dst, host.cast(), bytes, stream.as_raw())
             })
         })
     }
@@ -201,21 +202,22 @@ impl<T: Pod> DeviceView<'_, T> {
     /// ([`cuMemcpyDtoHAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
     /// Safe: `dst` records the copy, and cannot be read, written or given back until it is
-    /// done ([`PinnedBuffer::as_slice`] waits for it). On a stream other than the view's own,
+    /// done ([`PinnedBuffer::as_slice`](super::PinnedBuffer::as_slice) waits for it). On a stream other than the view's own,
     /// the copy is noted on the buffer behind the view, which is not given back before it is
     /// done.
     ///
     /// Lengths that differ, or a default stream of another context or thread, are an
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     #[inline]
-    pub fn copy_to_pinned_async(&self, dst: &mut PinnedBuffer<T>, stream: &Stream) -> Result<()> {
-        same_len("copy_to_pinned_async", dst.len(), self.len)?;
+    pub fn copy_to_pinned_async(&self, dst: &mut impl PinnedHost<T>, stream: &Stream) -> Result<()> {
+        let super::pinned_chunk::sealed::Tracked { ptr: host, len, uses } = dst.tracked()?;
+        same_len("copy_to_pinned_async", len, self.len)?;
         self.ctx.enter()?;
         // As in `copy_from_pinned_async`.
         crate::stream::nameable(self.ctx, stream)?;
         self.used_on(self.ctx, stream)?;
-        let (src, bytes, host) = (self.ptr, self.size_in_bytes(), dst.as_mut_ptr_unchecked());
-        dst.uses().around(stream, true, || {
+        let (src, bytes) = (self.ptr, self.size_in_bytes());
+        uses.around(stream, true, || {
             // SAFETY: the lengths match; `dst` stays alive, unread and unwritten by the host
             // until the event recorded after this copy has completed.
             check("cuMemcpyDtoHAsync", unsafe {

@@ -153,17 +153,59 @@ pub(crate) fn launch_tracked(
 /// graph ([`HostAccess`]), and each launch of an executable graph made from it waits for the
 /// uses in flight and is recorded as a use, so that the host reads after a launch, and writes
 /// between launches, safely.
+///
+/// The tracker of a chunk of a buffer ([`part`](Self::part)) refuses captured copies: a graph
+/// that kept it would be launched after the chunk is gone, unordered with the buffer's own
+/// copies. The buffer folds its chunks' trackers into its own ([`absorb`](Self::absorb)).
 #[derive(Debug)]
 pub(crate) struct HostUses {
     /// The state while no graph shares it: no reference count, no allocation.
     local: Mutex<Uses>,
     /// The state once a capture took the buffer.
     shared: OnceLock<Arc<Mutex<Uses>>>,
+    /// Whether copies on a capturing stream are allowed (not for chunks).
+    capturable: bool,
 }
 
 impl HostUses {
     pub(crate) fn new() -> HostUses {
-        HostUses { local: Mutex::new(Uses::new()), shared: OnceLock::new() }
+        HostUses { local: Mutex::new(Uses::new()), shared: OnceLock::new(), capturable: true }
+    }
+
+    /// The tracker of one chunk of a buffer: it refuses copies on capturing streams.
+    pub(crate) fn part() -> HostUses {
+        HostUses { capturable: false, ..HostUses::new() }
+    }
+
+    /// Whether a capture took the memory, so that launches of graphs may use it from now on.
+    pub(crate) fn is_shared(&self) -> bool {
+        self.shared.get().is_some() || self.local.lock().unwrap_or_else(PoisonError::into_inner).moved
+    }
+
+    /// Makes this tracker cover the copies in flight of `part` (a chunk's tracker, which then
+    /// has none): the event of this one is recorded on the stream of the part's last copy,
+    /// after a wait there for this one's copies on other streams, so the host never blocks.
+    /// When that cannot be queued, waits for the part's copies instead; when that fails too,
+    /// returns the error and leaves `part` pending (the memory must then be kept).
+    pub(crate) fn absorb(&self, part: &HostUses) -> Result<()> {
+        let mut p = part.lock();
+        if p.pending == Pending::None {
+            return Ok(());
+        }
+        let (Some(stream), Some(event)) = (p.stream.clone(), p.event.as_ref().map(Event::as_raw)) else {
+            // Pending without a recorded copy does not happen; nothing is in flight to cover.
+            p.pending = Pending::None;
+            return Ok(());
+        };
+        let writes = p.pending == Pending::Writes;
+        let mut u = self.lock();
+        let queued = u.prepare(&stream).and_then(|fresh| u.record_after(&stream, writes, fresh));
+        if queued.is_err() {
+            // SAFETY: the event is alive while `p` holds it.
+            check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event) })?;
+        }
+        p.pending = Pending::None;
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Uses> {
@@ -206,6 +248,13 @@ impl HostUses {
         enqueue: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         if let Some(capture) = crate::stream::capture_of(stream)? {
+            if !self.capturable {
+                return Err(crate::Error::invalid(
+                    "PinnedChunk copy",
+                    "a copy of a chunk of a pinned buffer cannot be captured into a graph (the graph \
+                     would outlive the chunk); capture a copy of a whole PinnedBuffer instead",
+                ));
+            }
             // Captured, not queued: the graph's launches are what use the memory.
             enqueue()?;
             capture.note(Arc::new(HostAccess { uses: self.share(), writes }));

@@ -69,6 +69,7 @@ mod host_uses;
 mod managed;
 mod memset;
 mod pinned;
+mod pinned_chunk;
 mod pitched;
 mod pointer;
 #[cfg(cuda_headers_13_4)]
@@ -87,6 +88,7 @@ pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
 pub(crate) use host_uses::{HostAccess, launch_tracked};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
 pub use pinned::PinnedBuffer;
+pub use pinned_chunk::{PinnedChunk, PinnedHost};
 pub use pitched::PitchedBuffer;
 pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attributes, set_sync_memops};
 pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};

@@ -4,6 +4,7 @@
 use super::checked_bytes;
 use super::host::HostAllocFlags;
 use super::host_uses::HostUses;
+use super::pinned_chunk::PinnedChunk;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::pool::{
@@ -13,7 +14,7 @@ use crate::pool::{
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Where a pinned buffer's memory came from.
 enum PinnedSource {
@@ -54,12 +55,18 @@ impl PinnedSource {
 /// and [`from_fn`](Self::from_fn) write each element once instead, and
 /// [`new_uninit`](Self::new_uninit) (unsafe) writes nothing, for staging buffers that a copy from
 /// the device fills: the zeroing costs about as much as a 1 MiB `memset` per buffer.
+///
+/// [`chunks_mut`](Self::chunks_mut) splits it into disjoint [`PinnedChunk`]s that copy on
+/// different streams at once, each recording its own copies.
 pub struct PinnedBuffer<T: Pod> {
     ptr: *mut T,
     len: usize,
     allocation: PinnedAllocation,
     source: PinnedSource,
     uses: HostUses,
+    /// The trackers of the chunks of the last split, folded into `uses` before the buffer is
+    /// used whole again (the chunks only borrow them, so a forgotten chunk loses nothing).
+    parts: Mutex<Vec<HostUses>>,
     _marker: PhantomData<T>,
 }
 
@@ -206,6 +213,7 @@ impl<T: Pod> PinnedBuffer<T> {
             allocation,
             source,
             uses: HostUses::new(),
+            parts: Mutex::new(Vec::new()),
             _marker: PhantomData,
         })
     }
@@ -225,10 +233,75 @@ impl<T: Pod> PinnedBuffer<T> {
         self.ptr
     }
 
-    /// The copy tracker, for the copies that record themselves.
+    /// The copy tracker of the whole buffer, for the copies that record themselves, covering
+    /// the copies of its chunks.
     #[inline]
-    pub(crate) fn uses(&self) -> &HostUses {
-        &self.uses
+    pub(crate) fn uses(&self) -> Result<&HostUses> {
+        self.fold_parts()?;
+        Ok(&self.uses)
+    }
+
+    /// Folds the trackers of the chunks into the buffer's own; one that cannot be folded (its
+    /// copies could neither be ordered nor waited for) stays, with the error returned.
+    fn fold_parts(&self) -> Result<()> {
+        let mut parts = self.parts.lock().unwrap_or_else(PoisonError::into_inner);
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        parts.retain(|part| match self.uses.absorb(part) {
+            Ok(()) => false,
+            Err(e) => {
+                if result.is_ok() {
+                    result = Err(e);
+                }
+                true
+            }
+        });
+        result
+    }
+
+    /// Splits the buffer into disjoint chunks of `chunk_len` elements (the last one shorter
+    /// when `chunk_len` does not divide the length), in order. Each chunk copies to and from
+    /// the device on any stream and records its own copies, so copies of different chunks on
+    /// different streams run at the same time; what its methods wait for are its own copies.
+    ///
+    /// Splitting first waits for the copies of the whole buffer in flight. Once the chunks are
+    /// gone, the buffer covers their copies: the first whole-buffer use (a copy, a slice,
+    /// dropping it) orders itself after them without blocking, by queueing on the stream of
+    /// each chunk's last copy a wait for the buffer's other copies and an event after them.
+    ///
+    /// A `chunk_len` of 0 is an [`Error::InvalidArgument`], and so is a buffer whose copies
+    /// were captured into a graph (the graph's launches would not be ordered with the chunks'
+    /// copies: capture copies of another buffer). A copy in flight that failed is reported as
+    /// by [`synchronize`](Self::synchronize).
+    pub fn chunks_mut(&mut self, chunk_len: usize) -> Result<Vec<PinnedChunk<'_, T>>> {
+        if chunk_len == 0 {
+            return Err(Error::invalid("PinnedBuffer::chunks_mut", "a chunk length of 0; give at least 1"));
+        }
+        if self.uses.is_shared() {
+            return Err(Error::invalid(
+                "PinnedBuffer::chunks_mut",
+                "copies of this buffer were captured into a graph, whose launches would not be ordered with \
+                 the chunks' copies; split another buffer",
+            ));
+        }
+        self.synchronize()?;
+        let parts = self.parts.get_mut().unwrap_or_else(PoisonError::into_inner);
+        parts.clear();
+        let count = self.len.div_ceil(chunk_len);
+        parts.extend((0..count).map(|_| HostUses::part()));
+        let (ptr, len) = (self.ptr, self.len);
+        Ok(parts
+            .iter()
+            .enumerate()
+            .map(|(i, uses)| {
+                let offset = i * chunk_len;
+                // SAFETY: `offset < len` for every chunk index, inside the allocation; the chunks
+                // cover disjoint ranges and borrow the buffer exclusively.
+                unsafe { PinnedChunk::new(ptr.add(offset), offset, chunk_len.min(len - offset), uses) }
+            })
+            .collect())
     }
 
     /// The elements, once the copies that write them have completed (waits for them).
@@ -236,7 +309,7 @@ impl<T: Pod> PinnedBuffer<T> {
     /// Fails only when waiting fails: a fault in earlier work of the stream, reported by the
     /// driver.
     pub fn as_slice(&self) -> Result<&[T]> {
-        self.uses.wait(false)?;
+        self.uses()?.wait(false)?;
         // SAFETY: `len` initialised elements owned by the buffer; no queued copy writes them,
         // and new copies that write them need `&mut self`.
         Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
@@ -248,7 +321,7 @@ impl<T: Pod> PinnedBuffer<T> {
     /// When a copy in flight failed, this fails with the status of the wait
     /// (`cuEventSynchronize`).
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
-        self.uses.wait(true)?;
+        self.uses()?.wait(true)?;
         // SAFETY: as in `as_slice`, exclusively: no queued copy reads or writes them.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
     }
@@ -272,7 +345,7 @@ impl<T: Pod> PinnedBuffer<T> {
     /// Waits for every copy in flight that uses the buffer; when one of them failed, this fails
     /// with the status of the wait (`cuEventSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
-        self.uses.wait(true)
+        self.uses()?.wait(true)
     }
 
     /// The `cuMemHostAlloc` flags the driver reports for the memory
@@ -293,9 +366,10 @@ impl<T: Pod> PinnedBuffer<T> {
         super::host::host_device_ptr(ctx, self.ptr.cast())
     }
 
-    /// Whether copies that use the buffer may still be in flight.
+    /// Whether copies that use the buffer (or its chunks) may still be in flight.
     pub fn has_copies_in_flight(&self) -> bool {
         self.uses.is_pending()
+            || self.parts.lock().unwrap_or_else(PoisonError::into_inner).iter().any(HostUses::is_pending)
     }
 }
 
@@ -309,9 +383,20 @@ impl<T: Pod> Drop for PinnedBuffer<T> {
     /// otherwise in the allocator's context ([`PinnedAllocator::context`]; the default pool's is
     /// the primary context of device 0), or printed to standard error when the allocator names
     /// none.
+    ///
+    /// When copies of a chunk can neither be ordered before the release nor waited for, the
+    /// memory is kept (leaked) rather than given back under them, and the error is reported.
     #[track_caller]
     fn drop(&mut self) {
         let allocator = self.source.allocator();
+        if let Err(e) = self.fold_parts() {
+            // Kept, not given back: copies of a chunk may still use it.
+            match allocator.context() {
+                Some(ctx) => ctx.defer(e),
+                None => eprintln!("cuda-core: PinnedBuffer drop: the memory is kept: {e}"),
+            }
+            return;
+        }
         match self.uses.take_in_flight() {
             Some(copies) => {
                 let ctx = copies.context().clone();

@@ -190,7 +190,7 @@ unsafe impl<T: Pod> AsyncSource<T> for PinnedBuffer<T> {
         enqueue: impl FnOnce(*const c_void) -> Result<()>,
     ) -> Result<()> {
         let ptr = self.as_ptr().cast::<c_void>();
-        self.uses().around(stream, false, || enqueue(ptr))
+        self.uses()?.around(stream, false, || enqueue(ptr))
     }
 }
 
@@ -203,7 +203,7 @@ unsafe impl<T: Pod> AsyncDestination<T> for PinnedBuffer<T> {
         enqueue: impl FnOnce(*mut c_void) -> Result<()>,
     ) -> Result<()> {
         let ptr = self.as_mut_ptr_unchecked().cast::<c_void>();
-        self.uses().around(stream, true, || enqueue(ptr))
+        self.uses()?.around(stream, true, || enqueue(ptr))
     }
 }
 
