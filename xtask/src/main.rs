@@ -4,8 +4,10 @@
 //!   regenerate the `-sys` crates from the `newest` wheels of `xtask/wheels.txt` and report what
 //!   changed in the API surface, or check that what is committed is what the generator writes.
 //!   `--cuda`/`--nccl` bump the pins to the newest wheels of those releases first.
-//! * `surface [--cuda-root DIR] [--nccl-root DIR]`: per crate, functions the headers declare
-//!   against functions the crate exposes, and the driver functions new since the oldest set.
+//! * `surface [--strict] [--cuda-root DIR] [--nccl-root DIR]`: per crate, functions the headers
+//!   declare against functions the crate exposes, the driver functions new since the oldest set,
+//!   and which `cuda.h` functions `cuda-core` wraps in safe API (the others need a reason in
+//!   `xtask/unwrapped.txt`; `--strict` fails when one has none or a reason is stale).
 //! * `compat`: `cuda-core` compiles against bindings from the oldest and the newest header sets.
 //! * `doc-audit`: every public function of `cuda-core` documents its safety contract, its
 //!   errors and the NVIDIA section of the C function it calls (see [`docaudit`]).
@@ -48,6 +50,8 @@ fn workspace_root() -> PathBuf {
 #[derive(Default)]
 struct Options {
     check: bool,
+    /// `surface`: fail on `cuda.h` functions with neither a safe wrapper nor a reason.
+    strict: bool,
     cuda_root: Option<PathBuf>,
     nccl_root: Option<PathBuf>,
     /// A CUDA release (`13.5`) to bump the pins to.
@@ -62,6 +66,7 @@ fn options(args: &[String]) -> Result<Options, String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--check" => o.check = true,
+            "--strict" => o.strict = true,
             "--cuda-root" => o.cuda_root = Some(it.next().ok_or("--cuda-root needs a directory")?.into()),
             "--nccl-root" => o.nccl_root = Some(it.next().ok_or("--nccl-root needs a directory")?.into()),
             "--cuda" => o.cuda_release = Some(it.next().ok_or("--cuda needs a release, e.g. 13.5")?.clone()),
@@ -76,7 +81,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
     let Some((cmd, rest)) = args.split_first() else {
         return Err(
-            "usage: cargo xtask <bindgen [--check] [--cuda X.Y] [--nccl X.Y] | surface | compat | doc-audit | gpu-bundle | bench>".into()
+            "usage: cargo xtask <bindgen [--check] [--cuda X.Y] [--nccl X.Y] | surface [--strict] | compat | doc-audit | gpu-bundle | bench>".into()
         );
     };
     match cmd.as_str() {
@@ -129,7 +134,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let pins = headers::read_pins(&root)?;
             let headers = headers::locate(&root, &pins.newest, &pins.cuda12, o.cuda_root, o.nccl_root)?;
             let oldest = headers::locate(&root, &pins.oldest, &pins.cuda12, None, None)?;
-            surface::report(&root, &headers, &oldest)
+            surface::report(&root, &headers, &oldest, o.strict)
         }
         "compat" => compat::run(&root),
         "doc-audit" => docaudit::run(&root),

@@ -2,7 +2,11 @@
 //!
 //! Declarations are found by scanning the header text, independently of bindgen, and mapped to
 //! the names C code calls through the headers' `#define` renames. Exposed functions are read
-//! from each crate's generated function list.
+//! from each crate's generated function list. After the table, [`coverage`] reports which
+//! `cuda.h` functions `cuda-core` wraps in safe API, and why the others are not.
+
+mod coverage;
+mod scan;
 
 use crate::cmacros;
 use crate::headers::Headers;
@@ -154,9 +158,10 @@ fn version_text(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-/// Prints the comparison and the functions new since the `oldest` headers; fails if any header
-/// function is not exposed.
-pub fn report(root: &Path, h: &Headers, oldest: &Headers) -> Result<(), String> {
+/// Prints the comparison, the functions new since the `oldest` headers and the safe coverage
+/// of `cuda.h`; fails if any header function is not exposed, and with `strict` also if a
+/// `cuda.h` function has neither a safe wrapper nor a reason, or a reason is stale.
+pub fn report(root: &Path, h: &Headers, oldest: &Headers, strict: bool) -> Result<(), String> {
     let surfaces = surfaces_of(h);
     let old_surfaces = surfaces_of(oldest);
     let mut all_complete = true;
@@ -186,8 +191,11 @@ pub fn report(root: &Path, h: &Headers, oldest: &Headers) -> Result<(), String> 
         }
     }
     println!("\nnew since the oldest supported headers ({}):", oldest.origin_cuda);
-    let versions =
-        crate::syntax::driver_versions(&read(&root.join("cuda-driver-sys/src/generated/functions.rs"))?);
+    let functions_rs = read(&root.join("cuda-driver-sys/src/generated/functions.rs"))?;
+    let versions = crate::syntax::driver_versions(&functions_rs);
+    // The driver functions new since the oldest headers, with the version each needs (0 when
+    // unknown): printed here, and marked in the coverage below.
+    let mut driver_new: BTreeMap<String, i32> = BTreeMap::new();
     for (s, old) in surfaces.iter().zip(&old_surfaces) {
         let new: BTreeSet<String> = header_functions(s)?;
         let before = header_functions(old)?;
@@ -199,7 +207,9 @@ pub fn report(root: &Path, h: &Headers, oldest: &Headers) -> Result<(), String> 
         if s.krate == "cuda-driver-sys" {
             let mut by_version: BTreeMap<i32, Vec<&str>> = BTreeMap::new();
             for name in &added {
-                by_version.entry(versions.get(name.as_str()).copied().unwrap_or(0)).or_default().push(name);
+                let version = versions.get(name.as_str()).copied().unwrap_or(0);
+                driver_new.insert(name.to_string(), version);
+                by_version.entry(version).or_default().push(name);
             }
             for (v, names) in by_version {
                 let needs = if v == 0 {
@@ -213,7 +223,51 @@ pub fn report(root: &Path, h: &Headers, oldest: &Headers) -> Result<(), String> 
             println!("    {}", added.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
         }
     }
-    if all_complete { Ok(()) } else { Err("some header functions are not exposed".into()) }
+    let [driver, ..] = surfaces_of(h);
+    let cuda_h = Surface { headers: vec![h.cuda.join("cuda.h")], ..driver };
+    let declared = header_functions(&cuda_h)?;
+    let aliases = aliases(&cuda_h, &declared)?;
+    let sections = sections(&functions_rs)?;
+    let coverage = coverage::Driver {
+        declared: &declared,
+        aliases: &aliases,
+        sections: &sections,
+        new_since_oldest: &driver_new,
+    };
+    let refused = coverage::report(root, &coverage)?;
+
+    let mut failures = Vec::new();
+    if !all_complete {
+        failures.push("some header functions are not exposed".to_string());
+    }
+    if strict {
+        failures.extend(refused);
+    }
+    if failures.is_empty() { Ok(()) } else { Err(failures.join("\n")) }
+}
+
+/// Declared names that a `#define` makes one function (`cuGraphInstantiate` is
+/// `cuGraphInstantiateWithFlags`), both ways round. ABI renames (`cuMemAlloc` to
+/// `cuMemAlloc_v2`) are not aliases: only the canonical name is declared.
+fn aliases(s: &Surface, declared: &BTreeSet<String>) -> Result<BTreeMap<String, String>, String> {
+    let refs: Vec<&Path> = s.headers.iter().map(PathBuf::as_path).collect();
+    let mut out = BTreeMap::new();
+    for (canonical, rename) in cmacros::renames(&refs, s.prefix)? {
+        if rename.per_thread.is_none() && declared.contains(&canonical) && declared.contains(&rename.declared)
+        {
+            out.insert(rename.declared.clone(), canonical.clone());
+            out.insert(canonical, rename.declared);
+        }
+    }
+    Ok(out)
+}
+
+/// The documentation section of each function of the generated driver function list
+/// (`    cuFoo(args) -> ret => c"cuFoo", 2000, 0, "cuda.h", "Memory Management", "https://..";`).
+fn sections(functions_rs: &str) -> Result<BTreeMap<String, String>, String> {
+    let re = Regex::new(r#"(?m)^\s{4}(\w+)\(.*?=> c"\w+", \d+, \d+, "[^"]*", "([^"]*)""#)
+        .map_err(|e| e.to_string())?;
+    Ok(re.captures_iter(functions_rs).map(|c| (c[1].to_string(), c[2].to_string())).collect())
 }
 
 /// Whether `name` is an older ABI version the generator adds, `<function>_v<version>` with a
