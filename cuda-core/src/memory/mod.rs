@@ -61,12 +61,14 @@
 //! ```
 
 mod array;
+mod batch;
 mod buffer;
 mod copy;
 mod copy3d;
 mod host;
 mod host_uses;
 mod managed;
+mod managed_batch;
 mod memset;
 mod pinned;
 mod pinned_chunk;
@@ -82,11 +84,13 @@ pub use array::{
     Array, ArrayDescriptor, ArrayFlags, ArrayMemoryRequirements, BorrowedArray, BorrowedMipmappedArray,
     MipmappedArray, SparseProperties,
 };
+pub use batch::{BatchDestination, BatchSource, CopyBatch, CopyRegion};
 pub use buffer::DeviceBuffer;
 pub use copy3d::{memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer};
 pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
 pub(crate) use host_uses::{HostAccess, launch_tracked};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
+pub use managed_batch::{DiscardBatch, DiscardPrefetchBatch, PrefetchBatch};
 pub use pinned::PinnedBuffer;
 pub use pinned_chunk::{PinnedChunk, PinnedHost};
 pub use pitched::PitchedBuffer;
