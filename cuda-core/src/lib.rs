@@ -55,6 +55,7 @@ pub mod dlpack;
 pub mod error;
 pub mod event;
 pub mod graph;
+pub mod green;
 #[cfg(any(feature = "interop", feature = "nccl", test))]
 mod hex;
 #[cfg(feature = "interop")]
@@ -123,6 +124,7 @@ mod guide {
         Memory = "memory.md";
         Pools = "pools.md";
         Streams = "streams.md";
+        Green = "green.md";
         Kernels = "kernels.md";
         #[cfg(feature = "compile")]
         Compile = "compile.md";

@@ -24,7 +24,9 @@ pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus};
 pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
 
 use crate::context::Context;
+use crate::device::Device;
 use crate::error::{Result, check};
+use crate::green::GreenHandle;
 use bitflags::bitflags;
 use cuda_driver_sys as sys;
 use std::mem::ManuallyDrop;
@@ -60,6 +62,9 @@ struct StreamInner {
     /// For a per-thread default stream, the thread whose stream it names: the one that made
     /// the handle.
     thread: Option<std::thread::ThreadId>,
+    /// For a stream made on a green context, that green context, which must outlive the stream
+    /// (`ctx` is then the device's primary context, which the green context shares).
+    green: Option<Arc<GreenHandle>>,
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver synchronizes access to it.
@@ -157,7 +162,28 @@ impl Stream {
         let per_thread =
             raw == sys::CU_STREAM_PER_THREAD || (raw.is_null() && sys::per_thread_default_stream());
         let thread = per_thread.then(|| std::thread::current().id());
-        Stream { inner: Arc::new(StreamInner { raw, ctx: ctx.clone(), owned, default, thread }) }
+        Stream { inner: Arc::new(StreamInner { raw, ctx: ctx.clone(), owned, default, thread, green: None }) }
+    }
+
+    /// Takes a stream `cuGreenCtxStreamCreate` made on `green`, owned, with `ctx` the primary
+    /// context the green context shares; the stream holds `green`.
+    pub(crate) fn wrap_green(ctx: &Context, raw: sys::CUstream, green: Arc<GreenHandle>) -> Stream {
+        Stream {
+            inner: Arc::new(StreamInner {
+                raw,
+                ctx: ctx.clone(),
+                owned: true,
+                default: false,
+                thread: None,
+                green: Some(green),
+            }),
+        }
+    }
+
+    /// The green context a stream made by [`GreenContext::stream`](crate::green::GreenContext::stream)
+    /// holds.
+    pub(crate) fn green_handle(&self) -> Option<&Arc<GreenHandle>> {
+        self.inner.green.as_ref()
     }
 
     /// Whether this is a per-thread default stream: its handle names the stream of whichever
@@ -181,7 +207,10 @@ impl Stream {
         self.inner.raw
     }
 
-    /// The stream's context.
+    /// The stream's context: the one it was made in, or for a stream made on a green context
+    /// ([`GreenContext::stream`](crate::green::GreenContext::stream)) the device's primary
+    /// context, which the green context shares ([`Stream::green_context`] gives the green
+    /// context).
     #[inline]
     pub fn context(&self) -> &Context {
         &self.inner.ctx
@@ -284,6 +313,34 @@ impl Stream {
         // SAFETY: the stream is alive; one out-parameter.
         check("cuStreamGetId", unsafe { sys::cuStreamGetId(self.inner.raw, &mut id) })?;
         Ok(id)
+    }
+
+    /// The device the stream belongs to, as the driver reports it
+    /// ([`cuStreamGetDevice`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html),
+    /// CUDA 12.8). On an older driver this is an [`Error::Load`](crate::Error::Load) naming
+    /// the version needed; [`context`](Self::context)`().device()` is the same device without
+    /// a call.
+    pub fn device(&self) -> Result<Device> {
+        self.bind_if_default()?;
+        let mut raw = 0;
+        // SAFETY: the stream is alive; one out-parameter.
+        check("cuStreamGetDevice", unsafe { sys::cuStreamGetDevice(self.inner.raw, &mut raw) })?;
+        Ok(Device::from_raw(raw))
+    }
+
+    /// The context the driver associates with the stream, raw
+    /// ([`cuStreamGetCtx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    ///
+    /// It is [`context`](Self::context)`().as_raw()` for a stream made in a context, and for a
+    /// stream made on a green context the handle of the green context's own context (the one
+    /// [`GreenContext::context`](crate::green::GreenContext::context) wraps), which this stream
+    /// keeps valid. A raw handle, owning nothing: valid while the stream is.
+    pub fn context_raw(&self) -> Result<sys::CUcontext> {
+        self.bind_if_default()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the stream is alive; one out-parameter.
+        check("cuStreamGetCtx", unsafe { sys::cuStreamGetCtx(self.inner.raw, &mut raw) })?;
+        Ok(raw)
     }
 }
 
