@@ -32,9 +32,19 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// Whether a row is measured: all are, unless `CUDA_BENCH_ONLY` is set, which keeps the rows
+/// whose name contains it (to profile one row alone, under `perf record` say).
+fn selected(name: &str) -> bool {
+    std::env::var("CUDA_BENCH_ONLY").map_or(true, |only| name.contains(&only))
+}
+
 /// Times `ours` and `raw`, each called `iters` times per round, over `rounds` alternating
-/// rounds; returns the median nanoseconds per call of each.
+/// rounds; returns the median nanoseconds per call of each. A row that `CUDA_BENCH_ONLY`
+/// leaves out is not run and reads NaN.
 pub fn compare(name: &str, rounds: usize, iters: u64, mut ours: impl FnMut(), mut raw: impl FnMut()) -> Row {
+    if !selected(name) {
+        return Row { name: name.to_string(), unit: "ns", ours: f64::NAN, raw: f64::NAN };
+    }
     let mut a = Vec::with_capacity(rounds);
     let mut b = Vec::with_capacity(rounds);
     // One warm-up round each, not recorded.

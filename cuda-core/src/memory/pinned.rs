@@ -227,6 +227,7 @@ impl<T: Pod> PinnedBuffer<T> {
         self.ptr
     }
 
+    #[cfg(feature = "runtime")]
     /// The host address for a copy that this buffer records.
     #[inline]
     pub(crate) fn as_mut_ptr_unchecked(&mut self) -> *mut T {
