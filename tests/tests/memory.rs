@@ -91,6 +91,8 @@ fn pinned_chunks_copy_on_their_own_streams() -> TestResult {
     // Host-to-device from chunks, then a whole-buffer copy back on another stream.
     {
         let mut back = DeviceBuffer::<u32>::zeroed(&a, n)?;
+        // The zeroing is queued on a; the chunks copied on b must not race it.
+        a.synchronize()?;
         for (i, chunk) in staging.chunks_mut(1 << 18)?.iter().enumerate() {
             let range = chunk.offset()..chunk.offset() + chunk.len();
             back.slice_mut(range)?.copy_from_pinned_async(chunk, if i % 2 == 0 { &a } else { &b })?;
