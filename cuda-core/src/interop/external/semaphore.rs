@@ -9,6 +9,7 @@ use cuda_driver_sys as sys;
 use std::ffi::c_void;
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What an external semaphore is imported from (`CUexternalSemaphoreHandleType` and its
 /// handle).
@@ -282,6 +283,9 @@ pub struct ExternalSemaphore {
     kind: SemaphoreKind,
     /// The streams its signals and waits were enqueued on, each once.
     streams: Mutex<Vec<Stream>>,
+    /// The raw handle of the created (not default) stream noted last, which `streams` holds
+    /// (so the handle stays that stream's): noting it again needs no lock.
+    last_noted: AtomicUsize,
 }
 
 // SAFETY: a CUexternalSemaphore may be used from any thread; `streams` is behind a lock.
@@ -307,6 +311,7 @@ impl ExternalSemaphore {
             context: context.clone(),
             kind,
             streams: Mutex::new(Vec::new()),
+            last_noted: AtomicUsize::new(0),
         })
     }
 
@@ -353,7 +358,10 @@ impl ExternalSemaphore {
     /// Parameters that do not fit the [`kind`](Self::kind) (a value for a binary semaphore, a
     /// key for a timeline) are an [`Error::InvalidArgument`].
     pub fn signal(&self, stream: &Stream, params: SignalParams) -> Result<()> {
-        signal_all(stream, &[(self, params)])
+        let raw = Batch::check_one("signal", stream.context(), self, params, SignalParams::to_raw)?;
+        enqueue_signals(stream, &[self.raw], &[raw])?;
+        self.note(stream);
+        Ok(())
     }
 
     /// Makes the work enqueued on `stream` from now on wait until the semaphore is signalled
@@ -362,14 +370,27 @@ impl ExternalSemaphore {
     ///
     /// Parameters that do not fit the [`kind`](Self::kind) are an [`Error::InvalidArgument`].
     pub fn wait(&self, stream: &Stream, params: WaitParams) -> Result<()> {
-        wait_all(stream, &[(self, params)])
+        let raw = Batch::check_one("wait", stream.context(), self, params, WaitParams::to_raw)?;
+        enqueue_waits(stream, &[self.raw], &[raw])?;
+        self.note(stream);
+        Ok(())
     }
 
     /// Notes that work on `stream` uses the semaphore, for the drop to wait for.
+    #[inline]
     fn note(&self, stream: &Stream) {
+        // A created stream's handle is its own while `streams` holds it; default-stream
+        // handles are shared by contexts and threads, so they are compared as streams.
+        let raw = stream.as_raw() as usize;
+        if !stream.is_default() && self.last_noted.load(Ordering::Relaxed) == raw {
+            return;
+        }
         let mut streams = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !streams.iter().any(|s| s.as_raw() == stream.as_raw()) {
+        if !streams.iter().any(|s| s == stream) {
             streams.push(stream.clone());
+        }
+        if !stream.is_default() {
+            self.last_noted.store(raw, Ordering::Relaxed);
         }
     }
 }
@@ -409,18 +430,25 @@ impl Drop for ExternalSemaphore {
 /// the stream's, are an [`Error::InvalidArgument`] before any call.
 pub fn signal_all(stream: &Stream, signals: &[(&ExternalSemaphore, SignalParams)]) -> Result<()> {
     let batch = Batch::new("signal_all", stream.context(), signals.iter().copied(), SignalParams::to_raw)?;
-    stream.context().enter()?;
-    // SAFETY: the batch's two arrays of `count` elements; the semaphores and the stream are alive.
-    check("cuSignalExternalSemaphoresAsync", unsafe {
-        sys::cuSignalExternalSemaphoresAsync(
-            batch.handles.as_ptr(),
-            batch.params.as_ptr(),
-            batch.count,
-            stream.as_raw(),
-        )
-    })?;
+    enqueue_signals(stream, &batch.handles, &batch.params)?;
     signals.iter().for_each(|(s, _)| s.note(stream));
     Ok(())
+}
+
+/// The one `cuSignalExternalSemaphoresAsync` call of checked arrays of the same length.
+#[inline]
+fn enqueue_signals(
+    stream: &Stream,
+    handles: &[sys::CUexternalSemaphore],
+    params: &[sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS],
+) -> Result<()> {
+    stream.context().enter()?;
+    let count = params.len().min(handles.len()) as u32;
+    // SAFETY: two arrays of at least `count` elements (checked batches hold fewer than 2^32);
+    // the semaphores and the stream are alive.
+    check("cuSignalExternalSemaphoresAsync", unsafe {
+        sys::cuSignalExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw())
+    })
 }
 
 /// Makes the work enqueued on `stream` from now on wait for every semaphore of `waits`, in one
@@ -429,18 +457,24 @@ pub fn signal_all(stream: &Stream, signals: &[(&ExternalSemaphore, SignalParams)
 /// Errors as for [`signal_all`].
 pub fn wait_all(stream: &Stream, waits: &[(&ExternalSemaphore, WaitParams)]) -> Result<()> {
     let batch = Batch::new("wait_all", stream.context(), waits.iter().copied(), WaitParams::to_raw)?;
-    stream.context().enter()?;
-    // SAFETY: as in `signal_all`.
-    check("cuWaitExternalSemaphoresAsync", unsafe {
-        sys::cuWaitExternalSemaphoresAsync(
-            batch.handles.as_ptr(),
-            batch.params.as_ptr(),
-            batch.count,
-            stream.as_raw(),
-        )
-    })?;
+    enqueue_waits(stream, &batch.handles, &batch.params)?;
     waits.iter().for_each(|(s, _)| s.note(stream));
     Ok(())
+}
+
+/// The one `cuWaitExternalSemaphoresAsync` call of checked arrays of the same length.
+#[inline]
+fn enqueue_waits(
+    stream: &Stream,
+    handles: &[sys::CUexternalSemaphore],
+    params: &[sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS],
+) -> Result<()> {
+    stream.context().enter()?;
+    let count = params.len().min(handles.len()) as u32;
+    // SAFETY: as in `enqueue_signals`.
+    check("cuWaitExternalSemaphoresAsync", unsafe {
+        sys::cuWaitExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw())
+    })
 }
 
 /// The arrays a batched signal or wait (on a stream or in a graph node) passes to the driver.
@@ -469,16 +503,26 @@ impl<R> Batch<R> {
         }
         let (mut handles, mut params) = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
         for (semaphore, p) in items {
-            if semaphore.context != *context {
-                return Err(Error::invalid(
-                    operation,
-                    format!("semaphore {:p} belongs to another context", semaphore.raw),
-                ));
-            }
+            params.push(Batch::check_one(operation, context, semaphore, p, &to_raw)?);
             handles.push(semaphore.raw);
-            params.push(to_raw(p, semaphore.kind)?);
         }
         Ok(Batch { handles, params, count })
+    }
+
+    /// Checks one semaphore of a batch (of `context`, with parameters that fit its kind) and
+    /// returns its raw parameters.
+    #[inline]
+    pub(crate) fn check_one<P>(
+        operation: &'static str,
+        context: &Context,
+        semaphore: &ExternalSemaphore,
+        params: P,
+        to_raw: impl Fn(P, SemaphoreKind) -> Result<R>,
+    ) -> Result<R> {
+        if semaphore.context != *context {
+            return Err(Error::invalid(operation, format!("semaphore {:p} belongs to another context", semaphore.raw)));
+        }
+        to_raw(params, semaphore.kind)
     }
 }
 
