@@ -15,7 +15,7 @@ use cuda_core::module::Module;
 use cuda_core::pool::MemoryPool;
 use cuda_core::vmm::{
     AccessGrant, AddressRange, AllocationProperties, FabricHandle, Granularity, GrowableBuffer, HandleTypes,
-    PhysicalMemory, VmmAllocator, VmmSupport,
+    MappedSpan, PhysicalMemory, VmmAllocator, VmmSupport,
 };
 use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, multi_gpu, no_deferred};
@@ -31,6 +31,7 @@ fn main() {
             mapped_memory_is_written_and_read_after_set_access,
         ),
         gpu("any_drop_order_unmaps_releases_and_frees", any_drop_order_unmaps_releases_and_frees),
+        gpu("a_span_views_mappings_end_to_end_as_one_memory", a_span_views_mappings_end_to_end_as_one_memory),
         gpu("a_retained_handle_keeps_the_memory", a_retained_handle_keeps_the_memory),
         gpu("a_posix_fd_export_imports_as_an_alias", a_posix_fd_export_imports_as_an_alias),
         gpu("fabric_handles_work_or_are_refused_by_name", fabric_handles_work_or_are_refused_by_name),
@@ -146,6 +147,70 @@ fn mapped_memory_is_written_and_read_after_set_access() -> TestResult {
         "a write through one mapping is not seen through the other"
     );
     drop((alias, mapping));
+    no_deferred(&ctx)
+}
+
+/// Mappings of one range end to end are one memory through a span: a copy across the seams
+/// lands in each mapping, async work on another stream is waited for before the unmap, and
+/// gaps, disorder and foreign ranges are refused.
+fn a_span_views_mappings_end_to_end_as_one_memory() -> TestResult {
+    let _serial = serial();
+    let (device, ctx, stream) = device_zero()?;
+    let props = AllocationProperties::device(device);
+    let gran = minimum(&props)?;
+    let range = AddressRange::reserve(&ctx, 4 * gran, 0)?;
+    let pieces = [PhysicalMemory::new(&ctx, gran, &props)?, PhysicalMemory::new(&ctx, 2 * gran, &props)?];
+    let map_all = || -> Result<Vec<_>, Error> {
+        Ok(vec![range.map(0, &pieces[0])?, range.map(gran, &pieces[1])?, range.map(3 * gran, &pieces[0])?])
+    };
+    let mut span = MappedSpan::new(map_all()?)?;
+    ensure_eq!((span.as_raw(), span.size(), span.mappings().len()), (range.as_raw(), 4 * gran, 3));
+    span.set_access(&[AccessGrant::device(device, Access::ReadWrite)])?;
+    // The last mapping aliases the first piece: write the span's first three quarters only.
+    let host = pattern(3 * gran / 4, 0x1234);
+    span.view_mut::<u32>(&stream)?.slice_mut(..3 * gran / 4)?.copy_from_host(&host)?;
+    let all = span.view::<u32>(&stream)?.to_vec()?;
+    ensure!(all[..3 * gran / 4] == host[..], "the span read back other values");
+    ensure!(all[3 * gran / 4..] == host[..gran / 4], "the last mapping does not alias the first piece");
+    ensure!(
+        span.mappings()[1].view::<u32>(&stream)?.to_vec()? == host[gran / 4..],
+        "the second mapping does not hold the part written across the seam"
+    );
+    // Work on another stream through the span: the drop waits for it before unmapping.
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut back = cuda_core::PinnedBuffer::<u32>::new(gran)?;
+    other.launch_host_func(|| std::thread::sleep(std::time::Duration::from_millis(100)))?;
+    span.view::<u32>(&stream)?.slice(0..gran)?.copy_to_pinned_async(&mut back, &other)?;
+    let mappings = span.into_mappings();
+    ensure_eq!(mappings.len(), 3);
+    drop(mappings);
+    ensure!(back.as_slice()? == &all[..gran], "the copy queued before the unmap read other values");
+    // Refusals.
+    let refused = |r: Result<MappedSpan, Error>| matches!(r, Err(Error::InvalidArgument { .. }));
+    ensure!(refused(MappedSpan::new(Vec::new())), "an empty span");
+    ensure!(
+        refused(MappedSpan::new(vec![range.map(0, &pieces[0])?, range.map(3 * gran, &pieces[0])?])),
+        "a gap"
+    );
+    ensure!(
+        refused(MappedSpan::new(vec![range.map(gran, &pieces[1])?, range.map(0, &pieces[0])?])),
+        "disorder"
+    );
+    let elsewhere = AddressRange::reserve(&ctx, gran, 0)?;
+    ensure!(
+        refused(MappedSpan::new(vec![range.map(0, &pieces[0])?, elsewhere.map(0, &pieces[0])?])),
+        "two ranges"
+    );
+    // The span's own drop waits too.
+    let span = MappedSpan::new(map_all()?)?;
+    span.set_access(&[AccessGrant::device(device, Access::ReadWrite)])?;
+    other.launch_host_func(|| std::thread::sleep(std::time::Duration::from_millis(100)))?;
+    span.view::<u32>(&stream)?.slice(gran..2 * gran)?.copy_to_pinned_async(&mut back, &other)?;
+    drop(span);
+    ensure!(
+        back.as_slice()? == &all[gran..2 * gran],
+        "the copy queued before the span's drop read other values"
+    );
     no_deferred(&ctx)
 }
 

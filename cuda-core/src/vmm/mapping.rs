@@ -216,6 +216,12 @@ impl Mapping {
         &self.physical
     }
 
+    /// Notes `stream` as one whose queued work uses the mapping (for a span handing its
+    /// mappings back).
+    pub(crate) fn note_queued(&self, stream: &Stream) {
+        self.uses.note_queued(stream);
+    }
+
     fn elements<T: Pod>(&self, operation: &'static str) -> Result<usize> {
         let size = std::mem::size_of::<T>();
         if size == 0 || self.size % size != 0 || self.ptr % std::mem::align_of::<T>() as u64 != 0 {

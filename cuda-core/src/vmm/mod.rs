@@ -19,6 +19,8 @@
 //! * [`Mapping`]: physical memory mapped into a range (`cuMemMap`), with the access of each
 //!   device set with [`Mapping::set_access`] (`cuMemSetAccess`): memory of one device can be
 //!   made usable by another this way.
+//! * [`MappedSpan`]: mappings that lie end to end in one range, viewed as one memory (a
+//!   buffer striped over several devices).
 //!
 //! # Lifetimes
 //!
@@ -62,6 +64,7 @@ mod mapping;
 mod physical;
 mod properties;
 mod range;
+mod span;
 
 pub use allocator::VmmAllocator;
 pub use growable::GrowableBuffer;
@@ -69,3 +72,4 @@ pub use mapping::{AccessGrant, Mapping};
 pub use physical::{FabricHandle, PhysicalMemory};
 pub use properties::{AllocationProperties, Granularity, HandleTypes, VmmSupport};
 pub use range::AddressRange;
+pub use span::MappedSpan;
