@@ -520,7 +520,10 @@ impl<R> Batch<R> {
         to_raw: impl Fn(P, SemaphoreKind) -> Result<R>,
     ) -> Result<R> {
         if semaphore.context != *context {
-            return Err(Error::invalid(operation, format!("semaphore {:p} belongs to another context", semaphore.raw)));
+            return Err(Error::invalid(
+                operation,
+                format!("semaphore {:p} belongs to another context", semaphore.raw),
+            ));
         }
         to_raw(params, semaphore.kind)
     }
