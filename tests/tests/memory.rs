@@ -138,6 +138,27 @@ fn pinned_chunks_copy_on_their_own_streams() -> TestResult {
     Ok(())
 }
 
+/// A page-aligned view exports as a dma-buf descriptor where the device supports it; an
+/// unaligned one is refused by the driver.
+fn device_memory_exports_as_a_dma_buf() -> TestResult {
+    use cuda_core::memory::DmaBufMapping;
+    let ctx = ctx()?;
+    let s = stream(&ctx)?;
+    let buffer =
+        DeviceBuffer::<u8>::new_in(&s, 4 << 20, Arc::new(cuda_core::pool::DeviceAllocator::new(&ctx)))?;
+    let exported = buffer.view().export_dma_buf(DmaBufMapping::Default);
+    if !ctx.device().dma_buf_supported()? {
+        ensure!(exported.is_err(), "a device without dma-buf support exported one");
+        return Ok(());
+    }
+    let fd = exported?;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)))?;
+    ensure!(link.to_string_lossy().contains("dmabuf"), "the descriptor is not a dma-buf: {}", link.display());
+    let unaligned = buffer.view().slice(1..4097)?.export_dma_buf(DmaBufMapping::Default);
+    ensure!(matches!(unaligned, Err(Error::Driver { .. })), "an unaligned range was exported: {unaligned:?}");
+    Ok(())
+}
+
 fn main() {
     cuda_tests::run(&[
         gpu("bad_sizes_are_refused_and_context_stays_usable", bad_sizes_are_refused_and_context_stays_usable),
@@ -152,6 +173,7 @@ fn main() {
         ),
         gpu("misaligned_views_are_refused", misaligned_views_are_refused),
         gpu("pinned_chunks_copy_on_their_own_streams", pinned_chunks_copy_on_their_own_streams),
+        gpu("device_memory_exports_as_a_dma_buf", device_memory_exports_as_a_dma_buf),
         gpu("memset_widths", memset_widths),
         gpu("async_copies_through_pinned_memory", async_copies_through_pinned_memory),
         gpu("safe_pinned_pipeline_across_two_streams", safe_pinned_pipeline_across_two_streams),

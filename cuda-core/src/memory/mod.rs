@@ -65,6 +65,7 @@ mod batch;
 mod buffer;
 mod copy;
 mod copy3d;
+mod dma_buf;
 mod host;
 mod host_uses;
 mod managed;
@@ -86,6 +87,7 @@ pub use array::{
 };
 pub use batch::{BatchDestination, BatchSource, CopyBatch, CopyRegion};
 pub use buffer::DeviceBuffer;
+pub use dma_buf::DmaBufMapping;
 pub use copy3d::{memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer};
 pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
 pub(crate) use host_uses::{HostAccess, launch_tracked};
