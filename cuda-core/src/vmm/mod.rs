@@ -19,6 +19,8 @@
 //! * [`Mapping`]: physical memory mapped into a range (`cuMemMap`), with the access of each
 //!   device set with [`Mapping::set_access`] (`cuMemSetAccess`): memory of one device can be
 //!   made usable by another this way.
+//! * [`MulticastObject`]: memory of several devices behind one handle, where a store reaches
+//!   every device (NVLink multicast on NVSwitch systems).
 //! * [`MappedSpan`]: mappings that lie end to end in one range, viewed as one memory (a
 //!   buffer striped over several devices).
 //!
@@ -61,6 +63,7 @@
 mod allocator;
 mod growable;
 mod mapping;
+mod multicast;
 mod physical;
 mod properties;
 mod range;
@@ -69,6 +72,7 @@ mod span;
 pub use allocator::VmmAllocator;
 pub use growable::GrowableBuffer;
 pub use mapping::{AccessGrant, Mapping};
+pub use multicast::{MulticastObject, MulticastProperties};
 pub use physical::{FabricHandle, PhysicalMemory};
 pub use properties::{AllocationProperties, Granularity, HandleTypes, VmmSupport};
 pub use range::AddressRange;

@@ -357,6 +357,91 @@ unsafe extern "C" fn cuLibraryEnumerateKernels(out: *mut *mut c_void, n: c_uint,
     status(n == 1 && put(out, LIBRARY_KERNEL as *mut c_void))
 }
 
+/// Granularity of VMM allocations and of multicast objects in this fake: 2 MiB.
+const GRANULARITY: usize = 2 << 20;
+
+unsafe extern "C" fn cuMemGetAllocationGranularity(
+    granularity: *mut usize,
+    prop: *const c_void,
+    _option: c_int,
+) -> c_int {
+    status(!prop.is_null() && put(granularity, GRANULARITY))
+}
+
+unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, _flags: u64) -> c_int {
+    let ok = !prop.is_null() && size > 0 && size % GRANULARITY == 0;
+    status(ok && put(handle, new_handle() as u64))
+}
+
+unsafe extern "C" fn cuMemRelease(handle: u64) -> c_int {
+    called(format!("cuMemRelease@10020 handle={handle:#x}"));
+    SUCCESS
+}
+
+/// `CUmulticastObjectProp`: device count, size, handle types, flags.
+#[repr(C)]
+struct MulticastProp {
+    devices: c_uint,
+    size: usize,
+    handle_types: u64,
+    flags: u64,
+}
+
+unsafe extern "C" fn cuMulticastGetGranularity(
+    granularity: *mut usize,
+    prop: *const MulticastProp,
+    option: c_int,
+) -> c_int {
+    called(format!("cuMulticastGetGranularity@12010 option={option}"));
+    status(!prop.is_null() && put(granularity, GRANULARITY))
+}
+
+unsafe extern "C" fn cuMulticastCreate(handle: *mut u64, prop: *const MulticastProp) -> c_int {
+    if prop.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null; the caller passes a valid property struct.
+    let p = unsafe { &*prop };
+    called(format!("cuMulticastCreate@12010 devices={} size={:#x}", p.devices, p.size));
+    let ok = p.devices > 0 && p.size > 0 && p.size % GRANULARITY == 0;
+    status(ok && put(handle, new_handle() as u64))
+}
+
+unsafe extern "C" fn cuMulticastAddDevice(_handle: u64, dev: c_int) -> c_int {
+    called(format!("cuMulticastAddDevice@12010 dev={dev}"));
+    status(valid_device(dev))
+}
+
+unsafe extern "C" fn cuMulticastBindMem(
+    _mc: u64,
+    mc_offset: usize,
+    _mem: u64,
+    mem_offset: usize,
+    size: usize,
+    flags: u64,
+) -> c_int {
+    called(format!(
+        "cuMulticastBindMem@12010 offset={mc_offset:#x} mem_offset={mem_offset:#x} size={size:#x} flags={flags}"
+    ));
+    status((mc_offset | mem_offset | size) % GRANULARITY == 0)
+}
+
+unsafe extern "C" fn cuMulticastBindAddr(
+    _mc: u64,
+    mc_offset: usize,
+    _ptr: u64,
+    size: usize,
+    flags: u64,
+) -> c_int {
+    called(format!("cuMulticastBindAddr@12010 offset={mc_offset:#x} size={size:#x} flags={flags}"));
+    status((mc_offset | size) % GRANULARITY == 0)
+}
+
+unsafe extern "C" fn cuMulticastUnbind(_mc: u64, dev: c_int, mc_offset: usize, size: usize) -> c_int {
+    called(format!("cuMulticastUnbind@12010 dev={dev} offset={mc_offset:#x} size={size:#x}"));
+    status(valid_device(dev))
+}
+
 macro_rules! addr {
     ($f:expr) => {
         $f as *const () as usize
@@ -415,6 +500,15 @@ fn implemented() -> Vec<(&'static str, i32, usize, usize)> {
         ("cuLibraryEnumerateKernels", 12040, addr!(cuLibraryEnumerateKernels), 0),
         ("cuKernelGetName", 12030, addr!(cuKernelGetName), 0),
         ("cuKernelGetParamInfo", 12040, addr!(cuKernelGetParamInfo), 0),
+        ("cuMemGetAllocationGranularity", 10020, addr!(cuMemGetAllocationGranularity), 0),
+        ("cuMemCreate", 10020, addr!(cuMemCreate), 0),
+        ("cuMemRelease", 10020, addr!(cuMemRelease), 0),
+        ("cuMulticastGetGranularity", 12010, addr!(cuMulticastGetGranularity), 0),
+        ("cuMulticastCreate", 12010, addr!(cuMulticastCreate), 0),
+        ("cuMulticastAddDevice", 12010, addr!(cuMulticastAddDevice), 0),
+        ("cuMulticastBindMem", 12010, addr!(cuMulticastBindMem), 0),
+        ("cuMulticastBindAddr", 12010, addr!(cuMulticastBindAddr), 0),
+        ("cuMulticastUnbind", 12010, addr!(cuMulticastUnbind), 0),
     ]
 }
 

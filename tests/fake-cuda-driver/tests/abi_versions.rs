@@ -116,3 +116,32 @@ fn calls_with_one_abi_are_refused_on_older_drivers_and_name_the_versions() {
         single(&r, v, "kernel_param_info", "cuKernelGetParamInfo", 12040, "ok:Some((0, 8))", param);
     }
 }
+
+#[test]
+fn multicast_objects_bind_keep_and_release_memory_on_the_fake_driver() {
+    for v in VERSIONS {
+        let r = probe(v);
+        if v < 12010 {
+            expect(&r, v, "multicast_granularity", &too_old("cuMulticastGetGranularity", 12010, v), "");
+            expect(&r, v, "multicast_create", &too_old("cuMulticastCreate", 12010, v), "");
+            continue;
+        }
+        expect(&r, v, "multicast_granularity", "ok:2097152", "cuMulticastGetGranularity@12010 option=1");
+        expect(&r, v, "multicast_create", "ok:()", "cuMulticastCreate@12010 devices=2 size=0x400000");
+        expect(&r, v, "multicast_add_device", "ok:()", "cuMulticastAddDevice@12010 dev=2");
+        let bind = "cuMulticastBindMem@12010 offset=0x200000 mem_offset=0x0 size=0x200000 flags=0";
+        expect(&r, v, "multicast_bind_mem", "ok:()", bind);
+        let refused = &r["multicast_bind_outside"];
+        assert!(refused.contains("do not fit a multicast object of 4194304 bytes"), "{refused}");
+        assert_eq!(r["multicast_bind_outside.abi"], "", "a refused binding called the driver");
+        expect(&r, v, "multicast_memory_kept", "ok:()", "");
+        let unbind = "cuMulticastUnbind@12010 dev=2 offset=0x200000 size=0x200000";
+        expect(&r, v, "multicast_unbind", "ok:()", unbind);
+        let released = &r["multicast_release.abi"];
+        assert_eq!(
+            released.matches("cuMemRelease@10020").count(),
+            2,
+            "object and memory released: {released}"
+        );
+    }
+}

@@ -8,6 +8,9 @@
 use cuda_core::driver_sys as sys;
 use cuda_core::memory::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
 use cuda_core::module::{Function, JitOptions, Library, Module};
+use cuda_core::vmm::{
+    AllocationProperties, Granularity, HandleTypes, MulticastObject, MulticastProperties, PhysicalMemory,
+};
 use cuda_core::{Context, ContextFlags, Device, Error, Event, EventFlags, Stream, StreamFlags};
 use std::ffi::{CStr, c_char};
 use std::fmt::Debug;
@@ -120,5 +123,29 @@ fn run() -> Result<(), Error> {
     calls.new_calls();
     step(&mut calls, "kernel_name", kernel.name());
     step(&mut calls, "kernel_param_info", kernel.param_info(&ctx, 0));
+    multicast(&mut calls, &ctx, dev2)
+}
+
+/// Multicast objects, only ever against this fake: granularity, creation, a device, memory
+/// bound and kept until the object is released, a range refused before any call.
+fn multicast(calls: &mut Calls, ctx: &Context, dev2: Device) -> Result<(), Error> {
+    const MIB2: usize = 2 << 20;
+    let props = MulticastProperties { devices: 2, size: 2 * MIB2, handle_types: HandleTypes::empty() };
+    step(calls, "multicast_granularity", props.granularity(ctx, Granularity::Recommended));
+    let created = MulticastObject::new(ctx, props);
+    step(calls, "multicast_create", created.as_ref().map(|_| ()).map_err(Clone::clone));
+    let Ok(object) = created else {
+        return Ok(());
+    };
+    step(calls, "multicast_add_device", object.add_device(dev2));
+    let physical = PhysicalMemory::new(ctx, MIB2, &AllocationProperties::device(ctx.device()))?;
+    calls.new_calls();
+    step(calls, "multicast_bind_mem", object.bind_memory(MIB2, &physical, 0, MIB2));
+    step(calls, "multicast_bind_outside", object.bind_memory(2 * MIB2, &physical, 0, MIB2));
+    drop(physical);
+    step(calls, "multicast_memory_kept", Ok::<(), Error>(()));
+    step(calls, "multicast_unbind", object.unbind(dev2, MIB2, MIB2));
+    drop(object);
+    step(calls, "multicast_release", Ok::<(), Error>(()));
     Ok(())
 }
