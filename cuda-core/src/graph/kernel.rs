@@ -150,7 +150,7 @@ impl Graph {
 }
 
 /// Sets on a kernel node the launch attributes `config` asks for beyond its dimensions.
-fn set_launch_attributes(node: GraphNode<'_>, config: &LaunchConfig) -> Result<()> {
+pub(super) fn set_launch_attributes(node: GraphNode<'_>, config: &LaunchConfig) -> Result<()> {
     let mut attrs = [const { MaybeUninit::uninit() }; crate::launch::MAX_ATTRIBUTES];
     let raw = config.raw_config(std::ptr::null_mut(), &mut attrs);
     for attr in &attrs[..raw.numAttrs as usize] {
