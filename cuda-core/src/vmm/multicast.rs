@@ -167,9 +167,7 @@ impl MulticastObject {
         self.check_range("MulticastObject::bind_address", offset, size)?;
         self.context.enter()?;
         // SAFETY: the handle is alive; the caller keeps the range mapped while bound.
-        check("cuMulticastBindAddr", unsafe {
-            sys::cuMulticastBindAddr(self.raw, offset, address, size, 0)
-        })
+        check("cuMulticastBindAddr", unsafe { sys::cuMulticastBindAddr(self.raw, offset, address, size, 0) })
     }
 
     /// Unbinds what `device` bound at `offset`, `size` bytes
