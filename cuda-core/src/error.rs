@@ -256,7 +256,28 @@ fn status_text(call: &str, name: Option<&str>, raw: i64, description: Option<Str
 }
 
 fn driver_text(call: &str, status: sys::CUresult) -> String {
-    status_text(call, status.name(), i64::from(status.0), driver_description(status))
+    match status.name() {
+        Some(name) => status_text(call, Some(name), i64::from(status.0), driver_description(status)),
+        // A status newer than the headers: the installed driver may know its name.
+        None => {
+            let name = driver_name(status);
+            status_text(call, name.as_deref(), i64::from(status.0), driver_description(status))
+        }
+    }
+}
+
+/// The driver's own name for `status`
+/// ([`cuGetErrorName`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__ERROR.html)),
+/// for statuses the headers this crate was built with do not name.
+fn driver_name(status: sys::CUresult) -> Option<String> {
+    let mut text: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: the out-pointer is a live local; the driver writes a static string or nothing.
+    let r = unsafe { sys::cuGetErrorName(status, &mut text) };
+    if r != sys::CUresult::CUDA_SUCCESS || text.is_null() {
+        return None;
+    }
+    // SAFETY: the driver returned a NUL-terminated static string.
+    Some(unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned())
 }
 
 #[cfg(feature = "runtime")]

@@ -89,7 +89,9 @@ pub use context::{Context, ContextFlags, CurrentGuard};
 pub use device::Device;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
-pub use launch::{ClusterScheduling, Dim3, KernelArgs, LaunchConfig, MemSyncDomain};
+pub use launch::{
+    ClusterScheduling, Dim3, KernelArgs, LaunchConfig, MemSyncDomain, MemSyncDomainMap, ProgrammaticEvent, SyncPolicy,
+};
 pub use memory::{DeviceBuffer, DeviceView, DeviceViewMut, ManagedBuffer, PinnedBuffer};
 pub use module::{Function, Kernel, Library, Module};
 pub use stream::{Stream, StreamFlags};

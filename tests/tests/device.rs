@@ -15,6 +15,7 @@ fn main() {
         gpu("every_attribute_answers_or_is_refused", every_attribute_answers_or_is_refused),
         gpu("memory_sizes_and_pools", memory_sizes_and_pools),
         cpu("uuid_prints_like_nvidia_smi", uuid_prints_like_nvidia_smi),
+        gpu("async_notifications_register_and_unregister", async_notifications_register_and_unregister),
     ]);
 }
 
@@ -157,5 +158,47 @@ fn memory_sizes_and_pools() -> TestResult {
 fn uuid_prints_like_nvidia_smi() -> TestResult {
     let u = Uuid([0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0, 1, 2, 3, 4, 5, 6, 7]);
     ensure_eq!(u.to_string(), "GPU-01234567-89ab-cdef-0001-020304050607");
+    Ok(())
+}
+
+/// A closure registered for the device's async notifications (CUDA 12.4) is unregistered
+/// cleanly, by `unregister` and by drop, and a second registration at the same time is
+/// independent. Over-budget notifications need memory pressure, so the closure is not expected
+/// to run; what it received is printed. A driver without the call is an `Error::Load`, a
+/// device or platform without notifications the driver's CUDA_ERROR_NOT_SUPPORTED.
+fn async_notifications_register_and_unregister() -> TestResult {
+    use cuda_core::device::AsyncNotification;
+    use std::sync::{Arc, Mutex};
+    let device = Device::get(0)?;
+    let _ctx = Context::primary(&device)?;
+    let seen: Arc<Mutex<Vec<AsyncNotification>>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    let first = match device.register_async_notification(move |n| {
+        if let Ok(mut v) = sink.lock() {
+            v.push(n);
+        }
+    }) {
+        Ok(first) => first,
+        Err(Error::Load { .. }) => {
+            ensure!(driver_version()? < 12040, "the call is missing from a {} driver", driver_version()?);
+            println!("driver {} has no async notifications: Error::Load", driver_version()?);
+            return Ok(());
+        }
+        Err(e) if e.driver_status() == Some(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) => {
+            println!("async notifications are not supported here: {e}");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    ensure_eq!(first.device(), device);
+    ensure!(!first.as_raw().is_null(), "a null callback handle");
+    let second = device.register_async_notification(|_| {})?;
+    ensure!(first.as_raw() != second.as_raw(), "two registrations share a handle");
+    drop(second);
+    ensure!(first.take_panic().is_none(), "no panic was raised");
+    first.unregister()?;
+    println!("notifications received: {:?}", seen.lock().map(|v| v.clone()).unwrap_or_default());
+    // The registry is clean: a new registration after both are gone works.
+    device.register_async_notification(|_| {})?.unregister()?;
     Ok(())
 }

@@ -6,12 +6,15 @@
 mod kernels;
 
 use cuda_core::driver_sys as sys;
+use cuda_core::graph::Graph;
 use cuda_core::module::{FunctionAttribute, JitOptions, Library, Module};
 use cuda_core::occupancy::OccupancyFlags;
+use cuda_core::stream::{AccessPolicyWindow, AccessProperty};
 use cuda_core::{
-    ClusterScheduling, Context, Device, DeviceBuffer, Error, LaunchConfig, MemSyncDomain, Stream, StreamFlags,
+    ClusterScheduling, Context, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, MemSyncDomain,
+    MemSyncDomainMap, Stream, StreamFlags, SyncPolicy,
 };
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
 
 fn main() {
     cuda_tests::run(&[
@@ -49,6 +52,28 @@ fn main() {
         gpu(
             "library_kernel_arguments_that_do_not_match_the_parameters_are_refused",
             library_kernel_arguments_that_do_not_match_the_parameters_are_refused,
+        ),
+        gpu_needing(
+            "programmatic_dependent_launch_overlaps_two_kernels",
+            compute_9,
+            programmatic_dependent_launch_overlaps_two_kernels,
+        ),
+        gpu_needing(
+            "programmatic_event_lets_another_stream_start_early",
+            compute_9,
+            programmatic_event_lets_another_stream_start_early,
+        ),
+        gpu_needing(
+            "launch_completion_event_fires_while_the_kernel_runs",
+            compute_9,
+            launch_completion_event_fires_while_the_kernel_runs,
+        ),
+        gpu("access_policy_window_launch_reads_back_right", access_policy_window_launch_reads_back_right),
+        gpu("sync_policy_and_nvlink_scheduling_launches", sync_policy_and_nvlink_scheduling_launches),
+        gpu_needing("mem_sync_domain_map_launch", compute_9, mem_sync_domain_map_launch),
+        gpu(
+            "bad_attribute_values_are_refused_before_the_launch",
+            bad_attribute_values_are_refused_before_the_launch,
         ),
     ]);
 }
@@ -506,4 +531,345 @@ fn library_kernel_arguments_that_do_not_match_the_parameters_are_refused() -> Te
             empty.launch(&stream, &LaunchConfig::new(1, 1), ())
         }
     })
+}
+
+/// sm_90 kernels for programmatic launches (one thread each):
+/// `wait_flag(const u32* flag, u32* out, u64 timeout_ns, u32 trigger)`: with `trigger` nonzero,
+/// first lets dependent launches start (`griddepcontrol.launch_dependents`); then spins until
+/// `*flag` is nonzero or `timeout_ns` has passed, and writes `out[0]` = 1 (flag seen) or 2
+/// (timed out);
+/// `set_flag_then_wait(u32* flag, u32* out, u32 wait)`: writes `*flag = 1`; with `wait`
+/// nonzero then waits for the kernel it depends on (`griddepcontrol.wait`) and copies `out[0]`
+/// to `out[1]`.
+const PDL_PTX: &str = r#"
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry wait_flag(
+    .param .u64 w_flag,
+    .param .u64 w_out,
+    .param .u64 w_timeout_ns,
+    .param .u32 w_trigger
+)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<8>;
+
+    ld.param.u64 %rd1, [w_flag];
+    ld.param.u64 %rd2, [w_out];
+    ld.param.u64 %rd6, [w_timeout_ns];
+    ld.param.u32 %r3, [w_trigger];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    setp.eq.u32 %p3, %r3, 0;
+    @%p3 bra START;
+    griddepcontrol.launch_dependents;
+START:
+    mov.u64 %rd3, %globaltimer;
+    add.u64 %rd4, %rd3, %rd6;
+    mov.u32 %r2, 2;
+WAIT:
+    ld.volatile.global.u32 %r1, [%rd1];
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra SEEN;
+    mov.u64 %rd5, %globaltimer;
+    setp.lt.u64 %p2, %rd5, %rd4;
+    @%p2 bra WAIT;
+    bra.uni DONE;
+SEEN:
+    mov.u32 %r2, 1;
+DONE:
+    st.global.u32 [%rd2], %r2;
+    ret;
+}
+
+.visible .entry set_flag_then_wait(
+    .param .u64 s_flag,
+    .param .u64 s_out,
+    .param .u32 s_wait
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+
+    ld.param.u64 %rd1, [s_flag];
+    ld.param.u64 %rd2, [s_out];
+    ld.param.u32 %r3, [s_wait];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    mov.u32 %r1, 1;
+    st.volatile.global.u32 [%rd1], %r1;
+    setp.eq.u32 %p1, %r3, 0;
+    @%p1 bra SET_DONE;
+    griddepcontrol.wait;
+    ld.global.u32 %r2, [%rd2];
+    st.global.u32 [%rd2+4], %r2;
+SET_DONE:
+    ret;
+}
+"#;
+
+/// Programmatic launches need compute capability 9.0.
+fn compute_9() -> Result<(), String> {
+    let cc = Device::get(0).and_then(|d| d.compute_capability()).map_err(|e| e.to_string())?;
+    if cc.0 >= 9 {
+        Ok(())
+    } else {
+        Err(format!("needs compute capability 9.0, the device has {}.{}", cc.0, cc.1))
+    }
+}
+
+/// A zeroed flag and a zeroed two-word result, ready on `stream` (synchronized, so that work
+/// on other streams sees the zeros).
+fn flag_and_out(stream: &Stream) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u32>), Error> {
+    let flag = DeviceBuffer::<u32>::zeroed(stream, 1)?;
+    let out = DeviceBuffer::<u32>::zeroed(stream, 2)?;
+    stream.synchronize()?;
+    Ok((flag, out))
+}
+
+/// The primary kernel triggers its dependents at once and then spins until the secondary sets
+/// a flag: it sees the flag only if the secondary ran while it was still running. With
+/// programmatic stream serialization it does (`out[0] == 1`), and the secondary's
+/// `griddepcontrol.wait` then sees the primary's write (`out[1] == 1`); without it, the
+/// same pair runs one after the other and the primary times out (`out == [2, 2]`), so the
+/// first result is not an accident.
+fn programmatic_dependent_launch_overlaps_two_kernels() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, PDL_PTX)?;
+    let (primary, secondary) = (module.function("wait_flag")?, module.function("set_flag_then_wait")?);
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let one = LaunchConfig::new(1, 1);
+    let (trigger, wait) = (1u32, 1u32);
+
+    let (mut flag, mut out) = flag_and_out(&stream)?;
+    let timeout = 5_000_000_000u64;
+    // SAFETY: the kernels take (u32*, u32*, u64, u32) and (u32*, u32*, u32), touch one and two
+    // words, and the spin is bounded by the timeout.
+    unsafe {
+        primary.launch(&stream, &one, (&flag, &mut out, &timeout, &trigger))?;
+        secondary.launch(
+            &stream,
+            &one.programmatic_stream_serialization(true),
+            (&mut flag, &mut out, &wait),
+        )?;
+    }
+    stream.synchronize()?;
+    ensure_eq!(out.to_vec()?, vec![1, 1], "the secondary overlapped the primary, then waited for its write");
+
+    let (mut flag, mut out) = flag_and_out(&stream)?;
+    let short = 200_000_000u64;
+    // SAFETY: as above.
+    unsafe {
+        primary.launch(&stream, &one, (&flag, &mut out, &short, &trigger))?;
+        secondary.launch(&stream, &one, (&mut flag, &mut out, &wait))?;
+    }
+    stream.synchronize()?;
+    ensure_eq!(out.to_vec()?, vec![2, 2], "without the attribute the secondary runs after the primary");
+    Ok(())
+}
+
+/// A programmatic event recorded by the primary kernel lets a kernel on another stream that
+/// waits on it start once every block has triggered: the primary sees the flag the other
+/// kernel sets. Triggering from the kernel and at each block's start both work; the event is
+/// complete afterwards. An event that records timing is refused before the launch.
+fn programmatic_event_lets_another_stream_start_early() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, PDL_PTX)?;
+    let (primary, secondary) = (module.function("wait_flag")?, module.function("set_flag_then_wait")?);
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let one = LaunchConfig::new(1, 1);
+    let event = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
+    let (timeout, no_wait) = (5_000_000_000u64, 0u32);
+    for (trigger_in_kernel, at_block_start) in [(1u32, false), (0u32, true)] {
+        let (mut flag, mut out) = flag_and_out(&stream)?;
+        // SAFETY: as in programmatic_dependent_launch_overlaps_two_kernels.
+        unsafe {
+            primary.launch(
+                &stream,
+                &one.programmatic_event(&event, at_block_start),
+                (&flag, &mut out, &timeout, &trigger_in_kernel),
+            )?;
+        }
+        other.wait_event(&event)?;
+        // SAFETY: as above; the secondary writes only the flag.
+        unsafe { secondary.launch(&other, &one, (&mut flag, &mut out, &no_wait))? };
+        other.synchronize()?;
+        stream.synchronize()?;
+        ensure!(event.query()?, "the event is complete after both streams");
+        ensure_eq!(
+            out.to_vec()?[0],
+            1,
+            "the other stream's kernel ran while the primary spun (trigger at block start: {at_block_start})"
+        );
+    }
+    let timed = Event::new(&ctx, EventFlags::empty())?;
+    let (flag, mut out) = flag_and_out(&stream)?;
+    // SAFETY: refused before any launch.
+    let refused = unsafe {
+        primary.launch(&stream, &one.programmatic_event(&timed, false), (&flag, &mut out, &timeout, &no_wait))
+    };
+    ensure!(matches!(refused, Err(Error::InvalidArgument { .. })), "a timing event: {refused:?}");
+    Ok(())
+}
+
+/// A kernel spins until a flag in device memory is set; its launch-completion event completes
+/// while it still spins (the stream is not done), and only then does the host set the flag, by
+/// a kernel on another stream. The spinner saw the flag (it did not time out).
+fn launch_completion_event_fires_while_the_kernel_runs() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, PDL_PTX)?;
+    let (spinner, setter) = (module.function("wait_flag")?, module.function("set_flag_then_wait")?);
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let one = LaunchConfig::new(1, 1);
+    let started = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
+    let (mut flag, mut out) = flag_and_out(&stream)?;
+    let mut unused = DeviceBuffer::<u32>::zeroed(&other, 2)?;
+    let (timeout, no_trigger, no_wait) = (20_000_000_000u64, 0u32, 0u32);
+    // SAFETY: as in programmatic_dependent_launch_overlaps_two_kernels.
+    unsafe {
+        spinner.launch(
+            &stream,
+            &one.launch_completion_event(&started),
+            (&flag, &mut out, &timeout, &no_trigger),
+        )?;
+    }
+    let since = std::time::Instant::now();
+    let mut fired = false;
+    while since.elapsed() < std::time::Duration::from_secs(10) {
+        if started.query()? {
+            fired = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let still_running = !stream.query()?;
+    // Release the spinner whatever happened, so that the stream drains.
+    // SAFETY: as above; the setter writes only the flag.
+    unsafe { setter.launch(&other, &one, (&mut flag, &mut unused, &no_wait))? };
+    other.synchronize()?;
+    stream.synchronize()?;
+    ensure!(fired, "the launch-completion event did not complete within 10 s");
+    ensure!(still_running, "the kernel had ended when its launch-completion event was seen");
+    ensure_eq!(out.to_vec()?[0], 1, "the spinner saw the flag set after the event");
+    Ok(())
+}
+
+/// A launch with an L2 access-policy window over its input (persisting hits, streaming
+/// misses) is accepted and computes the right result.
+fn access_policy_window_launch_reads_back_right() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let saxpy = module.function("saxpy")?;
+    let mut s = Saxpy::new(&ctx, 1 << 16)?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let a = 3.0f32;
+    let window =
+        AccessPolicyWindow::over(&s.x.view(), 0.6, AccessProperty::Persisting, AccessProperty::Streaming);
+    ensure_eq!((window.base, window.num_bytes), (s.x.as_raw(), s.x.size_in_bytes()));
+    let max = ctx.device().max_access_policy_window_size()?;
+    ensure!(
+        window.num_bytes <= max as usize,
+        "a {}-byte window is over the device's {max}",
+        window.num_bytes
+    );
+    let config = LaunchConfig::for_elements(s.n, 256).access_policy_window(window);
+    // SAFETY: as in saxpy_results_are_read_back.
+    unsafe { saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))? };
+    stream.synchronize()?;
+    s.check(a, 1)?;
+    Ok(())
+}
+
+/// The synchronization policy, and (with a 13.0 driver) NVLink-centric scheduling, are
+/// accepted on a launch whose results are right.
+fn sync_policy_and_nvlink_scheduling_launches() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let saxpy = module.function("saxpy")?;
+    let mut s = Saxpy::new(&ctx, 4096)?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let a = 0.5f32;
+    let base = LaunchConfig::for_elements(s.n, 128);
+    let mut launches = 0;
+    for policy in [SyncPolicy::Auto, SyncPolicy::Spin, SyncPolicy::Yield, SyncPolicy::BlockingSync] {
+        // SAFETY: as in saxpy_results_are_read_back.
+        unsafe { saxpy.launch(&stream, &base.sync_policy(policy), (&s.n, &a, &s.x, &mut s.y))? };
+        launches += 1;
+    }
+    if cuda_core::device::driver_version()? >= 13000 {
+        // SAFETY: as above.
+        unsafe {
+            saxpy.launch(&stream, &base.nvlink_util_centric_scheduling(true), (&s.n, &a, &s.x, &mut s.y))?
+        };
+        launches += 1;
+    }
+    stream.synchronize()?;
+    s.check(a, launches)?;
+    Ok(())
+}
+
+/// A memory synchronization domain map (default domain to 0, remote to the last the device
+/// has), with the kernel in the remote domain, is accepted and the results are right.
+fn mem_sync_domain_map_launch() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let saxpy = module.function("saxpy")?;
+    let mut s = Saxpy::new(&ctx, 4096)?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let a = 2.0f32;
+    let count = ctx.device().mem_sync_domain_count()?;
+    ensure!(count >= 2, "compute capability 9.0 has several domains, the device says {count}");
+    let map = MemSyncDomainMap::new(0, (count - 1) as u8);
+    let config =
+        LaunchConfig::for_elements(s.n, 128).mem_sync_domain(MemSyncDomain::Remote).mem_sync_domain_map(map);
+    // SAFETY: as in saxpy_results_are_read_back.
+    unsafe { saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y))? };
+    stream.synchronize()?;
+    s.check(a, 1)?;
+    Ok(())
+}
+
+/// Refused before any launch, each an `Error::InvalidArgument`: a window's hit ratio outside
+/// [0, 1] and a persisting miss property, a domain ID the device does not have, a
+/// device-updatable kernel node on a stream that is not capturing, and an event in a graph
+/// kernel node. Nothing ran: the output is untouched.
+fn bad_attribute_values_are_refused_before_the_launch() -> TestResult {
+    let ctx = context()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let saxpy = module.function("saxpy")?;
+    let mut s = Saxpy::new(&ctx, 256)?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let a = 1.0f32;
+    let base = LaunchConfig::for_elements(s.n, 128);
+    let view = s.x.view();
+    let ratio = AccessPolicyWindow::over(&view, 1.5, AccessProperty::Persisting, AccessProperty::Normal);
+    let miss = AccessPolicyWindow::over(&view, 0.5, AccessProperty::Persisting, AccessProperty::Persisting);
+    let count = ctx.device().mem_sync_domain_count().unwrap_or(1).clamp(1, 255) as u8;
+    let event = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
+    let bad = [
+        ("hit ratio 1.5", base.access_policy_window(ratio)),
+        ("persisting misses", base.access_policy_window(miss)),
+        ("domain past the count", base.mem_sync_domain_map(MemSyncDomainMap::new(0, count))),
+        ("device-updatable outside a capture", base.device_updatable_kernel_node(true)),
+    ];
+    for (what, config) in bad {
+        // SAFETY: refused before any launch.
+        let r = unsafe { saxpy.launch(&stream, &config, (&s.n, &a, &s.x, &mut s.y)) };
+        ensure!(matches!(r, Err(Error::InvalidArgument { .. })), "{what}: {r:?}");
+    }
+    let graph = Graph::new(&ctx)?;
+    // SAFETY: refused before any node is added.
+    let node = unsafe {
+        graph.add_kernel_node(&[], &saxpy, &base.launch_completion_event(&event), (&s.n, &a, &s.x, &mut s.y))
+    };
+    ensure!(matches!(node, Err(Error::InvalidArgument { .. })), "an event in a graph node: {node:?}");
+    stream.synchronize()?;
+    s.check(a, 0)?;
+    Ok(())
 }

@@ -5,9 +5,11 @@
 
 mod atomics;
 mod attributes;
+mod notification;
 mod ordinal;
 
 pub use atomics::{AtomicCaps, AtomicOp};
+pub use notification::{AsyncNotification, AsyncNotifications};
 pub use ordinal::DeviceOrdinal;
 
 use crate::error::{Error, Result, check};

@@ -3,9 +3,12 @@
 //! Every launch goes through
 //! [`cuLaunchKernelEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html):
 //! the grid, block and dynamic shared memory of a [`LaunchConfig`], plus launch attributes for
-//! what it asks beyond them (cluster dimensions, cooperative launch, priority, programmatic
-//! stream serialization). Nothing is allocated on the heap: the attributes and the argument
-//! pointers live on the stack.
+//! what it asks beyond them: every launch attribute of `cuda.h` 13.0 (cluster dimensions and
+//! scheduling, cooperative launch, priority, programmatic stream serialization and events,
+//! the launch-completion event, memory synchronization domains, the L2 access-policy window,
+//! the synchronization policy, the shared-memory carveout, device-updatable graph nodes,
+//! NVLink-centric scheduling). Nothing is allocated on the heap: the attributes and the
+//! argument pointers live on the stack.
 //!
 //! # Arguments
 //!
@@ -41,13 +44,18 @@
 //! ```
 
 mod args;
+mod attributes_events;
+mod attributes_policy;
 
 use crate::module::ParamLayout;
 pub use args::{KernelArg, KernelArgs};
+pub use attributes_events::ProgrammaticEvent;
+pub use attributes_policy::{MemSyncDomainMap, SyncPolicy};
 
 use crate::error::{Error, Result, check};
+use crate::event::Event;
 use crate::module::{Function, Kernel};
-use crate::stream::Stream;
+use crate::stream::{AccessPolicyWindow, Stream};
 use cuda_driver_sys as sys;
 use std::mem::MaybeUninit;
 
@@ -95,8 +103,13 @@ impl From<(u32, u32, u32)> for Dim3 {
 /// How to launch a kernel: grid and block dimensions, dynamic shared memory, and the launch
 /// attributes of `cuLaunchKernelEx`
 /// ([`CUlaunchConfig`](https://docs.nvidia.com/cuda/cuda-driver-api/structCUlaunchConfig.html)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LaunchConfig {
+///
+/// `'a` is the lifetime of the events it names ([`programmatic_event`](Self::programmatic_event),
+/// [`launch_completion_event`](Self::launch_completion_event)); a configuration without
+/// events is a `LaunchConfig<'static>`. Two configurations are equal when every field is,
+/// events compared by handle and the access-policy window's hit ratio by its bits.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchConfig<'a> {
     /// Blocks in the grid.
     pub grid: Dim3,
     /// Threads in a block.
@@ -130,10 +143,104 @@ pub struct LaunchConfig {
     /// The share of the L1/shared-memory split to give shared memory, in percent
     /// (`CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`); a hint.
     pub shared_memory_carveout: Option<u8>,
+    /// The L2 access-policy window of the kernel's accesses
+    /// (`CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW`); a cache hint.
+    pub access_policy_window: Option<AccessPolicyWindow>,
+    /// How the CPU waits for the launch (`CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY`).
+    pub sync_policy: Option<SyncPolicy>,
+    /// Which hardware domain each memory synchronization domain uses
+    /// (`CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP`, compute capability 9.0).
+    pub mem_sync_domain_map: Option<MemSyncDomainMap>,
+    /// An event the kernel's blocks trigger (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT`;
+    /// stream launches only).
+    pub programmatic_event: Option<ProgrammaticEvent<'a>>,
+    /// An event recorded once every block has begun
+    /// (`CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT`; stream launches only).
+    pub launch_completion_event: Option<&'a Event>,
+    /// Make the captured kernel node device-updatable
+    /// (`CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE`; graphs and captures only).
+    pub device_updatable_kernel_node: bool,
+    /// Schedule for NVLink utilization (`CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING`,
+    /// CUDA 13.0); a hint.
+    pub nvlink_util_centric_scheduling: bool,
 }
 
-/// How many launch attributes a configuration can carry.
-pub(crate) const MAX_ATTRIBUTES: usize = 8;
+/// How many launch attributes a configuration can carry: one of each kind `LaunchConfig`
+/// has (every `CUlaunchAttributeID` of `cuda.h` 13.0 but `IGNORE`).
+pub(crate) const MAX_ATTRIBUTES: usize = 15;
+
+/// Fills the attribute array of a launch, one slot after another; a push past the end is
+/// dropped (it cannot happen: there are `MAX_ATTRIBUTES` kinds and each is pushed once).
+pub(crate) struct AttributeWriter<'s> {
+    attrs: &'s mut [MaybeUninit<sys::CUlaunchAttribute>; MAX_ATTRIBUTES],
+    n: usize,
+}
+
+impl AttributeWriter<'_> {
+    #[inline]
+    fn push(&mut self, id: sys::CUlaunchAttributeID, value: sys::CUlaunchAttributeValue) {
+        if let Some(slot) = self.attrs.get_mut(self.n) {
+            *slot = MaybeUninit::new(sys::CUlaunchAttribute { id, pad: [0; 4], value, ..Default::default() });
+            self.n += 1;
+        }
+    }
+}
+
+impl LaunchConfig<'_> {
+    /// Everything but the events, as plain values, for equality and hashing.
+    #[allow(clippy::type_complexity)]
+    fn key(
+        &self,
+    ) -> (
+        (Dim3, Dim3, u32, Option<Dim3>, bool, Option<i32>, bool),
+        (Option<ClusterScheduling>, Option<Dim3>, Option<MemSyncDomain>, Option<u8>),
+        (
+            Option<(u64, usize, u32, crate::stream::AccessProperty, crate::stream::AccessProperty)>,
+            Option<SyncPolicy>,
+        ),
+        (Option<MemSyncDomainMap>, Option<ProgrammaticEvent<'_>>, Option<usize>, bool, bool),
+    ) {
+        (
+            (
+                self.grid,
+                self.block,
+                self.shared_mem_bytes,
+                self.cluster,
+                self.cooperative,
+                self.priority,
+                self.programmatic_stream_serialization,
+            ),
+            (
+                self.cluster_scheduling,
+                self.preferred_cluster,
+                self.mem_sync_domain,
+                self.shared_memory_carveout,
+            ),
+            (self.access_policy_window.map(|w| w.key()), self.sync_policy),
+            (
+                self.mem_sync_domain_map,
+                self.programmatic_event,
+                self.launch_completion_event.map(|e| e.as_raw() as usize),
+                self.device_updatable_kernel_node,
+                self.nvlink_util_centric_scheduling,
+            ),
+        )
+    }
+}
+
+impl PartialEq for LaunchConfig<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for LaunchConfig<'_> {}
+
+impl std::hash::Hash for LaunchConfig<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
 
 /// Where the blocks of a cluster go (`CUclusterSchedulingPolicy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -157,9 +264,9 @@ pub enum MemSyncDomain {
     Remote,
 }
 
-impl LaunchConfig {
+impl<'a> LaunchConfig<'a> {
     /// `grid` blocks of `block` threads, no dynamic shared memory and no attributes.
-    pub fn new(grid: impl Into<Dim3>, block: impl Into<Dim3>) -> LaunchConfig {
+    pub fn new(grid: impl Into<Dim3>, block: impl Into<Dim3>) -> LaunchConfig<'a> {
         LaunchConfig {
             grid: grid.into(),
             block: block.into(),
@@ -172,6 +279,13 @@ impl LaunchConfig {
             preferred_cluster: None,
             mem_sync_domain: None,
             shared_memory_carveout: None,
+            access_policy_window: None,
+            sync_policy: None,
+            mem_sync_domain_map: None,
+            programmatic_event: None,
+            launch_completion_event: None,
+            device_updatable_kernel_node: false,
+            nvlink_util_centric_scheduling: false,
         }
     }
 
@@ -179,69 +293,92 @@ impl LaunchConfig {
     /// `elements` (at least one block). `elements` is any unsigned count (a buffer's `usize`
     /// length as it is); a grid past what a launch can take saturates and is refused by the
     /// driver at launch.
-    pub fn for_elements(elements: impl ElementCount, block_size: u32) -> LaunchConfig {
+    pub fn for_elements(elements: impl ElementCount, block_size: u32) -> LaunchConfig<'a> {
         let block_size = block_size.max(1);
         let blocks = elements.as_u64().div_ceil(u64::from(block_size)).max(1);
         LaunchConfig::new(u32::try_from(blocks).unwrap_or(u32::MAX), block_size)
     }
 
     /// Sets the dynamic shared memory per block.
-    pub fn shared_mem_bytes(mut self, bytes: u32) -> LaunchConfig {
+    pub fn shared_mem_bytes(mut self, bytes: u32) -> LaunchConfig<'a> {
         self.shared_mem_bytes = bytes;
         self
     }
 
     /// Sets the cluster dimensions.
-    pub fn cluster(mut self, dims: impl Into<Dim3>) -> LaunchConfig {
+    pub fn cluster(mut self, dims: impl Into<Dim3>) -> LaunchConfig<'a> {
         self.cluster = Some(dims.into());
         self
     }
 
     /// Asks for a cooperative launch.
-    pub fn cooperative(mut self, on: bool) -> LaunchConfig {
+    pub fn cooperative(mut self, on: bool) -> LaunchConfig<'a> {
         self.cooperative = on;
         self
     }
 
     /// Sets the launch priority.
-    pub fn priority(mut self, priority: i32) -> LaunchConfig {
+    pub fn priority(mut self, priority: i32) -> LaunchConfig<'a> {
         self.priority = Some(priority);
         self
     }
 
     /// Allows programmatic stream serialization.
-    pub fn programmatic_stream_serialization(mut self, on: bool) -> LaunchConfig {
+    pub fn programmatic_stream_serialization(mut self, on: bool) -> LaunchConfig<'a> {
         self.programmatic_stream_serialization = on;
         self
     }
 
     /// Sets the cluster scheduling policy.
-    pub fn cluster_scheduling(mut self, policy: ClusterScheduling) -> LaunchConfig {
+    pub fn cluster_scheduling(mut self, policy: ClusterScheduling) -> LaunchConfig<'a> {
         self.cluster_scheduling = Some(policy);
         self
     }
 
     /// Sets the preferred cluster dimensions.
-    pub fn preferred_cluster(mut self, dims: impl Into<Dim3>) -> LaunchConfig {
+    pub fn preferred_cluster(mut self, dims: impl Into<Dim3>) -> LaunchConfig<'a> {
         self.preferred_cluster = Some(dims.into());
         self
     }
 
     /// Sets the memory synchronization domain.
-    pub fn mem_sync_domain(mut self, domain: MemSyncDomain) -> LaunchConfig {
+    pub fn mem_sync_domain(mut self, domain: MemSyncDomain) -> LaunchConfig<'a> {
         self.mem_sync_domain = Some(domain);
         self
     }
 
     /// Sets the preferred shared-memory carveout, in percent (checked at launch: at most 100).
-    pub fn shared_memory_carveout(mut self, percent: u8) -> LaunchConfig {
+    pub fn shared_memory_carveout(mut self, percent: u8) -> LaunchConfig<'a> {
         self.shared_memory_carveout = Some(percent);
         self
     }
 
-    /// Rejects zero dimensions and a block larger than `max_threads` (when known).
+    /// Rejects zero dimensions, a block larger than `max_threads` (when known), values out of
+    /// range, and the launch-only attributes (events): what graph kernel nodes use.
     #[inline]
     pub(crate) fn check(&self, operation: &'static str, max_threads: u32) -> Result<()> {
+        if self.has_events() {
+            return Err(attributes_events::events_outside_a_launch(operation));
+        }
+        self.check_shape(operation, max_threads)
+    }
+
+    /// [`check`](Self::check) for a launch on `stream`: events allowed, and checked against
+    /// the stream, with the other attributes that need it. Without those attributes this
+    /// asks the driver nothing.
+    #[inline]
+    fn check_launch(&self, operation: &'static str, max_threads: u32, stream: &Stream) -> Result<()> {
+        self.check_shape(operation, max_threads)?;
+        if self.needs_stream_checks() {
+            self.check_events(operation, stream)?;
+            self.check_values_on(operation, stream)?;
+        }
+        Ok(())
+    }
+
+    /// Zero dimensions, the block size and the values of the attributes.
+    #[inline]
+    fn check_shape(&self, operation: &'static str, max_threads: u32) -> Result<()> {
         let block = self.block.count();
         if self.grid.count() == 0 || block == 0 {
             return Err(zero_dimension(operation, self));
@@ -257,26 +394,41 @@ impl LaunchConfig {
                 ));
             }
         }
-        Ok(())
+        self.check_values(operation)
     }
 
-    /// Fills `attrs` with the attributes this configuration asks for and returns the raw
-    /// configuration pointing at them.
+    /// Fills `attrs` with the attributes this configuration asks for, but the events, and
+    /// returns the raw configuration pointing at them: what graph kernel nodes and occupancy
+    /// queries use (neither takes events, and a graph must not keep an event handle the
+    /// configuration only borrows).
     #[inline]
     pub(crate) fn raw_config(
         &self,
         stream: sys::CUstream,
         attrs: &mut [MaybeUninit<sys::CUlaunchAttribute>; MAX_ATTRIBUTES],
     ) -> sys::CUlaunchConfig {
-        let mut n = 0;
-        // Every attribute this configuration can ask for fits: there are MAX_ATTRIBUTES kinds.
-        let mut push = |id: sys::CUlaunchAttributeID, value: sys::CUlaunchAttributeValue| {
-            if let Some(slot) = attrs.get_mut(n) {
-                *slot =
-                    MaybeUninit::new(sys::CUlaunchAttribute { id, pad: [0; 4], value, ..Default::default() });
-                n += 1;
-            }
-        };
+        self.fill(stream, attrs, false)
+    }
+
+    /// [`raw_config`](Self::raw_config) with the events too, for `cuLaunchKernelEx`.
+    #[inline]
+    fn raw_launch_config(
+        &self,
+        stream: sys::CUstream,
+        attrs: &mut [MaybeUninit<sys::CUlaunchAttribute>; MAX_ATTRIBUTES],
+    ) -> sys::CUlaunchConfig {
+        self.fill(stream, attrs, true)
+    }
+
+    #[inline]
+    fn fill(
+        &self,
+        stream: sys::CUstream,
+        attrs: &mut [MaybeUninit<sys::CUlaunchAttribute>; MAX_ATTRIBUTES],
+        events: bool,
+    ) -> sys::CUlaunchConfig {
+        let mut out = AttributeWriter { attrs, n: 0 };
+        let mut push = |id, value| out.push(id, value);
         if let Some(c) = self.cluster {
             push(
                 sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
@@ -349,6 +501,11 @@ impl LaunchConfig {
                 sys::CUlaunchAttributeValue { sharedMemCarveout: u32::from(percent) },
             );
         }
+        self.push_values(&mut out);
+        if events {
+            self.push_events(&mut out);
+        }
+        let AttributeWriter { attrs, n } = out;
         sys::CUlaunchConfig {
             gridDimX: self.grid.x,
             gridDimY: self.grid.y,
@@ -395,10 +552,10 @@ unsafe fn launch_raw<A: KernelArgs>(
     max_threads: u32,
     params: &ParamLayout,
     stream: &Stream,
-    config: &LaunchConfig,
+    config: &LaunchConfig<'_>,
     args: A,
 ) -> Result<()> {
-    config.check(operation, max_threads)?;
+    config.check_launch(operation, max_threads, stream)?;
     params.check(operation, args.sizes().as_ref())?;
     let raw_stream = stream.as_raw();
     stream.context().take_deferred()?;
@@ -408,7 +565,7 @@ unsafe fn launch_raw<A: KernelArgs>(
     // back; nothing to do on their own stream.
     args.note_launch(stream)?;
     let mut attrs = [const { MaybeUninit::uninit() }; crate::launch::MAX_ATTRIBUTES];
-    let raw = config.raw_config(raw_stream, &mut attrs);
+    let raw = config.raw_launch_config(raw_stream, &mut attrs);
     // `args` stays where it is until the call returns: the pointers of views passed by value
     // point into it.
     let mut pointers = args.pointers();
@@ -440,7 +597,7 @@ impl Function<'_> {
     pub unsafe fn launch<A: KernelArgs>(
         &self,
         stream: &Stream,
-        config: &LaunchConfig,
+        config: &LaunchConfig<'_>,
         args: A,
     ) -> Result<()> {
         // SAFETY: the function is live while `self` borrows its module; the caller vouches
@@ -469,7 +626,7 @@ impl Function<'_> {
     pub unsafe fn launch_cooperative<A: KernelArgs>(
         &self,
         stream: &Stream,
-        config: &LaunchConfig,
+        config: &LaunchConfig<'_>,
         args: A,
     ) -> Result<()> {
         let config = config.cooperative(true);
@@ -497,7 +654,7 @@ impl Kernel<'_> {
     pub unsafe fn launch<A: KernelArgs>(
         &self,
         stream: &Stream,
-        config: &LaunchConfig,
+        config: &LaunchConfig<'_>,
         args: A,
     ) -> Result<()> {
         let device = stream.context().device();
@@ -648,8 +805,9 @@ mod tests {
             config.shared_memory_carveout(101).check("t", 0),
             Err(Error::InvalidArgument { .. })
         ));
-        // Every attribute at once still fits.
+        // Every attribute at once still fits (the value attributes here, the events with
+        // them in `attributes_policy`'s tests).
         let all = config.cluster(2).cooperative(true).priority(0).programmatic_stream_serialization(true);
-        assert_eq!(all.raw_config(std::ptr::null_mut(), &mut attrs).numAttrs as usize, MAX_ATTRIBUTES);
+        assert_eq!(all.raw_config(std::ptr::null_mut(), &mut attrs).numAttrs, 8);
     }
 }

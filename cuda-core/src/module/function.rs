@@ -201,6 +201,18 @@ impl<'m> Function<'m> {
         }
     }
 
+    /// The raw handle of the module the function belongs to
+    /// ([`cuFuncGetModule`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)):
+    /// for code that holds only the function, such as one adopted from a raw handle. A
+    /// function of a library kernel has the library's module in its context. Fails with the
+    /// driver's status when it refuses the query.
+    pub fn module_raw(&self) -> Result<sys::CUmodule> {
+        let mut module = std::ptr::null_mut();
+        // SAFETY: the function is live while `self` borrows its code; one out-parameter.
+        check("cuFuncGetModule", unsafe { sys::cuFuncGetModule(&mut module, self.raw) })?;
+        Ok(module)
+    }
+
     /// The raw `CUfunction`.
     #[inline]
     pub fn as_raw(&self) -> sys::CUfunction {
