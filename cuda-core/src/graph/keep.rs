@@ -67,6 +67,11 @@ impl KeepAlive {
         found
     }
 
+    /// The values of type `T` held directly (not through snapshots).
+    pub(crate) fn items_of<T: Any + Send + Sync>(&self) -> Vec<Arc<T>> {
+        self.lock().iter().filter_map(|item| item.clone().downcast::<T>().ok()).collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Kept>> {
         self.items.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -79,6 +79,16 @@ impl<T: Pod> GraphSlice<T> {
     }
 
     crate::memory::element_count!();
+
+    /// The same memory as elements of `U`, kept alive by the same owner: a memset of 1-, 2- or
+    /// 4-byte values over a buffer of wider or narrower elements, for instance.
+    ///
+    /// An address not aligned for `U`, or a size that is not a whole number of `U`s, is an
+    /// [`Error::InvalidArgument`], as for [`DeviceView::cast`](crate::DeviceView::cast).
+    pub fn cast<U: Pod>(&self) -> Result<GraphSlice<U>> {
+        let len = crate::memory::cast_check::<T, U>("GraphSlice::cast", self.ptr, self.len)?;
+        Ok(GraphSlice { ptr: self.ptr, len, owner: self.owner.clone(), _element: PhantomData })
+    }
 }
 
 impl<T> GraphSlice<T> {
@@ -289,6 +299,25 @@ mod tests {
         assert_eq!(p, Some(1.0f32.to_bits()));
         assert!(matches!(memset_params("t", &raw::<u64>(1), 1u64), Err(Error::InvalidArgument { .. })));
         assert!(matches!(memset_params("t", &raw::<u32>(0), 1u32), Err(Error::InvalidArgument { .. })));
+    }
+
+    #[test]
+    fn casts_keep_the_owner_and_check_alignment_and_whole_elements() {
+        let owner: Arc<dyn Any + Send + Sync> = Arc::new(0u8);
+        let words =
+            GraphSlice::<u64> { ptr: 0x1000, len: 3, owner: Some(owner.clone()), _element: PhantomData };
+        let bytes = words.cast::<u8>();
+        assert_eq!(bytes.as_ref().map(|b| (b.as_raw(), b.len())).ok(), Some((0x1000, 24)));
+        assert!(bytes.as_ref().is_ok_and(|b| b.owner().is_some_and(|o| Arc::ptr_eq(&o, &owner))));
+        let halves = raw::<u16>(3).cast::<u32>();
+        assert!(matches!(halves, Err(Error::InvalidArgument { .. })), "6 bytes are not whole u32s");
+        // SAFETY: only parameters are built; nothing is launched.
+        let odd = unsafe { GraphSlice::<u8>::from_raw(0x1002, 8) };
+        assert!(matches!(odd.cast::<u32>(), Err(Error::InvalidArgument { .. })), "misaligned");
+        assert!(matches!(raw::<u8>(4).cast::<()>(), Err(Error::InvalidArgument { .. })));
+        let p =
+            bytes.ok().and_then(|b| memset_params("t", &b, 0xabu8).ok()).map(|p| (p.width, p.elementSize));
+        assert_eq!(p, Some((24, 1)));
     }
 
     #[test]

@@ -27,11 +27,24 @@ pub(crate) struct Uses {
     pending: Pending,
     /// Set on the buffer's own state once it moved to the shared one (see `HostUses::share`).
     moved: bool,
+    /// Slices the host holds through a guard ([`HostAccess::begin_host_borrow`]): launches
+    /// that write the memory are refused while any is held.
+    host_readers: usize,
+    /// Whether the host holds the memory for writing through a guard: every launch that uses
+    /// it is refused meanwhile.
+    host_writer: bool,
 }
 
 impl Uses {
     const fn new() -> Uses {
-        Uses { event: None, stream: None, pending: Pending::None, moved: false }
+        Uses {
+            event: None,
+            stream: None,
+            pending: Pending::None,
+            moved: false,
+            host_readers: 0,
+            host_writer: false,
+        }
     }
 
     /// Makes work about to be queued on `stream` wait for the uses in flight on another stream,
@@ -112,6 +125,67 @@ pub(crate) struct HostAccess {
     pub(crate) writes: bool,
 }
 
+impl HostAccess {
+    /// A tracker of its own, for memory whose uses are launches and the stream-ordered work
+    /// queued through [`queue`](Self::queue) (graph-allocated memory).
+    pub(crate) fn fresh(writes: bool) -> HostAccess {
+        HostAccess { uses: Arc::new(Mutex::new(Uses::new())), writes }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Uses> {
+        self.uses.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until the host may read (`write == false`) or write the memory, then marks it
+    /// held by the host: until [`end_host_borrow`](Self::end_host_borrow), [`launch_tracked`]
+    /// refuses the launches that would race with the host (any, for a write; those that write
+    /// the memory, for a read). A write while the host holds anything, or a read while it
+    /// writes, is an [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    pub(crate) fn begin_host_borrow(&self, write: bool) -> Result<()> {
+        let mut u = self.lock();
+        if u.host_writer || (write && u.host_readers > 0) {
+            return Err(crate::Error::invalid(
+                "pinned buffer borrow",
+                "the host already holds the memory through a slice guard; drop it first",
+            ));
+        }
+        let needed = if write { Pending::Reads } else { Pending::Writes };
+        if u.pending >= needed {
+            if let Some(event) = &u.event {
+                // SAFETY: the event is alive while held here.
+                check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.as_raw()) })?;
+            }
+            u.pending = Pending::None;
+        }
+        if write {
+            u.host_writer = true;
+        } else {
+            u.host_readers += 1;
+        }
+        Ok(())
+    }
+
+    /// Ends a borrow begun by [`begin_host_borrow`](Self::begin_host_borrow).
+    pub(crate) fn end_host_borrow(&self, write: bool) {
+        let mut u = self.lock();
+        if write {
+            u.host_writer = false;
+        } else {
+            u.host_readers = u.host_readers.saturating_sub(1);
+        }
+    }
+
+    /// Queues `enqueue` on `stream` after the uses in flight on other streams, and records it
+    /// as a use (a write). If it was queued but cannot be recorded, waits for `stream` and
+    /// returns the error.
+    pub(crate) fn queue(&self, stream: &Stream, enqueue: impl FnOnce() -> Result<()>) -> Result<()> {
+        let mut u = self.lock();
+        let fresh = u.prepare(stream)?;
+        enqueue()?;
+        u.record_after(stream, true, fresh)
+    }
+}
+
 /// Queues `launch` on `stream`, ordered after the uses in flight of every buffer in `accesses`
 /// (sorted by tracker, one entry per tracker) and recorded on each as a use, under all their
 /// locks at once: the host cannot slip a read or write between the launch and its recording.
@@ -122,6 +196,15 @@ pub(crate) fn launch_tracked(
 ) -> Result<()> {
     let mut guards: Vec<MutexGuard<'_, Uses>> =
         accesses.iter().map(|a| a.uses.lock().unwrap_or_else(PoisonError::into_inner)).collect();
+    for (u, access) in guards.iter().zip(accesses) {
+        if u.host_writer || (access.writes && u.host_readers > 0) {
+            return Err(crate::Error::invalid(
+                "GraphExec::launch",
+                "the host holds a slice of a pinned buffer that the graph copies to or from (a guard of \
+                 SharedPinnedBuffer::as_slice or as_mut_slice is alive); drop it before launching",
+            ));
+        }
+    }
     let mut fresh = Vec::with_capacity(guards.len());
     for u in &mut guards {
         fresh.push(u.prepare(stream)?);
@@ -198,8 +281,15 @@ impl HostUses {
             return Ok(());
         };
         let writes = p.pending == Pending::Writes;
-        let mut u = self.lock();
-        let queued = u.prepare(&stream).and_then(|fresh| u.record_after(&stream, writes, fresh));
+        // On a stream being captured, a wait or an event recorded now would go into the
+        // graph, not run: wait for the part's own event instead (recorded outside a capture).
+        let capturing = !matches!(crate::stream::capture_of(&stream), Ok(None));
+        let queued = if capturing {
+            Err(crate::Error::invalid("PinnedBuffer", "the stream is being captured"))
+        } else {
+            let mut u = self.lock();
+            u.prepare(&stream).and_then(|fresh| u.record_after(&stream, writes, fresh))
+        };
         if queued.is_err() {
             // SAFETY: the event is alive while `p` holds it.
             check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event) })?;
@@ -224,6 +314,11 @@ impl HostUses {
             }
             std::thread::yield_now();
         }
+    }
+
+    /// The buffer as a graph node that copies to it (`writes`) or from it sees it.
+    pub(crate) fn graph_access(&self, writes: bool) -> HostAccess {
+        HostAccess { uses: self.share(), writes }
     }
 
     /// The state shared with graphs, made from the buffer's own on first use.

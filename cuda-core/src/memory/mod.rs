@@ -100,7 +100,7 @@ pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attribut
 pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};
 #[cfg(feature = "texture")]
 pub(crate) use view::Track;
-pub(crate) use view::range_of;
+pub(crate) use view::{cast_check, range_of};
 pub use view::{DeviceView, DeviceViewMut};
 
 use crate::error::{Error, Result};

@@ -103,7 +103,7 @@ pub(crate) fn range_of(
     Ok((start, end))
 }
 
-fn cast_check<T, U>(operation: &'static str, ptr: sys::CUdeviceptr, len: usize) -> Result<usize> {
+pub(crate) fn cast_check<T, U>(operation: &'static str, ptr: sys::CUdeviceptr, len: usize) -> Result<usize> {
     let bytes = len * std::mem::size_of::<T>();
     let (size, align) = (std::mem::size_of::<U>(), std::mem::align_of::<U>());
     if size == 0 {

@@ -56,9 +56,9 @@ impl Stream {
     /// On a stream that is being captured ([`Stream::begin_capture`], or a stream that joined a
     /// capture by waiting on an event recorded in it) this is refused with
     /// [`Error::InvalidArgument`] and the capture goes on unharmed: captured, the closure would
-    /// run at every launch of the graph, and an `FnOnce` runs once. Add a host node to the
-    /// graph instead ([`Graph::add_host_node`](crate::graph::Graph::add_host_node)), whose
-    /// closure is `Fn` and kept by the graph.
+    /// run at every launch of the graph, and an `FnOnce` runs once. Capture a closure the graph
+    /// owns with [`launch_replayable_host_func`](Self::launch_replayable_host_func) instead, or
+    /// add a host node to the graph ([`Graph::add_host_node`](crate::graph::Graph::add_host_node)).
     ///
     /// ```no_run
     /// # use cuda_core::{Context, Device, Stream, StreamFlags};
