@@ -90,7 +90,8 @@ pub use device::Device;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use launch::{
-    ClusterScheduling, Dim3, KernelArgs, LaunchConfig, MemSyncDomain, MemSyncDomainMap, ProgrammaticEvent, SyncPolicy,
+    ClusterScheduling, Dim3, KernelArgs, LaunchConfig, MemSyncDomain, MemSyncDomainMap, ProgrammaticEvent,
+    SyncPolicy,
 };
 pub use memory::{DeviceBuffer, DeviceView, DeviceViewMut, ManagedBuffer, PinnedBuffer};
 pub use module::{Function, Kernel, Library, Module};

@@ -1,6 +1,7 @@
 //! Executable graphs: instantiation, upload, launch, and updates of the whole graph or of one
 //! node.
 
+use super::buffer::ExecMemory;
 use super::host::HostFunction;
 use super::keep::{KeepAlive, Kept, all_empty};
 use super::kernel::{NodeKernel, kernel_params};
@@ -55,12 +56,15 @@ pub struct GraphExec {
 
 /// Which value of a node a setter gave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Role {
+pub(super) enum Role {
     Destination,
     Source,
     Host,
     Child,
     Event,
+    /// The external semaphores of a signal or wait node.
+    #[cfg_attr(not(feature = "interop"), allow(dead_code))]
+    Semaphores,
 }
 
 /// What an executable graph keeps alive.
@@ -81,6 +85,9 @@ struct ExecKeep {
     /// The pinned buffers its captured copies use: each launch is ordered after their copies
     /// in flight and recorded on them (see [`GraphExec::launch`]).
     host: Vec<HostAccess>,
+    /// The graph memory it allocates and does not free (see [`GraphBuffer`](super::GraphBuffer)),
+    /// whose trackers are among `host`.
+    memory: ExecMemory,
 }
 
 impl ExecKeep {
@@ -168,11 +175,13 @@ impl Graph {
         if status != sys::CUresult::CUDA_SUCCESS {
             return Err(instantiate_refused(status, &params));
         }
-        let keep = ExecKeep {
-            graph: Some((self.keep.clone(), 0)),
-            host: self.keep.host_accesses(),
-            ..ExecKeep::default()
-        };
+        let memory = ExecMemory::of(&self.keep, flags);
+        let mut host = self.keep.host_accesses();
+        if !memory.is_empty() {
+            host.extend(memory.accesses());
+            host.sort_by_key(|a| Arc::as_ptr(&a.uses) as usize);
+        }
+        let keep = ExecKeep { graph: Some((self.keep.clone(), 0)), host, memory, ..ExecKeep::default() };
         Ok(GraphExec { raw, ctx: self.ctx.clone(), keep: RefCell::new(keep), launches: Cell::new(0) })
     }
 }
@@ -222,9 +231,18 @@ impl GraphExec {
     /// the host reads results and writes new inputs between launches safely. A graph without
     /// such buffers costs nothing more.
     ///
+    /// The same holds for the buffers of [`add_memcpy_to_pinned_node`](Graph::add_memcpy_to_pinned_node)
+    /// and [`add_memcpy_from_pinned_node`](Graph::add_memcpy_from_pinned_node), and a launch
+    /// is refused while the host holds a slice of such a buffer that the launch would race
+    /// with. Memory of allocation nodes that is freed outside the graph
+    /// ([`GraphBuffer`](super::GraphBuffer)) is recorded as allocated by the launch; a launch
+    /// while an earlier one's allocation is unfreed, without
+    /// [`AUTO_FREE_ON_LAUNCH`](InstantiateFlags::AUTO_FREE_ON_LAUNCH), or on a capturing
+    /// stream, is refused.
+    ///
     /// Fails with the driver's status when the launch is refused (a stream of another context,
     /// an earlier fault), or when it cannot be recorded on such a buffer (then the launch was
-    /// waited for instead).
+    /// waited for instead); the refusals above are [`Error::InvalidArgument`]s.
     #[inline]
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         self.ctx.take_deferred()?;
@@ -255,6 +273,10 @@ impl GraphExec {
     /// whose launches then track them.
     #[cold]
     fn launch_tracked(&self, stream: &Stream) -> Result<()> {
+        if !self.keep.borrow().memory.is_empty() {
+            let keep = self.keep.borrow();
+            return keep.memory.launch(&keep.host, stream, || self.launch_raw(stream));
+        }
         if let Some(capture) = crate::stream::capture_of(stream)? {
             // Captured into another graph: that graph's launches are what use the buffers.
             self.launch_raw(stream)?;
@@ -315,7 +337,7 @@ impl GraphExec {
     }
 
     /// Keeps `value` (if any) for `node`'s `role`, retiring the value it replaces.
-    fn replace(&self, node: GraphNode<'_>, role: Role, value: Option<Kept>) {
+    pub(super) fn replace(&self, node: GraphNode<'_>, role: Role, value: Option<Kept>) {
         let mut keep = self.keep.borrow_mut();
         keep.release_completed();
         let now = self.launches.get();
@@ -343,8 +365,19 @@ impl GraphExec {
     ///
     /// A refusal is [`Error::GraphUpdate`] with the driver's reason and the node it blames;
     /// the executable graph is then unchanged. On success it keeps alive what `graph` keeps
-    /// alive instead of what it kept before (let go of once no launch may use it).
+    /// alive instead of what it kept before (let go of once no launch may use it). An
+    /// executable graph whose allocation nodes' memory is freed outside it
+    /// ([`GraphBuffer`](super::GraphBuffer)) is refused with an [`Error::InvalidArgument`]: its
+    /// launches must stay tracked on that memory.
     pub fn update(&self, graph: &Graph) -> Result<()> {
+        if !self.keep.borrow().memory.is_empty() {
+            // Its launches must stay tracked on the memory they allocate.
+            return Err(Error::invalid(
+                "GraphExec::update",
+                "the executable graph allocates memory that is freed outside it (a GraphBuffer); \
+                 instantiate the new graph instead",
+            ));
+        }
         self.ctx.enter()?;
         let mut info = sys::CUgraphExecUpdateResultInfo {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,

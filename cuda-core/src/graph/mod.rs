@@ -96,13 +96,18 @@
 //! # Ok(()) }
 //! ```
 
+mod buffer;
 mod capture;
 mod conditional;
 mod dot;
+mod edit;
 mod exec;
 #[cfg(feature = "interop")]
 mod external;
+#[cfg(feature = "interop")]
+mod external_edit;
 mod host;
+mod host_capture;
 #[cfg(cuda_headers_13_1)]
 mod ids;
 mod keep;
@@ -110,16 +115,26 @@ mod kernel;
 mod memops;
 mod memory;
 mod node;
+mod params;
+mod pinned_copy;
 mod pool;
+mod user_object;
 
+pub use buffer::GraphBuffer;
 pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureToGraph, exchange_capture_mode};
 pub use conditional::{ConditionalHandle, ConditionalKind, ConditionalNode};
 pub use dot::DotFlags;
+pub use edit::{Edge, NodeKey};
 pub use exec::{GraphExec, InstantiateFlags};
+#[cfg(feature = "interop")]
+pub use external_edit::SemaphoreNodeEntry;
 pub use kernel::NodeKernel;
 pub use memory::GraphSlice;
 pub use node::{EdgeKind, GraphNode, NodeType};
+pub use params::{HostNodeParams, KernelNodeParams, MemAllocNodeParams, MemcpyNodeParams, MemsetNodeParams};
+pub use pinned_copy::{PinnedSlice, PinnedSliceMut, SharedPinnedBuffer};
 pub use pool::{GraphMemoryUsage, memory_usage, reset_memory_high_watermarks, trim_memory};
+pub use user_object::UserObject;
 
 use crate::context::Context;
 use crate::error::{Result, check};

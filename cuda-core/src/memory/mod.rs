@@ -87,8 +87,8 @@ pub use array::{
 };
 pub use batch::{BatchDestination, BatchSource, CopyBatch, CopyRegion};
 pub use buffer::DeviceBuffer;
-pub use dma_buf::DmaBufMapping;
 pub use copy3d::{memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer};
+pub use dma_buf::DmaBufMapping;
 pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
 pub(crate) use host_uses::{HostAccess, launch_tracked};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
@@ -100,8 +100,8 @@ pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attribut
 pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};
 #[cfg(feature = "texture")]
 pub(crate) use view::Track;
-pub(crate) use view::{cast_check, range_of};
 pub use view::{DeviceView, DeviceViewMut};
+pub(crate) use view::{cast_check, range_of};
 
 use crate::error::{Error, Result};
 
