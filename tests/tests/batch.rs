@@ -424,28 +424,33 @@ fn discard_batches_leave_memory_usable() -> TestResult {
     let mut moved = managed_with(&owner, n, |i| i as u32)?;
     // Refusals, each in a batch of its own (an add borrows the buffer until the batch is gone).
     let ranges = |r: Result<&mut cuda_core::memory::DiscardBatch<'_>, Error>| r.map(|b| b.len());
+    // SAFETY (every discard below): the buffers are next used after `side.synchronize()`.
     invalid(
-        ranges(side.discard_batch()?.discard(&mut parts, [0..100, 50..150])),
+        unsafe { ranges(side.discard_batch()?.discard(&mut parts, [0..100, 50..150])) },
         "overlapping discard ranges",
     )?;
     invalid(
-        ranges(side.discard_batch()?.discard(&mut parts, std::iter::once(0..n + 1))),
+        unsafe { ranges(side.discard_batch()?.discard(&mut parts, std::iter::once(0..n + 1))) },
         "a discard range past the end",
     )?;
     invalid(
-        side.discard_and_prefetch_batch()?
-            .discard_and_prefetch(&mut moved, [0..10, 9..20], MemLocation::Device(device))
-            .map(|b| b.len()),
+        unsafe {
+            side.discard_and_prefetch_batch()?
+                .discard_and_prefetch(&mut moved, [0..10, 9..20], MemLocation::Device(device))
+                .map(|b| b.len())
+        },
         "overlapping discard-and-prefetch ranges",
     )?;
     ensure!(parts.recorded_streams().is_empty(), "a refused discard noted the batch's stream");
     let mut discard = side.discard_batch()?;
-    discard.discard(&mut whole, [..])?;
-    discard.discard(&mut parts, [0..n / 4, n / 2..n])?;
+    unsafe {
+        discard.discard(&mut whole, [..])?;
+        discard.discard(&mut parts, [0..n / 4, n / 2..n])?;
+    }
     ensure_eq!(discard.len(), 3);
     discard.submit()?;
     let mut batch = side.discard_and_prefetch_batch()?;
-    batch.discard_and_prefetch(&mut moved, [..], MemLocation::Device(device))?;
+    unsafe { batch.discard_and_prefetch(&mut moved, [..], MemLocation::Device(device))? };
     batch.submit()?;
     for (name, buffer) in [("whole", &whole), ("parts", &parts), ("moved", &moved)] {
         ensure!(buffer.recorded_streams().contains(&side), "{name} did not note the batch's stream");

@@ -36,9 +36,12 @@ impl<T> DeviceView<'_, T> {
     /// The device must support dma-buf
     /// ([`Device::dma_buf_supported`](crate::Device::dma_buf_supported)), and the view must
     /// start and end on host page boundaries; otherwise the driver refuses with its status
-    /// (`CUDA_ERROR_NOT_SUPPORTED`, `CUDA_ERROR_INVALID_VALUE`). The descriptor names the
-    /// memory, not the buffer: an importer that uses it after the buffer is given back reaches
-    /// whatever the memory then holds. Keep the buffer for as long as importers use it.
+    /// (`CUDA_ERROR_NOT_SUPPORTED`, `CUDA_ERROR_INVALID_VALUE`).
+    ///
+    /// The descriptor names the memory, not the buffer. Nothing in this crate or in safe Rust
+    /// reaches memory through it: importing it (`mmap`, an RDMA registration, a Vulkan or
+    /// EGL import) takes another API's `unsafe` call, whose contract is where the memory's
+    /// lifetime is promised: keep the buffer for as long as an importer uses the memory.
     pub fn export_dma_buf(&self, mapping: DmaBufMapping) -> Result<OwnedFd> {
         self.ctx.enter()?;
         let mut fd: std::ffi::c_int = -1;

@@ -200,8 +200,11 @@ pub struct PrefetchBatch<'a> {
 /// ```compile_fail,E0499
 /// # fn f(stream: &cuda_core::Stream, m: &mut cuda_core::ManagedBuffer<u32>) -> cuda_core::Result<()> {
 /// let mut batch = stream.discard_batch()?;
-/// batch.discard(m, [..16])?;
-/// batch.discard(m, [16..])?; // `m` is already borrowed by the batch: give both ranges at once
+/// // SAFETY: nothing touches `m` until the stream has run the discard.
+/// unsafe {
+///     batch.discard(m, [..16])?;
+///     batch.discard(m, [16..])?; // `m` is already borrowed by the batch: give both ranges at once
+/// }
 /// batch.submit()
 /// # }
 /// ```
@@ -210,8 +213,10 @@ pub struct PrefetchBatch<'a> {
 /// # fn f(stream: &cuda_core::Stream, m: &mut cuda_core::ManagedBuffer<u32>) -> cuda_core::Result<()> {
 /// let n = m.len();
 /// let mut batch = stream.discard_batch()?;
-/// batch.discard(m, [0..16, 32..n])?; // the ranges of one call are of one type
-/// batch.submit()
+/// // SAFETY: `m` is next used after `stream.synchronize()`, once the discard has run.
+/// unsafe { batch.discard(m, [0..16, 32..n])? }; // the ranges of one call are of one type
+/// batch.submit()?;
+/// stream.synchronize()
 /// # }
 /// ```
 #[derive(Debug)]
@@ -347,7 +352,15 @@ impl<'a> DiscardBatch<'a> {
     /// An [`Error::InvalidArgument`], with nothing added, for a range past the end of the
     /// buffer, for ranges that overlap (the driver leaves a discard that races another access
     /// undefined), or as [`PrefetchBatch::prefetch`] fails.
-    pub fn discard<T: Pod, R: RangeBounds<usize>>(
+    ///
+    /// # Safety
+    ///
+    /// A discard racing any other access to the same memory is undefined: until the batch's
+    /// stream has run the discard, nothing may read, write or prefetch the discarded elements
+    /// (not the buffer's own copies, which run on its stream; not work on other streams; not
+    /// the host). Order such work after it: on the batch's stream, after an event recorded
+    /// there, or after synchronizing the stream.
+    pub unsafe fn discard<T: Pod, R: RangeBounds<usize>>(
         &mut self,
         buffer: &'a mut ManagedBuffer<T>,
         ranges: impl IntoIterator<Item = R>,
@@ -403,7 +416,12 @@ impl<'a> DiscardPrefetchBatch<'a> {
     /// # Errors
     ///
     /// As [`DiscardBatch::discard`].
-    pub fn discard_and_prefetch<T: Pod, R: RangeBounds<usize>>(
+    ///
+    /// # Safety
+    ///
+    /// As for [`DiscardBatch::discard`]: nothing touches the discarded elements before the
+    /// batch's stream has run the discard.
+    pub unsafe fn discard_and_prefetch<T: Pod, R: RangeBounds<usize>>(
         &mut self,
         buffer: &'a mut ManagedBuffer<T>,
         ranges: impl IntoIterator<Item = R>,

@@ -31,11 +31,12 @@ struct Pending {
 
 /// Whether the work before a copy event's last recording has completed; never blocks. A query
 /// that fails otherwise (the event's context is gone, or faulted) counts as complete: no copy
-/// of it can run any more.
+/// of it can run any more. An event last recorded in a stream capture says nothing about the
+/// copies (`CUDA_ERROR_CAPTURED_EVENT`): the memory is kept.
 fn copies_done(event: &Event) -> bool {
     // SAFETY: the event is alive while `event` is; querying needs no current context.
     let status = unsafe { sys::cuEventQuery(event.as_raw()) };
-    status != sys::CUresult::CUDA_ERROR_NOT_READY
+    status != sys::CUresult::CUDA_ERROR_NOT_READY && status != sys::CUresult::CUDA_ERROR_CAPTURED_EVENT
 }
 
 struct State {

@@ -117,6 +117,16 @@ impl StreamUses {
         Ok(())
     }
 
+    /// Notes on `other` every stream and open scope noted here, for memory that changes
+    /// owner (the new owner's release must wait for them as this one's would).
+    pub(crate) fn copy_into(&self, other: &StreamUses) {
+        let guard = self.lock();
+        let Some(noted) = guard.as_ref() else { return };
+        noted.streams.iter().for_each(|s| other.note_queued(s));
+        #[cfg(feature = "nccl")]
+        noted.groups.iter().for_each(|&g| other.note_group(g));
+    }
+
     /// The streams noted so far.
     pub(crate) fn snapshot(&self) -> Vec<Stream> {
         self.lock().as_ref().map_or_else(Vec::new, |n| n.streams.clone())

@@ -216,10 +216,10 @@ impl Mapping {
         &self.physical
     }
 
-    /// Notes `stream` as one whose queued work uses the mapping (for a span handing its
-    /// mappings back).
-    pub(crate) fn note_queued(&self, stream: &Stream) {
-        self.uses.note_queued(stream);
+    /// Notes the streams and open scopes of `uses` as ones whose work uses the mapping (for a
+    /// span handing its mappings back).
+    pub(crate) fn take_uses_of(&self, uses: &StreamUses) {
+        uses.copy_into(&self.uses);
     }
 
     fn elements<T: Pod>(&self, operation: &'static str) -> Result<usize> {

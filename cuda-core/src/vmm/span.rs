@@ -151,14 +151,11 @@ impl MappedSpan {
         Ok(DeviceViewMut::unordered(&self.context, self.ptr, len, Some(stream), &self.uses))
     }
 
-    /// The mappings back, each noting the streams the span's views were used on, so that its
-    /// own drop waits for that work.
+    /// The mappings back, each noting the streams (and open NCCL groups) the span's views were
+    /// used on, so that its own drop waits for that work.
     pub fn into_mappings(mut self) -> Vec<Mapping> {
-        let streams = self.uses.snapshot();
         let mappings = std::mem::take(&mut self.mappings);
-        for m in &mappings {
-            streams.iter().for_each(|s| m.note_queued(s));
-        }
+        mappings.iter().for_each(|m| m.take_uses_of(&self.uses));
         mappings
     }
 }

@@ -426,8 +426,9 @@ impl Drop for ExternalSemaphore {
 /// enqueued on `stream` so far is done
 /// ([`cuSignalExternalSemaphoresAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXTRES__INTEROP.html)).
 ///
-/// None, parameters that do not fit a semaphore's kind, or semaphores of another context than
-/// the stream's, are an [`Error::InvalidArgument`] before any call.
+/// None, parameters that do not fit a semaphore's kind, semaphores of another context than
+/// the stream's, or a per-thread default stream of another thread, are an
+/// [`Error::InvalidArgument`] before any call.
 pub fn signal_all(stream: &Stream, signals: &[(&ExternalSemaphore, SignalParams)]) -> Result<()> {
     let batch = Batch::new("signal_all", stream.context(), signals.iter().copied(), SignalParams::to_raw)?;
     enqueue_signals(stream, &batch.handles, &batch.params)?;
@@ -442,6 +443,8 @@ fn enqueue_signals(
     handles: &[sys::CUexternalSemaphore],
     params: &[sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS],
 ) -> Result<()> {
+    // The drop waits for the streams noted: each must be one this thread can name.
+    crate::stream::nameable(stream.context(), stream)?;
     stream.context().enter()?;
     let count = params.len().min(handles.len()) as u32;
     // SAFETY: two arrays of at least `count` elements (checked batches hold fewer than 2^32);
@@ -469,6 +472,8 @@ fn enqueue_waits(
     handles: &[sys::CUexternalSemaphore],
     params: &[sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS],
 ) -> Result<()> {
+    // The drop waits for the streams noted: each must be one this thread can name.
+    crate::stream::nameable(stream.context(), stream)?;
     stream.context().enter()?;
     let count = params.len().min(handles.len()) as u32;
     // SAFETY: as in `enqueue_signals`.
