@@ -91,11 +91,10 @@ pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use launch::{
     ClusterScheduling, Dim3, KernelArgs, LaunchConfig, MemSyncDomain, MemSyncDomainMap, ProgrammaticEvent,
-    SyncPolicy,
 };
 pub use memory::{DeviceBuffer, DeviceView, DeviceViewMut, ManagedBuffer, PinnedBuffer};
 pub use module::{Function, Kernel, Library, Module};
-pub use stream::{Stream, StreamFlags};
+pub use stream::{Stream, StreamFlags, SyncPolicy};
 
 pub use cuda_driver_sys as driver_sys;
 #[cfg(feature = "runtime")]

@@ -1,6 +1,5 @@
-//! The launch attributes that are plain values: the L2 access-policy window, the
-//! synchronization policy, the memory synchronization domain map, device-updatable kernel
-//! nodes and NVLink-centric scheduling. Each is a hint or a setting the driver copies at the
+//! The launch attributes that are plain values: the L2 access-policy window, the memory
+//! synchronization domain map, device-updatable kernel nodes and NVLink-centric scheduling. Each is a hint or a setting the driver copies at the
 //! call; none refers to anything that must outlive the launch.
 
 use super::LaunchConfig;
@@ -9,44 +8,6 @@ use crate::memory::{DeviceView, DeviceViewMut};
 use crate::stream::{AccessPolicyWindow, AccessProperty, CaptureStatus, Stream};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
-
-/// How the CPU thread waits for work of a stream (`CUsynchronizationPolicy`): spin, yield or
-/// block while it waits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SyncPolicy {
-    /// `CU_SYNC_POLICY_AUTO`: the driver picks from the number of active contexts and
-    /// processors.
-    Auto,
-    /// `CU_SYNC_POLICY_SPIN`: spin; lowest latency, one busy core.
-    Spin,
-    /// `CU_SYNC_POLICY_YIELD`: spin, yielding the thread between checks.
-    Yield,
-    /// `CU_SYNC_POLICY_BLOCKING_SYNC`: block on a synchronization primitive.
-    BlockingSync,
-}
-
-impl SyncPolicy {
-    /// The raw `CUsynchronizationPolicy`.
-    pub fn as_raw(self) -> sys::CUsynchronizationPolicy {
-        use sys::CUsynchronizationPolicy as P;
-        match self {
-            SyncPolicy::Auto => P::CU_SYNC_POLICY_AUTO,
-            SyncPolicy::Spin => P::CU_SYNC_POLICY_SPIN,
-            SyncPolicy::Yield => P::CU_SYNC_POLICY_YIELD,
-            SyncPolicy::BlockingSync => P::CU_SYNC_POLICY_BLOCKING_SYNC,
-        }
-    }
-}
-
-impl TryFrom<sys::CUsynchronizationPolicy> for SyncPolicy {
-    type Error = Error;
-    fn try_from(raw: sys::CUsynchronizationPolicy) -> Result<SyncPolicy> {
-        use SyncPolicy::*;
-        [Auto, Spin, Yield, BlockingSync].into_iter().find(|p| p.as_raw() == raw).ok_or_else(|| {
-            Error::invalid("SyncPolicy::try_from", format!("unknown CUsynchronizationPolicy {}", raw.0))
-        })
-    }
-}
 
 /// Which hardware memory-synchronization domain each logical domain
 /// ([`MemSyncDomain`](super::MemSyncDomain)) of the kernel uses (`CUlaunchMemSyncDomainMap`).
@@ -157,12 +118,6 @@ impl LaunchConfig<'_> {
         self
     }
 
-    /// Sets the synchronization policy (`CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY`).
-    pub fn sync_policy(mut self, policy: SyncPolicy) -> Self {
-        self.sync_policy = Some(policy);
-        self
-    }
-
     /// Sets the memory synchronization domain map (`CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP`;
     /// compute capability 9.0). Each ID is checked against the device's domain count at
     /// launch.
@@ -241,12 +196,6 @@ impl LaunchConfig<'_> {
                 sys::CUlaunchAttributeValue { accessPolicyWindow: window.as_raw() },
             );
         }
-        if let Some(policy) = self.sync_policy {
-            out.push(
-                Id::CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
-                sys::CUlaunchAttributeValue { syncPolicy: policy.as_raw() },
-            );
-        }
         if let Some(map) = self.mem_sync_domain_map {
             out.push(
                 Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
@@ -295,14 +244,13 @@ mod tests {
         let mut attrs = [const { MaybeUninit::uninit() }; MAX_ATTRIBUTES];
         let config = LaunchConfig::new(4, 32)
             .access_policy_window(window(0.5, AccessProperty::Streaming))
-            .sync_policy(SyncPolicy::BlockingSync)
             .mem_sync_domain_map(MemSyncDomainMap::new(0, 1))
             .device_updatable_kernel_node(true)
             .nvlink_util_centric_scheduling(true);
         let raw = config.raw_config(std::ptr::null_mut(), &mut attrs);
-        assert_eq!(raw.numAttrs, 5);
+        assert_eq!(raw.numAttrs, 4);
         use sys::CUlaunchAttributeID as Id;
-        // SAFETY: the first five were written by raw_config, each with the variant read here.
+        // SAFETY: the first four were written by raw_config, each with the variant read here.
         unsafe {
             let at = |i: usize| attrs[i].assume_init_ref();
             assert_eq!(at(0).id, Id::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW);
@@ -310,14 +258,12 @@ mod tests {
             assert_eq!((w.base_ptr as u64, w.num_bytes, w.hitRatio), (0x7000_0000, 1 << 20, 0.5));
             assert_eq!(w.hitProp, sys::CUaccessProperty::CU_ACCESS_PROPERTY_PERSISTING);
             assert_eq!(w.missProp, sys::CUaccessProperty::CU_ACCESS_PROPERTY_STREAMING);
-            assert_eq!(at(1).id, Id::CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY);
-            assert_eq!(at(1).value.syncPolicy, sys::CUsynchronizationPolicy::CU_SYNC_POLICY_BLOCKING_SYNC);
-            assert_eq!(at(2).id, Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP);
-            assert_eq!((at(2).value.memSyncDomainMap.default_, at(2).value.memSyncDomainMap.remote), (0, 1));
-            assert_eq!(at(3).id, Id::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE);
-            assert_eq!(at(3).value.deviceUpdatableKernelNode.deviceUpdatable, 1);
-            assert_eq!(at(4).id, Id::CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING);
-            assert_eq!(at(4).value.nvlinkUtilCentricScheduling, 1);
+            assert_eq!(at(1).id, Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP);
+            assert_eq!((at(1).value.memSyncDomainMap.default_, at(1).value.memSyncDomainMap.remote), (0, 1));
+            assert_eq!(at(2).id, Id::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE);
+            assert_eq!(at(2).value.deviceUpdatableKernelNode.deviceUpdatable, 1);
+            assert_eq!(at(3).id, Id::CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING);
+            assert_eq!(at(3).value.nvlinkUtilCentricScheduling, 1);
         }
         assert!(config.check("t", 0).is_ok());
     }
@@ -335,7 +281,6 @@ mod tests {
             .mem_sync_domain(MemSyncDomain::Remote)
             .shared_memory_carveout(10)
             .access_policy_window(window(1.0, AccessProperty::Normal))
-            .sync_policy(SyncPolicy::Spin)
             .mem_sync_domain_map(MemSyncDomainMap::default())
             .device_updatable_kernel_node(true)
             .nvlink_util_centric_scheduling(true);
@@ -364,14 +309,12 @@ mod tests {
         let a = LaunchConfig::new(1, 1).access_policy_window(window(0.25, AccessProperty::Normal));
         let b = LaunchConfig::new(1, 1).access_policy_window(window(0.25, AccessProperty::Normal));
         assert_eq!(a, b);
-        assert_ne!(a, b.sync_policy(SyncPolicy::Yield));
+        assert_ne!(a, b.nvlink_util_centric_scheduling(true));
         let hash = |c: &LaunchConfig<'_>| {
             let s = RandomState::new();
             (s.hash_one(c), s)
         };
         let (h, s) = hash(&a);
         assert_eq!(h, s.hash_one(b));
-        assert_eq!(SyncPolicy::try_from(SyncPolicy::Yield.as_raw()).ok(), Some(SyncPolicy::Yield));
-        assert!(SyncPolicy::try_from(sys::CUsynchronizationPolicy(99)).is_err());
     }
 }

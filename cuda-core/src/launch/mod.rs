@@ -50,7 +50,7 @@ mod attributes_policy;
 use crate::module::ParamLayout;
 pub use args::{KernelArg, KernelArgs};
 pub use attributes_events::ProgrammaticEvent;
-pub use attributes_policy::{MemSyncDomainMap, SyncPolicy};
+pub use attributes_policy::MemSyncDomainMap;
 
 use crate::error::{Error, Result, check};
 use crate::event::Event;
@@ -146,8 +146,6 @@ pub struct LaunchConfig<'a> {
     /// The L2 access-policy window of the kernel's accesses
     /// (`CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW`); a cache hint.
     pub access_policy_window: Option<AccessPolicyWindow>,
-    /// How the CPU waits for the launch (`CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY`).
-    pub sync_policy: Option<SyncPolicy>,
     /// Which hardware domain each memory synchronization domain uses
     /// (`CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP`, compute capability 9.0).
     pub mem_sync_domain_map: Option<MemSyncDomainMap>,
@@ -166,8 +164,9 @@ pub struct LaunchConfig<'a> {
 }
 
 /// How many launch attributes a configuration can carry: one of each kind `LaunchConfig`
-/// has (every `CUlaunchAttributeID` of `cuda.h` 13.0 but `IGNORE`).
-pub(crate) const MAX_ATTRIBUTES: usize = 15;
+/// has (every `CUlaunchAttributeID` of `cuda.h` 13.0 but `IGNORE` and the synchronization
+/// policy, which the driver takes on streams only: `Stream::set_sync_policy`).
+pub(crate) const MAX_ATTRIBUTES: usize = 14;
 
 /// Fills the attribute array of a launch, one slot after another; a push past the end is
 /// dropped (it cannot happen: there are `MAX_ATTRIBUTES` kinds and each is pushed once).
@@ -194,10 +193,7 @@ impl LaunchConfig<'_> {
     ) -> (
         (Dim3, Dim3, u32, Option<Dim3>, bool, Option<i32>, bool),
         (Option<ClusterScheduling>, Option<Dim3>, Option<MemSyncDomain>, Option<u8>),
-        (
-            Option<(u64, usize, u32, crate::stream::AccessProperty, crate::stream::AccessProperty)>,
-            Option<SyncPolicy>,
-        ),
+        Option<(u64, usize, u32, crate::stream::AccessProperty, crate::stream::AccessProperty)>,
         (Option<MemSyncDomainMap>, Option<ProgrammaticEvent<'_>>, Option<usize>, bool, bool),
     ) {
         (
@@ -216,7 +212,7 @@ impl LaunchConfig<'_> {
                 self.mem_sync_domain,
                 self.shared_memory_carveout,
             ),
-            (self.access_policy_window.map(|w| w.key()), self.sync_policy),
+            self.access_policy_window.map(|w| w.key()),
             (
                 self.mem_sync_domain_map,
                 self.programmatic_event,
@@ -280,7 +276,6 @@ impl<'a> LaunchConfig<'a> {
             mem_sync_domain: None,
             shared_memory_carveout: None,
             access_policy_window: None,
-            sync_policy: None,
             mem_sync_domain_map: None,
             programmatic_event: None,
             launch_completion_event: None,

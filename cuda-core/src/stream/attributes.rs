@@ -80,6 +80,44 @@ impl TryFrom<sys::CUstreamCaptureStatus> for CaptureStatus {
     }
 }
 
+/// How the CPU thread waits for work of a stream (`CUsynchronizationPolicy`): spin, yield or
+/// block while it waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SyncPolicy {
+    /// `CU_SYNC_POLICY_AUTO`: the driver picks from the number of active contexts and
+    /// processors.
+    Auto,
+    /// `CU_SYNC_POLICY_SPIN`: spin; lowest latency, one busy core.
+    Spin,
+    /// `CU_SYNC_POLICY_YIELD`: spin, yielding the thread between checks.
+    Yield,
+    /// `CU_SYNC_POLICY_BLOCKING_SYNC`: block on a synchronization primitive.
+    BlockingSync,
+}
+
+impl SyncPolicy {
+    /// The raw `CUsynchronizationPolicy`.
+    pub fn as_raw(self) -> sys::CUsynchronizationPolicy {
+        use sys::CUsynchronizationPolicy as P;
+        match self {
+            SyncPolicy::Auto => P::CU_SYNC_POLICY_AUTO,
+            SyncPolicy::Spin => P::CU_SYNC_POLICY_SPIN,
+            SyncPolicy::Yield => P::CU_SYNC_POLICY_YIELD,
+            SyncPolicy::BlockingSync => P::CU_SYNC_POLICY_BLOCKING_SYNC,
+        }
+    }
+}
+
+impl TryFrom<sys::CUsynchronizationPolicy> for SyncPolicy {
+    type Error = Error;
+    fn try_from(raw: sys::CUsynchronizationPolicy) -> Result<SyncPolicy> {
+        use SyncPolicy::*;
+        [Auto, Spin, Yield, BlockingSync].into_iter().find(|p| p.as_raw() == raw).ok_or_else(|| {
+            Error::invalid("SyncPolicy::try_from", format!("unknown CUsynchronizationPolicy {}", raw.0))
+        })
+    }
+}
+
 impl Stream {
     fn get_attribute(&self, id: sys::CUstreamAttrID) -> Result<sys::CUstreamAttrValue> {
         // SAFETY: a plain C union; all zeroes is a valid value.
@@ -140,6 +178,28 @@ impl Stream {
         self.set_attribute(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v)
     }
 
+    /// How a host thread waits for this stream's work (`CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY`,
+    /// a stream attribute only)
+    /// ([`cuStreamGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    ///
+    /// Fails with the driver's status when it refuses the query, and with an
+    /// [`Error::InvalidArgument`] for a policy this crate does not know.
+    pub fn sync_policy(&self) -> Result<SyncPolicy> {
+        let v = self.get_attribute(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY)?;
+        // SAFETY: the driver wrote this member for this attribute.
+        SyncPolicy::try_from(unsafe { v.syncPolicy })
+    }
+
+    /// Sets how a host thread waits for this stream's work
+    /// ([`cuStreamSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html));
+    /// an error only when the driver refuses the value.
+    pub fn set_sync_policy(&self, policy: SyncPolicy) -> Result<()> {
+        // SAFETY: a plain C union; all zeroes is a valid value.
+        let mut v: sys::CUstreamAttrValue = unsafe { std::mem::zeroed() };
+        v.syncPolicy = policy.as_raw();
+        self.set_attribute(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v)
+    }
+
     /// The stream's priority attribute
     /// ([`cuStreamGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html));
     /// an error only when the driver refuses the query.
@@ -175,5 +235,18 @@ impl Stream {
         // SAFETY: the stream is alive; one out-parameter.
         check("cuStreamIsCapturing", unsafe { sys::cuStreamIsCapturing(self.as_raw(), &mut s) })?;
         CaptureStatus::try_from(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_policies_round_trip_and_unknown_ones_are_refused() {
+        for p in [SyncPolicy::Auto, SyncPolicy::Spin, SyncPolicy::Yield, SyncPolicy::BlockingSync] {
+            assert_eq!(SyncPolicy::try_from(p.as_raw()).ok(), Some(p));
+        }
+        assert!(SyncPolicy::try_from(sys::CUsynchronizationPolicy(99)).is_err());
     }
 }

@@ -20,7 +20,7 @@ mod uses;
 pub(crate) use capturing::capture_of;
 pub(crate) use uses::{StreamUses, nameable, order_after};
 
-pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus};
+pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus, SyncPolicy};
 pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
 
 use crate::context::Context;
