@@ -14,6 +14,7 @@ use crate::pool::{
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Where a pinned buffer's memory came from.
@@ -67,6 +68,9 @@ pub struct PinnedBuffer<T: Pod> {
     /// The trackers of the chunks of the last split, folded into `uses` before the buffer is
     /// used whole again (the chunks only borrow them, so a forgotten chunk loses nothing).
     parts: Mutex<Vec<HostUses>>,
+    /// Whether `parts` may hold trackers: set by a split, cleared once they are all folded;
+    /// spares the lock on every copy and drop of a buffer never split.
+    split: AtomicBool,
     _marker: PhantomData<T>,
 }
 
@@ -214,6 +218,7 @@ impl<T: Pod> PinnedBuffer<T> {
             source,
             uses: HostUses::new(),
             parts: Mutex::new(Vec::new()),
+            split: AtomicBool::new(false),
             _marker: PhantomData,
         })
     }
@@ -244,9 +249,19 @@ impl<T: Pod> PinnedBuffer<T> {
 
     /// Folds the trackers of the chunks into the buffer's own; one that cannot be folded (its
     /// copies could neither be ordered nor waited for) stays, with the error returned.
+    #[inline]
     fn fold_parts(&self) -> Result<()> {
+        if !self.split.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.fold_parts_slow()
+    }
+
+    #[cold]
+    fn fold_parts_slow(&self) -> Result<()> {
         let mut parts = self.parts.lock().unwrap_or_else(PoisonError::into_inner);
         if parts.is_empty() {
+            self.split.store(false, Ordering::Release);
             return Ok(());
         }
         let mut result = Ok(());
@@ -259,6 +274,9 @@ impl<T: Pod> PinnedBuffer<T> {
                 true
             }
         });
+        if parts.is_empty() {
+            self.split.store(false, Ordering::Release);
+        }
         result
     }
 
@@ -288,6 +306,7 @@ impl<T: Pod> PinnedBuffer<T> {
             ));
         }
         self.synchronize()?;
+        *self.split.get_mut() = true;
         let parts = self.parts.get_mut().unwrap_or_else(PoisonError::into_inner);
         parts.clear();
         let count = self.len.div_ceil(chunk_len);
@@ -370,7 +389,8 @@ impl<T: Pod> PinnedBuffer<T> {
     /// Whether copies that use the buffer (or its chunks) may still be in flight.
     pub fn has_copies_in_flight(&self) -> bool {
         self.uses.is_pending()
-            || self.parts.lock().unwrap_or_else(PoisonError::into_inner).iter().any(HostUses::is_pending)
+            || (self.split.load(Ordering::Acquire)
+                && self.parts.lock().unwrap_or_else(PoisonError::into_inner).iter().any(HostUses::is_pending))
     }
 }
 
