@@ -233,8 +233,10 @@ mod tests {
             info: sys::CUasyncNotificationInfo_st__bindgen_ty_1 {
                 overBudget: sys::CUasyncNotificationInfo_st__bindgen_ty_1__bindgen_ty_1 {
                     bytesOverBudget: 42,
+                    ..Default::default()
                 },
             },
+            ..Default::default()
         };
         let data = id as usize as *mut c_void;
         // SAFETY: a live notification; the id is registered.

@@ -118,6 +118,7 @@ impl<'a> LaunchConfig<'a> {
                         event: p.event.as_raw(),
                         flags: 0,
                         triggerAtBlockStart: i32::from(p.trigger_at_block_start),
+                        ..Default::default()
                     },
                 },
             );
@@ -129,6 +130,7 @@ impl<'a> LaunchConfig<'a> {
                     launchCompletionEvent: sys::CUlaunchAttributeValue_union__bindgen_ty_3 {
                         event: event.as_raw(),
                         flags: 0,
+                        ..Default::default()
                     },
                 },
             );

@@ -30,7 +30,7 @@ impl MemSyncDomainMap {
     }
 
     pub(super) fn as_raw(self) -> sys::CUlaunchMemSyncDomainMap {
-        sys::CUlaunchMemSyncDomainMap { default_: self.default, remote: self.remote }
+        sys::CUlaunchMemSyncDomainMap { default_: self.default, remote: self.remote, ..Default::default() }
     }
 }
 
@@ -98,6 +98,7 @@ impl AccessPolicyWindow {
             hitRatio: self.hit_ratio,
             hitProp: self.hit_prop.as_raw(),
             missProp: self.miss_prop.as_raw(),
+            ..Default::default()
         }
     }
 
@@ -209,6 +210,7 @@ impl LaunchConfig<'_> {
                     deviceUpdatableKernelNode: sys::CUlaunchAttributeValue_union__bindgen_ty_5 {
                         deviceUpdatable: 1,
                         devNode: std::ptr::null_mut(),
+                        ..Default::default()
                     },
                 },
             );
