@@ -223,14 +223,7 @@ impl Mapping {
     }
 
     fn elements<T: Pod>(&self, operation: &'static str) -> Result<usize> {
-        let size = std::mem::size_of::<T>();
-        if size == 0 || self.size % size != 0 || self.ptr % std::mem::align_of::<T>() as u64 != 0 {
-            return Err(Error::invalid(
-                operation,
-                format!("{} mapped bytes are not a whole number of aligned {size}-byte elements", self.size),
-            ));
-        }
-        Ok(self.size / size)
+        mapped_elements::<T>(operation, self.ptr, self.size)
     }
 
     /// A shared view of the mapped memory as elements of `T`, whose synchronous copies run in
@@ -254,6 +247,23 @@ impl Mapping {
         crate::stream::nameable(self.range.context(), stream)?;
         Ok(DeviceViewMut::unordered(self.range.context(), self.ptr, len, Some(stream), &self.uses))
     }
+}
+
+/// How many `T`s `size` mapped bytes at `ptr` hold: a whole number of aligned elements, or an
+/// [`Error::InvalidArgument`] of `operation`.
+pub(super) fn mapped_elements<T: Pod>(
+    operation: &'static str,
+    ptr: sys::CUdeviceptr,
+    size: usize,
+) -> Result<usize> {
+    let element = std::mem::size_of::<T>();
+    if element == 0 || size % element != 0 || ptr % std::mem::align_of::<T>() as u64 != 0 {
+        return Err(Error::invalid(
+            operation,
+            format!("{size} mapped bytes are not a whole number of aligned {element}-byte elements"),
+        ));
+    }
+    Ok(size / element)
 }
 
 #[cfg(test)]

@@ -120,14 +120,7 @@ impl MappedSpan {
     }
 
     fn elements<T: Pod>(&self, operation: &'static str) -> Result<usize> {
-        let size = std::mem::size_of::<T>();
-        if size == 0 || self.size % size != 0 || self.ptr % std::mem::align_of::<T>() as u64 != 0 {
-            return Err(Error::invalid(
-                operation,
-                format!("{} mapped bytes are not a whole number of aligned {size}-byte elements", self.size),
-            ));
-        }
-        Ok(self.size / size)
+        super::mapping::mapped_elements::<T>(operation, self.ptr, self.size)
     }
 
     /// A shared view of the whole span as elements of `T`, as [`Mapping::view`] gives of one
