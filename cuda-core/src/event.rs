@@ -205,3 +205,34 @@ impl Drop for Event {
         }
     }
 }
+
+/// Events of a whole context (CUDA 12.5), beside the stream ones above.
+impl Context {
+    /// Captures in `event` all the work queued in this context so far, on any of its streams;
+    /// the event completes when that work does
+    /// ([`cuCtxRecordEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html),
+    /// CUDA 12.5). For a primary context that includes the work of its green contexts; for the
+    /// context of a green context ([`GreenContext::context`](crate::green::GreenContext::context)), only that green context's.
+    ///
+    /// The event must belong to this context: the driver refuses another
+    /// (`CUDA_ERROR_INVALID_HANDLE`), and refuses the call while a stream of the context is
+    /// being captured (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, which also ends those
+    /// captures). On an older driver this is an [`Error::Load`] naming the version needed.
+    pub fn record_event(&self, event: &Event) -> Result<()> {
+        self.take_deferred()?;
+        // SAFETY: both handles are alive while their owners are borrowed.
+        check("cuCtxRecordEvent", unsafe { sys::cuCtxRecordEvent(self.as_raw(), event.as_raw()) })
+    }
+
+    /// Makes all work queued in this context from now on wait until `event` completes, without
+    /// blocking the host
+    /// ([`cuCtxWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html),
+    /// CUDA 12.5). For a primary context its green contexts wait too. The event may belong to
+    /// any context or device; the driver refuses the call for an event or a stream of the
+    /// context being captured (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`).
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.take_deferred()?;
+        // SAFETY: both handles are alive while their owners are borrowed.
+        check("cuCtxWaitEvent", unsafe { sys::cuCtxWaitEvent(self.as_raw(), event.as_raw()) })
+    }
+}

@@ -39,11 +39,12 @@ mod config;
 
 pub use config::{CacheConfig, ExecAffinity, Limit, PrimaryContextState};
 
+mod green_handle;
+pub(crate) use green_handle::{GreenHandle, lock_green_registry};
+
 use crate::abi::AbiVersions;
 use crate::device::{self, Device};
 use crate::error::{Error, Result, check};
-use crate::event::Event;
-use crate::green::{GreenContext, GreenHandle};
 use bitflags::bitflags;
 use cuda_driver_sys as sys;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,7 +102,7 @@ unsafe impl Sync for ContextInner {}
 
 /// A CUDA context: the device's primary context (retained, released on drop), a created
 /// context (destroyed on drop), the context of a green context (which it keeps alive, see
-/// [`GreenContext::context`]), or a borrowed one.
+/// [`GreenContext::context`](crate::green::GreenContext::context)), or a borrowed one.
 ///
 /// Cloning is cheap and shares the same context; it stays alive while any clone, or anything
 /// made in it (streams, events, memory), does.
@@ -291,7 +292,7 @@ impl Context {
     }
 
     /// The context of a green context, which it keeps alive; the same value while one is held
-    /// (see [`GreenContext::context`]).
+    /// (see [`GreenContext::context`](crate::green::GreenContext::context)).
     pub(crate) fn of_green(handle: &Arc<GreenHandle>) -> Context {
         let raw = handle.context_raw();
         if let Some(inner) = registered(raw) {
@@ -302,45 +303,11 @@ impl Context {
         Context::wrap(raw, handle.device(), Ownership::Green(handle.clone()))
     }
 
-    /// The green context this is the context of ([`GreenContext::context`]), or `None` for an
-    /// ordinary context. The value shares the green context with its other owners.
-    pub fn green_context(&self) -> Option<GreenContext> {
-        self.green_handle().map(GreenContext::from_handle)
-    }
-
     pub(crate) fn green_handle(&self) -> Option<&Arc<GreenHandle>> {
         match &self.inner.ownership {
             Ownership::Green(handle) => Some(handle),
             _ => None,
         }
-    }
-
-    /// Captures in `event` all the work queued in this context so far, on any of its streams;
-    /// the event completes when that work does
-    /// ([`cuCtxRecordEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html),
-    /// CUDA 12.5). For a primary context that includes the work of its green contexts; for the
-    /// context of a green context ([`GreenContext::context`]), only that green context's.
-    ///
-    /// The event must belong to this context: the driver refuses another
-    /// (`CUDA_ERROR_INVALID_HANDLE`), and refuses the call while a stream of the context is
-    /// being captured (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, which also ends those
-    /// captures). On an older driver this is an [`Error::Load`] naming the version needed.
-    pub fn record_event(&self, event: &Event) -> Result<()> {
-        self.take_deferred()?;
-        // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuCtxRecordEvent", unsafe { sys::cuCtxRecordEvent(self.inner.raw, event.as_raw()) })
-    }
-
-    /// Makes all work queued in this context from now on wait until `event` completes, without
-    /// blocking the host
-    /// ([`cuCtxWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html),
-    /// CUDA 12.5). For a primary context its green contexts wait too. The event may belong to
-    /// any context or device; the driver refuses the call for an event or a stream of the
-    /// context being captured (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`).
-    pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.take_deferred()?;
-        // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuCtxWaitEvent", unsafe { sys::cuCtxWaitEvent(self.inner.raw, event.as_raw()) })
     }
 
     /// Makes this context current on the calling thread

@@ -85,8 +85,8 @@ unsafe extern "C" fn destroy(data: *mut c_void) {
 /// This holds for copies the driver makes without this crate (a graph cloned through the raw
 /// API) too.
 ///
-/// The value is dropped on a thread of this crate, soon after the driver releases it (see
-/// [the module documentation](self)), so its `Drop` may call CUDA; it is `Send` for that
+/// The value is dropped on a thread of this crate, soon after the driver releases it (the
+/// driver's own thread allows no CUDA call), so its `Drop` may call CUDA; it is `Send` for that
 /// reason. Dropping this value releases one reference
 /// ([`cuUserObjectRelease`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
 #[derive(Debug)]

@@ -54,13 +54,13 @@ pub use resource::{SmResource, SmSplit, SplitFlags};
 #[cfg(cuda_headers_13_1)]
 pub use workqueue::{WorkqueueConfig, WorkqueueScope};
 
-use crate::context::Context;
+use crate::context::{Context, GreenHandle, lock_green_registry};
 use crate::device::{self, Device};
 use crate::error::{Error, Result, check};
 use crate::event::Event;
 use crate::stream::Stream;
 use cuda_driver_sys as sys;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex};
 
 /// `CU_GREEN_CTX_DEFAULT_STREAM`: drivers before 13.1 require it, and it gives the green
 /// context the default stream that [`Stream::legacy`] names while its context is current.
@@ -117,78 +117,14 @@ impl From<WorkqueueConfig> for Resource {
     }
 }
 
-/// The green context behind the clones of a [`GreenContext`], and behind the streams and the
-/// context made on it.
-#[derive(Debug)]
-pub(crate) struct GreenHandle {
-    raw: sys::CUgreenCtx,
-    /// The handle `cuCtxFromGreenCtx` gives, valid while `raw` is.
-    ctx_raw: sys::CUcontext,
-    device: Device,
-    /// The device's primary context, retained: the context of the green context's streams,
-    /// and where errors of its `Drop` are kept.
-    primary: Context,
-    owned: bool,
-    /// Serializes the calls that take `raw` (see the module documentation).
-    calls: Mutex<()>,
-}
-
-// SAFETY: the handles may be used from any thread; the calls that take the green context's
-// handle hold `calls`, and nothing is mutated after creation.
-unsafe impl Send for GreenHandle {}
-// SAFETY: as above.
-unsafe impl Sync for GreenHandle {}
-
-impl GreenHandle {
-    fn lock(&self) -> MutexGuard<'_, ()> {
-        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+/// The green context of a context made by [`GreenContext::context`], beside the context's
+/// other accessors.
+impl Context {
+    /// The green context this is the context of ([`GreenContext::context`]), or `None` for an
+    /// ordinary context. The value shares the green context with its other owners.
+    pub fn green_context(&self) -> Option<GreenContext> {
+        self.green_handle().map(GreenContext::from_handle)
     }
-
-    /// The handle `cuCtxFromGreenCtx` gave.
-    pub(crate) fn context_raw(&self) -> sys::CUcontext {
-        self.ctx_raw
-    }
-
-    /// The green context's device.
-    pub(crate) fn device(&self) -> Device {
-        self.device
-    }
-}
-
-impl Drop for GreenHandle {
-    fn drop(&mut self) {
-        // No longer one `Stream::green_context` may hand out (before the handle can be reused).
-        let me: *const GreenHandle = self;
-        lock_registry().retain(|(_, weak)| !std::ptr::eq(weak.as_ptr(), me) && weak.strong_count() > 0);
-        if !self.owned {
-            return;
-        }
-        // Its context may still be current here (made current by a call through it, and left
-        // so); the driver would keep a destroyed context current, so unbind it first.
-        let mut current = std::ptr::null_mut();
-        // SAFETY: one out-parameter; binding no context is always valid.
-        unsafe {
-            if !self.ctx_raw.is_null()
-                && sys::cuCtxGetCurrent(&mut current) == sys::CUresult::CUDA_SUCCESS
-                && current == self.ctx_raw
-            {
-                let _ = sys::cuCtxSetCurrent(std::ptr::null_mut());
-            }
-        }
-        // SAFETY: this value owns the green context, and nothing made on it is left: each stream
-        // and context made on it holds this handle.
-        if let Err(e) = check("cuGreenCtxDestroy", unsafe { sys::cuGreenCtxDestroy(self.raw) }) {
-            self.primary.defer(e);
-        }
-    }
-}
-
-/// The green contexts this crate owns, by raw handle, so that [`Stream::green_context`] can
-/// hand out the value that owns one rather than a second owner.
-static REGISTRY: Mutex<Vec<(usize, Weak<GreenHandle>)>> = Mutex::new(Vec::new());
-
-fn lock_registry() -> MutexGuard<'static, Vec<(usize, Weak<GreenHandle>)>> {
-    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A green context: a context whose work runs on a part of the device's SMs (`CUgreenCtx`).
@@ -328,7 +264,7 @@ impl GreenContext {
         check("cuCtxFromGreenCtx", unsafe { sys::cuCtxFromGreenCtx(&mut handle.ctx_raw, raw) })?;
         let handle = Arc::new(handle);
         if owned {
-            let mut list = lock_registry();
+            let mut list = lock_green_registry();
             list.retain(|(_, weak)| weak.strong_count() > 0);
             list.push((raw as usize, Arc::downgrade(&handle)));
         }
@@ -537,8 +473,10 @@ impl Stream {
         if let Some(handle) = held.find(|h| h.raw == raw) {
             return Ok(Some(GreenContext::from_handle(handle)));
         }
-        let owned =
-            lock_registry().iter().filter(|(r, _)| *r == raw as usize).find_map(|(_, weak)| weak.upgrade());
+        let owned = lock_green_registry()
+            .iter()
+            .filter(|(r, _)| *r == raw as usize)
+            .find_map(|(_, weak)| weak.upgrade());
         match owned {
             Some(handle) => Ok(Some(GreenContext { handle })),
             None => Err(Error::invalid(

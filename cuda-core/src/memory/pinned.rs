@@ -4,7 +4,7 @@
 use super::checked_bytes;
 use super::host::HostAllocFlags;
 use super::host_uses::HostUses;
-use super::pinned_chunk::PinnedChunk;
+use super::pinned_chunk::{PinnedChunk, PinnedHost, sealed};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::pool::{
@@ -438,5 +438,14 @@ impl<T: Pod> Drop for PinnedBuffer<T> {
                 }
             }
         }
+    }
+}
+
+impl<T: Pod> PinnedHost<T> for PinnedBuffer<T> {}
+
+impl<T: Pod> sealed::Sealed<T> for PinnedBuffer<T> {
+    #[inline]
+    fn tracked(&self) -> Result<sealed::Tracked<'_, T>> {
+        Ok(sealed::Tracked { ptr: self.as_ptr().cast_mut(), len: self.len(), uses: self.uses()? })
     }
 }

@@ -1,14 +1,13 @@
-//! [`PinnedChunk`]: a disjoint part of a [`PinnedBuffer`] that records its own copies, so that
+//! [`PinnedChunk`]: a disjoint part of a [`PinnedBuffer`](super::PinnedBuffer) that records its own copies, so that
 //! the parts of one buffer copy on different streams at once; and [`PinnedHost`], the pinned
 //! memory that stream-ordered copies take.
 
 use super::host_uses::HostUses;
-use super::pinned::PinnedBuffer;
 use crate::error::Result;
 use bytemuck::Pod;
 use std::marker::PhantomData;
 
-/// `len` elements of a [`PinnedBuffer`], from [`PinnedBuffer::chunks_mut`]: disjoint from the
+/// `len` elements of a [`PinnedBuffer`](super::PinnedBuffer), from [`PinnedBuffer::chunks_mut`](super::PinnedBuffer::chunks_mut): disjoint from the
 /// other chunks, borrowing the buffer exclusively, and recording the stream-ordered copies
 /// that use it as the buffer does.
 ///
@@ -86,7 +85,7 @@ impl<'a, T: Pod> PinnedChunk<'a, T> {
     }
 
     /// The elements, once the chunk's copies that write them have completed (waits for them);
-    /// fails as [`PinnedBuffer::as_slice`] does.
+    /// fails as [`PinnedBuffer::as_slice`](super::PinnedBuffer::as_slice) does.
     pub fn as_slice(&self) -> Result<&[T]> {
         self.uses.wait(false)?;
         // SAFETY: `len` initialised elements of the borrowed buffer, this chunk's alone; no
@@ -95,14 +94,14 @@ impl<'a, T: Pod> PinnedChunk<'a, T> {
     }
 
     /// The elements for writing, once every copy of the chunk has completed (waits for them);
-    /// fails as [`PinnedBuffer::as_mut_slice`] does.
+    /// fails as [`PinnedBuffer::as_mut_slice`](super::PinnedBuffer::as_mut_slice) does.
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
         self.uses.wait(true)?;
         // SAFETY: as in `as_slice`, exclusively: no queued copy reads or writes them.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
     }
 
-    /// Waits for every copy of the chunk in flight; fails as [`PinnedBuffer::synchronize`]
+    /// Waits for every copy of the chunk in flight; fails as [`PinnedBuffer::synchronize`](super::PinnedBuffer::synchronize)
     /// does.
     pub fn synchronize(&self) -> Result<()> {
         self.uses.wait(true)
@@ -135,21 +134,13 @@ pub(crate) mod sealed {
 }
 
 /// Page-locked host memory that records the stream-ordered copies using it: a whole
-/// [`PinnedBuffer`] or one of its [`PinnedChunk`]s. The copies between device and pinned memory
+/// [`PinnedBuffer`](super::PinnedBuffer) or one of its [`PinnedChunk`]s. The copies between device and pinned memory
 /// ([`DeviceViewMut::copy_from_pinned_async`](super::DeviceViewMut::copy_from_pinned_async),
 /// [`DeviceView::copy_to_pinned_async`](super::DeviceView::copy_to_pinned_async) and the
 /// buffers' forms) take either. Sealed.
 pub trait PinnedHost<T: Pod>: sealed::Sealed<T> {}
 
-impl<T: Pod> PinnedHost<T> for PinnedBuffer<T> {}
 impl<T: Pod> PinnedHost<T> for PinnedChunk<'_, T> {}
-
-impl<T: Pod> sealed::Sealed<T> for PinnedBuffer<T> {
-    #[inline]
-    fn tracked(&self) -> Result<sealed::Tracked<'_, T>> {
-        Ok(sealed::Tracked { ptr: self.as_ptr().cast_mut(), len: self.len(), uses: self.uses()? })
-    }
-}
 
 impl<T: Pod> sealed::Sealed<T> for PinnedChunk<'_, T> {
     #[inline]

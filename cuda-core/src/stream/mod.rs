@@ -24,9 +24,9 @@ pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus, SyncPoli
 pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
 
 use crate::context::Context;
+use crate::context::GreenHandle;
 use crate::device::Device;
 use crate::error::{Result, check};
-use crate::green::GreenHandle;
 use bitflags::bitflags;
 use cuda_driver_sys as sys;
 use std::mem::ManuallyDrop;
