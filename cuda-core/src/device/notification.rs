@@ -173,6 +173,9 @@ impl AsyncNotifications {
     /// ([`cuDeviceUnregisterAsyncNotification`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)),
     /// returning the driver's refusal, or else a panic the closure raised and nobody took.
     /// After a refusal the closure stays registered and is never freed.
+    ///
+    /// Fails with the driver's status when it refuses (for example, when called from inside
+    /// the callback), or with [`Error::CallbackPanicked`] for a panic not yet taken.
     pub fn unregister(mut self) -> Result<()> {
         self.release()?;
         match self.take_panic() {

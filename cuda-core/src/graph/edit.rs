@@ -39,7 +39,7 @@ pub type Edge<'g> = (GraphNode<'g>, GraphNode<'g>, EdgeKind);
 
 impl Graph {
     /// The live node of this graph that `key` names, if any (a lookup among
-    /// [`nodes`](Self::nodes)).
+    /// [`nodes`](Self::nodes)); fails as `nodes` does, with the driver's status.
     pub fn node(&self, key: NodeKey) -> Result<Option<GraphNode<'_>>> {
         Ok(self.nodes()?.into_iter().find(|n| n.key() == key))
     }

@@ -168,7 +168,12 @@ impl Graph {
     /// reference is moved into this graph (`CU_GRAPH_USER_OBJECT_MOVE`). Like
     /// [`keep`](Self::keep), but the driver counts the references, so the value lives exactly
     /// as long as something made from the graph may run, through any copy the driver makes;
-    /// it is dropped on this crate's user-object thread.
+    /// it is dropped on this crate's user-object thread
+    /// ([`cuUserObjectCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html),
+    /// [`cuGraphRetainUserObject`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
+    ///
+    /// Fails with the driver's status when it refuses either call; the value is then dropped
+    /// (on the user-object thread).
     pub fn keep_as_user_object<T: Send + 'static>(&self, value: T) -> Result<()> {
         let raw = create(&self.ctx, Box::new(value), 1)?;
         let moved = sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0;
