@@ -5,7 +5,6 @@ use crate::error::{Error, Result, check};
 use bitflags::bitflags;
 use cuda_driver_sys as sys;
 use std::ffi::CString;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 bitflags! {
@@ -76,8 +75,8 @@ impl Graph {
     }
 }
 
-/// A directory only this user can use, with a name no one can guess, made by `mkdtemp` in
-/// the temporary directory and removed (when empty) on drop.
+/// A directory only this user can use, with a name no one can guess (mode 0700, made where no
+/// file of that name exists), in the temporary directory and removed (when empty) on drop.
 #[derive(Debug)]
 struct PrivateDir {
     path: PathBuf,
@@ -87,30 +86,33 @@ impl PrivateDir {
     const OP: &'static str = "Graph::to_dot";
 
     fn new() -> Result<PrivateDir> {
-        let template = std::env::temp_dir().join("cuda-core-graph-XXXXXX");
-        let mut bytes = CString::new(template.as_os_str().as_bytes())
-            .map_err(|_| {
-                Error::invalid(
-                    Self::OP,
-                    format!("the temporary directory {} holds a NUL byte; set TMPDIR", template.display()),
-                )
-            })?
-            .into_bytes_with_nul();
-        // SAFETY: `bytes` is a NUL-terminated template ending in six `X`s, which `mkdtemp`
-        // replaces in place; it makes the directory with mode 0700, failing if the name exists.
-        let made = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
-        if made.is_null() {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::invalid(
-                Self::OP,
-                format!(
-                    "could not make a private directory in {}: {e}; set TMPDIR to a writable directory",
-                    template.display()
-                ),
-            ));
+        use std::hash::{BuildHasher, RandomState};
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        let mut last = None;
+        for attempt in 0..16u32 {
+            // A name from the process's random hash keys: unguessable by other users.
+            let tag =
+                RandomState::new().hash_one((std::process::id(), attempt, std::time::SystemTime::now()));
+            let path = base.join(format!("cuda-core-graph-{tag:016x}"));
+            // `mkdir` fails on any existing name (a link planted there included).
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(PrivateDir { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => {
+                    last = Some(e);
+                    break;
+                }
+            }
         }
-        bytes.pop();
-        Ok(PrivateDir { path: PathBuf::from(std::ffi::OsString::from_vec(bytes)) })
+        let why = last.map(|e| e.to_string()).unwrap_or_default();
+        Err(Error::invalid(
+            Self::OP,
+            format!(
+                "could not make a private directory in {}: {why}; set TMPDIR to a writable directory",
+                base.display()
+            ),
+        ))
     }
 
     fn path(&self) -> &Path {
@@ -143,7 +145,8 @@ mod tests {
             assert_eq!(meta.permissions().mode() & 0o777, 0o700, "{}", dir.path().display());
             let name = dir.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let suffix = name.trim_start_matches("cuda-core-graph-");
-            assert!(suffix.len() == 6 && suffix != "XXXXXX", "the name is not randomised: {name}");
+            let random = suffix.len() == 16 && suffix.chars().all(|c| c.is_ascii_hexdigit());
+            assert!(random, "the name is not randomised: {name}");
         }
         let path = a.path().to_path_buf();
         drop(a);

@@ -90,9 +90,9 @@ pub fn name_os_thread(thread_id: u32, name: &(impl Text + ?Sized)) {
 pub fn current_os_thread_id() -> Option<u32> {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: gettid takes no arguments and cannot fail.
-        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
-        u32::try_from(tid).ok()
+        // `/proc/thread-self` links to `<pid>/task/<tid>` for the calling thread.
+        let link = std::fs::read_link("/proc/thread-self").ok()?;
+        link.file_name()?.to_str()?.parse().ok()
     }
     #[cfg(windows)]
     {

@@ -29,7 +29,7 @@ pub use semaphore::{
 use super::Refused;
 use crate::error::Error;
 use std::ffi::c_void;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 
 /// A Windows handle to import: an NT handle, or the name of a named object. This crate builds
 /// for POSIX systems, where importing one is an [`Error::Unsupported`].
@@ -65,18 +65,11 @@ pub(crate) struct Duplicate {
 
 impl Duplicate {
     fn new(operation: &'static str, fd: &OwnedFd) -> Result<Duplicate, Error> {
-        let original = fd.as_raw_fd();
-        // SAFETY: F_DUPFD_CLOEXEC only makes a new descriptor, numbered 3 or above.
-        let duplicate = unsafe { libc::fcntl(original, libc::F_DUPFD_CLOEXEC, 3) };
-        if duplicate < 0 {
-            let why = std::io::Error::last_os_error();
-            return Err(Error::invalid(
-                operation,
-                format!("descriptor {original} could not be duplicated: {why}"),
-            ));
-        }
-        // SAFETY: a new descriptor that nothing else owns.
-        Ok(Duplicate { fd: unsafe { OwnedFd::from_raw_fd(duplicate) } })
+        // A new descriptor, close-on-exec and numbered 3 or above (`F_DUPFD_CLOEXEC`).
+        let duplicate = fd.try_clone().map_err(|why| {
+            Error::invalid(operation, format!("descriptor {} could not be duplicated: {why}", fd.as_raw_fd()))
+        })?;
+        Ok(Duplicate { fd: duplicate })
     }
 
     /// The number the driver is given.
