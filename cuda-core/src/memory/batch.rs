@@ -521,7 +521,9 @@ impl<'a> CopyBatch<'a> {
     /// The driver's status: a fault of earlier work on the stream, memory it cannot copy
     /// (`CUDA_ERROR_INVALID_VALUE`), or a batch captured where the driver does not support it.
     /// When the call fails, the pinned memory still records the batch, in case some of its
-    /// copies were queued.
+    /// copies were queued. A [`PinnedChunk`](super::PinnedChunk) in a batch submitted on a
+    /// capturing stream is an [`Error::InvalidArgument`](crate::Error::InvalidArgument), with
+    /// nothing queued or handed to the capture.
     pub fn submit(mut self) -> Result<()> {
         if self.sizes.is_empty() {
             return Ok(());
@@ -538,6 +540,14 @@ impl<'a> CopyBatch<'a> {
             same
         });
         let capturing = !self.pinned.is_empty() && crate::stream::capture_of(stream)?.is_some();
+        if capturing && self.pinned.iter().any(|(uses, _)| !uses.is_capturable()) {
+            // Refused before any buffer of the batch is handed to the capture.
+            return Err(crate::Error::invalid(
+                "CopyBatch::submit",
+                "a chunk of a pinned buffer cannot be copied in a stream capture (the graph would outlive it); \
+                 capture copies of whole PinnedBuffers, or submit the batch outside the capture",
+            ));
+        }
         for &(uses, writes) in &self.pinned {
             // Orders the stream after the memory's copies in flight elsewhere (and, on a
             // capturing stream, refuses memory that cannot be captured) before anything of

@@ -260,6 +260,12 @@ impl HostUses {
         HostUses { capturable: false, ..HostUses::new() }
     }
 
+    /// Whether copies of the memory may be captured into a graph (not for chunks).
+    #[inline]
+    pub(crate) fn is_capturable(&self) -> bool {
+        self.capturable
+    }
+
     /// Whether a capture took the memory, so that launches of graphs may use it from now on.
     pub(crate) fn is_shared(&self) -> bool {
         self.shared.get().is_some() || self.local.lock().unwrap_or_else(PoisonError::into_inner).moved
