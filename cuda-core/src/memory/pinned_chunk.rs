@@ -1,15 +1,16 @@
-//! [`PinnedChunk`]: a disjoint part of a [`PinnedBuffer`](super::PinnedBuffer) that records its own copies, so that
-//! the parts of one buffer copy on different streams at once; and [`PinnedHost`], the pinned
-//! memory that stream-ordered copies take.
+//! [`PinnedChunk`]: a disjoint part of a [`PinnedBuffer`](super::PinnedBuffer) that records
+//! its own copies, so that the parts of one buffer copy on different streams at once; and
+//! [`PinnedHost`], the pinned memory that stream-ordered copies take.
 
 use super::host_uses::HostUses;
 use crate::error::Result;
 use bytemuck::Pod;
 use std::marker::PhantomData;
 
-/// `len` elements of a [`PinnedBuffer`](super::PinnedBuffer), from [`PinnedBuffer::chunks_mut`](super::PinnedBuffer::chunks_mut): disjoint from the
-/// other chunks, borrowing the buffer exclusively, and recording the stream-ordered copies
-/// that use it as the buffer does.
+/// `len` elements of a [`PinnedBuffer`](super::PinnedBuffer), from
+/// [`PinnedBuffer::chunks_mut`](super::PinnedBuffer::chunks_mut): disjoint from the other
+/// chunks, borrowing the buffer exclusively, and recording the stream-ordered copies that use
+/// it as the buffer does.
 ///
 /// A chunk's copies on one stream are ordered with its copies on others (a copy waits for the
 /// chunk's copies in flight that conflict with it), but not with the other chunks' copies:
