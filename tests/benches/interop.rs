@@ -22,7 +22,7 @@ use cuda_core::interop::external::{
 use cuda_core::interop::graphics::{GraphicsResource, RegisterFlags};
 use cuda_core::{Context, Device, Result, Stream, StreamFlags};
 use cuda_driver_sys as sys;
-use cuda_tests::bench::{Row, compare, print_table};
+use cuda_tests::bench::{Row, compare, compare_settled, print_table};
 use std::cell::Cell;
 
 const ROUNDS: usize = 21;
@@ -73,7 +73,15 @@ fn vulkan_rows(device: &Device, ctx: &Context, stream: &Stream) -> std::result::
         value.get()
     };
     let mut rows = Vec::new();
-    rows.push(compare(
+    // Each timed block starts from a drained stream: 2,000 queued signals otherwise leave
+    // back-pressure that the next block, of either side, pays for.
+    let drain = || {
+        if let Err(e) = stream.synchronize() {
+            eprintln!("synchronize failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    rows.push(compare_settled(
         "ExternalSemaphore::signal (timeline)",
         ROUNDS,
         2000,
@@ -92,9 +100,10 @@ fn vulkan_rows(device: &Device, ctx: &Context, stream: &Stream) -> std::result::
                 sys::cuSignalExternalSemaphoresAsync(&raw_semaphore, &params, 1, stream.as_raw())
             });
         },
+        drain,
     ));
     stream.synchronize().map_err(text)?;
-    rows.push(compare(
+    rows.push(compare_settled(
         "ExternalSemaphore::wait (value reached)",
         ROUNDS,
         2000,
@@ -113,6 +122,7 @@ fn vulkan_rows(device: &Device, ctx: &Context, stream: &Stream) -> std::result::
                 sys::cuWaitExternalSemaphoresAsync(&raw_semaphore, &params, 1, stream.as_raw())
             });
         },
+        drain,
     ));
     stream.synchronize().map_err(text)?;
 

@@ -41,7 +41,21 @@ fn selected(name: &str) -> bool {
 /// Times `ours` and `raw`, each called `iters` times per round, over `rounds` alternating
 /// rounds; returns the median nanoseconds per call of each. A row that `CUDA_BENCH_ONLY`
 /// leaves out is not run and reads NaN.
-pub fn compare(name: &str, rounds: usize, iters: u64, mut ours: impl FnMut(), mut raw: impl FnMut()) -> Row {
+pub fn compare(name: &str, rounds: usize, iters: u64, ours: impl FnMut(), raw: impl FnMut()) -> Row {
+    compare_settled(name, rounds, iters, ours, raw, || {})
+}
+
+/// Like [`compare`], with `settle` run (untimed) after every timed block of either side: for
+/// calls that queue work, so that each block starts from an empty queue rather than from the
+/// back-pressure the other side left (`settle` synchronizes the stream).
+pub fn compare_settled(
+    name: &str,
+    rounds: usize,
+    iters: u64,
+    mut ours: impl FnMut(),
+    mut raw: impl FnMut(),
+    mut settle: impl FnMut(),
+) -> Row {
     if !selected(name) {
         return Row { name: name.to_string(), unit: "ns", ours: f64::NAN, raw: f64::NAN };
     }
@@ -52,6 +66,7 @@ pub fn compare(name: &str, rounds: usize, iters: u64, mut ours: impl FnMut(), mu
         ours();
         raw();
     }
+    settle();
     for r in 0..rounds {
         let time = |f: &mut dyn FnMut()| {
             let t = Instant::now();
@@ -61,12 +76,17 @@ pub fn compare(name: &str, rounds: usize, iters: u64, mut ours: impl FnMut(), mu
             black_box(());
             t.elapsed().as_nanos() as f64 / iters as f64
         };
+        let mut timed = |f: &mut dyn FnMut()| {
+            let t = time(f);
+            settle();
+            t
+        };
         if r % 2 == 0 {
-            a.push(time(&mut ours));
-            b.push(time(&mut raw));
+            a.push(timed(&mut ours));
+            b.push(timed(&mut raw));
         } else {
-            b.push(time(&mut raw));
-            a.push(time(&mut ours));
+            b.push(timed(&mut raw));
+            a.push(timed(&mut ours));
         }
     }
     Row { name: name.to_string(), unit: "ns", ours: median(a), raw: median(b) }
