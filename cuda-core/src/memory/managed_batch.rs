@@ -359,7 +359,15 @@ impl<'a> DiscardBatch<'a> {
     /// stream has run the discard, nothing may read, write or prefetch the discarded elements
     /// (not the buffer's own copies, which run on its stream; not work on other streams; not
     /// the host). Order such work after it: on the batch's stream, after an event recorded
-    /// there, or after synchronizing the stream.
+    /// there, or after synchronizing the stream. Safe code cannot discard:
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(stream: &cuda_core::Stream, m: &mut cuda_core::ManagedBuffer<u32>) -> cuda_core::Result<()> {
+    /// let mut batch = stream.discard_batch()?;
+    /// batch.discard(m, [..])?;
+    /// batch.submit()
+    /// # }
+    /// ```
     pub unsafe fn discard<T: Pod, R: RangeBounds<usize>>(
         &mut self,
         buffer: &'a mut ManagedBuffer<T>,
