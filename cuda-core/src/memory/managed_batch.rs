@@ -92,6 +92,18 @@ impl Ranges {
     fn len(&self) -> usize {
         self.ptrs.len()
     }
+
+    /// Whether a batch of these ranges makes its call (not when empty), checked just before
+    /// it: the stream again (a batch of a per-thread default stream may have moved to another
+    /// thread), and its context entered.
+    fn ready_to_submit(&self, operation: &'static str, stream: &Stream) -> Result<bool> {
+        if self.len() == 0 {
+            return Ok(false);
+        }
+        batch_stream(operation, stream)?;
+        stream.context().enter()?;
+        Ok(true)
+    }
 }
 
 /// Adds `ranges` of `buffer` to `list` (to `to`, if given), noting `stream` on the buffer;
@@ -318,12 +330,9 @@ impl<'a> PrefetchBatch<'a> {
     /// The driver's status: where a device of the system lacks concurrent managed access, for
     /// memory it cannot prefetch, or for a fault of earlier work on the stream.
     pub fn submit(mut self) -> Result<()> {
-        if self.ranges.len() == 0 {
+        if !self.ranges.ready_to_submit("PrefetchBatch::submit", self.stream)? {
             return Ok(());
         }
-        // Again here: a batch of a per-thread default stream may have moved to another thread.
-        batch_stream("PrefetchBatch::submit", self.stream)?;
-        self.stream.context().enter()?;
         let r = &mut self.ranges;
         // SAFETY: `count` ranges, each inside a live managed buffer that waits for this stream
         // before it is given back (noted when added), and one location per run of ranges
@@ -395,12 +404,9 @@ impl<'a> DiscardBatch<'a> {
     ///
     /// As [`PrefetchBatch::submit`].
     pub fn submit(mut self) -> Result<()> {
-        if self.ranges.len() == 0 {
+        if !self.ranges.ready_to_submit("DiscardBatch::submit", self.stream)? {
             return Ok(());
         }
-        // Again here: a batch of a per-thread default stream may have moved to another thread.
-        batch_stream("DiscardBatch::submit", self.stream)?;
-        self.stream.context().enter()?;
         let r = &mut self.ranges;
         // SAFETY: `count` ranges, each inside a live managed buffer borrowed exclusively until
         // now, which waits for this stream before it is given back (noted when added).
@@ -458,12 +464,9 @@ impl<'a> DiscardPrefetchBatch<'a> {
     ///
     /// As [`PrefetchBatch::submit`].
     pub fn submit(mut self) -> Result<()> {
-        if self.ranges.len() == 0 {
+        if !self.ranges.ready_to_submit("DiscardPrefetchBatch::submit", self.stream)? {
             return Ok(());
         }
-        // Again here: a batch of a per-thread default stream may have moved to another thread.
-        batch_stream("DiscardPrefetchBatch::submit", self.stream)?;
-        self.stream.context().enter()?;
         let r = &mut self.ranges;
         // SAFETY: as for `DiscardBatch::submit`, with one location per run of ranges starting
         // at the index beside it, the first at 0.
