@@ -19,6 +19,10 @@ fn main() {
         gpu("limits_round_trip", limits_round_trip),
         gpu("cache_config_and_priorities", cache_config_and_priorities),
         gpu("version_id_flags_affinity", version_id_flags_affinity),
+        gpu(
+            "affinity_contexts_where_the_device_supports_them",
+            affinity_contexts_where_the_device_supports_them,
+        ),
         gpu("drop_errors_are_kept_and_reported_once", drop_errors_are_kept_and_reported_once),
         gpu("primary_flags_round_trip", primary_flags_round_trip),
         gpu("flush_gpu_direct_rdma_writes_follows_support", flush_gpu_direct_rdma_writes_follows_support),
@@ -144,6 +148,26 @@ fn version_id_flags_affinity() -> TestResult {
     ensure!(created.flags()?.contains(ContextFlags::SCHED_SPIN), "flags {:?}", created.flags()?);
     let ExecAffinity::SmCount(sms) = ctx.exec_affinity()?;
     ensure_eq!(i64::from(sms), i64::from(d.multiprocessor_count()?));
+    Ok(())
+}
+
+fn affinity_contexts_where_the_device_supports_them() -> TestResult {
+    let d = Device::get(0)?;
+    let sms = u32::try_from(d.multiprocessor_count()?).map_err(|e| e.to_string())?;
+    let half = ExecAffinity::SmCount((sms / 2).max(1));
+    let created = Context::create_with_affinity(&d, ContextFlags::empty(), half);
+    if d.exec_affinity_supported()? {
+        let ctx = created?;
+        let ExecAffinity::SmCount(granted) = ctx.exec_affinity()?;
+        ensure!(granted >= sms / 2 && granted < sms, "asked for {half:?} of {sms}, granted {granted}");
+    } else {
+        match created {
+            Err(Error::Driver { status, .. }) => {
+                ensure_eq!(status, sys::CUresult::CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY)
+            }
+            other => return Err(format!("affinity without support: {other:?}").into()),
+        }
+    }
     Ok(())
 }
 

@@ -8,8 +8,8 @@ mod kernels;
 
 use cuda_core::driver_sys as sys;
 use cuda_core::graph::{
-    CaptureMode, ConditionalKind, DotFlags, EdgeKind, Graph, GraphSlice, InstantiateFlags, NodeType,
-    exchange_capture_mode, memory_usage, reset_memory_high_watermarks, trim_memory,
+    CaptureMode, ConditionalKind, DotFlags, EdgeKind, Graph, GraphNode, GraphSlice, InstantiateFlags,
+    NodeType, exchange_capture_mode, memory_usage, reset_memory_high_watermarks, trim_memory,
 };
 use cuda_core::module::{JitInputType, JitOptions, Library, Linker, Module};
 use cuda_core::stream::{CaptureStatus, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
@@ -31,6 +31,7 @@ fn main() {
             invalidated_capture_is_an_error_and_the_context_stays_usable,
         ),
         gpu("capture_into_an_existing_graph_adds_its_nodes", capture_into_an_existing_graph_adds_its_nodes),
+        gpu("capture_dependencies_are_added_and_replaced", capture_dependencies_are_added_and_replaced),
         gpu(
             "exchange_capture_mode_returns_the_previous_mode",
             exchange_capture_mode_returns_the_previous_mode,
@@ -228,6 +229,58 @@ fn capture_into_an_existing_graph_adds_its_nodes() -> TestResult {
     Ok(())
 }
 
+fn capture_dependencies_are_added_and_replaced() -> TestResult {
+    let ctx = context()?;
+    let s = stream(&ctx)?;
+    let data = Arc::new(DeviceBuffer::<u32>::zeroed(&s, N as usize)?);
+    let mut other = DeviceBuffer::<u32>::zeroed(&s, N as usize)?;
+    s.synchronize()?;
+    let graph = Graph::new(&ctx)?;
+    let a = graph.add_memset_node(&[], &GraphSlice::whole(&data), 1u32)?;
+    let b = graph.add_memset_node(&[], &GraphSlice::whole(&data), 2u32)?;
+    let captured_after = |known: &[GraphNode<'_>]| -> Result<Vec<GraphNode<'_>>, cuda_tests::Failed> {
+        let nodes = graph.nodes()?;
+        let new: Vec<_> = nodes.into_iter().filter(|n| !known.contains(n)).collect();
+        ensure_eq!(new.len(), 1, "one node captured");
+        let mut deps = new[0].dependencies()?;
+        deps.sort_by_key(|n| n.as_raw() as usize);
+        Ok(deps)
+    };
+    let mut both = vec![a, b];
+    both.sort_by_key(|n| n.as_raw() as usize);
+    // Added: the captured memset depends on the node the capture began after, and on `b`.
+    // SAFETY: the captured memset uses `other`, which the graph keeps below.
+    let capture = unsafe { s.begin_capture_to_graph(&graph, &[a], CaptureMode::ThreadLocal)? };
+    capture.add_dependencies(&[b])?;
+    other.view_mut().memset_d32_async(5, &s)?;
+    capture.end()?;
+    ensure_eq!(captured_after(&[a, b])?, both);
+    let known = graph.nodes()?;
+    // Replaced: it depends on `b` only.
+    // SAFETY: as above; the memset writes `other` only, which nothing else in the graph uses.
+    let capture = unsafe { s.begin_capture_to_graph(&graph, &[a], CaptureMode::ThreadLocal)? };
+    unsafe { capture.set_dependencies(&[b])? };
+    other.view_mut().memset_d32_async(6, &s)?;
+    capture.end()?;
+    ensure_eq!(captured_after(&known)?, vec![b]);
+    // A node of another graph is refused before the call, and the capture goes on.
+    let stranger = Graph::new(&ctx)?;
+    let foreign = stranger.add_memset_node(&[], &GraphSlice::whole(&data), 3u32)?;
+    // SAFETY: nothing is captured.
+    let capture = unsafe { s.begin_capture_to_graph(&graph, &[], CaptureMode::ThreadLocal)? };
+    match capture.add_dependencies(&[foreign]) {
+        Err(Error::InvalidArgument { .. }) => {}
+        other => return Err(format!("a node of another graph: {other:?}").into()),
+    }
+    capture.end()?;
+    let other = Arc::new(other);
+    graph.keep(other.clone());
+    graph.instantiate(InstantiateFlags::empty())?.launch(&s)?;
+    s.synchronize()?;
+    ensure_eq!(other.to_vec()?, vec![6; N as usize]);
+    Ok(())
+}
+
 fn exchange_capture_mode_returns_the_previous_mode() -> TestResult {
     let _ctx = context()?;
     let before = exchange_capture_mode(CaptureMode::Relaxed)?;
@@ -402,9 +455,31 @@ fn batch_mem_op_node_writes_and_waits() -> TestResult {
     // SAFETY: refused before the call.
     let empty = unsafe { graph.add_batch_mem_op_node(&[], &[]) };
     ensure!(matches!(empty, Err(Error::InvalidArgument { .. })), "{empty:?}");
-    graph.instantiate(InstantiateFlags::empty())?.launch(&s)?;
+    let w32 =
+        |address, value| StreamMemOp::WriteValue32 { address, value, flags: StreamWriteValueFlags::empty() };
+    ensure_eq!(write.batch_mem_op_params()?, vec![w32(first, 77), w32(last, 99)]);
+    ensure_eq!(
+        wait.batch_mem_op_params()?,
+        vec![StreamMemOp::WaitValue32 { address: last, value: 99, flags: StreamWaitValueFlags::EQ }]
+    );
+    // The graph's node gets new operations, read back as given.
+    let more = [w32(first, 77), w32(first + 4, 55), w32(last, 99)];
+    // SAFETY: as above; `first + 4` is a word of `flags` too.
+    unsafe { graph.set_batch_mem_op_node(write, &more)? };
+    ensure_eq!(write.batch_mem_op_params()?, more.to_vec());
+    // SAFETY: refused before the call.
+    let empty = unsafe { graph.set_batch_mem_op_node(write, &[]) };
+    ensure!(matches!(empty, Err(Error::InvalidArgument { .. })), "{empty:?}");
+    let exec = graph.instantiate(InstantiateFlags::empty())?;
+    exec.launch(&s)?;
     s.synchronize()?;
-    ensure_eq!(copy.to_vec()?, vec![77, 0, 0, 99]);
+    ensure_eq!(copy.to_vec()?, vec![77, 55, 0, 99]);
+    // The executable graph's node too, for the next launch.
+    // SAFETY: as above; `first + 8` is a word of `flags`.
+    unsafe { exec.set_batch_mem_op_node(write, &[w32(first + 8, 33), w32(last, 99)])? };
+    exec.launch(&s)?;
+    s.synchronize()?;
+    ensure_eq!(copy.to_vec()?, vec![77, 55, 33, 99]);
     Ok(())
 }
 

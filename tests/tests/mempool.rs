@@ -3,7 +3,7 @@
 //! processes (this binary runs itself as the child).
 
 use cuda_core::mempool::ipc::PointerExportData;
-use cuda_core::mempool::{Access, MemPool, MemPoolProps, ShareableHandle};
+use cuda_core::mempool::{Access, MemPool, MemPoolProps, PoolKind, PoolLocation, ShareableHandle};
 use cuda_core::pool::{AsyncAllocator, MemoryPool};
 use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_driver_sys as sys;
@@ -27,6 +27,7 @@ fn main() {
     }
     cuda_tests::run(&[
         gpu("default_and_current_pools", default_and_current_pools),
+        gpu("pools_by_location_and_kind", pools_by_location_and_kind),
         gpu("attributes_round_trip_and_track_use", attributes_round_trip_and_track_use),
         gpu("created_pool_allocates_and_trims", created_pool_allocates_and_trims),
         gpu("memory_pool_on_a_created_pool", memory_pool_on_a_created_pool),
@@ -81,6 +82,40 @@ fn default_and_current_pools() -> TestResult {
     let shared = created.clone();
     drop(created);
     ensure_eq!(shared.used_mem_current()?, 0);
+    Ok(())
+}
+
+fn pools_by_location_and_kind() -> TestResult {
+    let ctx = ctx()?;
+    let dev = ctx.device();
+    let here = PoolLocation::Device(dev);
+    let default = MemPool::default_at(here, PoolKind::Pinned)?;
+    ensure_eq!(default.as_raw(), MemPool::device_default(&dev)?.as_raw());
+    ensure!(!default.is_owned(), "a default pool is borrowed");
+    // The location calls and the device calls read and write one slot.
+    let created = MemPool::create(&MemPoolProps::device(dev))?;
+    MemPool::set_current_at(here, PoolKind::Pinned, &created)?;
+    ensure_eq!(MemPool::current(&dev)?.as_raw(), created.as_raw());
+    let raw = created.as_raw();
+    drop(created);
+    // The slot holds the pool: the value read back is alive and usable.
+    let current = MemPool::current_at(here, PoolKind::Pinned)?;
+    ensure_eq!(current.as_raw(), raw);
+    ensure_eq!(current.used_mem_current()?, 0);
+    drop(current);
+    MemPool::set_current(&dev, &default)?;
+    ensure_eq!(MemPool::current_at(here, PoolKind::Pinned)?.as_raw(), default.as_raw());
+    // Host memory and managed memory have pools of their own.
+    let host = MemPool::default_at(PoolLocation::Host, PoolKind::Pinned)?;
+    ensure!(host.as_raw() != default.as_raw(), "the host's pinned pool is not the device's");
+    ensure_eq!(MemPool::current_at(PoolLocation::Host, PoolKind::Pinned)?.as_raw(), host.as_raw());
+    let managed = MemPool::default_at(here, PoolKind::Managed)?;
+    ensure!(managed.as_raw() != default.as_raw(), "the managed pool is not the pinned one");
+    // A pool with no preferred location exists for managed memory only: refused before any call.
+    match MemPool::default_at(PoolLocation::NoPreference, PoolKind::Pinned) {
+        Err(Error::InvalidArgument { .. }) => {}
+        other => return Err(format!("a pinned pool with no location: {other:?}").into()),
+    }
     Ok(())
 }
 

@@ -156,6 +156,43 @@ impl Context {
         Ok(ctx)
     }
 
+    /// Creates a new context on the device that may use only part of it: with
+    /// [`ExecAffinity::SmCount`], at most that many SMs
+    /// ([`cuCtxCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)
+    /// with execution-affinity parameters, driver 12.5 or later). The thread's current context
+    /// is left as it was; the new one is destroyed on drop.
+    ///
+    /// The driver grants affinities only where
+    /// [`Device::exec_affinity_supported`] says so (under MPS, for instance); elsewhere it
+    /// fails with `CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY`. The count the driver grants (it may
+    /// round up) is [`Context::exec_affinity`]. A driver before 12.5 is an [`Error::Load`].
+    pub fn create_with_affinity(
+        device: &Device,
+        flags: ContextFlags,
+        affinity: ExecAffinity,
+    ) -> Result<Context> {
+        device::init()?;
+        let ExecAffinity::SmCount(sms) = affinity;
+        // SAFETY: C structs of integers, unions and pointers, for which all zeroes is valid.
+        let mut param: sys::CUexecAffinityParam = unsafe { std::mem::zeroed() };
+        param.type_ = sys::CUexecAffinityType::CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+        param.param.smCount.val = sms;
+        // SAFETY: as above.
+        let mut params: sys::CUctxCreateParams = unsafe { std::mem::zeroed() };
+        params.execAffinityParams = &mut param;
+        params.numExecAffinityParams = 1;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: one out-parameter; `params` names one initialised affinity, alive for the call.
+        check("cuCtxCreate", unsafe {
+            sys::cuCtxCreate(&mut raw, &mut params, flags.bits(), device.as_raw())
+        })?;
+        let ctx = Context::wrap(raw, *device, Ownership::Created);
+        let mut popped = std::ptr::null_mut();
+        // SAFETY: the context pushed by cuCtxCreate is on top of this thread's stack.
+        check("cuCtxPopCurrent", unsafe { sys::cuCtxPopCurrent(&mut popped) })?;
+        Ok(ctx)
+    }
+
     /// The calling thread's current context, or `None`
     /// ([`cuCtxGetCurrent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)),
     /// as a value that keeps it alive:

@@ -266,6 +266,22 @@ impl Device {
         Ok(v)
     }
 
+    /// Whether contexts on this device may be given an SM-count execution affinity
+    /// ([`Context::create_with_affinity`](crate::Context::create_with_affinity))
+    /// ([`cuDeviceGetExecAffinitySupport`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
+    pub fn exec_affinity_supported(&self) -> Result<bool> {
+        let mut v = 0;
+        // SAFETY: one int out-parameter.
+        check("cuDeviceGetExecAffinitySupport", unsafe {
+            sys::cuDeviceGetExecAffinitySupport(
+                &mut v,
+                sys::CUexecAffinityType::CU_EXEC_AFFINITY_TYPE_SM_COUNT,
+                self.raw,
+            )
+        })?;
+        Ok(v != 0)
+    }
+
     /// The device's default memory pool, raw
     /// ([`cuDeviceGetDefaultMemPool`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
     pub fn default_memory_pool(&self) -> Result<sys::CUmemoryPool> {

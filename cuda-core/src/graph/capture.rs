@@ -168,6 +168,66 @@ impl CaptureToGraph<'_> {
     }
 }
 
+impl<'g> CaptureToGraph<'g> {
+    /// Makes the next captured work depend also on `nodes`, nodes of the graph captured into
+    /// (`CU_STREAM_ADD_CAPTURE_DEPENDENCIES` of
+    /// [`cuStreamUpdateCaptureDependencies`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    ///
+    /// Adding dependencies only adds order, so this is safe. A node of another graph is an
+    /// [`Error::InvalidArgument`], checked before the call.
+    pub fn add_dependencies(&self, nodes: &[GraphNode<'g>]) -> Result<()> {
+        self.update(
+            "CaptureToGraph::add_dependencies",
+            nodes,
+            sys::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_ADD_CAPTURE_DEPENDENCIES,
+        )
+    }
+
+    /// Makes the next captured work depend on `nodes` only, in place of what it would depend
+    /// on in stream order (`CU_STREAM_SET_CAPTURE_DEPENDENCIES` of
+    /// [`cuStreamUpdateCaptureDependencies`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
+    ///
+    /// A node of another graph is an [`Error::InvalidArgument`], checked before the call.
+    ///
+    /// # Safety
+    ///
+    /// The safe calls made while capturing order their work after the stream's earlier work
+    /// (a kernel after the copy that fills its input, a free after the kernel that reads the
+    /// memory). Work captured after this call is ordered only after `nodes`: the caller
+    /// makes sure it does not use memory that work outside `nodes`' ancestors still writes,
+    /// reads or frees.
+    pub unsafe fn set_dependencies(&self, nodes: &[GraphNode<'g>]) -> Result<()> {
+        self.update(
+            "CaptureToGraph::set_dependencies",
+            nodes,
+            sys::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES,
+        )
+    }
+
+    fn update(
+        &self,
+        operation: &'static str,
+        nodes: &[GraphNode<'g>],
+        flags: sys::CUstreamUpdateCaptureDependencies_flags,
+    ) -> Result<()> {
+        self.graph.check_nodes(operation, nodes)?;
+        let stream = &self.active.stream;
+        stream.bind_if_default()?;
+        let mut raw: Vec<sys::CUgraphNode> = nodes.iter().map(GraphNode::as_raw).collect();
+        // SAFETY: the stream is live and capturing into `graph`, whose live nodes `raw` holds;
+        // no edge data.
+        check("cuStreamUpdateCaptureDependencies", unsafe {
+            sys::cuStreamUpdateCaptureDependencies(
+                stream.as_raw(),
+                raw.as_mut_ptr(),
+                std::ptr::null(),
+                raw.len(),
+                flags.0,
+            )
+        })
+    }
+}
+
 /// A stream being captured; ends the capture once, by `end` or on drop.
 #[derive(Debug)]
 struct Active {

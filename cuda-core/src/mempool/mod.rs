@@ -25,12 +25,15 @@
 //! ```
 
 pub mod ipc;
+mod location;
+
+pub use location::{PoolKind, PoolLocation};
 
 use crate::error::check;
 use crate::pool::{Allocator, AsyncAllocator};
 use crate::{Context, Device, Error, Result};
 use cuda_driver_sys as sys;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// How a pool's memory may be shared with other processes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,13 +146,6 @@ fn device_location(device: Device) -> Result<sys::CUmemLocation> {
     Ok(crate::c_layout::mem_location(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id))
 }
 
-/// The pool made current on each device by [`MemPool::set_current`], held while current.
-static CURRENT: Mutex<Vec<(sys::CUdevice, MemPool)>> = Mutex::new(Vec::new());
-
-fn lock_current() -> std::sync::MutexGuard<'static, Vec<(sys::CUdevice, MemPool)>> {
-    CURRENT.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// A stream-ordered memory pool of the driver (`CUmemoryPool`).
 ///
 /// A pool made by [`MemPool::create`] or imported is destroyed when the last clone is dropped
@@ -228,27 +224,19 @@ impl MemPool {
     /// ```
     pub fn current(device: &Device) -> Result<MemPool> {
         crate::device::init()?;
-        let slots = lock_current();
+        let key = location::SlotKey::device(device)?;
+        let slots = location::lock_current();
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter.
         check("cuDeviceGetMemPool", unsafe { sys::cuDeviceGetMemPool(&mut raw, device.as_raw()) })?;
-        if let Some((_, pool)) = slots.iter().find(|(d, p)| *d == device.as_raw() && p.as_raw() == raw) {
-            return Ok(pool.clone());
-        }
-        drop(slots);
-        let default = MemPool::device_default(device)?;
-        if default.as_raw() == raw {
-            return Ok(default);
-        }
-        Err(Error::invalid(
+        location::resolve_current(
             "MemPool::current",
-            format!(
-                "the current pool of device {} was set outside this crate (cudaDeviceSetMemPool or a \
-                 raw call), so no value can keep it alive; wrap it with the unsafe MemPool::from_raw, \
-                 or make a pool current with MemPool::set_current",
-                device.ordinal()
-            ),
-        ))
+            &slots,
+            key,
+            raw,
+            || MemPool::device_default(device),
+            &format_args!("device {}", device.ordinal()),
+        )
     }
 
     /// Makes `pool` the device's current pool
@@ -259,11 +247,11 @@ impl MemPool {
     /// [default](Self::device_default), for instance) lets it go. Fails with the driver's
     /// status (a pool of another device, for instance), and then nothing changes.
     pub fn set_current(device: &Device, pool: &MemPool) -> Result<()> {
-        let mut slots = lock_current();
+        let key = location::SlotKey::device(device)?;
+        let mut slots = location::lock_current();
         // SAFETY: the pool is alive, and stays alive while current: the slot below holds it.
         check("cuDeviceSetMemPool", unsafe { sys::cuDeviceSetMemPool(device.as_raw(), pool.as_raw()) })?;
-        let previous = slots.iter().position(|(d, _)| *d == device.as_raw()).map(|i| slots.swap_remove(i).1);
-        slots.push((device.as_raw(), pool.clone()));
+        let previous = location::replace_current(&mut slots, key, pool);
         drop(slots);
         // The pool that was current may be destroyed here, outside the lock.
         drop(previous);

@@ -2,7 +2,7 @@
 //! batches of such operations.
 
 use super::Stream;
-use crate::error::{Result, check};
+use crate::error::{Error, Result, check};
 use bitflags::bitflags;
 use cuda_driver_sys as sys;
 
@@ -125,6 +125,50 @@ impl StreamMemOp {
             }
         }
         p
+    }
+
+    /// The operation a raw `CUstreamBatchMemOpParams` holds, as the driver reads it back;
+    /// an operation kind this crate does not know is an [`Error::InvalidArgument`].
+    pub(crate) fn from_raw(raw: &sys::CUstreamBatchMemOpParams) -> Result<StreamMemOp> {
+        use sys::CUstreamBatchMemOpType as T;
+        // SAFETY: every member of the union starts with the operation; the member read after
+        // it is the one the operation names, all plain integers.
+        let op = unsafe {
+            match raw.operation {
+                T::CU_STREAM_MEM_OP_WAIT_VALUE_32 => StreamMemOp::WaitValue32 {
+                    address: raw.waitValue.address,
+                    value: raw.waitValue.__bindgen_anon_1.value,
+                    flags: StreamWaitValueFlags::from_bits_retain(raw.waitValue.flags),
+                },
+                T::CU_STREAM_MEM_OP_WAIT_VALUE_64 => StreamMemOp::WaitValue64 {
+                    address: raw.waitValue.address,
+                    value: raw.waitValue.__bindgen_anon_1.value64,
+                    flags: StreamWaitValueFlags::from_bits_retain(raw.waitValue.flags),
+                },
+                T::CU_STREAM_MEM_OP_WRITE_VALUE_32 => StreamMemOp::WriteValue32 {
+                    address: raw.writeValue.address,
+                    value: raw.writeValue.__bindgen_anon_1.value,
+                    flags: StreamWriteValueFlags::from_bits_retain(raw.writeValue.flags),
+                },
+                T::CU_STREAM_MEM_OP_WRITE_VALUE_64 => StreamMemOp::WriteValue64 {
+                    address: raw.writeValue.address,
+                    value: raw.writeValue.__bindgen_anon_1.value64,
+                    flags: StreamWriteValueFlags::from_bits_retain(raw.writeValue.flags),
+                },
+                T::CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES => StreamMemOp::FlushRemoteWrites,
+                T::CU_STREAM_MEM_OP_BARRIER => StreamMemOp::Barrier {
+                    system: raw.memoryBarrier.flags
+                        == sys::CUstreamMemoryBarrier_flags::CU_STREAM_MEMORY_BARRIER_TYPE_SYS.0,
+                },
+                other => {
+                    return Err(Error::invalid(
+                        "StreamMemOp::from_raw",
+                        format!("unknown stream memory operation {}", other.0),
+                    ));
+                }
+            }
+        };
+        Ok(op)
     }
 }
 
