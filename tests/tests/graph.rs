@@ -257,10 +257,12 @@ fn capture_dependencies_are_added_and_replaced() -> TestResult {
     ensure_eq!(captured_after(&[a, b])?, both);
     let known = graph.nodes()?;
     // Replaced: it depends on `b` only.
-    // SAFETY: as above; the memset writes `other` only, which nothing else in the graph uses.
+    let mut third = DeviceBuffer::<u32>::zeroed(&s, N as usize)?;
+    s.synchronize()?;
+    // SAFETY: as above; the memset writes `third` only, which nothing else in the graph uses.
     let capture = unsafe { s.begin_capture_to_graph(&graph, &[a], CaptureMode::ThreadLocal)? };
     unsafe { capture.set_dependencies(&[b])? };
-    other.view_mut().memset_d32_async(6, &s)?;
+    third.view_mut().memset_d32_async(6, &s)?;
     capture.end()?;
     ensure_eq!(captured_after(&known)?, vec![b]);
     // A node of another graph is refused before the call, and the capture goes on.
@@ -273,11 +275,13 @@ fn capture_dependencies_are_added_and_replaced() -> TestResult {
         other => return Err(format!("a node of another graph: {other:?}").into()),
     }
     capture.end()?;
-    let other = Arc::new(other);
+    let (other, third) = (Arc::new(other), Arc::new(third));
     graph.keep(other.clone());
+    graph.keep(third.clone());
     graph.instantiate(InstantiateFlags::empty())?.launch(&s)?;
     s.synchronize()?;
-    ensure_eq!(other.to_vec()?, vec![6; N as usize]);
+    ensure_eq!(other.to_vec()?, vec![5; N as usize]);
+    ensure_eq!(third.to_vec()?, vec![6; N as usize]);
     Ok(())
 }
 
@@ -476,7 +480,8 @@ fn batch_mem_op_node_writes_and_waits() -> TestResult {
     ensure_eq!(copy.to_vec()?, vec![77, 55, 0, 99]);
     // The executable graph's node too, for the next launch.
     // SAFETY: as above; `first + 8` is a word of `flags`.
-    unsafe { exec.set_batch_mem_op_node(write, &[w32(first + 8, 33), w32(last, 99)])? };
+    // The number and kinds of operations stay as instantiated; addresses and values change.
+    unsafe { exec.set_batch_mem_op_node(write, &[w32(first, 77), w32(first + 8, 33), w32(last, 99)])? };
     exec.launch(&s)?;
     s.synchronize()?;
     ensure_eq!(copy.to_vec()?, vec![77, 55, 33, 99]);

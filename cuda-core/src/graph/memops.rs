@@ -125,9 +125,11 @@ impl GraphExec {
     /// launches from now on
     /// ([`cuGraphExecBatchMemOpNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
     ///
+    /// Addresses, values and flags may change; the number of operations and the kind of
+    /// each stay as instantiated, and the driver refuses others (`CUDA_ERROR_INVALID_VALUE`).
     /// No operations or more than [`MAX_BATCH_MEM_OPS`] is an [`Error::InvalidArgument`]; a
     /// node that is not a batch node of the graph this was instantiated from fails with the
-    /// driver's status (the driver copies the operations).
+    /// driver's status. The driver copies the operations.
     ///
     /// # Safety
     ///
