@@ -180,6 +180,10 @@ fn per_thread(ctx: &Context, iters: u64, pool: Option<&MemoryPool>) -> Result<f6
 }
 
 fn threaded(ctx: &Context, pool: &MemoryPool) -> Result<Row> {
+    let name = format!("1 MiB alloc+free, {THREADS} threads, per thread");
+    if !cuda_tests::bench::selected(&name) {
+        return Ok(Row { name, unit: "ns", ours: f64::NAN, raw: f64::NAN });
+    }
     let (mut ours, mut raw) = (Vec::new(), Vec::new());
     for round in 0..5 {
         if round % 2 == 0 {
@@ -195,7 +199,7 @@ fn threaded(ctx: &Context, pool: &MemoryPool) -> Result<Row> {
         v[v.len() / 2]
     };
     Ok(Row {
-        name: format!("1 MiB alloc+free, {THREADS} threads, per thread"),
+        name,
         unit: "ns",
         ours: median(ours),
         raw: median(raw),

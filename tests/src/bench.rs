@@ -34,7 +34,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Whether a row is measured: all are, unless `CUDA_BENCH_ONLY` is set, which keeps the rows
 /// whose name contains it (to profile one row alone, under `perf record` say).
-fn selected(name: &str) -> bool {
+pub fn selected(name: &str) -> bool {
     std::env::var("CUDA_BENCH_ONLY").map_or(true, |only| name.contains(&only))
 }
 

@@ -445,7 +445,9 @@ fn enqueue_signals(
 ) -> Result<()> {
     // The drop waits for the streams noted: each must be one this thread can name.
     crate::stream::nameable(stream.context(), stream)?;
-    stream.context().enter()?;
+    // The stream names its context: only a default stream needs it current (as launches do).
+    stream.context().take_deferred()?;
+    stream.bind_if_default()?;
     let count = params.len().min(handles.len()) as u32;
     // SAFETY: two arrays of at least `count` elements (checked batches hold fewer than 2^32);
     // the semaphores and the stream are alive.
@@ -474,7 +476,9 @@ fn enqueue_waits(
 ) -> Result<()> {
     // The drop waits for the streams noted: each must be one this thread can name.
     crate::stream::nameable(stream.context(), stream)?;
-    stream.context().enter()?;
+    // The stream names its context: only a default stream needs it current (as launches do).
+    stream.context().take_deferred()?;
+    stream.bind_if_default()?;
     let count = params.len().min(handles.len()) as u32;
     // SAFETY: as in `enqueue_signals`.
     check("cuWaitExternalSemaphoresAsync", unsafe {
