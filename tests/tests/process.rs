@@ -1,12 +1,33 @@
-//! Process-level features: the checkpoint state of this process, coredump settings for the
-//! process and for a context read back as set, and the atomic operations a device supports on
-//! memory shared with the host.
+//! Process-level features: the checkpoint state of this process, checkpoint and restore of a
+//! child process's GPU memory, coredump settings for the process and for a context read back as
+//! set, and the atomic operations a device supports on memory shared with the host.
+//!
+//! The checkpoint tests start this binary again as a child (`CHILD_ENV` names its part) that
+//! holds device memory while the parent locks, checkpoints, restores and unlocks it, then reads
+//! the memory back when the parent says so.
 
-use cuda_core::Error;
-use cuda_core::checkpoint::{self, ProcessState};
+use cuda_core::checkpoint::{self, GpuPair, Process, ProcessState};
 use cuda_core::coredump::{Coredump, CoredumpFlags};
 use cuda_core::device::{AtomicCaps, AtomicOp};
-use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu};
+use cuda_core::{DeviceBuffer, Error};
+use cuda_tests::{Failed, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, still_usable};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Set in the environment of a child process; its value names the child's part.
+const CHILD_ENV: &str = "CUDA_CORE_PROCESS_CHILD";
+
+/// Elements of the child's buffer (4 MiB).
+const N: u32 = 1 << 20;
+
+/// What the child writes to device memory before the checkpoint.
+fn pattern() -> Vec<u32> {
+    (0..N).map(|i| i.wrapping_mul(2_654_435_761) ^ 0x5a5a_5a5a).collect()
+}
+
+/// How long the parent lets a lock wait for the child's CUDA calls.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn this_process_is_running_for_checkpoints() -> TestResult {
     let (_device, _ctx, _stream) = device_zero()?;
@@ -74,9 +95,226 @@ fn atomic_capabilities_are_reported_per_operation() -> TestResult {
     Ok(())
 }
 
+/// The child's parts: `cuda` holds a device buffer through the checkpoint and checks it after,
+/// `idle` uses no CUDA and waits for its stdin to close.
+mod child {
+    use super::*;
+
+    pub fn run(role: &str) -> TestResult {
+        match role {
+            "cuda" => holds_memory_through_a_checkpoint(),
+            "idle" => {
+                println!("ready");
+                std::io::stdout().flush()?;
+                // Until the parent closes stdin.
+                std::io::stdin().lock().lines().for_each(drop);
+                Ok(())
+            }
+            other => Err(format!("no child part {other:?}").into()),
+        }
+    }
+
+    fn holds_memory_through_a_checkpoint() -> TestResult {
+        let (_device, _ctx, stream) = device_zero()?;
+        let data = pattern();
+        let buffer = DeviceBuffer::from_slice(&stream, &data)?;
+        stream.synchronize()?;
+        // No CUDA call is under way from here until the parent's next line.
+        println!("ready");
+        std::io::stdout().flush()?;
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        ensure_eq!(line.trim(), "verify", "what the parent sent");
+        ensure!(buffer.to_vec()? == data, "the device memory reads other values after the restore");
+        still_usable(&stream)?;
+        drop(buffer);
+        println!("ok");
+        std::io::stdout().flush()?;
+        Ok(())
+    }
+}
+
+/// A child process of this binary, spoken to by lines; killed if dropped before `finish`.
+struct Child {
+    process: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+    finished: bool,
+}
+
+impl Child {
+    /// Starts the child's part `role` and waits for its "ready".
+    fn spawn(role: &str) -> Result<Child, Failed> {
+        let mut process = Command::new(std::env::current_exe()?)
+            .env(CHILD_ENV, role)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("could not start the child: {e}"))?;
+        let stdin = process.stdin.take();
+        let stdout = process.stdout.take().ok_or("the child has no stdout")?;
+        let mut child = Child { process, stdin, stdout: BufReader::new(stdout), finished: false };
+        ensure_eq!(child.receive()?, "ready", "the child's first line");
+        Ok(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    fn send(&mut self, line: &str) -> TestResult {
+        let stdin = self.stdin.as_mut().ok_or("the child's stdin is closed")?;
+        writeln!(stdin, "{line}")
+            .and_then(|()| stdin.flush())
+            .map_err(|e| format!("writing to the child: {e}"))?;
+        Ok(())
+    }
+
+    fn receive(&mut self) -> Result<String, Failed> {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).map_err(|e| format!("reading from the child: {e}"))?;
+        if n == 0 {
+            let status = self.process.wait()?;
+            return Err(format!("the child ended without answering ({status})").into());
+        }
+        Ok(line.trim().to_string())
+    }
+
+    /// Closes the child's stdin and fails unless it exits with 0.
+    fn finish(mut self) -> TestResult {
+        drop(self.stdin.take());
+        let status = self.process.wait()?;
+        self.finished = true;
+        ensure!(status.success(), "the child failed: {status}");
+        Ok(())
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
+    }
+}
+
+/// The checkpoint calls need the driver to take them: under a tool such as compute-sanitizer it
+/// refuses them (`CUDA_ERROR_NOT_SUPPORTED`), which the query of this process's state shows.
+fn checkpoints_are_taken() -> Result<(), String> {
+    match checkpoint::process_state(std::process::id()) {
+        Err(e) if e.driver_status() == Some(cuda_driver_sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) => {
+            Err(format!("the driver refuses checkpoint calls in this process, as under a CUDA tool: {e}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Fails unless `result` is an [`Error::InvalidArgument`] (a refusal before the operation).
+fn refused<T: std::fmt::Debug>(result: cuda_core::Result<T>, what: &str) -> TestResult {
+    ensure!(matches!(result, Err(Error::InvalidArgument { .. })), "{what}: {result:?}");
+    Ok(())
+}
+
+fn a_child_keeps_its_device_memory_through_checkpoint_and_restore() -> TestResult {
+    let (device, _ctx, _stream) = device_zero()?;
+    let mut child = Child::spawn("cuda")?;
+    let process = Process::new(child.pid())?;
+    ensure_eq!(process.state()?, ProcessState::Running);
+    refused(process.adopt_lock(), "adopting a running process")?;
+
+    // The whole cycle, step by step.
+    let mut locked = process.lock(Some(LOCK_TIMEOUT))?;
+    ensure_eq!(process.state()?, ProcessState::Locked, "after lock");
+    refused(process.lock(Some(LOCK_TIMEOUT)), "locking a locked process")?;
+    refused(locked.restore(&[]), "restoring a process that is not checkpointed")?;
+    locked.checkpoint()?;
+    ensure_eq!(process.state()?, ProcessState::Checkpointed, "after checkpoint");
+    refused(locked.checkpoint(), "checkpointing twice")?;
+    locked.restore(&[])?;
+    ensure_eq!(process.state()?, ProcessState::Locked, "after restore");
+    ensure_eq!(locked.unlock()?, process);
+    ensure_eq!(process.state()?, ProcessState::Running, "after unlock");
+
+    // Handed on locked, taken over, restored onto the same GPU named by a pair, checkpointed
+    // again and dropped: the drop restores and unlocks.
+    let process = process.lock(Some(LOCK_TIMEOUT))?.leave_locked();
+    ensure_eq!(process.state()?, ProcessState::Locked, "left locked");
+    let mut locked = process.adopt_lock()?;
+    locked.checkpoint()?;
+    let uuid = device.uuid()?;
+    locked.restore(&[GpuPair { old: uuid, new: uuid }])?;
+    ensure_eq!(process.state()?, ProcessState::Locked, "after a restore with a GPU pair");
+    locked.checkpoint()?;
+    drop(locked);
+    ensure_eq!(process.state()?, ProcessState::Running, "after dropping a checkpointed process's lock");
+
+    child.send("verify")?;
+    ensure_eq!(child.receive()?, "ok", "the child's check of its memory");
+    child.finish()
+}
+
+fn this_process_is_refused_as_a_checkpoint_target() -> TestResult {
+    let (_device, _ctx, _stream) = device_zero()?;
+    refused(Process::new(std::process::id()), "this process")?;
+    refused(Process::new(0), "process id 0")?;
+    // The query of this process's own state is allowed, and finds it running.
+    if checkpoints_are_taken().is_ok() {
+        ensure_eq!(checkpoint::process_state(std::process::id())?, ProcessState::Running);
+    }
+    Ok(())
+}
+
+fn a_process_without_cuda_or_without_existence_is_an_error() -> TestResult {
+    let (_device, _ctx, _stream) = device_zero()?;
+    let child = Child::spawn("idle")?;
+    // Linux process ids stay below 2^22: this one belongs to no process.
+    let nobody = i32::MAX.unsigned_abs();
+    for (pid, what) in [(child.pid(), "a process without CUDA"), (nobody, "no process")] {
+        let process = Process::new(pid)?;
+        let state = process.state();
+        ensure!(matches!(state, Err(Error::Driver { .. })), "{what}: state {state:?}");
+        // The lock's first step, the state query, is what fails.
+        let locked = process.lock(Some(Duration::from_secs(1)));
+        ensure!(
+            matches!(&locked, Err(e @ Error::Driver { .. }) if e.call() == Some("cuCheckpointProcessGetState")),
+            "{what}: lock {locked:?}"
+        );
+        ensure!(matches!(process.adopt_lock(), Err(Error::Driver { .. })), "{what}: adopt_lock");
+    }
+    child.finish()
+}
+
 fn main() {
+    if let Ok(role) = std::env::var(CHILD_ENV) {
+        let outcome = child::run(&role);
+        cuda_tests::release_default_pools();
+        let code = match outcome {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("process child ({role}): {e:?}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
     cuda_tests::run(&[
-        gpu("this_process_is_running_for_checkpoints", this_process_is_running_for_checkpoints),
+        gpu_needing(
+            "this_process_is_running_for_checkpoints",
+            checkpoints_are_taken,
+            this_process_is_running_for_checkpoints,
+        ),
+        gpu_needing(
+            "a_child_keeps_its_device_memory_through_checkpoint_and_restore",
+            checkpoints_are_taken,
+            a_child_keeps_its_device_memory_through_checkpoint_and_restore,
+        ),
+        gpu("this_process_is_refused_as_a_checkpoint_target", this_process_is_refused_as_a_checkpoint_target),
+        gpu(
+            "a_process_without_cuda_or_without_existence_is_an_error",
+            a_process_without_cuda_or_without_existence_is_an_error,
+        ),
         gpu("coredump_settings_read_back_as_set", coredump_settings_read_back_as_set),
         gpu("atomic_capabilities_are_reported_per_operation", atomic_capabilities_are_reported_per_operation),
     ]);
