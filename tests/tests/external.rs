@@ -17,7 +17,7 @@ use cuda_core::interop::external::{
 use cuda_core::memory::{ArrayDescriptor, ArrayFlags};
 use cuda_core::module::Module;
 use cuda_core::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
-use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig};
+use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream};
 use cuda_driver_sys as sys;
 use cuda_tests::{
     Failed, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, no_deferred, still_usable,
@@ -64,6 +64,11 @@ fn main() {
             "semaphore_parameters_must_fit_the_kind",
             vulkan_present,
             semaphore_parameters_must_fit_the_kind,
+        ),
+        gpu_needing(
+            "semaphore_refuses_another_threads_per_thread_stream",
+            vulkan_present,
+            semaphore_refuses_another_threads_per_thread_stream,
         ),
     ]);
 }
@@ -377,6 +382,32 @@ fn semaphore_parameters_must_fit_the_kind() -> TestResult {
     ensure!(matches!(keyed, Err(Error::InvalidArgument { .. })), "{keyed:?}");
     ensure!(stream.query()?, "a refused signal or wait reached the stream");
     still_usable(&stream)?;
+    drop(semaphore);
+    no_deferred(&ctx)
+}
+
+/// A per-thread default stream made on one thread and used on another names the other
+/// thread's stream there; the semaphore's drop, which waits for the streams it was used on,
+/// could not wait for that one, so the signal and the wait are refused before any call.
+fn semaphore_refuses_another_threads_per_thread_stream() -> TestResult {
+    let (device, ctx, _stream) = device_zero()?;
+    let vk = vulkan_for(&device)?;
+    let timeline = vk.timeline_semaphore(0)?;
+    let semaphore = import_semaphore(&vk, &ctx, &timeline)?;
+    let theirs = std::thread::scope(|s| s.spawn(|| Stream::per_thread(&ctx)).join())
+        .map_err(|_| "the thread making its per-thread stream panicked")?;
+    let signal = semaphore.signal(&theirs, SignalParams::value(1));
+    ensure!(
+        matches!(signal, Err(Error::InvalidArgument { .. })),
+        "signal on another thread's stream: {signal:?}"
+    );
+    let wait = semaphore.wait(&theirs, WaitParams::value(0));
+    ensure!(matches!(wait, Err(Error::InvalidArgument { .. })), "wait on another thread's stream: {wait:?}");
+    // This thread's own per-thread stream is accepted.
+    let mine = Stream::per_thread(&ctx);
+    semaphore.signal(&mine, SignalParams::value(1))?;
+    mine.synchronize()?;
+    ensure_eq!(vk.semaphore_value(&timeline)?, 1);
     drop(semaphore);
     no_deferred(&ctx)
 }

@@ -255,7 +255,7 @@ impl Stream {
     /// The operations are built on the stack: nothing is allocated.
     ///
     /// No operations, or more than [`MAX_BATCH_MEM_OPS`], is an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument); a device without stream
+    /// [`Error::InvalidArgument`]; a device without stream
     /// memory operations fails with the driver's status.
     ///
     /// # Safety
