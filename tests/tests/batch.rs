@@ -1,12 +1,16 @@
 //! `cuda_core::memory` batches: `CopyBatch` (`cuMemcpyBatchAsync`, CUDA 12.8) between device,
-//! pinned and pinned-chunk memory, and the managed-memory batches `PrefetchBatch`,
-//! `DiscardBatch` and `DiscardPrefetchBatch` (CUDA 13.0): contents checked element by element,
-//! bad input refused before any call, buffers dropped right after a submit kept until the
-//! batch has run, and the typed load error on drivers without the calls.
+//! pinned and pinned-chunk memory, `CopyBatch3D` (`cuMemcpy3DBatchAsync`, CUDA 12.8) between
+//! arrays, pitched buffers and volumes of device or pinned memory, and the managed-memory
+//! batches `PrefetchBatch`, `DiscardBatch` and `DiscardPrefetchBatch` (CUDA 13.0): contents
+//! checked element by element, bad input refused before any call, buffers dropped right after
+//! a submit kept until the batch has run, and the typed load error on drivers without the calls.
 
 use cuda_core::device::driver_version;
-use cuda_core::memory::{CopyRegion, ManagedBuffer, MemAttach, MemLocation};
-use cuda_core::{DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
+use cuda_core::memory::{
+    Array, ArrayDescriptor, ArrayFlags, CopyBatch3D, CopyRegion, CopyRegion3D, ManagedBuffer, MemAttach,
+    MemLocation, PitchedBuffer, Volume,
+};
+use cuda_core::{Context, ContextFlags, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, no_deferred};
 use std::time::Duration;
 
@@ -38,6 +42,16 @@ fn main() {
             "a_pinned_destination_is_read_only_after_the_batch",
             copy_batch_driver,
             pinned_destination_waits_for_the_batch,
+        ),
+        gpu_needing(
+            "batched_3d_copies_of_sub_boxes_between_pitched_pinned_array_and_device",
+            copy_batch_driver,
+            batched_3d_copies_of_sub_boxes,
+        ),
+        gpu_needing(
+            "bad_batched_3d_copies_are_refused_before_any_call",
+            copy_batch_driver,
+            bad_3d_copies_are_refused,
         ),
         gpu_needing(
             "prefetch_batch_moves_managed_ranges",
@@ -110,6 +124,7 @@ fn batches_need_the_driver_version_they_name() -> TestResult {
         Ok(())
     };
     load(s.copy_batch().map(drop), 12080, "a copy batch")?;
+    load(s.copy_batch_3d().map(drop), 12080, "a 3D copy batch")?;
     load(s.prefetch_batch().map(drop), 13000, "a prefetch batch")?;
     load(s.discard_batch().map(drop), 13000, "a discard batch")?;
     load(s.discard_and_prefetch_batch().map(drop), 13000, "a discard-and-prefetch batch")?;
@@ -294,6 +309,244 @@ fn bad_copies_are_refused() -> TestResult {
     ensure!(seen == expected, "the copies added before the refusal: {:?}", &seen[..8]);
     // An empty batch submits without a call.
     side.copy_batch()?.submit()?;
+    no_deferred(&ctx)
+}
+
+// 3D batches (`CopyBatch3D`).
+
+/// The extent of the volumes of the 3D batch tests: 8 × 6 × 4 elements.
+const X: usize = 8;
+const Y: usize = 6;
+const Z: usize = 4;
+/// The extent of the pinned volume of the 3D batch tests: 5 × 4 × 3 elements.
+const HX: usize = 5;
+const HY: usize = 4;
+const HZ: usize = 3;
+
+fn u32_array(ctx: &Context, [width, height, depth]: [usize; 3]) -> Result<Array, Error> {
+    let format = cuda_driver_sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32;
+    Array::new(
+        ctx,
+        &ArrayDescriptor { width, height, depth, format, num_channels: 1, flags: ArrayFlags::empty() },
+    )
+}
+
+/// Copies, on the host, the box of `extent` at `from` in `src` to `to` in `dst`; both are dense
+/// volumes with rows of `layout[0]` elements and layers of `layout[1]` rows.
+fn place(
+    dst: &mut [u32],
+    dst_layout: [usize; 2],
+    to: [usize; 3],
+    src: &[u32],
+    src_layout: [usize; 2],
+    from: [usize; 3],
+    extent: [usize; 3],
+) {
+    let index = |layout: [usize; 2], at: [usize; 3]| (at[2] * layout[1] + at[1]) * layout[0] + at[0];
+    for z in 0..extent[2] {
+        for y in 0..extent[1] {
+            for x in 0..extent[0] {
+                dst[index(dst_layout, [to[0] + x, to[1] + y, to[2] + z])] =
+                    src[index(src_layout, [from[0] + x, from[1] + y, from[2] + z])];
+            }
+        }
+    }
+}
+
+/// A pitched 3D volume (rows padded past their 8 elements, layers of 6 rows) copied in boxes,
+/// in one batch on a stream held back and other than the buffers', to a pinned volume of
+/// other extents, into an array (two boxes) and whole into dense device memory; then, in a
+/// second batch, the array whole into pinned memory and a box of the pinned volume back into
+/// the pitched buffer seen as one 2D layer. Every element lands where the boxes say, the pinned
+/// destination waits for its batch, and the device buffers note the batch's stream.
+fn batched_3d_copies_of_sub_boxes() -> TestResult {
+    let (_device, ctx, owner) = device_zero()?;
+    let side = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let whole = [X, Y, Z];
+    let values: Vec<u32> =
+        (0..(X * Y * Z) as u32).map(|i| i.wrapping_mul(2_654_435_761) ^ 0x00a5_0000).collect();
+    let mut volume = PitchedBuffer::<u32>::new(&owner, X, Y * Z)?;
+    ensure!(volume.pitch() > X * 4, "the rows are not padded (pitch {})", volume.pitch());
+    volume.copy_from_host(&values)?;
+    let mut array = u32_array(&ctx, whole)?;
+    array.copy_from_host(&vec![0u32; X * Y * Z])?;
+    let mut host = PinnedBuffer::from_fn(HX * HY * HZ, |_| u32::MAX)?;
+    let mut dense = DeviceBuffer::<u32>::zeroed(&owner, X * Y * Z)?;
+    owner.synchronize()?;
+
+    hold(&side, 100)?;
+    let to_host = CopyRegion3D::new([1, 1, 1], [2, 1, 1], [3, 2, 2]);
+    let to_array = [
+        CopyRegion3D::new([4, 3, 2], [0, 0, 0], [4, 3, 2]),
+        CopyRegion3D::new([0, 0, 0], [5, 2, 1], [3, 4, 1]),
+    ];
+    let mut batch = side.copy_batch_3d()?;
+    batch.copy_regions(Volume::new(&mut host, [HX, HY, HZ]), Volume::new(&volume, whole), [to_host])?;
+    batch.copy_regions(&mut array, Volume::new(&volume, whole), to_array)?;
+    batch.copy(Volume::new(&mut dense, whole), Volume::new(&volume, whole))?;
+    ensure_eq!(batch.len(), 4);
+    batch.submit()?;
+    ensure!(host.has_copies_in_flight(), "the pinned destination did not record the batch");
+    let mut want_host = vec![u32::MAX; HX * HY * HZ];
+    let r = to_host;
+    place(&mut want_host, [HX, HY], r.dst_offset, &values, [X, Y], r.src_offset, r.extent);
+    // Waits for the batch, on a stream held back when it was submitted.
+    ensure!(host.as_slice()? == want_host.as_slice(), "the pinned volume: {:?}", host.as_slice()?);
+    side.synchronize()?;
+    let mut want_array = vec![0u32; X * Y * Z];
+    for r in to_array {
+        place(&mut want_array, [X, Y], r.dst_offset, &values, [X, Y], r.src_offset, r.extent);
+    }
+    let mut seen = vec![0u32; X * Y * Z];
+    array.copy_to_host(&mut seen)?;
+    ensure!(seen == want_array, "the array: {seen:?}");
+    ensure!(dense.to_vec()? == values, "the dense copy of the whole volume");
+    ensure!(
+        volume.storage().recorded_streams().contains(&side),
+        "the pitched source did not note the stream"
+    );
+    ensure!(dense.recorded_streams().contains(&side), "the dense destination did not note the stream");
+
+    // Back: the array whole into pinned memory, and the first layer of the pinned volume into
+    // the pitched buffer, seen as its 8 × 24 rows.
+    let mut back = PinnedBuffer::<u32>::new(X * Y * Z)?;
+    let mut batch = side.copy_batch_3d()?;
+    batch.copy(Volume::new(&mut back, whole), &array)?;
+    batch.copy_regions(
+        &mut volume,
+        Volume::new(&host, [HX, HY, HZ]),
+        [CopyRegion3D::new([2, 7, 0], [0; 3], [HX, HY, 1])],
+    )?;
+    batch.submit()?;
+    ensure!(back.as_slice()? == want_array.as_slice(), "the array copied whole into pinned memory");
+    side.synchronize()?;
+    volume.copy_to_host(&mut seen)?;
+    let mut want_volume = values.clone();
+    place(&mut want_volume, [X, Y * Z], [2, 7, 0], &want_host, [HX, HY], [0; 3], [HX, HY, 1]);
+    ensure!(seen == want_volume, "the pitched buffer after the box from the pinned volume: {seen:?}");
+    no_deferred(&ctx)
+}
+
+/// Boxes past either side, offsets that overflow, volumes whose extent does not match their
+/// memory, an element type of another size than the array's, whole copies of different
+/// extents, overlapping destination boxes, an array of another context and the legacy stream
+/// are typed errors; a refused add leaves the batch and the buffers' noted streams as they were,
+/// and what was added before still copies. An empty batch submits without a call.
+fn bad_3d_copies_are_refused() -> TestResult {
+    let (_device, ctx, owner) = device_zero()?;
+    let side = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    invalid(Stream::legacy(&ctx).copy_batch_3d(), "a 3D batch on the legacy default stream")?;
+    let whole = [X, Y, Z];
+    let values: Vec<u32> = (0..(X * Y * Z) as u32).collect();
+    let src = DeviceBuffer::from_slice(&owner, &values)?;
+    let narrow = DeviceBuffer::<u16>::zeroed(&owner, X * Y * Z)?;
+    let mut dst = DeviceBuffer::<u32>::zeroed(&owner, X * Y * Z)?;
+    let mut pitched = PitchedBuffer::<u32>::new(&owner, X, Y * Z)?;
+    let mut array = u32_array(&ctx, whole)?;
+    let pinned = PinnedBuffer::<u32>::new(X * Y * Z)?;
+    let other = Context::create(&ctx.device(), ContextFlags::empty())?;
+    let mut foreign = u32_array(&other, whole)?;
+    owner.synchronize()?;
+    let added = |r: Result<&mut CopyBatch3D<'_>, Error>| r.map(|b| b.len());
+    let one = |to, from, extent| [CopyRegion3D::new(to, from, extent)];
+    let boxes = [
+        (one([6, 0, 0], [0; 3], [3, 1, 1]), "a destination box past the width"),
+        (one([0; 3], [0, 5, 0], [1, 2, 1]), "a source box past the height"),
+        (one([0; 3], [0, 0, 3], [1, 1, 2]), "a source box past the depth"),
+        (one([usize::MAX, 0, 0], [0; 3], [2, 1, 1]), "an offset that overflows"),
+    ];
+    for (regions, what) in boxes {
+        invalid(
+            added(side.copy_batch_3d()?.copy_regions(
+                Volume::new(&mut dst, whole),
+                Volume::new(&src, whole),
+                regions,
+            )),
+            what,
+        )?;
+    }
+    let overlapping =
+        [CopyRegion3D::new([0; 3], [0; 3], [4, 4, 2]), CopyRegion3D::new([3, 3, 1], [4, 0, 0], [2, 2, 2])];
+    invalid(
+        added(side.copy_batch_3d()?.copy_regions(
+            Volume::new(&mut dst, whole),
+            Volume::new(&src, whole),
+            overlapping,
+        )),
+        "overlapping destination boxes",
+    )?;
+    let everything = one([0; 3], [0; 3], whole);
+    invalid(
+        added(side.copy_batch_3d()?.copy_regions(
+            Volume::new(&mut dst, whole),
+            Volume::new(&src, [X, Y, Z + 1]),
+            everything,
+        )),
+        "a volume larger than its device memory",
+    )?;
+    invalid(
+        added(side.copy_batch_3d()?.copy_regions(
+            Volume::new(&mut dst, whole),
+            Volume::new(&pinned, [X, Y, Z - 1]),
+            one([0; 3], [0; 3], [1, 1, 1]),
+        )),
+        "a volume smaller than its pinned memory",
+    )?;
+    invalid(
+        added(side.copy_batch_3d()?.copy(Volume::new(&mut dst, whole), Volume::new(&pitched, [X, 5, 5]))),
+        "a pitched volume of 25 rows over 24",
+    )?;
+    invalid(
+        added(
+            side.copy_batch_3d()?
+                .copy(Volume::new(&mut pitched, [X - 1, Y, Z]), Volume::new(&src, [X - 1, Y, Z])),
+        ),
+        "a pitched volume narrower than its rows",
+    )?;
+    invalid(
+        added(side.copy_batch_3d()?.copy(&mut array, Volume::new(&narrow, whole))),
+        "u16 elements for an array of u32",
+    )?;
+    invalid(
+        added(side.copy_batch_3d()?.copy(Volume::new(&mut dst, whole), Volume::new(&src, [X * Y, Z, 1]))),
+        "whole copies of different extents",
+    )?;
+    invalid(
+        added(side.copy_batch_3d()?.copy(&mut foreign, Volume::new(&src, whole))),
+        "an array of another context",
+    )?;
+    ensure!(
+        src.recorded_streams().is_empty() && dst.recorded_streams().is_empty(),
+        "a refused add noted the batch's stream on a buffer"
+    );
+    ensure!(pitched.storage().recorded_streams().is_empty(), "a refused add noted the batch's stream");
+
+    // One batch: a copy added (a box of no depth left out), then a refused one of other
+    // buffers, then submitted.
+    let lonely = DeviceBuffer::<u32>::zeroed(&owner, X * Y * Z)?;
+    owner.synchronize()?;
+    let mut batch = side.copy_batch_3d()?;
+    batch.copy_regions(
+        Volume::new(&mut dst, whole),
+        Volume::new(&src, whole),
+        [CopyRegion3D::new([0; 3], [0; 3], [X, Y, 0]), CopyRegion3D::new([0; 3], [0, 0, 1], [X, Y, Z - 1])],
+    )?;
+    ensure_eq!(batch.len(), 1);
+    invalid(
+        batch
+            .copy_regions(&mut pitched, Volume::new(&lonely, whole), one([0; 3], [0; 3], [X + 1, 1, 1]))
+            .map(|b| b.len()),
+        "a box past a pitched buffer in a batch with copies",
+    )?;
+    ensure_eq!(batch.len(), 1, "a refused add changed the batch");
+    ensure!(lonely.recorded_streams().is_empty(), "a refused add noted the batch's stream");
+    batch.submit()?;
+    side.synchronize()?;
+    let mut expected = values[X * Y..].to_vec();
+    expected.resize(X * Y * Z, 0);
+    ensure!(dst.to_vec()? == expected, "the copy added before the refusal");
+    // An empty batch submits without a call.
+    side.copy_batch_3d()?.submit()?;
     no_deferred(&ctx)
 }
 

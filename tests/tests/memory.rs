@@ -3,10 +3,10 @@
 //! (`record_stream`, `set_stream`) and the allocator they come from.
 
 use cuda_core::memory::{
-    Array, ArrayDescriptor, ArrayFlags, HostAllocFlags, HostRegisterFlags, ManagedBuffer, MemAdvice,
-    MemAttach, MemLocation, MemoryType, MipmappedArray, PinnedBuffer, PitchedBuffer, RegisteredHostMemory,
-    address_range, memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer,
-    pointer_attributes,
+    Array, ArrayDescriptor, ArrayFlags, CopyRegion3D, HostAllocFlags, HostRegisterFlags, ManagedBuffer,
+    MemAdvice, MemAttach, MemLocation, MemoryType, MipmappedArray, PinnedBuffer, PitchedBuffer,
+    RegisteredHostMemory, Volume, address_range, memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async,
+    memcpy_3d_peer, memcpy_3d_peer_async, pointer_attributes,
 };
 use cuda_core::pool::{Allocator, AsyncAllocator, DeviceAllocator, MemoryPool, using_allocator};
 use cuda_core::{
@@ -197,6 +197,7 @@ fn main() {
         gpu("device_array_and_pitched_copies", device_array_and_pitched_copies),
         gpu("raw_2d_copies_of_sub_rectangles", raw_2d_copies_of_sub_rectangles),
         gpu("raw_3d_and_peer_copies_of_sub_boxes", raw_3d_and_peer_copies_of_sub_boxes),
+        gpu("checked_3d_copies_between_two_contexts", checked_3d_copies_between_two_contexts),
         gpu("pointer_attributes_and_address_ranges", pointer_attributes_and_address_ranges),
         multi_gpu("peer_copies_between_devices", 2, peer_copies_between_devices),
     ]);
@@ -726,9 +727,11 @@ fn arrays_1d_2d_3d_layered_cubemap() -> TestResult {
         "3 channels",
     )?;
     let d = ctx.device();
+    // Sparse arrays are made (and lent out once backed) by `vmm::SparseArray`.
+    invalid(Array::new(&ctx, &desc(1024, 1024, 0, ArrayFlags::SPARSE)), "Array::new with SPARSE")?;
     if d.sparse_cuda_array_supported()? {
-        let sparse = Array::new(&ctx, &desc(1024, 1024, 0, ArrayFlags::SPARSE))?;
-        let p = sparse.sparse_properties()?;
+        let sparse = cuda_core::vmm::SparseArray::new(&ctx, &desc(1024, 1024, 0, ArrayFlags::empty()))?;
+        let p = sparse.sparse_properties();
         ensure!(p.tile_extent.0 > 0 && p.tile_extent.1 > 0, "tile extent {:?}", p.tile_extent);
     }
     if d.deferred_mapping_cuda_array_supported()? {
@@ -1019,6 +1022,127 @@ fn raw_3d_and_peer_copies_of_sub_boxes() -> TestResult {
     let mut in_far = vec![0u32; X * Y * Z];
     place(&mut in_far, (X, Y), (0, 2, 1), &values, (X, Y), (2, 1, 1), (3, 2, 2));
     ensure_eq!(far.to_vec()?, in_far);
+    Ok(())
+}
+
+/// `Stream::copy_3d_peer` (`cuMemcpy3DPeerAsync`) between two contexts of one device, and the
+/// raw `memcpy_3d_peer_async`: a box of dense device memory of one context into a pitched
+/// buffer of the other, on a stream of the first; then, on a stream of the second, that buffer
+/// whole into an array of the second, a box of it into pinned memory and a box of the array
+/// back into device memory of the first. Every element lands where the boxes say, the memory
+/// of the other context notes the stream, and bad boxes and an array of another context than
+/// the stream are refused before any call.
+fn checked_3d_copies_between_two_contexts() -> TestResult {
+    const X: usize = 8;
+    const Y: usize = 6;
+    const Z: usize = 4;
+    let whole = [X, Y, Z];
+    let ctx = ctx()?;
+    let here = stream(&ctx)?;
+    let other = Context::create(&ctx.device(), ContextFlags::empty())?;
+    let there = stream(&other)?;
+    let values: Vec<u32> = (0..(X * Y * Z) as u32).map(|i| i.wrapping_mul(2_654_435_761) ^ 0x5a5a).collect();
+    let near = DeviceBuffer::from_slice(&here, &values)?;
+    let mut far = PitchedBuffer::<u32>::new(&there, X, Y * Z)?;
+    far.copy_from_host(&vec![0u32; X * Y * Z])?;
+
+    // On a stream of the first context: the box (2, 1, 1) of 3 × 2 × 2 to (4, 3, 2) of `far`.
+    let across = CopyRegion3D::new([4, 3, 2], [2, 1, 1], [3, 2, 2]);
+    here.copy_3d_peer(Volume::new(&mut far, whole), Volume::new(&near, whole), across)?;
+    ensure!(
+        far.storage().recorded_streams().contains(&here),
+        "the other context's buffer did not note the stream"
+    );
+    here.synchronize()?;
+    let mut in_far = vec![0u32; X * Y * Z];
+    place(&mut in_far, (X, Y), (4, 3, 2), &values, (X, Y), (2, 1, 1), (3, 2, 2));
+    let mut seen = vec![0u32; X * Y * Z];
+    far.copy_to_host(&mut seen)?;
+    ensure_eq!(seen, in_far);
+
+    // On a stream of the second: `far` whole into an array of the second, the box into pinned
+    // memory, and the box of the array back into device memory of the first.
+    let mut array = Array::new(&other, &u32_array(X, Y, Z))?;
+    there.copy_3d_peer(&mut array, Volume::new(&far, whole), CopyRegion3D::new([0; 3], [0; 3], whole))?;
+    let mut pinned = PinnedBuffer::<u32>::new(3 * 2 * 2)?;
+    let to_pinned = CopyRegion3D::new([0; 3], [4, 3, 2], [3, 2, 2]);
+    there.copy_3d_peer(Volume::new(&mut pinned, [3, 2, 2]), Volume::new(&far, whole), to_pinned)?;
+    let mut back = DeviceBuffer::<u32>::zeroed(&here, X * Y * Z)?;
+    here.synchronize()?;
+    there.copy_3d_peer(
+        Volume::new(&mut back, whole),
+        &array,
+        CopyRegion3D::new([1, 0, 0], [4, 3, 2], [3, 2, 2]),
+    )?;
+    let mut in_pinned = vec![0u32; 3 * 2 * 2];
+    place(&mut in_pinned, (3, 2), (0, 0, 0), &values, (X, Y), (2, 1, 1), (3, 2, 2));
+    // Waits for the copy that writes it.
+    ensure_eq!(pinned.as_slice()?, in_pinned.as_slice());
+    ensure!(back.recorded_streams().contains(&there), "the first context's buffer did not note the stream");
+    there.synchronize()?;
+    array.copy_to_host(&mut seen)?;
+    ensure_eq!(seen, in_far);
+    let mut in_back = vec![0u32; X * Y * Z];
+    place(&mut in_back, (X, Y), (1, 0, 0), &values, (X, Y), (2, 1, 1), (3, 2, 2));
+    ensure_eq!(back.to_vec()?, in_back);
+
+    // The raw form: the box (1, 0, 0) of `back` (first context) to the corner of `far`.
+    // SAFETY: a plain C struct of integers, enums and pointers; all zeroes is a valid value.
+    let mut c: sys::CUDA_MEMCPY3D_PEER = unsafe { std::mem::zeroed() };
+    (c.srcXInBytes, c.srcMemoryType, c.srcDevice, c.srcContext) = (4, DEVICE, back.as_raw(), ctx.as_raw());
+    (c.srcPitch, c.srcHeight) = (X * 4, Y);
+    (c.dstMemoryType, c.dstDevice, c.dstContext) = (DEVICE, far.as_raw(), other.as_raw());
+    (c.dstPitch, c.dstHeight) = (far.pitch(), Y);
+    (c.WidthInBytes, c.Height, c.Depth) = (3 * 4, 2, 2);
+    // SAFETY: both sides are live in the contexts named, the box lies within each, and both
+    // outlive the synchronization below.
+    unsafe { memcpy_3d_peer_async(&c, &there)? };
+    there.synchronize()?;
+    far.copy_to_host(&mut seen)?;
+    place(&mut in_far, (X, Y), (0, 0, 0), &values, (X, Y), (2, 1, 1), (3, 2, 2));
+    ensure_eq!(seen, in_far);
+
+    // Refused before any call: an array of another context than the stream, boxes past either
+    // side, a volume whose extent is not its memory's. A box with a zero extent copies nothing.
+    let refused = |r: cuda_core::Result<()>, what: &str| -> TestResult {
+        ensure!(matches!(r, Err(Error::InvalidArgument { .. })), "{what}: {r:?}");
+        Ok(())
+    };
+    let everything = CopyRegion3D::new([0; 3], [0; 3], whole);
+    refused(
+        here.copy_3d_peer(&mut array, Volume::new(&near, whole), everything),
+        "an array of the other context",
+    )?;
+    refused(
+        here.copy_3d_peer(
+            Volume::new(&mut back, whole),
+            Volume::new(&near, whole),
+            CopyRegion3D::new([6, 0, 0], [0; 3], [3, 1, 1]),
+        ),
+        "a destination box past the width",
+    )?;
+    refused(
+        here.copy_3d_peer(
+            Volume::new(&mut far, whole),
+            Volume::new(&near, whole),
+            CopyRegion3D::new([0; 3], [0, 0, 2], [1, 1, 3]),
+        ),
+        "a source box past the depth",
+    )?;
+    refused(
+        here.copy_3d_peer(Volume::new(&mut back, [X, Y, Z - 1]), Volume::new(&near, whole), everything),
+        "a volume smaller than its memory",
+    )?;
+    let before = back.to_vec()?;
+    here.copy_3d_peer(
+        Volume::new(&mut back, whole),
+        Volume::new(&near, whole),
+        CopyRegion3D::new([0; 3], [0; 3], [X, 0, Z]),
+    )?;
+    here.synchronize()?;
+    ensure!(back.to_vec()? == before, "a box of no height copied something");
+    ctx.synchronize()?;
+    other.synchronize()?;
     Ok(())
 }
 

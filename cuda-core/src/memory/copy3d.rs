@@ -1,9 +1,15 @@
-//! 2D and 3D copies between device memory, pitched allocations and CUDA arrays, and the raw
-//! descriptor calls for copies of sub-regions.
+//! 2D and 3D copies between device memory, pitched allocations and CUDA arrays, the checked
+//! 3D copy between contexts ([`Stream::copy_3d_peer`]), and the raw descriptor calls for copies
+//! of sub-regions.
 
 use super::array::Array;
+use super::batch::sealed::Memory;
+use super::batch3d::sealed::{Operand3D, Place, Read3D, Write3D};
+use super::batch3d::{CopyRegion3D, Destination3D, Source3D, around_pinned, array_on, box_in};
+use super::host_uses::HostUses;
 use super::pitched::PitchedBuffer;
 use super::view::{DeviceView, DeviceViewMut};
+use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::stream::Stream;
 use bytemuck::Pod;
@@ -67,6 +73,180 @@ pub unsafe fn memcpy_3d_async(copy: &sys::CUDA_MEMCPY3D, stream: &Stream) -> Res
 pub unsafe fn memcpy_3d_peer(copy: &sys::CUDA_MEMCPY3D_PEER) -> Result<()> {
     // SAFETY: the caller guarantees the descriptor.
     check("cuMemcpy3DPeer", unsafe { sys::cuMemcpy3DPeer(copy) })
+}
+
+/// [`memcpy_3d_peer`] in `stream`'s order
+/// ([`cuMemcpy3DPeerAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+/// [`Stream::copy_3d_peer`] is the checked form, for the crate's arrays and memory.
+///
+/// # Safety
+///
+/// As [`memcpy_3d_peer`], and every side must stay live until the stream has passed the copy.
+pub unsafe fn memcpy_3d_peer_async(copy: &sys::CUDA_MEMCPY3D_PEER, stream: &Stream) -> Result<()> {
+    // SAFETY: the caller guarantees the descriptor and lifetimes.
+    check("cuMemcpy3DPeerAsync", unsafe { sys::cuMemcpy3DPeerAsync(copy, stream.as_raw()) })
+}
+
+/// One side of a `CUDA_MEMCPY3D_PEER`, in the order of its fields.
+struct PeerSide {
+    x_in_bytes: usize,
+    y: usize,
+    z: usize,
+    memory_type: sys::CUmemorytype,
+    host: *mut std::ffi::c_void,
+    device: sys::CUdeviceptr,
+    array: sys::CUarray,
+    context: sys::CUcontext,
+    pitch: usize,
+    height: usize,
+}
+
+/// The fields of `side` at `at` for elements of `size` bytes; pinned memory, which no context
+/// owns, names `stream_ctx`.
+fn peer_side(side: &Operand3D<'_>, at: [usize; 3], size: usize, stream_ctx: &Context) -> PeerSide {
+    let mut s = PeerSide {
+        x_in_bytes: at[0] * size,
+        y: at[1],
+        z: at[2],
+        memory_type: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        host: std::ptr::null_mut(),
+        device: 0,
+        array: std::ptr::null_mut(),
+        context: stream_ctx.as_raw(),
+        pitch: 0,
+        height: 0,
+    };
+    match side.place {
+        Place::Pointer { address, pitch, ctx, .. } => {
+            (s.pitch, s.height) = (pitch, side.extent[1]);
+            match ctx {
+                Some(ctx) => (s.device, s.context) = (address, ctx.as_raw()),
+                None => (s.memory_type, s.host) = (sys::CUmemorytype::CU_MEMORYTYPE_HOST, address as *mut _),
+            }
+        }
+        Place::Array(array) => {
+            s.memory_type = sys::CUmemorytype::CU_MEMORYTYPE_ARRAY;
+            (s.array, s.context) = (array.as_raw(), array.context().as_raw());
+        }
+    }
+    s
+}
+
+/// The pinned tracker of `side`, with whether the copy writes it.
+fn pinned_of<'a>(side: &Operand3D<'a>, writes: bool) -> Option<(&'a HostUses, bool)> {
+    match side.place {
+        Place::Pointer { memory: Memory::Pinned(uses), .. } => Some((uses, writes)),
+        _ => None,
+    }
+}
+
+impl Stream {
+    /// Queues on this stream one copy of the box `region` from `src` to `dst`, whose memory
+    /// may belong to different contexts (of one device or of two)
+    /// ([`cuMemcpy3DPeerAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)):
+    /// each side is named with its own context. The operands are those of
+    /// [`CopyBatch3D`](super::CopyBatch3D): arrays, pitched buffers, and
+    /// [`Volume`](super::Volume)s over device or pinned memory.
+    ///
+    /// It is checked and kept safe as the batch's copies are: the box must lie within both
+    /// sides; the memory behind device operands notes this stream (its owner gives it back only
+    /// after the stream has passed the copy); an array must belong to this stream's context
+    /// (it is destroyed after its context's work only) and is marked as used by queued work;
+    /// pinned memory records the copy. A box with a zero in its extent copies nothing. The copy
+    /// is ordered only on this stream: order other work on either side after it with events or
+    /// the same stream.
+    ///
+    /// ```no_run
+    /// use cuda_core::memory::{CopyRegion3D, PitchedBuffer, Volume};
+    /// use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Stream, StreamFlags};
+    /// # fn main() -> cuda_core::Result<()> {
+    /// let device = Device::get(0)?;
+    /// let (a, b) = (Context::primary(&device)?, Context::create(&device, ContextFlags::empty())?);
+    /// let (on_a, on_b) = (Stream::new(&a, StreamFlags::NON_BLOCKING)?, Stream::new(&b, StreamFlags::NON_BLOCKING)?);
+    /// let here = DeviceBuffer::<f32>::zeroed(&on_a, 16 * 16 * 16)?;
+    /// let mut there = PitchedBuffer::<f32>::new(&on_b, 8, 8 * 4)?; // 4 layers of 8 rows
+    /// let region = CopyRegion3D::new([0, 0, 0], [4, 4, 4], [8, 8, 4]);
+    /// on_b.copy_3d_peer(Volume::new(&mut there, [8, 8, 4]), Volume::new(&here, [16, 16, 16]), region)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// An [`Error::InvalidArgument`], before any call, for a box that reaches past `dst` or
+    /// `src`, a [`Volume`](super::Volume) whose extent does not match its memory, an element
+    /// type whose size is not an array operand's element size, an array of another context
+    /// than this stream, and a default stream that would not name this stream (another
+    /// thread's per-thread default stream). Otherwise the driver's status.
+    pub fn copy_3d_peer<'a, T: Pod>(
+        &self,
+        dst: impl Destination3D<'a, T>,
+        src: impl Source3D<'a, T>,
+        region: CopyRegion3D,
+    ) -> Result<()> {
+        const OPERATION: &str = "Stream::copy_3d_peer";
+        let dst = Write3D::operand(dst, OPERATION)?;
+        let src = Read3D::operand(src, OPERATION)?;
+        box_in(OPERATION, "destination", region.dst_offset, region.extent, dst.extent)?;
+        box_in(OPERATION, "source", region.src_offset, region.extent, src.extent)?;
+        array_on(OPERATION, &dst, self)?;
+        array_on(OPERATION, &src, self)?;
+        let size = std::mem::size_of::<T>();
+        if size == 0 || region.extent.contains(&0) {
+            return Ok(());
+        }
+        let ctx = self.context();
+        crate::stream::nameable(ctx, self)?;
+        for side in [&dst, &src] {
+            match side.place {
+                Place::Pointer { memory: Memory::Device(Some(t)), .. } => t.uses.note(ctx, t.own, self)?,
+                Place::Array(array) => array.queued_async(),
+                Place::Pointer { .. } => {}
+            }
+        }
+        let (d, s) =
+            (peer_side(&dst, region.dst_offset, size, ctx), peer_side(&src, region.src_offset, size, ctx));
+        let c = sys::CUDA_MEMCPY3D_PEER {
+            srcXInBytes: s.x_in_bytes,
+            srcY: s.y,
+            srcZ: s.z,
+            srcLOD: 0,
+            srcMemoryType: s.memory_type,
+            srcHost: s.host.cast_const(),
+            srcDevice: s.device,
+            srcArray: s.array,
+            srcContext: s.context,
+            srcPitch: s.pitch,
+            srcHeight: s.height,
+            dstXInBytes: d.x_in_bytes,
+            dstY: d.y,
+            dstZ: d.z,
+            dstLOD: 0,
+            dstMemoryType: d.memory_type,
+            dstHost: d.host,
+            dstDevice: d.device,
+            dstArray: d.array,
+            dstContext: d.context,
+            dstPitch: d.pitch,
+            dstHeight: d.height,
+            // Fits: the box lies in a row of at least `extent[0]` elements of memory.
+            WidthInBytes: region.extent[0] * size,
+            Height: region.extent[1],
+            Depth: region.extent[2],
+        };
+        ctx.enter()?;
+        let stream = self.as_raw();
+        // SAFETY: the box lies within both sides, each named with its context; device memory
+        // waits for this stream before its owner gives it back (noted above), an array is
+        // destroyed only after its context (this stream's) has finished its work, and pinned
+        // memory records the copy around the call; `dst` is borrowed exclusively, so the sides
+        // do not overlap.
+        let call = || check("cuMemcpy3DPeerAsync", unsafe { sys::cuMemcpy3DPeerAsync(&c, stream) });
+        match (pinned_of(&dst, true), pinned_of(&src, false)) {
+            (Some(a), Some(b)) => around_pinned(OPERATION, self, &mut [a, b], call),
+            (Some(a), None) | (None, Some(a)) => around_pinned(OPERATION, self, &mut [a], call),
+            (None, None) => call(),
+        }
+    }
 }
 
 fn dense(c: &mut sys::CUDA_MEMCPY3D, src: bool, ptr: sys::CUdeviceptr) {

@@ -62,6 +62,7 @@
 
 mod array;
 mod batch;
+mod batch3d;
 mod buffer;
 mod copy;
 mod copy3d;
@@ -86,8 +87,11 @@ pub use array::{
     MipmappedArray, SparseProperties,
 };
 pub use batch::{BatchDestination, BatchSource, CopyBatch, CopyRegion};
+pub use batch3d::{CopyBatch3D, CopyRegion3D, Destination3D, Source3D, Volume};
 pub use buffer::DeviceBuffer;
-pub use copy3d::{memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer};
+pub use copy3d::{
+    memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer, memcpy_3d_peer_async,
+};
 pub use dma_buf::DmaBufMapping;
 pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
 pub(crate) use host_uses::{HostAccess, launch_tracked};
