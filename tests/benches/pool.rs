@@ -198,10 +198,5 @@ fn threaded(ctx: &Context, pool: &MemoryPool) -> Result<Row> {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    Ok(Row {
-        name,
-        unit: "ns",
-        ours: median(ours),
-        raw: median(raw),
-    })
+    Ok(Row { name, unit: "ns", ours: median(ours), raw: median(raw) })
 }
