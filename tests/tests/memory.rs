@@ -1113,6 +1113,13 @@ fn checked_3d_copies_between_two_contexts() -> TestResult {
         here.copy_3d_peer(&mut array, Volume::new(&near, whole), everything),
         "an array of the other context",
     )?;
+    // The array's own whole copies on a stream of another context, which its drop would not
+    // wait for.
+    refused(array.copy_from_device_async(&near.view(), &here), "an array copy on another context's stream")?;
+    refused(
+        array.copy_to_device_async(&mut back.view_mut(), &here),
+        "an array copy on another context's stream",
+    )?;
     refused(
         here.copy_3d_peer(
             Volume::new(&mut back, whole),

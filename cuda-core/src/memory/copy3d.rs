@@ -264,6 +264,19 @@ fn dense(c: &mut sys::CUDA_MEMCPY3D, src: bool, ptr: sys::CUdeviceptr) {
 }
 
 impl Array {
+    /// Refuses a stream of another context than the array's: the array's drop waits for its
+    /// own context only, so work queued elsewhere could still run when it is destroyed.
+    pub(crate) fn on_own_stream(&self, operation: &'static str, stream: &Stream) -> Result<()> {
+        if stream.context() != self.context() {
+            return Err(Error::invalid(
+                operation,
+                "the stream belongs to another context than the array, whose drop waits for its own \
+                 context only; queue the copy on a stream of the array's context",
+            ));
+        }
+        Ok(())
+    }
+
     fn d2a<T: Pod>(&self, operation: &'static str, src: &DeviceView<'_, T>) -> Result<sys::CUDA_MEMCPY3D> {
         let mut c = self.whole_copy::<T>(operation, src.len())?;
         dense(&mut c, true, src.as_raw());
@@ -300,6 +313,7 @@ impl Array {
     /// ([`cuMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_device_async<T: Pod>(&mut self, src: &DeviceView<'_, T>, stream: &Stream) -> Result<()> {
         let c = self.d2a("Array::copy_from_device_async", src)?;
+        self.on_own_stream("Array::copy_from_device_async", stream)?;
         src.used_on(src.ctx, stream)?;
         self.queued_async();
         // SAFETY: as copy_from_device; `src`'s buffer waits for `stream` before it is given back.
@@ -314,6 +328,7 @@ impl Array {
         stream: &Stream,
     ) -> Result<()> {
         let c = self.a2d("Array::copy_to_device_async", dst)?;
+        self.on_own_stream("Array::copy_to_device_async", stream)?;
         dst.used_on(dst.ctx, stream)?;
         self.queued_async();
         // SAFETY: as copy_to_device; `dst`'s buffer waits for `stream` before it is given back.
