@@ -2,20 +2,21 @@
 //! their access is set, every drop order of range, physical memory and mapping, retained and
 //! in-process imported handles, fabric handles (or the driver's refusal, by name), the
 //! growable buffer (in place, as a kernel argument, shrinking), the VMM allocator under
-//! `DeviceBuffer` and `MemoryPool`, bad input, and a kernel on a second GPU writing memory
-//! of the first.
+//! `DeviceBuffer` and `MemoryPool`, bad input, a kernel on a second GPU writing memory
+//! of the first, and sparse arrays and sparse mipmapped arrays whose tiles are mapped onto tile
+//! pools (copied through once backed, refused before, bad regions refused before the call).
 
 #[path = "kernels/mod.rs"]
 mod kernels;
 
 use cuda_core::driver_sys as sys;
-use cuda_core::memory::MemLocation;
+use cuda_core::memory::{Array, ArrayDescriptor, ArrayFlags, MemLocation, MipmappedArray};
 use cuda_core::mempool::Access;
 use cuda_core::module::Module;
 use cuda_core::pool::MemoryPool;
 use cuda_core::vmm::{
     AccessGrant, AddressRange, AllocationProperties, FabricHandle, Granularity, GrowableBuffer, HandleTypes,
-    MappedSpan, PhysicalMemory, VmmAllocator, VmmSupport,
+    MappedSpan, PhysicalMemory, SparseArray, SparseMipmappedArray, SparseRegion, VmmAllocator, VmmSupport,
 };
 use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, multi_gpu, no_deferred};
@@ -48,6 +49,30 @@ fn main() {
             "a_kernel_on_gpu1_writes_vmm_memory_of_gpu0",
             2,
             a_kernel_on_gpu1_writes_vmm_memory_of_gpu0,
+        ),
+        gpu_needing(
+            "sparse_array_level_is_mapped_copied_and_unmapped",
+            sparse_supported,
+            sparse_array_level_is_mapped_copied_and_unmapped,
+        ),
+        gpu_needing(
+            "sparse_mappings_of_bad_regions_are_refused_before_the_call",
+            sparse_supported,
+            sparse_mappings_of_bad_regions_are_refused_before_the_call,
+        ),
+        gpu_needing(
+            "sparse_mipmapped_levels_and_mip_tail_are_mapped_and_copied",
+            sparse_supported,
+            sparse_mipmapped_levels_and_mip_tail_are_mapped_and_copied,
+        ),
+        gpu_needing(
+            "sparse_layered_and_3d_arrays_are_mapped_per_layer_and_in_depth",
+            sparse_supported,
+            sparse_layered_and_3d_arrays_are_mapped_per_layer_and_in_depth,
+        ),
+        gpu(
+            "sparse_arrays_without_support_are_a_typed_error",
+            sparse_arrays_without_support_are_a_typed_error,
         ),
     ]);
 }
@@ -636,4 +661,430 @@ fn a_kernel_on_gpu1_writes_vmm_memory_of_gpu0() -> TestResult {
     drop(shared);
     no_deferred(&c0)?;
     no_deferred(&c1)
+}
+
+// Sparse arrays.
+
+fn sparse_supported() -> Result<(), String> {
+    match Device::get(0).and_then(|d| d.sparse_cuda_array_supported()) {
+        Ok(true) => Ok(()),
+        other => Err(format!("no sparse CUDA arrays: {other:?}")),
+    }
+}
+
+fn float_2d(width: usize, height: usize) -> ArrayDescriptor {
+    ArrayDescriptor {
+        width,
+        height,
+        depth: 0,
+        format: sys::CUarray_format::CU_AD_FORMAT_FLOAT,
+        num_channels: 1,
+        flags: ArrayFlags::empty(),
+    }
+}
+
+/// The tile extent of a sparse 2D float array, from a probe array (the driver chooses it).
+fn float_tile(ctx: &Context) -> Result<(usize, usize), Error> {
+    let (w, h, _) = SparseArray::new(ctx, &float_2d(1024, 1024))?.sparse_properties().tile_extent;
+    Ok((w as usize, h as usize))
+}
+
+/// A tile pool of device 0 holding at least `bytes`, rounded up to the granularity.
+fn tile_pool(ctx: &Context, device: Device, bytes: usize) -> Result<PhysicalMemory, Error> {
+    let props = AllocationProperties::device(device).with_tile_pool(true);
+    PhysicalMemory::new(ctx, bytes.next_multiple_of(minimum(&props)?), &props)
+}
+
+fn floats(n: usize, seed: u32) -> Vec<f32> {
+    pattern(n, seed).into_iter().map(|v| (v >> 8) as f32).collect()
+}
+
+/// The first index where two readings differ, with both values.
+fn first_difference(got: &[f32], want: &[f32]) -> Option<(usize, f32, f32)> {
+    if got.len() != want.len() {
+        return Some((got.len().min(want.len()), f32::NAN, f32::NAN));
+    }
+    got.iter()
+        .zip(want)
+        .enumerate()
+        .find(|(_, (g, w))| g.to_bits() != w.to_bits())
+        .map(|(i, (g, w))| (i, *g, *w))
+}
+
+/// A sparse 2D array of 4 × 2 tiles: refused to safe code until level 0 is mapped, then written
+/// and read back element by element through the array copies (host and device, sync and on a
+/// stream), unmapped (refused again), and mapped once more from two pools at non-zero offsets.
+fn sparse_array_level_is_mapped_copied_and_unmapped() -> TestResult {
+    let _serial = serial();
+    let (device, ctx, stream) = device_zero()?;
+    let (tw, th) = float_tile(&ctx)?;
+    ensure!(tw > 0 && th > 0, "tile extent {tw} × {th}");
+    let (w, h) = (4 * tw, 2 * th);
+    let mut sparse = SparseArray::new(&ctx, &float_2d(w, h))?;
+    let props = sparse.sparse_properties();
+    eprintln!("sparse {w} × {h} float array: {props:?}, tile {} bytes", sparse.tile_bytes());
+    ensure_eq!(props.tile_extent, (tw as u32, th as u32, props.tile_extent.2));
+    ensure_eq!(sparse.tile_bytes(), tw * th * props.tile_extent.2.max(1) as usize * 4);
+    ensure_eq!(props.miptail_size, 0, "a plain array of whole tiles has no mip tail: {props:?}");
+    ensure!(!sparse.is_backed(), "nothing is mapped yet");
+    invalid(sparse.array(), "reading an unmapped sparse array")?;
+    invalid(sparse.array_mut(), "writing an unmapped sparse array")?;
+
+    let level = sparse.level_region(0, 0)?;
+    ensure_eq!(
+        level,
+        SparseRegion::Level { level: 0, layer: 0, offset: [0; 3], extent: [w as u32, h as u32, 1] }
+    );
+    ensure_eq!(sparse.region_bytes(&level)?, 8 * sparse.tile_bytes());
+    let pool = tile_pool(&ctx, device, sparse.region_bytes(&level)?)?;
+    sparse.map(&level, &pool, 0, &stream)?;
+    ensure!(sparse.is_backed(), "level 0 is mapped");
+    drop(pool); // the array holds it
+
+    let data = floats(w * h, 0x51);
+    sparse.array_mut()?.copy_from_host(&data)?;
+    ensure_eq!(sparse.array()?.descriptor()?.width, w);
+    ensure!(sparse.array()?.descriptor()?.flags.contains(ArrayFlags::SPARSE), "the array is sparse");
+    let mut out = vec![0f32; w * h];
+    sparse.array()?.copy_to_host(&mut out)?;
+    ensure!(first_difference(&out, &data).is_none(), "host round trip: {:?}", first_difference(&out, &data));
+    // Through device memory, the read on the stream: the unmap below waits for it.
+    let other = floats(w * h, 0x52);
+    let src = DeviceBuffer::from_slice(&stream, &other)?;
+    sparse.array_mut()?.copy_from_device(&src.view())?;
+    let mut dst = DeviceBuffer::<f32>::zeroed(&stream, w * h)?;
+    sparse.array()?.copy_to_device_async(&mut dst.view_mut(), &stream)?;
+    stream.synchronize()?;
+    let back = dst.to_vec()?;
+    ensure!(
+        first_difference(&back, &other).is_none(),
+        "device round trip: {:?}",
+        first_difference(&back, &other)
+    );
+
+    sparse.unmap(&level, &stream)?;
+    ensure!(!sparse.is_backed(), "level 0 is unmapped");
+    invalid(sparse.array(), "reading an unmapped sparse array after the unmap")?;
+
+    // Tile by tile from two pools, each from its second tile on: the left half from `a`, the
+    // right half from `b`.
+    let tb = sparse.tile_bytes();
+    let (a, b) = (tile_pool(&ctx, device, 5 * tb)?, tile_pool(&ctx, device, 5 * tb)?);
+    let half = |x: usize| SparseRegion::Level {
+        level: 0,
+        layer: 0,
+        offset: [x as u32, 0, 0],
+        extent: [2 * tw as u32, h as u32, 1],
+    };
+    sparse.map(&half(0), &a, tb, &stream)?;
+    ensure!(!sparse.is_backed(), "half of level 0 is mapped");
+    invalid(sparse.array(), "reading a half-mapped sparse array")?;
+    sparse.map(&half(2 * tw), &b, tb, &stream)?;
+    let third = floats(w * h, 0x53);
+    sparse.array_mut()?.copy_from_host(&third)?;
+    sparse.array()?.copy_to_host(&mut out)?;
+    ensure!(
+        first_difference(&out, &third).is_none(),
+        "two-pool round trip: {:?}",
+        first_difference(&out, &third)
+    );
+    drop((a, b));
+    drop(sparse); // tiles still mapped: the array is destroyed, then the pools released
+
+    // An array smaller than a tile lies wholly in its mip tail.
+    let (sw, sh) = (tw / 2, th / 2);
+    let mut small = SparseArray::new(&ctx, &float_2d(sw, sh))?;
+    ensure!(small.sparse_properties().miptail_size > 0, "{:?}", small.sparse_properties());
+    invalid(small.level_region(0, 0), "a level region of an array inside its tail")?;
+    let tail = small.mip_tail_region(0)?;
+    let pool = tile_pool(&ctx, device, small.region_bytes(&tail)?)?;
+    small.map(&tail, &pool, 0, &stream)?;
+    let data = floats(sw * sh, 0x54);
+    small.array_mut()?.copy_from_host(&data)?;
+    let mut out = vec![0f32; sw * sh];
+    small.array()?.copy_to_host(&mut out)?;
+    ensure!(
+        first_difference(&out, &data).is_none(),
+        "mip tail round trip: {:?}",
+        first_difference(&out, &data)
+    );
+    small.unmap(&tail, &stream)?;
+    invalid(small.array(), "an array whose tail is unmapped")?;
+    drop((small, pool));
+
+    // A level that is not whole tiles: its last tiles are named by extents that reach the edge.
+    let (rw, rh) = (2 * tw + tw / 2, th + 3);
+    let mut ragged = SparseArray::new(&ctx, &float_2d(rw, rh))?;
+    let rounded =
+        SparseRegion::Level { level: 0, layer: 0, offset: [0; 3], extent: [3 * tw as u32, 2 * th as u32, 1] };
+    invalid(ragged.region_bytes(&rounded), "an extent rounded up past the level's edge")?;
+    let whole = ragged.level_region(0, 0)?;
+    ensure_eq!(
+        whole,
+        SparseRegion::Level { level: 0, layer: 0, offset: [0; 3], extent: [rw as u32, rh as u32, 1] }
+    );
+    ensure_eq!(ragged.region_bytes(&whole)?, 6 * tb, "3 × 2 tiles");
+    let pool = tile_pool(&ctx, device, 6 * tb)?;
+    ragged.map(&whole, &pool, 0, &stream)?;
+    let data = floats(rw * rh, 0x55);
+    ragged.array_mut()?.copy_from_host(&data)?;
+    let mut out = vec![0f32; rw * rh];
+    ragged.array()?.copy_to_host(&mut out)?;
+    ensure!(
+        first_difference(&out, &data).is_none(),
+        "ragged round trip: {:?}",
+        first_difference(&out, &data)
+    );
+    drop((ragged, pool));
+    no_deferred(&ctx)
+}
+
+/// Regions that are not whole tiles of the array, pool offsets and sizes that do not fit, memory
+/// that is not a tile pool, and maps over mapped tiles are refused before the driver is asked,
+/// and leave the array as it was; safe array constructors refuse the sparse flag.
+fn sparse_mappings_of_bad_regions_are_refused_before_the_call() -> TestResult {
+    let _serial = serial();
+    let (device, ctx, stream) = device_zero()?;
+    let (tw, th) = float_tile(&ctx)?;
+    let (w, h) = (2 * tw, 2 * th);
+    let mut sparse = SparseArray::new(&ctx, &float_2d(w, h))?;
+    let tb = sparse.tile_bytes();
+    let pool = tile_pool(&ctx, device, 4 * tb)?;
+    let region = |offset: [usize; 3], extent: [usize; 3]| SparseRegion::Level {
+        level: 0,
+        layer: 0,
+        offset: offset.map(|v| v as u32),
+        extent: extent.map(|v| v as u32),
+    };
+    let message =
+        invalid(sparse.map(&region([tw / 2, 0, 0], [tw, th, 1]), &pool, 0, &stream), "an unaligned offset")?;
+    ensure!(message.contains(&tw.to_string()), "the message names the tile extent: {message}");
+    invalid(sparse.map(&region([0, 0, 0], [tw / 2, th, 1]), &pool, 0, &stream), "an unaligned extent")?;
+    invalid(sparse.map(&region([tw, 0, 0], [2 * tw, th, 1]), &pool, 0, &stream), "an extent past the level")?;
+    invalid(sparse.map(&region([0, 0, 0], [0, th, 1]), &pool, 0, &stream), "an empty extent")?;
+    invalid(sparse.map(&region([0, 0, 1], [tw, th, 1]), &pool, 0, &stream), "a z offset in a 2D array")?;
+    let layer1 =
+        SparseRegion::Level { level: 0, layer: 1, offset: [0; 3], extent: [tw as u32, th as u32, 1] };
+    invalid(sparse.map(&layer1, &pool, 0, &stream), "a layer of an unlayered array")?;
+    let level1 =
+        SparseRegion::Level { level: 1, layer: 0, offset: [0; 3], extent: [tw as u32, th as u32, 1] };
+    invalid(sparse.map(&level1, &pool, 0, &stream), "a level of a plain array")?;
+    invalid(
+        sparse.map(&SparseRegion::MipTail { layer: 0, offset: 0, size: tb as u64 }, &pool, 0, &stream),
+        "the mip tail of an array without one",
+    )?;
+    let whole = sparse.level_region(0, 0)?;
+    let message = invalid(sparse.map(&whole, &pool, tb / 2, &stream), "an unaligned pool offset")?;
+    ensure!(message.contains(&tb.to_string()), "the message names the tile size: {message}");
+    invalid(sparse.map(&whole, &pool, pool.size() - tb, &stream), "too few pool bytes left")?;
+    let plain_props = AllocationProperties::device(device);
+    let plain = PhysicalMemory::new(&ctx, minimum(&plain_props)?, &plain_props)?;
+    let not_pool = sparse.map(&whole, &plain, 0, &stream);
+    ensure!(matches!(not_pool, Err(Error::Driver { .. })), "memory that is not a tile pool: {not_pool:?}");
+    // Nothing was mapped by any of these.
+    ensure!(!sparse.is_backed(), "a refused map changed the array");
+    invalid(sparse.array(), "an array after refused maps")?;
+    // A good map, then one over it.
+    sparse.map(&whole, &pool, 0, &stream)?;
+    let corner = region([0, 0, 0], [tw, th, 1]);
+    let message = invalid(sparse.map(&corner, &pool, 0, &stream), "a map over mapped tiles")?;
+    ensure!(message.contains("unmap it first"), "{message}");
+    ensure!(sparse.array().is_ok(), "the good map backs the array");
+    // The safe constructors of dense arrays refuse the sparse flag.
+    let flagged = ArrayDescriptor { flags: ArrayFlags::SPARSE, ..float_2d(w, h) };
+    let message = invalid(Array::new(&ctx, &flagged), "Array::new with SPARSE")?;
+    ensure!(message.contains("SparseArray"), "{message}");
+    invalid(MipmappedArray::new(&ctx, &flagged, 2), "MipmappedArray::new with SPARSE")?;
+    // Shapes a sparse array cannot have.
+    invalid(SparseArray::new(&ctx, &float_2d(w, 0)), "a 1D sparse array")?;
+    let cubemap = ArrayDescriptor { depth: 6, flags: ArrayFlags::CUBEMAP, ..float_2d(tw, tw) };
+    invalid(SparseArray::new(&ctx, &cubemap), "a sparse cubemap")?;
+    drop(sparse);
+    no_deferred(&ctx)
+}
+
+/// A sparse mipmapped array of 4 × 4 tiles at level 0: each level is refused until it is backed
+/// (its tiles, or the mip tail for the levels in it), then written and read back; the whole
+/// array is lent once every level is; unmapping the tail takes the small levels away again.
+fn sparse_mipmapped_levels_and_mip_tail_are_mapped_and_copied() -> TestResult {
+    let _serial = serial();
+    let (device, ctx, stream) = device_zero()?;
+    let (tw, th) = float_tile(&ctx)?;
+    let (w, h) = (4 * tw, 4 * th);
+    let levels = w.max(h).ilog2() + 1;
+    let mut sparse = SparseMipmappedArray::new(&ctx, &float_2d(w, h), levels)?;
+    let props = sparse.sparse_properties();
+    eprintln!("sparse mipmapped {w} × {h} float array of {levels} levels: {props:?}");
+    ensure_eq!(sparse.levels(), levels);
+    ensure!(props.miptail_first_level >= 1 && props.miptail_first_level < levels, "{props:?}");
+    ensure!(props.miptail_size > 0, "a mip tail: {props:?}");
+    let first_tail = props.miptail_first_level;
+    invalid(sparse.level(0), "an unmapped level")?;
+    invalid(sparse.mipmapped_array(), "an unmapped mipmapped array")?;
+    invalid(sparse.level_region(first_tail, 0), "a level region inside the tail")?;
+
+    let tb = sparse.tile_bytes();
+    let tail = sparse.mip_tail_region(0)?;
+    let mut regions: Vec<SparseRegion> =
+        (0..first_tail).map(|l| sparse.level_region(l, 0)).collect::<Result<_, _>>()?;
+    regions.push(tail);
+    let sizes = regions.iter().map(|r| sparse.region_bytes(r)).collect::<Result<Vec<_>, _>>()?;
+    let total: usize = sizes.iter().sum();
+    let pool = tile_pool(&ctx, device, total)?;
+    let mut offset = 0;
+    for (region, size) in regions.iter().zip(&sizes) {
+        ensure_eq!(size % tb, 0, "region {region:?} takes whole tiles");
+        sparse.map(region, &pool, offset, &stream)?;
+        offset += size;
+        if let SparseRegion::Level { level, .. } = *region {
+            ensure!(sparse.is_level_backed(level), "level {level} is backed once mapped");
+        }
+    }
+    ensure!(sparse.is_backed(), "every level and the tail are mapped");
+    for level in 0..levels {
+        let d = sparse.mipmapped_array()?.level_descriptor(level)?;
+        let n = d.width * d.height.max(1);
+        let data = floats(n, 0x60 + level);
+        let mut array = sparse.level(level)?;
+        array.copy_from_host(&data)?;
+        let mut out = vec![0f32; n];
+        array.copy_to_host(&mut out)?;
+        ensure!(
+            first_difference(&out, &data).is_none(),
+            "level {level}: {:?}",
+            first_difference(&out, &data)
+        );
+    }
+    // Level 0 again, after every other level was written: no level overlaps another.
+    let d0 = floats(w * h, 0x60);
+    let mut out = vec![0f32; w * h];
+    sparse.level(0)?.copy_to_host(&mut out)?;
+    ensure!(
+        first_difference(&out, &d0).is_none(),
+        "level 0 after the others: {:?}",
+        first_difference(&out, &d0)
+    );
+    sparse.unmap(&tail, &stream)?;
+    ensure!(!sparse.is_level_backed(first_tail), "the tail's levels are unmapped with it");
+    invalid(sparse.level(levels - 1), "a level of the unmapped tail")?;
+    ensure!(sparse.level(0).is_ok(), "level 0 stays mapped");
+    drop((pool, sparse));
+    no_deferred(&ctx)
+}
+
+/// A layered array is backed layer by layer (lent only once every layer is), a 3D array in
+/// depth, and a layered mipmapped array per layer and per layer's mip tail (or its single
+/// tail); each is written and read back whole.
+fn sparse_layered_and_3d_arrays_are_mapped_per_layer_and_in_depth() -> TestResult {
+    let _serial = serial();
+    let (device, ctx, stream) = device_zero()?;
+    let (tw, th) = float_tile(&ctx)?;
+
+    // Layered: 2 × 1 tiles, 3 layers.
+    let (w, h, layers) = (2 * tw, th, 3usize);
+    let desc = ArrayDescriptor { depth: layers, flags: ArrayFlags::LAYERED, ..float_2d(w, h) };
+    let mut layered = SparseArray::new(&ctx, &desc)?;
+    let tb = layered.tile_bytes();
+    let pool = tile_pool(&ctx, device, 2 * layers * tb)?;
+    let regions = (0..layers as u32).map(|l| layered.level_region(0, l)).collect::<Result<Vec<_>, _>>()?;
+    invalid(layered.level_region(0, layers as u32), "a layer past the last")?;
+    for (i, region) in regions.iter().enumerate() {
+        invalid(layered.array(), "a layered array with unmapped layers")?;
+        layered.map(region, &pool, i * 2 * tb, &stream)?;
+    }
+    let data = floats(w * h * layers, 0x70);
+    layered.array_mut()?.copy_from_host(&data)?;
+    let mut out = vec![0f32; data.len()];
+    layered.array()?.copy_to_host(&mut out)?;
+    ensure!(first_difference(&out, &data).is_none(), "layered: {:?}", first_difference(&out, &data));
+    layered.unmap(&regions[1], &stream)?;
+    invalid(layered.array(), "a layered array with one layer unmapped")?;
+    drop((layered, pool));
+
+    // 3D: 2 × 1 × 2 tiles of the 3D tile extent.
+    let probe = ArrayDescriptor { depth: 256, ..float_2d(256, 256) };
+    let (tw3, th3, td3) = SparseArray::new(&ctx, &probe)?.sparse_properties().tile_extent;
+    eprintln!("3D float tile extent {tw3} × {th3} × {td3}");
+    ensure!(td3 >= 1, "tile depth {td3}");
+    let (w3, h3, d3) = (2 * tw3 as usize, th3 as usize, 2 * td3 as usize);
+    let mut volume = SparseArray::new(&ctx, &ArrayDescriptor { depth: d3, ..float_2d(w3, h3) })?;
+    let whole = volume.level_region(0, 0)?;
+    ensure_eq!(
+        whole,
+        SparseRegion::Level { level: 0, layer: 0, offset: [0; 3], extent: [w3 as u32, h3 as u32, d3 as u32] }
+    );
+    ensure_eq!(volume.region_bytes(&whole)?, 4 * volume.tile_bytes());
+    let front =
+        SparseRegion::Level { level: 0, layer: 0, offset: [0; 3], extent: [w3 as u32, h3 as u32, td3] };
+    let back =
+        SparseRegion::Level { level: 0, layer: 0, offset: [0, 0, td3], extent: [w3 as u32, h3 as u32, td3] };
+    let pool = tile_pool(&ctx, device, 4 * volume.tile_bytes())?;
+    volume.map(&back, &pool, 0, &stream)?;
+    invalid(volume.array(), "a volume with its front unmapped")?;
+    volume.map(&front, &pool, 2 * volume.tile_bytes(), &stream)?;
+    let data = floats(w3 * h3 * d3, 0x71);
+    volume.array_mut()?.copy_from_host(&data)?;
+    let mut out = vec![0f32; data.len()];
+    volume.array()?.copy_to_host(&mut out)?;
+    ensure!(first_difference(&out, &data).is_none(), "3D: {:?}", first_difference(&out, &data));
+    drop((volume, pool));
+
+    // Layered mipmapped: 4 × 4 tiles, 2 layers, every level.
+    let (w, h, layers) = (4 * tw, 4 * th, 2usize);
+    let levels = w.max(h).ilog2() + 1;
+    let desc = ArrayDescriptor { depth: layers, flags: ArrayFlags::LAYERED, ..float_2d(w, h) };
+    let mut mip = SparseMipmappedArray::new(&ctx, &desc, levels)?;
+    let props = mip.sparse_properties();
+    eprintln!("layered sparse mipmapped array: {props:?}");
+    let single = props.flags & sys::CU_ARRAY_SPARSE_PROPERTIES_SINGLE_MIPTAIL != 0;
+    let tail_layers = if single { 1 } else { layers as u32 };
+    let mut regions = Vec::new();
+    for layer in 0..layers as u32 {
+        for level in 0..props.miptail_first_level {
+            regions.push(mip.level_region(level, layer)?);
+        }
+    }
+    for layer in 0..tail_layers {
+        regions.push(mip.mip_tail_region(layer)?);
+    }
+    if single {
+        invalid(mip.mip_tail_region(1), "a second layer of a single mip tail")?;
+    }
+    let total = regions.iter().map(|r| mip.region_bytes(r)).sum::<Result<usize, _>>()?;
+    let pool = tile_pool(&ctx, device, total)?;
+    let mut offset = 0;
+    for region in &regions {
+        mip.map(region, &pool, offset, &stream)?;
+        offset += mip.region_bytes(region)?;
+    }
+    ensure_eq!(offset, total);
+    ensure!(mip.is_backed(), "every layer, level and tail is mapped");
+    for level in 0..levels {
+        let d = mip.mipmapped_array()?.level_descriptor(level)?;
+        let n = d.width * d.height * layers;
+        let data = floats(n, 0x80 + level);
+        let mut array = mip.level(level)?;
+        array.copy_from_host(&data)?;
+        let mut out = vec![0f32; n];
+        array.copy_to_host(&mut out)?;
+        ensure!(
+            first_difference(&out, &data).is_none(),
+            "layered level {level}: {:?}",
+            first_difference(&out, &data)
+        );
+    }
+    drop((mip, pool));
+    no_deferred(&ctx)
+}
+
+/// On a device without sparse arrays, making one is `Error::Unsupported`; on one with them it
+/// succeeds.
+fn sparse_arrays_without_support_are_a_typed_error() -> TestResult {
+    let (device, ctx, _) = device_zero()?;
+    let made = SparseArray::new(&ctx, &float_2d(512, 512));
+    match device.sparse_cuda_array_supported()? {
+        true => ensure!(made.is_ok(), "a supported device refused a sparse array: {made:?}"),
+        false => ensure!(matches!(made, Err(Error::Unsupported { .. })), "expected Unsupported: {made:?}"),
+    }
+    Ok(())
 }

@@ -28,7 +28,9 @@ bitflags! {
         const DEPTH_TEXTURE = 0x10;
         /// `CUDA_ARRAY3D_COLOR_ATTACHMENT`: usable as a render target.
         const COLOR_ATTACHMENT = 0x20;
-        /// `CUDA_ARRAY3D_SPARSE`: sparse; backing memory is mapped separately.
+        /// `CUDA_ARRAY3D_SPARSE`: sparse; backing memory is mapped separately, so only
+        /// [`SparseArray`](crate::vmm::SparseArray) and
+        /// [`SparseMipmappedArray`](crate::vmm::SparseMipmappedArray) make such arrays.
         const SPARSE = 0x40;
         /// `CUDA_ARRAY3D_DEFERRED_MAPPING`: memory is mapped later.
         const DEFERRED_MAPPING = 0x80;
@@ -271,6 +273,20 @@ impl BorrowedArray<'_> {
     }
 }
 
+/// Refuses a sparse descriptor in a constructor whose array would be usable at once.
+fn refuse_sparse(operation: &'static str, d: &ArrayDescriptor, instead: &str) -> Result<()> {
+    if d.flags.contains(ArrayFlags::SPARSE) {
+        return Err(Error::invalid(
+            operation,
+            format!(
+                "a sparse array has no memory until tiles are mapped into it, and reaching an unmapped \
+                 tile is undefined; make it with {instead}, which hands it out once it is backed"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_extent(operation: &'static str, d: &ArrayDescriptor) -> Result<()> {
     if d.width == 0 {
         return Err(Error::invalid(operation, "an array needs a width of at least 1"));
@@ -287,8 +303,23 @@ fn check_extent(operation: &'static str, d: &ArrayDescriptor) -> Result<()> {
 impl Array {
     /// Creates an array as described
     /// ([`cuArray3DCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    ///
+    /// [`ArrayFlags::SPARSE`] is an [`Error::InvalidArgument`]: a sparse array has no memory
+    /// until tiles are mapped into it, so it is made by
+    /// [`SparseArray::new`](crate::vmm::SparseArray::new), which hands the array out only
+    /// once it is backed.
     pub fn new(ctx: &Context, descriptor: &ArrayDescriptor) -> Result<Array> {
-        check_extent("Array::new", descriptor)?;
+        refuse_sparse("Array::new", descriptor, "vmm::SparseArray::new")?;
+        Array::create("Array::new", ctx, descriptor)
+    }
+
+    /// [`Array::new`] without the refusal of sparse arrays, for their owner.
+    pub(crate) fn create(
+        operation: &'static str,
+        ctx: &Context,
+        descriptor: &ArrayDescriptor,
+    ) -> Result<Array> {
+        check_extent(operation, descriptor)?;
         ctx.enter()?;
         let d = descriptor.as_raw();
         let mut raw = std::ptr::null_mut();
@@ -304,11 +335,10 @@ impl Array {
     }
 
     /// A part (plane, level) of an array whose queued work is tracked by `queued`.
-    fn part<'a>(raw: sys::CUarray, ctx: &Context, queued: Arc<AtomicBool>) -> BorrowedArray<'a> {
+    pub(crate) fn part<'a>(raw: sys::CUarray, ctx: &Context, queued: Arc<AtomicBool>) -> BorrowedArray<'a> {
         BorrowedArray { array: Array { raw, ctx: ctx.clone(), owned: false, queued }, _owner: PhantomData }
     }
 
-    #[cfg(feature = "texture")]
     /// The flag that, once set, makes the array's owner wait for its context before it
     /// destroys it: for objects that queue work on the array later (textures, surfaces).
     pub(crate) fn queue_flag(&self) -> Arc<AtomicBool> {
@@ -552,11 +582,24 @@ impl MipmappedArray {
     ///
     /// An extent the descriptor cannot have or zero levels is an [`Error::InvalidArgument`];
     /// more levels than the extent allows, or a format the device refuses, fails with the
-    /// driver's status.
+    /// driver's status. [`ArrayFlags::SPARSE`] is an [`Error::InvalidArgument`] too: use
+    /// [`SparseMipmappedArray::new`](crate::vmm::SparseMipmappedArray::new), as for
+    /// [`Array::new`].
     pub fn new(ctx: &Context, descriptor: &ArrayDescriptor, levels: u32) -> Result<MipmappedArray> {
-        check_extent("MipmappedArray::new", descriptor)?;
+        refuse_sparse("MipmappedArray::new", descriptor, "vmm::SparseMipmappedArray::new")?;
+        MipmappedArray::create("MipmappedArray::new", ctx, descriptor, levels)
+    }
+
+    /// [`MipmappedArray::new`] without the refusal of sparse arrays, for their owner.
+    pub(crate) fn create(
+        operation: &'static str,
+        ctx: &Context,
+        descriptor: &ArrayDescriptor,
+        levels: u32,
+    ) -> Result<MipmappedArray> {
+        check_extent(operation, descriptor)?;
         if levels == 0 {
-            return Err(Error::invalid("MipmappedArray::new", "a mipmapped array needs at least one level"));
+            return Err(Error::invalid(operation, "a mipmapped array needs at least one level"));
         }
         ctx.enter()?;
         let d = descriptor.as_raw();
@@ -625,7 +668,6 @@ impl MipmappedArray {
         self.levels
     }
 
-    #[cfg(feature = "texture")]
     /// The flag [`Array::queue_flag`] gives, for the whole chain.
     pub(crate) fn queue_flag(&self) -> Arc<AtomicBool> {
         self.queued.clone()

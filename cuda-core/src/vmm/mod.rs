@@ -23,6 +23,8 @@
 //!   every device (NVLink multicast on NVSwitch systems).
 //! * [`MappedSpan`]: mappings that lie end to end in one range, viewed as one memory (a
 //!   buffer striped over several devices).
+//! * [`SparseArray`] and [`SparseMipmappedArray`]: CUDA arrays whose tiles are backed by
+//!   tile-pool physical memory, mapped and unmapped in a stream's order (`cuMemMapArrayAsync`).
 //!
 //! # Lifetimes
 //!
@@ -68,6 +70,7 @@ mod physical;
 mod properties;
 mod range;
 mod span;
+mod sparse;
 
 pub use allocator::VmmAllocator;
 pub use growable::GrowableBuffer;
@@ -77,3 +80,4 @@ pub use physical::{FabricHandle, PhysicalMemory};
 pub use properties::{AllocationProperties, Granularity, HandleTypes, VmmSupport};
 pub use range::AddressRange;
 pub use span::MappedSpan;
+pub use sparse::{SparseArray, SparseMipmappedArray, SparseRegion};

@@ -82,6 +82,11 @@ pub struct AllocationProperties {
     pub compression: bool,
     /// Usable for GPUDirect RDMA, where the device reports [`VmmSupport::gpu_direct_rdma`].
     pub gpu_direct_rdma: bool,
+    /// A tile pool (`CU_MEM_CREATE_USAGE_TILE_POOL`): memory that tiles of sparse arrays are
+    /// mapped onto ([`SparseArray::map`](super::SparseArray::map)), which only such memory
+    /// may back. The driver does not report it back in the properties of an allocation
+    /// ([`PhysicalMemory::properties`](super::PhysicalMemory::properties) reads it as `false`).
+    pub tile_pool: bool,
 }
 
 impl AllocationProperties {
@@ -101,6 +106,7 @@ impl AllocationProperties {
             handle_types: HandleTypes::empty(),
             compression: false,
             gpu_direct_rdma: false,
+            tile_pool: false,
         }
     }
 
@@ -119,6 +125,11 @@ impl AllocationProperties {
         AllocationProperties { gpu_direct_rdma, ..self }
     }
 
+    /// The same, made a tile pool for sparse arrays or not.
+    pub fn with_tile_pool(self, tile_pool: bool) -> AllocationProperties {
+        AllocationProperties { tile_pool, ..self }
+    }
+
     /// The raw `CUmemAllocationProp`.
     pub fn to_raw(&self) -> sys::CUmemAllocationProp {
         // SAFETY: a C struct of integers and a null pointer, for which all zeroes is valid.
@@ -132,6 +143,9 @@ impl AllocationProperties {
             sys::CUmemAllocationCompType::CU_MEM_ALLOCATION_COMP_NONE.0 as u8
         };
         raw.allocFlags.gpuDirectRDMACapable = u8::from(self.gpu_direct_rdma);
+        if self.tile_pool {
+            raw.allocFlags.usage = sys::CU_MEM_CREATE_USAGE_TILE_POOL as u16;
+        }
         raw
     }
 
@@ -149,6 +163,7 @@ impl AllocationProperties {
             compression: u32::from(raw.allocFlags.compressionType)
                 == sys::CUmemAllocationCompType::CU_MEM_ALLOCATION_COMP_GENERIC.0,
             gpu_direct_rdma: raw.allocFlags.gpuDirectRDMACapable != 0,
+            tile_pool: u32::from(raw.allocFlags.usage) & sys::CU_MEM_CREATE_USAGE_TILE_POOL != 0,
         })
     }
 
@@ -239,8 +254,10 @@ mod tests {
         let props = AllocationProperties::device(Device::from_raw(1))
             .with_handle_types(HandleTypes::POSIX_FILE_DESCRIPTOR | HandleTypes::FABRIC)
             .with_compression(true)
-            .with_gpu_direct_rdma(true);
+            .with_gpu_direct_rdma(true)
+            .with_tile_pool(true);
         let raw = props.to_raw();
+        assert_eq!(u32::from(raw.allocFlags.usage), sys::CU_MEM_CREATE_USAGE_TILE_POOL);
         assert_eq!(raw.requestedHandleTypes.0, 0x9);
         assert_eq!(crate::c_layout::mem_location_id(&raw.location), 1);
         assert_eq!(raw.type_, sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED);
