@@ -734,8 +734,15 @@ fn arrays_1d_2d_3d_layered_cubemap() -> TestResult {
         let p = sparse.sparse_properties();
         ensure!(p.tile_extent.0 > 0 && p.tile_extent.1 > 0, "tile extent {:?}", p.tile_extent);
     }
+    // So are arrays with deferred mapping, which have no memory until mapped.
+    invalid(
+        Array::new(&ctx, &desc(256, 256, 0, ArrayFlags::DEFERRED_MAPPING)),
+        "Array::new with DEFERRED_MAPPING",
+    )?;
     if d.deferred_mapping_cuda_array_supported()? {
-        let deferred = Array::new(&ctx, &desc(256, 256, 0, ArrayFlags::DEFERRED_MAPPING))?;
+        // SAFETY: nothing reaches the array; only its requirements are read.
+        let deferred =
+            unsafe { Array::new_unbacked(&ctx, &desc(256, 256, 0, ArrayFlags::DEFERRED_MAPPING))? };
         let r = deferred.memory_requirements(&d)?;
         ensure!(r.size >= 256 * 256 * 4 && r.alignment > 0, "requirements {r:?}");
     }

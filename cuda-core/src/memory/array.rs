@@ -32,7 +32,8 @@ bitflags! {
         /// [`SparseArray`](crate::vmm::SparseArray) and
         /// [`SparseMipmappedArray`](crate::vmm::SparseMipmappedArray) make such arrays.
         const SPARSE = 0x40;
-        /// `CUDA_ARRAY3D_DEFERRED_MAPPING`: memory is mapped later.
+        /// `CUDA_ARRAY3D_DEFERRED_MAPPING`: memory is mapped later; such an array has none
+        /// until then, so only the `unsafe` [`Array::new_unbacked`] makes it.
         const DEFERRED_MAPPING = 0x80;
         /// `CUDA_ARRAY3D_VIDEO_ENCODE_DECODE`: for video encode/decode.
         const VIDEO_ENCODE_DECODE = 0x100;
@@ -273,6 +274,18 @@ impl BorrowedArray<'_> {
     }
 }
 
+/// Refuses a deferred-mapping descriptor in a constructor whose array would be usable at once.
+fn refuse_deferred(operation: &'static str, d: &ArrayDescriptor) -> Result<()> {
+    if d.flags.contains(ArrayFlags::DEFERRED_MAPPING) {
+        return Err(Error::invalid(
+            operation,
+            "an array with deferred mapping has no memory until it is mapped, and reaching it \
+             before is undefined; make it with the unsafe Array::new_unbacked",
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses a sparse descriptor in a constructor whose array would be usable at once.
 fn refuse_sparse(operation: &'static str, d: &ArrayDescriptor, instead: &str) -> Result<()> {
     if d.flags.contains(ArrayFlags::SPARSE) {
@@ -307,10 +320,28 @@ impl Array {
     /// [`ArrayFlags::SPARSE`] is an [`Error::InvalidArgument`]: a sparse array has no memory
     /// until tiles are mapped into it, so it is made by
     /// [`SparseArray::new`](crate::vmm::SparseArray::new), which hands the array out only
-    /// once it is backed.
+    /// once it is backed. So is [`ArrayFlags::DEFERRED_MAPPING`], for the same reason: see
+    /// the `unsafe` [`Array::new_unbacked`].
     pub fn new(ctx: &Context, descriptor: &ArrayDescriptor) -> Result<Array> {
         refuse_sparse("Array::new", descriptor, "vmm::SparseArray::new")?;
+        refuse_deferred("Array::new", descriptor)?;
         Array::create("Array::new", ctx, descriptor)
+    }
+
+    /// Creates an array as described, [`ArrayFlags::DEFERRED_MAPPING`] allowed: an array with
+    /// no memory until it is mapped
+    /// ([`cuArray3DCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
+    /// Its [`memory_requirements`](Self::memory_requirements) say what to map.
+    /// [`ArrayFlags::SPARSE`] is refused as by [`Array::new`].
+    ///
+    /// # Safety
+    ///
+    /// With [`ArrayFlags::DEFERRED_MAPPING`], no copy, texture, surface or kernel may reach the
+    /// array before memory is mapped into it (by raw calls), nor after that memory is unmapped
+    /// or freed.
+    pub unsafe fn new_unbacked(ctx: &Context, descriptor: &ArrayDescriptor) -> Result<Array> {
+        refuse_sparse("Array::new_unbacked", descriptor, "vmm::SparseArray::new")?;
+        Array::create("Array::new_unbacked", ctx, descriptor)
     }
 
     /// [`Array::new`] without the refusal of sparse arrays, for their owner.
@@ -480,11 +511,15 @@ impl Array {
     /// [`Array::copy_from_host`] in `stream`'s order
     /// ([`cuMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
+    /// A stream of another context than the array's is an [`Error::InvalidArgument`]: the
+    /// array's drop waits for its own context only.
+    ///
     /// # Safety
     ///
     /// `src` must stay alive and unmodified until `stream` has passed the copy.
     pub unsafe fn copy_from_host_async<T: Pod>(&mut self, src: &[T], stream: &Stream) -> Result<()> {
         let c = self.h2a("Array::copy_from_host_async", src)?;
+        self.on_own_stream("Array::copy_from_host_async", stream)?;
         self.queued_async();
         // SAFETY: as copy_from_host; the caller keeps `src` alive.
         check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
@@ -493,11 +528,15 @@ impl Array {
     /// [`Array::copy_to_host`] in `stream`'s order
     /// ([`cuMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
+    /// A stream of another context than the array's is an [`Error::InvalidArgument`]: the
+    /// array's drop waits for its own context only.
+    ///
     /// # Safety
     ///
     /// `dst` must stay alive and untouched until `stream` has passed the copy.
     pub unsafe fn copy_to_host_async<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
         let c = self.a2h("Array::copy_to_host_async", dst)?;
+        self.on_own_stream("Array::copy_to_host_async", stream)?;
         self.queued_async();
         // SAFETY: as copy_to_host; the caller keeps `dst` alive.
         check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
@@ -582,11 +621,13 @@ impl MipmappedArray {
     ///
     /// An extent the descriptor cannot have or zero levels is an [`Error::InvalidArgument`];
     /// more levels than the extent allows, or a format the device refuses, fails with the
-    /// driver's status. [`ArrayFlags::SPARSE`] is an [`Error::InvalidArgument`] too: use
+    /// driver's status. [`ArrayFlags::DEFERRED_MAPPING`] is an [`Error::InvalidArgument`], as
+    /// for [`Array::new`]. [`ArrayFlags::SPARSE`] is an [`Error::InvalidArgument`] too: use
     /// [`SparseMipmappedArray::new`](crate::vmm::SparseMipmappedArray::new), as for
     /// [`Array::new`].
     pub fn new(ctx: &Context, descriptor: &ArrayDescriptor, levels: u32) -> Result<MipmappedArray> {
         refuse_sparse("MipmappedArray::new", descriptor, "vmm::SparseMipmappedArray::new")?;
+        refuse_deferred("MipmappedArray::new", descriptor)?;
         MipmappedArray::create("MipmappedArray::new", ctx, descriptor, levels)
     }
 
