@@ -111,6 +111,16 @@ fn pools_by_location_and_kind() -> TestResult {
     ensure_eq!(MemPool::current_at(PoolLocation::Host, PoolKind::Pinned)?.as_raw(), host.as_raw());
     let managed = MemPool::default_at(here, PoolKind::Managed)?;
     ensure!(managed.as_raw() != default.as_raw(), "the managed pool is not the pinned one");
+    // Their memory is not device memory: their allocators refuse device buffers.
+    ensure!(default.holds_device_memory(), "a device's pinned pool holds device memory");
+    let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    for other in [&host, &managed] {
+        ensure!(!other.holds_device_memory(), "{other:?} holds device memory");
+        match DeviceBuffer::<u32>::new_in(&s, 16, other.allocator(&ctx)) {
+            Err(Error::InvalidArgument { .. }) => {}
+            r => return Err(format!("a device buffer from {other:?}: {r:?}").into()),
+        }
+    }
     // A pool with no preferred location exists for managed memory only: refused before any call.
     match MemPool::default_at(PoolLocation::NoPreference, PoolKind::Pinned) {
         Err(Error::InvalidArgument { .. }) => {}

@@ -331,11 +331,12 @@ impl<'a> CopyBatch<'a> {
         self.sizes.is_empty()
     }
 
-    /// Makes room for `additional` more copies, so that adding them allocates nothing.
+    /// Makes room for `additional` more copies, so that adding them allocates nothing. A
+    /// count too large to allocate reserves nothing (adding then allocates as it goes).
     pub fn reserve(&mut self, additional: usize) -> &mut Self {
-        self.dsts.reserve(additional);
-        self.srcs.reserve(additional);
-        self.sizes.reserve(additional);
+        let _ = self.dsts.try_reserve(additional);
+        let _ = self.srcs.try_reserve(additional);
+        let _ = self.sizes.try_reserve(additional);
         self
     }
 

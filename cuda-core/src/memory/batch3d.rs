@@ -670,9 +670,10 @@ impl<'a> CopyBatch3D<'a> {
         self.ops.is_empty()
     }
 
-    /// Makes room for `additional` more copies, so that adding them allocates nothing.
+    /// Makes room for `additional` more copies, so that adding them allocates nothing. A
+    /// count too large to allocate reserves nothing (adding then allocates as it goes).
     pub fn reserve(&mut self, additional: usize) -> &mut Self {
-        self.ops.reserve(additional);
+        let _ = self.ops.try_reserve(additional);
         self
     }
 

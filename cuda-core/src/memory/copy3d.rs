@@ -266,6 +266,8 @@ fn dense(c: &mut sys::CUDA_MEMCPY3D, src: bool, ptr: sys::CUdeviceptr) {
 impl Array {
     /// Refuses a stream of another context than the array's: the array's drop waits for its
     /// own context only, so work queued elsewhere could still run when it is destroyed.
+    /// Another thread's per-thread default stream is refused too: the copy would run on this
+    /// thread's, which that thread's waits do not see.
     pub(crate) fn on_own_stream(&self, operation: &'static str, stream: &Stream) -> Result<()> {
         if stream.context() != self.context() {
             return Err(Error::invalid(
@@ -274,7 +276,7 @@ impl Array {
                  context only; queue the copy on a stream of the array's context",
             ));
         }
-        Ok(())
+        crate::stream::nameable(self.context(), stream)
     }
 
     fn d2a<T: Pod>(&self, operation: &'static str, src: &DeviceView<'_, T>) -> Result<sys::CUDA_MEMCPY3D> {

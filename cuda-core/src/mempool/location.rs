@@ -158,7 +158,10 @@ impl MemPool {
         check("cuMemGetDefaultMemPool", unsafe {
             sys::cuMemGetDefaultMemPool(&mut raw, &mut raw_location, kind.as_raw())
         })?;
-        Ok(MemPool::wrap(raw, false))
+        Ok(match (location, kind) {
+            (PoolLocation::Device(_), PoolKind::Pinned) => MemPool::wrap(raw, false),
+            _ => MemPool::wrap_other(raw),
+        })
     }
 
     /// The pool that `kind` allocations at `location` come from now

@@ -164,6 +164,10 @@ pub struct MemPool {
 struct PoolHandle {
     raw: sys::CUmemoryPool,
     owned: bool,
+    /// Whether the pool hands out device memory (a device's pinned pool), which is what a
+    /// [`DeviceBuffer`](crate::DeviceBuffer) over its allocator must hold; a host or managed
+    /// pool ([`MemPool::default_at`]) does not.
+    device_memory: bool,
 }
 
 // SAFETY: a CUmemoryPool may be used from any thread; the driver synchronizes access to it.
@@ -173,7 +177,19 @@ unsafe impl Sync for PoolHandle {}
 
 impl MemPool {
     fn wrap(raw: sys::CUmemoryPool, owned: bool) -> MemPool {
-        MemPool { inner: Arc::new(PoolHandle { raw, owned }) }
+        MemPool { inner: Arc::new(PoolHandle { raw, owned, device_memory: true }) }
+    }
+
+    /// A borrowed pool of a location other than a device's pinned memory.
+    fn wrap_other(raw: sys::CUmemoryPool) -> MemPool {
+        MemPool { inner: Arc::new(PoolHandle { raw, owned: false, device_memory: false }) }
+    }
+
+    /// Whether the pool hands out a device's own memory: false for the host, host-NUMA and
+    /// managed pools of [`MemPool::default_at`], whose [`allocator`](Self::allocator) refuses
+    /// to allocate device buffers.
+    pub fn holds_device_memory(&self) -> bool {
+        self.inner.device_memory
     }
 
     /// Creates a pool ([`cuMemPoolCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
@@ -262,8 +278,9 @@ impl MemPool {
     ///
     /// # Safety
     ///
-    /// `raw` is a live pool; if `owned`, nothing else destroys it; if not, it stays alive as
-    /// long as the returned value and its clones.
+    /// `raw` is a live pool of a device's memory (its allocator hands out device buffers); if
+    /// `owned`, nothing else destroys it; if not, it stays alive as long as the returned value
+    /// and its clones.
     pub unsafe fn from_raw(raw: sys::CUmemoryPool, owned: bool) -> MemPool {
         MemPool::wrap(raw, owned)
     }

@@ -138,6 +138,16 @@ unsafe impl Allocator for AsyncAllocator {
     }
 
     fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation> {
+        if let Some(p) = self.pool.as_ref().filter(|p| !p.holds_device_memory()) {
+            return Err(crate::Error::invalid(
+                "AsyncAllocator::allocate",
+                format!(
+                    "pool {:p} holds host or managed memory, and device buffers need device memory; \
+                     allocate from a device's pool (MemPool::create, MemPool::device_default)",
+                    p.as_raw()
+                ),
+            ));
+        }
         self.context.enter()?;
         let mut ptr = 0;
         match &self.pool {

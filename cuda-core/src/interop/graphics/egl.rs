@@ -9,6 +9,8 @@ use crate::{Event, EventFlags, Stream};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// A frame of an EGL image or stream (`CUeglFrame`): up to three planes, each a CUDA array or
@@ -20,6 +22,9 @@ pub struct EglFrame<'a> {
     /// The context of the resource the frame came from (for its array planes); it also ties
     /// the frame to what holds its planes.
     context: Option<&'a Context>,
+    /// The flag of the registered resource the frame came from, set when work is queued on its
+    /// arrays, so that the resource waits for that work before it is unregistered.
+    queued: Option<&'a Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for EglFrame<'_> {
@@ -93,7 +98,7 @@ impl<'a> EglFrame<'a> {
         raw.frameType = sys::CUeglFrameType::CU_EGL_FRAME_TYPE_PITCH;
         raw.eglColorFormat = color_format;
         raw.cuFormat = format;
-        Ok(EglFrame { raw, context: None })
+        Ok(EglFrame { raw, context: None, queued: None })
     }
 
     /// Wraps a raw frame.
@@ -102,7 +107,7 @@ impl<'a> EglFrame<'a> {
     ///
     /// Its planes stay valid for `'a`.
     pub unsafe fn from_raw(raw: sys::CUeglFrame) -> EglFrame<'a> {
-        EglFrame { raw, context: None }
+        EglFrame { raw, context: None, queued: None }
     }
 
     /// The raw `CUeglFrame`.
@@ -180,7 +185,12 @@ impl<'a> EglFrame<'a> {
     /// ```
     pub fn array(&self, plane: usize) -> Option<ReadOnlyArray<'a>> {
         let context = self.context?;
-        self.plane_array(plane).map(|raw| ReadOnlyArray { array: Array::borrowed(raw, context) })
+        self.plane_array(plane).map(|raw| ReadOnlyArray {
+            array: match self.queued {
+                Some(queued) => Array::part(raw, context, queued.clone()),
+                None => Array::borrowed(raw, context),
+            },
+        })
     }
 
     /// The raw CUDA array of plane `plane`, if the frame is made of arrays and has it.
@@ -195,6 +205,7 @@ impl<'a> EglFrame<'a> {
 
 fn mapped_egl_frame<'a>(
     context: &'a Context,
+    queued: Option<&'a Arc<AtomicBool>>,
     resource: sys::CUgraphicsResource,
     index: u32,
     mip_level: u32,
@@ -205,7 +216,7 @@ fn mapped_egl_frame<'a>(
     check("cuGraphicsResourceGetMappedEglFrame", unsafe {
         sys::cuGraphicsResourceGetMappedEglFrame(&mut raw, resource, index, mip_level)
     })?;
-    Ok(EglFrame { raw, context: Some(context) })
+    Ok(EglFrame { raw, context: Some(context), queued })
 }
 
 impl GraphicsResource {
@@ -243,7 +254,7 @@ impl GraphicsResource {
     /// that is no EGL image is the driver's error.
     pub fn egl_frame(&self, index: u32, mip_level: u32) -> Result<EglFrame<'_>> {
         self.context.enter()?;
-        mapped_egl_frame(&self.context, self.raw, index, mip_level)
+        mapped_egl_frame(&self.context, Some(&self.arrays_queued), self.raw, index, mip_level)
     }
 
     /// Plane `plane` of layer `index`, level `mip_level` of a registered EGL image, as an
@@ -270,7 +281,7 @@ impl GraphicsResource {
             return Err(GraphicsResource::refuse_write(OP, "the EGL image"));
         }
         self.context.enter()?;
-        let frame = mapped_egl_frame(&self.context, self.raw, index, mip_level)?;
+        let frame = mapped_egl_frame(&self.context, None, self.raw, index, mip_level)?;
         let raw = frame.plane_array(plane).ok_or_else(|| {
             Error::invalid(
                 OP,
@@ -281,7 +292,7 @@ impl GraphicsResource {
                 ),
             )
         })?;
-        Ok(Array::borrowed(raw, &self.context))
+        Ok(Array::part(raw, &self.context, self.arrays_queued.clone()))
     }
 }
 
@@ -403,7 +414,7 @@ impl AcquiredFrame<'_> {
     /// A deferred error of the context, or the driver's refusal, is returned.
     pub fn frame(&self) -> Result<EglFrame<'_>> {
         self.consumer.context.enter()?;
-        mapped_egl_frame(&self.consumer.context, self.resource, 0, 0)
+        mapped_egl_frame(&self.consumer.context, None, self.resource, 0, 0)
     }
 
     /// Gives the frame back to the stream now, after the work enqueued on its stream
@@ -505,7 +516,7 @@ impl EglStreamProducer {
         check("cuEGLStreamProducerReturnFrame", unsafe {
             sys::cuEGLStreamProducerReturnFrame(&mut self.conn, &mut raw, &mut raw_stream)
         })?;
-        Ok(EglFrame { raw, context: None })
+        Ok(EglFrame { raw, context: None, queued: None })
     }
 }
 

@@ -70,6 +70,7 @@ use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::ops::Deref;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 bitflags! {
@@ -121,6 +122,9 @@ pub struct GraphicsResource {
     registered_read_only: bool,
     /// The flags of the next mappings.
     map_flags: MapFlags,
+    /// Set once work is queued on an array of the registered EGL image: the resource then
+    /// waits for its context before it is unregistered (after which the image may go).
+    arrays_queued: Arc<AtomicBool>,
 }
 
 // SAFETY: a CUgraphicsResource may be used from any thread that has the graphics context.
@@ -146,6 +150,7 @@ impl GraphicsResource {
             context: context.clone(),
             registered_read_only: read_only,
             map_flags: MapFlags::ReadWrite,
+            arrays_queued: Arc::default(),
         }
     }
 
@@ -226,8 +231,15 @@ impl GraphicsResource {
 impl Drop for GraphicsResource {
     fn drop(&mut self) {
         let raw = self.raw;
+        let queued = self.arrays_queued.load(Ordering::Relaxed);
         // SAFETY: registered once and unregistered once; no guard maps it (it would borrow it).
+        // Work queued on its EGL arrays is waited for first; when that wait fails the resource
+        // stays registered (a leak, not an image released under running work).
         self.context.with_current_for_drop("cuGraphicsUnregisterResource", || unsafe {
+            let waited = if queued { sys::cuCtxSynchronize() } else { sys::CUresult::CUDA_SUCCESS };
+            if waited != sys::CUresult::CUDA_SUCCESS {
+                return waited;
+            }
             sys::cuGraphicsUnregisterResource(raw)
         });
     }
