@@ -343,11 +343,7 @@ impl<'a> CopyBatch<'a> {
     /// Asks the driver to overlap the batch's copies with compute work where it can
     /// (`CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE`, a hint; off by default).
     pub fn prefer_overlap_with_compute(&mut self, prefer: bool) -> &mut Self {
-        self.flags = if prefer {
-            sys::CUmemcpyFlags::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE.0
-        } else {
-            sys::CUmemcpyFlags::CU_MEMCPY_FLAG_DEFAULT.0
-        };
+        self.flags = overlap_flags(prefer);
         self
     }
 
@@ -648,6 +644,15 @@ fn disjoint(spans: &mut [(u64, u64)]) -> Result<()> {
                 w[0].0, w[0].1, w[1].0, w[1].1
             ),
         )),
+    }
+}
+
+/// The flags of a batch that prefers (or not) to overlap its copies with compute work.
+pub(super) fn overlap_flags(prefer: bool) -> u32 {
+    if prefer {
+        sys::CUmemcpyFlags::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE.0
+    } else {
+        sys::CUmemcpyFlags::CU_MEMCPY_FLAG_DEFAULT.0
     }
 }
 

@@ -4,9 +4,10 @@
 
 use super::array::Array;
 use super::batch::sealed::Memory;
-use super::batch3d::sealed::{Operand3D, Place, Read3D, Write3D};
-use super::batch3d::{CopyRegion3D, Destination3D, Source3D, around_pinned, array_on, box_in};
+use super::batch3d::around_pinned;
 use super::host_uses::HostUses;
+use super::operand3d::sealed::{Operand3D, Place, Read3D, Write3D};
+use super::operand3d::{CopyRegion3D, Destination3D, Source3D, array_on, box_in};
 use super::pitched::PitchedBuffer;
 use super::view::{DeviceView, DeviceViewMut};
 use crate::context::Context;

@@ -72,6 +72,7 @@ mod host_uses;
 mod managed;
 mod managed_batch;
 mod memset;
+mod operand3d;
 mod pinned;
 mod pinned_chunk;
 mod pitched;
@@ -87,7 +88,7 @@ pub use array::{
     MipmappedArray, SparseProperties,
 };
 pub use batch::{BatchDestination, BatchSource, CopyBatch, CopyRegion};
-pub use batch3d::{CopyBatch3D, CopyRegion3D, Destination3D, Source3D, Volume};
+pub use batch3d::CopyBatch3D;
 pub use buffer::DeviceBuffer;
 pub use copy3d::{
     memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer, memcpy_3d_peer_async,
@@ -97,6 +98,7 @@ pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
 pub(crate) use host_uses::{HostAccess, launch_tracked};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
 pub use managed_batch::{DiscardBatch, DiscardPrefetchBatch, PrefetchBatch};
+pub use operand3d::{CopyRegion3D, Destination3D, Source3D, Volume};
 pub use pinned::PinnedBuffer;
 pub use pinned_chunk::{PinnedChunk, PinnedHost};
 pub use pitched::PitchedBuffer;
