@@ -59,20 +59,24 @@ fn raw_operand<T>(
                 rowLength: pitch / unit,
                 layerHeight: rows,
                 locHint: sys::CUmemLocation::default(),
+                ..Default::default()
             };
             Ok(sys::CUmemcpy3DOperand {
                 type_: Type::CU_MEMCPY_OPERAND_TYPE_POINTER,
                 op: sys::CUmemcpy3DOperand_st__bindgen_ty_1 { ptr },
+                ..Default::default()
             })
         }
         Place::Array(array) => {
             let array = sys::CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2 {
                 array: array.as_raw(),
-                offset: sys::CUoffset3D { x: at[0], y: at[1], z: at[2] },
+                offset: sys::CUoffset3D { x: at[0], y: at[1], z: at[2], ..Default::default() },
+                ..Default::default()
             };
             Ok(sys::CUmemcpy3DOperand {
                 type_: Type::CU_MEMCPY_OPERAND_TYPE_ARRAY,
                 op: sys::CUmemcpy3DOperand_st__bindgen_ty_1 { array },
+                ..Default::default()
             })
         }
     }
@@ -370,9 +374,10 @@ impl<'a> CopyBatch3D<'a> {
             self.ops.push(sys::CUDA_MEMCPY3D_BATCH_OP {
                 src: raw_operand::<T>(operation, src, r.src_offset, unit)?,
                 dst: raw_operand::<T>(operation, dst, r.dst_offset, unit)?,
-                extent: sys::CUextent3D { width, height: h, depth: d },
+                extent: sys::CUextent3D { width, height: h, depth: d, ..Default::default() },
                 srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
                 flags: self.flags,
+                ..Default::default()
             });
             let [x, y, z] = r.dst_offset;
             self.boxes.push((r.dst_offset, [x + w, y + h, z + d]));

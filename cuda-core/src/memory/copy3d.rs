@@ -233,6 +233,7 @@ impl Stream {
             WidthInBytes: region.extent[0] * size,
             Height: region.extent[1],
             Depth: region.extent[2],
+            ..Default::default()
         };
         ctx.enter()?;
         let stream = self.as_raw();

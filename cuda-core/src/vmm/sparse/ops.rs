@@ -72,13 +72,18 @@ impl Tiles {
                     extentWidth: extent[0],
                     extentHeight: extent[1],
                     extentDepth: extent[2],
+                    ..Default::default()
                 };
             }
             SparseRegion::MipTail { layer, offset, size } => {
                 info.subresourceType =
                     sys::CUarraySparseSubresourceType::CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_MIPTAIL;
-                info.subresource.miptail =
-                    sys::CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2 { layer, offset, size };
+                info.subresource.miptail = sys::CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2 {
+                    layer,
+                    offset,
+                    size,
+                    ..Default::default()
+                };
             }
         }
         info.memOperationType = if map {
