@@ -14,7 +14,7 @@ use cuda_core::texture::{
     ResourceViewFormat, SurfaceObject, Swizzle, TensorDataType, TensorMapBuilder, TextureDescriptor,
     TextureObject,
 };
-use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
+use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
 use std::sync::Arc;
 
@@ -409,6 +409,14 @@ fn surface_written_by_one_kernel_is_read_back() -> TestResult {
         matches!(surface.resource_descriptor()?, ResourceDescriptor::Array { array } if Some(array) == handle),
         "surface resource given back wrong"
     );
+    // A launch on a stream of another context is refused before the call: the array's drop
+    // would wait for its own context only.
+    let other = Context::create(&ctx.device(), ContextFlags::empty())?;
+    let there = Stream::new(&other, StreamFlags::NON_BLOCKING)?;
+    let foreign = Module::from_ptx(&other, kernels::SURFACE_PTX)?;
+    // SAFETY: refused before the launch.
+    let r = unsafe { foreign.function("write_surface")?.launch(&there, &config, (&surface,)) };
+    ensure!(matches!(r, Err(Error::InvalidArgument { .. })), "a surface of another context: {r:?}");
     Ok(())
 }
 

@@ -739,7 +739,7 @@ fn sparse_array_level_is_mapped_copied_and_unmapped() -> TestResult {
     let pool = tile_pool(&ctx, device, sparse.region_bytes(&level)?)?;
     sparse.map(&level, &pool, 0, &stream)?;
     ensure!(sparse.is_backed(), "level 0 is mapped");
-    drop(pool); // the array holds it
+    drop(pool); // the caller's handle goes; the mapping keeps the memory
 
     let data = floats(w * h, 0x51);
     sparse.array_mut()?.copy_from_host(&data)?;
@@ -748,7 +748,7 @@ fn sparse_array_level_is_mapped_copied_and_unmapped() -> TestResult {
     let mut out = vec![0f32; w * h];
     sparse.array()?.copy_to_host(&mut out)?;
     ensure!(first_difference(&out, &data).is_none(), "host round trip: {:?}", first_difference(&out, &data));
-    // Through device memory, the read on the stream: the unmap below waits for it.
+    // Through device memory, on the stream.
     let other = floats(w * h, 0x52);
     let src = DeviceBuffer::from_slice(&stream, &other)?;
     sparse.array_mut()?.copy_from_device(&src.view())?;
@@ -762,7 +762,17 @@ fn sparse_array_level_is_mapped_copied_and_unmapped() -> TestResult {
         first_difference(&back, &other)
     );
 
+    // A read held back on another stream: the unmap (on `stream`) returns only once it has
+    // run, so the tiles are still mapped when it reads them.
+    let work = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut late = DeviceBuffer::<f32>::zeroed(&work, w * h)?;
+    work.synchronize()?;
+    work.launch_host_func(|| std::thread::sleep(std::time::Duration::from_millis(300)))?;
+    sparse.array()?.copy_to_device_async(&mut late.view_mut(), &work)?;
+    ensure!(!work.query()?, "the read is held back behind the host function");
     sparse.unmap(&level, &stream)?;
+    ensure!(work.query()?, "the unmap returned before the read it must wait for had run");
+    ensure!(first_difference(&late.to_vec()?, &other).is_none(), "the held-back read saw unmapped tiles");
     ensure!(!sparse.is_backed(), "level 0 is unmapped");
     invalid(sparse.array(), "reading an unmapped sparse array after the unmap")?;
 

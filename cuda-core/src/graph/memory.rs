@@ -201,7 +201,8 @@ impl Graph {
     ///
     /// Every address and array `copy` names must stay live as long as the graph and its
     /// executable graphs may run (hand their owners to [`Graph::keep`]), and the box must lie
-    /// within both sides.
+    /// within both sides. An array of a [`SparseArray`](crate::vmm::SparseArray) is live only
+    /// where its tiles are mapped, and its unmaps do not wait for graph launches.
     pub unsafe fn add_memcpy_3d_node(
         &self,
         dependencies: &[GraphNode<'_>],

@@ -383,7 +383,9 @@ impl Array {
         self.queued.store(true, Ordering::Relaxed);
     }
 
-    /// The raw `CUarray`.
+    /// The raw `CUarray`. Work queued on it through raw calls is not seen by its owner: for
+    /// an array of a [`SparseArray`](crate::vmm::SparseArray), such work must have run before
+    /// a tile it reaches is unmapped.
     pub fn as_raw(&self) -> sys::CUarray {
         self.raw
     }

@@ -25,6 +25,10 @@ use cuda_driver_sys as sys;
 ///
 /// Every address and array named by `copy` must be live, and the rectangle must lie within
 /// both sides.
+/// An array of a [`SparseArray`](crate::vmm::SparseArray) or
+/// [`SparseMipmappedArray`](crate::vmm::SparseMipmappedArray) counts as live only where its
+/// tiles are mapped: every tile the copy reaches stays mapped until the copy has run (an
+/// unmap waits only for work queued through the crate's safe calls).
 pub unsafe fn memcpy_2d(copy: &sys::CUDA_MEMCPY2D) -> Result<()> {
     // SAFETY: the caller guarantees the descriptor.
     check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(copy) })
@@ -49,6 +53,10 @@ pub unsafe fn memcpy_2d_async(copy: &sys::CUDA_MEMCPY2D, stream: &Stream) -> Res
 ///
 /// Every address and array named by `copy` must be live, and the box must lie within both
 /// sides.
+/// An array of a [`SparseArray`](crate::vmm::SparseArray) or
+/// [`SparseMipmappedArray`](crate::vmm::SparseMipmappedArray) counts as live only where its
+/// tiles are mapped: every tile the copy reaches stays mapped until the copy has run (an
+/// unmap waits only for work queued through the crate's safe calls).
 pub unsafe fn memcpy_3d(copy: &sys::CUDA_MEMCPY3D) -> Result<()> {
     // SAFETY: the caller guarantees the descriptor.
     check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(copy) })

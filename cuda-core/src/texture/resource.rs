@@ -332,8 +332,19 @@ impl<'a> Resource<'a> {
     /// [`KernelArg::note_launch`](crate::launch::KernelArg::note_launch)): a buffer notes the
     /// stream, an array waits for its context before it is destroyed.
     #[inline]
+    ///
+    /// An array resource refuses a stream of another context than the array's: the array's
+    /// owner waits for its own context only before it destroys or unmaps it.
     pub(crate) fn note_launch(&self, stream: &Stream) -> Result<()> {
         if let Some(queued) = &self.array_queued {
+            if stream.context() != &self.ctx {
+                return Err(crate::Error::invalid(
+                    "texture launch",
+                    "the texture or surface reads an array of another context than the stream's, and \
+                     the array's owner waits for its own context only; launch on a stream of the \
+                     array's context",
+                ));
+            }
             queued.store(true, Ordering::Relaxed);
         }
         self.track.map_or(Ok(()), |t| t.note_launch(stream))

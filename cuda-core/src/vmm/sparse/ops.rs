@@ -23,7 +23,8 @@ impl Tiles {
             ));
         }
         crate::stream::nameable(&self.ctx, stream)?;
-        self.ctx.enter()?;
+        // Release-style: an error kept from elsewhere in the context does not stop an unmap.
+        self.ctx.make_current()?;
         stream.bind_if_default()?;
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: the stream is alive while `stream` is; one out-parameter.
@@ -253,8 +254,9 @@ impl Tiles {
         if pending.streams.is_empty() && pending.retired.is_empty() {
             return Ok(());
         }
+        // Waits that also reach another thread's per-thread stream (through its context).
         for s in &pending.streams {
-            s.synchronize()?;
+            s.synchronize_for_release()?;
         }
         pending.streams.clear();
         pending.retired.clear();
