@@ -38,6 +38,11 @@ impl Tiles {
         }
         let pending = self.pending.get_mut().unwrap_or_else(PoisonError::into_inner);
         crate::stream::order_after(stream, &pending.streams)?;
+        // Memory unmapped by operations that have all run goes now, rather than at the next
+        // lend or the drop (a loop of maps and unmaps would hold every pool otherwise).
+        if !pending.retired.is_empty() && pending.streams.iter().all(ran) {
+            pending.retired.clear();
+        }
         self.ctx.make_current()
     }
 
@@ -281,4 +286,11 @@ impl Tiles {
             }
         }
     }
+}
+
+/// Whether everything queued so far on `stream`, a created stream, has run; a default stream
+/// (which may name another thread's) or a failed query counts as not run.
+fn ran(stream: &Stream) -> bool {
+    // SAFETY: the stream is alive while `stream` is; the query changes nothing.
+    !stream.is_default() && unsafe { sys::cuStreamQuery(stream.as_raw()) } == sys::CUresult::CUDA_SUCCESS
 }
