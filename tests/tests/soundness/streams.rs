@@ -14,7 +14,7 @@ use cuda_core::mempool::Access;
 use cuda_core::module::Module;
 use cuda_core::nccl::{Communicator, Group, ReduceOp};
 use cuda_core::vmm::{
-    AccessGrant, AddressRange, AllocationProperties, Granularity, PhysicalMemory, VmmAllocator,
+    AccessGrant, AddressRange, AllocationProperties, Granularity, MappedSpan, PhysicalMemory, VmmAllocator,
 };
 use cuda_core::{
     Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer,
@@ -33,6 +33,7 @@ pub const TESTS: &[Test] = &[
     gpu("cross_stream_kernel_argument_spares_the_successor_buffer", cross_stream_kernel),
     gpu("runtime_memset_async_on_another_stream_spares_the_successor", cross_stream_runtime_memset),
     gpu("nccl_group_recv_into_a_buffer_dropped_inside_the_group", nccl_group_one_rank),
+    gpu("nccl_group_recv_into_a_span_handed_back_and_dropped_inside_the_group", nccl_group_span_one_rank),
     multi_gpu("nccl_group_all_reduce_into_buffers_dropped_inside_the_group", 2, nccl_group_two_ranks),
     gpu("vmm_mapping_drop_waits_for_work_queued_through_its_views", mapping_drop_waits),
     gpu("vmm_allocator_release_waits_even_with_a_deferred_error_pending", vmm_release_with_deferred_error),
@@ -157,6 +158,33 @@ fn nccl_group_one_rank() -> TestResult {
     let wrong = successor.to_vec()?.iter().filter(|&&v| v != 7).count();
     ensure_eq!(wrong, 0, "words of the new buffer written by the group's receive");
     no_deferred(comm.context())
+}
+
+/// A VMM span received into inside an NCCL group, handed back as its mappings and those
+/// dropped, all before the group ends (and so before NCCL queues the receive): the mappings
+/// carry the group over from the span, so their unmap waits for the group's work instead of
+/// leaving the receive to write unmapped memory.
+fn nccl_group_span_one_rank() -> TestResult {
+    let device = Device::get(0)?;
+    let comm = Communicator::init_all(&[device])?.pop().ok_or("no communicator")?;
+    let ctx = comm.context().clone();
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let props = AllocationProperties::device(device);
+    let size = (N * 4).next_multiple_of(props.granularity(Granularity::Minimum)?);
+    let range = AddressRange::reserve(&ctx, size, 0)?;
+    let memory = PhysicalMemory::new(&ctx, size, &props)?;
+    let mut span = MappedSpan::new(vec![range.map(0, &memory)?])?;
+    span.set_access(&[AccessGrant::device(device, Access::ReadWrite)])?;
+    let source = DeviceBuffer::<u32>::from_slice(&stream, &vec![3; N])?;
+    stream.synchronize()?;
+    let group = Group::start()?;
+    comm.send(&source, 0, &stream)?;
+    comm.recv(span.view_mut::<u32>(&stream)?.slice_mut(..N)?, 0, &stream)?;
+    drop(span.into_mappings());
+    group.end()?;
+    stream.synchronize()?;
+    still_usable(&stream)?;
+    no_deferred(&ctx)
 }
 
 /// Two ranks driven from one thread: each rank's all-reduce buffer is dropped inside the group,
