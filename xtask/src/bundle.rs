@@ -25,9 +25,7 @@ const GPU_SANITIZE: &str = r#"#!/bin/bash
 # bad-input tests provoke on purpose. Tests that fault on purpose are skipped, and so are the
 # test that reads the JIT's info log, which the sanitizer's instrumentation leaves empty, and the
 # checkpoint test: under a tool the driver answers checkpoint queries with NOT_SUPPORTED; and the
-# test of two kernels overlapping (programmatic dependent launch): the tools serialize kernels;
-# and the test that drops VMM mappings inside an NCCL group, which leaks them on purpose (the
-# group could still write them).
+# test of two kernels overlapping (programmatic dependent launch): the tools serialize kernels.
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 tool=${1:-memcheck}; shift
@@ -48,8 +46,7 @@ for b in $(find "$dir" -type f -path '*/deps/*' -perm -u+x ! -name '*.so' ! -nam
         --target-processes all --error-exitcode 99 "$b" --test-threads 1 \
         --skip a_faulting_kernel --skip jit_options_limit_registers_and_fill_the_info_log \
         --skip this_process_is_running_for_checkpoints \
-        --skip programmatic_dependent_launch_overlaps_two_kernels \
-        --skip nccl_group_recv_into_a_span_handed_back_and_dropped_inside_the_group > "$dir/$name.out" 2>&1
+        --skip programmatic_dependent_launch_overlaps_two_kernels > "$dir/$name.out" 2>&1
       echo $? > "$dir/$name.code" ) &
 done
 wait

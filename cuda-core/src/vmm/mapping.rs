@@ -124,6 +124,10 @@ impl AddressRange {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        #[cfg(feature = "nccl")]
+        if let Some(group) = self.uses.pending_group() {
+            return self.unmap_after(group);
+        }
         if let Err(e) = self.uses.synchronize_for_release() {
             self.range.context().defer(e);
             return;
@@ -141,6 +145,45 @@ impl Drop for Mapping {
 }
 
 impl Mapping {
+    /// Hands the mapping to the NCCL group `group`, whose calls (queued when it ends) use it:
+    /// it is unmapped once they are queued, in the streams' order, as a dropped buffer is. A
+    /// group that was still queueing its calls in the background when it ended (non-blocking
+    /// communicators) leaves it mapped (leaked), with an error kept in the context.
+    #[cfg(feature = "nccl")]
+    #[cold]
+    fn unmap_after(&mut self, group: u64) {
+        // SAFETY: `self` is being dropped and never uses these fields again; the new value
+        // takes them over.
+        let later = unsafe {
+            Mapping {
+                ptr: self.ptr,
+                size: self.size,
+                uses: std::mem::take(&mut self.uses),
+                physical: ManuallyDrop::new(ManuallyDrop::take(&mut self.physical)),
+                range: ManuallyDrop::new(ManuallyDrop::take(&mut self.range)),
+            }
+        };
+        let release: crate::stream::deferred::Release = Box::new(move |queued| {
+            if queued {
+                // Dropped again: waits for the group's streams, or hands itself to a group
+                // still open.
+                drop(later);
+            } else {
+                later.range.context().defer(Error::invalid(
+                    "Mapping",
+                    "a mapping dropped inside an NCCL group of non-blocking communicators is kept \
+                     (leaked): the group was still queueing its calls in the background when it \
+                     ended; keep mappings alive until the communicators are done (Communicator::wait)",
+                ));
+                std::mem::forget(later);
+            }
+        });
+        if let Err(now) = crate::stream::deferred::defer_to(group, release) {
+            // The group ended meanwhile: its calls are queued.
+            now(true);
+        }
+    }
+
     pub(crate) fn new(
         ptr: sys::CUdeviceptr,
         size: usize,
