@@ -314,18 +314,21 @@ impl GreenContext {
     /// ([`cuGreenCtxGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html)).
     /// Unlike a group of a split, they can be split again.
     pub fn sm_resource(&self) -> Result<SmResource> {
+        let raw = self.resource(sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM)?;
+        Ok(SmResource::wrap(raw, self.handle.device))
+    }
+
+    /// The green context's resource of `kind`
+    /// ([`cuGreenCtxGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html)).
+    fn resource(&self, kind: sys::CUdevResourceType) -> Result<sys::CUdevResource> {
         let mut raw = sys::CUdevResource::default();
         let _calls = self.handle.lock();
         // SAFETY: the green context is alive while `self` is; one out-parameter of the type the
         // call fills.
         check("cuGreenCtxGetDevResource", unsafe {
-            sys::cuGreenCtxGetDevResource(
-                self.handle.raw,
-                &mut raw,
-                sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
-            )
+            sys::cuGreenCtxGetDevResource(self.handle.raw, &mut raw, kind)
         })?;
-        Ok(SmResource::wrap(raw, self.handle.device))
+        Ok(raw)
     }
 
     /// The green context's workqueue configuration
@@ -333,17 +336,9 @@ impl GreenContext {
     /// CUDA 13.1).
     #[cfg(cuda_headers_13_1)]
     pub fn workqueue_config(&self) -> Result<WorkqueueConfig> {
-        let mut raw = sys::CUdevResource::default();
-        let _calls = self.handle.lock();
-        // SAFETY: as in `sm_resource`.
-        check("cuGreenCtxGetDevResource", unsafe {
-            sys::cuGreenCtxGetDevResource(
-                self.handle.raw,
-                &mut raw,
-                sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG,
-            )
-        })?;
-        WorkqueueConfig::from_resource(&raw)
+        WorkqueueConfig::from_resource(
+            &self.resource(sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG)?,
+        )
     }
 
     /// Creates a stream whose work runs on the green context's SMs

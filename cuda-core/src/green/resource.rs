@@ -95,21 +95,32 @@ pub struct SmSplit {
     pub remainder: Option<SmResource>,
 }
 
+/// The resource of `kind` of `device`
+/// ([`cuDeviceGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html)).
+pub(super) fn device_resource(device: &Device, kind: sys::CUdevResourceType) -> Result<sys::CUdevResource> {
+    device::init()?;
+    let mut raw = sys::CUdevResource::default();
+    // SAFETY: one out-parameter of the type the call fills; the device came from the driver.
+    check("cuDeviceGetDevResource", unsafe { sys::cuDeviceGetDevResource(device.as_raw(), &mut raw, kind) })?;
+    Ok(raw)
+}
+
+/// The resource of `kind` available to `ctx`
+/// ([`cuCtxGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html)).
+pub(super) fn context_resource(ctx: &Context, kind: sys::CUdevResourceType) -> Result<sys::CUdevResource> {
+    ctx.take_deferred()?;
+    let mut raw = sys::CUdevResource::default();
+    // SAFETY: the context is alive while `ctx` is; one out-parameter of the type the call fills.
+    check("cuCtxGetDevResource", unsafe { sys::cuCtxGetDevResource(ctx.as_raw(), &mut raw, kind) })?;
+    Ok(raw)
+}
+
 impl SmResource {
     /// All the SMs of `device`
     /// ([`cuDeviceGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html),
     /// CUDA 12.4). On an older driver this is an [`Error::Load`] naming the version needed.
     pub fn of_device(device: &Device) -> Result<SmResource> {
-        device::init()?;
-        let mut raw = sys::CUdevResource::default();
-        // SAFETY: one out-parameter of the type the call fills; the device came from the driver.
-        check("cuDeviceGetDevResource", unsafe {
-            sys::cuDeviceGetDevResource(
-                device.as_raw(),
-                &mut raw,
-                sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
-            )
-        })?;
+        let raw = device_resource(device, sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM)?;
         Ok(SmResource::wrap(raw, *device))
     }
 
@@ -118,12 +129,7 @@ impl SmResource {
     /// ([`cuCtxGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html),
     /// CUDA 12.4).
     pub fn of_context(ctx: &Context) -> Result<SmResource> {
-        ctx.take_deferred()?;
-        let mut raw = sys::CUdevResource::default();
-        // SAFETY: the context is alive while `ctx` is; one out-parameter of the type the call fills.
-        check("cuCtxGetDevResource", unsafe {
-            sys::cuCtxGetDevResource(ctx.as_raw(), &mut raw, sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM)
-        })?;
+        let raw = context_resource(ctx, sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM)?;
         Ok(SmResource::wrap(raw, ctx.device()))
     }
 

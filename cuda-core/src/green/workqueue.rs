@@ -4,8 +4,8 @@
 //! Built where the bindings come from CUDA 13.1 headers or newer.
 
 use crate::context::Context;
-use crate::device::{self, Device};
-use crate::error::{Error, Result, check};
+use crate::device::Device;
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 
 /// How a green context's work queues are shared (`CUdevWorkqueueConfigScope`).
@@ -67,34 +67,16 @@ impl WorkqueueConfig {
     /// ([`cuDeviceGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html)).
     /// A driver older than 13.1 refuses the resource type (`CUDA_ERROR_INVALID_RESOURCE_TYPE`).
     pub fn of_device(device: &Device) -> Result<WorkqueueConfig> {
-        device::init()?;
-        let mut raw = sys::CUdevResource::default();
-        // SAFETY: one out-parameter of the type the call fills; the device came from the driver.
-        check("cuDeviceGetDevResource", unsafe {
-            sys::cuDeviceGetDevResource(
-                device.as_raw(),
-                &mut raw,
-                sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG,
-            )
-        })?;
-        WorkqueueConfig::from_resource(&raw)
+        let kind = sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG;
+        WorkqueueConfig::from_resource(&super::resource::device_resource(device, kind)?)
     }
 
     /// The workqueue configuration of `ctx`; the primary context's gives the driver's
     /// concurrency limit
     /// ([`cuCtxGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html)).
     pub fn of_context(ctx: &Context) -> Result<WorkqueueConfig> {
-        ctx.take_deferred()?;
-        let mut raw = sys::CUdevResource::default();
-        // SAFETY: the context is alive while `ctx` is; one out-parameter of the type the call fills.
-        check("cuCtxGetDevResource", unsafe {
-            sys::cuCtxGetDevResource(
-                ctx.as_raw(),
-                &mut raw,
-                sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG,
-            )
-        })?;
-        WorkqueueConfig::from_resource(&raw)
+        let kind = sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG;
+        WorkqueueConfig::from_resource(&super::resource::context_resource(ctx, kind)?)
     }
 
     /// Reads a resource the driver wrote for a workqueue configuration.
