@@ -64,13 +64,7 @@ impl AccessPolicyWindow {
         hit_prop: AccessProperty,
         miss_prop: AccessProperty,
     ) -> AccessPolicyWindow {
-        AccessPolicyWindow {
-            base: view.as_raw(),
-            num_bytes: view.size_in_bytes(),
-            hit_ratio,
-            hit_prop,
-            miss_prop,
-        }
+        AccessPolicyWindow::over(&view.as_view(), hit_ratio, hit_prop, miss_prop)
     }
 
     /// Refuses a hit ratio outside `[0, 1]` (NaN included) and a miss property the driver
