@@ -530,41 +530,8 @@ impl<'a> CopyBatch<'a> {
         // Again here: a batch of a per-thread default stream may have moved to another thread.
         batch_stream("CopyBatch::submit", stream)?;
         stream.context().enter()?;
-        self.pinned.sort_unstable_by_key(|(uses, _)| std::ptr::from_ref::<HostUses>(uses) as usize);
-        self.pinned.dedup_by(|later, kept| {
-            let same = std::ptr::eq(later.0, kept.0);
-            kept.1 |= same && later.1;
-            same
-        });
-        let capturing = !self.pinned.is_empty() && crate::stream::capture_of(stream)?.is_some();
-        if capturing && self.pinned.iter().any(|(uses, _)| !uses.is_capturable()) {
-            // Refused before any buffer of the batch is handed to the capture.
-            return Err(crate::Error::invalid(
-                "CopyBatch::submit",
-                "a chunk of a pinned buffer cannot be copied in a stream capture (the graph would outlive it); \
-                 capture copies of whole PinnedBuffers, or submit the batch outside the capture",
-            ));
-        }
-        for &(uses, writes) in &self.pinned {
-            // Orders the stream after the memory's copies in flight elsewhere (and, on a
-            // capturing stream, refuses memory that cannot be captured) before anything of
-            // the batch is queued. Memory with nothing in flight needs neither: nothing can
-            // start writing it meanwhile, since the batch holds its borrow.
-            if capturing || uses.is_pending() {
-                uses.around(stream, writes, || Ok(()))?;
-            }
-        }
-        let queued = self.queue(version);
-        let mut result = queued;
-        for &(uses, writes) in &self.pinned {
-            // Records the batch; a copy queued meanwhile on another stream (a read: the batch
-            // holds the borrow) is waited for first, so the record covers it too.
-            let recorded = uses.around(stream, writes, || Ok(()));
-            if result.is_ok() {
-                result = recorded;
-            }
-        }
-        result
+        let mut pinned = std::mem::take(&mut self.pinned);
+        around_pinned("CopyBatch::submit", stream, &mut pinned, || self.queue(version))
     }
 
     /// The driver call, with the stream's context current.
@@ -645,6 +612,54 @@ fn disjoint(spans: &mut [(u64, u64)]) -> Result<()> {
             ),
         )),
     }
+}
+
+/// Orders `stream` after the copies in flight of the pinned memory in `pinned` (its tracker,
+/// and whether the work writes it), queues the work with `queue`, and records it on each: the
+/// bookkeeping of a stream-ordered copy of pinned memory, shared by the batch and the single
+/// copy. Refuses, before anything is queued, a chunk of a pinned buffer on a capturing stream.
+pub(crate) fn around_pinned(
+    operation: &'static str,
+    stream: &Stream,
+    pinned: &mut [(&HostUses, bool)],
+    queue: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    // One entry per tracker, writing when any use writes.
+    pinned.sort_unstable_by_key(|(uses, _)| std::ptr::from_ref::<HostUses>(uses) as usize);
+    let mut kept = 0;
+    for i in 0..pinned.len() {
+        if kept > 0 && std::ptr::eq(pinned[kept - 1].0, pinned[i].0) {
+            pinned[kept - 1].1 |= pinned[i].1;
+        } else {
+            pinned[kept] = pinned[i];
+            kept += 1;
+        }
+    }
+    let pinned = &pinned[..kept];
+    let capturing = !pinned.is_empty() && crate::stream::capture_of(stream)?.is_some();
+    if capturing && pinned.iter().any(|(uses, _)| !uses.is_capturable()) {
+        return Err(Error::invalid(
+            operation,
+            "a chunk of a pinned buffer cannot be copied in a stream capture (the graph would outlive it); \
+             capture copies of whole PinnedBuffers, or queue them outside the capture",
+        ));
+    }
+    for &(uses, writes) in pinned {
+        // Orders the stream after the memory's copies in flight elsewhere before anything is
+        // queued; memory with nothing in flight needs no wait, since the copy holds its borrow.
+        if capturing || uses.is_pending() {
+            uses.around(stream, writes, || Ok(()))?;
+        }
+    }
+    let mut result = queue();
+    for &(uses, writes) in pinned {
+        // Records the work, even when the call failed, in case part of it was queued.
+        let recorded = uses.around(stream, writes, || Ok(()));
+        if result.is_ok() {
+            result = recorded;
+        }
+    }
+    result
 }
 
 /// The flags of a batch that prefers (or not) to overlap its copies with compute work.

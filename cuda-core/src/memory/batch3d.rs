@@ -17,8 +17,8 @@
 //! exclusively until it is submitted, and [`CopyBatch3D::copy_regions`] refuses boxes of its
 //! destination that overlap.
 
-use super::batch::batch_stream;
 use super::batch::sealed::Memory;
+use super::batch::{around_pinned, batch_stream};
 use super::host_uses::HostUses;
 use super::operand3d::sealed::{self, Operand3D, Place};
 use super::operand3d::{CopyRegion3D, Destination3D, Source3D, array_on, box_in, disjoint};
@@ -80,54 +80,6 @@ fn raw_operand<T>(
             })
         }
     }
-}
-
-/// Orders `stream` after the copies in flight of the pinned memory in `pinned` (its tracker,
-/// and whether the work writes it), queues the work with `queue`, and records it on each: the
-/// bookkeeping of a stream-ordered copy of pinned memory, shared by the batch and the single
-/// copy. Refuses, before anything is queued, a chunk of a pinned buffer on a capturing stream.
-pub(crate) fn around_pinned(
-    operation: &'static str,
-    stream: &Stream,
-    pinned: &mut [(&HostUses, bool)],
-    queue: impl FnOnce() -> Result<()>,
-) -> Result<()> {
-    // One entry per tracker, writing when any use writes.
-    pinned.sort_unstable_by_key(|(uses, _)| std::ptr::from_ref::<HostUses>(uses) as usize);
-    let mut kept = 0;
-    for i in 0..pinned.len() {
-        if kept > 0 && std::ptr::eq(pinned[kept - 1].0, pinned[i].0) {
-            pinned[kept - 1].1 |= pinned[i].1;
-        } else {
-            pinned[kept] = pinned[i];
-            kept += 1;
-        }
-    }
-    let pinned = &pinned[..kept];
-    let capturing = !pinned.is_empty() && crate::stream::capture_of(stream)?.is_some();
-    if capturing && pinned.iter().any(|(uses, _)| !uses.is_capturable()) {
-        return Err(Error::invalid(
-            operation,
-            "a chunk of a pinned buffer cannot be copied in a stream capture (the graph would outlive it); \
-             capture copies of whole PinnedBuffers, or queue the copy outside the capture",
-        ));
-    }
-    for &(uses, writes) in pinned {
-        // Orders the stream after the memory's copies in flight elsewhere before anything is
-        // queued; memory with nothing in flight needs no wait, since the copy holds its borrow.
-        if capturing || uses.is_pending() {
-            uses.around(stream, writes, || Ok(()))?;
-        }
-    }
-    let mut result = queue();
-    for &(uses, writes) in pinned {
-        // Records the work, even when the call failed, in case part of it was queued.
-        let recorded = uses.around(stream, writes, || Ok(()));
-        if result.is_ok() {
-            result = recorded;
-        }
-    }
-    result
 }
 
 /// Many 3D copies queued on one stream by one

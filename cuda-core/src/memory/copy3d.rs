@@ -3,8 +3,8 @@
 //! of sub-regions.
 
 use super::array::Array;
+use super::batch::around_pinned;
 use super::batch::sealed::Memory;
-use super::batch3d::around_pinned;
 use super::host_uses::HostUses;
 use super::operand3d::sealed::{Operand3D, Place, Read3D, Write3D};
 use super::operand3d::{CopyRegion3D, Destination3D, Source3D, array_on, box_in};
