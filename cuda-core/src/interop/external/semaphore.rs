@@ -443,9 +443,9 @@ fn enqueue_signals(
     handles: &[sys::CUexternalSemaphore],
     params: &[sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS],
 ) -> Result<()> {
-    // The drop waits for the streams noted: each must be one this thread can name.
-    crate::stream::nameable(stream.context(), stream)?;
     // The stream names its context: only a default stream needs it current (as launches do).
+    // Binding it refuses another thread's per-thread stream, which the drop (waiting for the
+    // streams noted) could not name.
     stream.context().take_deferred()?;
     stream.bind_if_default()?;
     let count = params.len().min(handles.len()) as u32;
@@ -474,9 +474,9 @@ fn enqueue_waits(
     handles: &[sys::CUexternalSemaphore],
     params: &[sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS],
 ) -> Result<()> {
-    // The drop waits for the streams noted: each must be one this thread can name.
-    crate::stream::nameable(stream.context(), stream)?;
     // The stream names its context: only a default stream needs it current (as launches do).
+    // Binding it refuses another thread's per-thread stream, which the drop (waiting for the
+    // streams noted) could not name.
     stream.context().take_deferred()?;
     stream.bind_if_default()?;
     let count = params.len().min(handles.len()) as u32;
