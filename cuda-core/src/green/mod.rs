@@ -313,6 +313,8 @@ impl GreenContext {
     /// The SMs the green context's work runs on
     /// ([`cuGreenCtxGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html)).
     /// Unlike a group of a split, they can be split again.
+    ///
+    /// Fails with the driver's status (`cuGreenCtxGetDevResource`).
     pub fn sm_resource(&self) -> Result<SmResource> {
         let raw = self.resource(sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM)?;
         Ok(SmResource::wrap(raw, self.handle.device))
@@ -334,6 +336,8 @@ impl GreenContext {
     /// The green context's workqueue configuration
     /// ([`cuGreenCtxGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html),
     /// CUDA 13.1).
+    ///
+    /// Fails with the driver's status; a driver older than 13.1 refuses the resource type.
     #[cfg(cuda_headers_13_1)]
     pub fn workqueue_config(&self) -> Result<WorkqueueConfig> {
         WorkqueueConfig::from_resource(

@@ -128,6 +128,9 @@ impl SmResource {
     /// context's for one given by [`GreenContext::context`](super::GreenContext::context)
     /// ([`cuCtxGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html),
     /// CUDA 12.4).
+    ///
+    /// Fails with an error kept from a `Drop` in the context, or the driver's status
+    /// (`cuCtxGetDevResource`; an [`Error::Load`] on a driver older than 12.4).
     pub fn of_context(ctx: &Context) -> Result<SmResource> {
         let raw = context_resource(ctx, sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM)?;
         Ok(SmResource::wrap(raw, ctx.device()))

@@ -74,6 +74,9 @@ impl WorkqueueConfig {
     /// The workqueue configuration of `ctx`; the primary context's gives the driver's
     /// concurrency limit
     /// ([`cuCtxGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html)).
+    ///
+    /// Fails with an error kept from a `Drop` in the context, or the driver's status
+    /// (`cuCtxGetDevResource`; a driver older than 13.1 refuses the resource type).
     pub fn of_context(ctx: &Context) -> Result<WorkqueueConfig> {
         let kind = sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG;
         WorkqueueConfig::from_resource(&super::resource::context_resource(ctx, kind)?)
