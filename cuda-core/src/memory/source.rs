@@ -86,9 +86,32 @@ impl Source {
     ///
     /// `allocation` came from [`Source::allocate`] on this source and is given back once; every
     /// stream that may still use it is `stream` or in `recorded`.
-    #[inline]
+    #[inline(always)]
     #[track_caller]
     pub(crate) unsafe fn deallocate(
+        &self,
+        allocation: DeviceAllocation,
+        stream: &Stream,
+        recorded: &[Stream],
+    ) -> Result<()> {
+        // The common case, memory used on its own stream only, stays small enough to inline
+        // into a buffer's drop.
+        match (self, recorded) {
+            (Source::DefaultPool(pool), []) => pool.free_on(allocation, &[]),
+            // SAFETY: forwarded under the caller's contract.
+            _ => unsafe { self.deallocate_other(allocation, stream, recorded) },
+        }
+    }
+
+    /// [`deallocate`](Self::deallocate) from another allocator than a default pool, or after
+    /// other streams.
+    ///
+    /// # Safety
+    ///
+    /// As for [`deallocate`](Self::deallocate).
+    #[inline(never)]
+    #[track_caller]
+    unsafe fn deallocate_other(
         &self,
         allocation: DeviceAllocation,
         stream: &Stream,

@@ -42,6 +42,7 @@ thread_local! {
 
 /// The arena key of a stream: its handle, except that the per-thread default stream is keyed
 /// per thread and the legacy default stream is 0.
+#[inline]
 pub(crate) fn stream_key(stream: sys::CUstream) -> u64 {
     let raw = stream as usize;
     let per_thread =
@@ -56,6 +57,7 @@ pub(crate) fn stream_key(stream: sys::CUstream) -> u64 {
     }
 }
 
+#[inline]
 fn shard_of(key: u64) -> usize {
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
 }
@@ -213,7 +215,7 @@ impl PoolCore {
     }
 
     /// Best fit from the arena of `key`; with `keep`, the arena holds that stream's handle.
-    #[inline]
+    #[inline(always)]
     fn take(
         shard: &mut Shard,
         s: usize,
@@ -313,39 +315,50 @@ impl PoolCore {
 
     /// Gives an allocation back to its arena; with `recorded` streams, keeps it from reuse
     /// until an event recorded now on each of them has completed.
-    #[inline]
+    #[inline(always)]
     #[track_caller]
     pub(crate) fn free(&self, allocation: DeviceAllocation, recorded: &[sys::CUstream]) -> Result<()> {
         if hooks::any() {
-            let e = self.event(0, allocation.size, allocation.ptr, Location::caller());
-            hooks::call(Point::FreePre, &e);
-            let r = self.free_inner(allocation, recorded);
-            hooks::call(Point::FreePost, &e);
-            return r;
+            return self.free_hooked(allocation, recorded, Location::caller());
         }
-        self.free_inner(allocation, recorded)
+        self.free_inner(allocation.ptr, allocation.token, recorded)
     }
 
+    /// [`free`](Self::free) between the hooks' calls.
+    #[cold]
+    #[inline(never)]
+    fn free_hooked(
+        &self,
+        allocation: DeviceAllocation,
+        recorded: &[sys::CUstream],
+        location: &'static Location<'static>,
+    ) -> Result<()> {
+        let e = self.event(0, allocation.size, allocation.ptr, location);
+        hooks::call(Point::FreePre, &e);
+        let r = self.free_inner(allocation.ptr, allocation.token, recorded);
+        hooks::call(Point::FreePost, &e);
+        r
+    }
+
+    /// [`free`](Self::free) of the allocation at `ptr` with `token`, passed apart so that they
+    /// travel in registers.
     #[inline]
-    fn free_inner(&self, allocation: DeviceAllocation, recorded: &[sys::CUstream]) -> Result<()> {
-        if allocation.token == ZERO_TOKEN {
+    fn free_inner(&self, ptr: sys::CUdeviceptr, token: u64, recorded: &[sys::CUstream]) -> Result<()> {
+        if token == ZERO_TOKEN {
             return Ok(());
         }
-        let (s, generation, i) = unpack(allocation.token);
+        let (s, generation, i) = unpack(token);
         let stale = || {
             Error::invalid(
                 "MemoryPool::free",
-                format!(
-                    "{:#x} is not an allocation of this pool that is in use (double free?)",
-                    allocation.ptr
-                ),
+                format!("{:#x} is not an allocation of this pool that is in use (double free?)", ptr),
             )
         };
         if s >= SHARDS {
             return Err(stale());
         }
         let mut shard = self.lock(s);
-        if shard.chunk(i).is_none_or(|c| c.addr != allocation.ptr) {
+        if shard.chunk(i).is_none_or(|c| c.addr != ptr) {
             return Err(stale());
         }
         if recorded.is_empty() {

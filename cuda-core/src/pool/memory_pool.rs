@@ -156,7 +156,7 @@ impl MemoryPool {
 
     /// Gives a buffer's allocation back; with `recorded` streams, keeps it from reuse until an
     /// event recorded now on each of them has completed.
-    #[inline]
+    #[inline(always)]
     #[track_caller]
     pub(crate) fn free_on(&self, allocation: DeviceAllocation, recorded: &[sys::CUstream]) -> Result<()> {
         self.core.free(allocation, recorded)

@@ -91,6 +91,7 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
+    #[inline]
     fn arena(&self, stream: u64) -> Option<usize> {
         self.arenas.iter().position(|a| a.stream == stream)
     }
@@ -178,7 +179,7 @@ impl Shard {
     /// Best fit from `stream`'s arena: the smallest free chunk of at least `size` bytes, split
     /// when larger. Returns the chunk's slot, address and generation, now in use, and with
     /// `keep`, the uncounted handle of [`keep`](Self::keep).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take(&mut self, stream: u64, size: usize, keep: Option<&Stream>) -> Option<Taken> {
         let arena = self.arena(stream)?;
         let bins = &mut self.arenas[arena].bins;
@@ -193,30 +194,12 @@ impl Shard {
             self.chunks[after as usize].link_prev = NIL;
         }
         self.free_chunks -= 1;
-        let (addr, have, next) = {
+        let (addr, have) = {
             let c = &self.chunks[i as usize];
-            (c.addr, c.size, c.next)
+            (c.addr, c.size)
         };
         if have > size {
-            let rest = self.new_slot(Chunk {
-                addr: addr + size as u64,
-                size: have - size,
-                stream,
-                state: State::Free,
-                generation: 0,
-                upstream: 0,
-                prev: i,
-                next,
-                link_prev: NIL,
-                link_next: NIL,
-            });
-            if next != NIL {
-                self.chunks[next as usize].prev = rest;
-            }
-            let c = &mut self.chunks[i as usize];
-            c.size = size;
-            c.next = rest;
-            self.bin_insert(arena, rest);
+            self.split(arena, stream, i, size);
         }
         let c = &mut self.chunks[i as usize];
         c.state = State::Used;
@@ -225,6 +208,36 @@ impl Shard {
         self.used += size;
         let kept = keep.map(|k| self.keep_in(arena, k));
         Some((i, addr, generation, kept))
+    }
+
+    /// Splits the chunk at slot `i` (of `arena`, keyed `stream`) after its first `size` bytes:
+    /// the rest becomes a free chunk of its own, binned. Out of line, so that taking a chunk of
+    /// the size asked stays small enough to inline.
+    #[inline(never)]
+    fn split(&mut self, arena: usize, stream: u64, i: u32, size: usize) {
+        let (addr, have, next) = {
+            let c = &self.chunks[i as usize];
+            (c.addr, c.size, c.next)
+        };
+        let rest = self.new_slot(Chunk {
+            addr: addr + size as u64,
+            size: have - size,
+            stream,
+            state: State::Free,
+            generation: 0,
+            upstream: 0,
+            prev: i,
+            next,
+            link_prev: NIL,
+            link_next: NIL,
+        });
+        if next != NIL {
+            self.chunks[next as usize].prev = rest;
+        }
+        let c = &mut self.chunks[i as usize];
+        c.size = size;
+        c.next = rest;
+        self.bin_insert(arena, rest);
     }
 
     /// Records a new upstream allocation, wholly in use, in `stream`'s arena.

@@ -38,6 +38,7 @@ impl StreamUses {
         StreamUses { inner: Mutex::new(None) }
     }
 
+    #[inline]
     fn noted(&mut self) -> Option<&mut Noted> {
         self.inner.get_mut().unwrap_or_else(PoisonError::into_inner).as_deref_mut()
     }
