@@ -21,10 +21,10 @@ use std::ffi::c_void;
 /// The longest file or pipe name the driver keeps, in bytes.
 const MAX_NAME: usize = 1023;
 
-bitflags::bitflags! {
+crate::flags::flags! {
     /// What a coredump leaves out, and how it is made (`CUCoredumpGenerationFlags`); empty is
     /// the driver's default (everything it can reach).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash)]
     pub struct CoredumpFlags: u32 {
         /// `CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES`.
         const SKIP_NONRELOCATED_ELF_IMAGES = 1 << 0;

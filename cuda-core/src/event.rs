@@ -6,13 +6,13 @@
 use crate::abi::AbiVersions;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
+use crate::flags::flags;
 use crate::stream::{EventWaitFlags, Stream};
-use bitflags::bitflags;
 use cuda_driver_sys as sys;
 
-bitflags! {
+flags! {
     /// Event creation flags (`CUevent_flags`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct EventFlags: u32 {
         /// `CU_EVENT_BLOCKING_SYNC`: [`Event::synchronize`] blocks the thread instead of spinning.
         const BLOCKING_SYNC = 0x1;
@@ -23,9 +23,9 @@ bitflags! {
     }
 }
 
-bitflags! {
+flags! {
     /// Flags of [`Event::record_with_flags`] (`CUevent_record_flags`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct EventRecordFlags: u32 {
         /// `CU_EVENT_RECORD_EXTERNAL`: in stream capture, record as an external-event node.
         const EXTERNAL = 0x1;

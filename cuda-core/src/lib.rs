@@ -42,11 +42,15 @@
 
 mod abi;
 mod c_layout;
+#[cfg(feature = "checkpoint")]
+#[cfg_attr(docsrs, doc(cfg(feature = "checkpoint")))]
 pub mod checkpoint;
 #[cfg(feature = "compile")]
 #[cfg_attr(docsrs, doc(cfg(feature = "compile")))]
 pub mod compile;
 pub mod context;
+#[cfg(feature = "coredump")]
+#[cfg_attr(docsrs, doc(cfg(feature = "coredump")))]
 pub mod coredump;
 pub mod device;
 #[cfg(feature = "dlpack")]
@@ -54,7 +58,10 @@ pub mod device;
 pub mod dlpack;
 pub mod error;
 pub mod event;
+mod flags;
 pub mod graph;
+#[cfg(feature = "green")]
+#[cfg_attr(docsrs, doc(cfg(feature = "green")))]
 pub mod green;
 #[cfg(any(feature = "interop", feature = "nccl", test))]
 mod hex;
@@ -62,6 +69,8 @@ mod hex;
 #[cfg_attr(docsrs, doc(cfg(feature = "interop")))]
 pub mod interop;
 pub mod launch;
+#[cfg(feature = "logs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "logs")))]
 pub mod logs;
 pub mod memory;
 pub mod mempool;
@@ -126,6 +135,7 @@ mod guide {
         Memory = "memory.md";
         Pools = "pools.md";
         Streams = "streams.md";
+        #[cfg(feature = "green")]
         Green = "green.md";
         Kernels = "kernels.md";
         #[cfg(feature = "compile")]

@@ -5,18 +5,18 @@
 //! section of the driver API. These are methods of [`Function`].
 
 use crate::error::{Error, Result, check};
+use crate::flags::flags;
 use crate::launch::LaunchConfig;
 use crate::module::Function;
-use bitflags::bitflags;
 use cuda_driver_sys as sys;
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::mem::MaybeUninit;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-bitflags! {
+flags! {
     /// Occupancy calculator flags (`CUoccupancy_flags`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct OccupancyFlags: u32 {
         /// `CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE`: assume the L1/shared carveout the device
         /// defaults to, rather than the function's preference.

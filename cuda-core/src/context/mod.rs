@@ -39,20 +39,22 @@ mod config;
 
 pub use config::{CacheConfig, ExecAffinity, Limit, PrimaryContextState};
 
+#[cfg(feature = "green")]
 mod green_handle;
+#[cfg(feature = "green")]
 pub(crate) use green_handle::{GreenHandle, lock_green_registry};
 
 use crate::abi::AbiVersions;
 use crate::device::{self, Device};
 use crate::error::{Error, Result, check};
-use bitflags::bitflags;
+use crate::flags::flags;
 use cuda_driver_sys as sys;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-bitflags! {
+flags! {
     /// Context creation flags (`CU_CTX_*`): scheduling policy, host mapping, local memory.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash)]
     pub struct ContextFlags: u32 {
         /// `CU_CTX_SCHED_SPIN`: spin while waiting for the GPU.
         const SCHED_SPIN = 0x01;
@@ -81,6 +83,7 @@ enum Ownership {
     Created,
     /// The context of a green context (`cuCtxFromGreenCtx`): it is valid while the green
     /// context is, which this handle keeps alive; never destroyed itself.
+    #[cfg(feature = "green")]
     Green(Arc<GreenHandle>),
     /// Someone else's: nothing to do on drop.
     Borrowed,
@@ -330,6 +333,7 @@ impl Context {
 
     /// The context of a green context, which it keeps alive; the same value while one is held
     /// (see [`GreenContext::context`](crate::green::GreenContext::context)).
+    #[cfg(feature = "green")]
     pub(crate) fn of_green(handle: &Arc<GreenHandle>) -> Context {
         let raw = handle.context_raw();
         if let Some(inner) = registered(raw) {
@@ -340,6 +344,7 @@ impl Context {
         Context::wrap(raw, handle.device(), Ownership::Green(handle.clone()))
     }
 
+    #[cfg(feature = "green")]
     pub(crate) fn green_handle(&self) -> Option<&Arc<GreenHandle>> {
         match &self.inner.ownership {
             Ownership::Green(handle) => Some(handle),
@@ -538,7 +543,9 @@ impl Drop for ContextInner {
                 let _ = unsafe { sys::cuCtxDestroy(self.raw) };
             }
             // The green context goes with its handle, after this (when this was its last holder).
-            Ownership::Green(_) | Ownership::Borrowed => {}
+            #[cfg(feature = "green")]
+            Ownership::Green(_) => {}
+            Ownership::Borrowed => {}
         }
     }
 }

@@ -75,10 +75,10 @@ impl AtomicOp {
     }
 }
 
-bitflags::bitflags! {
+crate::flags::flags! {
     /// How an atomic operation is supported (`CUatomicOperationCapability`); empty when it is
     /// not.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash)]
     pub struct AtomicCaps: u32 {
         /// On signed integers.
         const SIGNED = 1 << 0;

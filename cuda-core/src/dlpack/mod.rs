@@ -81,7 +81,7 @@ pub use ffi::{
 pub use import::ImportedTensor;
 
 use crate::error::Result;
-use bitflags::bitflags;
+use crate::flags::flags;
 
 /// Checks a layout as [`ManagedTensor::from_buffer_with_shape`] does, without a buffer: that
 /// `shape` (with `strides`, in elements, if given) stays within `len` elements, with no negative
@@ -91,9 +91,9 @@ pub fn check_layout(shape: &[i64], strides: Option<&[i64]>, len: usize) -> Resul
     layout::check_fits("dlpack::check_layout", shape, strides, len)
 }
 
-bitflags! {
+flags! {
     /// The flags of a [`DLManagedTensorVersioned`] (`DLPACK_FLAG_BITMASK_*`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct TensorFlags: u64 {
         /// `DLPACK_FLAG_BITMASK_READ_ONLY`: consumers must not write to the data.
         const READ_ONLY = DLPACK_FLAG_BITMASK_READ_ONLY;

@@ -2,14 +2,14 @@
 
 use super::Graph;
 use crate::error::{Error, Result, check};
-use bitflags::bitflags;
+use crate::flags::flags;
 use cuda_driver_sys as sys;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
-bitflags! {
+flags! {
     /// What the DOT output shows besides nodes and edges (`CUgraphDebugDot_flags`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash)]
     pub struct DotFlags: u32 {
         /// `CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE`: every parameter of every node.
         const VERBOSE = 1 << 0;

@@ -10,19 +10,19 @@ use super::{Graph, GraphNode};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::event::Event;
+use crate::flags::flags;
 use crate::launch::{KernelArgs, LaunchConfig};
 use crate::memory::HostAccess;
 use crate::stream::Stream;
-use bitflags::bitflags;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-bitflags! {
+flags! {
     /// How a graph is instantiated (`CUgraphInstantiate_flags`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash)]
     pub struct InstantiateFlags: u64 {
         /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees the memory
         /// that allocation nodes of the previous launch left allocated.

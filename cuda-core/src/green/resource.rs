@@ -4,13 +4,13 @@
 use crate::context::Context;
 use crate::device::{self, Device};
 use crate::error::{Error, Result, check};
-use bitflags::bitflags;
+use crate::flags::flags;
 use cuda_driver_sys as sys;
 use std::mem::size_of;
 
-bitflags! {
+flags! {
     /// Flags of [`SmResource::split_by_count`] (`CUdevSmResourceSplitByCount_flags`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct SplitFlags: u32 {
         /// `CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING`: treat every SM on its own, for
         /// smaller groups, at the cost of features that need SMs scheduled together (large
@@ -270,12 +270,12 @@ impl SmResource {
 mod structured {
     use super::{SmResource, SmSplit};
     use crate::error::{Error, Result, check};
-    use bitflags::bitflags;
+    use crate::flags::flags;
     use cuda_driver_sys as sys;
 
-    bitflags! {
+    flags! {
         /// Flags of one group of [`SmResource::split`] (`CUdevSmResourceGroup_flags`).
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
         pub struct SmGroupFlags: u32 {
             /// `CU_DEV_SM_RESOURCE_GROUP_BACKFILL`: take the co-scheduling constraint as a
             /// hint, filling the group up to its SM count with other SMs where needed.

@@ -4,17 +4,17 @@
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
+use crate::flags::flags;
 use crate::stream::Stream;
-use bitflags::bitflags;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-bitflags! {
+flags! {
     /// Array creation flags (`CUDA_ARRAY3D_*`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct ArrayFlags: u32 {
         /// `CUDA_ARRAY3D_LAYERED`: a layered array; `depth` is the number of layers.
         const LAYERED = 0x01;

@@ -4,14 +4,14 @@
 use super::checked_bytes;
 use crate::context::Context;
 use crate::error::{Result, check};
-use bitflags::bitflags;
+use crate::flags::flags;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
 
-bitflags! {
+flags! {
     /// Flags of [`PinnedBuffer::with_flags`](super::PinnedBuffer::with_flags) (`CU_MEMHOSTALLOC_*`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct HostAllocFlags: u32 {
         /// `CU_MEMHOSTALLOC_PORTABLE`: pinned for every context, not only the allocating one.
         const PORTABLE = 0x1;
@@ -23,9 +23,9 @@ bitflags! {
     }
 }
 
-bitflags! {
+flags! {
     /// Flags of [`RegisteredHostMemory::register`] (`CU_MEMHOSTREGISTER_*`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct HostRegisterFlags: u32 {
         /// `CU_MEMHOSTREGISTER_PORTABLE`: pinned for every context.
         const PORTABLE = 0x1;

@@ -6,8 +6,8 @@ use super::comm::Communicator;
 use super::version::{require, since};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::flags::flags;
 use crate::memory::{DeviceView, DeviceViewMut};
-use bitflags::bitflags;
 use bytemuck::Pod;
 use nccl_sys as nccl;
 use std::ffi::c_void;
@@ -148,9 +148,9 @@ impl<T> Drop for Registration<'_, T> {
     }
 }
 
-bitflags! {
+flags! {
     /// How a window is registered (`NCCL_WIN_*`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash)]
     pub struct WindowFlags: u32 {
         /// `NCCL_WIN_COLL_SYMMETRIC`: every rank registers memory of the same size, for
         /// symmetric collective kernels.

@@ -3,13 +3,13 @@
 
 use super::Stream;
 use crate::error::{Error, Result, check};
-use bitflags::bitflags;
+use crate::flags::flags;
 use cuda_driver_sys as sys;
 
-bitflags! {
+flags! {
     /// How [`Stream::wait_value_32`] compares (`CUstreamWaitValue_flags`). The comparison is
     /// one of `GEQ` (the default, 0), `EQ`, `AND`, `NOR`; `FLUSH` may be added.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct StreamWaitValueFlags: u32 {
         /// `CU_STREAM_WAIT_VALUE_EQ`: wait until `*addr == value`.
         const EQ = 0x1;
@@ -22,9 +22,9 @@ bitflags! {
     }
 }
 
-bitflags! {
+flags! {
     /// Flags of [`Stream::write_value_32`] (`CUstreamWriteValue_flags`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct StreamWriteValueFlags: u32 {
         /// `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`: skip the memory barrier before the write.
         const NO_MEMORY_BARRIER = 0x1;

@@ -24,17 +24,18 @@ pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus, SyncPoli
 pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
 
 use crate::context::Context;
+#[cfg(feature = "green")]
 use crate::context::GreenHandle;
 use crate::device::Device;
 use crate::error::{Result, check};
-use bitflags::bitflags;
+use crate::flags::flags;
 use cuda_driver_sys as sys;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-bitflags! {
+flags! {
     /// Stream creation flags (`CUstream_flags`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct StreamFlags: u32 {
         /// `CU_STREAM_NON_BLOCKING`: the stream does not synchronize with the legacy default
         /// stream.
@@ -42,9 +43,9 @@ bitflags! {
     }
 }
 
-bitflags! {
+flags! {
     /// Flags of [`Stream::wait_event_with_flags`] (`CUevent_wait_flags`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct EventWaitFlags: u32 {
         /// `CU_EVENT_WAIT_EXTERNAL`: in stream capture, wait as an external-event node.
         const EXTERNAL = 0x1;
@@ -64,6 +65,7 @@ struct StreamInner {
     thread: Option<std::thread::ThreadId>,
     /// For a stream made on a green context, that green context, which must outlive the stream
     /// (`ctx` is then the device's primary context, which the green context shares).
+    #[cfg(feature = "green")]
     green: Option<Arc<GreenHandle>>,
 }
 
@@ -162,11 +164,22 @@ impl Stream {
         let per_thread =
             raw == sys::CU_STREAM_PER_THREAD || (raw.is_null() && sys::per_thread_default_stream());
         let thread = per_thread.then(|| std::thread::current().id());
-        Stream { inner: Arc::new(StreamInner { raw, ctx: ctx.clone(), owned, default, thread, green: None }) }
+        Stream {
+            inner: Arc::new(StreamInner {
+                raw,
+                ctx: ctx.clone(),
+                owned,
+                default,
+                thread,
+                #[cfg(feature = "green")]
+                green: None,
+            }),
+        }
     }
 
     /// Takes a stream `cuGreenCtxStreamCreate` made on `green`, owned, with `ctx` the primary
     /// context the green context shares; the stream holds `green`.
+    #[cfg(feature = "green")]
     pub(crate) fn wrap_green(ctx: &Context, raw: sys::CUstream, green: Arc<GreenHandle>) -> Stream {
         Stream {
             inner: Arc::new(StreamInner {
@@ -182,6 +195,7 @@ impl Stream {
 
     /// The green context a stream made by [`GreenContext::stream`](crate::green::GreenContext::stream)
     /// holds.
+    #[cfg(feature = "green")]
     pub(crate) fn green_handle(&self) -> Option<&Arc<GreenHandle>> {
         self.inner.green.as_ref()
     }

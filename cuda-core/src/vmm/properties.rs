@@ -4,14 +4,14 @@
 
 use crate::device::Device;
 use crate::error::{Error, Result, check};
+use crate::flags::flags;
 use crate::memory::MemLocation;
-use bitflags::bitflags;
 use cuda_driver_sys as sys;
 
-bitflags! {
+flags! {
     /// The kinds of shareable handle a physical allocation may be exported as
     /// (`CUmemAllocationHandleType`, a bit mask).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct HandleTypes: u32 {
         /// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`: a file descriptor another process on
         /// this host can import (sent over a Unix socket with `SCM_RIGHTS`).

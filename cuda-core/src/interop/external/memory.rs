@@ -3,10 +3,10 @@
 use super::{Raw, Refused, Win32Handle, fd_raw, settle, unsupported_win32};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
+use crate::flags::flags;
 use crate::memory::{ArrayDescriptor, MipmappedArray, checked_bytes};
 use crate::pool::{Allocator, DeviceAllocation, StreamRef};
 use crate::{DeviceBuffer, Stream};
-use bitflags::bitflags;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
@@ -92,9 +92,9 @@ impl MemoryHandle {
     }
 }
 
-bitflags! {
+flags! {
     /// Flags of an external memory import.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct ExternalMemoryFlags: u32 {
         /// `CUDA_EXTERNAL_MEMORY_DEDICATED`: the object is a dedicated allocation (Vulkan's
         /// `VkMemoryDedicatedAllocateInfo`, a committed Direct3D 12 resource); must match how

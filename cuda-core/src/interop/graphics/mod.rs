@@ -61,11 +61,11 @@ pub use gl::{GlDeviceList, GlImageTarget, gl_devices};
 use crate::Stream;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
+use crate::flags::flags;
 use crate::memory::{
     Array, BorrowedArray, BorrowedMipmappedArray, DeviceView, DeviceViewMut, MipmappedArray,
 };
 use crate::stream::{StreamUses, order_after};
-use bitflags::bitflags;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -73,9 +73,9 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-bitflags! {
+flags! {
     /// How CUDA will use a resource, given when it is registered (`CU_GRAPHICS_REGISTER_FLAGS_*`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct RegisterFlags: u32 {
         /// CUDA only reads it.
         const READ_ONLY = 0x1;
