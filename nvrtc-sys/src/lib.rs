@@ -19,6 +19,11 @@ extern crate std;
 #[allow(missing_docs, unpredictable_function_pointer_comparisons, clippy::all, clippy::pedantic)]
 mod types {
     include!("generated/types.rs");
+    // bindgen's layout checks (size, alignment and field offsets of every C type) are compiled
+    // by `cargo test` only, which CI runs: in the builds of dependents they would cost type
+    // checking every time and check nothing the tests have not.
+    #[cfg(test)]
+    include!("generated/layout.rs");
 }
 pub use types::*;
 

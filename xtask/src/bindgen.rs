@@ -1,4 +1,4 @@
-//! `cargo xtask bindgen`: regenerates the four `-sys` crates from the headers.
+//! `cargo xtask bindgen`: regenerates the `-sys` crates from the headers.
 
 use crate::abi::AbiTable;
 use crate::cmacros::{self, Rename};
@@ -476,18 +476,32 @@ fn generate_crate(spec: &CrateSpec, file: syn::File) -> Result<Vec<GeneratedFile
             spec.headers_named, spec.origin
         )
     };
-    let types_text = format!(
-        "{}\n{}",
-        header("C types and constants"),
-        prettyplease::unparse(&syn::File { shebang: None, attrs: vec![], items: types })
-    );
     let functions_text =
         format!("{}\n{}", header("C functions"), render_functions(spec, &functions, &renames, &abi)?);
+    let (layout, types) = split_layout_checks(types);
+    let unparse =
+        |items: Vec<syn::Item>| prettyplease::unparse(&syn::File { shebang: None, attrs: vec![], items });
+    let types_text = format!("{}\n{}", header("C types and constants"), unparse(types));
+    let layout_text = format!(
+        "{}// Included by the crate only under `#[cfg(test)]`, in the module of the types: the checks\n\
+         // run in `cargo test` and cost nothing in the builds of the crate's users.\n\n{}",
+        header("Layout checks (size, alignment, field offsets) of the C types"),
+        unparse(layout)
+    );
     let base = PathBuf::from(spec.dir).join("src/generated");
     Ok(vec![
         GeneratedFile { path: base.join("types.rs"), text: types_text },
+        GeneratedFile { path: base.join("layout.rs"), text: layout_text },
         GeneratedFile { path: base.join("functions.rs"), text: functions_text },
     ])
+}
+
+/// Splits bindgen's layout checks (the anonymous `const _: () = { ... };` blocks that assert each
+/// struct's size, alignment and field offsets against the C compiler's) from the other items,
+/// keeping the order of each: `(checks, others)`. The checks go to `layout.rs`, which the crates
+/// compile in their tests only, so that every build of a dependent does not evaluate them.
+fn split_layout_checks(items: Vec<syn::Item>) -> (Vec<syn::Item>, Vec<syn::Item>) {
+    items.into_iter().partition(|item| matches!(item, syn::Item::Const(c) if c.ident == "_"))
 }
 
 /// For every newtype enum, a `name()` giving the C name of a value, so that statuses and
@@ -747,6 +761,26 @@ mod tests {
             arg_types: vec![],
             ret_type: None,
         }
+    }
+
+    #[test]
+    fn layout_checks_are_split_from_the_types_in_order() {
+        let file: syn::File = syn::parse_str(
+            "pub struct A { pub x: i32 }\n\
+             #[allow(clippy::unnecessary_operation, clippy::identity_op)]\n\
+             const _: () = { [\"Size of A\"][::core::mem::size_of::<A>() - 4usize]; };\n\
+             pub const B: u32 = 1;\n\
+             pub struct C { pub y: u8 }\n\
+             const _: () = { [\"Size of C\"][::core::mem::size_of::<C>() - 1usize]; };\n",
+        )
+        .unwrap();
+        let (layout, types) = split_layout_checks(file.items);
+        let names: Vec<String> = types.iter().filter_map(item_name).collect();
+        assert_eq!(names, ["A", "B", "C"]);
+        let checks: Vec<String> = layout.iter().map(|i| quote::quote!(#i).to_string()).collect();
+        assert_eq!(checks.len(), 2);
+        assert!(checks[0].contains("Size of A") && checks[0].contains("allow"), "{checks:?}");
+        assert!(checks[1].contains("Size of C"), "{checks:?}");
     }
 
     #[test]

@@ -24,14 +24,18 @@ fn functions(text: &str) -> BTreeSet<String> {
     }
 }
 
-fn structs(text: &str) -> BTreeMap<String, (Vec<String>, Option<usize>)> {
+/// The structs of `types_text` with their sizes from the layout checks, which are in
+/// `layout_text` (`layout.rs`) or, in files generated before the split, in `types_text` itself.
+fn structs(types_text: &str, layout_text: &str) -> BTreeMap<String, (Vec<String>, Option<usize>)> {
     let mut out = BTreeMap::new();
-    let Ok(file) = syn::parse_file(text) else { return out };
+    let Ok(file) = syn::parse_file(types_text) else { return out };
     let sizes: BTreeMap<String, usize> =
         match Regex::new(r#""Size of (\w+)",?\s*\]\[[^\]]*?-\s*(\d+)usize\]"#) {
-            Ok(re) => {
-                re.captures_iter(text).filter_map(|c| Some((c[1].to_string(), c[2].parse().ok()?))).collect()
-            }
+            Ok(re) => [types_text, layout_text]
+                .iter()
+                .flat_map(|text| re.captures_iter(text))
+                .filter_map(|c| Some((c[1].to_string(), c[2].parse().ok()?)))
+                .collect(),
             Err(_) => BTreeMap::new(),
         };
     for item in file.items {
@@ -53,8 +57,8 @@ fn structs(text: &str) -> BTreeMap<String, (Vec<String>, Option<usize>)> {
     out
 }
 
-fn surface(functions_text: &str, types_text: &str) -> Surface {
-    Surface { functions: functions(functions_text), structs: structs(types_text) }
+fn surface(functions_text: &str, types_text: &str, layout_text: &str) -> Surface {
+    Surface { functions: functions(functions_text), structs: structs(types_text, layout_text) }
 }
 
 fn list(out: &mut String, title: &str, names: &[&String]) {
@@ -114,12 +118,13 @@ pub fn report(root: &Path, files: &[GeneratedFile]) -> String {
     for krate in crates {
         let functions_path = Path::new(&krate).join("src/generated/functions.rs");
         let types_path = Path::new(&krate).join("src/generated/types.rs");
+        let layout_path = Path::new(&krate).join("src/generated/layout.rs");
         let (Some(new_functions), Some(new_types)) = (text_of(&functions_path), text_of(&types_path)) else {
             continue;
         };
         let read = |p: &Path| std::fs::read_to_string(root.join(p)).unwrap_or_default();
-        let old = surface(&read(&functions_path), &read(&types_path));
-        let new = surface(new_functions, new_types);
+        let old = surface(&read(&functions_path), &read(&types_path), &read(&layout_path));
+        let new = surface(new_functions, new_types, text_of(&layout_path).unwrap_or_default());
         out.push_str(&compare(&krate, &old, &new));
     }
     if out.is_empty() { "no change to the API surface\n".into() } else { out }
@@ -132,14 +137,15 @@ mod tests {
     const OLD_TYPES: &str = "pub struct A { pub x: i32 }\n\
         const _: () = { [\"Size of A\"][::core::mem::size_of::<A>() - 4usize]; };\n\
         pub struct Gone { pub y: u8 }\n";
+    // Files generated since the split keep the layout checks in `layout.rs`.
     const NEW_TYPES: &str = "pub struct A { pub x: i32, pub z: u64 }\n\
-        const _: () = { [\"Size of A\"][::core::mem::size_of::<A>() - 16usize]; };\n\
         pub struct Fresh { pub y: u8 }\n";
+    const NEW_LAYOUT: &str = "const _: () = { [\"Size of A\"][::core::mem::size_of::<A>() - 16usize]; };\n";
 
     #[test]
     fn functions_and_structs_are_compared() {
-        let old = surface("x! {\n    cuA() -> i32 => 1;\n    cuB() -> i32 => 1;\n}\n", OLD_TYPES);
-        let new = surface("x! {\n    cuA() -> i32 => 1;\n    cuC() -> i32 => 1;\n}\n", NEW_TYPES);
+        let old = surface("x! {\n    cuA() -> i32 => 1;\n    cuB() -> i32 => 1;\n}\n", OLD_TYPES, "");
+        let new = surface("x! {\n    cuA() -> i32 => 1;\n    cuC() -> i32 => 1;\n}\n", NEW_TYPES, NEW_LAYOUT);
         let text = compare("cuda-driver-sys", &old, &new);
         assert!(text.starts_with("cuda-driver-sys:\n"), "{text}");
         assert!(text.contains("functions added (1): cuC"), "{text}");

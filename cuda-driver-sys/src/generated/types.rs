@@ -205,32 +205,12 @@ pub type CUgreenCtx = *mut CUgreenCtx_st;
 pub struct CUuuid_st {
     pub bytes: [::core::ffi::c_char; 16usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUuuid_st"][::core::mem::size_of::<CUuuid_st>() - 16usize];
-    ["Alignment of CUuuid_st"][::core::mem::align_of::<CUuuid_st>() - 1usize];
-    [
-        "Offset of field: CUuuid_st::bytes",
-    ][::core::mem::offset_of!(CUuuid_st, bytes) - 0usize];
-};
 pub type CUuuid = CUuuid_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUmemFabricHandle_st {
     pub data: [::core::ffi::c_uchar; 64usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemFabricHandle_st",
-    ][::core::mem::size_of::<CUmemFabricHandle_st>() - 64usize];
-    [
-        "Alignment of CUmemFabricHandle_st",
-    ][::core::mem::align_of::<CUmemFabricHandle_st>() - 1usize];
-    [
-        "Offset of field: CUmemFabricHandle_st::data",
-    ][::core::mem::offset_of!(CUmemFabricHandle_st, data) - 0usize];
-};
 impl Default for CUmemFabricHandle_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -247,18 +227,6 @@ pub type CUmemFabricHandle = CUmemFabricHandle_v1;
 pub struct CUipcEventHandle_st {
     pub reserved: [::core::ffi::c_char; 64usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUipcEventHandle_st",
-    ][::core::mem::size_of::<CUipcEventHandle_st>() - 64usize];
-    [
-        "Alignment of CUipcEventHandle_st",
-    ][::core::mem::align_of::<CUipcEventHandle_st>() - 1usize];
-    [
-        "Offset of field: CUipcEventHandle_st::reserved",
-    ][::core::mem::offset_of!(CUipcEventHandle_st, reserved) - 0usize];
-};
 impl Default for CUipcEventHandle_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -275,16 +243,6 @@ pub type CUipcEventHandle = CUipcEventHandle_v1;
 pub struct CUipcMemHandle_st {
     pub reserved: [::core::ffi::c_char; 64usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUipcMemHandle_st"][::core::mem::size_of::<CUipcMemHandle_st>() - 64usize];
-    [
-        "Alignment of CUipcMemHandle_st",
-    ][::core::mem::align_of::<CUipcMemHandle_st>() - 1usize];
-    [
-        "Offset of field: CUipcMemHandle_st::reserved",
-    ][::core::mem::offset_of!(CUipcMemHandle_st, reserved) - 0usize];
-};
 impl Default for CUipcMemHandle_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -626,31 +584,6 @@ pub union CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindge
     pub value: cuuint32_t,
     pub value64: cuuint64_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1",
-    ][::core::mem::size_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Alignment of CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1",
-    ][::core::mem::align_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1::value",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1,
-        value
-    ) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1::value64",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1,
-        value64
-    ) - 0usize];
-};
 impl Default
 for CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1 {
     fn default() -> Self {
@@ -661,39 +594,6 @@ for CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st",
-    ][::core::mem::size_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st,
-    >() - 40usize];
-    [
-        "Alignment of CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st",
-    ][::core::mem::align_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st,
-    >() - 8usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st::operation",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st, operation
-    ) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st::address",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st, address
-    ) - 8usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st::flags",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st, flags
-    ) - 24usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st::alias",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st, alias
-    ) - 32usize];
-};
 impl Default for CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -718,31 +618,6 @@ pub union CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindg
     pub value: cuuint32_t,
     pub value64: cuuint64_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1",
-    ][::core::mem::size_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Alignment of CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1",
-    ][::core::mem::align_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1::value",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1,
-        value
-    ) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1::value64",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1,
-        value64
-    ) - 0usize];
-};
 impl Default
 for CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1 {
     fn default() -> Self {
@@ -753,39 +628,6 @@ for CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st",
-    ][::core::mem::size_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st,
-    >() - 40usize];
-    [
-        "Alignment of CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st",
-    ][::core::mem::align_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st,
-    >() - 8usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st::operation",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st, operation
-    ) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st::address",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st, address
-    ) - 8usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st::flags",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st, flags
-    ) - 24usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st::alias",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st, alias
-    ) - 32usize];
-};
 impl Default for CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -801,29 +643,6 @@ pub struct CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_s
     pub operation: CUstreamBatchMemOpType,
     pub flags: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st",
-    ][::core::mem::size_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st,
-    >() - 8usize];
-    [
-        "Alignment of CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st",
-    ][::core::mem::align_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st,
-    >() - 4usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st::operation",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st, operation
-    ) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st::flags",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st, flags
-    ) - 4usize];
-};
 impl Default for CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -839,29 +658,6 @@ pub struct CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st {
     pub operation: CUstreamBatchMemOpType,
     pub flags: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st",
-    ][::core::mem::size_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st,
-    >() - 8usize];
-    [
-        "Alignment of CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st",
-    ][::core::mem::align_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st,
-    >() - 4usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st::operation",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st, operation
-    ) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st::flags",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st, flags
-    ) - 4usize];
-};
 impl Default for CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -882,54 +678,6 @@ pub struct CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st 
     pub value: cuuint64_t,
     pub alias: CUdeviceptr,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st",
-    ][::core::mem::size_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st,
-    >() - 40usize];
-    [
-        "Alignment of CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st",
-    ][::core::mem::align_of::<
-        CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st,
-    >() - 8usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st::operation",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st, operation
-    ) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st::flags",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st, flags
-    ) - 4usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st::reductionOp",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st, reductionOp
-    ) - 8usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st::dataType",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st, dataType
-    ) - 12usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st::address",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st, address
-    ) - 16usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st::value",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st, value
-    ) - 24usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st::alias",
-    ][::core::mem::offset_of!(
-        CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st, alias
-    ) - 32usize];
-};
 impl Default for CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -939,37 +687,6 @@ impl Default for CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionPara
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUstreamBatchMemOpParams_union",
-    ][::core::mem::size_of::<CUstreamBatchMemOpParams_union>() - 48usize];
-    [
-        "Alignment of CUstreamBatchMemOpParams_union",
-    ][::core::mem::align_of::<CUstreamBatchMemOpParams_union>() - 8usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union::operation",
-    ][::core::mem::offset_of!(CUstreamBatchMemOpParams_union, operation) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union::waitValue",
-    ][::core::mem::offset_of!(CUstreamBatchMemOpParams_union, waitValue) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union::writeValue",
-    ][::core::mem::offset_of!(CUstreamBatchMemOpParams_union, writeValue) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union::flushRemoteWrites",
-    ][::core::mem::offset_of!(CUstreamBatchMemOpParams_union, flushRemoteWrites)
-        - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union::memoryBarrier",
-    ][::core::mem::offset_of!(CUstreamBatchMemOpParams_union, memoryBarrier) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union::atomicReduction",
-    ][::core::mem::offset_of!(CUstreamBatchMemOpParams_union, atomicReduction) - 0usize];
-    [
-        "Offset of field: CUstreamBatchMemOpParams_union::pad",
-    ][::core::mem::offset_of!(CUstreamBatchMemOpParams_union, pad) - 0usize];
-};
 impl Default for CUstreamBatchMemOpParams_union {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -989,28 +706,6 @@ pub struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st {
     pub paramArray: *mut CUstreamBatchMemOpParams,
     pub flags: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st",
-    ][::core::mem::size_of::<CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st>() - 32usize];
-    [
-        "Alignment of CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st",
-    ][::core::mem::align_of::<CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st>() - 8usize];
-    [
-        "Offset of field: CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st::ctx",
-    ][::core::mem::offset_of!(CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st, ctx) - 0usize];
-    [
-        "Offset of field: CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st::count",
-    ][::core::mem::offset_of!(CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st, count) - 8usize];
-    [
-        "Offset of field: CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st::paramArray",
-    ][::core::mem::offset_of!(CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st, paramArray)
-        - 16usize];
-    [
-        "Offset of field: CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st::flags",
-    ][::core::mem::offset_of!(CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st, flags) - 24usize];
-};
 impl Default for CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1030,28 +725,6 @@ pub struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st {
     pub paramArray: *mut CUstreamBatchMemOpParams,
     pub flags: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st",
-    ][::core::mem::size_of::<CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st>() - 32usize];
-    [
-        "Alignment of CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st",
-    ][::core::mem::align_of::<CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st>() - 8usize];
-    [
-        "Offset of field: CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st::ctx",
-    ][::core::mem::offset_of!(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st, ctx) - 0usize];
-    [
-        "Offset of field: CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st::count",
-    ][::core::mem::offset_of!(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st, count) - 8usize];
-    [
-        "Offset of field: CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st::paramArray",
-    ][::core::mem::offset_of!(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st, paramArray)
-        - 16usize];
-    [
-        "Offset of field: CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st::flags",
-    ][::core::mem::offset_of!(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st, flags) - 24usize];
-};
 impl Default for CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1109,35 +782,6 @@ pub union CUasyncNotificationInfo_st__bindgen_ty_1 {
 pub struct CUasyncNotificationInfo_st__bindgen_ty_1__bindgen_ty_1 {
     pub bytesOverBudget: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUasyncNotificationInfo_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<CUasyncNotificationInfo_st__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Alignment of CUasyncNotificationInfo_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<CUasyncNotificationInfo_st__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUasyncNotificationInfo_st__bindgen_ty_1__bindgen_ty_1::bytesOverBudget",
-    ][::core::mem::offset_of!(
-        CUasyncNotificationInfo_st__bindgen_ty_1__bindgen_ty_1, bytesOverBudget
-    ) - 0usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUasyncNotificationInfo_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUasyncNotificationInfo_st__bindgen_ty_1>() - 8usize];
-    [
-        "Alignment of CUasyncNotificationInfo_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUasyncNotificationInfo_st__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: CUasyncNotificationInfo_st__bindgen_ty_1::overBudget",
-    ][::core::mem::offset_of!(CUasyncNotificationInfo_st__bindgen_ty_1, overBudget)
-        - 0usize];
-};
 impl Default for CUasyncNotificationInfo_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1147,21 +791,6 @@ impl Default for CUasyncNotificationInfo_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUasyncNotificationInfo_st",
-    ][::core::mem::size_of::<CUasyncNotificationInfo_st>() - 16usize];
-    [
-        "Alignment of CUasyncNotificationInfo_st",
-    ][::core::mem::align_of::<CUasyncNotificationInfo_st>() - 8usize];
-    [
-        "Offset of field: CUasyncNotificationInfo_st::type_",
-    ][::core::mem::offset_of!(CUasyncNotificationInfo_st, type_) - 0usize];
-    [
-        "Offset of field: CUasyncNotificationInfo_st::info",
-    ][::core::mem::offset_of!(CUasyncNotificationInfo_st, info) - 8usize];
-};
 impl Default for CUasyncNotificationInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1835,41 +1464,6 @@ pub struct CUdevprop_st {
     pub clockRate: ::core::ffi::c_int,
     pub textureAlign: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUdevprop_st"][::core::mem::size_of::<CUdevprop_st>() - 56usize];
-    ["Alignment of CUdevprop_st"][::core::mem::align_of::<CUdevprop_st>() - 4usize];
-    [
-        "Offset of field: CUdevprop_st::maxThreadsPerBlock",
-    ][::core::mem::offset_of!(CUdevprop_st, maxThreadsPerBlock) - 0usize];
-    [
-        "Offset of field: CUdevprop_st::maxThreadsDim",
-    ][::core::mem::offset_of!(CUdevprop_st, maxThreadsDim) - 4usize];
-    [
-        "Offset of field: CUdevprop_st::maxGridSize",
-    ][::core::mem::offset_of!(CUdevprop_st, maxGridSize) - 16usize];
-    [
-        "Offset of field: CUdevprop_st::sharedMemPerBlock",
-    ][::core::mem::offset_of!(CUdevprop_st, sharedMemPerBlock) - 28usize];
-    [
-        "Offset of field: CUdevprop_st::totalConstantMemory",
-    ][::core::mem::offset_of!(CUdevprop_st, totalConstantMemory) - 32usize];
-    [
-        "Offset of field: CUdevprop_st::SIMDWidth",
-    ][::core::mem::offset_of!(CUdevprop_st, SIMDWidth) - 36usize];
-    [
-        "Offset of field: CUdevprop_st::memPitch",
-    ][::core::mem::offset_of!(CUdevprop_st, memPitch) - 40usize];
-    [
-        "Offset of field: CUdevprop_st::regsPerBlock",
-    ][::core::mem::offset_of!(CUdevprop_st, regsPerBlock) - 44usize];
-    [
-        "Offset of field: CUdevprop_st::clockRate",
-    ][::core::mem::offset_of!(CUdevprop_st, clockRate) - 48usize];
-    [
-        "Offset of field: CUdevprop_st::textureAlign",
-    ][::core::mem::offset_of!(CUdevprop_st, textureAlign) - 52usize];
-};
 pub type CUdevprop_v1 = CUdevprop_st;
 pub type CUdevprop = CUdevprop_v1;
 impl CUpointer_attribute_enum {
@@ -2369,30 +1963,6 @@ pub struct CUaccessPolicyWindow_st {
     pub hitProp: CUaccessProperty,
     pub missProp: CUaccessProperty,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUaccessPolicyWindow_st",
-    ][::core::mem::size_of::<CUaccessPolicyWindow_st>() - 32usize];
-    [
-        "Alignment of CUaccessPolicyWindow_st",
-    ][::core::mem::align_of::<CUaccessPolicyWindow_st>() - 8usize];
-    [
-        "Offset of field: CUaccessPolicyWindow_st::base_ptr",
-    ][::core::mem::offset_of!(CUaccessPolicyWindow_st, base_ptr) - 0usize];
-    [
-        "Offset of field: CUaccessPolicyWindow_st::num_bytes",
-    ][::core::mem::offset_of!(CUaccessPolicyWindow_st, num_bytes) - 8usize];
-    [
-        "Offset of field: CUaccessPolicyWindow_st::hitRatio",
-    ][::core::mem::offset_of!(CUaccessPolicyWindow_st, hitRatio) - 16usize];
-    [
-        "Offset of field: CUaccessPolicyWindow_st::hitProp",
-    ][::core::mem::offset_of!(CUaccessPolicyWindow_st, hitProp) - 20usize];
-    [
-        "Offset of field: CUaccessPolicyWindow_st::missProp",
-    ][::core::mem::offset_of!(CUaccessPolicyWindow_st, missProp) - 24usize];
-};
 impl Default for CUaccessPolicyWindow_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2418,45 +1988,6 @@ pub struct CUDA_KERNEL_NODE_PARAMS_st {
     pub kernelParams: *mut *mut ::core::ffi::c_void,
     pub extra: *mut *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_KERNEL_NODE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_st>() - 56usize];
-    [
-        "Alignment of CUDA_KERNEL_NODE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_KERNEL_NODE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::func",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, func) - 0usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::gridDimX",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, gridDimX) - 8usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::gridDimY",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, gridDimY) - 12usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::gridDimZ",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, gridDimZ) - 16usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::blockDimX",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, blockDimX) - 20usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::blockDimY",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, blockDimY) - 24usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::blockDimZ",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, blockDimZ) - 28usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::sharedMemBytes",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, sharedMemBytes) - 32usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::kernelParams",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, kernelParams) - 40usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::extra",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, extra) - 48usize];
-};
 impl Default for CUDA_KERNEL_NODE_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2483,51 +2014,6 @@ pub struct CUDA_KERNEL_NODE_PARAMS_v2_st {
     pub kern: CUkernel,
     pub ctx: CUcontext,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_KERNEL_NODE_PARAMS_v2_st",
-    ][::core::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_v2_st>() - 72usize];
-    [
-        "Alignment of CUDA_KERNEL_NODE_PARAMS_v2_st",
-    ][::core::mem::align_of::<CUDA_KERNEL_NODE_PARAMS_v2_st>() - 8usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::func",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, func) - 0usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimX",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimX) - 8usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimY",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimY) - 12usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimZ",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimZ) - 16usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimX",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimX) - 20usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimY",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimY) - 24usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimZ",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimZ) - 28usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::sharedMemBytes",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, sharedMemBytes) - 32usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::kernelParams",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, kernelParams) - 40usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::extra",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, extra) - 48usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::kern",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, kern) - 56usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::ctx",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, ctx) - 64usize];
-};
 impl Default for CUDA_KERNEL_NODE_PARAMS_v2_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2555,51 +2041,6 @@ pub struct CUDA_KERNEL_NODE_PARAMS_v3_st {
     pub kern: CUkernel,
     pub ctx: CUcontext,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_KERNEL_NODE_PARAMS_v3_st",
-    ][::core::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_v3_st>() - 72usize];
-    [
-        "Alignment of CUDA_KERNEL_NODE_PARAMS_v3_st",
-    ][::core::mem::align_of::<CUDA_KERNEL_NODE_PARAMS_v3_st>() - 8usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::func",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, func) - 0usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::gridDimX",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, gridDimX) - 8usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::gridDimY",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, gridDimY) - 12usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::gridDimZ",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, gridDimZ) - 16usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::blockDimX",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, blockDimX) - 20usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::blockDimY",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, blockDimY) - 24usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::blockDimZ",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, blockDimZ) - 28usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::sharedMemBytes",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, sharedMemBytes) - 32usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::kernelParams",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, kernelParams) - 40usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::extra",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, extra) - 48usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::kern",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, kern) - 56usize];
-    [
-        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::ctx",
-    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, ctx) - 64usize];
-};
 impl Default for CUDA_KERNEL_NODE_PARAMS_v3_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2620,33 +2061,6 @@ pub struct CUDA_MEMSET_NODE_PARAMS_st {
     pub width: usize,
     pub height: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_MEMSET_NODE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_MEMSET_NODE_PARAMS_st>() - 40usize];
-    [
-        "Alignment of CUDA_MEMSET_NODE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_MEMSET_NODE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::dst",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, dst) - 0usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::pitch",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, pitch) - 8usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::value",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, value) - 16usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::elementSize",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, elementSize) - 20usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::width",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, width) - 24usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::height",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, height) - 32usize];
-};
 pub type CUDA_MEMSET_NODE_PARAMS_v1 = CUDA_MEMSET_NODE_PARAMS_st;
 pub type CUDA_MEMSET_NODE_PARAMS = CUDA_MEMSET_NODE_PARAMS_v1;
 #[repr(C)]
@@ -2660,36 +2074,6 @@ pub struct CUDA_MEMSET_NODE_PARAMS_v2_st {
     pub height: usize,
     pub ctx: CUcontext,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_MEMSET_NODE_PARAMS_v2_st",
-    ][::core::mem::size_of::<CUDA_MEMSET_NODE_PARAMS_v2_st>() - 48usize];
-    [
-        "Alignment of CUDA_MEMSET_NODE_PARAMS_v2_st",
-    ][::core::mem::align_of::<CUDA_MEMSET_NODE_PARAMS_v2_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::dst",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, dst) - 0usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::pitch",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, pitch) - 8usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::value",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, value) - 16usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::elementSize",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, elementSize) - 20usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::width",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, width) - 24usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::height",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, height) - 32usize];
-    [
-        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::ctx",
-    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, ctx) - 40usize];
-};
 impl Default for CUDA_MEMSET_NODE_PARAMS_v2_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2706,21 +2090,6 @@ pub struct CUDA_HOST_NODE_PARAMS_st {
     pub fn_: CUhostFn,
     pub userData: *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_HOST_NODE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_HOST_NODE_PARAMS_st>() - 16usize];
-    [
-        "Alignment of CUDA_HOST_NODE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_HOST_NODE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_HOST_NODE_PARAMS_st::fn_",
-    ][::core::mem::offset_of!(CUDA_HOST_NODE_PARAMS_st, fn_) - 0usize];
-    [
-        "Offset of field: CUDA_HOST_NODE_PARAMS_st::userData",
-    ][::core::mem::offset_of!(CUDA_HOST_NODE_PARAMS_st, userData) - 8usize];
-};
 impl Default for CUDA_HOST_NODE_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2746,21 +2115,6 @@ pub union CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1 {
     pub ctx: CUcontext,
     pub gCtx: CUgreenCtx,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1>() - 8usize];
-    [
-        "Alignment of CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1::ctx",
-    ][::core::mem::offset_of!(CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1, ctx) - 0usize];
-    [
-        "Offset of field: CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1::gCtx",
-    ][::core::mem::offset_of!(CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1, gCtx) - 0usize];
-};
 impl Default for CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2770,24 +2124,6 @@ impl Default for CUDA_HOST_NODE_PARAMS_v2_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_HOST_NODE_PARAMS_v2_st",
-    ][::core::mem::size_of::<CUDA_HOST_NODE_PARAMS_v2_st>() - 32usize];
-    [
-        "Alignment of CUDA_HOST_NODE_PARAMS_v2_st",
-    ][::core::mem::align_of::<CUDA_HOST_NODE_PARAMS_v2_st>() - 8usize];
-    [
-        "Offset of field: CUDA_HOST_NODE_PARAMS_v2_st::fn_",
-    ][::core::mem::offset_of!(CUDA_HOST_NODE_PARAMS_v2_st, fn_) - 0usize];
-    [
-        "Offset of field: CUDA_HOST_NODE_PARAMS_v2_st::userData",
-    ][::core::mem::offset_of!(CUDA_HOST_NODE_PARAMS_v2_st, userData) - 8usize];
-    [
-        "Offset of field: CUDA_HOST_NODE_PARAMS_v2_st::syncMode",
-    ][::core::mem::offset_of!(CUDA_HOST_NODE_PARAMS_v2_st, syncMode) - 16usize];
-};
 impl Default for CUDA_HOST_NODE_PARAMS_v2_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2822,30 +2158,6 @@ pub struct CUDA_CONDITIONAL_NODE_PARAMS {
     pub phGraph_out: *mut CUgraph,
     pub ctx: CUcontext,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_CONDITIONAL_NODE_PARAMS",
-    ][::core::mem::size_of::<CUDA_CONDITIONAL_NODE_PARAMS>() - 32usize];
-    [
-        "Alignment of CUDA_CONDITIONAL_NODE_PARAMS",
-    ][::core::mem::align_of::<CUDA_CONDITIONAL_NODE_PARAMS>() - 8usize];
-    [
-        "Offset of field: CUDA_CONDITIONAL_NODE_PARAMS::handle",
-    ][::core::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, handle) - 0usize];
-    [
-        "Offset of field: CUDA_CONDITIONAL_NODE_PARAMS::type_",
-    ][::core::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, type_) - 8usize];
-    [
-        "Offset of field: CUDA_CONDITIONAL_NODE_PARAMS::size",
-    ][::core::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, size) - 12usize];
-    [
-        "Offset of field: CUDA_CONDITIONAL_NODE_PARAMS::phGraph_out",
-    ][::core::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, phGraph_out) - 16usize];
-    [
-        "Offset of field: CUDA_CONDITIONAL_NODE_PARAMS::ctx",
-    ][::core::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, ctx) - 24usize];
-};
 impl Default for CUDA_CONDITIONAL_NODE_PARAMS {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2923,27 +2235,6 @@ pub struct CUgraphEdgeData_st {
     pub type_: ::core::ffi::c_uchar,
     pub reserved: [::core::ffi::c_uchar; 5usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUgraphEdgeData_st",
-    ][::core::mem::size_of::<CUgraphEdgeData_st>() - 8usize];
-    [
-        "Alignment of CUgraphEdgeData_st",
-    ][::core::mem::align_of::<CUgraphEdgeData_st>() - 1usize];
-    [
-        "Offset of field: CUgraphEdgeData_st::from_port",
-    ][::core::mem::offset_of!(CUgraphEdgeData_st, from_port) - 0usize];
-    [
-        "Offset of field: CUgraphEdgeData_st::to_port",
-    ][::core::mem::offset_of!(CUgraphEdgeData_st, to_port) - 1usize];
-    [
-        "Offset of field: CUgraphEdgeData_st::type_",
-    ][::core::mem::offset_of!(CUgraphEdgeData_st, type_) - 2usize];
-    [
-        "Offset of field: CUgraphEdgeData_st::reserved",
-    ][::core::mem::offset_of!(CUgraphEdgeData_st, reserved) - 3usize];
-};
 pub type CUgraphEdgeData = CUgraphEdgeData_st;
 impl CUgraphInstantiateResult_enum {
     pub const CUDA_GRAPH_INSTANTIATE_SUCCESS: CUgraphInstantiateResult_enum = CUgraphInstantiateResult_enum(
@@ -2977,27 +2268,6 @@ pub struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
     pub hErrNode_out: CUgraphNode,
     pub result_out: CUgraphInstantiateResult,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_GRAPH_INSTANTIATE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_GRAPH_INSTANTIATE_PARAMS_st>() - 32usize];
-    [
-        "Alignment of CUDA_GRAPH_INSTANTIATE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_GRAPH_INSTANTIATE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_GRAPH_INSTANTIATE_PARAMS_st::flags",
-    ][::core::mem::offset_of!(CUDA_GRAPH_INSTANTIATE_PARAMS_st, flags) - 0usize];
-    [
-        "Offset of field: CUDA_GRAPH_INSTANTIATE_PARAMS_st::hUploadStream",
-    ][::core::mem::offset_of!(CUDA_GRAPH_INSTANTIATE_PARAMS_st, hUploadStream) - 8usize];
-    [
-        "Offset of field: CUDA_GRAPH_INSTANTIATE_PARAMS_st::hErrNode_out",
-    ][::core::mem::offset_of!(CUDA_GRAPH_INSTANTIATE_PARAMS_st, hErrNode_out) - 16usize];
-    [
-        "Offset of field: CUDA_GRAPH_INSTANTIATE_PARAMS_st::result_out",
-    ][::core::mem::offset_of!(CUDA_GRAPH_INSTANTIATE_PARAMS_st, result_out) - 24usize];
-};
 impl Default for CUDA_GRAPH_INSTANTIATE_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3062,21 +2332,6 @@ pub struct CUlaunchMemSyncDomainMap_st {
     pub default_: ::core::ffi::c_uchar,
     pub remote: ::core::ffi::c_uchar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlaunchMemSyncDomainMap_st",
-    ][::core::mem::size_of::<CUlaunchMemSyncDomainMap_st>() - 2usize];
-    [
-        "Alignment of CUlaunchMemSyncDomainMap_st",
-    ][::core::mem::align_of::<CUlaunchMemSyncDomainMap_st>() - 1usize];
-    [
-        "Offset of field: CUlaunchMemSyncDomainMap_st::default_",
-    ][::core::mem::offset_of!(CUlaunchMemSyncDomainMap_st, default_) - 0usize];
-    [
-        "Offset of field: CUlaunchMemSyncDomainMap_st::remote",
-    ][::core::mem::offset_of!(CUlaunchMemSyncDomainMap_st, remote) - 1usize];
-};
 pub type CUlaunchMemSyncDomainMap = CUlaunchMemSyncDomainMap_st;
 impl CUlaunchAttributePortableClusterMode_enum {
     pub const CU_LAUNCH_PORTABLE_CLUSTER_MODE_DEFAULT: CUlaunchAttributePortableClusterMode_enum = CUlaunchAttributePortableClusterMode_enum(
@@ -3203,24 +2458,6 @@ pub struct CUlaunchAttributeValue_union__bindgen_ty_1 {
     pub y: ::core::ffi::c_uint,
     pub z: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlaunchAttributeValue_union__bindgen_ty_1",
-    ][::core::mem::size_of::<CUlaunchAttributeValue_union__bindgen_ty_1>() - 12usize];
-    [
-        "Alignment of CUlaunchAttributeValue_union__bindgen_ty_1",
-    ][::core::mem::align_of::<CUlaunchAttributeValue_union__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_1::x",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_1, x) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_1::y",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_1, y) - 4usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_1::z",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_1, z) - 8usize];
-};
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUlaunchAttributeValue_union__bindgen_ty_2 {
@@ -3228,28 +2465,6 @@ pub struct CUlaunchAttributeValue_union__bindgen_ty_2 {
     pub flags: ::core::ffi::c_int,
     pub triggerAtBlockStart: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlaunchAttributeValue_union__bindgen_ty_2",
-    ][::core::mem::size_of::<CUlaunchAttributeValue_union__bindgen_ty_2>() - 16usize];
-    [
-        "Alignment of CUlaunchAttributeValue_union__bindgen_ty_2",
-    ][::core::mem::align_of::<CUlaunchAttributeValue_union__bindgen_ty_2>() - 8usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_2::event",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_2, event)
-        - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_2::flags",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_2, flags)
-        - 8usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_2::triggerAtBlockStart",
-    ][::core::mem::offset_of!(
-        CUlaunchAttributeValue_union__bindgen_ty_2, triggerAtBlockStart
-    ) - 12usize];
-};
 impl Default for CUlaunchAttributeValue_union__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3265,23 +2480,6 @@ pub struct CUlaunchAttributeValue_union__bindgen_ty_3 {
     pub event: CUevent,
     pub flags: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlaunchAttributeValue_union__bindgen_ty_3",
-    ][::core::mem::size_of::<CUlaunchAttributeValue_union__bindgen_ty_3>() - 16usize];
-    [
-        "Alignment of CUlaunchAttributeValue_union__bindgen_ty_3",
-    ][::core::mem::align_of::<CUlaunchAttributeValue_union__bindgen_ty_3>() - 8usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_3::event",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_3, event)
-        - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_3::flags",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_3, flags)
-        - 8usize];
-};
 impl Default for CUlaunchAttributeValue_union__bindgen_ty_3 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3298,48 +2496,12 @@ pub struct CUlaunchAttributeValue_union__bindgen_ty_4 {
     pub y: ::core::ffi::c_uint,
     pub z: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlaunchAttributeValue_union__bindgen_ty_4",
-    ][::core::mem::size_of::<CUlaunchAttributeValue_union__bindgen_ty_4>() - 12usize];
-    [
-        "Alignment of CUlaunchAttributeValue_union__bindgen_ty_4",
-    ][::core::mem::align_of::<CUlaunchAttributeValue_union__bindgen_ty_4>() - 4usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_4::x",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_4, x) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_4::y",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_4, y) - 4usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_4::z",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_4, z) - 8usize];
-};
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUlaunchAttributeValue_union__bindgen_ty_5 {
     pub deviceUpdatable: ::core::ffi::c_int,
     pub devNode: CUgraphDeviceNode,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlaunchAttributeValue_union__bindgen_ty_5",
-    ][::core::mem::size_of::<CUlaunchAttributeValue_union__bindgen_ty_5>() - 16usize];
-    [
-        "Alignment of CUlaunchAttributeValue_union__bindgen_ty_5",
-    ][::core::mem::align_of::<CUlaunchAttributeValue_union__bindgen_ty_5>() - 8usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_5::deviceUpdatable",
-    ][::core::mem::offset_of!(
-        CUlaunchAttributeValue_union__bindgen_ty_5, deviceUpdatable
-    ) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_5::devNode",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_5, devNode)
-        - 8usize];
-};
 impl Default for CUlaunchAttributeValue_union__bindgen_ty_5 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3349,79 +2511,6 @@ impl Default for CUlaunchAttributeValue_union__bindgen_ty_5 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlaunchAttributeValue_union",
-    ][::core::mem::size_of::<CUlaunchAttributeValue_union>() - 64usize];
-    [
-        "Alignment of CUlaunchAttributeValue_union",
-    ][::core::mem::align_of::<CUlaunchAttributeValue_union>() - 8usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::pad",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, pad) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::accessPolicyWindow",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, accessPolicyWindow)
-        - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::cooperative",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, cooperative) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::syncPolicy",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, syncPolicy) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::clusterDim",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, clusterDim) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::clusterSchedulingPolicyPreference",
-    ][::core::mem::offset_of!(
-        CUlaunchAttributeValue_union, clusterSchedulingPolicyPreference
-    ) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::programmaticStreamSerializationAllowed",
-    ][::core::mem::offset_of!(
-        CUlaunchAttributeValue_union, programmaticStreamSerializationAllowed
-    ) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::programmaticEvent",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, programmaticEvent) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::launchCompletionEvent",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, launchCompletionEvent)
-        - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::priority",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, priority) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::memSyncDomainMap",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, memSyncDomainMap) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::memSyncDomain",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, memSyncDomain) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::preferredClusterDim",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, preferredClusterDim)
-        - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::deviceUpdatableKernelNode",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, deviceUpdatableKernelNode)
-        - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::sharedMemCarveout",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, sharedMemCarveout) - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::nvlinkUtilCentricScheduling",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, nvlinkUtilCentricScheduling)
-        - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::portableClusterSizeMode",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, portableClusterSizeMode)
-        - 0usize];
-    [
-        "Offset of field: CUlaunchAttributeValue_union::sharedMemoryMode",
-    ][::core::mem::offset_of!(CUlaunchAttributeValue_union, sharedMemoryMode) - 0usize];
-};
 impl Default for CUlaunchAttributeValue_union {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3439,24 +2528,6 @@ pub struct CUlaunchAttribute_st {
     pub pad: [::core::ffi::c_char; 4usize],
     pub value: CUlaunchAttributeValue,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlaunchAttribute_st",
-    ][::core::mem::size_of::<CUlaunchAttribute_st>() - 72usize];
-    [
-        "Alignment of CUlaunchAttribute_st",
-    ][::core::mem::align_of::<CUlaunchAttribute_st>() - 8usize];
-    [
-        "Offset of field: CUlaunchAttribute_st::id",
-    ][::core::mem::offset_of!(CUlaunchAttribute_st, id) - 0usize];
-    [
-        "Offset of field: CUlaunchAttribute_st::pad",
-    ][::core::mem::offset_of!(CUlaunchAttribute_st, pad) - 4usize];
-    [
-        "Offset of field: CUlaunchAttribute_st::value",
-    ][::core::mem::offset_of!(CUlaunchAttribute_st, value) - 8usize];
-};
 impl Default for CUlaunchAttribute_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3481,43 +2552,6 @@ pub struct CUlaunchConfig_st {
     pub attrs: *mut CUlaunchAttribute,
     pub numAttrs: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUlaunchConfig_st"][::core::mem::size_of::<CUlaunchConfig_st>() - 56usize];
-    [
-        "Alignment of CUlaunchConfig_st",
-    ][::core::mem::align_of::<CUlaunchConfig_st>() - 8usize];
-    [
-        "Offset of field: CUlaunchConfig_st::gridDimX",
-    ][::core::mem::offset_of!(CUlaunchConfig_st, gridDimX) - 0usize];
-    [
-        "Offset of field: CUlaunchConfig_st::gridDimY",
-    ][::core::mem::offset_of!(CUlaunchConfig_st, gridDimY) - 4usize];
-    [
-        "Offset of field: CUlaunchConfig_st::gridDimZ",
-    ][::core::mem::offset_of!(CUlaunchConfig_st, gridDimZ) - 8usize];
-    [
-        "Offset of field: CUlaunchConfig_st::blockDimX",
-    ][::core::mem::offset_of!(CUlaunchConfig_st, blockDimX) - 12usize];
-    [
-        "Offset of field: CUlaunchConfig_st::blockDimY",
-    ][::core::mem::offset_of!(CUlaunchConfig_st, blockDimY) - 16usize];
-    [
-        "Offset of field: CUlaunchConfig_st::blockDimZ",
-    ][::core::mem::offset_of!(CUlaunchConfig_st, blockDimZ) - 20usize];
-    [
-        "Offset of field: CUlaunchConfig_st::sharedMemBytes",
-    ][::core::mem::offset_of!(CUlaunchConfig_st, sharedMemBytes) - 24usize];
-    [
-        "Offset of field: CUlaunchConfig_st::hStream",
-    ][::core::mem::offset_of!(CUlaunchConfig_st, hStream) - 32usize];
-    [
-        "Offset of field: CUlaunchConfig_st::attrs",
-    ][::core::mem::offset_of!(CUlaunchConfig_st, attrs) - 40usize];
-    [
-        "Offset of field: CUlaunchConfig_st::numAttrs",
-    ][::core::mem::offset_of!(CUlaunchConfig_st, numAttrs) - 48usize];
-};
 impl Default for CUlaunchConfig_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3611,18 +2645,6 @@ pub use self::CUexecAffinityType_enum as CUexecAffinityType;
 pub struct CUexecAffinitySmCount_st {
     pub val: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUexecAffinitySmCount_st",
-    ][::core::mem::size_of::<CUexecAffinitySmCount_st>() - 4usize];
-    [
-        "Alignment of CUexecAffinitySmCount_st",
-    ][::core::mem::align_of::<CUexecAffinitySmCount_st>() - 4usize];
-    [
-        "Offset of field: CUexecAffinitySmCount_st::val",
-    ][::core::mem::offset_of!(CUexecAffinitySmCount_st, val) - 0usize];
-};
 pub type CUexecAffinitySmCount_v1 = CUexecAffinitySmCount_st;
 pub type CUexecAffinitySmCount = CUexecAffinitySmCount_v1;
 #[repr(C)]
@@ -3636,18 +2658,6 @@ pub struct CUexecAffinityParam_st {
 pub union CUexecAffinityParam_st__bindgen_ty_1 {
     pub smCount: CUexecAffinitySmCount,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUexecAffinityParam_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUexecAffinityParam_st__bindgen_ty_1>() - 4usize];
-    [
-        "Alignment of CUexecAffinityParam_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUexecAffinityParam_st__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: CUexecAffinityParam_st__bindgen_ty_1::smCount",
-    ][::core::mem::offset_of!(CUexecAffinityParam_st__bindgen_ty_1, smCount) - 0usize];
-};
 impl Default for CUexecAffinityParam_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3657,21 +2667,6 @@ impl Default for CUexecAffinityParam_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUexecAffinityParam_st",
-    ][::core::mem::size_of::<CUexecAffinityParam_st>() - 8usize];
-    [
-        "Alignment of CUexecAffinityParam_st",
-    ][::core::mem::align_of::<CUexecAffinityParam_st>() - 4usize];
-    [
-        "Offset of field: CUexecAffinityParam_st::type_",
-    ][::core::mem::offset_of!(CUexecAffinityParam_st, type_) - 0usize];
-    [
-        "Offset of field: CUexecAffinityParam_st::param",
-    ][::core::mem::offset_of!(CUexecAffinityParam_st, param) - 4usize];
-};
 impl Default for CUexecAffinityParam_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3699,19 +2694,6 @@ pub struct CUctxCigParam_st {
     pub sharedDataType: CUcigDataType,
     pub sharedData: *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUctxCigParam_st"][::core::mem::size_of::<CUctxCigParam_st>() - 16usize];
-    [
-        "Alignment of CUctxCigParam_st",
-    ][::core::mem::align_of::<CUctxCigParam_st>() - 8usize];
-    [
-        "Offset of field: CUctxCigParam_st::sharedDataType",
-    ][::core::mem::offset_of!(CUctxCigParam_st, sharedDataType) - 0usize];
-    [
-        "Offset of field: CUctxCigParam_st::sharedData",
-    ][::core::mem::offset_of!(CUctxCigParam_st, sharedData) - 8usize];
-};
 impl Default for CUctxCigParam_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3729,24 +2711,6 @@ pub struct CUctxCreateParams_st {
     pub numExecAffinityParams: ::core::ffi::c_int,
     pub cigParams: *mut CUctxCigParam,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUctxCreateParams_st",
-    ][::core::mem::size_of::<CUctxCreateParams_st>() - 24usize];
-    [
-        "Alignment of CUctxCreateParams_st",
-    ][::core::mem::align_of::<CUctxCreateParams_st>() - 8usize];
-    [
-        "Offset of field: CUctxCreateParams_st::execAffinityParams",
-    ][::core::mem::offset_of!(CUctxCreateParams_st, execAffinityParams) - 0usize];
-    [
-        "Offset of field: CUctxCreateParams_st::numExecAffinityParams",
-    ][::core::mem::offset_of!(CUctxCreateParams_st, numExecAffinityParams) - 8usize];
-    [
-        "Offset of field: CUctxCreateParams_st::cigParams",
-    ][::core::mem::offset_of!(CUctxCreateParams_st, cigParams) - 16usize];
-};
 impl Default for CUctxCreateParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3775,21 +2739,6 @@ pub struct CUstreamCigParam_st {
     pub streamSharedDataType: CUstreamCigDataType,
     pub streamSharedData: *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUstreamCigParam_st",
-    ][::core::mem::size_of::<CUstreamCigParam_st>() - 16usize];
-    [
-        "Alignment of CUstreamCigParam_st",
-    ][::core::mem::align_of::<CUstreamCigParam_st>() - 8usize];
-    [
-        "Offset of field: CUstreamCigParam_st::streamSharedDataType",
-    ][::core::mem::offset_of!(CUstreamCigParam_st, streamSharedDataType) - 0usize];
-    [
-        "Offset of field: CUstreamCigParam_st::streamSharedData",
-    ][::core::mem::offset_of!(CUstreamCigParam_st, streamSharedData) - 8usize];
-};
 impl Default for CUstreamCigParam_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3805,18 +2754,6 @@ pub type CUstreamCigParam = CUstreamCigParam_st;
 pub struct CUstreamCigCaptureParams_st {
     pub streamCigParams: *mut CUstreamCigParam,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUstreamCigCaptureParams_st",
-    ][::core::mem::size_of::<CUstreamCigCaptureParams_st>() - 8usize];
-    [
-        "Alignment of CUstreamCigCaptureParams_st",
-    ][::core::mem::align_of::<CUstreamCigCaptureParams_st>() - 8usize];
-    [
-        "Offset of field: CUstreamCigCaptureParams_st::streamCigParams",
-    ][::core::mem::offset_of!(CUstreamCigCaptureParams_st, streamCigParams) - 0usize];
-};
 impl Default for CUstreamCigCaptureParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3848,34 +2785,6 @@ pub struct CUlibraryHostUniversalFunctionAndDataTable_st {
     pub dataTable: *mut ::core::ffi::c_void,
     pub dataWindowSize: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlibraryHostUniversalFunctionAndDataTable_st",
-    ][::core::mem::size_of::<CUlibraryHostUniversalFunctionAndDataTable_st>() - 32usize];
-    [
-        "Alignment of CUlibraryHostUniversalFunctionAndDataTable_st",
-    ][::core::mem::align_of::<CUlibraryHostUniversalFunctionAndDataTable_st>() - 8usize];
-    [
-        "Offset of field: CUlibraryHostUniversalFunctionAndDataTable_st::functionTable",
-    ][::core::mem::offset_of!(
-        CUlibraryHostUniversalFunctionAndDataTable_st, functionTable
-    ) - 0usize];
-    [
-        "Offset of field: CUlibraryHostUniversalFunctionAndDataTable_st::functionWindowSize",
-    ][::core::mem::offset_of!(
-        CUlibraryHostUniversalFunctionAndDataTable_st, functionWindowSize
-    ) - 8usize];
-    [
-        "Offset of field: CUlibraryHostUniversalFunctionAndDataTable_st::dataTable",
-    ][::core::mem::offset_of!(CUlibraryHostUniversalFunctionAndDataTable_st, dataTable)
-        - 16usize];
-    [
-        "Offset of field: CUlibraryHostUniversalFunctionAndDataTable_st::dataWindowSize",
-    ][::core::mem::offset_of!(
-        CUlibraryHostUniversalFunctionAndDataTable_st, dataWindowSize
-    ) - 24usize];
-};
 impl Default for CUlibraryHostUniversalFunctionAndDataTable_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4078,61 +2987,6 @@ pub struct CUDA_MEMCPY2D_st {
     pub WidthInBytes: usize,
     pub Height: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUDA_MEMCPY2D_st"][::core::mem::size_of::<CUDA_MEMCPY2D_st>() - 128usize];
-    [
-        "Alignment of CUDA_MEMCPY2D_st",
-    ][::core::mem::align_of::<CUDA_MEMCPY2D_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::srcXInBytes",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, srcXInBytes) - 0usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::srcY",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, srcY) - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::srcMemoryType",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, srcMemoryType) - 16usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::srcHost",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, srcHost) - 24usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::srcDevice",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, srcDevice) - 32usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::srcArray",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, srcArray) - 40usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::srcPitch",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, srcPitch) - 48usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::dstXInBytes",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, dstXInBytes) - 56usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::dstY",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, dstY) - 64usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::dstMemoryType",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, dstMemoryType) - 72usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::dstHost",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, dstHost) - 80usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::dstDevice",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, dstDevice) - 88usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::dstArray",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, dstArray) - 96usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::dstPitch",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, dstPitch) - 104usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::WidthInBytes",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, WidthInBytes) - 112usize];
-    [
-        "Offset of field: CUDA_MEMCPY2D_st::Height",
-    ][::core::mem::offset_of!(CUDA_MEMCPY2D_st, Height) - 120usize];
-};
 impl Default for CUDA_MEMCPY2D_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4173,88 +3027,6 @@ pub struct CUDA_MEMCPY3D_st {
     pub Height: usize,
     pub Depth: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUDA_MEMCPY3D_st"][::core::mem::size_of::<CUDA_MEMCPY3D_st>() - 200usize];
-    [
-        "Alignment of CUDA_MEMCPY3D_st",
-    ][::core::mem::align_of::<CUDA_MEMCPY3D_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::srcXInBytes",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcXInBytes) - 0usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::srcY",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcY) - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::srcZ",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcZ) - 16usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::srcLOD",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcLOD) - 24usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::srcMemoryType",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcMemoryType) - 32usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::srcHost",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcHost) - 40usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::srcDevice",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcDevice) - 48usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::srcArray",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcArray) - 56usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::reserved0",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, reserved0) - 64usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::srcPitch",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcPitch) - 72usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::srcHeight",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcHeight) - 80usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::dstXInBytes",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstXInBytes) - 88usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::dstY",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstY) - 96usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::dstZ",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstZ) - 104usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::dstLOD",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstLOD) - 112usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::dstMemoryType",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstMemoryType) - 120usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::dstHost",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstHost) - 128usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::dstDevice",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstDevice) - 136usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::dstArray",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstArray) - 144usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::reserved1",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, reserved1) - 152usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::dstPitch",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstPitch) - 160usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::dstHeight",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstHeight) - 168usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::WidthInBytes",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, WidthInBytes) - 176usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::Height",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, Height) - 184usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_st::Depth",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, Depth) - 192usize];
-};
 impl Default for CUDA_MEMCPY3D_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4295,90 +3067,6 @@ pub struct CUDA_MEMCPY3D_PEER_st {
     pub Height: usize,
     pub Depth: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_MEMCPY3D_PEER_st",
-    ][::core::mem::size_of::<CUDA_MEMCPY3D_PEER_st>() - 200usize];
-    [
-        "Alignment of CUDA_MEMCPY3D_PEER_st",
-    ][::core::mem::align_of::<CUDA_MEMCPY3D_PEER_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcXInBytes",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcXInBytes) - 0usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcY",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcY) - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcZ",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcZ) - 16usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcLOD",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcLOD) - 24usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcMemoryType",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcMemoryType) - 32usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcHost",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcHost) - 40usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcDevice",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcDevice) - 48usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcArray",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcArray) - 56usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcContext",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcContext) - 64usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcPitch",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcPitch) - 72usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::srcHeight",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, srcHeight) - 80usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstXInBytes",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstXInBytes) - 88usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstY",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstY) - 96usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstZ",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstZ) - 104usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstLOD",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstLOD) - 112usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstMemoryType",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstMemoryType) - 120usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstHost",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstHost) - 128usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstDevice",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstDevice) - 136usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstArray",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstArray) - 144usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstContext",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstContext) - 152usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstPitch",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstPitch) - 160usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::dstHeight",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, dstHeight) - 168usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::WidthInBytes",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, WidthInBytes) - 176usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::Height",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, Height) - 184usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_PEER_st::Depth",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_PEER_st, Depth) - 192usize];
-};
 impl Default for CUDA_MEMCPY3D_PEER_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4398,27 +3086,6 @@ pub struct CUDA_MEMCPY_NODE_PARAMS_st {
     pub copyCtx: CUcontext,
     pub copyParams: CUDA_MEMCPY3D,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_MEMCPY_NODE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_MEMCPY_NODE_PARAMS_st>() - 216usize];
-    [
-        "Alignment of CUDA_MEMCPY_NODE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_MEMCPY_NODE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY_NODE_PARAMS_st::flags",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_NODE_PARAMS_st, flags) - 0usize];
-    [
-        "Offset of field: CUDA_MEMCPY_NODE_PARAMS_st::reserved",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_NODE_PARAMS_st, reserved) - 4usize];
-    [
-        "Offset of field: CUDA_MEMCPY_NODE_PARAMS_st::copyCtx",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_NODE_PARAMS_st, copyCtx) - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY_NODE_PARAMS_st::copyParams",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_NODE_PARAMS_st, copyParams) - 16usize];
-};
 impl Default for CUDA_MEMCPY_NODE_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4437,27 +3104,6 @@ pub struct CUDA_ARRAY_DESCRIPTOR_st {
     pub Format: CUarray_format,
     pub NumChannels: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_ARRAY_DESCRIPTOR_st",
-    ][::core::mem::size_of::<CUDA_ARRAY_DESCRIPTOR_st>() - 24usize];
-    [
-        "Alignment of CUDA_ARRAY_DESCRIPTOR_st",
-    ][::core::mem::align_of::<CUDA_ARRAY_DESCRIPTOR_st>() - 8usize];
-    [
-        "Offset of field: CUDA_ARRAY_DESCRIPTOR_st::Width",
-    ][::core::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_st, Width) - 0usize];
-    [
-        "Offset of field: CUDA_ARRAY_DESCRIPTOR_st::Height",
-    ][::core::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_st, Height) - 8usize];
-    [
-        "Offset of field: CUDA_ARRAY_DESCRIPTOR_st::Format",
-    ][::core::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_st, Format) - 16usize];
-    [
-        "Offset of field: CUDA_ARRAY_DESCRIPTOR_st::NumChannels",
-    ][::core::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_st, NumChannels) - 20usize];
-};
 impl Default for CUDA_ARRAY_DESCRIPTOR_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4479,33 +3125,6 @@ pub struct CUDA_ARRAY3D_DESCRIPTOR_st {
     pub NumChannels: ::core::ffi::c_uint,
     pub Flags: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_ARRAY3D_DESCRIPTOR_st",
-    ][::core::mem::size_of::<CUDA_ARRAY3D_DESCRIPTOR_st>() - 40usize];
-    [
-        "Alignment of CUDA_ARRAY3D_DESCRIPTOR_st",
-    ][::core::mem::align_of::<CUDA_ARRAY3D_DESCRIPTOR_st>() - 8usize];
-    [
-        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::Width",
-    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, Width) - 0usize];
-    [
-        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::Height",
-    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, Height) - 8usize];
-    [
-        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::Depth",
-    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, Depth) - 16usize];
-    [
-        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::Format",
-    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, Format) - 24usize];
-    [
-        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::NumChannels",
-    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, NumChannels) - 28usize];
-    [
-        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::Flags",
-    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, Flags) - 32usize];
-};
 impl Default for CUDA_ARRAY3D_DESCRIPTOR_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4533,52 +3152,6 @@ pub struct CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1 {
     pub height: ::core::ffi::c_uint,
     pub depth: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1>() - 12usize];
-    [
-        "Alignment of CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1::width",
-    ][::core::mem::offset_of!(CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1, width)
-        - 0usize];
-    [
-        "Offset of field: CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1::height",
-    ][::core::mem::offset_of!(CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1, height)
-        - 4usize];
-    [
-        "Offset of field: CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1::depth",
-    ][::core::mem::offset_of!(CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1, depth)
-        - 8usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_ARRAY_SPARSE_PROPERTIES_st",
-    ][::core::mem::size_of::<CUDA_ARRAY_SPARSE_PROPERTIES_st>() - 48usize];
-    [
-        "Alignment of CUDA_ARRAY_SPARSE_PROPERTIES_st",
-    ][::core::mem::align_of::<CUDA_ARRAY_SPARSE_PROPERTIES_st>() - 8usize];
-    [
-        "Offset of field: CUDA_ARRAY_SPARSE_PROPERTIES_st::tileExtent",
-    ][::core::mem::offset_of!(CUDA_ARRAY_SPARSE_PROPERTIES_st, tileExtent) - 0usize];
-    [
-        "Offset of field: CUDA_ARRAY_SPARSE_PROPERTIES_st::miptailFirstLevel",
-    ][::core::mem::offset_of!(CUDA_ARRAY_SPARSE_PROPERTIES_st, miptailFirstLevel)
-        - 12usize];
-    [
-        "Offset of field: CUDA_ARRAY_SPARSE_PROPERTIES_st::miptailSize",
-    ][::core::mem::offset_of!(CUDA_ARRAY_SPARSE_PROPERTIES_st, miptailSize) - 16usize];
-    [
-        "Offset of field: CUDA_ARRAY_SPARSE_PROPERTIES_st::flags",
-    ][::core::mem::offset_of!(CUDA_ARRAY_SPARSE_PROPERTIES_st, flags) - 24usize];
-    [
-        "Offset of field: CUDA_ARRAY_SPARSE_PROPERTIES_st::reserved",
-    ][::core::mem::offset_of!(CUDA_ARRAY_SPARSE_PROPERTIES_st, reserved) - 28usize];
-};
 pub type CUDA_ARRAY_SPARSE_PROPERTIES_v1 = CUDA_ARRAY_SPARSE_PROPERTIES_st;
 pub type CUDA_ARRAY_SPARSE_PROPERTIES = CUDA_ARRAY_SPARSE_PROPERTIES_v1;
 #[repr(C)]
@@ -4588,24 +3161,6 @@ pub struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st {
     pub alignment: usize,
     pub reserved: [::core::ffi::c_uint; 4usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_ARRAY_MEMORY_REQUIREMENTS_st",
-    ][::core::mem::size_of::<CUDA_ARRAY_MEMORY_REQUIREMENTS_st>() - 32usize];
-    [
-        "Alignment of CUDA_ARRAY_MEMORY_REQUIREMENTS_st",
-    ][::core::mem::align_of::<CUDA_ARRAY_MEMORY_REQUIREMENTS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_ARRAY_MEMORY_REQUIREMENTS_st::size",
-    ][::core::mem::offset_of!(CUDA_ARRAY_MEMORY_REQUIREMENTS_st, size) - 0usize];
-    [
-        "Offset of field: CUDA_ARRAY_MEMORY_REQUIREMENTS_st::alignment",
-    ][::core::mem::offset_of!(CUDA_ARRAY_MEMORY_REQUIREMENTS_st, alignment) - 8usize];
-    [
-        "Offset of field: CUDA_ARRAY_MEMORY_REQUIREMENTS_st::reserved",
-    ][::core::mem::offset_of!(CUDA_ARRAY_MEMORY_REQUIREMENTS_st, reserved) - 16usize];
-};
 pub type CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 = CUDA_ARRAY_MEMORY_REQUIREMENTS_st;
 pub type CUDA_ARRAY_MEMORY_REQUIREMENTS = CUDA_ARRAY_MEMORY_REQUIREMENTS_v1;
 #[repr(C)]
@@ -4629,21 +3184,6 @@ pub union CUDA_RESOURCE_DESC_st__bindgen_ty_1 {
 pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
     pub hArray: CUarray,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1::hArray",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1, hArray)
-        - 0usize];
-};
 impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4658,22 +3198,6 @@ impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
 pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2 {
     pub hMipmappedArray: CUmipmappedArray,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2>()
-        - 8usize];
-    [
-        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2::hMipmappedArray",
-    ][::core::mem::offset_of!(
-        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2, hMipmappedArray
-    ) - 0usize];
-};
 impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4691,35 +3215,6 @@ pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3 {
     pub numChannels: ::core::ffi::c_uint,
     pub sizeInBytes: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3>()
-        - 24usize];
-    [
-        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3::devPtr",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3, devPtr)
-        - 0usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3::format",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3, format)
-        - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3::numChannels",
-    ][::core::mem::offset_of!(
-        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3, numChannels
-    ) - 12usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3::sizeInBytes",
-    ][::core::mem::offset_of!(
-        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3, sizeInBytes
-    ) - 16usize];
-};
 impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4739,43 +3234,6 @@ pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4 {
     pub height: usize,
     pub pitchInBytes: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4",
-    ][::core::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4>()
-        - 40usize];
-    [
-        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4",
-    ][::core::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::devPtr",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, devPtr)
-        - 0usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::format",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, format)
-        - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::numChannels",
-    ][::core::mem::offset_of!(
-        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, numChannels
-    ) - 12usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::width",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, width)
-        - 16usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::height",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, height)
-        - 24usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::pitchInBytes",
-    ][::core::mem::offset_of!(
-        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, pitchInBytes
-    ) - 32usize];
-};
 impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4790,46 +3248,6 @@ impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4 {
 pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5 {
     pub reserved: [::core::ffi::c_int; 32usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5",
-    ][::core::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5>()
-        - 128usize];
-    [
-        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5",
-    ][::core::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5>()
-        - 4usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5::reserved",
-    ][::core::mem::offset_of!(
-        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5, reserved
-    ) - 0usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1>() - 128usize];
-    [
-        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1::array",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1, array) - 0usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1::mipmap",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1, mipmap) - 0usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1::linear",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1, linear) - 0usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1::pitch2D",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1, pitch2D) - 0usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1::reserved",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1, reserved) - 0usize];
-};
 impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4839,24 +3257,6 @@ impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_RESOURCE_DESC_st",
-    ][::core::mem::size_of::<CUDA_RESOURCE_DESC_st>() - 144usize];
-    [
-        "Alignment of CUDA_RESOURCE_DESC_st",
-    ][::core::mem::align_of::<CUDA_RESOURCE_DESC_st>() - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st::resType",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st, resType) - 0usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st::res",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st, res) - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_DESC_st::flags",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_DESC_st, flags) - 136usize];
-};
 impl Default for CUDA_RESOURCE_DESC_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4882,45 +3282,6 @@ pub struct CUDA_TEXTURE_DESC_st {
     pub borderColor: [f32; 4usize],
     pub reserved: [::core::ffi::c_int; 12usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_TEXTURE_DESC_st",
-    ][::core::mem::size_of::<CUDA_TEXTURE_DESC_st>() - 104usize];
-    [
-        "Alignment of CUDA_TEXTURE_DESC_st",
-    ][::core::mem::align_of::<CUDA_TEXTURE_DESC_st>() - 4usize];
-    [
-        "Offset of field: CUDA_TEXTURE_DESC_st::addressMode",
-    ][::core::mem::offset_of!(CUDA_TEXTURE_DESC_st, addressMode) - 0usize];
-    [
-        "Offset of field: CUDA_TEXTURE_DESC_st::filterMode",
-    ][::core::mem::offset_of!(CUDA_TEXTURE_DESC_st, filterMode) - 12usize];
-    [
-        "Offset of field: CUDA_TEXTURE_DESC_st::flags",
-    ][::core::mem::offset_of!(CUDA_TEXTURE_DESC_st, flags) - 16usize];
-    [
-        "Offset of field: CUDA_TEXTURE_DESC_st::maxAnisotropy",
-    ][::core::mem::offset_of!(CUDA_TEXTURE_DESC_st, maxAnisotropy) - 20usize];
-    [
-        "Offset of field: CUDA_TEXTURE_DESC_st::mipmapFilterMode",
-    ][::core::mem::offset_of!(CUDA_TEXTURE_DESC_st, mipmapFilterMode) - 24usize];
-    [
-        "Offset of field: CUDA_TEXTURE_DESC_st::mipmapLevelBias",
-    ][::core::mem::offset_of!(CUDA_TEXTURE_DESC_st, mipmapLevelBias) - 28usize];
-    [
-        "Offset of field: CUDA_TEXTURE_DESC_st::minMipmapLevelClamp",
-    ][::core::mem::offset_of!(CUDA_TEXTURE_DESC_st, minMipmapLevelClamp) - 32usize];
-    [
-        "Offset of field: CUDA_TEXTURE_DESC_st::maxMipmapLevelClamp",
-    ][::core::mem::offset_of!(CUDA_TEXTURE_DESC_st, maxMipmapLevelClamp) - 36usize];
-    [
-        "Offset of field: CUDA_TEXTURE_DESC_st::borderColor",
-    ][::core::mem::offset_of!(CUDA_TEXTURE_DESC_st, borderColor) - 40usize];
-    [
-        "Offset of field: CUDA_TEXTURE_DESC_st::reserved",
-    ][::core::mem::offset_of!(CUDA_TEXTURE_DESC_st, reserved) - 56usize];
-};
 impl Default for CUDA_TEXTURE_DESC_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5056,42 +3417,6 @@ pub struct CUDA_RESOURCE_VIEW_DESC_st {
     pub lastLayer: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 16usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_RESOURCE_VIEW_DESC_st",
-    ][::core::mem::size_of::<CUDA_RESOURCE_VIEW_DESC_st>() - 112usize];
-    [
-        "Alignment of CUDA_RESOURCE_VIEW_DESC_st",
-    ][::core::mem::align_of::<CUDA_RESOURCE_VIEW_DESC_st>() - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::format",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, format) - 0usize];
-    [
-        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::width",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, width) - 8usize];
-    [
-        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::height",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, height) - 16usize];
-    [
-        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::depth",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, depth) - 24usize];
-    [
-        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::firstMipmapLevel",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, firstMipmapLevel) - 32usize];
-    [
-        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::lastMipmapLevel",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, lastMipmapLevel) - 36usize];
-    [
-        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::firstLayer",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, firstLayer) - 40usize];
-    [
-        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::lastLayer",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, lastLayer) - 44usize];
-    [
-        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::reserved",
-    ][::core::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, reserved) - 48usize];
-};
 impl Default for CUDA_RESOURCE_VIEW_DESC_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5109,16 +3434,6 @@ pub type CUDA_RESOURCE_VIEW_DESC = CUDA_RESOURCE_VIEW_DESC_v1;
 pub struct CUtensorMap_st {
     pub opaque: [cuuint64_t; 16usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUtensorMap_st"][::core::mem::size_of::<CUtensorMap_st>() - 128usize];
-    [
-        "Alignment of CUtensorMap_st",
-    ][::core::mem::align_of::<CUtensorMap_st>() - 128usize];
-    [
-        "Offset of field: CUtensorMap_st::opaque",
-    ][::core::mem::offset_of!(CUtensorMap_st, opaque) - 0usize];
-};
 impl Default for CUtensorMap_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5288,22 +3603,6 @@ pub struct CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st {
     pub p2pToken: ::core::ffi::c_ulonglong,
     pub vaSpaceToken: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st",
-    ][::core::mem::size_of::<CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st>() - 16usize];
-    [
-        "Alignment of CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st",
-    ][::core::mem::align_of::<CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st::p2pToken",
-    ][::core::mem::offset_of!(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st, p2pToken) - 0usize];
-    [
-        "Offset of field: CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st::vaSpaceToken",
-    ][::core::mem::offset_of!(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st, vaSpaceToken)
-        - 8usize];
-};
 pub type CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_v1 = CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st;
 pub type CUDA_POINTER_ATTRIBUTE_P2P_TOKENS = CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_v1;
 impl CUDA_POINTER_ATTRIBUTE_ACCESS_FLAGS_enum {
@@ -5335,45 +3634,6 @@ pub struct CUDA_LAUNCH_PARAMS_st {
     pub hStream: CUstream,
     pub kernelParams: *mut *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_LAUNCH_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_LAUNCH_PARAMS_st>() - 56usize];
-    [
-        "Alignment of CUDA_LAUNCH_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_LAUNCH_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_LAUNCH_PARAMS_st::function",
-    ][::core::mem::offset_of!(CUDA_LAUNCH_PARAMS_st, function) - 0usize];
-    [
-        "Offset of field: CUDA_LAUNCH_PARAMS_st::gridDimX",
-    ][::core::mem::offset_of!(CUDA_LAUNCH_PARAMS_st, gridDimX) - 8usize];
-    [
-        "Offset of field: CUDA_LAUNCH_PARAMS_st::gridDimY",
-    ][::core::mem::offset_of!(CUDA_LAUNCH_PARAMS_st, gridDimY) - 12usize];
-    [
-        "Offset of field: CUDA_LAUNCH_PARAMS_st::gridDimZ",
-    ][::core::mem::offset_of!(CUDA_LAUNCH_PARAMS_st, gridDimZ) - 16usize];
-    [
-        "Offset of field: CUDA_LAUNCH_PARAMS_st::blockDimX",
-    ][::core::mem::offset_of!(CUDA_LAUNCH_PARAMS_st, blockDimX) - 20usize];
-    [
-        "Offset of field: CUDA_LAUNCH_PARAMS_st::blockDimY",
-    ][::core::mem::offset_of!(CUDA_LAUNCH_PARAMS_st, blockDimY) - 24usize];
-    [
-        "Offset of field: CUDA_LAUNCH_PARAMS_st::blockDimZ",
-    ][::core::mem::offset_of!(CUDA_LAUNCH_PARAMS_st, blockDimZ) - 28usize];
-    [
-        "Offset of field: CUDA_LAUNCH_PARAMS_st::sharedMemBytes",
-    ][::core::mem::offset_of!(CUDA_LAUNCH_PARAMS_st, sharedMemBytes) - 32usize];
-    [
-        "Offset of field: CUDA_LAUNCH_PARAMS_st::hStream",
-    ][::core::mem::offset_of!(CUDA_LAUNCH_PARAMS_st, hStream) - 40usize];
-    [
-        "Offset of field: CUDA_LAUNCH_PARAMS_st::kernelParams",
-    ][::core::mem::offset_of!(CUDA_LAUNCH_PARAMS_st, kernelParams) - 48usize];
-};
 impl Default for CUDA_LAUNCH_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5440,29 +3700,6 @@ pub struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
     pub handle: *mut ::core::ffi::c_void,
     pub name: *const ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<
-        CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1,
-    >() - 16usize];
-    [
-        "Alignment of CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<
-        CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1::handle",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1, handle
-    ) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1::name",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1, name
-    ) - 8usize];
-};
 impl Default for CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5472,30 +3709,6 @@ impl Default for CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1>()
-        - 16usize];
-    [
-        "Alignment of CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1::fd",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1, fd)
-        - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1::win32",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1, win32)
-        - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1::nvSciBufObject",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1, nvSciBufObject
-    ) - 0usize];
-};
 impl Default for CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5505,30 +3718,6 @@ impl Default for CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st",
-    ][::core::mem::size_of::<CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st>() - 104usize];
-    [
-        "Alignment of CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st",
-    ][::core::mem::align_of::<CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st::type_",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st, type_) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st::handle",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st, handle) - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st::size",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st, size) - 24usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st::flags",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st, flags) - 32usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st::reserved",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st, reserved) - 36usize];
-};
 impl Default for CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5548,27 +3737,6 @@ pub struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st {
     pub flags: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 16usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st",
-    ][::core::mem::size_of::<CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st>() - 88usize];
-    [
-        "Alignment of CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st",
-    ][::core::mem::align_of::<CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st::offset",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st, offset) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st::size",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st, size) - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st::flags",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st, flags) - 16usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st::reserved",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st, reserved) - 20usize];
-};
 pub type CUDA_EXTERNAL_MEMORY_BUFFER_DESC_v1 = CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st;
 pub type CUDA_EXTERNAL_MEMORY_BUFFER_DESC = CUDA_EXTERNAL_MEMORY_BUFFER_DESC_v1;
 #[repr(C)]
@@ -5579,31 +3747,6 @@ pub struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st {
     pub numLevels: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 16usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st",
-    ][::core::mem::size_of::<CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st>() - 120usize];
-    [
-        "Alignment of CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st",
-    ][::core::mem::align_of::<CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st::offset",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st, offset)
-        - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st::arrayDesc",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st, arrayDesc)
-        - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st::numLevels",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st, numLevels)
-        - 48usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st::reserved",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st, reserved)
-        - 52usize];
-};
 impl Default for CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5672,29 +3815,6 @@ pub struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
     pub handle: *mut ::core::ffi::c_void,
     pub name: *const ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<
-        CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1,
-    >() - 16usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<
-        CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1::handle",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1, handle
-    ) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1::name",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1, name
-    ) - 8usize];
-};
 impl Default for CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5704,31 +3824,6 @@ impl Default for CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_t
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1>()
-        - 16usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1::fd",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1, fd)
-        - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1::win32",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1, win32
-    ) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1::nvSciSyncObj",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1, nvSciSyncObj
-    ) - 0usize];
-};
 impl Default for CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5738,28 +3833,6 @@ impl Default for CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st",
-    ][::core::mem::size_of::<CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st>() - 96usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st",
-    ][::core::mem::align_of::<CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st::type_",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st, type_) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st::handle",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st, handle) - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st::flags",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st, flags) - 24usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st::reserved",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st, reserved)
-        - 28usize];
-};
 impl Default for CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5791,53 +3864,12 @@ pub struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1 {
 pub struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_1 {
     pub value: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_1::value",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_1, value
-    ) - 0usize];
-};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_2 {
     pub fence: *mut ::core::ffi::c_void,
     pub reserved: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::size_of::<
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_2,
-    >() - 8usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::align_of::<
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_2,
-    >() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_2::fence",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_2, fence
-    ) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_2::reserved",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_2, reserved
-    ) - 0usize];
-};
 impl Default for CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5852,55 +3884,6 @@ impl Default for CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen
 pub struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_3 {
     pub key: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::size_of::<
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_3,
-    >() - 8usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::align_of::<
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_3,
-    >() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_3::key",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1__bindgen_ty_3, key
-    ) - 0usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1>()
-        - 72usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1::fence",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1, fence
-    ) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1::nvSciSync",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1, nvSciSync
-    ) - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1::keyedMutex",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1, keyedMutex
-    ) - 16usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1::reserved",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1, reserved
-    ) - 24usize];
-};
 impl Default for CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5910,27 +3893,6 @@ impl Default for CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st>() - 144usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st::params",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st, params)
-        - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st::flags",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st, flags)
-        - 72usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st::reserved",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st, reserved)
-        - 76usize];
-};
 impl Default for CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5962,53 +3924,12 @@ pub struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1 {
 pub struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_1 {
     pub value: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_1::value",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_1, value
-    ) - 0usize];
-};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_2 {
     pub fence: *mut ::core::ffi::c_void,
     pub reserved: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::size_of::<
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_2,
-    >() - 8usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::align_of::<
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_2,
-    >() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_2::fence",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_2, fence
-    ) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_2::reserved",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_2, reserved
-    ) - 0usize];
-};
 impl Default for CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6024,60 +3945,6 @@ pub struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_3 {
     pub key: ::core::ffi::c_ulonglong,
     pub timeoutMs: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::size_of::<
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_3,
-    >() - 16usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::align_of::<
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_3,
-    >() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_3::key",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_3, key
-    ) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_3::timeoutMs",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_3, timeoutMs
-    ) - 8usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1>()
-        - 72usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1::fence",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1, fence
-    ) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1::nvSciSync",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1, nvSciSync
-    ) - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1::keyedMutex",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1, keyedMutex
-    ) - 16usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1::reserved",
-    ][::core::mem::offset_of!(
-        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1, reserved
-    ) - 32usize];
-};
 impl Default for CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6087,25 +3954,6 @@ impl Default for CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st>() - 144usize];
-    [
-        "Alignment of CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st::params",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st, params) - 0usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st::flags",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st, flags) - 72usize];
-    [
-        "Offset of field: CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st::reserved",
-    ][::core::mem::offset_of!(CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st, reserved)
-        - 76usize];
-};
 impl Default for CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6124,24 +3972,6 @@ pub struct CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st {
     pub paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
     pub numExtSems: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st>() - 24usize];
-    [
-        "Alignment of CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st::extSemArray",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st, extSemArray) - 0usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st::paramsArray",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st, paramsArray) - 8usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st::numExtSems",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st, numExtSems) - 16usize];
-};
 impl Default for CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6167,25 +3997,6 @@ pub union CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1 {
     pub ctx: CUcontext,
     pub gCtx: CUgreenCtx,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Alignment of CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1::ctx",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1, ctx)
-        - 0usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1::gCtx",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1, gCtx)
-        - 0usize];
-};
 impl Default for CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6195,27 +4006,6 @@ impl Default for CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st",
-    ][::core::mem::size_of::<CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st>() - 32usize];
-    [
-        "Alignment of CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st",
-    ][::core::mem::align_of::<CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st::extSemArray",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st, extSemArray)
-        - 0usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st::paramsArray",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st, paramsArray)
-        - 8usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st::numExtSems",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st, numExtSems)
-        - 16usize];
-};
 impl Default for CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6233,24 +4023,6 @@ pub struct CUDA_EXT_SEM_WAIT_NODE_PARAMS_st {
     pub paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
     pub numExtSems: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXT_SEM_WAIT_NODE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_EXT_SEM_WAIT_NODE_PARAMS_st>() - 24usize];
-    [
-        "Alignment of CUDA_EXT_SEM_WAIT_NODE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_EXT_SEM_WAIT_NODE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_WAIT_NODE_PARAMS_st::extSemArray",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_WAIT_NODE_PARAMS_st, extSemArray) - 0usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_WAIT_NODE_PARAMS_st::paramsArray",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_WAIT_NODE_PARAMS_st, paramsArray) - 8usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_WAIT_NODE_PARAMS_st::numExtSems",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_WAIT_NODE_PARAMS_st, numExtSems) - 16usize];
-};
 impl Default for CUDA_EXT_SEM_WAIT_NODE_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6276,25 +4048,6 @@ pub union CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1 {
     pub ctx: CUcontext,
     pub gCtx: CUgreenCtx,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Alignment of CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1::ctx",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1, ctx)
-        - 0usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1::gCtx",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1, gCtx)
-        - 0usize];
-};
 impl Default for CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6304,27 +4057,6 @@ impl Default for CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st",
-    ][::core::mem::size_of::<CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st>() - 32usize];
-    [
-        "Alignment of CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st",
-    ][::core::mem::align_of::<CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st::extSemArray",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st, extSemArray)
-        - 0usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st::paramsArray",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st, paramsArray)
-        - 8usize];
-    [
-        "Offset of field: CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st::numExtSems",
-    ][::core::mem::offset_of!(CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st, numExtSems)
-        - 16usize];
-};
 impl Default for CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6515,21 +4247,6 @@ pub union CUarrayMapInfo_st__bindgen_ty_1 {
     pub mipmap: CUmipmappedArray,
     pub array: CUarray,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUarrayMapInfo_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUarrayMapInfo_st__bindgen_ty_1>() - 8usize];
-    [
-        "Alignment of CUarrayMapInfo_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUarrayMapInfo_st__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_1::mipmap",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_1, mipmap) - 0usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_1::array",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_1, array) - 0usize];
-};
 impl Default for CUarrayMapInfo_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6557,48 +4274,6 @@ pub struct CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1 {
     pub extentHeight: ::core::ffi::c_uint,
     pub extentDepth: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1",
-    ][::core::mem::size_of::<CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1>() - 32usize];
-    [
-        "Alignment of CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1",
-    ][::core::mem::align_of::<CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1::level",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1, level)
-        - 0usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1::layer",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1, layer)
-        - 4usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1::offsetX",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1, offsetX)
-        - 8usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1::offsetY",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1, offsetY)
-        - 12usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1::offsetZ",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1, offsetZ)
-        - 16usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1::extentWidth",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1, extentWidth)
-        - 20usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1::extentHeight",
-    ][::core::mem::offset_of!(
-        CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1, extentHeight
-    ) - 24usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1::extentDepth",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1, extentDepth)
-        - 28usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2 {
@@ -6606,42 +4281,6 @@ pub struct CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2 {
     pub offset: ::core::ffi::c_ulonglong,
     pub size: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2",
-    ][::core::mem::size_of::<CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2>() - 24usize];
-    [
-        "Alignment of CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2",
-    ][::core::mem::align_of::<CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2>() - 8usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2::layer",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2, layer)
-        - 0usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2::offset",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2, offset)
-        - 8usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2::size",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2, size)
-        - 16usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUarrayMapInfo_st__bindgen_ty_2",
-    ][::core::mem::size_of::<CUarrayMapInfo_st__bindgen_ty_2>() - 32usize];
-    [
-        "Alignment of CUarrayMapInfo_st__bindgen_ty_2",
-    ][::core::mem::align_of::<CUarrayMapInfo_st__bindgen_ty_2>() - 8usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2::sparseLevel",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2, sparseLevel) - 0usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_2::miptail",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_2, miptail) - 0usize];
-};
 impl Default for CUarrayMapInfo_st__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6656,18 +4295,6 @@ impl Default for CUarrayMapInfo_st__bindgen_ty_2 {
 pub union CUarrayMapInfo_st__bindgen_ty_3 {
     pub memHandle: CUmemGenericAllocationHandle,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUarrayMapInfo_st__bindgen_ty_3",
-    ][::core::mem::size_of::<CUarrayMapInfo_st__bindgen_ty_3>() - 8usize];
-    [
-        "Alignment of CUarrayMapInfo_st__bindgen_ty_3",
-    ][::core::mem::align_of::<CUarrayMapInfo_st__bindgen_ty_3>() - 8usize];
-    [
-        "Offset of field: CUarrayMapInfo_st__bindgen_ty_3::memHandle",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st__bindgen_ty_3, memHandle) - 0usize];
-};
 impl Default for CUarrayMapInfo_st__bindgen_ty_3 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6677,46 +4304,6 @@ impl Default for CUarrayMapInfo_st__bindgen_ty_3 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUarrayMapInfo_st"][::core::mem::size_of::<CUarrayMapInfo_st>() - 96usize];
-    [
-        "Alignment of CUarrayMapInfo_st",
-    ][::core::mem::align_of::<CUarrayMapInfo_st>() - 8usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::resourceType",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, resourceType) - 0usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::resource",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, resource) - 8usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::subresourceType",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, subresourceType) - 16usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::subresource",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, subresource) - 24usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::memOperationType",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, memOperationType) - 56usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::memHandleType",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, memHandleType) - 60usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::memHandle",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, memHandle) - 64usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::offset",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, offset) - 72usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::deviceBitMask",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, deviceBitMask) - 80usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::flags",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, flags) - 84usize];
-    [
-        "Offset of field: CUarrayMapInfo_st::reserved",
-    ][::core::mem::offset_of!(CUarrayMapInfo_st, reserved) - 88usize];
-};
 impl Default for CUarrayMapInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6746,39 +4333,6 @@ pub struct CUmemLocation_st__bindgen_ty_1__bindgen_ty_1 {
     pub deviceId: ::core::ffi::c_uchar,
     pub localityDomainId: ::core::ffi::c_uchar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemLocation_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<CUmemLocation_st__bindgen_ty_1__bindgen_ty_1>() - 2usize];
-    [
-        "Alignment of CUmemLocation_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<CUmemLocation_st__bindgen_ty_1__bindgen_ty_1>() - 1usize];
-    [
-        "Offset of field: CUmemLocation_st__bindgen_ty_1__bindgen_ty_1::deviceId",
-    ][::core::mem::offset_of!(CUmemLocation_st__bindgen_ty_1__bindgen_ty_1, deviceId)
-        - 0usize];
-    [
-        "Offset of field: CUmemLocation_st__bindgen_ty_1__bindgen_ty_1::localityDomainId",
-    ][::core::mem::offset_of!(
-        CUmemLocation_st__bindgen_ty_1__bindgen_ty_1, localityDomainId
-    ) - 1usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemLocation_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUmemLocation_st__bindgen_ty_1>() - 4usize];
-    [
-        "Alignment of CUmemLocation_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUmemLocation_st__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: CUmemLocation_st__bindgen_ty_1::id",
-    ][::core::mem::offset_of!(CUmemLocation_st__bindgen_ty_1, id) - 0usize];
-    [
-        "Offset of field: CUmemLocation_st__bindgen_ty_1::localized",
-    ][::core::mem::offset_of!(CUmemLocation_st__bindgen_ty_1, localized) - 0usize];
-};
 impl Default for CUmemLocation_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6788,16 +4342,6 @@ impl Default for CUmemLocation_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUmemLocation_st"][::core::mem::size_of::<CUmemLocation_st>() - 8usize];
-    [
-        "Alignment of CUmemLocation_st",
-    ][::core::mem::align_of::<CUmemLocation_st>() - 4usize];
-    [
-        "Offset of field: CUmemLocation_st::type_",
-    ][::core::mem::offset_of!(CUmemLocation_st, type_) - 0usize];
-};
 impl Default for CUmemLocation_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6838,53 +4382,6 @@ pub struct CUmemAllocationProp_st__bindgen_ty_1 {
     pub usage: ::core::ffi::c_ushort,
     pub reserved: [::core::ffi::c_uchar; 4usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemAllocationProp_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUmemAllocationProp_st__bindgen_ty_1>() - 8usize];
-    [
-        "Alignment of CUmemAllocationProp_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUmemAllocationProp_st__bindgen_ty_1>() - 2usize];
-    [
-        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::compressionType",
-    ][::core::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, compressionType)
-        - 0usize];
-    [
-        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::gpuDirectRDMACapable",
-    ][::core::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, gpuDirectRDMACapable)
-        - 1usize];
-    [
-        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::usage",
-    ][::core::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, usage) - 2usize];
-    [
-        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::reserved",
-    ][::core::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, reserved) - 4usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemAllocationProp_st",
-    ][::core::mem::size_of::<CUmemAllocationProp_st>() - 32usize];
-    [
-        "Alignment of CUmemAllocationProp_st",
-    ][::core::mem::align_of::<CUmemAllocationProp_st>() - 8usize];
-    [
-        "Offset of field: CUmemAllocationProp_st::type_",
-    ][::core::mem::offset_of!(CUmemAllocationProp_st, type_) - 0usize];
-    [
-        "Offset of field: CUmemAllocationProp_st::requestedHandleTypes",
-    ][::core::mem::offset_of!(CUmemAllocationProp_st, requestedHandleTypes) - 4usize];
-    [
-        "Offset of field: CUmemAllocationProp_st::location",
-    ][::core::mem::offset_of!(CUmemAllocationProp_st, location) - 8usize];
-    [
-        "Offset of field: CUmemAllocationProp_st::win32HandleMetaData",
-    ][::core::mem::offset_of!(CUmemAllocationProp_st, win32HandleMetaData) - 16usize];
-    [
-        "Offset of field: CUmemAllocationProp_st::allocFlags",
-    ][::core::mem::offset_of!(CUmemAllocationProp_st, allocFlags) - 24usize];
-};
 impl Default for CUmemAllocationProp_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6916,27 +4413,6 @@ pub struct CUmulticastObjectProp_st {
     pub handleTypes: ::core::ffi::c_ulonglong,
     pub flags: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmulticastObjectProp_st",
-    ][::core::mem::size_of::<CUmulticastObjectProp_st>() - 32usize];
-    [
-        "Alignment of CUmulticastObjectProp_st",
-    ][::core::mem::align_of::<CUmulticastObjectProp_st>() - 8usize];
-    [
-        "Offset of field: CUmulticastObjectProp_st::numDevices",
-    ][::core::mem::offset_of!(CUmulticastObjectProp_st, numDevices) - 0usize];
-    [
-        "Offset of field: CUmulticastObjectProp_st::size",
-    ][::core::mem::offset_of!(CUmulticastObjectProp_st, size) - 8usize];
-    [
-        "Offset of field: CUmulticastObjectProp_st::handleTypes",
-    ][::core::mem::offset_of!(CUmulticastObjectProp_st, handleTypes) - 16usize];
-    [
-        "Offset of field: CUmulticastObjectProp_st::flags",
-    ][::core::mem::offset_of!(CUmulticastObjectProp_st, flags) - 24usize];
-};
 pub type CUmulticastObjectProp_v1 = CUmulticastObjectProp_st;
 pub type CUmulticastObjectProp = CUmulticastObjectProp_v1;
 #[repr(C)]
@@ -6945,21 +4421,6 @@ pub struct CUmemAccessDesc_st {
     pub location: CUmemLocation,
     pub flags: CUmemAccess_flags,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemAccessDesc_st",
-    ][::core::mem::size_of::<CUmemAccessDesc_st>() - 12usize];
-    [
-        "Alignment of CUmemAccessDesc_st",
-    ][::core::mem::align_of::<CUmemAccessDesc_st>() - 4usize];
-    [
-        "Offset of field: CUmemAccessDesc_st::location",
-    ][::core::mem::offset_of!(CUmemAccessDesc_st, location) - 0usize];
-    [
-        "Offset of field: CUmemAccessDesc_st::flags",
-    ][::core::mem::offset_of!(CUmemAccessDesc_st, flags) - 8usize];
-};
 impl Default for CUmemAccessDesc_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7011,24 +4472,6 @@ pub struct CUgraphExecUpdateResultInfo_st {
     pub errorNode: CUgraphNode,
     pub errorFromNode: CUgraphNode,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUgraphExecUpdateResultInfo_st",
-    ][::core::mem::size_of::<CUgraphExecUpdateResultInfo_st>() - 24usize];
-    [
-        "Alignment of CUgraphExecUpdateResultInfo_st",
-    ][::core::mem::align_of::<CUgraphExecUpdateResultInfo_st>() - 8usize];
-    [
-        "Offset of field: CUgraphExecUpdateResultInfo_st::result",
-    ][::core::mem::offset_of!(CUgraphExecUpdateResultInfo_st, result) - 0usize];
-    [
-        "Offset of field: CUgraphExecUpdateResultInfo_st::errorNode",
-    ][::core::mem::offset_of!(CUgraphExecUpdateResultInfo_st, errorNode) - 8usize];
-    [
-        "Offset of field: CUgraphExecUpdateResultInfo_st::errorFromNode",
-    ][::core::mem::offset_of!(CUgraphExecUpdateResultInfo_st, errorFromNode) - 16usize];
-};
 impl Default for CUgraphExecUpdateResultInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7103,37 +4546,6 @@ pub struct CUmemPoolProps_st {
     pub gpuDirectRDMACapable: ::core::ffi::c_uchar,
     pub reserved: [::core::ffi::c_uchar; 53usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUmemPoolProps_st"][::core::mem::size_of::<CUmemPoolProps_st>() - 88usize];
-    [
-        "Alignment of CUmemPoolProps_st",
-    ][::core::mem::align_of::<CUmemPoolProps_st>() - 8usize];
-    [
-        "Offset of field: CUmemPoolProps_st::allocType",
-    ][::core::mem::offset_of!(CUmemPoolProps_st, allocType) - 0usize];
-    [
-        "Offset of field: CUmemPoolProps_st::handleTypes",
-    ][::core::mem::offset_of!(CUmemPoolProps_st, handleTypes) - 4usize];
-    [
-        "Offset of field: CUmemPoolProps_st::location",
-    ][::core::mem::offset_of!(CUmemPoolProps_st, location) - 8usize];
-    [
-        "Offset of field: CUmemPoolProps_st::win32SecurityAttributes",
-    ][::core::mem::offset_of!(CUmemPoolProps_st, win32SecurityAttributes) - 16usize];
-    [
-        "Offset of field: CUmemPoolProps_st::maxSize",
-    ][::core::mem::offset_of!(CUmemPoolProps_st, maxSize) - 24usize];
-    [
-        "Offset of field: CUmemPoolProps_st::usage",
-    ][::core::mem::offset_of!(CUmemPoolProps_st, usage) - 32usize];
-    [
-        "Offset of field: CUmemPoolProps_st::gpuDirectRDMACapable",
-    ][::core::mem::offset_of!(CUmemPoolProps_st, gpuDirectRDMACapable) - 34usize];
-    [
-        "Offset of field: CUmemPoolProps_st::reserved",
-    ][::core::mem::offset_of!(CUmemPoolProps_st, reserved) - 35usize];
-};
 impl Default for CUmemPoolProps_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7150,18 +4562,6 @@ pub type CUmemPoolProps = CUmemPoolProps_v1;
 pub struct CUmemPoolPtrExportData_st {
     pub reserved: [::core::ffi::c_uchar; 64usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemPoolPtrExportData_st",
-    ][::core::mem::size_of::<CUmemPoolPtrExportData_st>() - 64usize];
-    [
-        "Alignment of CUmemPoolPtrExportData_st",
-    ][::core::mem::align_of::<CUmemPoolPtrExportData_st>() - 1usize];
-    [
-        "Offset of field: CUmemPoolPtrExportData_st::reserved",
-    ][::core::mem::offset_of!(CUmemPoolPtrExportData_st, reserved) - 0usize];
-};
 impl Default for CUmemPoolPtrExportData_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7212,27 +4612,6 @@ pub struct CUmemcpyAttributes_st {
     pub dstLocHint: CUmemLocation,
     pub flags: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemcpyAttributes_st",
-    ][::core::mem::size_of::<CUmemcpyAttributes_st>() - 24usize];
-    [
-        "Alignment of CUmemcpyAttributes_st",
-    ][::core::mem::align_of::<CUmemcpyAttributes_st>() - 4usize];
-    [
-        "Offset of field: CUmemcpyAttributes_st::srcAccessOrder",
-    ][::core::mem::offset_of!(CUmemcpyAttributes_st, srcAccessOrder) - 0usize];
-    [
-        "Offset of field: CUmemcpyAttributes_st::srcLocHint",
-    ][::core::mem::offset_of!(CUmemcpyAttributes_st, srcLocHint) - 4usize];
-    [
-        "Offset of field: CUmemcpyAttributes_st::dstLocHint",
-    ][::core::mem::offset_of!(CUmemcpyAttributes_st, dstLocHint) - 12usize];
-    [
-        "Offset of field: CUmemcpyAttributes_st::flags",
-    ][::core::mem::offset_of!(CUmemcpyAttributes_st, flags) - 20usize];
-};
 impl Default for CUmemcpyAttributes_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7266,20 +4645,6 @@ pub struct CUoffset3D_st {
     pub y: usize,
     pub z: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUoffset3D_st"][::core::mem::size_of::<CUoffset3D_st>() - 24usize];
-    ["Alignment of CUoffset3D_st"][::core::mem::align_of::<CUoffset3D_st>() - 8usize];
-    [
-        "Offset of field: CUoffset3D_st::x",
-    ][::core::mem::offset_of!(CUoffset3D_st, x) - 0usize];
-    [
-        "Offset of field: CUoffset3D_st::y",
-    ][::core::mem::offset_of!(CUoffset3D_st, y) - 8usize];
-    [
-        "Offset of field: CUoffset3D_st::z",
-    ][::core::mem::offset_of!(CUoffset3D_st, z) - 16usize];
-};
 pub type CUoffset3D_v1 = CUoffset3D_st;
 pub type CUoffset3D = CUoffset3D_v1;
 #[repr(C)]
@@ -7289,20 +4654,6 @@ pub struct CUextent3D_st {
     pub height: usize,
     pub depth: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUextent3D_st"][::core::mem::size_of::<CUextent3D_st>() - 24usize];
-    ["Alignment of CUextent3D_st"][::core::mem::align_of::<CUextent3D_st>() - 8usize];
-    [
-        "Offset of field: CUextent3D_st::width",
-    ][::core::mem::offset_of!(CUextent3D_st, width) - 0usize];
-    [
-        "Offset of field: CUextent3D_st::height",
-    ][::core::mem::offset_of!(CUextent3D_st, height) - 8usize];
-    [
-        "Offset of field: CUextent3D_st::depth",
-    ][::core::mem::offset_of!(CUextent3D_st, depth) - 16usize];
-};
 pub type CUextent3D_v1 = CUextent3D_st;
 pub type CUextent3D = CUextent3D_v1;
 #[repr(C)]
@@ -7325,35 +4676,6 @@ pub struct CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1 {
     pub layerHeight: usize,
     pub locHint: CUmemLocation,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1>()
-        - 32usize];
-    [
-        "Alignment of CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1::ptr",
-    ][::core::mem::offset_of!(CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1, ptr)
-        - 0usize];
-    [
-        "Offset of field: CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1::rowLength",
-    ][::core::mem::offset_of!(
-        CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1, rowLength
-    ) - 8usize];
-    [
-        "Offset of field: CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1::layerHeight",
-    ][::core::mem::offset_of!(
-        CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1, layerHeight
-    ) - 16usize];
-    [
-        "Offset of field: CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1::locHint",
-    ][::core::mem::offset_of!(CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1, locHint)
-        - 24usize];
-};
 impl Default for CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7369,25 +4691,6 @@ pub struct CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2 {
     pub array: CUarray,
     pub offset: CUoffset3D,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::size_of::<CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2>()
-        - 32usize];
-    [
-        "Alignment of CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::align_of::<CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2>()
-        - 8usize];
-    [
-        "Offset of field: CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2::array",
-    ][::core::mem::offset_of!(CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2, array)
-        - 0usize];
-    [
-        "Offset of field: CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2::offset",
-    ][::core::mem::offset_of!(CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2, offset)
-        - 8usize];
-};
 impl Default for CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7397,21 +4700,6 @@ impl Default for CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemcpy3DOperand_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUmemcpy3DOperand_st__bindgen_ty_1>() - 32usize];
-    [
-        "Alignment of CUmemcpy3DOperand_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUmemcpy3DOperand_st__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: CUmemcpy3DOperand_st__bindgen_ty_1::ptr",
-    ][::core::mem::offset_of!(CUmemcpy3DOperand_st__bindgen_ty_1, ptr) - 0usize];
-    [
-        "Offset of field: CUmemcpy3DOperand_st__bindgen_ty_1::array",
-    ][::core::mem::offset_of!(CUmemcpy3DOperand_st__bindgen_ty_1, array) - 0usize];
-};
 impl Default for CUmemcpy3DOperand_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7421,21 +4709,6 @@ impl Default for CUmemcpy3DOperand_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemcpy3DOperand_st",
-    ][::core::mem::size_of::<CUmemcpy3DOperand_st>() - 40usize];
-    [
-        "Alignment of CUmemcpy3DOperand_st",
-    ][::core::mem::align_of::<CUmemcpy3DOperand_st>() - 8usize];
-    [
-        "Offset of field: CUmemcpy3DOperand_st::type_",
-    ][::core::mem::offset_of!(CUmemcpy3DOperand_st, type_) - 0usize];
-    [
-        "Offset of field: CUmemcpy3DOperand_st::op",
-    ][::core::mem::offset_of!(CUmemcpy3DOperand_st, op) - 8usize];
-};
 impl Default for CUmemcpy3DOperand_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7456,30 +4729,6 @@ pub struct CUDA_MEMCPY3D_BATCH_OP_st {
     pub srcAccessOrder: CUmemcpySrcAccessOrder,
     pub flags: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_MEMCPY3D_BATCH_OP_st",
-    ][::core::mem::size_of::<CUDA_MEMCPY3D_BATCH_OP_st>() - 112usize];
-    [
-        "Alignment of CUDA_MEMCPY3D_BATCH_OP_st",
-    ][::core::mem::align_of::<CUDA_MEMCPY3D_BATCH_OP_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_BATCH_OP_st::src",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_BATCH_OP_st, src) - 0usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_BATCH_OP_st::dst",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_BATCH_OP_st, dst) - 40usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_BATCH_OP_st::extent",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_BATCH_OP_st, extent) - 80usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_BATCH_OP_st::srcAccessOrder",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_BATCH_OP_st, srcAccessOrder) - 104usize];
-    [
-        "Offset of field: CUDA_MEMCPY3D_BATCH_OP_st::flags",
-    ][::core::mem::offset_of!(CUDA_MEMCPY3D_BATCH_OP_st, flags) - 108usize];
-};
 impl Default for CUDA_MEMCPY3D_BATCH_OP_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7500,31 +4749,6 @@ pub struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
     pub bytesize: usize,
     pub dptr: CUdeviceptr,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_MEM_ALLOC_NODE_PARAMS_v1_st",
-    ][::core::mem::size_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v1_st>() - 120usize];
-    [
-        "Alignment of CUDA_MEM_ALLOC_NODE_PARAMS_v1_st",
-    ][::core::mem::align_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v1_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::poolProps",
-    ][::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, poolProps) - 0usize];
-    [
-        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::accessDescs",
-    ][::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, accessDescs) - 88usize];
-    [
-        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::accessDescCount",
-    ][::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, accessDescCount)
-        - 96usize];
-    [
-        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::bytesize",
-    ][::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, bytesize) - 104usize];
-    [
-        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::dptr",
-    ][::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, dptr) - 112usize];
-};
 impl Default for CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7545,31 +4769,6 @@ pub struct CUDA_MEM_ALLOC_NODE_PARAMS_v2_st {
     pub bytesize: usize,
     pub dptr: CUdeviceptr,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_MEM_ALLOC_NODE_PARAMS_v2_st",
-    ][::core::mem::size_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v2_st>() - 120usize];
-    [
-        "Alignment of CUDA_MEM_ALLOC_NODE_PARAMS_v2_st",
-    ][::core::mem::align_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v2_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v2_st::poolProps",
-    ][::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v2_st, poolProps) - 0usize];
-    [
-        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v2_st::accessDescs",
-    ][::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v2_st, accessDescs) - 88usize];
-    [
-        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v2_st::accessDescCount",
-    ][::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v2_st, accessDescCount)
-        - 96usize];
-    [
-        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v2_st::bytesize",
-    ][::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v2_st, bytesize) - 104usize];
-    [
-        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v2_st::dptr",
-    ][::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v2_st, dptr) - 112usize];
-};
 impl Default for CUDA_MEM_ALLOC_NODE_PARAMS_v2_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7585,18 +4784,6 @@ pub type CUDA_MEM_ALLOC_NODE_PARAMS_v2 = CUDA_MEM_ALLOC_NODE_PARAMS_v2_st;
 pub struct CUDA_MEM_FREE_NODE_PARAMS_st {
     pub dptr: CUdeviceptr,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_MEM_FREE_NODE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_MEM_FREE_NODE_PARAMS_st>() - 8usize];
-    [
-        "Alignment of CUDA_MEM_FREE_NODE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_MEM_FREE_NODE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEM_FREE_NODE_PARAMS_st::dptr",
-    ][::core::mem::offset_of!(CUDA_MEM_FREE_NODE_PARAMS_st, dptr) - 0usize];
-};
 pub type CUDA_MEM_FREE_NODE_PARAMS = CUDA_MEM_FREE_NODE_PARAMS_st;
 impl CUgraphMem_attribute_enum {
     pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: CUgraphMem_attribute_enum = CUgraphMem_attribute_enum(
@@ -7637,21 +4824,6 @@ pub struct CUDA_CHILD_GRAPH_NODE_PARAMS_st {
     pub graph: CUgraph,
     pub ownership: CUgraphChildGraphNodeOwnership,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_CHILD_GRAPH_NODE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_CHILD_GRAPH_NODE_PARAMS_st>() - 16usize];
-    [
-        "Alignment of CUDA_CHILD_GRAPH_NODE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_CHILD_GRAPH_NODE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_CHILD_GRAPH_NODE_PARAMS_st::graph",
-    ][::core::mem::offset_of!(CUDA_CHILD_GRAPH_NODE_PARAMS_st, graph) - 0usize];
-    [
-        "Offset of field: CUDA_CHILD_GRAPH_NODE_PARAMS_st::ownership",
-    ][::core::mem::offset_of!(CUDA_CHILD_GRAPH_NODE_PARAMS_st, ownership) - 8usize];
-};
 impl Default for CUDA_CHILD_GRAPH_NODE_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7674,24 +4846,6 @@ pub union CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1 {
     pub ctx: CUcontext,
     pub gCtx: CUgreenCtx,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1>() - 8usize];
-    [
-        "Alignment of CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1::ctx",
-    ][::core::mem::offset_of!(CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1, ctx)
-        - 0usize];
-    [
-        "Offset of field: CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1::gCtx",
-    ][::core::mem::offset_of!(CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1, gCtx)
-        - 0usize];
-};
 impl Default for CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7701,18 +4855,6 @@ impl Default for CUDA_EVENT_RECORD_NODE_PARAMS_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EVENT_RECORD_NODE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_EVENT_RECORD_NODE_PARAMS_st>() - 16usize];
-    [
-        "Alignment of CUDA_EVENT_RECORD_NODE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_EVENT_RECORD_NODE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EVENT_RECORD_NODE_PARAMS_st::event",
-    ][::core::mem::offset_of!(CUDA_EVENT_RECORD_NODE_PARAMS_st, event) - 0usize];
-};
 impl Default for CUDA_EVENT_RECORD_NODE_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7728,18 +4870,6 @@ pub type CUDA_EVENT_RECORD_NODE_PARAMS = CUDA_EVENT_RECORD_NODE_PARAMS_st;
 pub struct CUDA_EVENT_WAIT_NODE_PARAMS_st {
     pub event: CUevent,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_EVENT_WAIT_NODE_PARAMS_st",
-    ][::core::mem::size_of::<CUDA_EVENT_WAIT_NODE_PARAMS_st>() - 8usize];
-    [
-        "Alignment of CUDA_EVENT_WAIT_NODE_PARAMS_st",
-    ][::core::mem::align_of::<CUDA_EVENT_WAIT_NODE_PARAMS_st>() - 8usize];
-    [
-        "Offset of field: CUDA_EVENT_WAIT_NODE_PARAMS_st::event",
-    ][::core::mem::offset_of!(CUDA_EVENT_WAIT_NODE_PARAMS_st, event) - 0usize];
-};
 impl Default for CUDA_EVENT_WAIT_NODE_PARAMS_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7768,25 +4898,6 @@ pub union CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1 {
     pub ctx: CUcontext,
     pub gCtx: CUgreenCtx,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Alignment of CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1::ctx",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1, ctx)
-        - 0usize];
-    [
-        "Offset of field: CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1::gCtx",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1, gCtx)
-        - 0usize];
-};
 impl Default for CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7796,36 +4907,6 @@ impl Default for CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st",
-    ][::core::mem::size_of::<CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st>() - 64usize];
-    [
-        "Alignment of CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st",
-    ][::core::mem::align_of::<CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st>() - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st::count",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st, count) - 0usize];
-    [
-        "Offset of field: CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st::dsts",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st, dsts) - 8usize];
-    [
-        "Offset of field: CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st::srcs",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st, srcs) - 16usize];
-    [
-        "Offset of field: CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st::sizes",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st, sizes) - 24usize];
-    [
-        "Offset of field: CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st::attrs",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st, attrs) - 32usize];
-    [
-        "Offset of field: CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st::attrsIdxs",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st, attrsIdxs) - 40usize];
-    [
-        "Offset of field: CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st::numAttrs",
-    ][::core::mem::offset_of!(CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st, numAttrs) - 48usize];
-};
 impl Default for CUDA_MEMCPY_BATCH_NODE_PARAMS_V1_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7853,26 +4934,6 @@ pub union CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1 {
     pub ctx: CUcontext,
     pub gCtx: CUgreenCtx,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Alignment of CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1::ctx",
-    ][::core::mem::offset_of!(CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1, ctx)
-        - 0usize];
-    [
-        "Offset of field: CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1::gCtx",
-    ][::core::mem::offset_of!(
-        CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1, gCtx
-    ) - 0usize];
-};
 impl Default for CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7882,24 +4943,6 @@ impl Default for CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st",
-    ][::core::mem::size_of::<CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st>() - 32usize];
-    [
-        "Alignment of CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st",
-    ][::core::mem::align_of::<CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st>() - 8usize];
-    [
-        "Offset of field: CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st::numOps",
-    ][::core::mem::offset_of!(CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st, numOps) - 0usize];
-    [
-        "Offset of field: CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st::opList",
-    ][::core::mem::offset_of!(CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st, opList) - 8usize];
-    [
-        "Offset of field: CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st::flags",
-    ][::core::mem::offset_of!(CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st, flags) - 16usize];
-};
 impl Default for CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7940,68 +4983,6 @@ pub union CUgraphNodeParams_st__bindgen_ty_1 {
     pub fabricCpyBatch: CUDA_FABRIC_CPY_BATCH_NODE_PARAMS_V1,
     pub asBytes: [::core::ffi::c_char; 232usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUgraphNodeParams_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUgraphNodeParams_st__bindgen_ty_1>() - 232usize];
-    [
-        "Alignment of CUgraphNodeParams_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUgraphNodeParams_st__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::reserved1",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, reserved1) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::kernel",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, kernel) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::memcpy",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, memcpy) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::memset",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, memset) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::host",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, host) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::graph",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, graph) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::eventWait",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, eventWait) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::eventRecord",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, eventRecord) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::extSemSignal",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, extSemSignal)
-        - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::extSemWait",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, extSemWait) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::alloc",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, alloc) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::free",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, free) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::memOp",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, memOp) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::conditional",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, conditional) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::memcpyBatch",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, memcpyBatch) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::fabricCpyBatch",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, fabricCpyBatch)
-        - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::asBytes",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, asBytes) - 0usize];
-};
 impl Default for CUgraphNodeParams_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8011,24 +4992,6 @@ impl Default for CUgraphNodeParams_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUgraphNodeParams_st",
-    ][::core::mem::size_of::<CUgraphNodeParams_st>() - 256usize];
-    [
-        "Alignment of CUgraphNodeParams_st",
-    ][::core::mem::align_of::<CUgraphNodeParams_st>() - 8usize];
-    [
-        "Offset of field: CUgraphNodeParams_st::type_",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st, type_) - 0usize];
-    [
-        "Offset of field: CUgraphNodeParams_st::reserved0",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st, reserved0) - 4usize];
-    [
-        "Offset of field: CUgraphNodeParams_st::reserved2",
-    ][::core::mem::offset_of!(CUgraphNodeParams_st, reserved2) - 248usize];
-};
 impl Default for CUgraphNodeParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8218,26 +5181,6 @@ pub struct CUcheckpointCustomStoragePerDeviceData_st {
     pub size: usize,
     pub stream: CUstream,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUcheckpointCustomStoragePerDeviceData_st",
-    ][::core::mem::size_of::<CUcheckpointCustomStoragePerDeviceData_st>() - 24usize];
-    [
-        "Alignment of CUcheckpointCustomStoragePerDeviceData_st",
-    ][::core::mem::align_of::<CUcheckpointCustomStoragePerDeviceData_st>() - 8usize];
-    [
-        "Offset of field: CUcheckpointCustomStoragePerDeviceData_st::devPtr",
-    ][::core::mem::offset_of!(CUcheckpointCustomStoragePerDeviceData_st, devPtr)
-        - 0usize];
-    [
-        "Offset of field: CUcheckpointCustomStoragePerDeviceData_st::size",
-    ][::core::mem::offset_of!(CUcheckpointCustomStoragePerDeviceData_st, size) - 8usize];
-    [
-        "Offset of field: CUcheckpointCustomStoragePerDeviceData_st::stream",
-    ][::core::mem::offset_of!(CUcheckpointCustomStoragePerDeviceData_st, stream)
-        - 16usize];
-};
 impl Default for CUcheckpointCustomStoragePerDeviceData_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8261,24 +5204,6 @@ pub struct CUcheckpointCustomStorageInfo_st {
     pub perDeviceData: *mut CUcheckpointCustomStoragePerDeviceData,
     pub deviceCount: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUcheckpointCustomStorageInfo_st",
-    ][::core::mem::size_of::<CUcheckpointCustomStorageInfo_st>() - 24usize];
-    [
-        "Alignment of CUcheckpointCustomStorageInfo_st",
-    ][::core::mem::align_of::<CUcheckpointCustomStorageInfo_st>() - 8usize];
-    [
-        "Offset of field: CUcheckpointCustomStorageInfo_st::handle",
-    ][::core::mem::offset_of!(CUcheckpointCustomStorageInfo_st, handle) - 0usize];
-    [
-        "Offset of field: CUcheckpointCustomStorageInfo_st::perDeviceData",
-    ][::core::mem::offset_of!(CUcheckpointCustomStorageInfo_st, perDeviceData) - 8usize];
-    [
-        "Offset of field: CUcheckpointCustomStorageInfo_st::deviceCount",
-    ][::core::mem::offset_of!(CUcheckpointCustomStorageInfo_st, deviceCount) - 16usize];
-};
 impl Default for CUcheckpointCustomStorageInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8296,24 +5221,6 @@ pub struct CUcheckpointLockArgs_st {
     pub reserved0: ::core::ffi::c_uint,
     pub reserved1: [cuuint64_t; 7usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUcheckpointLockArgs_st",
-    ][::core::mem::size_of::<CUcheckpointLockArgs_st>() - 64usize];
-    [
-        "Alignment of CUcheckpointLockArgs_st",
-    ][::core::mem::align_of::<CUcheckpointLockArgs_st>() - 8usize];
-    [
-        "Offset of field: CUcheckpointLockArgs_st::timeoutMs",
-    ][::core::mem::offset_of!(CUcheckpointLockArgs_st, timeoutMs) - 0usize];
-    [
-        "Offset of field: CUcheckpointLockArgs_st::reserved0",
-    ][::core::mem::offset_of!(CUcheckpointLockArgs_st, reserved0) - 4usize];
-    [
-        "Offset of field: CUcheckpointLockArgs_st::reserved1",
-    ][::core::mem::offset_of!(CUcheckpointLockArgs_st, reserved1) - 8usize];
-};
 pub type CUcheckpointLockArgs = CUcheckpointLockArgs_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -8321,22 +5228,6 @@ pub struct CUcheckpointCheckpointArgs_st {
     pub customStorageInfo_out: *mut *mut CUcheckpointCustomStorageInfo,
     pub reserved: [::core::ffi::c_char; 56usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUcheckpointCheckpointArgs_st",
-    ][::core::mem::size_of::<CUcheckpointCheckpointArgs_st>() - 64usize];
-    [
-        "Alignment of CUcheckpointCheckpointArgs_st",
-    ][::core::mem::align_of::<CUcheckpointCheckpointArgs_st>() - 8usize];
-    [
-        "Offset of field: CUcheckpointCheckpointArgs_st::customStorageInfo_out",
-    ][::core::mem::offset_of!(CUcheckpointCheckpointArgs_st, customStorageInfo_out)
-        - 0usize];
-    [
-        "Offset of field: CUcheckpointCheckpointArgs_st::reserved",
-    ][::core::mem::offset_of!(CUcheckpointCheckpointArgs_st, reserved) - 8usize];
-};
 impl Default for CUcheckpointCheckpointArgs_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8353,21 +5244,6 @@ pub struct CUcheckpointGpuPair_st {
     pub oldUuid: CUuuid,
     pub newUuid: CUuuid,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUcheckpointGpuPair_st",
-    ][::core::mem::size_of::<CUcheckpointGpuPair_st>() - 32usize];
-    [
-        "Alignment of CUcheckpointGpuPair_st",
-    ][::core::mem::align_of::<CUcheckpointGpuPair_st>() - 1usize];
-    [
-        "Offset of field: CUcheckpointGpuPair_st::oldUuid",
-    ][::core::mem::offset_of!(CUcheckpointGpuPair_st, oldUuid) - 0usize];
-    [
-        "Offset of field: CUcheckpointGpuPair_st::newUuid",
-    ][::core::mem::offset_of!(CUcheckpointGpuPair_st, newUuid) - 16usize];
-};
 pub type CUcheckpointGpuPair = CUcheckpointGpuPair_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -8378,31 +5254,6 @@ pub struct CUcheckpointRestoreArgs_st {
     pub customStorageInfo_out: *mut *mut CUcheckpointCustomStorageInfo,
     pub reserved: [::core::ffi::c_char; 40usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUcheckpointRestoreArgs_st",
-    ][::core::mem::size_of::<CUcheckpointRestoreArgs_st>() - 64usize];
-    [
-        "Alignment of CUcheckpointRestoreArgs_st",
-    ][::core::mem::align_of::<CUcheckpointRestoreArgs_st>() - 8usize];
-    [
-        "Offset of field: CUcheckpointRestoreArgs_st::gpuPairs",
-    ][::core::mem::offset_of!(CUcheckpointRestoreArgs_st, gpuPairs) - 0usize];
-    [
-        "Offset of field: CUcheckpointRestoreArgs_st::gpuPairsCount",
-    ][::core::mem::offset_of!(CUcheckpointRestoreArgs_st, gpuPairsCount) - 8usize];
-    [
-        "Offset of field: CUcheckpointRestoreArgs_st::padding0",
-    ][::core::mem::offset_of!(CUcheckpointRestoreArgs_st, padding0) - 12usize];
-    [
-        "Offset of field: CUcheckpointRestoreArgs_st::customStorageInfo_out",
-    ][::core::mem::offset_of!(CUcheckpointRestoreArgs_st, customStorageInfo_out)
-        - 16usize];
-    [
-        "Offset of field: CUcheckpointRestoreArgs_st::reserved",
-    ][::core::mem::offset_of!(CUcheckpointRestoreArgs_st, reserved) - 24usize];
-};
 impl Default for CUcheckpointRestoreArgs_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8418,18 +5269,6 @@ pub type CUcheckpointRestoreArgs = CUcheckpointRestoreArgs_st;
 pub struct CUcheckpointUnlockArgs_st {
     pub reserved: [cuuint64_t; 8usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUcheckpointUnlockArgs_st",
-    ][::core::mem::size_of::<CUcheckpointUnlockArgs_st>() - 64usize];
-    [
-        "Alignment of CUcheckpointUnlockArgs_st",
-    ][::core::mem::align_of::<CUcheckpointUnlockArgs_st>() - 8usize];
-    [
-        "Offset of field: CUcheckpointUnlockArgs_st::reserved",
-    ][::core::mem::offset_of!(CUcheckpointUnlockArgs_st, reserved) - 0usize];
-};
 pub type CUcheckpointUnlockArgs = CUcheckpointUnlockArgs_st;
 impl CUmoduleLoadingMode_enum {
     pub const CU_MODULE_EAGER_LOADING: CUmoduleLoadingMode_enum = CUmoduleLoadingMode_enum(
@@ -8472,36 +5311,6 @@ pub struct CUmemDecompressParams_st {
     pub algo: CUmemDecompressAlgorithm,
     pub padding: [::core::ffi::c_uchar; 20usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUmemDecompressParams_st",
-    ][::core::mem::size_of::<CUmemDecompressParams_st>() - 64usize];
-    [
-        "Alignment of CUmemDecompressParams_st",
-    ][::core::mem::align_of::<CUmemDecompressParams_st>() - 8usize];
-    [
-        "Offset of field: CUmemDecompressParams_st::srcNumBytes",
-    ][::core::mem::offset_of!(CUmemDecompressParams_st, srcNumBytes) - 0usize];
-    [
-        "Offset of field: CUmemDecompressParams_st::dstNumBytes",
-    ][::core::mem::offset_of!(CUmemDecompressParams_st, dstNumBytes) - 8usize];
-    [
-        "Offset of field: CUmemDecompressParams_st::dstActBytes",
-    ][::core::mem::offset_of!(CUmemDecompressParams_st, dstActBytes) - 16usize];
-    [
-        "Offset of field: CUmemDecompressParams_st::src",
-    ][::core::mem::offset_of!(CUmemDecompressParams_st, src) - 24usize];
-    [
-        "Offset of field: CUmemDecompressParams_st::dst",
-    ][::core::mem::offset_of!(CUmemDecompressParams_st, dst) - 32usize];
-    [
-        "Offset of field: CUmemDecompressParams_st::algo",
-    ][::core::mem::offset_of!(CUmemDecompressParams_st, algo) - 40usize];
-    [
-        "Offset of field: CUmemDecompressParams_st::padding",
-    ][::core::mem::offset_of!(CUmemDecompressParams_st, padding) - 44usize];
-};
 impl Default for CUmemDecompressParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8532,19 +5341,6 @@ pub struct CUcliqueInfo_st {
     pub type_: CUcliqueType,
     pub id: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUcliqueInfo_st"][::core::mem::size_of::<CUcliqueInfo_st>() - 8usize];
-    [
-        "Alignment of CUcliqueInfo_st",
-    ][::core::mem::align_of::<CUcliqueInfo_st>() - 4usize];
-    [
-        "Offset of field: CUcliqueInfo_st::type_",
-    ][::core::mem::offset_of!(CUcliqueInfo_st, type_) - 0usize];
-    [
-        "Offset of field: CUcliqueInfo_st::id",
-    ][::core::mem::offset_of!(CUcliqueInfo_st, id) - 4usize];
-};
 impl Default for CUcliqueInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8573,18 +5369,6 @@ pub use self::CUlogicalEndpointIpcHandleType_enum as CUlogicalEndpointIpcHandleT
 pub struct CUlogicalEndpointFabricHandle_st {
     pub data: [::core::ffi::c_uchar; 64usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlogicalEndpointFabricHandle_st",
-    ][::core::mem::size_of::<CUlogicalEndpointFabricHandle_st>() - 64usize];
-    [
-        "Alignment of CUlogicalEndpointFabricHandle_st",
-    ][::core::mem::align_of::<CUlogicalEndpointFabricHandle_st>() - 1usize];
-    [
-        "Offset of field: CUlogicalEndpointFabricHandle_st::data",
-    ][::core::mem::offset_of!(CUlogicalEndpointFabricHandle_st, data) - 0usize];
-};
 impl Default for CUlogicalEndpointFabricHandle_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8642,60 +5426,11 @@ pub union CUlogicalEndpointProp_struct__bindgen_ty_1 {
 pub struct CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_1 {
     pub device: CUdevice,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_1>()
-        - 4usize];
-    [
-        "Alignment of CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_1>()
-        - 4usize];
-    [
-        "Offset of field: CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_1::device",
-    ][::core::mem::offset_of!(
-        CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_1, device
-    ) - 0usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_2 {
     pub numDevices: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::size_of::<CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_2>()
-        - 4usize];
-    [
-        "Alignment of CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::align_of::<CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_2>()
-        - 4usize];
-    [
-        "Offset of field: CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_2::numDevices",
-    ][::core::mem::offset_of!(
-        CUlogicalEndpointProp_struct__bindgen_ty_1__bindgen_ty_2, numDevices
-    ) - 0usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlogicalEndpointProp_struct__bindgen_ty_1",
-    ][::core::mem::size_of::<CUlogicalEndpointProp_struct__bindgen_ty_1>() - 4usize];
-    [
-        "Alignment of CUlogicalEndpointProp_struct__bindgen_ty_1",
-    ][::core::mem::align_of::<CUlogicalEndpointProp_struct__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: CUlogicalEndpointProp_struct__bindgen_ty_1::unicast",
-    ][::core::mem::offset_of!(CUlogicalEndpointProp_struct__bindgen_ty_1, unicast)
-        - 0usize];
-    [
-        "Offset of field: CUlogicalEndpointProp_struct__bindgen_ty_1::multicast",
-    ][::core::mem::offset_of!(CUlogicalEndpointProp_struct__bindgen_ty_1, multicast)
-        - 0usize];
-};
 impl Default for CUlogicalEndpointProp_struct__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8705,27 +5440,6 @@ impl Default for CUlogicalEndpointProp_struct__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUlogicalEndpointProp_struct",
-    ][::core::mem::size_of::<CUlogicalEndpointProp_struct>() - 24usize];
-    [
-        "Alignment of CUlogicalEndpointProp_struct",
-    ][::core::mem::align_of::<CUlogicalEndpointProp_struct>() - 8usize];
-    [
-        "Offset of field: CUlogicalEndpointProp_struct::type_",
-    ][::core::mem::offset_of!(CUlogicalEndpointProp_struct, type_) - 0usize];
-    [
-        "Offset of field: CUlogicalEndpointProp_struct::size",
-    ][::core::mem::offset_of!(CUlogicalEndpointProp_struct, size) - 8usize];
-    [
-        "Offset of field: CUlogicalEndpointProp_struct::ipcHandleTypes",
-    ][::core::mem::offset_of!(CUlogicalEndpointProp_struct, ipcHandleTypes) - 16usize];
-    [
-        "Offset of field: CUlogicalEndpointProp_struct::flags",
-    ][::core::mem::offset_of!(CUlogicalEndpointProp_struct, flags) - 20usize];
-};
 impl Default for CUlogicalEndpointProp_struct {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8769,25 +5483,6 @@ pub struct CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1 {
     pub ptr: CUdeviceptr,
     pub locHint: CUmemLocation,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1>()
-        - 16usize];
-    [
-        "Alignment of CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1::ptr",
-    ][::core::mem::offset_of!(CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1, ptr)
-        - 0usize];
-    [
-        "Offset of field: CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1::locHint",
-    ][::core::mem::offset_of!(CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1, locHint)
-        - 8usize];
-};
 impl Default for CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8803,40 +5498,6 @@ pub struct CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_2 {
     pub id: CUlogicalEndpointId,
     pub offset: cuuint64_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::size_of::<CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_2>()
-        - 16usize];
-    [
-        "Alignment of CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::align_of::<CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_2>()
-        - 8usize];
-    [
-        "Offset of field: CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_2::id",
-    ][::core::mem::offset_of!(CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_2, id)
-        - 0usize];
-    [
-        "Offset of field: CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_2::offset",
-    ][::core::mem::offset_of!(CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_2, offset)
-        - 8usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUfabricCpyOperand_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUfabricCpyOperand_st__bindgen_ty_1>() - 16usize];
-    [
-        "Alignment of CUfabricCpyOperand_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUfabricCpyOperand_st__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: CUfabricCpyOperand_st__bindgen_ty_1::ptr",
-    ][::core::mem::offset_of!(CUfabricCpyOperand_st__bindgen_ty_1, ptr) - 0usize];
-    [
-        "Offset of field: CUfabricCpyOperand_st__bindgen_ty_1::le",
-    ][::core::mem::offset_of!(CUfabricCpyOperand_st__bindgen_ty_1, le) - 0usize];
-};
 impl Default for CUfabricCpyOperand_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8846,21 +5507,6 @@ impl Default for CUfabricCpyOperand_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUfabricCpyOperand_st",
-    ][::core::mem::size_of::<CUfabricCpyOperand_st>() - 24usize];
-    [
-        "Alignment of CUfabricCpyOperand_st",
-    ][::core::mem::align_of::<CUfabricCpyOperand_st>() - 8usize];
-    [
-        "Offset of field: CUfabricCpyOperand_st::type_",
-    ][::core::mem::offset_of!(CUfabricCpyOperand_st, type_) - 0usize];
-    [
-        "Offset of field: CUfabricCpyOperand_st::op",
-    ][::core::mem::offset_of!(CUfabricCpyOperand_st, op) - 8usize];
-};
 impl Default for CUfabricCpyOperand_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -8879,27 +5525,6 @@ pub struct CUDA_FABRIC_COPY_BATCH_OP_st {
     pub size: usize,
     pub flags: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUDA_FABRIC_COPY_BATCH_OP_st",
-    ][::core::mem::size_of::<CUDA_FABRIC_COPY_BATCH_OP_st>() - 64usize];
-    [
-        "Alignment of CUDA_FABRIC_COPY_BATCH_OP_st",
-    ][::core::mem::align_of::<CUDA_FABRIC_COPY_BATCH_OP_st>() - 8usize];
-    [
-        "Offset of field: CUDA_FABRIC_COPY_BATCH_OP_st::src",
-    ][::core::mem::offset_of!(CUDA_FABRIC_COPY_BATCH_OP_st, src) - 0usize];
-    [
-        "Offset of field: CUDA_FABRIC_COPY_BATCH_OP_st::dst",
-    ][::core::mem::offset_of!(CUDA_FABRIC_COPY_BATCH_OP_st, dst) - 24usize];
-    [
-        "Offset of field: CUDA_FABRIC_COPY_BATCH_OP_st::size",
-    ][::core::mem::offset_of!(CUDA_FABRIC_COPY_BATCH_OP_st, size) - 48usize];
-    [
-        "Offset of field: CUDA_FABRIC_COPY_BATCH_OP_st::flags",
-    ][::core::mem::offset_of!(CUDA_FABRIC_COPY_BATCH_OP_st, flags) - 56usize];
-};
 impl Default for CUDA_FABRIC_COPY_BATCH_OP_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -9094,30 +5719,6 @@ pub struct CUdevSmResource_st {
     pub flags: ::core::ffi::c_uint,
     pub localityDomainId: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUdevSmResource_st",
-    ][::core::mem::size_of::<CUdevSmResource_st>() - 20usize];
-    [
-        "Alignment of CUdevSmResource_st",
-    ][::core::mem::align_of::<CUdevSmResource_st>() - 4usize];
-    [
-        "Offset of field: CUdevSmResource_st::smCount",
-    ][::core::mem::offset_of!(CUdevSmResource_st, smCount) - 0usize];
-    [
-        "Offset of field: CUdevSmResource_st::minSmPartitionSize",
-    ][::core::mem::offset_of!(CUdevSmResource_st, minSmPartitionSize) - 4usize];
-    [
-        "Offset of field: CUdevSmResource_st::smCoscheduledAlignment",
-    ][::core::mem::offset_of!(CUdevSmResource_st, smCoscheduledAlignment) - 8usize];
-    [
-        "Offset of field: CUdevSmResource_st::flags",
-    ][::core::mem::offset_of!(CUdevSmResource_st, flags) - 12usize];
-    [
-        "Offset of field: CUdevSmResource_st::localityDomainId",
-    ][::core::mem::offset_of!(CUdevSmResource_st, localityDomainId) - 16usize];
-};
 pub type CUdevSmResource = CUdevSmResource_st;
 impl CUdevWorkqueueConfigScope {
     pub const CU_WORKQUEUE_SCOPE_DEVICE_CTX: CUdevWorkqueueConfigScope = CUdevWorkqueueConfigScope(
@@ -9137,25 +5738,6 @@ pub struct CUdevWorkqueueConfigResource_st {
     pub wqConcurrencyLimit: ::core::ffi::c_uint,
     pub sharingScope: CUdevWorkqueueConfigScope,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUdevWorkqueueConfigResource_st",
-    ][::core::mem::size_of::<CUdevWorkqueueConfigResource_st>() - 12usize];
-    [
-        "Alignment of CUdevWorkqueueConfigResource_st",
-    ][::core::mem::align_of::<CUdevWorkqueueConfigResource_st>() - 4usize];
-    [
-        "Offset of field: CUdevWorkqueueConfigResource_st::device",
-    ][::core::mem::offset_of!(CUdevWorkqueueConfigResource_st, device) - 0usize];
-    [
-        "Offset of field: CUdevWorkqueueConfigResource_st::wqConcurrencyLimit",
-    ][::core::mem::offset_of!(CUdevWorkqueueConfigResource_st, wqConcurrencyLimit)
-        - 4usize];
-    [
-        "Offset of field: CUdevWorkqueueConfigResource_st::sharingScope",
-    ][::core::mem::offset_of!(CUdevWorkqueueConfigResource_st, sharingScope) - 8usize];
-};
 impl Default for CUdevWorkqueueConfigResource_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -9171,18 +5753,6 @@ pub type CUdevWorkqueueConfigResource = CUdevWorkqueueConfigResource_st;
 pub struct CUdevWorkqueueResource_st {
     pub reserved: [::core::ffi::c_uchar; 40usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUdevWorkqueueResource_st",
-    ][::core::mem::size_of::<CUdevWorkqueueResource_st>() - 40usize];
-    [
-        "Alignment of CUdevWorkqueueResource_st",
-    ][::core::mem::align_of::<CUdevWorkqueueResource_st>() - 1usize];
-    [
-        "Offset of field: CUdevWorkqueueResource_st::reserved",
-    ][::core::mem::offset_of!(CUdevWorkqueueResource_st, reserved) - 0usize];
-};
 impl Default for CUdevWorkqueueResource_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -9203,37 +5773,6 @@ pub struct CU_DEV_SM_RESOURCE_GROUP_PARAMS_st {
     pub localityDomainId: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 11usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CU_DEV_SM_RESOURCE_GROUP_PARAMS_st",
-    ][::core::mem::size_of::<CU_DEV_SM_RESOURCE_GROUP_PARAMS_st>() - 64usize];
-    [
-        "Alignment of CU_DEV_SM_RESOURCE_GROUP_PARAMS_st",
-    ][::core::mem::align_of::<CU_DEV_SM_RESOURCE_GROUP_PARAMS_st>() - 4usize];
-    [
-        "Offset of field: CU_DEV_SM_RESOURCE_GROUP_PARAMS_st::smCount",
-    ][::core::mem::offset_of!(CU_DEV_SM_RESOURCE_GROUP_PARAMS_st, smCount) - 0usize];
-    [
-        "Offset of field: CU_DEV_SM_RESOURCE_GROUP_PARAMS_st::coscheduledSmCount",
-    ][::core::mem::offset_of!(CU_DEV_SM_RESOURCE_GROUP_PARAMS_st, coscheduledSmCount)
-        - 4usize];
-    [
-        "Offset of field: CU_DEV_SM_RESOURCE_GROUP_PARAMS_st::preferredCoscheduledSmCount",
-    ][::core::mem::offset_of!(
-        CU_DEV_SM_RESOURCE_GROUP_PARAMS_st, preferredCoscheduledSmCount
-    ) - 8usize];
-    [
-        "Offset of field: CU_DEV_SM_RESOURCE_GROUP_PARAMS_st::flags",
-    ][::core::mem::offset_of!(CU_DEV_SM_RESOURCE_GROUP_PARAMS_st, flags) - 12usize];
-    [
-        "Offset of field: CU_DEV_SM_RESOURCE_GROUP_PARAMS_st::localityDomainId",
-    ][::core::mem::offset_of!(CU_DEV_SM_RESOURCE_GROUP_PARAMS_st, localityDomainId)
-        - 16usize];
-    [
-        "Offset of field: CU_DEV_SM_RESOURCE_GROUP_PARAMS_st::reserved",
-    ][::core::mem::offset_of!(CU_DEV_SM_RESOURCE_GROUP_PARAMS_st, reserved) - 20usize];
-};
 pub type CU_DEV_SM_RESOURCE_GROUP_PARAMS = CU_DEV_SM_RESOURCE_GROUP_PARAMS_st;
 #[repr(C)]
 #[derive(Copy, Clone)]
@@ -9251,27 +5790,6 @@ pub union CUdevResource_st__bindgen_ty_1 {
     pub wq: CUdevWorkqueueResource,
     pub _oversize: [::core::ffi::c_uchar; 40usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUdevResource_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUdevResource_st__bindgen_ty_1>() - 40usize];
-    [
-        "Alignment of CUdevResource_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUdevResource_st__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: CUdevResource_st__bindgen_ty_1::sm",
-    ][::core::mem::offset_of!(CUdevResource_st__bindgen_ty_1, sm) - 0usize];
-    [
-        "Offset of field: CUdevResource_st__bindgen_ty_1::wqConfig",
-    ][::core::mem::offset_of!(CUdevResource_st__bindgen_ty_1, wqConfig) - 0usize];
-    [
-        "Offset of field: CUdevResource_st__bindgen_ty_1::wq",
-    ][::core::mem::offset_of!(CUdevResource_st__bindgen_ty_1, wq) - 0usize];
-    [
-        "Offset of field: CUdevResource_st__bindgen_ty_1::_oversize",
-    ][::core::mem::offset_of!(CUdevResource_st__bindgen_ty_1, _oversize) - 0usize];
-};
 impl Default for CUdevResource_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -9281,22 +5799,6 @@ impl Default for CUdevResource_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUdevResource_st"][::core::mem::size_of::<CUdevResource_st>() - 144usize];
-    [
-        "Alignment of CUdevResource_st",
-    ][::core::mem::align_of::<CUdevResource_st>() - 8usize];
-    [
-        "Offset of field: CUdevResource_st::type_",
-    ][::core::mem::offset_of!(CUdevResource_st, type_) - 0usize];
-    [
-        "Offset of field: CUdevResource_st::_internal_padding",
-    ][::core::mem::offset_of!(CUdevResource_st, _internal_padding) - 4usize];
-    [
-        "Offset of field: CUdevResource_st::nextResource",
-    ][::core::mem::offset_of!(CUdevResource_st, nextResource) - 136usize];
-};
 impl Default for CUdevResource_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -9752,21 +6254,6 @@ pub union CUeglFrame_st__bindgen_ty_1 {
     pub pArray: [CUarray; 3usize],
     pub pPitch: [*mut ::core::ffi::c_void; 3usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of CUeglFrame_st__bindgen_ty_1",
-    ][::core::mem::size_of::<CUeglFrame_st__bindgen_ty_1>() - 24usize];
-    [
-        "Alignment of CUeglFrame_st__bindgen_ty_1",
-    ][::core::mem::align_of::<CUeglFrame_st__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: CUeglFrame_st__bindgen_ty_1::pArray",
-    ][::core::mem::offset_of!(CUeglFrame_st__bindgen_ty_1, pArray) - 0usize];
-    [
-        "Offset of field: CUeglFrame_st__bindgen_ty_1::pPitch",
-    ][::core::mem::offset_of!(CUeglFrame_st__bindgen_ty_1, pPitch) - 0usize];
-};
 impl Default for CUeglFrame_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -9776,41 +6263,6 @@ impl Default for CUeglFrame_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUeglFrame_st"][::core::mem::size_of::<CUeglFrame_st>() - 64usize];
-    ["Alignment of CUeglFrame_st"][::core::mem::align_of::<CUeglFrame_st>() - 8usize];
-    [
-        "Offset of field: CUeglFrame_st::frame",
-    ][::core::mem::offset_of!(CUeglFrame_st, frame) - 0usize];
-    [
-        "Offset of field: CUeglFrame_st::width",
-    ][::core::mem::offset_of!(CUeglFrame_st, width) - 24usize];
-    [
-        "Offset of field: CUeglFrame_st::height",
-    ][::core::mem::offset_of!(CUeglFrame_st, height) - 28usize];
-    [
-        "Offset of field: CUeglFrame_st::depth",
-    ][::core::mem::offset_of!(CUeglFrame_st, depth) - 32usize];
-    [
-        "Offset of field: CUeglFrame_st::pitch",
-    ][::core::mem::offset_of!(CUeglFrame_st, pitch) - 36usize];
-    [
-        "Offset of field: CUeglFrame_st::planeCount",
-    ][::core::mem::offset_of!(CUeglFrame_st, planeCount) - 40usize];
-    [
-        "Offset of field: CUeglFrame_st::numChannels",
-    ][::core::mem::offset_of!(CUeglFrame_st, numChannels) - 44usize];
-    [
-        "Offset of field: CUeglFrame_st::frameType",
-    ][::core::mem::offset_of!(CUeglFrame_st, frameType) - 48usize];
-    [
-        "Offset of field: CUeglFrame_st::eglColorFormat",
-    ][::core::mem::offset_of!(CUeglFrame_st, eglColorFormat) - 52usize];
-    [
-        "Offset of field: CUeglFrame_st::cuFormat",
-    ][::core::mem::offset_of!(CUeglFrame_st, cuFormat) - 56usize];
-};
 impl Default for CUeglFrame_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();

@@ -91,23 +91,11 @@ pub struct cudaRoundMode(pub ::core::ffi::c_uint);
 pub struct char1 {
     pub x: ::core::ffi::c_schar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of char1"][::core::mem::size_of::<char1>() - 1usize];
-    ["Alignment of char1"][::core::mem::align_of::<char1>() - 1usize];
-    ["Offset of field: char1::x"][::core::mem::offset_of!(char1, x) - 0usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct uchar1 {
     pub x: ::core::ffi::c_uchar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of uchar1"][::core::mem::size_of::<uchar1>() - 1usize];
-    ["Alignment of uchar1"][::core::mem::align_of::<uchar1>() - 1usize];
-    ["Offset of field: uchar1::x"][::core::mem::offset_of!(uchar1, x) - 0usize];
-};
 #[repr(C)]
 #[repr(align(2))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -115,13 +103,6 @@ pub struct char2 {
     pub x: ::core::ffi::c_schar,
     pub y: ::core::ffi::c_schar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of char2"][::core::mem::size_of::<char2>() - 2usize];
-    ["Alignment of char2"][::core::mem::align_of::<char2>() - 2usize];
-    ["Offset of field: char2::x"][::core::mem::offset_of!(char2, x) - 0usize];
-    ["Offset of field: char2::y"][::core::mem::offset_of!(char2, y) - 1usize];
-};
 #[repr(C)]
 #[repr(align(2))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -129,13 +110,6 @@ pub struct uchar2 {
     pub x: ::core::ffi::c_uchar,
     pub y: ::core::ffi::c_uchar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of uchar2"][::core::mem::size_of::<uchar2>() - 2usize];
-    ["Alignment of uchar2"][::core::mem::align_of::<uchar2>() - 2usize];
-    ["Offset of field: uchar2::x"][::core::mem::offset_of!(uchar2, x) - 0usize];
-    ["Offset of field: uchar2::y"][::core::mem::offset_of!(uchar2, y) - 1usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct char3 {
@@ -143,14 +117,6 @@ pub struct char3 {
     pub y: ::core::ffi::c_schar,
     pub z: ::core::ffi::c_schar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of char3"][::core::mem::size_of::<char3>() - 3usize];
-    ["Alignment of char3"][::core::mem::align_of::<char3>() - 1usize];
-    ["Offset of field: char3::x"][::core::mem::offset_of!(char3, x) - 0usize];
-    ["Offset of field: char3::y"][::core::mem::offset_of!(char3, y) - 1usize];
-    ["Offset of field: char3::z"][::core::mem::offset_of!(char3, z) - 2usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct uchar3 {
@@ -158,14 +124,6 @@ pub struct uchar3 {
     pub y: ::core::ffi::c_uchar,
     pub z: ::core::ffi::c_uchar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of uchar3"][::core::mem::size_of::<uchar3>() - 3usize];
-    ["Alignment of uchar3"][::core::mem::align_of::<uchar3>() - 1usize];
-    ["Offset of field: uchar3::x"][::core::mem::offset_of!(uchar3, x) - 0usize];
-    ["Offset of field: uchar3::y"][::core::mem::offset_of!(uchar3, y) - 1usize];
-    ["Offset of field: uchar3::z"][::core::mem::offset_of!(uchar3, z) - 2usize];
-};
 #[repr(C)]
 #[repr(align(4))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -175,15 +133,6 @@ pub struct char4 {
     pub z: ::core::ffi::c_schar,
     pub w: ::core::ffi::c_schar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of char4"][::core::mem::size_of::<char4>() - 4usize];
-    ["Alignment of char4"][::core::mem::align_of::<char4>() - 4usize];
-    ["Offset of field: char4::x"][::core::mem::offset_of!(char4, x) - 0usize];
-    ["Offset of field: char4::y"][::core::mem::offset_of!(char4, y) - 1usize];
-    ["Offset of field: char4::z"][::core::mem::offset_of!(char4, z) - 2usize];
-    ["Offset of field: char4::w"][::core::mem::offset_of!(char4, w) - 3usize];
-};
 #[repr(C)]
 #[repr(align(4))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -193,37 +142,16 @@ pub struct uchar4 {
     pub z: ::core::ffi::c_uchar,
     pub w: ::core::ffi::c_uchar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of uchar4"][::core::mem::size_of::<uchar4>() - 4usize];
-    ["Alignment of uchar4"][::core::mem::align_of::<uchar4>() - 4usize];
-    ["Offset of field: uchar4::x"][::core::mem::offset_of!(uchar4, x) - 0usize];
-    ["Offset of field: uchar4::y"][::core::mem::offset_of!(uchar4, y) - 1usize];
-    ["Offset of field: uchar4::z"][::core::mem::offset_of!(uchar4, z) - 2usize];
-    ["Offset of field: uchar4::w"][::core::mem::offset_of!(uchar4, w) - 3usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct short1 {
     pub x: ::core::ffi::c_short,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of short1"][::core::mem::size_of::<short1>() - 2usize];
-    ["Alignment of short1"][::core::mem::align_of::<short1>() - 2usize];
-    ["Offset of field: short1::x"][::core::mem::offset_of!(short1, x) - 0usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ushort1 {
     pub x: ::core::ffi::c_ushort,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ushort1"][::core::mem::size_of::<ushort1>() - 2usize];
-    ["Alignment of ushort1"][::core::mem::align_of::<ushort1>() - 2usize];
-    ["Offset of field: ushort1::x"][::core::mem::offset_of!(ushort1, x) - 0usize];
-};
 #[repr(C)]
 #[repr(align(4))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -231,13 +159,6 @@ pub struct short2 {
     pub x: ::core::ffi::c_short,
     pub y: ::core::ffi::c_short,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of short2"][::core::mem::size_of::<short2>() - 4usize];
-    ["Alignment of short2"][::core::mem::align_of::<short2>() - 4usize];
-    ["Offset of field: short2::x"][::core::mem::offset_of!(short2, x) - 0usize];
-    ["Offset of field: short2::y"][::core::mem::offset_of!(short2, y) - 2usize];
-};
 #[repr(C)]
 #[repr(align(4))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -245,13 +166,6 @@ pub struct ushort2 {
     pub x: ::core::ffi::c_ushort,
     pub y: ::core::ffi::c_ushort,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ushort2"][::core::mem::size_of::<ushort2>() - 4usize];
-    ["Alignment of ushort2"][::core::mem::align_of::<ushort2>() - 4usize];
-    ["Offset of field: ushort2::x"][::core::mem::offset_of!(ushort2, x) - 0usize];
-    ["Offset of field: ushort2::y"][::core::mem::offset_of!(ushort2, y) - 2usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct short3 {
@@ -259,14 +173,6 @@ pub struct short3 {
     pub y: ::core::ffi::c_short,
     pub z: ::core::ffi::c_short,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of short3"][::core::mem::size_of::<short3>() - 6usize];
-    ["Alignment of short3"][::core::mem::align_of::<short3>() - 2usize];
-    ["Offset of field: short3::x"][::core::mem::offset_of!(short3, x) - 0usize];
-    ["Offset of field: short3::y"][::core::mem::offset_of!(short3, y) - 2usize];
-    ["Offset of field: short3::z"][::core::mem::offset_of!(short3, z) - 4usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ushort3 {
@@ -274,14 +180,6 @@ pub struct ushort3 {
     pub y: ::core::ffi::c_ushort,
     pub z: ::core::ffi::c_ushort,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ushort3"][::core::mem::size_of::<ushort3>() - 6usize];
-    ["Alignment of ushort3"][::core::mem::align_of::<ushort3>() - 2usize];
-    ["Offset of field: ushort3::x"][::core::mem::offset_of!(ushort3, x) - 0usize];
-    ["Offset of field: ushort3::y"][::core::mem::offset_of!(ushort3, y) - 2usize];
-    ["Offset of field: ushort3::z"][::core::mem::offset_of!(ushort3, z) - 4usize];
-};
 #[repr(C)]
 #[repr(align(8))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -291,15 +189,6 @@ pub struct short4 {
     pub z: ::core::ffi::c_short,
     pub w: ::core::ffi::c_short,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of short4"][::core::mem::size_of::<short4>() - 8usize];
-    ["Alignment of short4"][::core::mem::align_of::<short4>() - 8usize];
-    ["Offset of field: short4::x"][::core::mem::offset_of!(short4, x) - 0usize];
-    ["Offset of field: short4::y"][::core::mem::offset_of!(short4, y) - 2usize];
-    ["Offset of field: short4::z"][::core::mem::offset_of!(short4, z) - 4usize];
-    ["Offset of field: short4::w"][::core::mem::offset_of!(short4, w) - 6usize];
-};
 #[repr(C)]
 #[repr(align(8))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -309,37 +198,16 @@ pub struct ushort4 {
     pub z: ::core::ffi::c_ushort,
     pub w: ::core::ffi::c_ushort,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ushort4"][::core::mem::size_of::<ushort4>() - 8usize];
-    ["Alignment of ushort4"][::core::mem::align_of::<ushort4>() - 8usize];
-    ["Offset of field: ushort4::x"][::core::mem::offset_of!(ushort4, x) - 0usize];
-    ["Offset of field: ushort4::y"][::core::mem::offset_of!(ushort4, y) - 2usize];
-    ["Offset of field: ushort4::z"][::core::mem::offset_of!(ushort4, z) - 4usize];
-    ["Offset of field: ushort4::w"][::core::mem::offset_of!(ushort4, w) - 6usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct int1 {
     pub x: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of int1"][::core::mem::size_of::<int1>() - 4usize];
-    ["Alignment of int1"][::core::mem::align_of::<int1>() - 4usize];
-    ["Offset of field: int1::x"][::core::mem::offset_of!(int1, x) - 0usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct uint1 {
     pub x: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of uint1"][::core::mem::size_of::<uint1>() - 4usize];
-    ["Alignment of uint1"][::core::mem::align_of::<uint1>() - 4usize];
-    ["Offset of field: uint1::x"][::core::mem::offset_of!(uint1, x) - 0usize];
-};
 #[repr(C)]
 #[repr(align(8))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -347,13 +215,6 @@ pub struct int2 {
     pub x: ::core::ffi::c_int,
     pub y: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of int2"][::core::mem::size_of::<int2>() - 8usize];
-    ["Alignment of int2"][::core::mem::align_of::<int2>() - 8usize];
-    ["Offset of field: int2::x"][::core::mem::offset_of!(int2, x) - 0usize];
-    ["Offset of field: int2::y"][::core::mem::offset_of!(int2, y) - 4usize];
-};
 #[repr(C)]
 #[repr(align(8))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -361,13 +222,6 @@ pub struct uint2 {
     pub x: ::core::ffi::c_uint,
     pub y: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of uint2"][::core::mem::size_of::<uint2>() - 8usize];
-    ["Alignment of uint2"][::core::mem::align_of::<uint2>() - 8usize];
-    ["Offset of field: uint2::x"][::core::mem::offset_of!(uint2, x) - 0usize];
-    ["Offset of field: uint2::y"][::core::mem::offset_of!(uint2, y) - 4usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct int3 {
@@ -375,14 +229,6 @@ pub struct int3 {
     pub y: ::core::ffi::c_int,
     pub z: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of int3"][::core::mem::size_of::<int3>() - 12usize];
-    ["Alignment of int3"][::core::mem::align_of::<int3>() - 4usize];
-    ["Offset of field: int3::x"][::core::mem::offset_of!(int3, x) - 0usize];
-    ["Offset of field: int3::y"][::core::mem::offset_of!(int3, y) - 4usize];
-    ["Offset of field: int3::z"][::core::mem::offset_of!(int3, z) - 8usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct uint3 {
@@ -390,14 +236,6 @@ pub struct uint3 {
     pub y: ::core::ffi::c_uint,
     pub z: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of uint3"][::core::mem::size_of::<uint3>() - 12usize];
-    ["Alignment of uint3"][::core::mem::align_of::<uint3>() - 4usize];
-    ["Offset of field: uint3::x"][::core::mem::offset_of!(uint3, x) - 0usize];
-    ["Offset of field: uint3::y"][::core::mem::offset_of!(uint3, y) - 4usize];
-    ["Offset of field: uint3::z"][::core::mem::offset_of!(uint3, z) - 8usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -407,15 +245,6 @@ pub struct int4 {
     pub z: ::core::ffi::c_int,
     pub w: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of int4"][::core::mem::size_of::<int4>() - 16usize];
-    ["Alignment of int4"][::core::mem::align_of::<int4>() - 16usize];
-    ["Offset of field: int4::x"][::core::mem::offset_of!(int4, x) - 0usize];
-    ["Offset of field: int4::y"][::core::mem::offset_of!(int4, y) - 4usize];
-    ["Offset of field: int4::z"][::core::mem::offset_of!(int4, z) - 8usize];
-    ["Offset of field: int4::w"][::core::mem::offset_of!(int4, w) - 12usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -425,37 +254,16 @@ pub struct uint4 {
     pub z: ::core::ffi::c_uint,
     pub w: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of uint4"][::core::mem::size_of::<uint4>() - 16usize];
-    ["Alignment of uint4"][::core::mem::align_of::<uint4>() - 16usize];
-    ["Offset of field: uint4::x"][::core::mem::offset_of!(uint4, x) - 0usize];
-    ["Offset of field: uint4::y"][::core::mem::offset_of!(uint4, y) - 4usize];
-    ["Offset of field: uint4::z"][::core::mem::offset_of!(uint4, z) - 8usize];
-    ["Offset of field: uint4::w"][::core::mem::offset_of!(uint4, w) - 12usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct long1 {
     pub x: ::core::ffi::c_long,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of long1"][::core::mem::size_of::<long1>() - 8usize];
-    ["Alignment of long1"][::core::mem::align_of::<long1>() - 8usize];
-    ["Offset of field: long1::x"][::core::mem::offset_of!(long1, x) - 0usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ulong1 {
     pub x: ::core::ffi::c_ulong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulong1"][::core::mem::size_of::<ulong1>() - 8usize];
-    ["Alignment of ulong1"][::core::mem::align_of::<ulong1>() - 8usize];
-    ["Offset of field: ulong1::x"][::core::mem::offset_of!(ulong1, x) - 0usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -463,13 +271,6 @@ pub struct long2 {
     pub x: ::core::ffi::c_long,
     pub y: ::core::ffi::c_long,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of long2"][::core::mem::size_of::<long2>() - 16usize];
-    ["Alignment of long2"][::core::mem::align_of::<long2>() - 16usize];
-    ["Offset of field: long2::x"][::core::mem::offset_of!(long2, x) - 0usize];
-    ["Offset of field: long2::y"][::core::mem::offset_of!(long2, y) - 8usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -477,13 +278,6 @@ pub struct ulong2 {
     pub x: ::core::ffi::c_ulong,
     pub y: ::core::ffi::c_ulong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulong2"][::core::mem::size_of::<ulong2>() - 16usize];
-    ["Alignment of ulong2"][::core::mem::align_of::<ulong2>() - 16usize];
-    ["Offset of field: ulong2::x"][::core::mem::offset_of!(ulong2, x) - 0usize];
-    ["Offset of field: ulong2::y"][::core::mem::offset_of!(ulong2, y) - 8usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct long3 {
@@ -491,14 +285,6 @@ pub struct long3 {
     pub y: ::core::ffi::c_long,
     pub z: ::core::ffi::c_long,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of long3"][::core::mem::size_of::<long3>() - 24usize];
-    ["Alignment of long3"][::core::mem::align_of::<long3>() - 8usize];
-    ["Offset of field: long3::x"][::core::mem::offset_of!(long3, x) - 0usize];
-    ["Offset of field: long3::y"][::core::mem::offset_of!(long3, y) - 8usize];
-    ["Offset of field: long3::z"][::core::mem::offset_of!(long3, z) - 16usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ulong3 {
@@ -506,14 +292,6 @@ pub struct ulong3 {
     pub y: ::core::ffi::c_ulong,
     pub z: ::core::ffi::c_ulong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulong3"][::core::mem::size_of::<ulong3>() - 24usize];
-    ["Alignment of ulong3"][::core::mem::align_of::<ulong3>() - 8usize];
-    ["Offset of field: ulong3::x"][::core::mem::offset_of!(ulong3, x) - 0usize];
-    ["Offset of field: ulong3::y"][::core::mem::offset_of!(ulong3, y) - 8usize];
-    ["Offset of field: ulong3::z"][::core::mem::offset_of!(ulong3, z) - 16usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -523,15 +301,6 @@ pub struct long4 {
     pub z: ::core::ffi::c_long,
     pub w: ::core::ffi::c_long,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of long4"][::core::mem::size_of::<long4>() - 32usize];
-    ["Alignment of long4"][::core::mem::align_of::<long4>() - 16usize];
-    ["Offset of field: long4::x"][::core::mem::offset_of!(long4, x) - 0usize];
-    ["Offset of field: long4::y"][::core::mem::offset_of!(long4, y) - 8usize];
-    ["Offset of field: long4::z"][::core::mem::offset_of!(long4, z) - 16usize];
-    ["Offset of field: long4::w"][::core::mem::offset_of!(long4, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -541,15 +310,6 @@ pub struct ulong4 {
     pub z: ::core::ffi::c_ulong,
     pub w: ::core::ffi::c_ulong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulong4"][::core::mem::size_of::<ulong4>() - 32usize];
-    ["Alignment of ulong4"][::core::mem::align_of::<ulong4>() - 16usize];
-    ["Offset of field: ulong4::x"][::core::mem::offset_of!(ulong4, x) - 0usize];
-    ["Offset of field: ulong4::y"][::core::mem::offset_of!(ulong4, y) - 8usize];
-    ["Offset of field: ulong4::z"][::core::mem::offset_of!(ulong4, z) - 16usize];
-    ["Offset of field: ulong4::w"][::core::mem::offset_of!(ulong4, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -559,15 +319,6 @@ pub struct long4_16a {
     pub z: ::core::ffi::c_long,
     pub w: ::core::ffi::c_long,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of long4_16a"][::core::mem::size_of::<long4_16a>() - 32usize];
-    ["Alignment of long4_16a"][::core::mem::align_of::<long4_16a>() - 16usize];
-    ["Offset of field: long4_16a::x"][::core::mem::offset_of!(long4_16a, x) - 0usize];
-    ["Offset of field: long4_16a::y"][::core::mem::offset_of!(long4_16a, y) - 8usize];
-    ["Offset of field: long4_16a::z"][::core::mem::offset_of!(long4_16a, z) - 16usize];
-    ["Offset of field: long4_16a::w"][::core::mem::offset_of!(long4_16a, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -577,15 +328,6 @@ pub struct ulong4_16a {
     pub z: ::core::ffi::c_ulong,
     pub w: ::core::ffi::c_ulong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulong4_16a"][::core::mem::size_of::<ulong4_16a>() - 32usize];
-    ["Alignment of ulong4_16a"][::core::mem::align_of::<ulong4_16a>() - 16usize];
-    ["Offset of field: ulong4_16a::x"][::core::mem::offset_of!(ulong4_16a, x) - 0usize];
-    ["Offset of field: ulong4_16a::y"][::core::mem::offset_of!(ulong4_16a, y) - 8usize];
-    ["Offset of field: ulong4_16a::z"][::core::mem::offset_of!(ulong4_16a, z) - 16usize];
-    ["Offset of field: ulong4_16a::w"][::core::mem::offset_of!(ulong4_16a, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(32))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -595,15 +337,6 @@ pub struct long4_32a {
     pub z: ::core::ffi::c_long,
     pub w: ::core::ffi::c_long,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of long4_32a"][::core::mem::size_of::<long4_32a>() - 32usize];
-    ["Alignment of long4_32a"][::core::mem::align_of::<long4_32a>() - 32usize];
-    ["Offset of field: long4_32a::x"][::core::mem::offset_of!(long4_32a, x) - 0usize];
-    ["Offset of field: long4_32a::y"][::core::mem::offset_of!(long4_32a, y) - 8usize];
-    ["Offset of field: long4_32a::z"][::core::mem::offset_of!(long4_32a, z) - 16usize];
-    ["Offset of field: long4_32a::w"][::core::mem::offset_of!(long4_32a, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(32))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -613,26 +346,11 @@ pub struct ulong4_32a {
     pub z: ::core::ffi::c_ulong,
     pub w: ::core::ffi::c_ulong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulong4_32a"][::core::mem::size_of::<ulong4_32a>() - 32usize];
-    ["Alignment of ulong4_32a"][::core::mem::align_of::<ulong4_32a>() - 32usize];
-    ["Offset of field: ulong4_32a::x"][::core::mem::offset_of!(ulong4_32a, x) - 0usize];
-    ["Offset of field: ulong4_32a::y"][::core::mem::offset_of!(ulong4_32a, y) - 8usize];
-    ["Offset of field: ulong4_32a::z"][::core::mem::offset_of!(ulong4_32a, z) - 16usize];
-    ["Offset of field: ulong4_32a::w"][::core::mem::offset_of!(ulong4_32a, w) - 24usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq)]
 pub struct float1 {
     pub x: f32,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of float1"][::core::mem::size_of::<float1>() - 4usize];
-    ["Alignment of float1"][::core::mem::align_of::<float1>() - 4usize];
-    ["Offset of field: float1::x"][::core::mem::offset_of!(float1, x) - 0usize];
-};
 #[repr(C)]
 #[repr(align(8))]
 #[derive(Debug, Default, Copy, Clone, PartialEq)]
@@ -640,13 +358,6 @@ pub struct float2 {
     pub x: f32,
     pub y: f32,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of float2"][::core::mem::size_of::<float2>() - 8usize];
-    ["Alignment of float2"][::core::mem::align_of::<float2>() - 8usize];
-    ["Offset of field: float2::x"][::core::mem::offset_of!(float2, x) - 0usize];
-    ["Offset of field: float2::y"][::core::mem::offset_of!(float2, y) - 4usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq)]
 pub struct float3 {
@@ -654,14 +365,6 @@ pub struct float3 {
     pub y: f32,
     pub z: f32,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of float3"][::core::mem::size_of::<float3>() - 12usize];
-    ["Alignment of float3"][::core::mem::align_of::<float3>() - 4usize];
-    ["Offset of field: float3::x"][::core::mem::offset_of!(float3, x) - 0usize];
-    ["Offset of field: float3::y"][::core::mem::offset_of!(float3, y) - 4usize];
-    ["Offset of field: float3::z"][::core::mem::offset_of!(float3, z) - 8usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, PartialEq)]
@@ -671,37 +374,16 @@ pub struct float4 {
     pub z: f32,
     pub w: f32,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of float4"][::core::mem::size_of::<float4>() - 16usize];
-    ["Alignment of float4"][::core::mem::align_of::<float4>() - 16usize];
-    ["Offset of field: float4::x"][::core::mem::offset_of!(float4, x) - 0usize];
-    ["Offset of field: float4::y"][::core::mem::offset_of!(float4, y) - 4usize];
-    ["Offset of field: float4::z"][::core::mem::offset_of!(float4, z) - 8usize];
-    ["Offset of field: float4::w"][::core::mem::offset_of!(float4, w) - 12usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct longlong1 {
     pub x: ::core::ffi::c_longlong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of longlong1"][::core::mem::size_of::<longlong1>() - 8usize];
-    ["Alignment of longlong1"][::core::mem::align_of::<longlong1>() - 8usize];
-    ["Offset of field: longlong1::x"][::core::mem::offset_of!(longlong1, x) - 0usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ulonglong1 {
     pub x: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulonglong1"][::core::mem::size_of::<ulonglong1>() - 8usize];
-    ["Alignment of ulonglong1"][::core::mem::align_of::<ulonglong1>() - 8usize];
-    ["Offset of field: ulonglong1::x"][::core::mem::offset_of!(ulonglong1, x) - 0usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -709,13 +391,6 @@ pub struct longlong2 {
     pub x: ::core::ffi::c_longlong,
     pub y: ::core::ffi::c_longlong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of longlong2"][::core::mem::size_of::<longlong2>() - 16usize];
-    ["Alignment of longlong2"][::core::mem::align_of::<longlong2>() - 16usize];
-    ["Offset of field: longlong2::x"][::core::mem::offset_of!(longlong2, x) - 0usize];
-    ["Offset of field: longlong2::y"][::core::mem::offset_of!(longlong2, y) - 8usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -723,13 +398,6 @@ pub struct ulonglong2 {
     pub x: ::core::ffi::c_ulonglong,
     pub y: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulonglong2"][::core::mem::size_of::<ulonglong2>() - 16usize];
-    ["Alignment of ulonglong2"][::core::mem::align_of::<ulonglong2>() - 16usize];
-    ["Offset of field: ulonglong2::x"][::core::mem::offset_of!(ulonglong2, x) - 0usize];
-    ["Offset of field: ulonglong2::y"][::core::mem::offset_of!(ulonglong2, y) - 8usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct longlong3 {
@@ -737,14 +405,6 @@ pub struct longlong3 {
     pub y: ::core::ffi::c_longlong,
     pub z: ::core::ffi::c_longlong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of longlong3"][::core::mem::size_of::<longlong3>() - 24usize];
-    ["Alignment of longlong3"][::core::mem::align_of::<longlong3>() - 8usize];
-    ["Offset of field: longlong3::x"][::core::mem::offset_of!(longlong3, x) - 0usize];
-    ["Offset of field: longlong3::y"][::core::mem::offset_of!(longlong3, y) - 8usize];
-    ["Offset of field: longlong3::z"][::core::mem::offset_of!(longlong3, z) - 16usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ulonglong3 {
@@ -752,14 +412,6 @@ pub struct ulonglong3 {
     pub y: ::core::ffi::c_ulonglong,
     pub z: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulonglong3"][::core::mem::size_of::<ulonglong3>() - 24usize];
-    ["Alignment of ulonglong3"][::core::mem::align_of::<ulonglong3>() - 8usize];
-    ["Offset of field: ulonglong3::x"][::core::mem::offset_of!(ulonglong3, x) - 0usize];
-    ["Offset of field: ulonglong3::y"][::core::mem::offset_of!(ulonglong3, y) - 8usize];
-    ["Offset of field: ulonglong3::z"][::core::mem::offset_of!(ulonglong3, z) - 16usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -769,15 +421,6 @@ pub struct longlong4 {
     pub z: ::core::ffi::c_longlong,
     pub w: ::core::ffi::c_longlong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of longlong4"][::core::mem::size_of::<longlong4>() - 32usize];
-    ["Alignment of longlong4"][::core::mem::align_of::<longlong4>() - 16usize];
-    ["Offset of field: longlong4::x"][::core::mem::offset_of!(longlong4, x) - 0usize];
-    ["Offset of field: longlong4::y"][::core::mem::offset_of!(longlong4, y) - 8usize];
-    ["Offset of field: longlong4::z"][::core::mem::offset_of!(longlong4, z) - 16usize];
-    ["Offset of field: longlong4::w"][::core::mem::offset_of!(longlong4, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -787,23 +430,6 @@ pub struct longlong4_16a {
     pub z: ::core::ffi::c_longlong,
     pub w: ::core::ffi::c_longlong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of longlong4_16a"][::core::mem::size_of::<longlong4_16a>() - 32usize];
-    ["Alignment of longlong4_16a"][::core::mem::align_of::<longlong4_16a>() - 16usize];
-    [
-        "Offset of field: longlong4_16a::x",
-    ][::core::mem::offset_of!(longlong4_16a, x) - 0usize];
-    [
-        "Offset of field: longlong4_16a::y",
-    ][::core::mem::offset_of!(longlong4_16a, y) - 8usize];
-    [
-        "Offset of field: longlong4_16a::z",
-    ][::core::mem::offset_of!(longlong4_16a, z) - 16usize];
-    [
-        "Offset of field: longlong4_16a::w",
-    ][::core::mem::offset_of!(longlong4_16a, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(32))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -813,23 +439,6 @@ pub struct longlong4_32a {
     pub z: ::core::ffi::c_longlong,
     pub w: ::core::ffi::c_longlong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of longlong4_32a"][::core::mem::size_of::<longlong4_32a>() - 32usize];
-    ["Alignment of longlong4_32a"][::core::mem::align_of::<longlong4_32a>() - 32usize];
-    [
-        "Offset of field: longlong4_32a::x",
-    ][::core::mem::offset_of!(longlong4_32a, x) - 0usize];
-    [
-        "Offset of field: longlong4_32a::y",
-    ][::core::mem::offset_of!(longlong4_32a, y) - 8usize];
-    [
-        "Offset of field: longlong4_32a::z",
-    ][::core::mem::offset_of!(longlong4_32a, z) - 16usize];
-    [
-        "Offset of field: longlong4_32a::w",
-    ][::core::mem::offset_of!(longlong4_32a, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -839,15 +448,6 @@ pub struct ulonglong4 {
     pub z: ::core::ffi::c_ulonglong,
     pub w: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulonglong4"][::core::mem::size_of::<ulonglong4>() - 32usize];
-    ["Alignment of ulonglong4"][::core::mem::align_of::<ulonglong4>() - 16usize];
-    ["Offset of field: ulonglong4::x"][::core::mem::offset_of!(ulonglong4, x) - 0usize];
-    ["Offset of field: ulonglong4::y"][::core::mem::offset_of!(ulonglong4, y) - 8usize];
-    ["Offset of field: ulonglong4::z"][::core::mem::offset_of!(ulonglong4, z) - 16usize];
-    ["Offset of field: ulonglong4::w"][::core::mem::offset_of!(ulonglong4, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -857,23 +457,6 @@ pub struct ulonglong4_16a {
     pub z: ::core::ffi::c_ulonglong,
     pub w: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulonglong4_16a"][::core::mem::size_of::<ulonglong4_16a>() - 32usize];
-    ["Alignment of ulonglong4_16a"][::core::mem::align_of::<ulonglong4_16a>() - 16usize];
-    [
-        "Offset of field: ulonglong4_16a::x",
-    ][::core::mem::offset_of!(ulonglong4_16a, x) - 0usize];
-    [
-        "Offset of field: ulonglong4_16a::y",
-    ][::core::mem::offset_of!(ulonglong4_16a, y) - 8usize];
-    [
-        "Offset of field: ulonglong4_16a::z",
-    ][::core::mem::offset_of!(ulonglong4_16a, z) - 16usize];
-    [
-        "Offset of field: ulonglong4_16a::w",
-    ][::core::mem::offset_of!(ulonglong4_16a, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(32))]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -883,34 +466,11 @@ pub struct ulonglong4_32a {
     pub z: ::core::ffi::c_ulonglong,
     pub w: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ulonglong4_32a"][::core::mem::size_of::<ulonglong4_32a>() - 32usize];
-    ["Alignment of ulonglong4_32a"][::core::mem::align_of::<ulonglong4_32a>() - 32usize];
-    [
-        "Offset of field: ulonglong4_32a::x",
-    ][::core::mem::offset_of!(ulonglong4_32a, x) - 0usize];
-    [
-        "Offset of field: ulonglong4_32a::y",
-    ][::core::mem::offset_of!(ulonglong4_32a, y) - 8usize];
-    [
-        "Offset of field: ulonglong4_32a::z",
-    ][::core::mem::offset_of!(ulonglong4_32a, z) - 16usize];
-    [
-        "Offset of field: ulonglong4_32a::w",
-    ][::core::mem::offset_of!(ulonglong4_32a, w) - 24usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq)]
 pub struct double1 {
     pub x: f64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of double1"][::core::mem::size_of::<double1>() - 8usize];
-    ["Alignment of double1"][::core::mem::align_of::<double1>() - 8usize];
-    ["Offset of field: double1::x"][::core::mem::offset_of!(double1, x) - 0usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, PartialEq)]
@@ -918,13 +478,6 @@ pub struct double2 {
     pub x: f64,
     pub y: f64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of double2"][::core::mem::size_of::<double2>() - 16usize];
-    ["Alignment of double2"][::core::mem::align_of::<double2>() - 16usize];
-    ["Offset of field: double2::x"][::core::mem::offset_of!(double2, x) - 0usize];
-    ["Offset of field: double2::y"][::core::mem::offset_of!(double2, y) - 8usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq)]
 pub struct double3 {
@@ -932,14 +485,6 @@ pub struct double3 {
     pub y: f64,
     pub z: f64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of double3"][::core::mem::size_of::<double3>() - 24usize];
-    ["Alignment of double3"][::core::mem::align_of::<double3>() - 8usize];
-    ["Offset of field: double3::x"][::core::mem::offset_of!(double3, x) - 0usize];
-    ["Offset of field: double3::y"][::core::mem::offset_of!(double3, y) - 8usize];
-    ["Offset of field: double3::z"][::core::mem::offset_of!(double3, z) - 16usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, PartialEq)]
@@ -949,15 +494,6 @@ pub struct double4 {
     pub z: f64,
     pub w: f64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of double4"][::core::mem::size_of::<double4>() - 32usize];
-    ["Alignment of double4"][::core::mem::align_of::<double4>() - 16usize];
-    ["Offset of field: double4::x"][::core::mem::offset_of!(double4, x) - 0usize];
-    ["Offset of field: double4::y"][::core::mem::offset_of!(double4, y) - 8usize];
-    ["Offset of field: double4::z"][::core::mem::offset_of!(double4, z) - 16usize];
-    ["Offset of field: double4::w"][::core::mem::offset_of!(double4, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(16))]
 #[derive(Debug, Default, Copy, Clone, PartialEq)]
@@ -967,23 +503,6 @@ pub struct double4_16a {
     pub z: f64,
     pub w: f64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of double4_16a"][::core::mem::size_of::<double4_16a>() - 32usize];
-    ["Alignment of double4_16a"][::core::mem::align_of::<double4_16a>() - 16usize];
-    [
-        "Offset of field: double4_16a::x",
-    ][::core::mem::offset_of!(double4_16a, x) - 0usize];
-    [
-        "Offset of field: double4_16a::y",
-    ][::core::mem::offset_of!(double4_16a, y) - 8usize];
-    [
-        "Offset of field: double4_16a::z",
-    ][::core::mem::offset_of!(double4_16a, z) - 16usize];
-    [
-        "Offset of field: double4_16a::w",
-    ][::core::mem::offset_of!(double4_16a, w) - 24usize];
-};
 #[repr(C)]
 #[repr(align(32))]
 #[derive(Debug, Default, Copy, Clone, PartialEq)]
@@ -993,23 +512,6 @@ pub struct double4_32a {
     pub z: f64,
     pub w: f64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of double4_32a"][::core::mem::size_of::<double4_32a>() - 32usize];
-    ["Alignment of double4_32a"][::core::mem::align_of::<double4_32a>() - 32usize];
-    [
-        "Offset of field: double4_32a::x",
-    ][::core::mem::offset_of!(double4_32a, x) - 0usize];
-    [
-        "Offset of field: double4_32a::y",
-    ][::core::mem::offset_of!(double4_32a, y) - 8usize];
-    [
-        "Offset of field: double4_32a::z",
-    ][::core::mem::offset_of!(double4_32a, z) - 16usize];
-    [
-        "Offset of field: double4_32a::w",
-    ][::core::mem::offset_of!(double4_32a, w) - 24usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct dim3 {
@@ -1017,14 +519,6 @@ pub struct dim3 {
     pub y: ::core::ffi::c_uint,
     pub z: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of dim3"][::core::mem::size_of::<dim3>() - 12usize];
-    ["Alignment of dim3"][::core::mem::align_of::<dim3>() - 4usize];
-    ["Offset of field: dim3::x"][::core::mem::offset_of!(dim3, x) - 0usize];
-    ["Offset of field: dim3::y"][::core::mem::offset_of!(dim3, y) - 4usize];
-    ["Offset of field: dim3::z"][::core::mem::offset_of!(dim3, z) - 8usize];
-};
 impl cudaError {
     pub const cudaSuccess: cudaError = cudaError(0);
     pub const cudaErrorInvalidValue: cudaError = cudaError(1);
@@ -1333,30 +827,6 @@ pub struct cudaChannelFormatDesc {
     pub w: ::core::ffi::c_int,
     pub f: cudaChannelFormatKind,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaChannelFormatDesc",
-    ][::core::mem::size_of::<cudaChannelFormatDesc>() - 20usize];
-    [
-        "Alignment of cudaChannelFormatDesc",
-    ][::core::mem::align_of::<cudaChannelFormatDesc>() - 4usize];
-    [
-        "Offset of field: cudaChannelFormatDesc::x",
-    ][::core::mem::offset_of!(cudaChannelFormatDesc, x) - 0usize];
-    [
-        "Offset of field: cudaChannelFormatDesc::y",
-    ][::core::mem::offset_of!(cudaChannelFormatDesc, y) - 4usize];
-    [
-        "Offset of field: cudaChannelFormatDesc::z",
-    ][::core::mem::offset_of!(cudaChannelFormatDesc, z) - 8usize];
-    [
-        "Offset of field: cudaChannelFormatDesc::w",
-    ][::core::mem::offset_of!(cudaChannelFormatDesc, w) - 12usize];
-    [
-        "Offset of field: cudaChannelFormatDesc::f",
-    ][::core::mem::offset_of!(cudaChannelFormatDesc, f) - 16usize];
-};
 impl Default for cudaChannelFormatDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1396,48 +866,6 @@ pub struct cudaArraySparseProperties__bindgen_ty_1 {
     pub height: ::core::ffi::c_uint,
     pub depth: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaArraySparseProperties__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaArraySparseProperties__bindgen_ty_1>() - 12usize];
-    [
-        "Alignment of cudaArraySparseProperties__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaArraySparseProperties__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: cudaArraySparseProperties__bindgen_ty_1::width",
-    ][::core::mem::offset_of!(cudaArraySparseProperties__bindgen_ty_1, width) - 0usize];
-    [
-        "Offset of field: cudaArraySparseProperties__bindgen_ty_1::height",
-    ][::core::mem::offset_of!(cudaArraySparseProperties__bindgen_ty_1, height) - 4usize];
-    [
-        "Offset of field: cudaArraySparseProperties__bindgen_ty_1::depth",
-    ][::core::mem::offset_of!(cudaArraySparseProperties__bindgen_ty_1, depth) - 8usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaArraySparseProperties",
-    ][::core::mem::size_of::<cudaArraySparseProperties>() - 48usize];
-    [
-        "Alignment of cudaArraySparseProperties",
-    ][::core::mem::align_of::<cudaArraySparseProperties>() - 8usize];
-    [
-        "Offset of field: cudaArraySparseProperties::tileExtent",
-    ][::core::mem::offset_of!(cudaArraySparseProperties, tileExtent) - 0usize];
-    [
-        "Offset of field: cudaArraySparseProperties::miptailFirstLevel",
-    ][::core::mem::offset_of!(cudaArraySparseProperties, miptailFirstLevel) - 12usize];
-    [
-        "Offset of field: cudaArraySparseProperties::miptailSize",
-    ][::core::mem::offset_of!(cudaArraySparseProperties, miptailSize) - 16usize];
-    [
-        "Offset of field: cudaArraySparseProperties::flags",
-    ][::core::mem::offset_of!(cudaArraySparseProperties, flags) - 24usize];
-    [
-        "Offset of field: cudaArraySparseProperties::reserved",
-    ][::core::mem::offset_of!(cudaArraySparseProperties, reserved) - 28usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaArrayMemoryRequirements {
@@ -1445,24 +873,6 @@ pub struct cudaArrayMemoryRequirements {
     pub alignment: usize,
     pub reserved: [::core::ffi::c_uint; 4usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaArrayMemoryRequirements",
-    ][::core::mem::size_of::<cudaArrayMemoryRequirements>() - 32usize];
-    [
-        "Alignment of cudaArrayMemoryRequirements",
-    ][::core::mem::align_of::<cudaArrayMemoryRequirements>() - 8usize];
-    [
-        "Offset of field: cudaArrayMemoryRequirements::size",
-    ][::core::mem::offset_of!(cudaArrayMemoryRequirements, size) - 0usize];
-    [
-        "Offset of field: cudaArrayMemoryRequirements::alignment",
-    ][::core::mem::offset_of!(cudaArrayMemoryRequirements, alignment) - 8usize];
-    [
-        "Offset of field: cudaArrayMemoryRequirements::reserved",
-    ][::core::mem::offset_of!(cudaArrayMemoryRequirements, reserved) - 16usize];
-};
 impl cudaMemoryType {
     pub const cudaMemoryTypeUnregistered: cudaMemoryType = cudaMemoryType(0);
     pub const cudaMemoryTypeHost: cudaMemoryType = cudaMemoryType(1);
@@ -1490,23 +900,6 @@ pub struct cudaPitchedPtr {
     pub xsize: usize,
     pub ysize: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaPitchedPtr"][::core::mem::size_of::<cudaPitchedPtr>() - 32usize];
-    ["Alignment of cudaPitchedPtr"][::core::mem::align_of::<cudaPitchedPtr>() - 8usize];
-    [
-        "Offset of field: cudaPitchedPtr::ptr",
-    ][::core::mem::offset_of!(cudaPitchedPtr, ptr) - 0usize];
-    [
-        "Offset of field: cudaPitchedPtr::pitch",
-    ][::core::mem::offset_of!(cudaPitchedPtr, pitch) - 8usize];
-    [
-        "Offset of field: cudaPitchedPtr::xsize",
-    ][::core::mem::offset_of!(cudaPitchedPtr, xsize) - 16usize];
-    [
-        "Offset of field: cudaPitchedPtr::ysize",
-    ][::core::mem::offset_of!(cudaPitchedPtr, ysize) - 24usize];
-};
 impl Default for cudaPitchedPtr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1523,20 +916,6 @@ pub struct cudaExtent {
     pub height: usize,
     pub depth: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaExtent"][::core::mem::size_of::<cudaExtent>() - 24usize];
-    ["Alignment of cudaExtent"][::core::mem::align_of::<cudaExtent>() - 8usize];
-    [
-        "Offset of field: cudaExtent::width",
-    ][::core::mem::offset_of!(cudaExtent, width) - 0usize];
-    [
-        "Offset of field: cudaExtent::height",
-    ][::core::mem::offset_of!(cudaExtent, height) - 8usize];
-    [
-        "Offset of field: cudaExtent::depth",
-    ][::core::mem::offset_of!(cudaExtent, depth) - 16usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaPos {
@@ -1544,14 +923,6 @@ pub struct cudaPos {
     pub y: usize,
     pub z: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaPos"][::core::mem::size_of::<cudaPos>() - 24usize];
-    ["Alignment of cudaPos"][::core::mem::align_of::<cudaPos>() - 8usize];
-    ["Offset of field: cudaPos::x"][::core::mem::offset_of!(cudaPos, x) - 0usize];
-    ["Offset of field: cudaPos::y"][::core::mem::offset_of!(cudaPos, y) - 8usize];
-    ["Offset of field: cudaPos::z"][::core::mem::offset_of!(cudaPos, z) - 16usize];
-};
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpy3DParms {
@@ -1564,39 +935,6 @@ pub struct cudaMemcpy3DParms {
     pub extent: cudaExtent,
     pub kind: cudaMemcpyKind,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemcpy3DParms",
-    ][::core::mem::size_of::<cudaMemcpy3DParms>() - 160usize];
-    [
-        "Alignment of cudaMemcpy3DParms",
-    ][::core::mem::align_of::<cudaMemcpy3DParms>() - 8usize];
-    [
-        "Offset of field: cudaMemcpy3DParms::srcArray",
-    ][::core::mem::offset_of!(cudaMemcpy3DParms, srcArray) - 0usize];
-    [
-        "Offset of field: cudaMemcpy3DParms::srcPos",
-    ][::core::mem::offset_of!(cudaMemcpy3DParms, srcPos) - 8usize];
-    [
-        "Offset of field: cudaMemcpy3DParms::srcPtr",
-    ][::core::mem::offset_of!(cudaMemcpy3DParms, srcPtr) - 32usize];
-    [
-        "Offset of field: cudaMemcpy3DParms::dstArray",
-    ][::core::mem::offset_of!(cudaMemcpy3DParms, dstArray) - 64usize];
-    [
-        "Offset of field: cudaMemcpy3DParms::dstPos",
-    ][::core::mem::offset_of!(cudaMemcpy3DParms, dstPos) - 72usize];
-    [
-        "Offset of field: cudaMemcpy3DParms::dstPtr",
-    ][::core::mem::offset_of!(cudaMemcpy3DParms, dstPtr) - 96usize];
-    [
-        "Offset of field: cudaMemcpy3DParms::extent",
-    ][::core::mem::offset_of!(cudaMemcpy3DParms, extent) - 128usize];
-    [
-        "Offset of field: cudaMemcpy3DParms::kind",
-    ][::core::mem::offset_of!(cudaMemcpy3DParms, kind) - 152usize];
-};
 impl Default for cudaMemcpy3DParms {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1614,27 +952,6 @@ pub struct cudaMemcpyNodeParams {
     pub ctx: cudaExecutionContext_t,
     pub copyParams: cudaMemcpy3DParms,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemcpyNodeParams",
-    ][::core::mem::size_of::<cudaMemcpyNodeParams>() - 176usize];
-    [
-        "Alignment of cudaMemcpyNodeParams",
-    ][::core::mem::align_of::<cudaMemcpyNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaMemcpyNodeParams::flags",
-    ][::core::mem::offset_of!(cudaMemcpyNodeParams, flags) - 0usize];
-    [
-        "Offset of field: cudaMemcpyNodeParams::reserved",
-    ][::core::mem::offset_of!(cudaMemcpyNodeParams, reserved) - 4usize];
-    [
-        "Offset of field: cudaMemcpyNodeParams::ctx",
-    ][::core::mem::offset_of!(cudaMemcpyNodeParams, ctx) - 8usize];
-    [
-        "Offset of field: cudaMemcpyNodeParams::copyParams",
-    ][::core::mem::offset_of!(cudaMemcpyNodeParams, copyParams) - 16usize];
-};
 impl Default for cudaMemcpyNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1657,42 +974,6 @@ pub struct cudaMemcpy3DPeerParms {
     pub dstDevice: ::core::ffi::c_int,
     pub extent: cudaExtent,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemcpy3DPeerParms",
-    ][::core::mem::size_of::<cudaMemcpy3DPeerParms>() - 168usize];
-    [
-        "Alignment of cudaMemcpy3DPeerParms",
-    ][::core::mem::align_of::<cudaMemcpy3DPeerParms>() - 8usize];
-    [
-        "Offset of field: cudaMemcpy3DPeerParms::srcArray",
-    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcArray) - 0usize];
-    [
-        "Offset of field: cudaMemcpy3DPeerParms::srcPos",
-    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcPos) - 8usize];
-    [
-        "Offset of field: cudaMemcpy3DPeerParms::srcPtr",
-    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcPtr) - 32usize];
-    [
-        "Offset of field: cudaMemcpy3DPeerParms::srcDevice",
-    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcDevice) - 64usize];
-    [
-        "Offset of field: cudaMemcpy3DPeerParms::dstArray",
-    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstArray) - 72usize];
-    [
-        "Offset of field: cudaMemcpy3DPeerParms::dstPos",
-    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstPos) - 80usize];
-    [
-        "Offset of field: cudaMemcpy3DPeerParms::dstPtr",
-    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstPtr) - 104usize];
-    [
-        "Offset of field: cudaMemcpy3DPeerParms::dstDevice",
-    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstDevice) - 136usize];
-    [
-        "Offset of field: cudaMemcpy3DPeerParms::extent",
-    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, extent) - 144usize];
-};
 impl Default for cudaMemcpy3DPeerParms {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1712,31 +993,6 @@ pub struct cudaMemsetParams {
     pub width: usize,
     pub height: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaMemsetParams"][::core::mem::size_of::<cudaMemsetParams>() - 40usize];
-    [
-        "Alignment of cudaMemsetParams",
-    ][::core::mem::align_of::<cudaMemsetParams>() - 8usize];
-    [
-        "Offset of field: cudaMemsetParams::dst",
-    ][::core::mem::offset_of!(cudaMemsetParams, dst) - 0usize];
-    [
-        "Offset of field: cudaMemsetParams::pitch",
-    ][::core::mem::offset_of!(cudaMemsetParams, pitch) - 8usize];
-    [
-        "Offset of field: cudaMemsetParams::value",
-    ][::core::mem::offset_of!(cudaMemsetParams, value) - 16usize];
-    [
-        "Offset of field: cudaMemsetParams::elementSize",
-    ][::core::mem::offset_of!(cudaMemsetParams, elementSize) - 20usize];
-    [
-        "Offset of field: cudaMemsetParams::width",
-    ][::core::mem::offset_of!(cudaMemsetParams, width) - 24usize];
-    [
-        "Offset of field: cudaMemsetParams::height",
-    ][::core::mem::offset_of!(cudaMemsetParams, height) - 32usize];
-};
 impl Default for cudaMemsetParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1757,36 +1013,6 @@ pub struct cudaMemsetParamsV2 {
     pub height: usize,
     pub ctx: cudaExecutionContext_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemsetParamsV2",
-    ][::core::mem::size_of::<cudaMemsetParamsV2>() - 48usize];
-    [
-        "Alignment of cudaMemsetParamsV2",
-    ][::core::mem::align_of::<cudaMemsetParamsV2>() - 8usize];
-    [
-        "Offset of field: cudaMemsetParamsV2::dst",
-    ][::core::mem::offset_of!(cudaMemsetParamsV2, dst) - 0usize];
-    [
-        "Offset of field: cudaMemsetParamsV2::pitch",
-    ][::core::mem::offset_of!(cudaMemsetParamsV2, pitch) - 8usize];
-    [
-        "Offset of field: cudaMemsetParamsV2::value",
-    ][::core::mem::offset_of!(cudaMemsetParamsV2, value) - 16usize];
-    [
-        "Offset of field: cudaMemsetParamsV2::elementSize",
-    ][::core::mem::offset_of!(cudaMemsetParamsV2, elementSize) - 20usize];
-    [
-        "Offset of field: cudaMemsetParamsV2::width",
-    ][::core::mem::offset_of!(cudaMemsetParamsV2, width) - 24usize];
-    [
-        "Offset of field: cudaMemsetParamsV2::height",
-    ][::core::mem::offset_of!(cudaMemsetParamsV2, height) - 32usize];
-    [
-        "Offset of field: cudaMemsetParamsV2::ctx",
-    ][::core::mem::offset_of!(cudaMemsetParamsV2, ctx) - 40usize];
-};
 impl Default for cudaMemsetParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1813,30 +1039,6 @@ pub struct cudaAccessPolicyWindow {
     pub hitProp: cudaAccessProperty,
     pub missProp: cudaAccessProperty,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaAccessPolicyWindow",
-    ][::core::mem::size_of::<cudaAccessPolicyWindow>() - 32usize];
-    [
-        "Alignment of cudaAccessPolicyWindow",
-    ][::core::mem::align_of::<cudaAccessPolicyWindow>() - 8usize];
-    [
-        "Offset of field: cudaAccessPolicyWindow::base_ptr",
-    ][::core::mem::offset_of!(cudaAccessPolicyWindow, base_ptr) - 0usize];
-    [
-        "Offset of field: cudaAccessPolicyWindow::num_bytes",
-    ][::core::mem::offset_of!(cudaAccessPolicyWindow, num_bytes) - 8usize];
-    [
-        "Offset of field: cudaAccessPolicyWindow::hitRatio",
-    ][::core::mem::offset_of!(cudaAccessPolicyWindow, hitRatio) - 16usize];
-    [
-        "Offset of field: cudaAccessPolicyWindow::hitProp",
-    ][::core::mem::offset_of!(cudaAccessPolicyWindow, hitProp) - 20usize];
-    [
-        "Offset of field: cudaAccessPolicyWindow::missProp",
-    ][::core::mem::offset_of!(cudaAccessPolicyWindow, missProp) - 24usize];
-};
 impl Default for cudaAccessPolicyWindow {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1855,21 +1057,6 @@ pub struct cudaHostNodeParams {
     pub fn_: cudaHostFn_t,
     pub userData: *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaHostNodeParams",
-    ][::core::mem::size_of::<cudaHostNodeParams>() - 16usize];
-    [
-        "Alignment of cudaHostNodeParams",
-    ][::core::mem::align_of::<cudaHostNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaHostNodeParams::fn_",
-    ][::core::mem::offset_of!(cudaHostNodeParams, fn_) - 0usize];
-    [
-        "Offset of field: cudaHostNodeParams::userData",
-    ][::core::mem::offset_of!(cudaHostNodeParams, userData) - 8usize];
-};
 impl Default for cudaHostNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1887,27 +1074,6 @@ pub struct cudaHostNodeParamsV2 {
     pub syncMode: ::core::ffi::c_uint,
     pub ctx: cudaExecutionContext_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaHostNodeParamsV2",
-    ][::core::mem::size_of::<cudaHostNodeParamsV2>() - 32usize];
-    [
-        "Alignment of cudaHostNodeParamsV2",
-    ][::core::mem::align_of::<cudaHostNodeParamsV2>() - 8usize];
-    [
-        "Offset of field: cudaHostNodeParamsV2::fn_",
-    ][::core::mem::offset_of!(cudaHostNodeParamsV2, fn_) - 0usize];
-    [
-        "Offset of field: cudaHostNodeParamsV2::userData",
-    ][::core::mem::offset_of!(cudaHostNodeParamsV2, userData) - 8usize];
-    [
-        "Offset of field: cudaHostNodeParamsV2::syncMode",
-    ][::core::mem::offset_of!(cudaHostNodeParamsV2, syncMode) - 16usize];
-    [
-        "Offset of field: cudaHostNodeParamsV2::ctx",
-    ][::core::mem::offset_of!(cudaHostNodeParamsV2, ctx) - 24usize];
-};
 impl Default for cudaHostNodeParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2225,19 +1391,6 @@ pub union cudaResourceDesc__bindgen_ty_1 {
 pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
     pub array: cudaArray_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_1>() - 8usize];
-    [
-        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_1::array",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_1, array)
-        - 0usize];
-};
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2252,19 +1405,6 @@ impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
 pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
     pub mipmap: cudaMipmappedArray_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_2>() - 8usize];
-    [
-        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_2>() - 8usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_2::mipmap",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_2, mipmap)
-        - 0usize];
-};
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2281,27 +1421,6 @@ pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
     pub desc: cudaChannelFormatDesc,
     pub sizeInBytes: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_3>() - 40usize];
-    [
-        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_3>() - 8usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::devPtr",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, devPtr)
-        - 0usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::desc",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, desc)
-        - 8usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::sizeInBytes",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, sizeInBytes)
-        - 32usize];
-};
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2320,35 +1439,6 @@ pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
     pub height: usize,
     pub pitchInBytes: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_4",
-    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_4>() - 56usize];
-    [
-        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_4",
-    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_4>() - 8usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::devPtr",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, devPtr)
-        - 0usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::desc",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, desc)
-        - 8usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::width",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, width)
-        - 32usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::height",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, height)
-        - 40usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::pitchInBytes",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, pitchInBytes)
-        - 48usize];
-};
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2363,43 +1453,6 @@ impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
 pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_5 {
     pub reserved: [::core::ffi::c_int; 32usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_5",
-    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_5>() - 128usize];
-    [
-        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_5",
-    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_5>() - 4usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_5::reserved",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_5, reserved)
-        - 0usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaResourceDesc__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1>() - 128usize];
-    [
-        "Alignment of cudaResourceDesc__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1::array",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, array) - 0usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1::mipmap",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, mipmap) - 0usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1::linear",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, linear) - 0usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1::pitch2D",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, pitch2D) - 0usize];
-    [
-        "Offset of field: cudaResourceDesc__bindgen_ty_1::reserved",
-    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, reserved) - 0usize];
-};
 impl Default for cudaResourceDesc__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2409,22 +1462,6 @@ impl Default for cudaResourceDesc__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaResourceDesc"][::core::mem::size_of::<cudaResourceDesc>() - 144usize];
-    [
-        "Alignment of cudaResourceDesc",
-    ][::core::mem::align_of::<cudaResourceDesc>() - 8usize];
-    [
-        "Offset of field: cudaResourceDesc::resType",
-    ][::core::mem::offset_of!(cudaResourceDesc, resType) - 0usize];
-    [
-        "Offset of field: cudaResourceDesc::res",
-    ][::core::mem::offset_of!(cudaResourceDesc, res) - 8usize];
-    [
-        "Offset of field: cudaResourceDesc::flags",
-    ][::core::mem::offset_of!(cudaResourceDesc, flags) - 136usize];
-};
 impl Default for cudaResourceDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2447,42 +1484,6 @@ pub struct cudaResourceViewDesc {
     pub lastLayer: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 16usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaResourceViewDesc",
-    ][::core::mem::size_of::<cudaResourceViewDesc>() - 112usize];
-    [
-        "Alignment of cudaResourceViewDesc",
-    ][::core::mem::align_of::<cudaResourceViewDesc>() - 8usize];
-    [
-        "Offset of field: cudaResourceViewDesc::format",
-    ][::core::mem::offset_of!(cudaResourceViewDesc, format) - 0usize];
-    [
-        "Offset of field: cudaResourceViewDesc::width",
-    ][::core::mem::offset_of!(cudaResourceViewDesc, width) - 8usize];
-    [
-        "Offset of field: cudaResourceViewDesc::height",
-    ][::core::mem::offset_of!(cudaResourceViewDesc, height) - 16usize];
-    [
-        "Offset of field: cudaResourceViewDesc::depth",
-    ][::core::mem::offset_of!(cudaResourceViewDesc, depth) - 24usize];
-    [
-        "Offset of field: cudaResourceViewDesc::firstMipmapLevel",
-    ][::core::mem::offset_of!(cudaResourceViewDesc, firstMipmapLevel) - 32usize];
-    [
-        "Offset of field: cudaResourceViewDesc::lastMipmapLevel",
-    ][::core::mem::offset_of!(cudaResourceViewDesc, lastMipmapLevel) - 36usize];
-    [
-        "Offset of field: cudaResourceViewDesc::firstLayer",
-    ][::core::mem::offset_of!(cudaResourceViewDesc, firstLayer) - 40usize];
-    [
-        "Offset of field: cudaResourceViewDesc::lastLayer",
-    ][::core::mem::offset_of!(cudaResourceViewDesc, lastLayer) - 44usize];
-    [
-        "Offset of field: cudaResourceViewDesc::reserved",
-    ][::core::mem::offset_of!(cudaResourceViewDesc, reserved) - 48usize];
-};
 impl Default for cudaResourceViewDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2528,22 +1529,6 @@ pub union cudaPointerAttributes__bindgen_ty_1 {
     pub localityDomainOrdinal: ::core::ffi::c_int,
     pub unused: ::core::ffi::c_long,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaPointerAttributes__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaPointerAttributes__bindgen_ty_1>() - 8usize];
-    [
-        "Alignment of cudaPointerAttributes__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaPointerAttributes__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaPointerAttributes__bindgen_ty_1::localityDomainOrdinal",
-    ][::core::mem::offset_of!(cudaPointerAttributes__bindgen_ty_1, localityDomainOrdinal)
-        - 0usize];
-    [
-        "Offset of field: cudaPointerAttributes__bindgen_ty_1::unused",
-    ][::core::mem::offset_of!(cudaPointerAttributes__bindgen_ty_1, unused) - 0usize];
-};
 impl Default for cudaPointerAttributes__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2553,30 +1538,6 @@ impl Default for cudaPointerAttributes__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaPointerAttributes",
-    ][::core::mem::size_of::<cudaPointerAttributes>() - 88usize];
-    [
-        "Alignment of cudaPointerAttributes",
-    ][::core::mem::align_of::<cudaPointerAttributes>() - 8usize];
-    [
-        "Offset of field: cudaPointerAttributes::type_",
-    ][::core::mem::offset_of!(cudaPointerAttributes, type_) - 0usize];
-    [
-        "Offset of field: cudaPointerAttributes::device",
-    ][::core::mem::offset_of!(cudaPointerAttributes, device) - 4usize];
-    [
-        "Offset of field: cudaPointerAttributes::devicePointer",
-    ][::core::mem::offset_of!(cudaPointerAttributes, devicePointer) - 8usize];
-    [
-        "Offset of field: cudaPointerAttributes::hostPointer",
-    ][::core::mem::offset_of!(cudaPointerAttributes, hostPointer) - 16usize];
-    [
-        "Offset of field: cudaPointerAttributes::reserved",
-    ][::core::mem::offset_of!(cudaPointerAttributes, reserved) - 32usize];
-};
 impl Default for cudaPointerAttributes {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2609,74 +1570,6 @@ pub struct cudaFuncAttributes {
     pub sharedMemoryMode: cudaSharedMemoryMode,
     pub reserved: [::core::ffi::c_int; 14usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaFuncAttributes",
-    ][::core::mem::size_of::<cudaFuncAttributes>() - 144usize];
-    [
-        "Alignment of cudaFuncAttributes",
-    ][::core::mem::align_of::<cudaFuncAttributes>() - 8usize];
-    [
-        "Offset of field: cudaFuncAttributes::sharedSizeBytes",
-    ][::core::mem::offset_of!(cudaFuncAttributes, sharedSizeBytes) - 0usize];
-    [
-        "Offset of field: cudaFuncAttributes::constSizeBytes",
-    ][::core::mem::offset_of!(cudaFuncAttributes, constSizeBytes) - 8usize];
-    [
-        "Offset of field: cudaFuncAttributes::localSizeBytes",
-    ][::core::mem::offset_of!(cudaFuncAttributes, localSizeBytes) - 16usize];
-    [
-        "Offset of field: cudaFuncAttributes::maxThreadsPerBlock",
-    ][::core::mem::offset_of!(cudaFuncAttributes, maxThreadsPerBlock) - 24usize];
-    [
-        "Offset of field: cudaFuncAttributes::numRegs",
-    ][::core::mem::offset_of!(cudaFuncAttributes, numRegs) - 28usize];
-    [
-        "Offset of field: cudaFuncAttributes::ptxVersion",
-    ][::core::mem::offset_of!(cudaFuncAttributes, ptxVersion) - 32usize];
-    [
-        "Offset of field: cudaFuncAttributes::binaryVersion",
-    ][::core::mem::offset_of!(cudaFuncAttributes, binaryVersion) - 36usize];
-    [
-        "Offset of field: cudaFuncAttributes::cacheModeCA",
-    ][::core::mem::offset_of!(cudaFuncAttributes, cacheModeCA) - 40usize];
-    [
-        "Offset of field: cudaFuncAttributes::maxDynamicSharedSizeBytes",
-    ][::core::mem::offset_of!(cudaFuncAttributes, maxDynamicSharedSizeBytes) - 44usize];
-    [
-        "Offset of field: cudaFuncAttributes::preferredShmemCarveout",
-    ][::core::mem::offset_of!(cudaFuncAttributes, preferredShmemCarveout) - 48usize];
-    [
-        "Offset of field: cudaFuncAttributes::clusterDimMustBeSet",
-    ][::core::mem::offset_of!(cudaFuncAttributes, clusterDimMustBeSet) - 52usize];
-    [
-        "Offset of field: cudaFuncAttributes::requiredClusterWidth",
-    ][::core::mem::offset_of!(cudaFuncAttributes, requiredClusterWidth) - 56usize];
-    [
-        "Offset of field: cudaFuncAttributes::requiredClusterHeight",
-    ][::core::mem::offset_of!(cudaFuncAttributes, requiredClusterHeight) - 60usize];
-    [
-        "Offset of field: cudaFuncAttributes::requiredClusterDepth",
-    ][::core::mem::offset_of!(cudaFuncAttributes, requiredClusterDepth) - 64usize];
-    [
-        "Offset of field: cudaFuncAttributes::clusterSchedulingPolicyPreference",
-    ][::core::mem::offset_of!(cudaFuncAttributes, clusterSchedulingPolicyPreference)
-        - 68usize];
-    [
-        "Offset of field: cudaFuncAttributes::nonPortableClusterSizeAllowed",
-    ][::core::mem::offset_of!(cudaFuncAttributes, nonPortableClusterSizeAllowed)
-        - 72usize];
-    [
-        "Offset of field: cudaFuncAttributes::deviceNodeUpdateStatus",
-    ][::core::mem::offset_of!(cudaFuncAttributes, deviceNodeUpdateStatus) - 76usize];
-    [
-        "Offset of field: cudaFuncAttributes::sharedMemoryMode",
-    ][::core::mem::offset_of!(cudaFuncAttributes, sharedMemoryMode) - 80usize];
-    [
-        "Offset of field: cudaFuncAttributes::reserved",
-    ][::core::mem::offset_of!(cudaFuncAttributes, reserved) - 84usize];
-};
 impl Default for cudaFuncAttributes {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3120,39 +2013,6 @@ pub struct cudaMemLocation__bindgen_ty_1__bindgen_ty_1 {
     pub deviceId: ::core::ffi::c_uchar,
     pub localityDomainId: ::core::ffi::c_uchar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemLocation__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaMemLocation__bindgen_ty_1__bindgen_ty_1>() - 2usize];
-    [
-        "Alignment of cudaMemLocation__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaMemLocation__bindgen_ty_1__bindgen_ty_1>() - 1usize];
-    [
-        "Offset of field: cudaMemLocation__bindgen_ty_1__bindgen_ty_1::deviceId",
-    ][::core::mem::offset_of!(cudaMemLocation__bindgen_ty_1__bindgen_ty_1, deviceId)
-        - 0usize];
-    [
-        "Offset of field: cudaMemLocation__bindgen_ty_1__bindgen_ty_1::localityDomainId",
-    ][::core::mem::offset_of!(
-        cudaMemLocation__bindgen_ty_1__bindgen_ty_1, localityDomainId
-    ) - 1usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemLocation__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaMemLocation__bindgen_ty_1>() - 4usize];
-    [
-        "Alignment of cudaMemLocation__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaMemLocation__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: cudaMemLocation__bindgen_ty_1::id",
-    ][::core::mem::offset_of!(cudaMemLocation__bindgen_ty_1, id) - 0usize];
-    [
-        "Offset of field: cudaMemLocation__bindgen_ty_1::localized",
-    ][::core::mem::offset_of!(cudaMemLocation__bindgen_ty_1, localized) - 0usize];
-};
 impl Default for cudaMemLocation__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3162,16 +2022,6 @@ impl Default for cudaMemLocation__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaMemLocation"][::core::mem::size_of::<cudaMemLocation>() - 8usize];
-    [
-        "Alignment of cudaMemLocation",
-    ][::core::mem::align_of::<cudaMemLocation>() - 4usize];
-    [
-        "Offset of field: cudaMemLocation::type_",
-    ][::core::mem::offset_of!(cudaMemLocation, type_) - 0usize];
-};
 impl Default for cudaMemLocation {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3197,19 +2047,6 @@ pub struct cudaMemAccessDesc {
     pub location: cudaMemLocation,
     pub flags: cudaMemAccessFlags,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaMemAccessDesc"][::core::mem::size_of::<cudaMemAccessDesc>() - 12usize];
-    [
-        "Alignment of cudaMemAccessDesc",
-    ][::core::mem::align_of::<cudaMemAccessDesc>() - 4usize];
-    [
-        "Offset of field: cudaMemAccessDesc::location",
-    ][::core::mem::offset_of!(cudaMemAccessDesc, location) - 0usize];
-    [
-        "Offset of field: cudaMemAccessDesc::flags",
-    ][::core::mem::offset_of!(cudaMemAccessDesc, flags) - 8usize];
-};
 impl Default for cudaMemAccessDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3268,37 +2105,6 @@ pub struct cudaMemPoolProps {
     pub reserved: [::core::ffi::c_uchar; 53usize],
     pub reserved1: ::core::ffi::c_uchar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaMemPoolProps"][::core::mem::size_of::<cudaMemPoolProps>() - 88usize];
-    [
-        "Alignment of cudaMemPoolProps",
-    ][::core::mem::align_of::<cudaMemPoolProps>() - 8usize];
-    [
-        "Offset of field: cudaMemPoolProps::allocType",
-    ][::core::mem::offset_of!(cudaMemPoolProps, allocType) - 0usize];
-    [
-        "Offset of field: cudaMemPoolProps::handleTypes",
-    ][::core::mem::offset_of!(cudaMemPoolProps, handleTypes) - 4usize];
-    [
-        "Offset of field: cudaMemPoolProps::location",
-    ][::core::mem::offset_of!(cudaMemPoolProps, location) - 8usize];
-    [
-        "Offset of field: cudaMemPoolProps::win32SecurityAttributes",
-    ][::core::mem::offset_of!(cudaMemPoolProps, win32SecurityAttributes) - 16usize];
-    [
-        "Offset of field: cudaMemPoolProps::maxSize",
-    ][::core::mem::offset_of!(cudaMemPoolProps, maxSize) - 24usize];
-    [
-        "Offset of field: cudaMemPoolProps::usage",
-    ][::core::mem::offset_of!(cudaMemPoolProps, usage) - 32usize];
-    [
-        "Offset of field: cudaMemPoolProps::reserved",
-    ][::core::mem::offset_of!(cudaMemPoolProps, reserved) - 34usize];
-    [
-        "Offset of field: cudaMemPoolProps::reserved1",
-    ][::core::mem::offset_of!(cudaMemPoolProps, reserved1) - 87usize];
-};
 impl Default for cudaMemPoolProps {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3313,18 +2119,6 @@ impl Default for cudaMemPoolProps {
 pub struct cudaMemPoolPtrExportData {
     pub reserved: [::core::ffi::c_uchar; 64usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemPoolPtrExportData",
-    ][::core::mem::size_of::<cudaMemPoolPtrExportData>() - 64usize];
-    [
-        "Alignment of cudaMemPoolPtrExportData",
-    ][::core::mem::align_of::<cudaMemPoolPtrExportData>() - 1usize];
-    [
-        "Offset of field: cudaMemPoolPtrExportData::reserved",
-    ][::core::mem::offset_of!(cudaMemPoolPtrExportData, reserved) - 0usize];
-};
 impl Default for cudaMemPoolPtrExportData {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3343,30 +2137,6 @@ pub struct cudaMemAllocNodeParams {
     pub bytesize: usize,
     pub dptr: *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemAllocNodeParams",
-    ][::core::mem::size_of::<cudaMemAllocNodeParams>() - 120usize];
-    [
-        "Alignment of cudaMemAllocNodeParams",
-    ][::core::mem::align_of::<cudaMemAllocNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaMemAllocNodeParams::poolProps",
-    ][::core::mem::offset_of!(cudaMemAllocNodeParams, poolProps) - 0usize];
-    [
-        "Offset of field: cudaMemAllocNodeParams::accessDescs",
-    ][::core::mem::offset_of!(cudaMemAllocNodeParams, accessDescs) - 88usize];
-    [
-        "Offset of field: cudaMemAllocNodeParams::accessDescCount",
-    ][::core::mem::offset_of!(cudaMemAllocNodeParams, accessDescCount) - 96usize];
-    [
-        "Offset of field: cudaMemAllocNodeParams::bytesize",
-    ][::core::mem::offset_of!(cudaMemAllocNodeParams, bytesize) - 104usize];
-    [
-        "Offset of field: cudaMemAllocNodeParams::dptr",
-    ][::core::mem::offset_of!(cudaMemAllocNodeParams, dptr) - 112usize];
-};
 impl Default for cudaMemAllocNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3385,30 +2155,6 @@ pub struct cudaMemAllocNodeParamsV2 {
     pub bytesize: usize,
     pub dptr: *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemAllocNodeParamsV2",
-    ][::core::mem::size_of::<cudaMemAllocNodeParamsV2>() - 120usize];
-    [
-        "Alignment of cudaMemAllocNodeParamsV2",
-    ][::core::mem::align_of::<cudaMemAllocNodeParamsV2>() - 8usize];
-    [
-        "Offset of field: cudaMemAllocNodeParamsV2::poolProps",
-    ][::core::mem::offset_of!(cudaMemAllocNodeParamsV2, poolProps) - 0usize];
-    [
-        "Offset of field: cudaMemAllocNodeParamsV2::accessDescs",
-    ][::core::mem::offset_of!(cudaMemAllocNodeParamsV2, accessDescs) - 88usize];
-    [
-        "Offset of field: cudaMemAllocNodeParamsV2::accessDescCount",
-    ][::core::mem::offset_of!(cudaMemAllocNodeParamsV2, accessDescCount) - 96usize];
-    [
-        "Offset of field: cudaMemAllocNodeParamsV2::bytesize",
-    ][::core::mem::offset_of!(cudaMemAllocNodeParamsV2, bytesize) - 104usize];
-    [
-        "Offset of field: cudaMemAllocNodeParamsV2::dptr",
-    ][::core::mem::offset_of!(cudaMemAllocNodeParamsV2, dptr) - 112usize];
-};
 impl Default for cudaMemAllocNodeParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3423,18 +2169,6 @@ impl Default for cudaMemAllocNodeParamsV2 {
 pub struct cudaMemFreeNodeParams {
     pub dptr: *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemFreeNodeParams",
-    ][::core::mem::size_of::<cudaMemFreeNodeParams>() - 8usize];
-    [
-        "Alignment of cudaMemFreeNodeParams",
-    ][::core::mem::align_of::<cudaMemFreeNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaMemFreeNodeParams::dptr",
-    ][::core::mem::offset_of!(cudaMemFreeNodeParams, dptr) - 0usize];
-};
 impl Default for cudaMemFreeNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3498,27 +2232,6 @@ pub struct cudaMemcpyAttributes {
     pub dstLocHint: cudaMemLocation,
     pub flags: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemcpyAttributes",
-    ][::core::mem::size_of::<cudaMemcpyAttributes>() - 24usize];
-    [
-        "Alignment of cudaMemcpyAttributes",
-    ][::core::mem::align_of::<cudaMemcpyAttributes>() - 4usize];
-    [
-        "Offset of field: cudaMemcpyAttributes::srcAccessOrder",
-    ][::core::mem::offset_of!(cudaMemcpyAttributes, srcAccessOrder) - 0usize];
-    [
-        "Offset of field: cudaMemcpyAttributes::srcLocHint",
-    ][::core::mem::offset_of!(cudaMemcpyAttributes, srcLocHint) - 4usize];
-    [
-        "Offset of field: cudaMemcpyAttributes::dstLocHint",
-    ][::core::mem::offset_of!(cudaMemcpyAttributes, dstLocHint) - 12usize];
-    [
-        "Offset of field: cudaMemcpyAttributes::flags",
-    ][::core::mem::offset_of!(cudaMemcpyAttributes, flags) - 20usize];
-};
 impl Default for cudaMemcpyAttributes {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3549,20 +2262,6 @@ pub struct cudaOffset3D {
     pub y: usize,
     pub z: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaOffset3D"][::core::mem::size_of::<cudaOffset3D>() - 24usize];
-    ["Alignment of cudaOffset3D"][::core::mem::align_of::<cudaOffset3D>() - 8usize];
-    [
-        "Offset of field: cudaOffset3D::x",
-    ][::core::mem::offset_of!(cudaOffset3D, x) - 0usize];
-    [
-        "Offset of field: cudaOffset3D::y",
-    ][::core::mem::offset_of!(cudaOffset3D, y) - 8usize];
-    [
-        "Offset of field: cudaOffset3D::z",
-    ][::core::mem::offset_of!(cudaOffset3D, z) - 16usize];
-};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaMemcpy3DOperand {
@@ -3583,34 +2282,6 @@ pub struct cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1 {
     pub layerHeight: usize,
     pub locHint: cudaMemLocation,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1>()
-        - 32usize];
-    [
-        "Alignment of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::ptr",
-    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1, ptr)
-        - 0usize];
-    [
-        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::rowLength",
-    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1, rowLength)
-        - 8usize];
-    [
-        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::layerHeight",
-    ][::core::mem::offset_of!(
-        cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1, layerHeight
-    ) - 16usize];
-    [
-        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::locHint",
-    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1, locHint)
-        - 24usize];
-};
 impl Default for cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3626,25 +2297,6 @@ pub struct cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2 {
     pub array: cudaArray_t,
     pub offset: cudaOffset3D,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::size_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2>()
-        - 32usize];
-    [
-        "Alignment of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::align_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2>()
-        - 8usize];
-    [
-        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2::array",
-    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2, array)
-        - 0usize];
-    [
-        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2::offset",
-    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2, offset)
-        - 8usize];
-};
 impl Default for cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3654,21 +2306,6 @@ impl Default for cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemcpy3DOperand__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaMemcpy3DOperand__bindgen_ty_1>() - 32usize];
-    [
-        "Alignment of cudaMemcpy3DOperand__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaMemcpy3DOperand__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1::ptr",
-    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1, ptr) - 0usize];
-    [
-        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1::array",
-    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1, array) - 0usize];
-};
 impl Default for cudaMemcpy3DOperand__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3678,21 +2315,6 @@ impl Default for cudaMemcpy3DOperand__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemcpy3DOperand",
-    ][::core::mem::size_of::<cudaMemcpy3DOperand>() - 40usize];
-    [
-        "Alignment of cudaMemcpy3DOperand",
-    ][::core::mem::align_of::<cudaMemcpy3DOperand>() - 8usize];
-    [
-        "Offset of field: cudaMemcpy3DOperand::type_",
-    ][::core::mem::offset_of!(cudaMemcpy3DOperand, type_) - 0usize];
-    [
-        "Offset of field: cudaMemcpy3DOperand::op",
-    ][::core::mem::offset_of!(cudaMemcpy3DOperand, op) - 8usize];
-};
 impl Default for cudaMemcpy3DOperand {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3711,30 +2333,6 @@ pub struct cudaMemcpy3DBatchOp {
     pub srcAccessOrder: cudaMemcpySrcAccessOrder,
     pub flags: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemcpy3DBatchOp",
-    ][::core::mem::size_of::<cudaMemcpy3DBatchOp>() - 112usize];
-    [
-        "Alignment of cudaMemcpy3DBatchOp",
-    ][::core::mem::align_of::<cudaMemcpy3DBatchOp>() - 8usize];
-    [
-        "Offset of field: cudaMemcpy3DBatchOp::src",
-    ][::core::mem::offset_of!(cudaMemcpy3DBatchOp, src) - 0usize];
-    [
-        "Offset of field: cudaMemcpy3DBatchOp::dst",
-    ][::core::mem::offset_of!(cudaMemcpy3DBatchOp, dst) - 40usize];
-    [
-        "Offset of field: cudaMemcpy3DBatchOp::extent",
-    ][::core::mem::offset_of!(cudaMemcpy3DBatchOp, extent) - 80usize];
-    [
-        "Offset of field: cudaMemcpy3DBatchOp::srcAccessOrder",
-    ][::core::mem::offset_of!(cudaMemcpy3DBatchOp, srcAccessOrder) - 104usize];
-    [
-        "Offset of field: cudaMemcpy3DBatchOp::flags",
-    ][::core::mem::offset_of!(cudaMemcpy3DBatchOp, flags) - 108usize];
-};
 impl Default for cudaMemcpy3DBatchOp {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -3819,14 +2417,6 @@ pub struct cudaAtomicOperationCapability(pub ::core::ffi::c_uint);
 pub struct CUuuid_st {
     pub bytes: [::core::ffi::c_char; 16usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CUuuid_st"][::core::mem::size_of::<CUuuid_st>() - 16usize];
-    ["Alignment of CUuuid_st"][::core::mem::align_of::<CUuuid_st>() - 1usize];
-    [
-        "Offset of field: CUuuid_st::bytes",
-    ][::core::mem::offset_of!(CUuuid_st, bytes) - 0usize];
-};
 pub type CUuuid = CUuuid_st;
 pub type cudaUUID_t = CUuuid_st;
 #[repr(C)]
@@ -3926,297 +2516,6 @@ pub struct cudaDeviceProp {
     pub hostNumaMultinodeIpcSupported: ::core::ffi::c_int,
     pub reserved: [::core::ffi::c_int; 56usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaDeviceProp"][::core::mem::size_of::<cudaDeviceProp>() - 1008usize];
-    ["Alignment of cudaDeviceProp"][::core::mem::align_of::<cudaDeviceProp>() - 8usize];
-    [
-        "Offset of field: cudaDeviceProp::name",
-    ][::core::mem::offset_of!(cudaDeviceProp, name) - 0usize];
-    [
-        "Offset of field: cudaDeviceProp::uuid",
-    ][::core::mem::offset_of!(cudaDeviceProp, uuid) - 256usize];
-    [
-        "Offset of field: cudaDeviceProp::luid",
-    ][::core::mem::offset_of!(cudaDeviceProp, luid) - 272usize];
-    [
-        "Offset of field: cudaDeviceProp::luidDeviceNodeMask",
-    ][::core::mem::offset_of!(cudaDeviceProp, luidDeviceNodeMask) - 280usize];
-    [
-        "Offset of field: cudaDeviceProp::totalGlobalMem",
-    ][::core::mem::offset_of!(cudaDeviceProp, totalGlobalMem) - 288usize];
-    [
-        "Offset of field: cudaDeviceProp::sharedMemPerBlock",
-    ][::core::mem::offset_of!(cudaDeviceProp, sharedMemPerBlock) - 296usize];
-    [
-        "Offset of field: cudaDeviceProp::regsPerBlock",
-    ][::core::mem::offset_of!(cudaDeviceProp, regsPerBlock) - 304usize];
-    [
-        "Offset of field: cudaDeviceProp::warpSize",
-    ][::core::mem::offset_of!(cudaDeviceProp, warpSize) - 308usize];
-    [
-        "Offset of field: cudaDeviceProp::memPitch",
-    ][::core::mem::offset_of!(cudaDeviceProp, memPitch) - 312usize];
-    [
-        "Offset of field: cudaDeviceProp::maxThreadsPerBlock",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxThreadsPerBlock) - 320usize];
-    [
-        "Offset of field: cudaDeviceProp::maxThreadsDim",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxThreadsDim) - 324usize];
-    [
-        "Offset of field: cudaDeviceProp::maxGridSize",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxGridSize) - 336usize];
-    [
-        "Offset of field: cudaDeviceProp::totalConstMem",
-    ][::core::mem::offset_of!(cudaDeviceProp, totalConstMem) - 352usize];
-    [
-        "Offset of field: cudaDeviceProp::major",
-    ][::core::mem::offset_of!(cudaDeviceProp, major) - 360usize];
-    [
-        "Offset of field: cudaDeviceProp::minor",
-    ][::core::mem::offset_of!(cudaDeviceProp, minor) - 364usize];
-    [
-        "Offset of field: cudaDeviceProp::textureAlignment",
-    ][::core::mem::offset_of!(cudaDeviceProp, textureAlignment) - 368usize];
-    [
-        "Offset of field: cudaDeviceProp::texturePitchAlignment",
-    ][::core::mem::offset_of!(cudaDeviceProp, texturePitchAlignment) - 376usize];
-    [
-        "Offset of field: cudaDeviceProp::multiProcessorCount",
-    ][::core::mem::offset_of!(cudaDeviceProp, multiProcessorCount) - 384usize];
-    [
-        "Offset of field: cudaDeviceProp::integrated",
-    ][::core::mem::offset_of!(cudaDeviceProp, integrated) - 388usize];
-    [
-        "Offset of field: cudaDeviceProp::canMapHostMemory",
-    ][::core::mem::offset_of!(cudaDeviceProp, canMapHostMemory) - 392usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTexture1D",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture1D) - 396usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTexture1DMipmap",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture1DMipmap) - 400usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTexture2D",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture2D) - 404usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTexture2DMipmap",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture2DMipmap) - 412usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTexture2DLinear",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture2DLinear) - 420usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTexture2DGather",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture2DGather) - 432usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTexture3D",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture3D) - 440usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTexture3DAlt",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture3DAlt) - 452usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTextureCubemap",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTextureCubemap) - 464usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTexture1DLayered",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture1DLayered) - 468usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTexture2DLayered",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture2DLayered) - 476usize];
-    [
-        "Offset of field: cudaDeviceProp::maxTextureCubemapLayered",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxTextureCubemapLayered) - 488usize];
-    [
-        "Offset of field: cudaDeviceProp::maxSurface1D",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxSurface1D) - 496usize];
-    [
-        "Offset of field: cudaDeviceProp::maxSurface2D",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxSurface2D) - 500usize];
-    [
-        "Offset of field: cudaDeviceProp::maxSurface3D",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxSurface3D) - 508usize];
-    [
-        "Offset of field: cudaDeviceProp::maxSurface1DLayered",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxSurface1DLayered) - 520usize];
-    [
-        "Offset of field: cudaDeviceProp::maxSurface2DLayered",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxSurface2DLayered) - 528usize];
-    [
-        "Offset of field: cudaDeviceProp::maxSurfaceCubemap",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxSurfaceCubemap) - 540usize];
-    [
-        "Offset of field: cudaDeviceProp::maxSurfaceCubemapLayered",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxSurfaceCubemapLayered) - 544usize];
-    [
-        "Offset of field: cudaDeviceProp::surfaceAlignment",
-    ][::core::mem::offset_of!(cudaDeviceProp, surfaceAlignment) - 552usize];
-    [
-        "Offset of field: cudaDeviceProp::concurrentKernels",
-    ][::core::mem::offset_of!(cudaDeviceProp, concurrentKernels) - 560usize];
-    [
-        "Offset of field: cudaDeviceProp::ECCEnabled",
-    ][::core::mem::offset_of!(cudaDeviceProp, ECCEnabled) - 564usize];
-    [
-        "Offset of field: cudaDeviceProp::pciBusID",
-    ][::core::mem::offset_of!(cudaDeviceProp, pciBusID) - 568usize];
-    [
-        "Offset of field: cudaDeviceProp::pciDeviceID",
-    ][::core::mem::offset_of!(cudaDeviceProp, pciDeviceID) - 572usize];
-    [
-        "Offset of field: cudaDeviceProp::pciDomainID",
-    ][::core::mem::offset_of!(cudaDeviceProp, pciDomainID) - 576usize];
-    [
-        "Offset of field: cudaDeviceProp::tccDriver",
-    ][::core::mem::offset_of!(cudaDeviceProp, tccDriver) - 580usize];
-    [
-        "Offset of field: cudaDeviceProp::asyncEngineCount",
-    ][::core::mem::offset_of!(cudaDeviceProp, asyncEngineCount) - 584usize];
-    [
-        "Offset of field: cudaDeviceProp::unifiedAddressing",
-    ][::core::mem::offset_of!(cudaDeviceProp, unifiedAddressing) - 588usize];
-    [
-        "Offset of field: cudaDeviceProp::memoryBusWidth",
-    ][::core::mem::offset_of!(cudaDeviceProp, memoryBusWidth) - 592usize];
-    [
-        "Offset of field: cudaDeviceProp::l2CacheSize",
-    ][::core::mem::offset_of!(cudaDeviceProp, l2CacheSize) - 596usize];
-    [
-        "Offset of field: cudaDeviceProp::persistingL2CacheMaxSize",
-    ][::core::mem::offset_of!(cudaDeviceProp, persistingL2CacheMaxSize) - 600usize];
-    [
-        "Offset of field: cudaDeviceProp::maxThreadsPerMultiProcessor",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxThreadsPerMultiProcessor) - 604usize];
-    [
-        "Offset of field: cudaDeviceProp::streamPrioritiesSupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, streamPrioritiesSupported) - 608usize];
-    [
-        "Offset of field: cudaDeviceProp::globalL1CacheSupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, globalL1CacheSupported) - 612usize];
-    [
-        "Offset of field: cudaDeviceProp::localL1CacheSupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, localL1CacheSupported) - 616usize];
-    [
-        "Offset of field: cudaDeviceProp::sharedMemPerMultiprocessor",
-    ][::core::mem::offset_of!(cudaDeviceProp, sharedMemPerMultiprocessor) - 624usize];
-    [
-        "Offset of field: cudaDeviceProp::regsPerMultiprocessor",
-    ][::core::mem::offset_of!(cudaDeviceProp, regsPerMultiprocessor) - 632usize];
-    [
-        "Offset of field: cudaDeviceProp::managedMemory",
-    ][::core::mem::offset_of!(cudaDeviceProp, managedMemory) - 636usize];
-    [
-        "Offset of field: cudaDeviceProp::isMultiGpuBoard",
-    ][::core::mem::offset_of!(cudaDeviceProp, isMultiGpuBoard) - 640usize];
-    [
-        "Offset of field: cudaDeviceProp::multiGpuBoardGroupID",
-    ][::core::mem::offset_of!(cudaDeviceProp, multiGpuBoardGroupID) - 644usize];
-    [
-        "Offset of field: cudaDeviceProp::hostNativeAtomicSupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, hostNativeAtomicSupported) - 648usize];
-    [
-        "Offset of field: cudaDeviceProp::pageableMemoryAccess",
-    ][::core::mem::offset_of!(cudaDeviceProp, pageableMemoryAccess) - 652usize];
-    [
-        "Offset of field: cudaDeviceProp::concurrentManagedAccess",
-    ][::core::mem::offset_of!(cudaDeviceProp, concurrentManagedAccess) - 656usize];
-    [
-        "Offset of field: cudaDeviceProp::computePreemptionSupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, computePreemptionSupported) - 660usize];
-    [
-        "Offset of field: cudaDeviceProp::canUseHostPointerForRegisteredMem",
-    ][::core::mem::offset_of!(cudaDeviceProp, canUseHostPointerForRegisteredMem)
-        - 664usize];
-    [
-        "Offset of field: cudaDeviceProp::cooperativeLaunch",
-    ][::core::mem::offset_of!(cudaDeviceProp, cooperativeLaunch) - 668usize];
-    [
-        "Offset of field: cudaDeviceProp::sharedMemPerBlockOptin",
-    ][::core::mem::offset_of!(cudaDeviceProp, sharedMemPerBlockOptin) - 672usize];
-    [
-        "Offset of field: cudaDeviceProp::pageableMemoryAccessUsesHostPageTables",
-    ][::core::mem::offset_of!(cudaDeviceProp, pageableMemoryAccessUsesHostPageTables)
-        - 680usize];
-    [
-        "Offset of field: cudaDeviceProp::directManagedMemAccessFromHost",
-    ][::core::mem::offset_of!(cudaDeviceProp, directManagedMemAccessFromHost)
-        - 684usize];
-    [
-        "Offset of field: cudaDeviceProp::maxBlocksPerMultiProcessor",
-    ][::core::mem::offset_of!(cudaDeviceProp, maxBlocksPerMultiProcessor) - 688usize];
-    [
-        "Offset of field: cudaDeviceProp::accessPolicyMaxWindowSize",
-    ][::core::mem::offset_of!(cudaDeviceProp, accessPolicyMaxWindowSize) - 692usize];
-    [
-        "Offset of field: cudaDeviceProp::reservedSharedMemPerBlock",
-    ][::core::mem::offset_of!(cudaDeviceProp, reservedSharedMemPerBlock) - 696usize];
-    [
-        "Offset of field: cudaDeviceProp::hostRegisterSupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, hostRegisterSupported) - 704usize];
-    [
-        "Offset of field: cudaDeviceProp::sparseCudaArraySupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, sparseCudaArraySupported) - 708usize];
-    [
-        "Offset of field: cudaDeviceProp::hostRegisterReadOnlySupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, hostRegisterReadOnlySupported) - 712usize];
-    [
-        "Offset of field: cudaDeviceProp::timelineSemaphoreInteropSupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, timelineSemaphoreInteropSupported)
-        - 716usize];
-    [
-        "Offset of field: cudaDeviceProp::memoryPoolsSupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, memoryPoolsSupported) - 720usize];
-    [
-        "Offset of field: cudaDeviceProp::gpuDirectRDMASupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, gpuDirectRDMASupported) - 724usize];
-    [
-        "Offset of field: cudaDeviceProp::gpuDirectRDMAFlushWritesOptions",
-    ][::core::mem::offset_of!(cudaDeviceProp, gpuDirectRDMAFlushWritesOptions)
-        - 728usize];
-    [
-        "Offset of field: cudaDeviceProp::gpuDirectRDMAWritesOrdering",
-    ][::core::mem::offset_of!(cudaDeviceProp, gpuDirectRDMAWritesOrdering) - 732usize];
-    [
-        "Offset of field: cudaDeviceProp::memoryPoolSupportedHandleTypes",
-    ][::core::mem::offset_of!(cudaDeviceProp, memoryPoolSupportedHandleTypes)
-        - 736usize];
-    [
-        "Offset of field: cudaDeviceProp::deferredMappingCudaArraySupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, deferredMappingCudaArraySupported)
-        - 740usize];
-    [
-        "Offset of field: cudaDeviceProp::ipcEventSupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, ipcEventSupported) - 744usize];
-    [
-        "Offset of field: cudaDeviceProp::clusterLaunch",
-    ][::core::mem::offset_of!(cudaDeviceProp, clusterLaunch) - 748usize];
-    [
-        "Offset of field: cudaDeviceProp::unifiedFunctionPointers",
-    ][::core::mem::offset_of!(cudaDeviceProp, unifiedFunctionPointers) - 752usize];
-    [
-        "Offset of field: cudaDeviceProp::deviceNumaConfig",
-    ][::core::mem::offset_of!(cudaDeviceProp, deviceNumaConfig) - 756usize];
-    [
-        "Offset of field: cudaDeviceProp::deviceNumaId",
-    ][::core::mem::offset_of!(cudaDeviceProp, deviceNumaId) - 760usize];
-    [
-        "Offset of field: cudaDeviceProp::mpsEnabled",
-    ][::core::mem::offset_of!(cudaDeviceProp, mpsEnabled) - 764usize];
-    [
-        "Offset of field: cudaDeviceProp::hostNumaId",
-    ][::core::mem::offset_of!(cudaDeviceProp, hostNumaId) - 768usize];
-    [
-        "Offset of field: cudaDeviceProp::gpuPciDeviceID",
-    ][::core::mem::offset_of!(cudaDeviceProp, gpuPciDeviceID) - 772usize];
-    [
-        "Offset of field: cudaDeviceProp::gpuPciSubsystemID",
-    ][::core::mem::offset_of!(cudaDeviceProp, gpuPciSubsystemID) - 776usize];
-    [
-        "Offset of field: cudaDeviceProp::hostNumaMultinodeIpcSupported",
-    ][::core::mem::offset_of!(cudaDeviceProp, hostNumaMultinodeIpcSupported) - 780usize];
-    [
-        "Offset of field: cudaDeviceProp::reserved",
-    ][::core::mem::offset_of!(cudaDeviceProp, reserved) - 784usize];
-};
 impl Default for cudaDeviceProp {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4231,18 +2530,6 @@ impl Default for cudaDeviceProp {
 pub struct cudaIpcEventHandle_st {
     pub reserved: [::core::ffi::c_char; 64usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaIpcEventHandle_st",
-    ][::core::mem::size_of::<cudaIpcEventHandle_st>() - 64usize];
-    [
-        "Alignment of cudaIpcEventHandle_st",
-    ][::core::mem::align_of::<cudaIpcEventHandle_st>() - 1usize];
-    [
-        "Offset of field: cudaIpcEventHandle_st::reserved",
-    ][::core::mem::offset_of!(cudaIpcEventHandle_st, reserved) - 0usize];
-};
 impl Default for cudaIpcEventHandle_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4258,18 +2545,6 @@ pub type cudaIpcEventHandle_t = cudaIpcEventHandle_st;
 pub struct cudaIpcMemHandle_st {
     pub reserved: [::core::ffi::c_char; 64usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaIpcMemHandle_st",
-    ][::core::mem::size_of::<cudaIpcMemHandle_st>() - 64usize];
-    [
-        "Alignment of cudaIpcMemHandle_st",
-    ][::core::mem::align_of::<cudaIpcMemHandle_st>() - 1usize];
-    [
-        "Offset of field: cudaIpcMemHandle_st::reserved",
-    ][::core::mem::offset_of!(cudaIpcMemHandle_st, reserved) - 0usize];
-};
 impl Default for cudaIpcMemHandle_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4285,18 +2560,6 @@ pub type cudaIpcMemHandle_t = cudaIpcMemHandle_st;
 pub struct cudaMemFabricHandle_st {
     pub reserved: [::core::ffi::c_char; 64usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemFabricHandle_st",
-    ][::core::mem::size_of::<cudaMemFabricHandle_st>() - 64usize];
-    [
-        "Alignment of cudaMemFabricHandle_st",
-    ][::core::mem::align_of::<cudaMemFabricHandle_st>() - 1usize];
-    [
-        "Offset of field: cudaMemFabricHandle_st::reserved",
-    ][::core::mem::offset_of!(cudaMemFabricHandle_st, reserved) - 0usize];
-};
 impl Default for cudaMemFabricHandle_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4358,27 +2621,6 @@ pub struct cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1 {
     pub handle: *mut ::core::ffi::c_void,
     pub name: *const ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1>()
-        - 16usize];
-    [
-        "Alignment of cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1::handle",
-    ][::core::mem::offset_of!(
-        cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1, handle
-    ) - 0usize];
-    [
-        "Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1::name",
-    ][::core::mem::offset_of!(
-        cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1, name
-    ) - 8usize];
-};
 impl Default for cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4388,26 +2630,6 @@ impl Default for cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalMemoryHandleDesc__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaExternalMemoryHandleDesc__bindgen_ty_1>() - 16usize];
-    [
-        "Alignment of cudaExternalMemoryHandleDesc__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaExternalMemoryHandleDesc__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1::fd",
-    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc__bindgen_ty_1, fd) - 0usize];
-    [
-        "Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1::win32",
-    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc__bindgen_ty_1, win32)
-        - 0usize];
-    [
-        "Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1::nvSciBufObject",
-    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc__bindgen_ty_1, nvSciBufObject)
-        - 0usize];
-};
 impl Default for cudaExternalMemoryHandleDesc__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4417,30 +2639,6 @@ impl Default for cudaExternalMemoryHandleDesc__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalMemoryHandleDesc",
-    ][::core::mem::size_of::<cudaExternalMemoryHandleDesc>() - 104usize];
-    [
-        "Alignment of cudaExternalMemoryHandleDesc",
-    ][::core::mem::align_of::<cudaExternalMemoryHandleDesc>() - 8usize];
-    [
-        "Offset of field: cudaExternalMemoryHandleDesc::type_",
-    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc, type_) - 0usize];
-    [
-        "Offset of field: cudaExternalMemoryHandleDesc::handle",
-    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc, handle) - 8usize];
-    [
-        "Offset of field: cudaExternalMemoryHandleDesc::size",
-    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc, size) - 24usize];
-    [
-        "Offset of field: cudaExternalMemoryHandleDesc::flags",
-    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc, flags) - 32usize];
-    [
-        "Offset of field: cudaExternalMemoryHandleDesc::reserved",
-    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc, reserved) - 36usize];
-};
 impl Default for cudaExternalMemoryHandleDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4458,27 +2656,6 @@ pub struct cudaExternalMemoryBufferDesc {
     pub flags: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 16usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalMemoryBufferDesc",
-    ][::core::mem::size_of::<cudaExternalMemoryBufferDesc>() - 88usize];
-    [
-        "Alignment of cudaExternalMemoryBufferDesc",
-    ][::core::mem::align_of::<cudaExternalMemoryBufferDesc>() - 8usize];
-    [
-        "Offset of field: cudaExternalMemoryBufferDesc::offset",
-    ][::core::mem::offset_of!(cudaExternalMemoryBufferDesc, offset) - 0usize];
-    [
-        "Offset of field: cudaExternalMemoryBufferDesc::size",
-    ][::core::mem::offset_of!(cudaExternalMemoryBufferDesc, size) - 8usize];
-    [
-        "Offset of field: cudaExternalMemoryBufferDesc::flags",
-    ][::core::mem::offset_of!(cudaExternalMemoryBufferDesc, flags) - 16usize];
-    [
-        "Offset of field: cudaExternalMemoryBufferDesc::reserved",
-    ][::core::mem::offset_of!(cudaExternalMemoryBufferDesc, reserved) - 20usize];
-};
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalMemoryMipmappedArrayDesc {
@@ -4489,35 +2666,6 @@ pub struct cudaExternalMemoryMipmappedArrayDesc {
     pub numLevels: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 16usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalMemoryMipmappedArrayDesc",
-    ][::core::mem::size_of::<cudaExternalMemoryMipmappedArrayDesc>() - 128usize];
-    [
-        "Alignment of cudaExternalMemoryMipmappedArrayDesc",
-    ][::core::mem::align_of::<cudaExternalMemoryMipmappedArrayDesc>() - 8usize];
-    [
-        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::offset",
-    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, offset) - 0usize];
-    [
-        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::formatDesc",
-    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, formatDesc)
-        - 8usize];
-    [
-        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::extent",
-    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, extent) - 32usize];
-    [
-        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::flags",
-    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, flags) - 56usize];
-    [
-        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::numLevels",
-    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, numLevels)
-        - 60usize];
-    [
-        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::reserved",
-    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, reserved) - 64usize];
-};
 impl Default for cudaExternalMemoryMipmappedArrayDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4583,29 +2731,6 @@ pub struct cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1 {
     pub handle: *mut ::core::ffi::c_void,
     pub name: *const ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<
-        cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1,
-    >() - 16usize];
-    [
-        "Alignment of cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<
-        cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1::handle",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1, handle
-    ) - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1::name",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1, name
-    ) - 8usize];
-};
 impl Default for cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4615,28 +2740,6 @@ impl Default for cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreHandleDesc__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaExternalSemaphoreHandleDesc__bindgen_ty_1>() - 16usize];
-    [
-        "Alignment of cudaExternalSemaphoreHandleDesc__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaExternalSemaphoreHandleDesc__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1::fd",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc__bindgen_ty_1, fd)
-        - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1::win32",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc__bindgen_ty_1, win32)
-        - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1::nvSciSyncObj",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreHandleDesc__bindgen_ty_1, nvSciSyncObj
-    ) - 0usize];
-};
 impl Default for cudaExternalSemaphoreHandleDesc__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4646,27 +2749,6 @@ impl Default for cudaExternalSemaphoreHandleDesc__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreHandleDesc",
-    ][::core::mem::size_of::<cudaExternalSemaphoreHandleDesc>() - 96usize];
-    [
-        "Alignment of cudaExternalSemaphoreHandleDesc",
-    ][::core::mem::align_of::<cudaExternalSemaphoreHandleDesc>() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreHandleDesc::type_",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc, type_) - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreHandleDesc::handle",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc, handle) - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreHandleDesc::flags",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc, flags) - 24usize];
-    [
-        "Offset of field: cudaExternalSemaphoreHandleDesc::reserved",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc, reserved) - 28usize];
-};
 impl Default for cudaExternalSemaphoreHandleDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4696,53 +2778,12 @@ pub struct cudaExternalSemaphoreSignalParams__bindgen_ty_1 {
 pub struct cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1 {
     pub value: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1::value",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1, value
-    ) - 0usize];
-};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2 {
     pub fence: *mut ::core::ffi::c_void,
     pub reserved: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::size_of::<
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2,
-    >() - 8usize];
-    [
-        "Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::align_of::<
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2,
-    >() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2::fence",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2, fence
-    ) - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2::reserved",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2, reserved
-    ) - 0usize];
-};
 impl Default for cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4757,52 +2798,6 @@ impl Default for cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2 {
 pub struct cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3 {
     pub key: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::size_of::<
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3,
-    >() - 8usize];
-    [
-        "Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::align_of::<
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3,
-    >() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3::key",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3, key
-    ) - 0usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaExternalSemaphoreSignalParams__bindgen_ty_1>()
-        - 72usize];
-    [
-        "Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaExternalSemaphoreSignalParams__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::fence",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams__bindgen_ty_1, fence)
-        - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::nvSciSync",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams__bindgen_ty_1, nvSciSync)
-        - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::keyedMutex",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1, keyedMutex
-    ) - 16usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::reserved",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams__bindgen_ty_1, reserved)
-        - 24usize];
-};
 impl Default for cudaExternalSemaphoreSignalParams__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4812,24 +2807,6 @@ impl Default for cudaExternalSemaphoreSignalParams__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreSignalParams",
-    ][::core::mem::size_of::<cudaExternalSemaphoreSignalParams>() - 144usize];
-    [
-        "Alignment of cudaExternalSemaphoreSignalParams",
-    ][::core::mem::align_of::<cudaExternalSemaphoreSignalParams>() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams::params",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams, params) - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams::flags",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams, flags) - 72usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalParams::reserved",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams, reserved) - 76usize];
-};
 impl Default for cudaExternalSemaphoreSignalParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4859,53 +2836,12 @@ pub struct cudaExternalSemaphoreWaitParams__bindgen_ty_1 {
 pub struct cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1 {
     pub value: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1::value",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1, value
-    ) - 0usize];
-};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2 {
     pub fence: *mut ::core::ffi::c_void,
     pub reserved: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::size_of::<
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2,
-    >() - 8usize];
-    [
-        "Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2",
-    ][::core::mem::align_of::<
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2,
-    >() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2::fence",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2, fence
-    ) - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2::reserved",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2, reserved
-    ) - 0usize];
-};
 impl Default for cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4921,54 +2857,6 @@ pub struct cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3 {
     pub key: ::core::ffi::c_ulonglong,
     pub timeoutMs: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::size_of::<
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3,
-    >() - 16usize];
-    [
-        "Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3",
-    ][::core::mem::align_of::<
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3,
-    >() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3::key",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3, key
-    ) - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3::timeoutMs",
-    ][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3, timeoutMs
-    ) - 8usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaExternalSemaphoreWaitParams__bindgen_ty_1>() - 72usize];
-    [
-        "Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaExternalSemaphoreWaitParams__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::fence",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams__bindgen_ty_1, fence)
-        - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::nvSciSync",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams__bindgen_ty_1, nvSciSync)
-        - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::keyedMutex",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams__bindgen_ty_1, keyedMutex)
-        - 16usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::reserved",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams__bindgen_ty_1, reserved)
-        - 32usize];
-};
 impl Default for cudaExternalSemaphoreWaitParams__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -4978,24 +2866,6 @@ impl Default for cudaExternalSemaphoreWaitParams__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreWaitParams",
-    ][::core::mem::size_of::<cudaExternalSemaphoreWaitParams>() - 144usize];
-    [
-        "Alignment of cudaExternalSemaphoreWaitParams",
-    ][::core::mem::align_of::<cudaExternalSemaphoreWaitParams>() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams::params",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams, params) - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams::flags",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams, flags) - 72usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitParams::reserved",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams, reserved) - 76usize];
-};
 impl Default for cudaExternalSemaphoreWaitParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5055,28 +2925,6 @@ pub struct cudaDevSmResource {
     pub flags: ::core::ffi::c_uint,
     pub localityDomainId: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaDevSmResource"][::core::mem::size_of::<cudaDevSmResource>() - 20usize];
-    [
-        "Alignment of cudaDevSmResource",
-    ][::core::mem::align_of::<cudaDevSmResource>() - 4usize];
-    [
-        "Offset of field: cudaDevSmResource::smCount",
-    ][::core::mem::offset_of!(cudaDevSmResource, smCount) - 0usize];
-    [
-        "Offset of field: cudaDevSmResource::minSmPartitionSize",
-    ][::core::mem::offset_of!(cudaDevSmResource, minSmPartitionSize) - 4usize];
-    [
-        "Offset of field: cudaDevSmResource::smCoscheduledAlignment",
-    ][::core::mem::offset_of!(cudaDevSmResource, smCoscheduledAlignment) - 8usize];
-    [
-        "Offset of field: cudaDevSmResource::flags",
-    ][::core::mem::offset_of!(cudaDevSmResource, flags) - 12usize];
-    [
-        "Offset of field: cudaDevSmResource::localityDomainId",
-    ][::core::mem::offset_of!(cudaDevSmResource, localityDomainId) - 16usize];
-};
 impl cudaDevWorkqueueConfigScope {
     pub const cudaDevWorkqueueConfigScopeDeviceCtx: cudaDevWorkqueueConfigScope = cudaDevWorkqueueConfigScope(
         0,
@@ -5095,25 +2943,6 @@ pub struct cudaDevWorkqueueConfigResource {
     pub wqConcurrencyLimit: ::core::ffi::c_uint,
     pub sharingScope: cudaDevWorkqueueConfigScope,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaDevWorkqueueConfigResource",
-    ][::core::mem::size_of::<cudaDevWorkqueueConfigResource>() - 12usize];
-    [
-        "Alignment of cudaDevWorkqueueConfigResource",
-    ][::core::mem::align_of::<cudaDevWorkqueueConfigResource>() - 4usize];
-    [
-        "Offset of field: cudaDevWorkqueueConfigResource::device",
-    ][::core::mem::offset_of!(cudaDevWorkqueueConfigResource, device) - 0usize];
-    [
-        "Offset of field: cudaDevWorkqueueConfigResource::wqConcurrencyLimit",
-    ][::core::mem::offset_of!(cudaDevWorkqueueConfigResource, wqConcurrencyLimit)
-        - 4usize];
-    [
-        "Offset of field: cudaDevWorkqueueConfigResource::sharingScope",
-    ][::core::mem::offset_of!(cudaDevWorkqueueConfigResource, sharingScope) - 8usize];
-};
 impl Default for cudaDevWorkqueueConfigResource {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5128,18 +2957,6 @@ impl Default for cudaDevWorkqueueConfigResource {
 pub struct cudaDevWorkqueueResource {
     pub reserved: [::core::ffi::c_uchar; 40usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaDevWorkqueueResource",
-    ][::core::mem::size_of::<cudaDevWorkqueueResource>() - 40usize];
-    [
-        "Alignment of cudaDevWorkqueueResource",
-    ][::core::mem::align_of::<cudaDevWorkqueueResource>() - 1usize];
-    [
-        "Offset of field: cudaDevWorkqueueResource::reserved",
-    ][::core::mem::offset_of!(cudaDevWorkqueueResource, reserved) - 0usize];
-};
 impl Default for cudaDevWorkqueueResource {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5159,37 +2976,6 @@ pub struct cudaDevSmResourceGroupParams_st {
     pub localityDomainId: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 11usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaDevSmResourceGroupParams_st",
-    ][::core::mem::size_of::<cudaDevSmResourceGroupParams_st>() - 64usize];
-    [
-        "Alignment of cudaDevSmResourceGroupParams_st",
-    ][::core::mem::align_of::<cudaDevSmResourceGroupParams_st>() - 4usize];
-    [
-        "Offset of field: cudaDevSmResourceGroupParams_st::smCount",
-    ][::core::mem::offset_of!(cudaDevSmResourceGroupParams_st, smCount) - 0usize];
-    [
-        "Offset of field: cudaDevSmResourceGroupParams_st::coscheduledSmCount",
-    ][::core::mem::offset_of!(cudaDevSmResourceGroupParams_st, coscheduledSmCount)
-        - 4usize];
-    [
-        "Offset of field: cudaDevSmResourceGroupParams_st::preferredCoscheduledSmCount",
-    ][::core::mem::offset_of!(
-        cudaDevSmResourceGroupParams_st, preferredCoscheduledSmCount
-    ) - 8usize];
-    [
-        "Offset of field: cudaDevSmResourceGroupParams_st::flags",
-    ][::core::mem::offset_of!(cudaDevSmResourceGroupParams_st, flags) - 12usize];
-    [
-        "Offset of field: cudaDevSmResourceGroupParams_st::localityDomainId",
-    ][::core::mem::offset_of!(cudaDevSmResourceGroupParams_st, localityDomainId)
-        - 16usize];
-    [
-        "Offset of field: cudaDevSmResourceGroupParams_st::reserved",
-    ][::core::mem::offset_of!(cudaDevSmResourceGroupParams_st, reserved) - 20usize];
-};
 pub type cudaDevSmResourceGroupParams = cudaDevSmResourceGroupParams_st;
 #[repr(C)]
 #[derive(Copy, Clone)]
@@ -5207,27 +2993,6 @@ pub union cudaDevResource_st__bindgen_ty_1 {
     pub wq: cudaDevWorkqueueResource,
     pub _oversize: [::core::ffi::c_uchar; 40usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaDevResource_st__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaDevResource_st__bindgen_ty_1>() - 40usize];
-    [
-        "Alignment of cudaDevResource_st__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaDevResource_st__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: cudaDevResource_st__bindgen_ty_1::sm",
-    ][::core::mem::offset_of!(cudaDevResource_st__bindgen_ty_1, sm) - 0usize];
-    [
-        "Offset of field: cudaDevResource_st__bindgen_ty_1::wqConfig",
-    ][::core::mem::offset_of!(cudaDevResource_st__bindgen_ty_1, wqConfig) - 0usize];
-    [
-        "Offset of field: cudaDevResource_st__bindgen_ty_1::wq",
-    ][::core::mem::offset_of!(cudaDevResource_st__bindgen_ty_1, wq) - 0usize];
-    [
-        "Offset of field: cudaDevResource_st__bindgen_ty_1::_oversize",
-    ][::core::mem::offset_of!(cudaDevResource_st__bindgen_ty_1, _oversize) - 0usize];
-};
 impl Default for cudaDevResource_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5237,24 +3002,6 @@ impl Default for cudaDevResource_st__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaDevResource_st",
-    ][::core::mem::size_of::<cudaDevResource_st>() - 144usize];
-    [
-        "Alignment of cudaDevResource_st",
-    ][::core::mem::align_of::<cudaDevResource_st>() - 8usize];
-    [
-        "Offset of field: cudaDevResource_st::type_",
-    ][::core::mem::offset_of!(cudaDevResource_st, type_) - 0usize];
-    [
-        "Offset of field: cudaDevResource_st::_internal_padding",
-    ][::core::mem::offset_of!(cudaDevResource_st, _internal_padding) - 4usize];
-    [
-        "Offset of field: cudaDevResource_st::nextResource",
-    ][::core::mem::offset_of!(cudaDevResource_st, nextResource) - 136usize];
-};
 impl Default for cudaDevResource_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5361,34 +3108,6 @@ pub struct cudalibraryHostUniversalFunctionAndDataTable {
     pub dataTable: *mut ::core::ffi::c_void,
     pub dataWindowSize: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudalibraryHostUniversalFunctionAndDataTable",
-    ][::core::mem::size_of::<cudalibraryHostUniversalFunctionAndDataTable>() - 32usize];
-    [
-        "Alignment of cudalibraryHostUniversalFunctionAndDataTable",
-    ][::core::mem::align_of::<cudalibraryHostUniversalFunctionAndDataTable>() - 8usize];
-    [
-        "Offset of field: cudalibraryHostUniversalFunctionAndDataTable::functionTable",
-    ][::core::mem::offset_of!(
-        cudalibraryHostUniversalFunctionAndDataTable, functionTable
-    ) - 0usize];
-    [
-        "Offset of field: cudalibraryHostUniversalFunctionAndDataTable::functionWindowSize",
-    ][::core::mem::offset_of!(
-        cudalibraryHostUniversalFunctionAndDataTable, functionWindowSize
-    ) - 8usize];
-    [
-        "Offset of field: cudalibraryHostUniversalFunctionAndDataTable::dataTable",
-    ][::core::mem::offset_of!(cudalibraryHostUniversalFunctionAndDataTable, dataTable)
-        - 16usize];
-    [
-        "Offset of field: cudalibraryHostUniversalFunctionAndDataTable::dataWindowSize",
-    ][::core::mem::offset_of!(
-        cudalibraryHostUniversalFunctionAndDataTable, dataWindowSize
-    ) - 24usize];
-};
 impl Default for cudalibraryHostUniversalFunctionAndDataTable {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5443,33 +3162,6 @@ pub struct cudaKernelNodeParams {
     pub kernelParams: *mut *mut ::core::ffi::c_void,
     pub extra: *mut *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaKernelNodeParams",
-    ][::core::mem::size_of::<cudaKernelNodeParams>() - 56usize];
-    [
-        "Alignment of cudaKernelNodeParams",
-    ][::core::mem::align_of::<cudaKernelNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaKernelNodeParams::func",
-    ][::core::mem::offset_of!(cudaKernelNodeParams, func) - 0usize];
-    [
-        "Offset of field: cudaKernelNodeParams::gridDim",
-    ][::core::mem::offset_of!(cudaKernelNodeParams, gridDim) - 8usize];
-    [
-        "Offset of field: cudaKernelNodeParams::blockDim",
-    ][::core::mem::offset_of!(cudaKernelNodeParams, blockDim) - 20usize];
-    [
-        "Offset of field: cudaKernelNodeParams::sharedMemBytes",
-    ][::core::mem::offset_of!(cudaKernelNodeParams, sharedMemBytes) - 32usize];
-    [
-        "Offset of field: cudaKernelNodeParams::kernelParams",
-    ][::core::mem::offset_of!(cudaKernelNodeParams, kernelParams) - 40usize];
-    [
-        "Offset of field: cudaKernelNodeParams::extra",
-    ][::core::mem::offset_of!(cudaKernelNodeParams, extra) - 48usize];
-};
 impl Default for cudaKernelNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5515,24 +3207,6 @@ pub union cudaKernelNodeParamsV2__bindgen_ty_1 {
     pub kern: cudaKernel_t,
     pub cuFunc: cudaFunction_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaKernelNodeParamsV2__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaKernelNodeParamsV2__bindgen_ty_1>() - 8usize];
-    [
-        "Alignment of cudaKernelNodeParamsV2__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaKernelNodeParamsV2__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaKernelNodeParamsV2__bindgen_ty_1::func",
-    ][::core::mem::offset_of!(cudaKernelNodeParamsV2__bindgen_ty_1, func) - 0usize];
-    [
-        "Offset of field: cudaKernelNodeParamsV2__bindgen_ty_1::kern",
-    ][::core::mem::offset_of!(cudaKernelNodeParamsV2__bindgen_ty_1, kern) - 0usize];
-    [
-        "Offset of field: cudaKernelNodeParamsV2__bindgen_ty_1::cuFunc",
-    ][::core::mem::offset_of!(cudaKernelNodeParamsV2__bindgen_ty_1, cuFunc) - 0usize];
-};
 impl Default for cudaKernelNodeParamsV2__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5542,36 +3216,6 @@ impl Default for cudaKernelNodeParamsV2__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaKernelNodeParamsV2",
-    ][::core::mem::size_of::<cudaKernelNodeParamsV2>() - 72usize];
-    [
-        "Alignment of cudaKernelNodeParamsV2",
-    ][::core::mem::align_of::<cudaKernelNodeParamsV2>() - 8usize];
-    [
-        "Offset of field: cudaKernelNodeParamsV2::gridDim",
-    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, gridDim) - 8usize];
-    [
-        "Offset of field: cudaKernelNodeParamsV2::blockDim",
-    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, blockDim) - 20usize];
-    [
-        "Offset of field: cudaKernelNodeParamsV2::sharedMemBytes",
-    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, sharedMemBytes) - 32usize];
-    [
-        "Offset of field: cudaKernelNodeParamsV2::kernelParams",
-    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, kernelParams) - 40usize];
-    [
-        "Offset of field: cudaKernelNodeParamsV2::extra",
-    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, extra) - 48usize];
-    [
-        "Offset of field: cudaKernelNodeParamsV2::ctx",
-    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, ctx) - 56usize];
-    [
-        "Offset of field: cudaKernelNodeParamsV2::functionType",
-    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, functionType) - 64usize];
-};
 impl Default for cudaKernelNodeParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5588,27 +3232,6 @@ pub struct cudaExternalSemaphoreSignalNodeParams {
     pub paramsArray: *const cudaExternalSemaphoreSignalParams,
     pub numExtSems: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreSignalNodeParams",
-    ][::core::mem::size_of::<cudaExternalSemaphoreSignalNodeParams>() - 24usize];
-    [
-        "Alignment of cudaExternalSemaphoreSignalNodeParams",
-    ][::core::mem::align_of::<cudaExternalSemaphoreSignalNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalNodeParams::extSemArray",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParams, extSemArray)
-        - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalNodeParams::paramsArray",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParams, paramsArray)
-        - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalNodeParams::numExtSems",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParams, numExtSems)
-        - 16usize];
-};
 impl Default for cudaExternalSemaphoreSignalNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5626,30 +3249,6 @@ pub struct cudaExternalSemaphoreSignalNodeParamsV2 {
     pub numExtSems: ::core::ffi::c_uint,
     pub ctx: cudaExecutionContext_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreSignalNodeParamsV2",
-    ][::core::mem::size_of::<cudaExternalSemaphoreSignalNodeParamsV2>() - 32usize];
-    [
-        "Alignment of cudaExternalSemaphoreSignalNodeParamsV2",
-    ][::core::mem::align_of::<cudaExternalSemaphoreSignalNodeParamsV2>() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalNodeParamsV2::extSemArray",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParamsV2, extSemArray)
-        - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalNodeParamsV2::paramsArray",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParamsV2, paramsArray)
-        - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalNodeParamsV2::numExtSems",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParamsV2, numExtSems)
-        - 16usize];
-    [
-        "Offset of field: cudaExternalSemaphoreSignalNodeParamsV2::ctx",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParamsV2, ctx) - 24usize];
-};
 impl Default for cudaExternalSemaphoreSignalNodeParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5666,27 +3265,6 @@ pub struct cudaExternalSemaphoreWaitNodeParams {
     pub paramsArray: *const cudaExternalSemaphoreWaitParams,
     pub numExtSems: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreWaitNodeParams",
-    ][::core::mem::size_of::<cudaExternalSemaphoreWaitNodeParams>() - 24usize];
-    [
-        "Alignment of cudaExternalSemaphoreWaitNodeParams",
-    ][::core::mem::align_of::<cudaExternalSemaphoreWaitNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitNodeParams::extSemArray",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParams, extSemArray)
-        - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitNodeParams::paramsArray",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParams, paramsArray)
-        - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitNodeParams::numExtSems",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParams, numExtSems)
-        - 16usize];
-};
 impl Default for cudaExternalSemaphoreWaitNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5704,30 +3282,6 @@ pub struct cudaExternalSemaphoreWaitNodeParamsV2 {
     pub numExtSems: ::core::ffi::c_uint,
     pub ctx: cudaExecutionContext_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaExternalSemaphoreWaitNodeParamsV2",
-    ][::core::mem::size_of::<cudaExternalSemaphoreWaitNodeParamsV2>() - 32usize];
-    [
-        "Alignment of cudaExternalSemaphoreWaitNodeParamsV2",
-    ][::core::mem::align_of::<cudaExternalSemaphoreWaitNodeParamsV2>() - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitNodeParamsV2::extSemArray",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParamsV2, extSemArray)
-        - 0usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitNodeParamsV2::paramsArray",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParamsV2, paramsArray)
-        - 8usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitNodeParamsV2::numExtSems",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParamsV2, numExtSems)
-        - 16usize];
-    [
-        "Offset of field: cudaExternalSemaphoreWaitNodeParamsV2::ctx",
-    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParamsV2, ctx) - 24usize];
-};
 impl Default for cudaExternalSemaphoreWaitNodeParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5768,30 +3322,6 @@ pub struct cudaConditionalNodeParams {
     pub phGraph_out: *mut cudaGraph_t,
     pub ctx: cudaExecutionContext_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaConditionalNodeParams",
-    ][::core::mem::size_of::<cudaConditionalNodeParams>() - 32usize];
-    [
-        "Alignment of cudaConditionalNodeParams",
-    ][::core::mem::align_of::<cudaConditionalNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaConditionalNodeParams::handle",
-    ][::core::mem::offset_of!(cudaConditionalNodeParams, handle) - 0usize];
-    [
-        "Offset of field: cudaConditionalNodeParams::type_",
-    ][::core::mem::offset_of!(cudaConditionalNodeParams, type_) - 8usize];
-    [
-        "Offset of field: cudaConditionalNodeParams::size",
-    ][::core::mem::offset_of!(cudaConditionalNodeParams, size) - 12usize];
-    [
-        "Offset of field: cudaConditionalNodeParams::phGraph_out",
-    ][::core::mem::offset_of!(cudaConditionalNodeParams, phGraph_out) - 16usize];
-    [
-        "Offset of field: cudaConditionalNodeParams::ctx",
-    ][::core::mem::offset_of!(cudaConditionalNodeParams, ctx) - 24usize];
-};
 impl Default for cudaConditionalNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5813,39 +3343,6 @@ pub struct cudaMemcpyBatchNodeParams {
     pub numAttrs: usize,
     pub ctx: cudaExecutionContext_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaMemcpyBatchNodeParams",
-    ][::core::mem::size_of::<cudaMemcpyBatchNodeParams>() - 64usize];
-    [
-        "Alignment of cudaMemcpyBatchNodeParams",
-    ][::core::mem::align_of::<cudaMemcpyBatchNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaMemcpyBatchNodeParams::count",
-    ][::core::mem::offset_of!(cudaMemcpyBatchNodeParams, count) - 0usize];
-    [
-        "Offset of field: cudaMemcpyBatchNodeParams::dsts",
-    ][::core::mem::offset_of!(cudaMemcpyBatchNodeParams, dsts) - 8usize];
-    [
-        "Offset of field: cudaMemcpyBatchNodeParams::srcs",
-    ][::core::mem::offset_of!(cudaMemcpyBatchNodeParams, srcs) - 16usize];
-    [
-        "Offset of field: cudaMemcpyBatchNodeParams::sizes",
-    ][::core::mem::offset_of!(cudaMemcpyBatchNodeParams, sizes) - 24usize];
-    [
-        "Offset of field: cudaMemcpyBatchNodeParams::attrs",
-    ][::core::mem::offset_of!(cudaMemcpyBatchNodeParams, attrs) - 32usize];
-    [
-        "Offset of field: cudaMemcpyBatchNodeParams::attrsIdxs",
-    ][::core::mem::offset_of!(cudaMemcpyBatchNodeParams, attrsIdxs) - 40usize];
-    [
-        "Offset of field: cudaMemcpyBatchNodeParams::numAttrs",
-    ][::core::mem::offset_of!(cudaMemcpyBatchNodeParams, numAttrs) - 48usize];
-    [
-        "Offset of field: cudaMemcpyBatchNodeParams::ctx",
-    ][::core::mem::offset_of!(cudaMemcpyBatchNodeParams, ctx) - 56usize];
-};
 impl Default for cudaMemcpyBatchNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5901,21 +3398,6 @@ pub struct cudaChildGraphNodeParams {
     pub graph: cudaGraph_t,
     pub ownership: cudaGraphChildGraphNodeOwnership,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaChildGraphNodeParams",
-    ][::core::mem::size_of::<cudaChildGraphNodeParams>() - 16usize];
-    [
-        "Alignment of cudaChildGraphNodeParams",
-    ][::core::mem::align_of::<cudaChildGraphNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaChildGraphNodeParams::graph",
-    ][::core::mem::offset_of!(cudaChildGraphNodeParams, graph) - 0usize];
-    [
-        "Offset of field: cudaChildGraphNodeParams::ownership",
-    ][::core::mem::offset_of!(cudaChildGraphNodeParams, ownership) - 8usize];
-};
 impl Default for cudaChildGraphNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5931,21 +3413,6 @@ pub struct cudaEventRecordNodeParams {
     pub event: cudaEvent_t,
     pub ctx: cudaExecutionContext_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaEventRecordNodeParams",
-    ][::core::mem::size_of::<cudaEventRecordNodeParams>() - 16usize];
-    [
-        "Alignment of cudaEventRecordNodeParams",
-    ][::core::mem::align_of::<cudaEventRecordNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaEventRecordNodeParams::event",
-    ][::core::mem::offset_of!(cudaEventRecordNodeParams, event) - 0usize];
-    [
-        "Offset of field: cudaEventRecordNodeParams::ctx",
-    ][::core::mem::offset_of!(cudaEventRecordNodeParams, ctx) - 8usize];
-};
 impl Default for cudaEventRecordNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -5960,18 +3427,6 @@ impl Default for cudaEventRecordNodeParams {
 pub struct cudaEventWaitNodeParams {
     pub event: cudaEvent_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaEventWaitNodeParams",
-    ][::core::mem::size_of::<cudaEventWaitNodeParams>() - 8usize];
-    [
-        "Alignment of cudaEventWaitNodeParams",
-    ][::core::mem::align_of::<cudaEventWaitNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaEventWaitNodeParams::event",
-    ][::core::mem::offset_of!(cudaEventWaitNodeParams, event) - 0usize];
-};
 impl Default for cudaEventWaitNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6007,57 +3462,6 @@ pub union cudaGraphNodeParams__bindgen_ty_1 {
     pub conditional: cudaConditionalNodeParams,
     pub memcpyBatch: cudaMemcpyBatchNodeParams,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaGraphNodeParams__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaGraphNodeParams__bindgen_ty_1>() - 232usize];
-    [
-        "Alignment of cudaGraphNodeParams__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaGraphNodeParams__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::reserved1",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, reserved1) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::kernel",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, kernel) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::memcpy",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, memcpy) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::memset",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, memset) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::host",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, host) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::graph",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, graph) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::eventWait",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, eventWait) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::eventRecord",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, eventRecord) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::extSemSignal",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, extSemSignal) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::extSemWait",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, extSemWait) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::alloc",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, alloc) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::free",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, free) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::conditional",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, conditional) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::memcpyBatch",
-    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, memcpyBatch) - 0usize];
-};
 impl Default for cudaGraphNodeParams__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6067,24 +3471,6 @@ impl Default for cudaGraphNodeParams__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaGraphNodeParams",
-    ][::core::mem::size_of::<cudaGraphNodeParams>() - 256usize];
-    [
-        "Alignment of cudaGraphNodeParams",
-    ][::core::mem::align_of::<cudaGraphNodeParams>() - 8usize];
-    [
-        "Offset of field: cudaGraphNodeParams::type_",
-    ][::core::mem::offset_of!(cudaGraphNodeParams, type_) - 0usize];
-    [
-        "Offset of field: cudaGraphNodeParams::reserved0",
-    ][::core::mem::offset_of!(cudaGraphNodeParams, reserved0) - 4usize];
-    [
-        "Offset of field: cudaGraphNodeParams::reserved2",
-    ][::core::mem::offset_of!(cudaGraphNodeParams, reserved2) - 248usize];
-};
 impl Default for cudaGraphNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6114,27 +3500,6 @@ pub struct cudaGraphEdgeData_st {
     pub type_: ::core::ffi::c_uchar,
     pub reserved: [::core::ffi::c_uchar; 5usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaGraphEdgeData_st",
-    ][::core::mem::size_of::<cudaGraphEdgeData_st>() - 8usize];
-    [
-        "Alignment of cudaGraphEdgeData_st",
-    ][::core::mem::align_of::<cudaGraphEdgeData_st>() - 1usize];
-    [
-        "Offset of field: cudaGraphEdgeData_st::from_port",
-    ][::core::mem::offset_of!(cudaGraphEdgeData_st, from_port) - 0usize];
-    [
-        "Offset of field: cudaGraphEdgeData_st::to_port",
-    ][::core::mem::offset_of!(cudaGraphEdgeData_st, to_port) - 1usize];
-    [
-        "Offset of field: cudaGraphEdgeData_st::type_",
-    ][::core::mem::offset_of!(cudaGraphEdgeData_st, type_) - 2usize];
-    [
-        "Offset of field: cudaGraphEdgeData_st::reserved",
-    ][::core::mem::offset_of!(cudaGraphEdgeData_st, reserved) - 3usize];
-};
 pub type cudaGraphEdgeData = cudaGraphEdgeData_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -6205,27 +3570,6 @@ pub struct cudaGraphInstantiateParams_st {
     pub errNode_out: cudaGraphNode_t,
     pub result_out: cudaGraphInstantiateResult,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaGraphInstantiateParams_st",
-    ][::core::mem::size_of::<cudaGraphInstantiateParams_st>() - 32usize];
-    [
-        "Alignment of cudaGraphInstantiateParams_st",
-    ][::core::mem::align_of::<cudaGraphInstantiateParams_st>() - 8usize];
-    [
-        "Offset of field: cudaGraphInstantiateParams_st::flags",
-    ][::core::mem::offset_of!(cudaGraphInstantiateParams_st, flags) - 0usize];
-    [
-        "Offset of field: cudaGraphInstantiateParams_st::uploadStream",
-    ][::core::mem::offset_of!(cudaGraphInstantiateParams_st, uploadStream) - 8usize];
-    [
-        "Offset of field: cudaGraphInstantiateParams_st::errNode_out",
-    ][::core::mem::offset_of!(cudaGraphInstantiateParams_st, errNode_out) - 16usize];
-    [
-        "Offset of field: cudaGraphInstantiateParams_st::result_out",
-    ][::core::mem::offset_of!(cudaGraphInstantiateParams_st, result_out) - 24usize];
-};
 impl Default for cudaGraphInstantiateParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6243,25 +3587,6 @@ pub struct cudaGraphExecUpdateResultInfo_st {
     pub errorNode: cudaGraphNode_t,
     pub errorFromNode: cudaGraphNode_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaGraphExecUpdateResultInfo_st",
-    ][::core::mem::size_of::<cudaGraphExecUpdateResultInfo_st>() - 24usize];
-    [
-        "Alignment of cudaGraphExecUpdateResultInfo_st",
-    ][::core::mem::align_of::<cudaGraphExecUpdateResultInfo_st>() - 8usize];
-    [
-        "Offset of field: cudaGraphExecUpdateResultInfo_st::result",
-    ][::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, result) - 0usize];
-    [
-        "Offset of field: cudaGraphExecUpdateResultInfo_st::errorNode",
-    ][::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, errorNode) - 8usize];
-    [
-        "Offset of field: cudaGraphExecUpdateResultInfo_st::errorFromNode",
-    ][::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, errorFromNode)
-        - 16usize];
-};
 impl Default for cudaGraphExecUpdateResultInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6316,32 +3641,6 @@ pub struct cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1 {
     pub offset: usize,
     pub size: usize,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1>()
-        - 24usize];
-    [
-        "Alignment of cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1::pValue",
-    ][::core::mem::offset_of!(
-        cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1, pValue
-    ) - 0usize];
-    [
-        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1::offset",
-    ][::core::mem::offset_of!(
-        cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1, offset
-    ) - 8usize];
-    [
-        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1::size",
-    ][::core::mem::offset_of!(
-        cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1, size
-    ) - 16usize];
-};
 impl Default for cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6351,26 +3650,6 @@ impl Default for cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaGraphKernelNodeUpdate__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1>() - 24usize];
-    [
-        "Alignment of cudaGraphKernelNodeUpdate__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1::gridDim",
-    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate__bindgen_ty_1, gridDim)
-        - 0usize];
-    [
-        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1::param",
-    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate__bindgen_ty_1, param) - 0usize];
-    [
-        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1::isEnabled",
-    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate__bindgen_ty_1, isEnabled)
-        - 0usize];
-};
 impl Default for cudaGraphKernelNodeUpdate__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6380,24 +3659,6 @@ impl Default for cudaGraphKernelNodeUpdate__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaGraphKernelNodeUpdate",
-    ][::core::mem::size_of::<cudaGraphKernelNodeUpdate>() - 40usize];
-    [
-        "Alignment of cudaGraphKernelNodeUpdate",
-    ][::core::mem::align_of::<cudaGraphKernelNodeUpdate>() - 8usize];
-    [
-        "Offset of field: cudaGraphKernelNodeUpdate::node",
-    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate, node) - 0usize];
-    [
-        "Offset of field: cudaGraphKernelNodeUpdate::field",
-    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate, field) - 8usize];
-    [
-        "Offset of field: cudaGraphKernelNodeUpdate::updateData",
-    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate, updateData) - 16usize];
-};
 impl Default for cudaGraphKernelNodeUpdate {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6510,21 +3771,6 @@ pub struct cudaLaunchMemSyncDomainMap_st {
     pub default_: ::core::ffi::c_uchar,
     pub remote: ::core::ffi::c_uchar,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaLaunchMemSyncDomainMap_st",
-    ][::core::mem::size_of::<cudaLaunchMemSyncDomainMap_st>() - 2usize];
-    [
-        "Alignment of cudaLaunchMemSyncDomainMap_st",
-    ][::core::mem::align_of::<cudaLaunchMemSyncDomainMap_st>() - 1usize];
-    [
-        "Offset of field: cudaLaunchMemSyncDomainMap_st::default_",
-    ][::core::mem::offset_of!(cudaLaunchMemSyncDomainMap_st, default_) - 0usize];
-    [
-        "Offset of field: cudaLaunchMemSyncDomainMap_st::remote",
-    ][::core::mem::offset_of!(cudaLaunchMemSyncDomainMap_st, remote) - 1usize];
-};
 pub type cudaLaunchMemSyncDomainMap = cudaLaunchMemSyncDomainMap_st;
 impl cudaLaunchAttributePortableClusterMode {
     pub const cudaLaunchPortableClusterModeDefault: cudaLaunchAttributePortableClusterMode = cudaLaunchAttributePortableClusterMode(
@@ -6628,24 +3874,6 @@ pub struct cudaLaunchAttributeValue__bindgen_ty_1 {
     pub y: ::core::ffi::c_uint,
     pub z: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaLaunchAttributeValue__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_1>() - 12usize];
-    [
-        "Alignment of cudaLaunchAttributeValue__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_1::x",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_1, x) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_1::y",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_1, y) - 4usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_1::z",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_1, z) - 8usize];
-};
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_2 {
@@ -6653,26 +3881,6 @@ pub struct cudaLaunchAttributeValue__bindgen_ty_2 {
     pub flags: ::core::ffi::c_int,
     pub triggerAtBlockStart: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaLaunchAttributeValue__bindgen_ty_2",
-    ][::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_2>() - 16usize];
-    [
-        "Alignment of cudaLaunchAttributeValue__bindgen_ty_2",
-    ][::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_2>() - 8usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_2::event",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_2, event) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_2::flags",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_2, flags) - 8usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_2::triggerAtBlockStart",
-    ][::core::mem::offset_of!(
-        cudaLaunchAttributeValue__bindgen_ty_2, triggerAtBlockStart
-    ) - 12usize];
-};
 impl Default for cudaLaunchAttributeValue__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6689,45 +3897,12 @@ pub struct cudaLaunchAttributeValue__bindgen_ty_3 {
     pub y: ::core::ffi::c_uint,
     pub z: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaLaunchAttributeValue__bindgen_ty_3",
-    ][::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_3>() - 12usize];
-    [
-        "Alignment of cudaLaunchAttributeValue__bindgen_ty_3",
-    ][::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_3>() - 4usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_3::x",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_3, x) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_3::y",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_3, y) - 4usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_3::z",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_3, z) - 8usize];
-};
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_4 {
     pub event: cudaEvent_t,
     pub flags: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaLaunchAttributeValue__bindgen_ty_4",
-    ][::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_4>() - 16usize];
-    [
-        "Alignment of cudaLaunchAttributeValue__bindgen_ty_4",
-    ][::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_4>() - 8usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_4::event",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_4, event) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_4::flags",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_4, flags) - 8usize];
-};
 impl Default for cudaLaunchAttributeValue__bindgen_ty_4 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6743,22 +3918,6 @@ pub struct cudaLaunchAttributeValue__bindgen_ty_5 {
     pub deviceUpdatable: ::core::ffi::c_int,
     pub devNode: cudaGraphDeviceNode_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaLaunchAttributeValue__bindgen_ty_5",
-    ][::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_5>() - 16usize];
-    [
-        "Alignment of cudaLaunchAttributeValue__bindgen_ty_5",
-    ][::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_5>() - 8usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_5::deviceUpdatable",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_5, deviceUpdatable)
-        - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_5::devNode",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_5, devNode) - 8usize];
-};
 impl Default for cudaLaunchAttributeValue__bindgen_ty_5 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6768,76 +3927,6 @@ impl Default for cudaLaunchAttributeValue__bindgen_ty_5 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaLaunchAttributeValue",
-    ][::core::mem::size_of::<cudaLaunchAttributeValue>() - 64usize];
-    [
-        "Alignment of cudaLaunchAttributeValue",
-    ][::core::mem::align_of::<cudaLaunchAttributeValue>() - 8usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::pad",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, pad) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::accessPolicyWindow",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, accessPolicyWindow) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::cooperative",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, cooperative) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::syncPolicy",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, syncPolicy) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::clusterDim",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, clusterDim) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::clusterSchedulingPolicyPreference",
-    ][::core::mem::offset_of!(
-        cudaLaunchAttributeValue, clusterSchedulingPolicyPreference
-    ) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::programmaticStreamSerializationAllowed",
-    ][::core::mem::offset_of!(
-        cudaLaunchAttributeValue, programmaticStreamSerializationAllowed
-    ) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::programmaticEvent",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, programmaticEvent) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::priority",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, priority) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::memSyncDomainMap",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, memSyncDomainMap) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::memSyncDomain",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, memSyncDomain) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::preferredClusterDim",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, preferredClusterDim) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::launchCompletionEvent",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, launchCompletionEvent) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::deviceUpdatableKernelNode",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, deviceUpdatableKernelNode)
-        - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::sharedMemCarveout",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, sharedMemCarveout) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::nvlinkUtilCentricScheduling",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, nvlinkUtilCentricScheduling)
-        - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::portableClusterSizeMode",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, portableClusterSizeMode)
-        - 0usize];
-    [
-        "Offset of field: cudaLaunchAttributeValue::sharedMemoryMode",
-    ][::core::mem::offset_of!(cudaLaunchAttributeValue, sharedMemoryMode) - 0usize];
-};
 impl Default for cudaLaunchAttributeValue {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6854,24 +3943,6 @@ pub struct cudaLaunchAttribute_st {
     pub pad: [::core::ffi::c_char; 4usize],
     pub val: cudaLaunchAttributeValue,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaLaunchAttribute_st",
-    ][::core::mem::size_of::<cudaLaunchAttribute_st>() - 72usize];
-    [
-        "Alignment of cudaLaunchAttribute_st",
-    ][::core::mem::align_of::<cudaLaunchAttribute_st>() - 8usize];
-    [
-        "Offset of field: cudaLaunchAttribute_st::id",
-    ][::core::mem::offset_of!(cudaLaunchAttribute_st, id) - 0usize];
-    [
-        "Offset of field: cudaLaunchAttribute_st::pad",
-    ][::core::mem::offset_of!(cudaLaunchAttribute_st, pad) - 4usize];
-    [
-        "Offset of field: cudaLaunchAttribute_st::val",
-    ][::core::mem::offset_of!(cudaLaunchAttribute_st, val) - 8usize];
-};
 impl Default for cudaLaunchAttribute_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6892,33 +3963,6 @@ pub struct cudaLaunchConfig_st {
     pub attrs: *mut cudaLaunchAttribute,
     pub numAttrs: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaLaunchConfig_st",
-    ][::core::mem::size_of::<cudaLaunchConfig_st>() - 56usize];
-    [
-        "Alignment of cudaLaunchConfig_st",
-    ][::core::mem::align_of::<cudaLaunchConfig_st>() - 8usize];
-    [
-        "Offset of field: cudaLaunchConfig_st::gridDim",
-    ][::core::mem::offset_of!(cudaLaunchConfig_st, gridDim) - 0usize];
-    [
-        "Offset of field: cudaLaunchConfig_st::blockDim",
-    ][::core::mem::offset_of!(cudaLaunchConfig_st, blockDim) - 12usize];
-    [
-        "Offset of field: cudaLaunchConfig_st::dynamicSmemBytes",
-    ][::core::mem::offset_of!(cudaLaunchConfig_st, dynamicSmemBytes) - 24usize];
-    [
-        "Offset of field: cudaLaunchConfig_st::stream",
-    ][::core::mem::offset_of!(cudaLaunchConfig_st, stream) - 32usize];
-    [
-        "Offset of field: cudaLaunchConfig_st::attrs",
-    ][::core::mem::offset_of!(cudaLaunchConfig_st, attrs) - 40usize];
-    [
-        "Offset of field: cudaLaunchConfig_st::numAttrs",
-    ][::core::mem::offset_of!(cudaLaunchConfig_st, numAttrs) - 48usize];
-};
 impl Default for cudaLaunchConfig_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -6969,35 +4013,6 @@ pub union cudaAsyncNotificationInfo__bindgen_ty_1 {
 pub struct cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1 {
     pub bytesOverBudget: ::core::ffi::c_ulonglong,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Alignment of cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1>()
-        - 8usize];
-    [
-        "Offset of field: cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1::bytesOverBudget",
-    ][::core::mem::offset_of!(
-        cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1, bytesOverBudget
-    ) - 0usize];
-};
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaAsyncNotificationInfo__bindgen_ty_1",
-    ][::core::mem::size_of::<cudaAsyncNotificationInfo__bindgen_ty_1>() - 8usize];
-    [
-        "Alignment of cudaAsyncNotificationInfo__bindgen_ty_1",
-    ][::core::mem::align_of::<cudaAsyncNotificationInfo__bindgen_ty_1>() - 8usize];
-    [
-        "Offset of field: cudaAsyncNotificationInfo__bindgen_ty_1::overBudget",
-    ][::core::mem::offset_of!(cudaAsyncNotificationInfo__bindgen_ty_1, overBudget)
-        - 0usize];
-};
 impl Default for cudaAsyncNotificationInfo__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7007,21 +4022,6 @@ impl Default for cudaAsyncNotificationInfo__bindgen_ty_1 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaAsyncNotificationInfo",
-    ][::core::mem::size_of::<cudaAsyncNotificationInfo>() - 16usize];
-    [
-        "Alignment of cudaAsyncNotificationInfo",
-    ][::core::mem::align_of::<cudaAsyncNotificationInfo>() - 8usize];
-    [
-        "Offset of field: cudaAsyncNotificationInfo::type_",
-    ][::core::mem::offset_of!(cudaAsyncNotificationInfo, type_) - 0usize];
-    [
-        "Offset of field: cudaAsyncNotificationInfo::info",
-    ][::core::mem::offset_of!(cudaAsyncNotificationInfo, info) - 8usize];
-};
 impl Default for cudaAsyncNotificationInfo {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7137,52 +4137,6 @@ pub struct cudaTextureDesc {
     pub disableTrilinearOptimization: ::core::ffi::c_int,
     pub seamlessCubemap: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of cudaTextureDesc"][::core::mem::size_of::<cudaTextureDesc>() - 72usize];
-    [
-        "Alignment of cudaTextureDesc",
-    ][::core::mem::align_of::<cudaTextureDesc>() - 4usize];
-    [
-        "Offset of field: cudaTextureDesc::addressMode",
-    ][::core::mem::offset_of!(cudaTextureDesc, addressMode) - 0usize];
-    [
-        "Offset of field: cudaTextureDesc::filterMode",
-    ][::core::mem::offset_of!(cudaTextureDesc, filterMode) - 12usize];
-    [
-        "Offset of field: cudaTextureDesc::readMode",
-    ][::core::mem::offset_of!(cudaTextureDesc, readMode) - 16usize];
-    [
-        "Offset of field: cudaTextureDesc::sRGB",
-    ][::core::mem::offset_of!(cudaTextureDesc, sRGB) - 20usize];
-    [
-        "Offset of field: cudaTextureDesc::borderColor",
-    ][::core::mem::offset_of!(cudaTextureDesc, borderColor) - 24usize];
-    [
-        "Offset of field: cudaTextureDesc::normalizedCoords",
-    ][::core::mem::offset_of!(cudaTextureDesc, normalizedCoords) - 40usize];
-    [
-        "Offset of field: cudaTextureDesc::maxAnisotropy",
-    ][::core::mem::offset_of!(cudaTextureDesc, maxAnisotropy) - 44usize];
-    [
-        "Offset of field: cudaTextureDesc::mipmapFilterMode",
-    ][::core::mem::offset_of!(cudaTextureDesc, mipmapFilterMode) - 48usize];
-    [
-        "Offset of field: cudaTextureDesc::mipmapLevelBias",
-    ][::core::mem::offset_of!(cudaTextureDesc, mipmapLevelBias) - 52usize];
-    [
-        "Offset of field: cudaTextureDesc::minMipmapLevelClamp",
-    ][::core::mem::offset_of!(cudaTextureDesc, minMipmapLevelClamp) - 56usize];
-    [
-        "Offset of field: cudaTextureDesc::maxMipmapLevelClamp",
-    ][::core::mem::offset_of!(cudaTextureDesc, maxMipmapLevelClamp) - 60usize];
-    [
-        "Offset of field: cudaTextureDesc::disableTrilinearOptimization",
-    ][::core::mem::offset_of!(cudaTextureDesc, disableTrilinearOptimization) - 64usize];
-    [
-        "Offset of field: cudaTextureDesc::seamlessCubemap",
-    ][::core::mem::offset_of!(cudaTextureDesc, seamlessCubemap) - 68usize];
-};
 impl Default for cudaTextureDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7215,21 +4169,6 @@ pub struct cudaGraphRecaptureCallbackData {
     pub callbackFunc: cudaGraphRecaptureCallback_t,
     pub userData: *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of cudaGraphRecaptureCallbackData",
-    ][::core::mem::size_of::<cudaGraphRecaptureCallbackData>() - 16usize];
-    [
-        "Alignment of cudaGraphRecaptureCallbackData",
-    ][::core::mem::align_of::<cudaGraphRecaptureCallbackData>() - 8usize];
-    [
-        "Offset of field: cudaGraphRecaptureCallbackData::callbackFunc",
-    ][::core::mem::offset_of!(cudaGraphRecaptureCallbackData, callbackFunc) - 0usize];
-    [
-        "Offset of field: cudaGraphRecaptureCallbackData::userData",
-    ][::core::mem::offset_of!(cudaGraphRecaptureCallbackData, userData) - 8usize];
-};
 impl Default for cudaGraphRecaptureCallbackData {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();

@@ -54,14 +54,6 @@ pub type ncclWindow_t = *mut ncclWindow_vidmem;
 pub struct ncclUniqueId {
     pub internal: [::core::ffi::c_char; 128usize],
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ncclUniqueId"][::core::mem::size_of::<ncclUniqueId>() - 128usize];
-    ["Alignment of ncclUniqueId"][::core::mem::align_of::<ncclUniqueId>() - 1usize];
-    [
-        "Offset of field: ncclUniqueId::internal",
-    ][::core::mem::offset_of!(ncclUniqueId, internal) - 0usize];
-};
 impl Default for ncclUniqueId {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -143,93 +135,6 @@ pub struct ncclConfig_v23100 {
     pub hostCftMode: ::core::ffi::c_int,
     pub nvlsHostMode: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of ncclConfig_v23100",
-    ][::core::mem::size_of::<ncclConfig_v23100>() - 120usize];
-    [
-        "Alignment of ncclConfig_v23100",
-    ][::core::mem::align_of::<ncclConfig_v23100>() - 8usize];
-    [
-        "Offset of field: ncclConfig_v23100::size",
-    ][::core::mem::offset_of!(ncclConfig_v23100, size) - 0usize];
-    [
-        "Offset of field: ncclConfig_v23100::magic",
-    ][::core::mem::offset_of!(ncclConfig_v23100, magic) - 8usize];
-    [
-        "Offset of field: ncclConfig_v23100::version",
-    ][::core::mem::offset_of!(ncclConfig_v23100, version) - 12usize];
-    [
-        "Offset of field: ncclConfig_v23100::blocking",
-    ][::core::mem::offset_of!(ncclConfig_v23100, blocking) - 16usize];
-    [
-        "Offset of field: ncclConfig_v23100::cgaClusterSize",
-    ][::core::mem::offset_of!(ncclConfig_v23100, cgaClusterSize) - 20usize];
-    [
-        "Offset of field: ncclConfig_v23100::minCTAs",
-    ][::core::mem::offset_of!(ncclConfig_v23100, minCTAs) - 24usize];
-    [
-        "Offset of field: ncclConfig_v23100::maxCTAs",
-    ][::core::mem::offset_of!(ncclConfig_v23100, maxCTAs) - 28usize];
-    [
-        "Offset of field: ncclConfig_v23100::netName",
-    ][::core::mem::offset_of!(ncclConfig_v23100, netName) - 32usize];
-    [
-        "Offset of field: ncclConfig_v23100::splitShare",
-    ][::core::mem::offset_of!(ncclConfig_v23100, splitShare) - 40usize];
-    [
-        "Offset of field: ncclConfig_v23100::trafficClass",
-    ][::core::mem::offset_of!(ncclConfig_v23100, trafficClass) - 44usize];
-    [
-        "Offset of field: ncclConfig_v23100::commName",
-    ][::core::mem::offset_of!(ncclConfig_v23100, commName) - 48usize];
-    [
-        "Offset of field: ncclConfig_v23100::collnetEnable",
-    ][::core::mem::offset_of!(ncclConfig_v23100, collnetEnable) - 56usize];
-    [
-        "Offset of field: ncclConfig_v23100::CTAPolicy",
-    ][::core::mem::offset_of!(ncclConfig_v23100, CTAPolicy) - 60usize];
-    [
-        "Offset of field: ncclConfig_v23100::shrinkShare",
-    ][::core::mem::offset_of!(ncclConfig_v23100, shrinkShare) - 64usize];
-    [
-        "Offset of field: ncclConfig_v23100::nvlsCTAs",
-    ][::core::mem::offset_of!(ncclConfig_v23100, nvlsCTAs) - 68usize];
-    [
-        "Offset of field: ncclConfig_v23100::nChannelsPerNetPeer",
-    ][::core::mem::offset_of!(ncclConfig_v23100, nChannelsPerNetPeer) - 72usize];
-    [
-        "Offset of field: ncclConfig_v23100::nvlinkCentricSched",
-    ][::core::mem::offset_of!(ncclConfig_v23100, nvlinkCentricSched) - 76usize];
-    [
-        "Offset of field: ncclConfig_v23100::graphUsageMode",
-    ][::core::mem::offset_of!(ncclConfig_v23100, graphUsageMode) - 80usize];
-    [
-        "Offset of field: ncclConfig_v23100::numRmaCtx",
-    ][::core::mem::offset_of!(ncclConfig_v23100, numRmaCtx) - 84usize];
-    [
-        "Offset of field: ncclConfig_v23100::maxP2pPeers",
-    ][::core::mem::offset_of!(ncclConfig_v23100, maxP2pPeers) - 88usize];
-    [
-        "Offset of field: ncclConfig_v23100::graphStreamOrdering",
-    ][::core::mem::offset_of!(ncclConfig_v23100, graphStreamOrdering) - 92usize];
-    [
-        "Offset of field: ncclConfig_v23100::launchOrderImplicit",
-    ][::core::mem::offset_of!(ncclConfig_v23100, launchOrderImplicit) - 96usize];
-    [
-        "Offset of field: ncclConfig_v23100::numRmaSig",
-    ][::core::mem::offset_of!(ncclConfig_v23100, numRmaSig) - 100usize];
-    [
-        "Offset of field: ncclConfig_v23100::rmaEagerInit",
-    ][::core::mem::offset_of!(ncclConfig_v23100, rmaEagerInit) - 104usize];
-    [
-        "Offset of field: ncclConfig_v23100::hostCftMode",
-    ][::core::mem::offset_of!(ncclConfig_v23100, hostCftMode) - 108usize];
-    [
-        "Offset of field: ncclConfig_v23100::nvlsHostMode",
-    ][::core::mem::offset_of!(ncclConfig_v23100, nvlsHostMode) - 112usize];
-};
 impl Default for ncclConfig_v23100 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -253,21 +158,6 @@ pub struct ncclConfigExt__bindgen_ty_1 {
     pub vendorId: ::core::ffi::c_int,
     pub optionId: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of ncclConfigExt__bindgen_ty_1",
-    ][::core::mem::size_of::<ncclConfigExt__bindgen_ty_1>() - 8usize];
-    [
-        "Alignment of ncclConfigExt__bindgen_ty_1",
-    ][::core::mem::align_of::<ncclConfigExt__bindgen_ty_1>() - 4usize];
-    [
-        "Offset of field: ncclConfigExt__bindgen_ty_1::vendorId",
-    ][::core::mem::offset_of!(ncclConfigExt__bindgen_ty_1, vendorId) - 0usize];
-    [
-        "Offset of field: ncclConfigExt__bindgen_ty_1::optionId",
-    ][::core::mem::offset_of!(ncclConfigExt__bindgen_ty_1, optionId) - 4usize];
-};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union ncclConfigExt__bindgen_ty_2 {
@@ -275,24 +165,6 @@ pub union ncclConfigExt__bindgen_ty_2 {
     pub s: *const ::core::ffi::c_char,
     pub raw: *mut ::core::ffi::c_void,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of ncclConfigExt__bindgen_ty_2",
-    ][::core::mem::size_of::<ncclConfigExt__bindgen_ty_2>() - 8usize];
-    [
-        "Alignment of ncclConfigExt__bindgen_ty_2",
-    ][::core::mem::align_of::<ncclConfigExt__bindgen_ty_2>() - 8usize];
-    [
-        "Offset of field: ncclConfigExt__bindgen_ty_2::i",
-    ][::core::mem::offset_of!(ncclConfigExt__bindgen_ty_2, i) - 0usize];
-    [
-        "Offset of field: ncclConfigExt__bindgen_ty_2::s",
-    ][::core::mem::offset_of!(ncclConfigExt__bindgen_ty_2, s) - 0usize];
-    [
-        "Offset of field: ncclConfigExt__bindgen_ty_2::raw",
-    ][::core::mem::offset_of!(ncclConfigExt__bindgen_ty_2, raw) - 0usize];
-};
 impl Default for ncclConfigExt__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -302,20 +174,6 @@ impl Default for ncclConfigExt__bindgen_ty_2 {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of ncclConfigExt"][::core::mem::size_of::<ncclConfigExt>() - 24usize];
-    ["Alignment of ncclConfigExt"][::core::mem::align_of::<ncclConfigExt>() - 8usize];
-    [
-        "Offset of field: ncclConfigExt::next",
-    ][::core::mem::offset_of!(ncclConfigExt, next) - 0usize];
-    [
-        "Offset of field: ncclConfigExt::key",
-    ][::core::mem::offset_of!(ncclConfigExt, key) - 8usize];
-    [
-        "Offset of field: ncclConfigExt::val",
-    ][::core::mem::offset_of!(ncclConfigExt, val) - 16usize];
-};
 impl Default for ncclConfigExt {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -343,54 +201,6 @@ pub struct ncclCollConfig_v23200 {
     pub userProfilerTag: u64,
     pub launchCompletionEvent: cudaEvent_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of ncclCollConfig_v23200",
-    ][::core::mem::size_of::<ncclCollConfig_v23200>() - 72usize];
-    [
-        "Alignment of ncclCollConfig_v23200",
-    ][::core::mem::align_of::<ncclCollConfig_v23200>() - 8usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::size",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, size) - 0usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::magic",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, magic) - 8usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::version",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, version) - 12usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::ext",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, ext) - 16usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::minCTAs",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, minCTAs) - 24usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::maxCTAs",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, maxCTAs) - 28usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::nvlsCTAs",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, nvlsCTAs) - 32usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::cgaClusterSize",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, cgaClusterSize) - 36usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::algSelection",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, algSelection) - 40usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::forceAlgSelection",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, forceAlgSelection) - 48usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::CTAPolicy",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, CTAPolicy) - 52usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::userProfilerTag",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, userProfilerTag) - 56usize];
-    [
-        "Offset of field: ncclCollConfig_v23200::launchCompletionEvent",
-    ][::core::mem::offset_of!(ncclCollConfig_v23200, launchCompletionEvent) - 64usize];
-};
 impl Default for ncclCollConfig_v23200 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -409,27 +219,6 @@ pub struct ncclSimInfo_v22200 {
     pub version: ::core::ffi::c_uint,
     pub estimatedTime: f32,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of ncclSimInfo_v22200",
-    ][::core::mem::size_of::<ncclSimInfo_v22200>() - 24usize];
-    [
-        "Alignment of ncclSimInfo_v22200",
-    ][::core::mem::align_of::<ncclSimInfo_v22200>() - 8usize];
-    [
-        "Offset of field: ncclSimInfo_v22200::size",
-    ][::core::mem::offset_of!(ncclSimInfo_v22200, size) - 0usize];
-    [
-        "Offset of field: ncclSimInfo_v22200::magic",
-    ][::core::mem::offset_of!(ncclSimInfo_v22200, magic) - 8usize];
-    [
-        "Offset of field: ncclSimInfo_v22200::version",
-    ][::core::mem::offset_of!(ncclSimInfo_v22200, version) - 12usize];
-    [
-        "Offset of field: ncclSimInfo_v22200::estimatedTime",
-    ][::core::mem::offset_of!(ncclSimInfo_v22200, estimatedTime) - 16usize];
-};
 pub type ncclSimInfo_t = ncclSimInfo_v22200;
 impl ncclCommMemStat_t {
     pub const ncclStatGpuMemSuspend: ncclCommMemStat_t = ncclCommMemStat_t(0);
@@ -496,27 +285,6 @@ pub struct ncclWaitSignalDesc_t {
     pub sigIdx: ::core::ffi::c_int,
     pub ctx: ::core::ffi::c_int,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of ncclWaitSignalDesc_t",
-    ][::core::mem::size_of::<ncclWaitSignalDesc_t>() - 16usize];
-    [
-        "Alignment of ncclWaitSignalDesc_t",
-    ][::core::mem::align_of::<ncclWaitSignalDesc_t>() - 4usize];
-    [
-        "Offset of field: ncclWaitSignalDesc_t::opCnt",
-    ][::core::mem::offset_of!(ncclWaitSignalDesc_t, opCnt) - 0usize];
-    [
-        "Offset of field: ncclWaitSignalDesc_t::peer",
-    ][::core::mem::offset_of!(ncclWaitSignalDesc_t, peer) - 4usize];
-    [
-        "Offset of field: ncclWaitSignalDesc_t::sigIdx",
-    ][::core::mem::offset_of!(ncclWaitSignalDesc_t, sigIdx) - 8usize];
-    [
-        "Offset of field: ncclWaitSignalDesc_t::ctx",
-    ][::core::mem::offset_of!(ncclWaitSignalDesc_t, ctx) - 12usize];
-};
 impl ncclEncryptionMode_t {
     pub const NCCL_ENCRYPTION_MODE_NONE: ncclEncryptionMode_t = ncclEncryptionMode_t(0);
     pub const NCCL_ENCRYPTION_MODE_PSK: ncclEncryptionMode_t = ncclEncryptionMode_t(1);
@@ -533,30 +301,6 @@ pub struct ncclEncryptionConfig_v23200 {
     pub mode: ::core::ffi::c_int,
     pub psk: *const ::core::ffi::c_char,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of ncclEncryptionConfig_v23200",
-    ][::core::mem::size_of::<ncclEncryptionConfig_v23200>() - 32usize];
-    [
-        "Alignment of ncclEncryptionConfig_v23200",
-    ][::core::mem::align_of::<ncclEncryptionConfig_v23200>() - 8usize];
-    [
-        "Offset of field: ncclEncryptionConfig_v23200::size",
-    ][::core::mem::offset_of!(ncclEncryptionConfig_v23200, size) - 0usize];
-    [
-        "Offset of field: ncclEncryptionConfig_v23200::magic",
-    ][::core::mem::offset_of!(ncclEncryptionConfig_v23200, magic) - 8usize];
-    [
-        "Offset of field: ncclEncryptionConfig_v23200::version",
-    ][::core::mem::offset_of!(ncclEncryptionConfig_v23200, version) - 12usize];
-    [
-        "Offset of field: ncclEncryptionConfig_v23200::mode",
-    ][::core::mem::offset_of!(ncclEncryptionConfig_v23200, mode) - 16usize];
-    [
-        "Offset of field: ncclEncryptionConfig_v23200::psk",
-    ][::core::mem::offset_of!(ncclEncryptionConfig_v23200, psk) - 24usize];
-};
 impl Default for ncclEncryptionConfig_v23200 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();

@@ -50,33 +50,6 @@ pub struct nvrtcBundledHeadersInfo {
     pub cudaVersionMinor: ::core::ffi::c_int,
     pub numFiles: ::core::ffi::c_uint,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of nvrtcBundledHeadersInfo",
-    ][::core::mem::size_of::<nvrtcBundledHeadersInfo>() - 40usize];
-    [
-        "Alignment of nvrtcBundledHeadersInfo",
-    ][::core::mem::align_of::<nvrtcBundledHeadersInfo>() - 8usize];
-    [
-        "Offset of field: nvrtcBundledHeadersInfo::available",
-    ][::core::mem::offset_of!(nvrtcBundledHeadersInfo, available) - 0usize];
-    [
-        "Offset of field: nvrtcBundledHeadersInfo::compressedSize",
-    ][::core::mem::offset_of!(nvrtcBundledHeadersInfo, compressedSize) - 8usize];
-    [
-        "Offset of field: nvrtcBundledHeadersInfo::uncompressedSize",
-    ][::core::mem::offset_of!(nvrtcBundledHeadersInfo, uncompressedSize) - 16usize];
-    [
-        "Offset of field: nvrtcBundledHeadersInfo::cudaVersionMajor",
-    ][::core::mem::offset_of!(nvrtcBundledHeadersInfo, cudaVersionMajor) - 24usize];
-    [
-        "Offset of field: nvrtcBundledHeadersInfo::cudaVersionMinor",
-    ][::core::mem::offset_of!(nvrtcBundledHeadersInfo, cudaVersionMinor) - 28usize];
-    [
-        "Offset of field: nvrtcBundledHeadersInfo::numFiles",
-    ][::core::mem::offset_of!(nvrtcBundledHeadersInfo, numFiles) - 32usize];
-};
 impl nvrtcResult {
     /// The C name of this value; `None` for a value the header does not know.
     pub const fn name(self) -> Option<&'static str> {

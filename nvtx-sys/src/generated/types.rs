@@ -56,24 +56,6 @@ pub union nvtxMessageValue_t {
     pub unicode: *const wchar_t,
     pub registered: nvtxStringHandle_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of nvtxMessageValue_t",
-    ][::core::mem::size_of::<nvtxMessageValue_t>() - 8usize];
-    [
-        "Alignment of nvtxMessageValue_t",
-    ][::core::mem::align_of::<nvtxMessageValue_t>() - 8usize];
-    [
-        "Offset of field: nvtxMessageValue_t::ascii",
-    ][::core::mem::offset_of!(nvtxMessageValue_t, ascii) - 0usize];
-    [
-        "Offset of field: nvtxMessageValue_t::unicode",
-    ][::core::mem::offset_of!(nvtxMessageValue_t, unicode) - 0usize];
-    [
-        "Offset of field: nvtxMessageValue_t::registered",
-    ][::core::mem::offset_of!(nvtxMessageValue_t, registered) - 0usize];
-};
 impl Default for nvtxMessageValue_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -119,33 +101,6 @@ pub union nvtxEventAttributes_v2_payload_t {
     pub iValue: i32,
     pub fValue: f32,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of nvtxEventAttributes_v2_payload_t",
-    ][::core::mem::size_of::<nvtxEventAttributes_v2_payload_t>() - 8usize];
-    [
-        "Alignment of nvtxEventAttributes_v2_payload_t",
-    ][::core::mem::align_of::<nvtxEventAttributes_v2_payload_t>() - 8usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2_payload_t::ullValue",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2_payload_t, ullValue) - 0usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2_payload_t::llValue",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2_payload_t, llValue) - 0usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2_payload_t::dValue",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2_payload_t, dValue) - 0usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2_payload_t::uiValue",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2_payload_t, uiValue) - 0usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2_payload_t::iValue",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2_payload_t, iValue) - 0usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2_payload_t::fValue",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2_payload_t, fValue) - 0usize];
-};
 impl Default for nvtxEventAttributes_v2_payload_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -155,45 +110,6 @@ impl Default for nvtxEventAttributes_v2_payload_t {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of nvtxEventAttributes_v2",
-    ][::core::mem::size_of::<nvtxEventAttributes_v2>() - 48usize];
-    [
-        "Alignment of nvtxEventAttributes_v2",
-    ][::core::mem::align_of::<nvtxEventAttributes_v2>() - 8usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2::version",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2, version) - 0usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2::size",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2, size) - 2usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2::category",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2, category) - 4usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2::colorType",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2, colorType) - 8usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2::color",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2, color) - 12usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2::payloadType",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2, payloadType) - 16usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2::reserved0",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2, reserved0) - 20usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2::payload",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2, payload) - 24usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2::messageType",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2, messageType) - 32usize];
-    [
-        "Offset of field: nvtxEventAttributes_v2::message",
-    ][::core::mem::offset_of!(nvtxEventAttributes_v2, message) - 40usize];
-};
 impl Default for nvtxEventAttributes_v2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -240,22 +156,6 @@ pub union nvtxResourceAttributes_v0_identifier_t {
     pub pValue: *const ::core::ffi::c_void,
     pub ullValue: u64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of nvtxResourceAttributes_v0_identifier_t",
-    ][::core::mem::size_of::<nvtxResourceAttributes_v0_identifier_t>() - 8usize];
-    [
-        "Alignment of nvtxResourceAttributes_v0_identifier_t",
-    ][::core::mem::align_of::<nvtxResourceAttributes_v0_identifier_t>() - 8usize];
-    [
-        "Offset of field: nvtxResourceAttributes_v0_identifier_t::pValue",
-    ][::core::mem::offset_of!(nvtxResourceAttributes_v0_identifier_t, pValue) - 0usize];
-    [
-        "Offset of field: nvtxResourceAttributes_v0_identifier_t::ullValue",
-    ][::core::mem::offset_of!(nvtxResourceAttributes_v0_identifier_t, ullValue)
-        - 0usize];
-};
 impl Default for nvtxResourceAttributes_v0_identifier_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -265,33 +165,6 @@ impl Default for nvtxResourceAttributes_v0_identifier_t {
         }
     }
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of nvtxResourceAttributes_v0",
-    ][::core::mem::size_of::<nvtxResourceAttributes_v0>() - 32usize];
-    [
-        "Alignment of nvtxResourceAttributes_v0",
-    ][::core::mem::align_of::<nvtxResourceAttributes_v0>() - 8usize];
-    [
-        "Offset of field: nvtxResourceAttributes_v0::version",
-    ][::core::mem::offset_of!(nvtxResourceAttributes_v0, version) - 0usize];
-    [
-        "Offset of field: nvtxResourceAttributes_v0::size",
-    ][::core::mem::offset_of!(nvtxResourceAttributes_v0, size) - 2usize];
-    [
-        "Offset of field: nvtxResourceAttributes_v0::identifierType",
-    ][::core::mem::offset_of!(nvtxResourceAttributes_v0, identifierType) - 4usize];
-    [
-        "Offset of field: nvtxResourceAttributes_v0::identifier",
-    ][::core::mem::offset_of!(nvtxResourceAttributes_v0, identifier) - 8usize];
-    [
-        "Offset of field: nvtxResourceAttributes_v0::messageType",
-    ][::core::mem::offset_of!(nvtxResourceAttributes_v0, messageType) - 16usize];
-    [
-        "Offset of field: nvtxResourceAttributes_v0::message",
-    ][::core::mem::offset_of!(nvtxResourceAttributes_v0, message) - 24usize];
-};
 impl Default for nvtxResourceAttributes_v0 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -821,22 +694,6 @@ pub struct NvtxExportTableCallbacks {
         ) -> ::core::ffi::c_int,
     >,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of NvtxExportTableCallbacks",
-    ][::core::mem::size_of::<NvtxExportTableCallbacks>() - 16usize];
-    [
-        "Alignment of NvtxExportTableCallbacks",
-    ][::core::mem::align_of::<NvtxExportTableCallbacks>() - 8usize];
-    [
-        "Offset of field: NvtxExportTableCallbacks::struct_size",
-    ][::core::mem::offset_of!(NvtxExportTableCallbacks, struct_size) - 0usize];
-    [
-        "Offset of field: NvtxExportTableCallbacks::GetModuleFunctionTable",
-    ][::core::mem::offset_of!(NvtxExportTableCallbacks, GetModuleFunctionTable)
-        - 8usize];
-};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct NvtxExportTableVersionInfo {
@@ -847,28 +704,6 @@ pub struct NvtxExportTableVersionInfo {
         unsafe extern "C" fn(version: u32),
     >,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of NvtxExportTableVersionInfo",
-    ][::core::mem::size_of::<NvtxExportTableVersionInfo>() - 24usize];
-    [
-        "Alignment of NvtxExportTableVersionInfo",
-    ][::core::mem::align_of::<NvtxExportTableVersionInfo>() - 8usize];
-    [
-        "Offset of field: NvtxExportTableVersionInfo::struct_size",
-    ][::core::mem::offset_of!(NvtxExportTableVersionInfo, struct_size) - 0usize];
-    [
-        "Offset of field: NvtxExportTableVersionInfo::version",
-    ][::core::mem::offset_of!(NvtxExportTableVersionInfo, version) - 8usize];
-    [
-        "Offset of field: NvtxExportTableVersionInfo::reserved0",
-    ][::core::mem::offset_of!(NvtxExportTableVersionInfo, reserved0) - 12usize];
-    [
-        "Offset of field: NvtxExportTableVersionInfo::SetInjectionNvtxVersion",
-    ][::core::mem::offset_of!(NvtxExportTableVersionInfo, SetInjectionNvtxVersion)
-        - 16usize];
-};
 pub type CUdevice_v1 = ::core::ffi::c_int;
 pub type CUdevice = CUdevice_v1;
 #[repr(C)]
@@ -1006,27 +841,6 @@ pub struct nvtxSyncUserAttributes_v0 {
     pub messageType: i32,
     pub message: nvtxMessageValue_t,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of nvtxSyncUserAttributes_v0",
-    ][::core::mem::size_of::<nvtxSyncUserAttributes_v0>() - 16usize];
-    [
-        "Alignment of nvtxSyncUserAttributes_v0",
-    ][::core::mem::align_of::<nvtxSyncUserAttributes_v0>() - 8usize];
-    [
-        "Offset of field: nvtxSyncUserAttributes_v0::version",
-    ][::core::mem::offset_of!(nvtxSyncUserAttributes_v0, version) - 0usize];
-    [
-        "Offset of field: nvtxSyncUserAttributes_v0::size",
-    ][::core::mem::offset_of!(nvtxSyncUserAttributes_v0, size) - 2usize];
-    [
-        "Offset of field: nvtxSyncUserAttributes_v0::messageType",
-    ][::core::mem::offset_of!(nvtxSyncUserAttributes_v0, messageType) - 4usize];
-    [
-        "Offset of field: nvtxSyncUserAttributes_v0::message",
-    ][::core::mem::offset_of!(nvtxSyncUserAttributes_v0, message) - 8usize];
-};
 impl Default for nvtxSyncUserAttributes_v0 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
