@@ -45,7 +45,12 @@ pub struct DeviceBuffer<T: Pod, S: MemorySpace = DeviceOnly> {
     /// The device address of the first element; a kernel argument points at this field.
     pub(crate) ptr: sys::CUdeviceptr,
     len: usize,
-    allocation: DeviceAllocation,
+    /// The bytes of the allocation (`DeviceAllocation::size`), at `ptr`.
+    size: usize,
+    /// The allocator's token for the allocation (`DeviceAllocation::token`). The allocation is
+    /// kept as its fields, each read on its own: a buffer made and dropped at once then reads
+    /// back what it just wrote word by word, which the processor forwards from its stores.
+    token: u64,
     source: Source,
     stream: HeldStream,
     uses: StreamUses,
@@ -147,7 +152,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         Ok(DeviceBuffer {
             ptr: allocation.ptr,
             len,
-            allocation,
+            size: allocation.size,
+            token: allocation.token,
             source,
             careful: held.is_per_thread(),
             stream: held,
@@ -186,7 +192,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         Ok(DeviceBuffer {
             ptr: allocation.ptr,
             len,
-            allocation,
+            size: allocation.size,
+            token: allocation.token,
             source: Source::Shared(allocator),
             stream: HeldStream::Counted(stream.clone()),
             uses: StreamUses::new(),
@@ -209,7 +216,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// round the request up) and the allocator's token.
     #[inline]
     pub fn allocation(&self) -> DeviceAllocation {
-        self.allocation
+        DeviceAllocation { ptr: self.ptr, size: self.size, token: self.token }
     }
 
     /// The short name of the allocator the memory came from (`MemoryPool`, `cuMemAlloc`, ...).
@@ -369,7 +376,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         if !self.careful && self.uses.is_untouched() {
             // SAFETY: the allocation came from `source` and is given back once (`released` is
             // set by the callers); no other stream may use it.
-            return unsafe { self.source.deallocate(self.allocation, &self.stream, &[]) };
+            return unsafe { self.source.deallocate(self.allocation(), &self.stream, &[]) };
         }
         self.give_back_noted()
     }
@@ -382,12 +389,12 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             // SAFETY: the allocation came from `source` and is given back once (`released` is
             // set by the callers); `uses` holds every other stream that may use it.
             return unsafe {
-                release(&self.source, self.allocation, &self.stream, &mut self.uses, self.moved)
+                release(&self.source, self.allocation(), &self.stream, &mut self.uses, self.moved)
             };
         }
         LateRelease {
             source: self.source.clone(),
-            allocation: self.allocation,
+            allocation: self.allocation(),
             stream: Stream::clone(&self.stream),
             uses: std::mem::take(&mut self.uses),
             moved: self.moved,
