@@ -168,16 +168,28 @@ impl SignalParams {
     }
 
     pub(crate) fn to_raw(self, kind: SemaphoreKind) -> Result<sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS> {
-        check_params("ExternalSemaphore::signal", kind, self.value, self.key, self.fence)?;
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut raw: sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS = unsafe { std::mem::zeroed() };
+        self.write_raw(kind, &mut raw)?;
+        Ok(raw)
+    }
+
+    /// Checks the parameters against `kind` and writes them into `raw` (all zeroes before), in
+    /// place: the driver then reads what was stored there, with no copy between.
+    #[inline]
+    fn write_raw(
+        self,
+        kind: SemaphoreKind,
+        raw: &mut sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+    ) -> Result<()> {
+        check_params("ExternalSemaphore::signal", kind, self.value, self.key, self.fence)?;
         raw.params.fence.value = self.value.unwrap_or(0);
         raw.params.keyedMutex.key = self.key.unwrap_or(0);
         raw.params.nvSciSync.fence = self.fence.unwrap_or(std::ptr::null_mut());
         if self.skip_memsync {
             raw.flags = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC;
         }
-        Ok(raw)
+        Ok(())
     }
 }
 
@@ -224,9 +236,21 @@ impl WaitParams {
     }
 
     pub(crate) fn to_raw(self, kind: SemaphoreKind) -> Result<sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS> {
-        check_params("ExternalSemaphore::wait", kind, self.value, self.key.map(|k| k.0), self.fence)?;
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut raw: sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS = unsafe { std::mem::zeroed() };
+        self.write_raw(kind, &mut raw)?;
+        Ok(raw)
+    }
+
+    /// Checks the parameters against `kind` and writes them into `raw` (all zeroes before), in
+    /// place, as [`SignalParams`] does.
+    #[inline]
+    fn write_raw(
+        self,
+        kind: SemaphoreKind,
+        raw: &mut sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    ) -> Result<()> {
+        check_params("ExternalSemaphore::wait", kind, self.value, self.key.map(|k| k.0), self.fence)?;
         raw.params.fence.value = self.value.unwrap_or(0);
         if let Some((key, timeout_ms)) = self.key {
             raw.params.keyedMutex.key = key;
@@ -236,7 +260,7 @@ impl WaitParams {
         if self.skip_memsync {
             raw.flags = sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC;
         }
-        Ok(raw)
+        Ok(())
     }
 }
 
@@ -358,8 +382,12 @@ impl ExternalSemaphore {
     /// Parameters that do not fit the [`kind`](Self::kind) (a value for a binary semaphore, a
     /// key for a timeline) are an [`Error::InvalidArgument`].
     pub fn signal(&self, stream: &Stream, params: SignalParams) -> Result<()> {
-        let raw = Batch::check_one("signal", stream.context(), self, params, SignalParams::to_raw)?;
-        enqueue_signals(stream, &[self.raw], &[raw])?;
+        self.check_context("signal", stream.context())?;
+        // Written in place, in the array the driver reads.
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut raw: [sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS; 1] = unsafe { std::mem::zeroed() };
+        params.write_raw(self.kind, &mut raw[0])?;
+        enqueue_signals(stream, &[self.raw], &raw)?;
         self.note(stream);
         Ok(())
     }
@@ -370,9 +398,24 @@ impl ExternalSemaphore {
     ///
     /// Parameters that do not fit the [`kind`](Self::kind) are an [`Error::InvalidArgument`].
     pub fn wait(&self, stream: &Stream, params: WaitParams) -> Result<()> {
-        let raw = Batch::check_one("wait", stream.context(), self, params, WaitParams::to_raw)?;
-        enqueue_waits(stream, &[self.raw], &[raw])?;
+        self.check_context("wait", stream.context())?;
+        // SAFETY: as in `signal`.
+        let mut raw: [sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS; 1] = unsafe { std::mem::zeroed() };
+        params.write_raw(self.kind, &mut raw[0])?;
+        enqueue_waits(stream, &[self.raw], &raw)?;
         self.note(stream);
+        Ok(())
+    }
+
+    /// Refuses a stream of another context than the semaphore's.
+    #[inline]
+    fn check_context(&self, operation: &'static str, context: &Context) -> Result<()> {
+        if self.context != *context {
+            return Err(Error::invalid(
+                operation,
+                format!("semaphore {:p} belongs to another context", self.raw),
+            ));
+        }
         Ok(())
     }
 
@@ -512,29 +555,11 @@ impl<R> Batch<R> {
         }
         let (mut handles, mut params) = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
         for (semaphore, p) in items {
-            params.push(Batch::check_one(operation, context, semaphore, p, &to_raw)?);
+            semaphore.check_context(operation, context)?;
+            params.push(to_raw(p, semaphore.kind)?);
             handles.push(semaphore.raw);
         }
         Ok(Batch { handles, params, count })
-    }
-
-    /// Checks one semaphore of a batch (of `context`, with parameters that fit its kind) and
-    /// returns its raw parameters.
-    #[inline]
-    pub(crate) fn check_one<P>(
-        operation: &'static str,
-        context: &Context,
-        semaphore: &ExternalSemaphore,
-        params: P,
-        to_raw: impl Fn(P, SemaphoreKind) -> Result<R>,
-    ) -> Result<R> {
-        if semaphore.context != *context {
-            return Err(Error::invalid(
-                operation,
-                format!("semaphore {:p} belongs to another context", semaphore.raw),
-            ));
-        }
-        to_raw(params, semaphore.kind)
     }
 }
 
