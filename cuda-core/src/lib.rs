@@ -157,6 +157,8 @@ mod guide {
         #[cfg(feature = "runtime")]
         Runtime = "runtime.md";
         Loading = "loading.md";
+        // Its sections on the driver's log, coredumps and checkpoints use those modules.
+        #[cfg(all(feature = "logs", feature = "coredump", feature = "checkpoint"))]
         Errors = "errors.md";
         Safety = "safety.md";
         SysCrates = "sys-crates.md";
