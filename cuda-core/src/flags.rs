@@ -2,8 +2,8 @@
 //! newtype over the integer the driver takes, with the usual set operations.
 //!
 //! A plain macro rather than a dependency: each flag type is a handful of `const fn`s and
-//! operator impls, and its `Debug` text comes from one shared function, so the forty-odd flag
-//! types of the crate add little to its build.
+//! operator impls, and its `Debug` text comes from one shared function, so the crate's flag
+//! types add little to its build.
 
 use std::fmt;
 
