@@ -1,6 +1,8 @@
-//! Regression tests of the soundness review: each test is a safe call sequence that reached
+//! Regression tests of the soundness review: each test is a call sequence that reached
 //! undefined behaviour (or lost memory or an error) before it was fixed, in the shape a user hits
-//! it, and checks that it no longer does. The compile-time holes are `compile_fail` doctests in
+//! it, and checks that it no longer does. All are safe calls, except where a test plays another
+//! library on the same stream (a capture begun with the raw driver call) or an allocator's user
+//! (memory given back through the unsafe allocator interface), and says so. The compile-time holes are `compile_fail` doctests in
 //! `cuda-core`; `docs/src/safety.md` says where each rule is tested.
 
 #[path = "kernels/mod.rs"]

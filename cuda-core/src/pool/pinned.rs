@@ -3,7 +3,7 @@
 use super::allocator::{PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
 use super::core::round_size;
 use super::hooks::{self, HookEvent, MemoryKind, Point};
-use super::upstream::{DriverEvents, HostAllocator};
+use super::upstream::{DriverEvents, HostAllocator, recorded_work_is_over};
 use crate::{Context, Error, Event, Result};
 use cuda_driver_sys as sys;
 use std::panic::Location;
@@ -29,14 +29,12 @@ struct Pending {
     done: Done,
 }
 
-/// Whether the work before a copy event's last recording has completed; never blocks. A query
-/// that fails otherwise (the event's context is gone, or faulted) counts as complete: no copy
-/// of it can run any more. An event last recorded in a stream capture says nothing about the
-/// copies (`CUDA_ERROR_CAPTURED_EVENT`): the memory is kept.
+/// Whether the work before a copy event's last recording can no longer touch the memory
+/// (see [`recorded_work_is_over`]: an event last recorded in a stream capture keeps it); never
+/// blocks.
 fn copies_done(event: &Event) -> bool {
     // SAFETY: the event is alive while `event` is; querying needs no current context.
-    let status = unsafe { sys::cuEventQuery(event.as_raw()) };
-    status != sys::CUresult::CUDA_ERROR_NOT_READY && status != sys::CUresult::CUDA_ERROR_CAPTURED_EVENT
+    recorded_work_is_over(unsafe { sys::cuEventQuery(event.as_raw()) })
 }
 
 struct State {

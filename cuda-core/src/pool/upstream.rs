@@ -226,6 +226,37 @@ unsafe impl PinnedAllocator for HostAllocator {
     }
 }
 
+/// Whether `status`, the answer of `cuEventQuery` on an event the crate recorded, says that
+/// the work queued before the recording can no longer touch memory: it has completed, or its
+/// context is gone or has faulted (a sticky error, after which none of its work runs).
+///
+/// Every other answer keeps the memory: not ready, and an event last recorded into a stream
+/// capture, for which nothing real was recorded. The 13.0 driver answers the latter with
+/// `CUDA_ERROR_CAPTURED_EVENT` while the capture runs and with `CUDA_ERROR_INVALID_VALUE` once it
+/// has ended, while the graph made from it may still run. An answer not listed here keeps the
+/// memory too: a block kept too long is a leak, one reused too soon is a write under running
+/// work.
+pub(crate) fn recorded_work_is_over(status: sys::CUresult) -> bool {
+    use sys::CUresult as R;
+    matches!(
+        status,
+        R::CUDA_SUCCESS
+            | R::CUDA_ERROR_DEINITIALIZED
+            | R::CUDA_ERROR_CONTEXT_IS_DESTROYED
+            | R::CUDA_ERROR_INVALID_CONTEXT
+            | R::CUDA_ERROR_ILLEGAL_ADDRESS
+            | R::CUDA_ERROR_LAUNCH_FAILED
+            | R::CUDA_ERROR_LAUNCH_TIMEOUT
+            | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | R::CUDA_ERROR_MISALIGNED_ADDRESS
+            | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | R::CUDA_ERROR_INVALID_PC
+            | R::CUDA_ERROR_ECC_UNCORRECTABLE
+            | R::CUDA_ERROR_ASSERT
+    )
+}
+
 /// Events of the driver, created without timing in one context
 /// ([`cuEventRecord`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html),
 /// `cuEventQuery`): what the crate's pools record.
@@ -244,8 +275,8 @@ impl DriverEvents {
     }
 }
 
-// SAFETY: `is_complete` is `cuEventQuery` (true once the recorded work completed, or when the
-// query fails because the event's context is gone); `record` is `cuEventRecord`, which either
+// SAFETY: `is_complete` is `cuEventQuery` read by `recorded_work_is_over` (true once the
+// recorded work completed, or when the event's context is gone or faulted); `record` is `cuEventRecord`, which either
 // records or fails. The type is private to the crate, whose pools pass only handles that
 // `create` made and did not destroy.
 unsafe impl StreamEvents for DriverEvents {
@@ -273,16 +304,7 @@ unsafe impl StreamEvents for DriverEvents {
 
     fn is_complete(&self, event: u64) -> bool {
         // SAFETY: as in `record`.
-        let status = unsafe { sys::cuEventQuery(event as sys::CUevent) };
-        // Not ready, or recorded into a capture (then nothing real was recorded: the block is
-        // kept). Any other failure means the context is gone, with all its work.
-        !matches!(
-            status,
-            sys::CUresult::CUDA_ERROR_NOT_READY
-                | sys::CUresult::CUDA_ERROR_CAPTURED_EVENT
-                | sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-                | sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-        )
+        recorded_work_is_over(unsafe { sys::cuEventQuery(event as sys::CUevent) })
     }
 
     fn destroy(&self, event: u64) {

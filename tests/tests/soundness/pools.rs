@@ -7,12 +7,13 @@
 //! holes of the same findings, F1–F4, are `compile_fail` doctests on `cuda_core::pool`'s
 //! traits.)
 
-use cuda_core::pool::{DeviceAllocator, PinnedMemoryPool};
+use cuda_core::graph::{CaptureMode, Graph, InstantiateFlags};
+use cuda_core::pool::{DeviceAllocator, PinnedAllocator, PinnedMemoryPool};
 use cuda_core::{
     Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, PinnedBuffer, Stream, StreamFlags,
 };
 use cuda_driver_sys as sys;
-use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, multi_gpu, no_deferred};
+use cuda_tests::{Test, TestResult, device_zero, drv, ensure, ensure_eq, gpu, multi_gpu, no_deferred};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,8 @@ pub const TESTS: &[Test] = &[
     gpu("pinned_pool_takes_back_a_buffer_copied_in_another_context", pinned_copy_in_another_context),
     multi_gpu("pinned_pool_takes_back_a_buffer_copied_on_another_device", 2, pinned_copy_on_another_device),
     gpu("device_allocator_frees_while_a_deferred_error_is_pending", device_free_with_deferred_error),
+    gpu("pinned_pool_keeps_a_block_whose_copy_was_captured", pinned_copy_captured),
+    gpu("pinned_pool_keeps_a_block_given_back_with_a_captured_event", pinned_block_with_captured_event),
 ];
 
 /// Elements of the buffers: 64 MiB of `u32`, so that a late copy is plainly visible.
@@ -195,4 +198,124 @@ fn device_free_with_deferred_error() -> TestResult {
     ensure_eq!(kept.len(), 1, "errors kept: {kept:?}");
     ensure!(matches!(kept[0], Error::CallbackPanicked { .. }), "the kept error is not the panic: {kept:?}");
     Ok(())
+}
+
+/// The status `cuEventQuery` gives for `event`, by name.
+fn query_status(event: &Event) -> &'static str {
+    // SAFETY: the event is alive while borrowed; querying needs no current context.
+    let status = unsafe { sys::cuEventQuery(event.as_raw()) };
+    status.name().unwrap_or("unknown status")
+}
+
+// A copy from a pinned buffer of the pool recorded inside a stream capture that the crate does
+// not see (begun with a raw `cuStreamBeginCapture`, as another library sharing the stream would
+// begin it): the buffer's copy tracker records its event inside the capture, and the dropped
+// buffer hands that event to the pool. Once the capture has ended, driver 580 answers
+// `cuEventQuery` on an event last recorded in it with `CUDA_ERROR_INVALID_VALUE` (while it runs,
+// `CUDA_ERROR_CAPTURED_EVENT`). The pool read that answer as "the copies are done" and handed the
+// block to the next request of its size, while the captured graph still copies from it at every
+// launch: on the GPU the next buffer got the first one's address, and the launch copied that
+// buffer's sevens. Now the pool keeps the block: the next buffers get other memory, and the
+// launch copies the first buffer's pattern.
+fn pinned_copy_captured() -> TestResult {
+    const LEN: usize = 1 << 16; // 256 KiB: one size class of the pool
+    let (_device, ctx, stream) = device_zero()?;
+    let pool = Arc::new(PinnedMemoryPool::new(&ctx));
+    let mut device = DeviceBuffer::<u32>::zeroed(&stream, LEN)?;
+    let mut host = PinnedBuffer::<u32>::new_in(LEN, pool.clone())?;
+    for (i, v) in host.as_mut_slice()?.iter_mut().enumerate() {
+        *v = i as u32;
+    }
+    let address = host.as_ptr() as usize;
+    stream.synchronize()?;
+    // SAFETY: a capture of a live stream, ended below on the same stream and thread. Relaxed:
+    // the copy makes its tracker's event while the capture is under way.
+    drv("cuStreamBeginCapture", unsafe {
+        sys::cuStreamBeginCapture(stream.as_raw(), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+    })?;
+    // Captured: the graph copies the buffer into `device` at each launch.
+    let copied = device.copy_from_pinned_async(&host, &stream);
+    // An event recorded at the same point, for the report: what the driver says of it.
+    let probe = Event::new(&ctx, EventFlags::DISABLE_TIMING).and_then(|e| e.record(&stream).map(|()| e));
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: ends the capture begun above; the graph is owned below.
+    let ended = drv("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(stream.as_raw(), &mut raw) });
+    let graph = (!raw.is_null()).then(|| {
+        // SAFETY: the capture's new graph, of `ctx`, owned by nothing else.
+        unsafe { Graph::from_raw(&ctx, raw) }
+    });
+    copied?;
+    ended?;
+    let probe = probe?;
+    let graph = graph.ok_or("the capture made no graph")?;
+    let exec = graph.instantiate(InstantiateFlags::empty())?;
+    let probe_status = query_status(&probe);
+    ensure!(
+        host.has_copies_in_flight(),
+        "the captured copy was not recorded on the buffer (did a capture begun through the crate run \
+         alongside, so that the crate saw this one?)"
+    );
+    // The graph still reads this memory at every launch (the block is the pool's to keep).
+    drop(host);
+    let mut next =
+        (0..4).map(|_| PinnedBuffer::<u32>::new_in(LEN, pool.clone())).collect::<Result<Vec<_>, _>>()?;
+    let addresses: Vec<usize> = next.iter().map(|b| b.as_ptr() as usize).collect();
+    for b in &mut next {
+        b.as_mut_slice()?.fill(7);
+    }
+    exec.launch(&stream)?;
+    stream.synchronize()?;
+    let seen = device.to_vec()?;
+    let wrong = seen.iter().enumerate().filter(|&(i, &v)| v != i as u32).count();
+    let sevens = seen.iter().filter(|&&v| v == 7).count();
+    let reused = addresses.iter().position(|&a| a == address);
+    ensure!(
+        reused.is_none(),
+        "the pool handed the block of the captured copy out again (as new buffer {reused:?} of 4) while the \
+         graph still copies from it; the launch then copied {wrong} words not the first buffer's ({sevens} \
+         sevens of the new buffer); cuEventQuery on an event recorded in the capture: {probe_status}"
+    );
+    ensure_eq!(
+        wrong,
+        0,
+        "words the launch copied that are not the first buffer's ({sevens} sevens; cuEventQuery on an event \
+         recorded in the capture: {probe_status})"
+    );
+    drop(exec);
+    drop(graph);
+    drop(next);
+    no_deferred(&ctx)
+}
+
+// The same at the pinned allocator's interface, with a capture begun through the crate: memory
+// given back to the pool behind an event last recorded in a capture
+// (`PinnedAllocator::deallocate_after`, what a dropped `PinnedBuffer` calls) is not handed out
+// again. Before the fix the pool's query read the driver's answer for such an event as
+// complete and the next request of the size got the same address.
+fn pinned_block_with_captured_event() -> TestResult {
+    const BYTES: usize = 1 << 18;
+    let (_device, ctx, stream) = device_zero()?;
+    let pool = PinnedMemoryPool::new(&ctx);
+    let first = pool.allocate(BYTES)?;
+    let copies = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
+    // SAFETY: the capture records an event only: the graph's nodes use no memory.
+    let capture = unsafe { stream.begin_capture(CaptureMode::ThreadLocal)? };
+    let recorded = copies.record(&stream);
+    let graph = capture.end()?;
+    recorded?;
+    let status = query_status(&copies);
+    // SAFETY: `first` came from this pool and is given back once; no copy uses it, and nothing
+    // records `copies` again (it is handed over).
+    unsafe { pool.deallocate_after(first, copies)? };
+    let next = pool.allocate(BYTES)?;
+    let reused = next.ptr == first.ptr;
+    // SAFETY: `next` came from this pool and nothing uses it.
+    unsafe { pool.deallocate(next)? };
+    ensure!(
+        !reused,
+        "the pool handed out again a block given back behind an event recorded in a capture (cuEventQuery \
+         on that event: {status})"
+    );
+    drop(graph);
+    no_deferred(&ctx)
 }
