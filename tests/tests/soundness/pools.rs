@@ -8,7 +8,7 @@
 //! traits.)
 
 use cuda_core::graph::{CaptureMode, Graph, InstantiateFlags};
-use cuda_core::pool::{DeviceAllocator, PinnedAllocator, PinnedMemoryPool};
+use cuda_core::pool::{DeviceAllocator, MemoryPool, PinnedAllocator, PinnedMemoryPool};
 use cuda_core::{
     Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, PinnedBuffer, Stream, StreamFlags,
 };
@@ -26,6 +26,7 @@ pub const TESTS: &[Test] = &[
     gpu("device_allocator_frees_while_a_deferred_error_is_pending", device_free_with_deferred_error),
     gpu("pinned_pool_keeps_a_block_whose_copy_was_captured", pinned_copy_captured),
     gpu("pinned_pool_keeps_a_block_given_back_with_a_captured_event", pinned_block_with_captured_event),
+    gpu("memory_pool_keeps_a_block_freed_into_a_capture", device_block_freed_into_a_capture),
 ];
 
 /// Elements of the buffers: 64 MiB of `u32`, so that a late copy is plainly visible.
@@ -317,5 +318,66 @@ fn pinned_block_with_captured_event() -> TestResult {
          on that event: {status})"
     );
     drop(graph);
+    no_deferred(&ctx)
+}
+
+// The device pool's side of the same hole: a buffer of a `MemoryPool`, used on a second stream
+// that is being captured (begun with the raw call, as another library sharing the stream would
+// begin it), is dropped during the capture. Its release records the pool's event on that
+// stream, inside the capture, so the block waits on an event that says nothing about the
+// captured memset; once the capture has ended, driver 580 answers `cuEventQuery` on it with
+// `CUDA_ERROR_INVALID_VALUE`, which the pool read as "done": the next buffer of the size got the
+// block, and every launch of the graph wrote over it. Now the pool keeps the block.
+fn device_block_freed_into_a_capture() -> TestResult {
+    const LEN: usize = 1 << 20;
+    let (_device, ctx, stream) = device_zero()?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let pool = Arc::new(MemoryPool::new(&ctx)?);
+    let mut first = DeviceBuffer::<u8>::new_in(&stream, LEN, pool.clone())?;
+    let address = first.as_raw();
+    stream.synchronize()?;
+    // SAFETY: a capture of a live stream, ended below on the same stream and thread.
+    drv("cuStreamBeginCapture", unsafe {
+        sys::cuStreamBeginCapture(other.as_raw(), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+    })?;
+    // Captured: every launch of the graph sets the buffer's bytes to 0x11.
+    let set = first.view_mut().memset_d8_async(0x11, &other);
+    // Dropped while the capture runs: the release's event on `other` is recorded into it.
+    drop(first);
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: ends the capture begun above; the graph is owned below.
+    let ended = drv("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(other.as_raw(), &mut raw) });
+    let graph = (!raw.is_null()).then(|| {
+        // SAFETY: the capture's new graph, of `ctx`, owned by nothing else.
+        unsafe { Graph::from_raw(&ctx, raw) }
+    });
+    set?;
+    ended?;
+    let graph = graph.ok_or("the capture made no graph")?;
+    let exec = graph.instantiate(InstantiateFlags::empty())?;
+    let next = (0..4)
+        .map(|_| -> Result<DeviceBuffer<u8>, Error> {
+            let mut b = DeviceBuffer::<u8>::new_in(&stream, LEN, pool.clone())?;
+            b.view_mut().memset_d8_async(0x22, &stream)?;
+            Ok(b)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    stream.synchronize()?;
+    exec.launch(&other)?;
+    other.synchronize()?;
+    let reused = next.iter().position(|b| b.as_raw() == address);
+    let overwritten: usize = next
+        .iter()
+        .map(|b| b.to_vec().map(|v| v.iter().filter(|&&x| x != 0x22).count()))
+        .sum::<Result<_, _>>()?;
+    ensure!(
+        reused.is_none(),
+        "the pool handed the block freed into the capture out again (as new buffer {reused:?} of 4) while the \
+         graph still writes it; the launch then changed {overwritten} bytes of the new buffers"
+    );
+    ensure_eq!(overwritten, 0, "bytes of the new buffers that the graph's launch changed");
+    drop(exec);
+    drop(graph);
+    drop(next);
     no_deferred(&ctx)
 }
