@@ -2,7 +2,8 @@
 //!
 //! * signalling a Vulkan timeline semaphore on a stream: `ExternalSemaphore::signal` against
 //!   `cuSignalExternalSemaphoresAsync`, and a wait for a value already reached against
-//!   `cuWaitExternalSemaphoresAsync`;
+//!   `cuWaitExternalSemaphoresAsync`; and each raw call against itself, which shows how far
+//!   apart two identical sides come out;
 //! * mapping a range of Vulkan memory as a buffer and dropping it: `map_buffer` + drop against
 //!   `cuExternalMemoryGetMappedBuffer` + `cuStreamSynchronize` + `cuMemFree`;
 //! * mapping an OpenGL buffer on a stream and unmapping it: `map` + `unmap` against
@@ -81,6 +82,26 @@ fn vulkan_rows(device: &Device, ctx: &Context, stream: &Stream) -> std::result::
             std::process::exit(1);
         }
     };
+    // The raw calls, also timed against themselves below: how far apart two identical sides
+    // come out in this bench, the floor under the ratios of the wrapper.
+    let raw_signal = || {
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut params: sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS = unsafe { std::mem::zeroed() };
+        params.params.fence.value = next();
+        // SAFETY: one live semaphore, its parameters, a live stream.
+        check("cuSignalExternalSemaphoresAsync", unsafe {
+            sys::cuSignalExternalSemaphoresAsync(&raw_semaphore, &params, 1, stream.as_raw())
+        });
+    };
+    let raw_wait = || {
+        // SAFETY: a plain C struct; all zeroes is a valid value.
+        let mut params: sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS = unsafe { std::mem::zeroed() };
+        params.params.fence.value = 1;
+        // SAFETY: as above.
+        check("cuWaitExternalSemaphoresAsync", unsafe {
+            sys::cuWaitExternalSemaphoresAsync(&raw_semaphore, &params, 1, stream.as_raw())
+        });
+    };
     rows.push(compare_settled(
         "ExternalSemaphore::signal (timeline)",
         ROUNDS,
@@ -91,15 +112,7 @@ fn vulkan_rows(device: &Device, ctx: &Context, stream: &Stream) -> std::result::
                 std::process::exit(1);
             }
         },
-        || {
-            // SAFETY: a plain C struct; all zeroes is a valid value.
-            let mut params: sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS = unsafe { std::mem::zeroed() };
-            params.params.fence.value = next();
-            // SAFETY: one live semaphore, its parameters, a live stream.
-            check("cuSignalExternalSemaphoresAsync", unsafe {
-                sys::cuSignalExternalSemaphoresAsync(&raw_semaphore, &params, 1, stream.as_raw())
-            });
-        },
+        raw_signal,
         drain,
     ));
     stream.synchronize().map_err(text)?;
@@ -113,15 +126,25 @@ fn vulkan_rows(device: &Device, ctx: &Context, stream: &Stream) -> std::result::
                 std::process::exit(1);
             }
         },
-        || {
-            // SAFETY: a plain C struct; all zeroes is a valid value.
-            let mut params: sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS = unsafe { std::mem::zeroed() };
-            params.params.fence.value = 1;
-            // SAFETY: as above.
-            check("cuWaitExternalSemaphoresAsync", unsafe {
-                sys::cuWaitExternalSemaphoresAsync(&raw_semaphore, &params, 1, stream.as_raw())
-            });
-        },
+        raw_wait,
+        drain,
+    ));
+    stream.synchronize().map_err(text)?;
+    rows.push(compare_settled(
+        "raw signal against itself (the bench's spread)",
+        ROUNDS,
+        2000,
+        raw_signal,
+        raw_signal,
+        drain,
+    ));
+    stream.synchronize().map_err(text)?;
+    rows.push(compare_settled(
+        "raw wait against itself (the bench's spread)",
+        ROUNDS,
+        2000,
+        raw_wait,
+        raw_wait,
         drain,
     ));
     stream.synchronize().map_err(text)?;
