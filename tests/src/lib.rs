@@ -13,6 +13,7 @@
 //! The binaries speak libtest's command line, so `cargo test` and `cargo nextest` both run them.
 
 pub mod bench;
+pub mod child;
 pub mod fd_passing;
 
 use std::sync::OnceLock;

@@ -14,9 +14,10 @@ use cuda_core::vmm::{
     AccessGrant, AddressRange, AllocationProperties, Granularity, HandleTypes, PhysicalMemory,
 };
 use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, Stream};
+use cuda_tests::child::Child;
 use cuda_tests::fd_passing::{receive_fd, send_fd};
 use cuda_tests::{Failed, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
@@ -65,55 +66,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A child process of this binary, spoken to by lines.
-struct Child {
-    process: std::process::Child,
-    stdin: Option<std::process::ChildStdin>,
-    stdout: BufReader<std::process::ChildStdout>,
-}
-
-impl Child {
-    fn spawn(role: &str) -> Result<Child, Failed> {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let mut process = Command::new(exe)
-            .env(CHILD_ENV, role)
-            .env("NCCL_NVLS_ENABLE", "0")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("could not start the child: {e}"))?;
-        let stdin = process.stdin.take();
-        let stdout = process.stdout.take().ok_or("the child has no stdout")?;
-        Ok(Child { process, stdin, stdout: BufReader::new(stdout) })
-    }
-
-    fn send(&mut self, line: &str) -> TestResult {
-        let stdin = self.stdin.as_mut().ok_or("the child's stdin is closed")?;
-        writeln!(stdin, "{line}")
-            .and_then(|()| stdin.flush())
-            .map_err(|e| format!("writing to the child: {e}"))?;
-        Ok(())
-    }
-
-    fn receive(&mut self) -> Result<String, Failed> {
-        let mut line = String::new();
-        let n = self.stdout.read_line(&mut line).map_err(|e| format!("reading from the child: {e}"))?;
-        if n == 0 {
-            let status = self.process.wait().map_err(|e| e.to_string())?;
-            return Err(format!("the child ended without answering ({status})").into());
-        }
-        Ok(line.trim().to_string())
-    }
-
-    fn finish(mut self) -> TestResult {
-        drop(self.stdin.take());
-        let status = self.process.wait().map_err(|e| e.to_string())?;
-        ensure!(status.success(), "the child failed: {status}");
-        Ok(())
-    }
-}
-
 /// The parent's side of the `memory` exchange over `shared` (holding `pattern(N, seed)`):
 /// the child checks and transforms it, then shares a buffer of its own, which the parent
 /// checks and transforms for the child to check.
@@ -121,7 +73,7 @@ fn exchange(shared: &DeviceBuffer<u32>, seed: u32, stream: &Stream) -> TestResul
     let handle = IpcMemHandle::export(&shared.view())?;
     let (_, allocation) = address_range(shared.as_raw())?;
     let past_end = IpcMemHandle::from_parts(handle.handle(), allocation as u64 - 4, handle.size_in_bytes());
-    let mut child = Child::spawn("memory")?;
+    let mut child = Child::spawn(CHILD_ENV, "memory")?;
     child.send(&format!("{} {} {seed}", handle.to_hex(), past_end.to_hex()))?;
     let answer = child.receive()?;
     let Some(theirs) = answer.strip_prefix("ok ") else {
@@ -194,7 +146,7 @@ fn an_ipc_event_orders_the_childs_work() -> TestResult {
     let shared = zeroed_in(&stream, elements, Arc::new(DeviceAllocator::new(&ctx)))?;
     stream.synchronize()?;
     let memory = IpcMemHandle::export(&shared.view())?;
-    let mut child = Child::spawn("event")?;
+    let mut child = Child::spawn(CHILD_ENV, "event")?;
     child.send(&memory.to_hex())?;
     let answer = child.receive()?;
     let Some(event) = answer.strip_prefix("recorded ") else {
@@ -225,7 +177,7 @@ fn vmm_memory_is_shared_through_a_posix_fd() -> TestResult {
     let path = std::env::temp_dir().join(format!("cuda-core-ipc-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut child = Child::spawn("vmm")?;
+    let mut child = Child::spawn(CHILD_ENV, "vmm")?;
     child.send(&format!("{} {gran}", path.display()))?;
     let socket = accept(&listener, &mut child);
     let _ = std::fs::remove_file(&path);
@@ -253,7 +205,7 @@ fn accept(listener: &UnixListener, child: &mut Child) -> Result<UnixStream, Fail
                 return Ok(socket);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if let Some(status) = child.process.try_wait().map_err(|e| e.to_string())? {
+                if let Some(status) = child.exited()? {
                     return Err(format!("the child ended before connecting ({status})").into());
                 }
                 ensure!(start.elapsed() < std::time::Duration::from_secs(60), "the child did not connect");

@@ -10,9 +10,9 @@ use cuda_core::checkpoint::{self, GpuPair, Process, ProcessState};
 use cuda_core::coredump::{Coredump, CoredumpFlags};
 use cuda_core::device::{AtomicCaps, AtomicOp};
 use cuda_core::{DeviceBuffer, Error};
+use cuda_tests::child::Child;
 use cuda_tests::{Failed, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, still_usable};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::{BufRead, Write};
 use std::time::Duration;
 
 /// Set in the environment of a child process; its value names the child's part.
@@ -134,70 +134,11 @@ mod child {
     }
 }
 
-/// A child process of this binary, spoken to by lines; killed if dropped before `finish`.
-struct Child {
-    process: std::process::Child,
-    stdin: Option<std::process::ChildStdin>,
-    stdout: BufReader<std::process::ChildStdout>,
-    finished: bool,
-}
-
-impl Child {
-    /// Starts the child's part `role` and waits for its "ready".
-    fn spawn(role: &str) -> Result<Child, Failed> {
-        let mut process = Command::new(std::env::current_exe()?)
-            .env(CHILD_ENV, role)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("could not start the child: {e}"))?;
-        let stdin = process.stdin.take();
-        let stdout = process.stdout.take().ok_or("the child has no stdout")?;
-        let mut child = Child { process, stdin, stdout: BufReader::new(stdout), finished: false };
-        ensure_eq!(child.receive()?, "ready", "the child's first line");
-        Ok(child)
-    }
-
-    fn pid(&self) -> u32 {
-        self.process.id()
-    }
-
-    fn send(&mut self, line: &str) -> TestResult {
-        let stdin = self.stdin.as_mut().ok_or("the child's stdin is closed")?;
-        writeln!(stdin, "{line}")
-            .and_then(|()| stdin.flush())
-            .map_err(|e| format!("writing to the child: {e}"))?;
-        Ok(())
-    }
-
-    fn receive(&mut self) -> Result<String, Failed> {
-        let mut line = String::new();
-        let n = self.stdout.read_line(&mut line).map_err(|e| format!("reading from the child: {e}"))?;
-        if n == 0 {
-            let status = self.process.wait()?;
-            return Err(format!("the child ended without answering ({status})").into());
-        }
-        Ok(line.trim().to_string())
-    }
-
-    /// Closes the child's stdin and fails unless it exits with 0.
-    fn finish(mut self) -> TestResult {
-        drop(self.stdin.take());
-        let status = self.process.wait()?;
-        self.finished = true;
-        ensure!(status.success(), "the child failed: {status}");
-        Ok(())
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if !self.finished {
-            let _ = self.process.kill();
-            let _ = self.process.wait();
-        }
-    }
+/// Starts the child's part `role` and waits for its "ready".
+fn start(role: &str) -> Result<Child, Failed> {
+    let mut child = Child::spawn(CHILD_ENV, role)?;
+    ensure_eq!(child.receive()?, "ready", "the child's first line");
+    Ok(child)
 }
 
 /// The checkpoint calls need the driver to take them: under a tool such as compute-sanitizer it
@@ -219,7 +160,7 @@ fn refused<T: std::fmt::Debug>(result: cuda_core::Result<T>, what: &str) -> Test
 
 fn a_child_keeps_its_device_memory_through_checkpoint_and_restore() -> TestResult {
     let (device, _ctx, _stream) = device_zero()?;
-    let mut child = Child::spawn("cuda")?;
+    let mut child = start("cuda")?;
     let process = Process::new(child.pid())?;
     ensure_eq!(process.state()?, ProcessState::Running);
     refused(process.adopt_lock(), "adopting a running process")?;
@@ -268,7 +209,7 @@ fn this_process_is_refused_as_a_checkpoint_target() -> TestResult {
 
 fn a_process_without_cuda_or_without_existence_is_an_error() -> TestResult {
     let (_device, _ctx, _stream) = device_zero()?;
-    let child = Child::spawn("idle")?;
+    let child = start("idle")?;
     // Linux process ids stay below 2^22: this one belongs to no process.
     let nobody = i32::MAX.unsigned_abs();
     for (pid, what) in [(child.pid(), "a process without CUDA"), (nobody, "no process")] {
