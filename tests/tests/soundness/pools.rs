@@ -13,7 +13,9 @@ use cuda_core::{
     Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, PinnedBuffer, Stream, StreamFlags,
 };
 use cuda_driver_sys as sys;
-use cuda_tests::{Test, TestResult, device_zero, drv, ensure, ensure_eq, gpu, multi_gpu, no_deferred};
+use cuda_tests::{
+    Failed, Test, TestResult, device_zero, drv, ensure, ensure_eq, gpu, multi_gpu, no_deferred,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -208,6 +210,32 @@ fn query_status(event: &Event) -> &'static str {
     status.name().unwrap_or("unknown status")
 }
 
+/// Runs `work` inside a capture of `stream` begun with the raw driver call, which the crate does
+/// not see (as another library sharing the stream would begin it), and returns what it made
+/// with the capture's graph. The capture is ended whether or not `work` failed. Relaxed mode:
+/// the crate's calls make their events while the capture is under way.
+fn in_raw_capture<T>(
+    ctx: &Context,
+    stream: &Stream,
+    work: impl FnOnce() -> Result<T, Error>,
+) -> Result<(T, Graph), Failed> {
+    // SAFETY: a capture of a live stream, ended below on the same stream and thread.
+    drv("cuStreamBeginCapture", unsafe {
+        sys::cuStreamBeginCapture(stream.as_raw(), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+    })?;
+    let made = work();
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: ends the capture begun above; the graph is owned below.
+    let ended = drv("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(stream.as_raw(), &mut raw) });
+    let graph = (!raw.is_null()).then(|| {
+        // SAFETY: the capture's new graph, of `ctx`, owned by nothing else.
+        unsafe { Graph::from_raw(ctx, raw) }
+    });
+    let made = made?;
+    ended?;
+    Ok((made, graph.ok_or("the capture made no graph")?))
+}
+
 // A copy from a pinned buffer of the pool recorded inside a stream capture that the crate does
 // not see (begun with a raw `cuStreamBeginCapture`, as another library sharing the stream would
 // begin it): the buffer's copy tracker records its event inside the capture, and the dropped
@@ -229,26 +257,14 @@ fn pinned_copy_captured() -> TestResult {
     }
     let address = host.as_ptr() as usize;
     stream.synchronize()?;
-    // SAFETY: a capture of a live stream, ended below on the same stream and thread. Relaxed:
-    // the copy makes its tracker's event while the capture is under way.
-    drv("cuStreamBeginCapture", unsafe {
-        sys::cuStreamBeginCapture(stream.as_raw(), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+    let (probe, graph) = in_raw_capture(&ctx, &stream, || {
+        // Captured: the graph copies the buffer into `device` at each launch.
+        device.copy_from_pinned_async(&host, &stream)?;
+        // An event recorded at the same point, for the report: what the driver says of it.
+        let probe = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
+        probe.record(&stream)?;
+        Ok(probe)
     })?;
-    // Captured: the graph copies the buffer into `device` at each launch.
-    let copied = device.copy_from_pinned_async(&host, &stream);
-    // An event recorded at the same point, for the report: what the driver says of it.
-    let probe = Event::new(&ctx, EventFlags::DISABLE_TIMING).and_then(|e| e.record(&stream).map(|()| e));
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: ends the capture begun above; the graph is owned below.
-    let ended = drv("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(stream.as_raw(), &mut raw) });
-    let graph = (!raw.is_null()).then(|| {
-        // SAFETY: the capture's new graph, of `ctx`, owned by nothing else.
-        unsafe { Graph::from_raw(&ctx, raw) }
-    });
-    copied?;
-    ended?;
-    let probe = probe?;
-    let graph = graph.ok_or("the capture made no graph")?;
     let exec = graph.instantiate(InstantiateFlags::empty())?;
     let probe_status = query_status(&probe);
     ensure!(
@@ -336,24 +352,13 @@ fn device_block_freed_into_a_capture() -> TestResult {
     let mut first = DeviceBuffer::<u8>::new_in(&stream, LEN, pool.clone())?;
     let address = first.as_raw();
     stream.synchronize()?;
-    // SAFETY: a capture of a live stream, ended below on the same stream and thread.
-    drv("cuStreamBeginCapture", unsafe {
-        sys::cuStreamBeginCapture(other.as_raw(), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+    let ((), graph) = in_raw_capture(&ctx, &other, || {
+        // Captured: every launch of the graph sets the buffer's bytes to 0x11.
+        first.view_mut().memset_d8_async(0x11, &other)?;
+        // Dropped while the capture runs: the release's event on `other` is recorded into it.
+        drop(first);
+        Ok(())
     })?;
-    // Captured: every launch of the graph sets the buffer's bytes to 0x11.
-    let set = first.view_mut().memset_d8_async(0x11, &other);
-    // Dropped while the capture runs: the release's event on `other` is recorded into it.
-    drop(first);
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: ends the capture begun above; the graph is owned below.
-    let ended = drv("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(other.as_raw(), &mut raw) });
-    let graph = (!raw.is_null()).then(|| {
-        // SAFETY: the capture's new graph, of `ctx`, owned by nothing else.
-        unsafe { Graph::from_raw(&ctx, raw) }
-    });
-    set?;
-    ended?;
-    let graph = graph.ok_or("the capture made no graph")?;
     let exec = graph.instantiate(InstantiateFlags::empty())?;
     let next = (0..4)
         .map(|_| -> Result<DeviceBuffer<u8>, Error> {
