@@ -104,7 +104,7 @@ impl Source {
     }
 
     /// [`deallocate`](Self::deallocate) from another allocator than a default pool, or after
-    /// other streams.
+    /// other streams (the only cases that reach it).
     ///
     /// # Safety
     ///
@@ -118,7 +118,6 @@ impl Source {
         recorded: &[Stream],
     ) -> Result<()> {
         match (self, recorded) {
-            (Source::DefaultPool(pool), []) => pool.free_on(allocation, &[]),
             // SAFETY: forwarded under the caller's contract.
             (Source::DefaultPool(pool), _) => unsafe { pool.deallocate_after(allocation, stream, recorded) },
             // SAFETY: as above.
