@@ -40,11 +40,6 @@ fn check(call: &str, status: sys::CUresult) {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 /// Median nanoseconds per graph launch of `ours` and `raw`, each timed over a batch of
 /// launches, the stream drained between batches.
 fn measure_launches(name: &str, stream: &Stream, ours: impl Fn(), raw: impl Fn()) -> cuda_core::Result<Row> {
@@ -71,7 +66,7 @@ fn measure_launches(name: &str, stream: &Stream, ours: impl Fn(), raw: impl Fn()
             a.push(batch(&ours)?);
         }
     }
-    Ok(Row { name: name.to_string(), unit: "ns", ours: median(a), raw: median(b) })
+    Ok(Row::from_rounds(name, a, b))
 }
 
 /// The raw parameters of a kernel node of `f` with one block of 32 threads and `params`.

@@ -87,11 +87,7 @@ fn measure(
             a.push(batch(&mut ours, gate)?);
         }
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    Ok(Row { name: name.to_string(), unit: "ns", ours: median(a), raw: median(b) })
+    Ok(Row::from_rounds(name, a, b))
 }
 
 /// The pointer array of a raw `saxpy(n, a, x, y)` launch.

@@ -150,7 +150,7 @@ fn run() -> Result<Vec<Row>> {
     let bytes = 1usize << 30;
     let t = measure("all-reduce 1 GiB f32, bus bandwidth", &mut comms, bytes / 4, 4, 11)?;
     let busbw = |ns: f64| bytes as f64 * 2.0 * (n - 1.0) / n / ns;
-    rows.push(Row { unit: "GB/s", ours: busbw(t.ours), raw: busbw(t.raw), ..t });
+    rows.push(Row { unit: "GB/s", ours: busbw(t.ours), raw: busbw(t.raw), paired: 1.0 / t.paired, ..t });
 
     rows.push(measure("all-reduce 1 MiB f32, time per call", &mut comms, (1 << 20) / 4, 200, 31)?);
     Ok(rows)

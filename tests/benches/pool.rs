@@ -182,7 +182,7 @@ fn per_thread(ctx: &Context, iters: u64, pool: Option<&MemoryPool>) -> Result<f6
 fn threaded(ctx: &Context, pool: &MemoryPool) -> Result<Row> {
     let name = format!("1 MiB alloc+free, {THREADS} threads, per thread");
     if !cuda_tests::bench::selected(&name) {
-        return Ok(Row { name, unit: "ns", ours: f64::NAN, raw: f64::NAN });
+        return Ok(Row::skipped(name));
     }
     let (mut ours, mut raw) = (Vec::new(), Vec::new());
     for round in 0..5 {
@@ -194,9 +194,5 @@ fn threaded(ctx: &Context, pool: &MemoryPool) -> Result<Row> {
             ours.push(per_thread(ctx, 20_000, Some(pool))?);
         }
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    Ok(Row { name, unit: "ns", ours: median(ours), raw: median(raw) })
+    Ok(Row::from_rounds(name, ours, raw))
 }

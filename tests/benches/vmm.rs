@@ -48,11 +48,6 @@ fn check(status: sys::CUresult) -> Result<()> {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn elapsed_ns(t: Instant) -> f64 {
     t.elapsed().as_nanos() as f64
 }
@@ -150,26 +145,10 @@ fn run() -> Result<Vec<Row>> {
         copy_total.push(total);
         vmm_last.push(grow_raw_vmm(device, raw_stream)?);
     }
-    let ours = median(ours_last);
     let mut rows = vec![
-        Row {
-            name: "grow 1984->2048 MiB: resize vs alloc+copy+free".into(),
-            unit: "ns",
-            ours,
-            raw: median(copy_last),
-        },
-        Row {
-            name: "grow 1->2 GiB, 16 steps: resize vs alloc+copy+free".into(),
-            unit: "ns",
-            ours: median(ours_total),
-            raw: median(copy_total),
-        },
-        Row {
-            name: "grow 1984->2048 MiB: resize vs cuMemCreate+Map+SetAccess".into(),
-            unit: "ns",
-            ours,
-            raw: median(vmm_last),
-        },
+        Row::from_rounds("grow 1984->2048 MiB: resize vs alloc+copy+free", ours_last.clone(), copy_last),
+        Row::from_rounds("grow 1->2 GiB, 16 steps: resize vs alloc+copy+free", ours_total, copy_total),
+        Row::from_rounds("grow 1984->2048 MiB: resize vs cuMemCreate+Map+SetAccess", ours_last, vmm_last),
     ];
 
     // Map + access + unmap of one 2 MiB chunk.

@@ -2,7 +2,9 @@
 //!
 //! Each benchmark binary (`tests/benches/*.rs`, `harness = false`) measures pairs with
 //! [`compare`] and prints them with [`print_table`]. Rounds of the two sides alternate so that
-//! clock changes and other load hit both alike; the reported time is the median round.
+//! clock changes and other load hit both alike; the reported time is the median round, and the
+//! paired ratio is the median, over rounds, of the ratio of one round's two adjacent blocks
+//! (drift that moves both sides of a round alike cancels in it).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -18,16 +20,32 @@ pub struct Row {
     pub ours: f64,
     /// The raw `-sys` (or C) call, per operation (or throughput).
     pub raw: f64,
+    /// The median over rounds of each round's ours/raw, in the direction of [`Row::ratio`]
+    /// (throughput rows invert it); NaN where the two sides were not timed in pairs.
+    pub paired: f64,
 }
 
 impl Row {
+    /// A row of times from per-round nanoseconds of each side, `ours[i]` and `raw[i]` timed
+    /// next to each other: the median of each side and the median of the per-round ratios.
+    pub fn from_rounds(name: impl Into<String>, ours: Vec<f64>, raw: Vec<f64>) -> Row {
+        let ratios = ours.iter().zip(&raw).map(|(a, b)| a / b).collect();
+        Row { name: name.into(), unit: "ns", ours: median(ours), raw: median(raw), paired: median(ratios) }
+    }
+
+    /// A row that `CUDA_BENCH_ONLY` left out: every figure reads NaN.
+    pub fn skipped(name: impl Into<String>) -> Row {
+        Row { name: name.into(), unit: "ns", ours: f64::NAN, raw: f64::NAN, paired: f64::NAN }
+    }
+
     /// ours / raw: above 1 means ours is slower for times, faster for throughput.
     pub fn ratio(&self) -> f64 {
         if self.raw == 0.0 { f64::NAN } else { self.ours / self.raw }
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (the upper one of an even count); NaN for none.
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
@@ -57,7 +75,7 @@ pub fn compare_settled(
     mut settle: impl FnMut(),
 ) -> Row {
     if !selected(name) {
-        return Row { name: name.to_string(), unit: "ns", ours: f64::NAN, raw: f64::NAN };
+        return Row::skipped(name);
     }
     let mut a = Vec::with_capacity(rounds);
     let mut b = Vec::with_capacity(rounds);
@@ -89,7 +107,7 @@ pub fn compare_settled(
             a.push(timed(&mut ours));
         }
     }
-    Row { name: name.to_string(), unit: "ns", ours: median(a), raw: median(b) }
+    Row::from_rounds(name, a, b)
 }
 
 /// Like [`compare`], for bandwidth: each call moves `bytes`; the result is in GB/s.
@@ -103,22 +121,23 @@ pub fn compare_bandwidth(
 ) -> Row {
     let t = compare(name, rounds, iters, ours, raw);
     let gbps = |ns: f64| bytes as f64 / ns;
-    Row { name: t.name, unit: "GB/s", ours: gbps(t.ours), raw: gbps(t.raw) }
+    Row { unit: "GB/s", ours: gbps(t.ours), raw: gbps(t.raw), paired: 1.0 / t.paired, ..t }
 }
 
-/// Prints rows as a table: name, ours, raw, ratio.
+/// Prints rows as a table: name, ours, raw, ratio, paired ratio.
 pub fn print_table(title: &str, rows: &[Row]) {
     println!("\n{title}");
-    println!("{:<48} {:>12} {:>12} {:>8}", "benchmark", "ours", "raw", "ours/raw");
+    println!("{:<48} {:>12} {:>12} {:>8} {:>8}", "benchmark", "ours", "raw", "ours/raw", "paired");
     for r in rows {
         println!(
-            "{:<48} {:>9.3} {:<2} {:>9.3} {:<2} {:>8.4}",
+            "{:<48} {:>9.3} {:<2} {:>9.3} {:<2} {:>8.4} {:>8.4}",
             r.name,
             r.ours,
             r.unit,
             r.raw,
             r.unit,
-            r.ratio()
+            r.ratio(),
+            r.paired
         );
     }
 }

@@ -1,8 +1,9 @@
 //! Packing test and benchmark binaries for a GPU host that has no Rust toolchain.
 //!
 //! `gpu-bundle` writes `.gpu/`: a `cargo nextest archive` of the GPU suite, the `cargo-nextest`
-//! binary, the examples, `run` (the suite, from the repository root) and `sanitize` (each test
-//! binary under compute-sanitizer).
+//! binary, the examples (packed; `run` and `sanitize` unpack them into `.gpu/examples`), `run`
+//! (the suite, from the repository root) and `sanitize` (each test binary under
+//! compute-sanitizer).
 //! `bench` writes `.bench/`: release builds of the benchmark binaries and `run`.
 
 use std::path::{Path, PathBuf};
@@ -11,8 +12,11 @@ use std::process::Command;
 const GPU_RUN: &str = r#"#!/bin/sh
 # Runs the GPU test suite from this bundle. Usage (from the repository root):
 #   CUDA_TEST_REQUIRE_GPU=1 .gpu/run [nextest filter arguments]
+# The examples travel packed (examples.tar.xz): they are unpacked into .gpu/examples first, for
+# the sanitizer's test of them and for running them by hand.
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+[ -d "$here/examples" ] || tar -xJf "$here/examples.tar.xz" -C "$here" || exit 2
 exec "$here/cargo-nextest" nextest run --profile gpu \
     --archive-file "$here/tests.tar.zst" --workspace-remap "$root" "$@"
 "#;
@@ -30,6 +34,7 @@ const GPU_SANITIZE: &str = r#"#!/bin/bash
 # recorded in a stream capture, so it is never known free): the leak check reports it.
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+[ -d "$here/examples" ] || tar -xJf "$here/examples.tar.xz" -C "$here" || exit 2
 tool=${1:-memcheck}; shift
 extra=()
 kept=()
@@ -162,6 +167,10 @@ pub fn gpu_bundle(root: &Path) -> Result<(), String> {
         "--message-format=json",
     ]))?;
     copy_into(&executables(&json, "example"), &out.join("examples"))?;
+    // The examples are most of a megabyte each and mostly the same code: packed with xz they
+    // take a tenth of the room, which keeps the bundle under what travels to a GPU host.
+    run(Command::new("tar").arg("-cJf").arg(out.join("examples.tar.xz")).arg("-C").arg(&out).arg("examples"))?;
+    std::fs::remove_dir_all(out.join("examples")).map_err(|e| e.to_string())?;
     write_script(&out.join("run"), GPU_RUN)?;
     write_script(&out.join("sanitize"), GPU_SANITIZE)?;
     let size = dir_size(&out);
