@@ -448,6 +448,7 @@ fn generate_crate(spec: &CrateSpec, file: syn::File) -> Result<Vec<GeneratedFile
         }
     }
     types.extend(enum_name_functions(&types)?);
+    crate::derives::trim_parameter_struct_derives(&mut types);
     let macro_refs: Vec<&Path> = spec.macro_files.iter().map(PathBuf::as_path).collect();
     for constant in cmacros::cast_constants(&macro_refs)? {
         if defined.contains(&constant.name) {

@@ -20,6 +20,7 @@ mod bundle;
 mod changes;
 mod cmacros;
 mod compat;
+mod derives;
 mod docaudit;
 mod docgroups;
 mod headers;

@@ -638,7 +638,7 @@ impl Default for CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st {
     pub operation: CUstreamBatchMemOpType,
     pub flags: ::core::ffi::c_uint,
@@ -653,7 +653,7 @@ impl Default for CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesPa
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams_st {
     pub operation: CUstreamBatchMemOpType,
     pub flags: ::core::ffi::c_uint,
@@ -668,7 +668,7 @@ impl Default for CUstreamBatchMemOpParams_union_CUstreamMemOpMemoryBarrierParams
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUstreamBatchMemOpParams_union_CUstreamMemOpAtomicReductionParams_st {
     pub operation: CUstreamBatchMemOpType,
     pub flags: ::core::ffi::c_uint,
@@ -699,7 +699,7 @@ impl Default for CUstreamBatchMemOpParams_union {
 pub type CUstreamBatchMemOpParams_v1 = CUstreamBatchMemOpParams_union;
 pub type CUstreamBatchMemOpParams = CUstreamBatchMemOpParams_v1;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st {
     pub ctx: CUcontext,
     pub count: ::core::ffi::c_uint,
@@ -718,7 +718,7 @@ impl Default for CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st {
 pub type CUDA_BATCH_MEM_OP_NODE_PARAMS_v1 = CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st;
 pub type CUDA_BATCH_MEM_OP_NODE_PARAMS = CUDA_BATCH_MEM_OP_NODE_PARAMS_v1;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st {
     pub ctx: CUcontext,
     pub count: ::core::ffi::c_uint,
@@ -1451,7 +1451,7 @@ impl CUdevice_attribute_enum {
 pub struct CUdevice_attribute_enum(pub ::core::ffi::c_uint);
 pub use self::CUdevice_attribute_enum as CUdevice_attribute;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUdevprop_st {
     pub maxThreadsPerBlock: ::core::ffi::c_int,
     pub maxThreadsDim: [::core::ffi::c_int; 3usize],
@@ -1955,7 +1955,7 @@ impl CUaccessProperty_enum {
 pub struct CUaccessProperty_enum(pub ::core::ffi::c_uint);
 pub use self::CUaccessProperty_enum as CUaccessProperty;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, PartialEq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUaccessPolicyWindow_st {
     pub base_ptr: *mut ::core::ffi::c_void,
     pub num_bytes: usize,
@@ -1975,7 +1975,7 @@ impl Default for CUaccessPolicyWindow_st {
 pub type CUaccessPolicyWindow_v1 = CUaccessPolicyWindow_st;
 pub type CUaccessPolicyWindow = CUaccessPolicyWindow_v1;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_KERNEL_NODE_PARAMS_st {
     pub func: CUfunction,
     pub gridDimX: ::core::ffi::c_uint,
@@ -1999,7 +1999,7 @@ impl Default for CUDA_KERNEL_NODE_PARAMS_st {
 }
 pub type CUDA_KERNEL_NODE_PARAMS_v1 = CUDA_KERNEL_NODE_PARAMS_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_KERNEL_NODE_PARAMS_v2_st {
     pub func: CUfunction,
     pub gridDimX: ::core::ffi::c_uint,
@@ -2026,7 +2026,7 @@ impl Default for CUDA_KERNEL_NODE_PARAMS_v2_st {
 pub type CUDA_KERNEL_NODE_PARAMS_v2 = CUDA_KERNEL_NODE_PARAMS_v2_st;
 pub type CUDA_KERNEL_NODE_PARAMS = CUDA_KERNEL_NODE_PARAMS_v2;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_KERNEL_NODE_PARAMS_v3_st {
     pub func: CUfunction,
     pub gridDimX: ::core::ffi::c_uint,
@@ -2052,7 +2052,7 @@ impl Default for CUDA_KERNEL_NODE_PARAMS_v3_st {
 }
 pub type CUDA_KERNEL_NODE_PARAMS_v3 = CUDA_KERNEL_NODE_PARAMS_v3_st;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUDA_MEMSET_NODE_PARAMS_st {
     pub dst: CUdeviceptr,
     pub pitch: usize,
@@ -2064,7 +2064,7 @@ pub struct CUDA_MEMSET_NODE_PARAMS_st {
 pub type CUDA_MEMSET_NODE_PARAMS_v1 = CUDA_MEMSET_NODE_PARAMS_st;
 pub type CUDA_MEMSET_NODE_PARAMS = CUDA_MEMSET_NODE_PARAMS_v1;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_MEMSET_NODE_PARAMS_v2_st {
     pub dst: CUdeviceptr,
     pub pitch: usize,
@@ -2085,7 +2085,7 @@ impl Default for CUDA_MEMSET_NODE_PARAMS_v2_st {
 }
 pub type CUDA_MEMSET_NODE_PARAMS_v2 = CUDA_MEMSET_NODE_PARAMS_v2_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_HOST_NODE_PARAMS_st {
     pub fn_: CUhostFn,
     pub userData: *mut ::core::ffi::c_void,
@@ -2150,7 +2150,7 @@ impl CUgraphConditionalNodeType_enum {
 pub struct CUgraphConditionalNodeType_enum(pub ::core::ffi::c_uint);
 pub use self::CUgraphConditionalNodeType_enum as CUgraphConditionalNodeType;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_CONDITIONAL_NODE_PARAMS {
     pub handle: CUgraphConditionalHandle,
     pub type_: CUgraphConditionalNodeType,
@@ -2228,7 +2228,7 @@ impl CUgraphDependencyType_enum {
 pub struct CUgraphDependencyType_enum(pub ::core::ffi::c_uint);
 pub use self::CUgraphDependencyType_enum as CUgraphDependencyType;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUgraphEdgeData_st {
     pub from_port: ::core::ffi::c_uchar,
     pub to_port: ::core::ffi::c_uchar,
@@ -2261,7 +2261,7 @@ impl CUgraphInstantiateResult_enum {
 pub struct CUgraphInstantiateResult_enum(pub ::core::ffi::c_uint);
 pub use self::CUgraphInstantiateResult_enum as CUgraphInstantiateResult;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
     pub flags: cuuint64_t,
     pub hUploadStream: CUstream,
@@ -2327,7 +2327,7 @@ impl CUlaunchMemSyncDomain_enum {
 pub struct CUlaunchMemSyncDomain_enum(pub ::core::ffi::c_uint);
 pub use self::CUlaunchMemSyncDomain_enum as CUlaunchMemSyncDomain;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUlaunchMemSyncDomainMap_st {
     pub default_: ::core::ffi::c_uchar,
     pub remote: ::core::ffi::c_uchar,
@@ -2452,14 +2452,14 @@ pub union CUlaunchAttributeValue_union {
     pub sharedMemoryMode: CUsharedMemoryMode,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUlaunchAttributeValue_union__bindgen_ty_1 {
     pub x: ::core::ffi::c_uint,
     pub y: ::core::ffi::c_uint,
     pub z: ::core::ffi::c_uint,
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUlaunchAttributeValue_union__bindgen_ty_2 {
     pub event: CUevent,
     pub flags: ::core::ffi::c_int,
@@ -2475,7 +2475,7 @@ impl Default for CUlaunchAttributeValue_union__bindgen_ty_2 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUlaunchAttributeValue_union__bindgen_ty_3 {
     pub event: CUevent,
     pub flags: ::core::ffi::c_int,
@@ -2490,14 +2490,14 @@ impl Default for CUlaunchAttributeValue_union__bindgen_ty_3 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUlaunchAttributeValue_union__bindgen_ty_4 {
     pub x: ::core::ffi::c_uint,
     pub y: ::core::ffi::c_uint,
     pub z: ::core::ffi::c_uint,
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUlaunchAttributeValue_union__bindgen_ty_5 {
     pub deviceUpdatable: ::core::ffi::c_int,
     pub devNode: CUgraphDeviceNode,
@@ -2539,7 +2539,7 @@ impl Default for CUlaunchAttribute_st {
 }
 pub type CUlaunchAttribute = CUlaunchAttribute_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUlaunchConfig_st {
     pub gridDimX: ::core::ffi::c_uint,
     pub gridDimY: ::core::ffi::c_uint,
@@ -2689,7 +2689,7 @@ impl CUcigDataType_enum {
 pub struct CUcigDataType_enum(pub ::core::ffi::c_uint);
 pub use self::CUcigDataType_enum as CUcigDataType;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUctxCigParam_st {
     pub sharedDataType: CUcigDataType,
     pub sharedData: *mut ::core::ffi::c_void,
@@ -2705,7 +2705,7 @@ impl Default for CUctxCigParam_st {
 }
 pub type CUctxCigParam = CUctxCigParam_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUctxCreateParams_st {
     pub execAffinityParams: *mut CUexecAffinityParam,
     pub numExecAffinityParams: ::core::ffi::c_int,
@@ -2734,7 +2734,7 @@ impl CUstreamCigDataType_enum {
 pub struct CUstreamCigDataType_enum(pub ::core::ffi::c_uint);
 pub use self::CUstreamCigDataType_enum as CUstreamCigDataType;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUstreamCigParam_st {
     pub streamSharedDataType: CUstreamCigDataType,
     pub streamSharedData: *mut ::core::ffi::c_void,
@@ -2778,7 +2778,7 @@ impl CUlibraryOption_enum {
 pub struct CUlibraryOption_enum(pub ::core::ffi::c_uint);
 pub use self::CUlibraryOption_enum as CUlibraryOption;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUlibraryHostUniversalFunctionAndDataTable_st {
     pub functionTable: *mut ::core::ffi::c_void,
     pub functionWindowSize: usize,
@@ -2968,7 +2968,7 @@ pub type CUoccupancyB2DSize = ::core::option::Option<
     unsafe extern "C" fn(blockSize: ::core::ffi::c_int) -> usize,
 >;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_MEMCPY2D_st {
     pub srcXInBytes: usize,
     pub srcY: usize,
@@ -2999,7 +2999,7 @@ impl Default for CUDA_MEMCPY2D_st {
 pub type CUDA_MEMCPY2D_v2 = CUDA_MEMCPY2D_st;
 pub type CUDA_MEMCPY2D = CUDA_MEMCPY2D_v2;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_MEMCPY3D_st {
     pub srcXInBytes: usize,
     pub srcY: usize,
@@ -3039,7 +3039,7 @@ impl Default for CUDA_MEMCPY3D_st {
 pub type CUDA_MEMCPY3D_v2 = CUDA_MEMCPY3D_st;
 pub type CUDA_MEMCPY3D = CUDA_MEMCPY3D_v2;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_MEMCPY3D_PEER_st {
     pub srcXInBytes: usize,
     pub srcY: usize,
@@ -3079,7 +3079,7 @@ impl Default for CUDA_MEMCPY3D_PEER_st {
 pub type CUDA_MEMCPY3D_PEER_v1 = CUDA_MEMCPY3D_PEER_st;
 pub type CUDA_MEMCPY3D_PEER = CUDA_MEMCPY3D_PEER_v1;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_MEMCPY_NODE_PARAMS_st {
     pub flags: ::core::ffi::c_int,
     pub reserved: ::core::ffi::c_int,
@@ -3097,7 +3097,7 @@ impl Default for CUDA_MEMCPY_NODE_PARAMS_st {
 }
 pub type CUDA_MEMCPY_NODE_PARAMS = CUDA_MEMCPY_NODE_PARAMS_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_ARRAY_DESCRIPTOR_st {
     pub Width: usize,
     pub Height: usize,
@@ -3116,7 +3116,7 @@ impl Default for CUDA_ARRAY_DESCRIPTOR_st {
 pub type CUDA_ARRAY_DESCRIPTOR_v2 = CUDA_ARRAY_DESCRIPTOR_st;
 pub type CUDA_ARRAY_DESCRIPTOR = CUDA_ARRAY_DESCRIPTOR_v2;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_ARRAY3D_DESCRIPTOR_st {
     pub Width: usize,
     pub Height: usize,
@@ -3137,7 +3137,7 @@ impl Default for CUDA_ARRAY3D_DESCRIPTOR_st {
 pub type CUDA_ARRAY3D_DESCRIPTOR_v2 = CUDA_ARRAY3D_DESCRIPTOR_st;
 pub type CUDA_ARRAY3D_DESCRIPTOR = CUDA_ARRAY3D_DESCRIPTOR_v2;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUDA_ARRAY_SPARSE_PROPERTIES_st {
     pub tileExtent: CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1,
     pub miptailFirstLevel: ::core::ffi::c_uint,
@@ -3146,7 +3146,7 @@ pub struct CUDA_ARRAY_SPARSE_PROPERTIES_st {
     pub reserved: [::core::ffi::c_uint; 4usize],
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1 {
     pub width: ::core::ffi::c_uint,
     pub height: ::core::ffi::c_uint,
@@ -3155,7 +3155,7 @@ pub struct CUDA_ARRAY_SPARSE_PROPERTIES_st__bindgen_ty_1 {
 pub type CUDA_ARRAY_SPARSE_PROPERTIES_v1 = CUDA_ARRAY_SPARSE_PROPERTIES_st;
 pub type CUDA_ARRAY_SPARSE_PROPERTIES = CUDA_ARRAY_SPARSE_PROPERTIES_v1;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st {
     pub size: usize,
     pub alignment: usize,
@@ -3208,7 +3208,7 @@ impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3 {
     pub devPtr: CUdeviceptr,
     pub format: CUarray_format,
@@ -3225,7 +3225,7 @@ impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4 {
     pub devPtr: CUdeviceptr,
     pub format: CUarray_format,
@@ -3269,7 +3269,7 @@ impl Default for CUDA_RESOURCE_DESC_st {
 pub type CUDA_RESOURCE_DESC_v1 = CUDA_RESOURCE_DESC_st;
 pub type CUDA_RESOURCE_DESC = CUDA_RESOURCE_DESC_v1;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, PartialEq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_TEXTURE_DESC_st {
     pub addressMode: [CUaddress_mode; 3usize],
     pub filterMode: CUfilter_mode,
@@ -3405,7 +3405,7 @@ impl CUresourceViewFormat_enum {
 pub struct CUresourceViewFormat_enum(pub ::core::ffi::c_uint);
 pub use self::CUresourceViewFormat_enum as CUresourceViewFormat;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_RESOURCE_VIEW_DESC_st {
     pub format: CUresourceViewFormat,
     pub width: usize,
@@ -3598,7 +3598,7 @@ impl CUtensorMapAllocClass_enum {
 pub struct CUtensorMapAllocClass_enum(pub ::core::ffi::c_uint);
 pub use self::CUtensorMapAllocClass_enum as CUtensorMapAllocClass;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st {
     pub p2pToken: ::core::ffi::c_ulonglong,
     pub vaSpaceToken: ::core::ffi::c_uint,
@@ -3621,7 +3621,7 @@ impl CUDA_POINTER_ATTRIBUTE_ACCESS_FLAGS_enum {
 pub struct CUDA_POINTER_ATTRIBUTE_ACCESS_FLAGS_enum(pub ::core::ffi::c_uint);
 pub use self::CUDA_POINTER_ATTRIBUTE_ACCESS_FLAGS_enum as CUDA_POINTER_ATTRIBUTE_ACCESS_FLAGS;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_LAUNCH_PARAMS_st {
     pub function: CUfunction,
     pub gridDimX: ::core::ffi::c_uint,
@@ -3695,7 +3695,7 @@ pub union CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1 {
     pub nvSciBufObject: *const ::core::ffi::c_void,
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
     pub handle: *mut ::core::ffi::c_void,
     pub name: *const ::core::ffi::c_void,
@@ -3730,7 +3730,7 @@ impl Default for CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st {
 pub type CUDA_EXTERNAL_MEMORY_HANDLE_DESC_v1 = CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st;
 pub type CUDA_EXTERNAL_MEMORY_HANDLE_DESC = CUDA_EXTERNAL_MEMORY_HANDLE_DESC_v1;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st {
     pub offset: ::core::ffi::c_ulonglong,
     pub size: ::core::ffi::c_ulonglong,
@@ -3740,7 +3740,7 @@ pub struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st {
 pub type CUDA_EXTERNAL_MEMORY_BUFFER_DESC_v1 = CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st;
 pub type CUDA_EXTERNAL_MEMORY_BUFFER_DESC = CUDA_EXTERNAL_MEMORY_BUFFER_DESC_v1;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st {
     pub offset: ::core::ffi::c_ulonglong,
     pub arrayDesc: CUDA_ARRAY3D_DESCRIPTOR,
@@ -3810,7 +3810,7 @@ pub union CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1 {
     pub nvSciSyncObj: *const ::core::ffi::c_void,
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
     pub handle: *mut ::core::ffi::c_void,
     pub name: *const ::core::ffi::c_void,
@@ -3940,7 +3940,7 @@ impl Default for CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_t
     }
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st__bindgen_ty_1__bindgen_ty_3 {
     pub key: ::core::ffi::c_ulonglong,
     pub timeoutMs: ::core::ffi::c_uint,
@@ -3966,7 +3966,7 @@ impl Default for CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st {
 pub type CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_v1 = CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st;
 pub type CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS = CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_v1;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st {
     pub extSemArray: *mut CUexternalSemaphore,
     pub paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
@@ -4017,7 +4017,7 @@ impl Default for CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st {
 }
 pub type CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2 = CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_EXT_SEM_WAIT_NODE_PARAMS_st {
     pub extSemArray: *mut CUexternalSemaphore,
     pub paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
@@ -4263,7 +4263,7 @@ pub union CUarrayMapInfo_st__bindgen_ty_2 {
     pub miptail: CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1 {
     pub level: ::core::ffi::c_uint,
     pub layer: ::core::ffi::c_uint,
@@ -4275,7 +4275,7 @@ pub struct CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_1 {
     pub extentDepth: ::core::ffi::c_uint,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUarrayMapInfo_st__bindgen_ty_2__bindgen_ty_2 {
     pub layer: ::core::ffi::c_uint,
     pub offset: ::core::ffi::c_ulonglong,
@@ -4328,7 +4328,7 @@ pub union CUmemLocation_st__bindgen_ty_1 {
     pub localized: CUmemLocation_st__bindgen_ty_1__bindgen_ty_1,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUmemLocation_st__bindgen_ty_1__bindgen_ty_1 {
     pub deviceId: ::core::ffi::c_uchar,
     pub localityDomainId: ::core::ffi::c_uchar,
@@ -4375,7 +4375,7 @@ pub struct CUmemAllocationProp_st {
     pub allocFlags: CUmemAllocationProp_st__bindgen_ty_1,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUmemAllocationProp_st__bindgen_ty_1 {
     pub compressionType: ::core::ffi::c_uchar,
     pub gpuDirectRDMACapable: ::core::ffi::c_uchar,
@@ -4406,7 +4406,7 @@ impl CUmulticastGranularity_flags_enum {
 pub struct CUmulticastGranularity_flags_enum(pub ::core::ffi::c_uint);
 pub use self::CUmulticastGranularity_flags_enum as CUmulticastGranularity_flags;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUmulticastObjectProp_st {
     pub numDevices: ::core::ffi::c_uint,
     pub size: usize,
@@ -4466,7 +4466,7 @@ impl CUgraphExecUpdateResult_enum {
 pub struct CUgraphExecUpdateResult_enum(pub ::core::ffi::c_uint);
 pub use self::CUgraphExecUpdateResult_enum as CUgraphExecUpdateResult;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUgraphExecUpdateResultInfo_st {
     pub result: CUgraphExecUpdateResult,
     pub errorNode: CUgraphNode,
@@ -4639,7 +4639,7 @@ impl CUmemcpy3DOperandType_enum {
 pub struct CUmemcpy3DOperandType_enum(pub ::core::ffi::c_uint);
 pub use self::CUmemcpy3DOperandType_enum as CUmemcpy3DOperandType;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUoffset3D_st {
     pub x: usize,
     pub y: usize,
@@ -4648,7 +4648,7 @@ pub struct CUoffset3D_st {
 pub type CUoffset3D_v1 = CUoffset3D_st;
 pub type CUoffset3D = CUoffset3D_v1;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUextent3D_st {
     pub width: usize,
     pub height: usize,
@@ -4686,7 +4686,7 @@ impl Default for CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_1 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUmemcpy3DOperand_st__bindgen_ty_1__bindgen_ty_2 {
     pub array: CUarray,
     pub offset: CUoffset3D,
@@ -4819,7 +4819,7 @@ impl CUgraphChildGraphNodeOwnership_enum {
 pub struct CUgraphChildGraphNodeOwnership_enum(pub ::core::ffi::c_int);
 pub use self::CUgraphChildGraphNodeOwnership_enum as CUgraphChildGraphNodeOwnership;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUDA_CHILD_GRAPH_NODE_PARAMS_st {
     pub graph: CUgraph,
     pub ownership: CUgraphChildGraphNodeOwnership,
@@ -5175,7 +5175,7 @@ impl CUprocessState_enum {
 pub struct CUprocessState_enum(pub ::core::ffi::c_uint);
 pub use self::CUprocessState_enum as CUprocessState;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUcheckpointCustomStoragePerDeviceData_st {
     pub devPtr: CUdeviceptr,
     pub size: usize,
@@ -5198,7 +5198,7 @@ pub struct CUIcheckpointOperation_st {
 }
 pub type CUcheckpointOperationHandle = *mut CUIcheckpointOperation_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUcheckpointCustomStorageInfo_st {
     pub handle: CUcheckpointOperationHandle,
     pub perDeviceData: *mut CUcheckpointCustomStoragePerDeviceData,
@@ -5215,7 +5215,7 @@ impl Default for CUcheckpointCustomStorageInfo_st {
 }
 pub type CUcheckpointCustomStorageInfo = CUcheckpointCustomStorageInfo_st;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUcheckpointLockArgs_st {
     pub timeoutMs: ::core::ffi::c_uint,
     pub reserved0: ::core::ffi::c_uint,
@@ -5223,7 +5223,7 @@ pub struct CUcheckpointLockArgs_st {
 }
 pub type CUcheckpointLockArgs = CUcheckpointLockArgs_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUcheckpointCheckpointArgs_st {
     pub customStorageInfo_out: *mut *mut CUcheckpointCustomStorageInfo,
     pub reserved: [::core::ffi::c_char; 56usize],
@@ -5239,14 +5239,14 @@ impl Default for CUcheckpointCheckpointArgs_st {
 }
 pub type CUcheckpointCheckpointArgs = CUcheckpointCheckpointArgs_st;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUcheckpointGpuPair_st {
     pub oldUuid: CUuuid,
     pub newUuid: CUuuid,
 }
 pub type CUcheckpointGpuPair = CUcheckpointGpuPair_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUcheckpointRestoreArgs_st {
     pub gpuPairs: *mut CUcheckpointGpuPair,
     pub gpuPairsCount: ::core::ffi::c_uint,
@@ -5301,7 +5301,7 @@ impl CUmemDecompressAlgorithm_enum {
 pub struct CUmemDecompressAlgorithm_enum(pub ::core::ffi::c_uint);
 pub use self::CUmemDecompressAlgorithm_enum as CUmemDecompressAlgorithm;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUmemDecompressParams_st {
     pub srcNumBytes: usize,
     pub dstNumBytes: usize,
@@ -5336,7 +5336,7 @@ impl CUcliqueType_enum {
 pub struct CUcliqueType_enum(pub ::core::ffi::c_uint);
 pub use self::CUcliqueType_enum as CUcliqueType;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUcliqueInfo_st {
     pub type_: CUcliqueType,
     pub id: ::core::ffi::c_uint,
@@ -5493,7 +5493,7 @@ impl Default for CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_1 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUfabricCpyOperand_st__bindgen_ty_1__bindgen_ty_2 {
     pub id: CUlogicalEndpointId,
     pub offset: cuuint64_t,
@@ -5711,7 +5711,7 @@ impl CUdevResourceType {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUdevResourceType(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CUdevSmResource_st {
     pub smCount: ::core::ffi::c_uint,
     pub minSmPartitionSize: ::core::ffi::c_uint,
@@ -5732,7 +5732,7 @@ impl CUdevWorkqueueConfigScope {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUdevWorkqueueConfigScope(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUdevWorkqueueConfigResource_st {
     pub device: CUdevice,
     pub wqConcurrencyLimit: ::core::ffi::c_uint,
@@ -5764,7 +5764,7 @@ impl Default for CUdevWorkqueueResource_st {
 }
 pub type CUdevWorkqueueResource = CUdevWorkqueueResource_st;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct CU_DEV_SM_RESOURCE_GROUP_PARAMS_st {
     pub smCount: ::core::ffi::c_uint,
     pub coscheduledSmCount: ::core::ffi::c_uint,

@@ -98,27 +98,27 @@ pub struct uchar1 {
 }
 #[repr(C)]
 #[repr(align(2))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct char2 {
     pub x: ::core::ffi::c_schar,
     pub y: ::core::ffi::c_schar,
 }
 #[repr(C)]
 #[repr(align(2))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct uchar2 {
     pub x: ::core::ffi::c_uchar,
     pub y: ::core::ffi::c_uchar,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct char3 {
     pub x: ::core::ffi::c_schar,
     pub y: ::core::ffi::c_schar,
     pub z: ::core::ffi::c_schar,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct uchar3 {
     pub x: ::core::ffi::c_uchar,
     pub y: ::core::ffi::c_uchar,
@@ -126,7 +126,7 @@ pub struct uchar3 {
 }
 #[repr(C)]
 #[repr(align(4))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct char4 {
     pub x: ::core::ffi::c_schar,
     pub y: ::core::ffi::c_schar,
@@ -135,7 +135,7 @@ pub struct char4 {
 }
 #[repr(C)]
 #[repr(align(4))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct uchar4 {
     pub x: ::core::ffi::c_uchar,
     pub y: ::core::ffi::c_uchar,
@@ -154,27 +154,27 @@ pub struct ushort1 {
 }
 #[repr(C)]
 #[repr(align(4))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct short2 {
     pub x: ::core::ffi::c_short,
     pub y: ::core::ffi::c_short,
 }
 #[repr(C)]
 #[repr(align(4))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ushort2 {
     pub x: ::core::ffi::c_ushort,
     pub y: ::core::ffi::c_ushort,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct short3 {
     pub x: ::core::ffi::c_short,
     pub y: ::core::ffi::c_short,
     pub z: ::core::ffi::c_short,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ushort3 {
     pub x: ::core::ffi::c_ushort,
     pub y: ::core::ffi::c_ushort,
@@ -182,7 +182,7 @@ pub struct ushort3 {
 }
 #[repr(C)]
 #[repr(align(8))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct short4 {
     pub x: ::core::ffi::c_short,
     pub y: ::core::ffi::c_short,
@@ -191,7 +191,7 @@ pub struct short4 {
 }
 #[repr(C)]
 #[repr(align(8))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ushort4 {
     pub x: ::core::ffi::c_ushort,
     pub y: ::core::ffi::c_ushort,
@@ -210,27 +210,27 @@ pub struct uint1 {
 }
 #[repr(C)]
 #[repr(align(8))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct int2 {
     pub x: ::core::ffi::c_int,
     pub y: ::core::ffi::c_int,
 }
 #[repr(C)]
 #[repr(align(8))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct uint2 {
     pub x: ::core::ffi::c_uint,
     pub y: ::core::ffi::c_uint,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct int3 {
     pub x: ::core::ffi::c_int,
     pub y: ::core::ffi::c_int,
     pub z: ::core::ffi::c_int,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct uint3 {
     pub x: ::core::ffi::c_uint,
     pub y: ::core::ffi::c_uint,
@@ -238,7 +238,7 @@ pub struct uint3 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct int4 {
     pub x: ::core::ffi::c_int,
     pub y: ::core::ffi::c_int,
@@ -247,7 +247,7 @@ pub struct int4 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct uint4 {
     pub x: ::core::ffi::c_uint,
     pub y: ::core::ffi::c_uint,
@@ -266,27 +266,27 @@ pub struct ulong1 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct long2 {
     pub x: ::core::ffi::c_long,
     pub y: ::core::ffi::c_long,
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ulong2 {
     pub x: ::core::ffi::c_ulong,
     pub y: ::core::ffi::c_ulong,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct long3 {
     pub x: ::core::ffi::c_long,
     pub y: ::core::ffi::c_long,
     pub z: ::core::ffi::c_long,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ulong3 {
     pub x: ::core::ffi::c_ulong,
     pub y: ::core::ffi::c_ulong,
@@ -294,7 +294,7 @@ pub struct ulong3 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct long4 {
     pub x: ::core::ffi::c_long,
     pub y: ::core::ffi::c_long,
@@ -303,7 +303,7 @@ pub struct long4 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ulong4 {
     pub x: ::core::ffi::c_ulong,
     pub y: ::core::ffi::c_ulong,
@@ -312,7 +312,7 @@ pub struct ulong4 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct long4_16a {
     pub x: ::core::ffi::c_long,
     pub y: ::core::ffi::c_long,
@@ -321,7 +321,7 @@ pub struct long4_16a {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ulong4_16a {
     pub x: ::core::ffi::c_ulong,
     pub y: ::core::ffi::c_ulong,
@@ -330,7 +330,7 @@ pub struct ulong4_16a {
 }
 #[repr(C)]
 #[repr(align(32))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct long4_32a {
     pub x: ::core::ffi::c_long,
     pub y: ::core::ffi::c_long,
@@ -339,7 +339,7 @@ pub struct long4_32a {
 }
 #[repr(C)]
 #[repr(align(32))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ulong4_32a {
     pub x: ::core::ffi::c_ulong,
     pub y: ::core::ffi::c_ulong,
@@ -353,13 +353,13 @@ pub struct float1 {
 }
 #[repr(C)]
 #[repr(align(8))]
-#[derive(Debug, Default, Copy, Clone, PartialEq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct float2 {
     pub x: f32,
     pub y: f32,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, PartialEq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct float3 {
     pub x: f32,
     pub y: f32,
@@ -367,7 +367,7 @@ pub struct float3 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, PartialEq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct float4 {
     pub x: f32,
     pub y: f32,
@@ -386,27 +386,27 @@ pub struct ulonglong1 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct longlong2 {
     pub x: ::core::ffi::c_longlong,
     pub y: ::core::ffi::c_longlong,
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ulonglong2 {
     pub x: ::core::ffi::c_ulonglong,
     pub y: ::core::ffi::c_ulonglong,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct longlong3 {
     pub x: ::core::ffi::c_longlong,
     pub y: ::core::ffi::c_longlong,
     pub z: ::core::ffi::c_longlong,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ulonglong3 {
     pub x: ::core::ffi::c_ulonglong,
     pub y: ::core::ffi::c_ulonglong,
@@ -414,7 +414,7 @@ pub struct ulonglong3 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct longlong4 {
     pub x: ::core::ffi::c_longlong,
     pub y: ::core::ffi::c_longlong,
@@ -423,7 +423,7 @@ pub struct longlong4 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct longlong4_16a {
     pub x: ::core::ffi::c_longlong,
     pub y: ::core::ffi::c_longlong,
@@ -432,7 +432,7 @@ pub struct longlong4_16a {
 }
 #[repr(C)]
 #[repr(align(32))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct longlong4_32a {
     pub x: ::core::ffi::c_longlong,
     pub y: ::core::ffi::c_longlong,
@@ -441,7 +441,7 @@ pub struct longlong4_32a {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ulonglong4 {
     pub x: ::core::ffi::c_ulonglong,
     pub y: ::core::ffi::c_ulonglong,
@@ -450,7 +450,7 @@ pub struct ulonglong4 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ulonglong4_16a {
     pub x: ::core::ffi::c_ulonglong,
     pub y: ::core::ffi::c_ulonglong,
@@ -459,7 +459,7 @@ pub struct ulonglong4_16a {
 }
 #[repr(C)]
 #[repr(align(32))]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ulonglong4_32a {
     pub x: ::core::ffi::c_ulonglong,
     pub y: ::core::ffi::c_ulonglong,
@@ -473,13 +473,13 @@ pub struct double1 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, PartialEq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct double2 {
     pub x: f64,
     pub y: f64,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, PartialEq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct double3 {
     pub x: f64,
     pub y: f64,
@@ -487,7 +487,7 @@ pub struct double3 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, PartialEq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct double4 {
     pub x: f64,
     pub y: f64,
@@ -496,7 +496,7 @@ pub struct double4 {
 }
 #[repr(C)]
 #[repr(align(16))]
-#[derive(Debug, Default, Copy, Clone, PartialEq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct double4_16a {
     pub x: f64,
     pub y: f64,
@@ -505,7 +505,7 @@ pub struct double4_16a {
 }
 #[repr(C)]
 #[repr(align(32))]
-#[derive(Debug, Default, Copy, Clone, PartialEq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct double4_32a {
     pub x: f64,
     pub y: f64,
@@ -513,7 +513,7 @@ pub struct double4_32a {
     pub w: f64,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct dim3 {
     pub x: ::core::ffi::c_uint,
     pub y: ::core::ffi::c_uint,
@@ -819,7 +819,7 @@ pub struct cudaExecutionContext_st {
 }
 pub type cudaExecutionContext_t = *mut cudaExecutionContext_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaChannelFormatDesc {
     pub x: ::core::ffi::c_int,
     pub y: ::core::ffi::c_int,
@@ -851,7 +851,7 @@ pub struct cudaMipmappedArray {
 pub type cudaMipmappedArray_t = *mut cudaMipmappedArray;
 pub type cudaMipmappedArray_const_t = *const cudaMipmappedArray;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaArraySparseProperties {
     pub tileExtent: cudaArraySparseProperties__bindgen_ty_1,
     pub miptailFirstLevel: ::core::ffi::c_uint,
@@ -860,14 +860,14 @@ pub struct cudaArraySparseProperties {
     pub reserved: [::core::ffi::c_uint; 4usize],
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaArraySparseProperties__bindgen_ty_1 {
     pub width: ::core::ffi::c_uint,
     pub height: ::core::ffi::c_uint,
     pub depth: ::core::ffi::c_uint,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaArrayMemoryRequirements {
     pub size: usize,
     pub alignment: usize,
@@ -893,7 +893,7 @@ impl cudaMemcpyKind {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpyKind(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaPitchedPtr {
     pub ptr: *mut ::core::ffi::c_void,
     pub pitch: usize,
@@ -910,21 +910,21 @@ impl Default for cudaPitchedPtr {
     }
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaExtent {
     pub width: usize,
     pub height: usize,
     pub depth: usize,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaPos {
     pub x: usize,
     pub y: usize,
     pub z: usize,
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaMemcpy3DParms {
     pub srcArray: cudaArray_t,
     pub srcPos: cudaPos,
@@ -945,7 +945,7 @@ impl Default for cudaMemcpy3DParms {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaMemcpyNodeParams {
     pub flags: ::core::ffi::c_int,
     pub reserved: ::core::ffi::c_int,
@@ -962,7 +962,7 @@ impl Default for cudaMemcpyNodeParams {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaMemcpy3DPeerParms {
     pub srcArray: cudaArray_t,
     pub srcPos: cudaPos,
@@ -984,7 +984,7 @@ impl Default for cudaMemcpy3DPeerParms {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaMemsetParams {
     pub dst: *mut ::core::ffi::c_void,
     pub pitch: usize,
@@ -1003,7 +1003,7 @@ impl Default for cudaMemsetParams {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaMemsetParamsV2 {
     pub dst: *mut ::core::ffi::c_void,
     pub pitch: usize,
@@ -1031,7 +1031,7 @@ impl cudaAccessProperty {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaAccessProperty(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, PartialEq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaAccessPolicyWindow {
     pub base_ptr: *mut ::core::ffi::c_void,
     pub num_bytes: usize,
@@ -1052,7 +1052,7 @@ pub type cudaHostFn_t = ::core::option::Option<
     unsafe extern "C" fn(userData: *mut ::core::ffi::c_void),
 >;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaHostNodeParams {
     pub fn_: cudaHostFn_t,
     pub userData: *mut ::core::ffi::c_void,
@@ -1067,7 +1067,7 @@ impl Default for cudaHostNodeParams {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaHostNodeParamsV2 {
     pub fn_: cudaHostFn_t,
     pub userData: *mut ::core::ffi::c_void,
@@ -1415,7 +1415,7 @@ impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
     pub devPtr: *mut ::core::ffi::c_void,
     pub desc: cudaChannelFormatDesc,
@@ -1431,7 +1431,7 @@ impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
     pub devPtr: *mut ::core::ffi::c_void,
     pub desc: cudaChannelFormatDesc,
@@ -1472,7 +1472,7 @@ impl Default for cudaResourceDesc {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaResourceViewDesc {
     pub format: cudaResourceViewFormat,
     pub width: usize,
@@ -1548,7 +1548,7 @@ impl Default for cudaPointerAttributes {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaFuncAttributes {
     pub sharedSizeBytes: usize,
     pub constSizeBytes: usize,
@@ -2008,7 +2008,7 @@ pub union cudaMemLocation__bindgen_ty_1 {
     pub localized: cudaMemLocation__bindgen_ty_1__bindgen_ty_1,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaMemLocation__bindgen_ty_1__bindgen_ty_1 {
     pub deviceId: ::core::ffi::c_uchar,
     pub localityDomainId: ::core::ffi::c_uchar,
@@ -2256,7 +2256,7 @@ impl cudaMemcpy3DOperandType {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpy3DOperandType(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaOffset3D {
     pub x: usize,
     pub y: usize,
@@ -2292,7 +2292,7 @@ impl Default for cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2 {
     pub array: cudaArray_t,
     pub offset: cudaOffset3D,
@@ -2420,7 +2420,7 @@ pub struct CUuuid_st {
 pub type CUuuid = CUuuid_st;
 pub type cudaUUID_t = CUuuid_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaDeviceProp {
     pub name: [::core::ffi::c_char; 256usize],
     pub uuid: cudaUUID_t,
@@ -2616,7 +2616,7 @@ pub union cudaExternalMemoryHandleDesc__bindgen_ty_1 {
     pub nvSciBufObject: *const ::core::ffi::c_void,
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1 {
     pub handle: *mut ::core::ffi::c_void,
     pub name: *const ::core::ffi::c_void,
@@ -2649,7 +2649,7 @@ impl Default for cudaExternalMemoryHandleDesc {
     }
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaExternalMemoryBufferDesc {
     pub offset: ::core::ffi::c_ulonglong,
     pub size: ::core::ffi::c_ulonglong,
@@ -2657,7 +2657,7 @@ pub struct cudaExternalMemoryBufferDesc {
     pub reserved: [::core::ffi::c_uint; 16usize],
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaExternalMemoryMipmappedArrayDesc {
     pub offset: ::core::ffi::c_ulonglong,
     pub formatDesc: cudaChannelFormatDesc,
@@ -2726,7 +2726,7 @@ pub union cudaExternalSemaphoreHandleDesc__bindgen_ty_1 {
     pub nvSciSyncObj: *const ::core::ffi::c_void,
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1 {
     pub handle: *mut ::core::ffi::c_void,
     pub name: *const ::core::ffi::c_void,
@@ -2852,7 +2852,7 @@ impl Default for cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3 {
     pub key: ::core::ffi::c_ulonglong,
     pub timeoutMs: ::core::ffi::c_uint,
@@ -2917,7 +2917,7 @@ impl cudaDevResourceType {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaDevResourceType(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaDevSmResource {
     pub smCount: ::core::ffi::c_uint,
     pub minSmPartitionSize: ::core::ffi::c_uint,
@@ -2937,7 +2937,7 @@ impl cudaDevWorkqueueConfigScope {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaDevWorkqueueConfigScope(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaDevWorkqueueConfigResource {
     pub device: ::core::ffi::c_int,
     pub wqConcurrencyLimit: ::core::ffi::c_uint,
@@ -2967,7 +2967,7 @@ impl Default for cudaDevWorkqueueResource {
     }
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaDevSmResourceGroupParams_st {
     pub smCount: ::core::ffi::c_uint,
     pub coscheduledSmCount: ::core::ffi::c_uint,
@@ -3101,7 +3101,7 @@ impl cudaLibraryOption {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLibraryOption(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudalibraryHostUniversalFunctionAndDataTable {
     pub functionTable: *mut ::core::ffi::c_void,
     pub functionWindowSize: usize,
@@ -3153,7 +3153,7 @@ impl cudaCGScope {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaCGScope(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaKernelNodeParams {
     pub func: *mut ::core::ffi::c_void,
     pub gridDim: dim3,
@@ -3226,7 +3226,7 @@ impl Default for cudaKernelNodeParamsV2 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaExternalSemaphoreSignalNodeParams {
     pub extSemArray: *mut cudaExternalSemaphore_t,
     pub paramsArray: *const cudaExternalSemaphoreSignalParams,
@@ -3242,7 +3242,7 @@ impl Default for cudaExternalSemaphoreSignalNodeParams {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaExternalSemaphoreSignalNodeParamsV2 {
     pub extSemArray: *mut cudaExternalSemaphore_t,
     pub paramsArray: *const cudaExternalSemaphoreSignalParams,
@@ -3259,7 +3259,7 @@ impl Default for cudaExternalSemaphoreSignalNodeParamsV2 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaExternalSemaphoreWaitNodeParams {
     pub extSemArray: *mut cudaExternalSemaphore_t,
     pub paramsArray: *const cudaExternalSemaphoreWaitParams,
@@ -3275,7 +3275,7 @@ impl Default for cudaExternalSemaphoreWaitNodeParams {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaExternalSemaphoreWaitNodeParamsV2 {
     pub extSemArray: *mut cudaExternalSemaphore_t,
     pub paramsArray: *const cudaExternalSemaphoreWaitParams,
@@ -3314,7 +3314,7 @@ impl cudaGraphConditionalNodeType {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphConditionalNodeType(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaConditionalNodeParams {
     pub handle: cudaGraphConditionalHandle,
     pub type_: cudaGraphConditionalNodeType,
@@ -3332,7 +3332,7 @@ impl Default for cudaConditionalNodeParams {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaMemcpyBatchNodeParams {
     pub count: usize,
     pub dsts: *mut *mut ::core::ffi::c_void,
@@ -3393,7 +3393,7 @@ impl cudaGraphChildGraphNodeOwnership {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphChildGraphNodeOwnership(pub ::core::ffi::c_int);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaChildGraphNodeParams {
     pub graph: cudaGraph_t,
     pub ownership: cudaGraphChildGraphNodeOwnership,
@@ -3408,7 +3408,7 @@ impl Default for cudaChildGraphNodeParams {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaEventRecordNodeParams {
     pub event: cudaEvent_t,
     pub ctx: cudaExecutionContext_t,
@@ -3493,7 +3493,7 @@ impl cudaGraphDependencyType_enum {
 pub struct cudaGraphDependencyType_enum(pub ::core::ffi::c_uint);
 pub use self::cudaGraphDependencyType_enum as cudaGraphDependencyType;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaGraphEdgeData_st {
     pub from_port: ::core::ffi::c_uchar,
     pub to_port: ::core::ffi::c_uchar,
@@ -3563,7 +3563,7 @@ impl cudaGraphInstantiateResult {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphInstantiateResult(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaGraphInstantiateParams_st {
     pub flags: ::core::ffi::c_ulonglong,
     pub uploadStream: cudaStream_t,
@@ -3581,7 +3581,7 @@ impl Default for cudaGraphInstantiateParams_st {
 }
 pub type cudaGraphInstantiateParams = cudaGraphInstantiateParams_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaGraphExecUpdateResultInfo_st {
     pub result: cudaGraphExecUpdateResult,
     pub errorNode: cudaGraphNode_t,
@@ -3635,7 +3635,7 @@ pub union cudaGraphKernelNodeUpdate__bindgen_ty_1 {
     pub isEnabled: ::core::ffi::c_uint,
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1 {
     pub pValue: *const ::core::ffi::c_void,
     pub offset: usize,
@@ -3766,7 +3766,7 @@ impl cudaLaunchMemSyncDomain {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchMemSyncDomain(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaLaunchMemSyncDomainMap_st {
     pub default_: ::core::ffi::c_uchar,
     pub remote: ::core::ffi::c_uchar,
@@ -3868,14 +3868,14 @@ pub union cudaLaunchAttributeValue {
     pub sharedMemoryMode: cudaSharedMemoryMode,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_1 {
     pub x: ::core::ffi::c_uint,
     pub y: ::core::ffi::c_uint,
     pub z: ::core::ffi::c_uint,
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_2 {
     pub event: cudaEvent_t,
     pub flags: ::core::ffi::c_int,
@@ -3891,14 +3891,14 @@ impl Default for cudaLaunchAttributeValue__bindgen_ty_2 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_3 {
     pub x: ::core::ffi::c_uint,
     pub y: ::core::ffi::c_uint,
     pub z: ::core::ffi::c_uint,
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_4 {
     pub event: cudaEvent_t,
     pub flags: ::core::ffi::c_int,
@@ -3913,7 +3913,7 @@ impl Default for cudaLaunchAttributeValue__bindgen_ty_4 {
     }
 }
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_5 {
     pub deviceUpdatable: ::core::ffi::c_int,
     pub devNode: cudaGraphDeviceNode_t,
@@ -3954,7 +3954,7 @@ impl Default for cudaLaunchAttribute_st {
 }
 pub type cudaLaunchAttribute = cudaLaunchAttribute_st;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaLaunchConfig_st {
     pub gridDim: dim3,
     pub blockDim: dim3,
@@ -4121,7 +4121,7 @@ impl cudaTextureReadMode {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaTextureReadMode(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, PartialEq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaTextureDesc {
     pub addressMode: [cudaTextureAddressMode; 3usize],
     pub filterMode: cudaTextureFilterMode,
@@ -4164,7 +4164,7 @@ pub type cudaGraphRecaptureCallback_t = ::core::option::Option<
     ) -> cudaError_t,
 >;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct cudaGraphRecaptureCallbackData {
     pub callbackFunc: cudaGraphRecaptureCallback_t,
     pub userData: *mut ::core::ffi::c_void,

@@ -106,7 +106,7 @@ impl ncclNvlsHostMode_t {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclNvlsHostMode_t(pub ::core::ffi::c_int);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct ncclConfig_v23100 {
     pub size: usize,
     pub magic: ::core::ffi::c_uint,
@@ -153,7 +153,7 @@ pub struct ncclConfigExt {
     pub val: ncclConfigExt__bindgen_ty_2,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ncclConfigExt__bindgen_ty_1 {
     pub vendorId: ::core::ffi::c_int,
     pub optionId: ::core::ffi::c_int,
@@ -185,7 +185,7 @@ impl Default for ncclConfigExt {
 }
 pub type ncclConfigExt_t = ncclConfigExt;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct ncclCollConfig_v23200 {
     pub size: usize,
     pub magic: ::core::ffi::c_uint,
@@ -212,7 +212,7 @@ impl Default for ncclCollConfig_v23200 {
 }
 pub type ncclCollConfig_t = ncclCollConfig_v23200;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, PartialEq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ncclSimInfo_v22200 {
     pub size: usize,
     pub magic: ::core::ffi::c_uint,
@@ -278,7 +278,7 @@ impl ncclScalarResidence_t {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclScalarResidence_t(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct ncclWaitSignalDesc_t {
     pub opCnt: ::core::ffi::c_int,
     pub peer: ::core::ffi::c_int,
@@ -293,7 +293,7 @@ impl ncclEncryptionMode_t {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclEncryptionMode_t(pub ::core::ffi::c_uint);
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Copy, Clone)]
 pub struct ncclEncryptionConfig_v23200 {
     pub size: usize,
     pub magic: ::core::ffi::c_uint,

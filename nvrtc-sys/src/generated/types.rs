@@ -41,7 +41,7 @@ pub struct _nvrtcProgram {
 }
 pub type nvrtcProgram = *mut _nvrtcProgram;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct nvrtcBundledHeadersInfo {
     pub available: ::core::ffi::c_int,
     pub compressedSize: usize,

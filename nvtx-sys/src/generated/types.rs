@@ -683,7 +683,7 @@ pub struct NvtxExportTableID(pub ::core::ffi::c_uint);
 pub type NvtxFunctionPointer = ::core::option::Option<unsafe extern "C" fn()>;
 pub type NvtxFunctionTable = *mut *mut NvtxFunctionPointer;
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct NvtxExportTableCallbacks {
     pub struct_size: usize,
     pub GetModuleFunctionTable: ::core::option::Option<
@@ -695,7 +695,7 @@ pub struct NvtxExportTableCallbacks {
     >,
 }
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct NvtxExportTableVersionInfo {
     pub struct_size: usize,
     pub version: u32,
