@@ -169,7 +169,12 @@ pub fn gpu_bundle(root: &Path) -> Result<(), String> {
     copy_into(&executables(&json, "example"), &out.join("examples"))?;
     // The examples are most of a megabyte each and mostly the same code: packed with xz they
     // take a tenth of the room, which keeps the bundle under what travels to a GPU host.
-    run(Command::new("tar").arg("-cJf").arg(out.join("examples.tar.xz")).arg("-C").arg(&out).arg("examples"))?;
+    run(Command::new("tar")
+        .arg("-cJf")
+        .arg(out.join("examples.tar.xz"))
+        .arg("-C")
+        .arg(&out)
+        .arg("examples"))?;
     std::fs::remove_dir_all(out.join("examples")).map_err(|e| e.to_string())?;
     write_script(&out.join("run"), GPU_RUN)?;
     write_script(&out.join("sanitize"), GPU_SANITIZE)?;

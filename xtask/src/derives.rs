@@ -19,9 +19,9 @@ pub fn trim_parameter_struct_derives(items: &mut [syn::Item]) {
             if !attr.path().is_ident("derive") {
                 continue;
             }
-            let Ok(paths) = attr.parse_args_with(
-                syn::punctuated::Punctuated::<syn::Path, syn::Token![,]>::parse_terminated,
-            ) else {
+            let Ok(paths) = attr
+                .parse_args_with(syn::punctuated::Punctuated::<syn::Path, syn::Token![,]>::parse_terminated)
+            else {
                 continue;
             };
             let kept: Vec<&syn::Path> = paths
