@@ -3,7 +3,8 @@
 //! `cuMemAllocAsync`+`cuMemFreeAsync`, from `PinnedMemoryPool` against
 //! `cuMemHostAlloc`+`cuMemFreeHost`, and 16 threads at once; and what a `DeviceBuffer` costs on
 //! top: `DeviceBuffer::new`+drop of 1 MiB from the default pool against that pool's
-//! allocate+deallocate, and against `cuMemAllocAsync`+`cuMemFreeAsync`, on one stream.
+//! allocate+deallocate, and against `cuMemAllocAsync`+`cuMemFreeAsync`, on one stream; and the
+//! pool's pair against itself, the spread of two identical sides.
 
 use cuda_core::pool::{self, Allocator, MemoryPool, PinnedAllocator, PinnedMemoryPool, StreamRef};
 use cuda_core::{Context, Device, DeviceBuffer, Result, Stream, StreamFlags};
@@ -29,7 +30,7 @@ fn main() {
             );
             // The two ratios of a buffer, in the table's ratio column: its cost over the pool's
             // own calls, and how many times as much the driver's stream-ordered pair costs.
-            if let [over_pool, over_driver] = buffer.as_slice() {
+            if let [over_pool, _spread, over_driver] = buffer.as_slice() {
                 let inverse =
                     if over_driver.ours == 0.0 { f64::NAN } else { over_driver.raw / over_driver.ours };
                 for (name, ratio) in [
@@ -124,6 +125,14 @@ fn run() -> Result<(Vec<Row>, Vec<Row>)> {
             31,
             20_000,
             || buffer_pair(&s),
+            || pool_pair(default, &s),
+        ),
+        // The pool's own pair against itself: how far apart two identical sides come out.
+        compare(
+            "1 MiB: pool allocate+deallocate against itself (the bench's spread)",
+            31,
+            20_000,
+            || pool_pair(default, &s),
             || pool_pair(default, &s),
         ),
         compare(
