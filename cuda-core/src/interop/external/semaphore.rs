@@ -264,7 +264,9 @@ impl WaitParams {
     }
 }
 
-/// Refuses parameters that do not fit the semaphore's kind, saying which to use.
+/// Refuses parameters that do not fit the semaphore's kind, saying which to use. The check is
+/// inline (a signal or wait is a hot path); the refusal is built out of line.
+#[inline]
 fn check_params(
     operation: &'static str,
     kind: SemaphoreKind,
@@ -272,24 +274,41 @@ fn check_params(
     key: Option<u64>,
     fence: Option<*mut c_void>,
 ) -> Result<()> {
-    let (given, wanted) = match (value.is_some(), key.is_some(), fence.is_some()) {
-        (false, false, false) => ("no value", SemaphoreKind::Binary),
-        (true, false, false) => ("a value", SemaphoreKind::Timeline),
-        (false, true, false) => ("a keyed-mutex key", SemaphoreKind::KeyedMutex),
-        (false, false, true) => ("an NvSciSync fence", SemaphoreKind::NvSciSync),
-        _ => return Err(Error::invalid(operation, "give one of a value, a key or a fence")),
+    let fits = match (value.is_some(), key.is_some(), fence.is_some()) {
+        // A timeline may also be used without a value: it then means value 0.
+        (false, false, false) => matches!(kind, SemaphoreKind::Binary | SemaphoreKind::Timeline),
+        (true, false, false) => kind == SemaphoreKind::Timeline,
+        (false, true, false) => kind == SemaphoreKind::KeyedMutex,
+        (false, false, true) => kind == SemaphoreKind::NvSciSync,
+        _ => false,
     };
-    // A timeline may also be used without a value: it then means value 0.
-    if wanted == kind || (kind == SemaphoreKind::Timeline && wanted == SemaphoreKind::Binary) {
-        return Ok(());
-    }
+    if fits { Ok(()) } else { Err(params_refused(operation, kind, value, key, fence)) }
+}
+
+/// The refusal of parameters that do not fit `kind`: what was given and what to use.
+#[cold]
+#[inline(never)]
+fn params_refused(
+    operation: &'static str,
+    kind: SemaphoreKind,
+    value: Option<u64>,
+    key: Option<u64>,
+    fence: Option<*mut c_void>,
+) -> Error {
+    let given = match (value.is_some(), key.is_some(), fence.is_some()) {
+        (false, false, false) => "no value",
+        (true, false, false) => "a value",
+        (false, true, false) => "a keyed-mutex key",
+        (false, false, true) => "an NvSciSync fence",
+        _ => return Error::invalid(operation, "give one of a value, a key or a fence"),
+    };
     let fix = match kind {
         SemaphoreKind::Binary => "new()",
         SemaphoreKind::Timeline => "value(v)",
         SemaphoreKind::KeyedMutex => "keyed_mutex(key, ..)",
         SemaphoreKind::NvSciSync => "nvsci_fence(fence)",
     };
-    Err(Error::invalid(operation, format!("{given} for a {kind:?} semaphore; use {fix}")))
+    Error::invalid(operation, format!("{given} for a {kind:?} semaphore; use {fix}"))
 }
 
 /// An imported semaphore, destroyed on drop once the signals and waits enqueued on it are done
@@ -419,21 +438,27 @@ impl ExternalSemaphore {
         Ok(())
     }
 
-    /// Notes that work on `stream` uses the semaphore, for the drop to wait for.
+    /// Notes that work on `stream` uses the semaphore, for the drop to wait for. Noting the
+    /// created stream noted last again is the inline check; the rest is out of line.
     #[inline]
     fn note(&self, stream: &Stream) {
         // A created stream's handle is its own while `streams` holds it; default-stream
         // handles are shared by contexts and threads, so they are compared as streams.
-        let raw = stream.as_raw() as usize;
-        if !stream.is_default() && self.last_noted.load(Ordering::Relaxed) == raw {
+        if !stream.is_default() && self.last_noted.load(Ordering::Relaxed) == stream.as_raw() as usize {
             return;
         }
+        self.note_slow(stream);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_slow(&self, stream: &Stream) {
         let mut streams = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if !streams.iter().any(|s| s == stream) {
             streams.push(stream.clone());
         }
         if !stream.is_default() {
-            self.last_noted.store(raw, Ordering::Relaxed);
+            self.last_noted.store(stream.as_raw() as usize, Ordering::Relaxed);
         }
     }
 }
