@@ -391,8 +391,19 @@ impl HostUses {
     /// handed over (the tracker records nothing more). Every copy that may still use the
     /// memory was queued before its last recording, whatever stream, thread or context it ran
     /// on.
+    ///
+    /// The buffer being dropped owns its tracker: unless a graph shares it, no lock is taken.
     pub(crate) fn take_in_flight(&mut self) -> Option<Event> {
-        let mut u = self.lock();
+        // No `share` can run meanwhile (`&mut self`): the shared state exists exactly when the
+        // local one was moved into it.
+        if let Some(shared) = self.shared.get() {
+            return Self::take_pending(&mut shared.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        Self::take_pending(self.local.get_mut().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    #[inline]
+    fn take_pending(u: &mut Uses) -> Option<Event> {
         if u.pending == Pending::None {
             return None;
         }

@@ -32,6 +32,31 @@ impl PinnedSource {
             PinnedSource::Shared(a) => &**a,
         }
     }
+
+    /// Allocates `bytes`; the default pool is called directly, not through the trait object.
+    #[inline]
+    fn allocate(&self, bytes: usize) -> Result<PinnedAllocation> {
+        match self {
+            PinnedSource::DefaultPool(p) => p.allocate(bytes),
+            PinnedSource::Shared(a) => a.allocate(bytes),
+        }
+    }
+
+    /// Gives `allocation` back, as [`allocate`](Self::allocate) took it.
+    ///
+    /// # Safety
+    ///
+    /// As [`PinnedAllocator::deallocate`]: it came from this source and is given back once,
+    /// with no copy in flight.
+    #[inline]
+    unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()> {
+        match self {
+            // SAFETY: forwarded under the caller's contract.
+            PinnedSource::DefaultPool(p) => unsafe { p.deallocate(allocation) },
+            // SAFETY: as above.
+            PinnedSource::Shared(a) => unsafe { a.deallocate(allocation) },
+        }
+    }
 }
 
 /// `len` elements of `T` in page-locked (pinned) host memory, from a pinned allocator, given
@@ -197,7 +222,7 @@ impl<T: Pod> PinnedBuffer<T> {
     #[track_caller]
     fn allocate_uninit(source: PinnedSource, len: usize) -> Result<PinnedBuffer<T>> {
         let bytes = checked_bytes::<T>("PinnedBuffer::new", len)?;
-        let allocation = source.allocator().allocate(bytes)?;
+        let allocation = source.allocate(bytes)?;
         if allocation.size < bytes || (allocation.ptr as usize) % std::mem::align_of::<T>() != 0 {
             // SAFETY: just allocated by this allocator and never used.
             let _ = unsafe { source.allocator().deallocate(allocation) };
@@ -430,7 +455,7 @@ impl<T: Pod> Drop for PinnedBuffer<T> {
             }
             None => {
                 // SAFETY: as above, with no copy in flight.
-                if let Err(e) = unsafe { allocator.deallocate(self.allocation) } {
+                if let Err(e) = unsafe { self.source.deallocate(self.allocation) } {
                     match allocator.context() {
                         Some(ctx) => ctx.defer(e),
                         None => eprintln!("cuda-core: PinnedBuffer drop: {e}"),

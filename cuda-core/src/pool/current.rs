@@ -16,6 +16,9 @@ thread_local! {
     /// `DeviceBuffer::new` (no destructor registration, no borrow).
     static HAS_CURRENT: Cell<bool> = const { Cell::new(false) };
     static CURRENT_PINNED: RefCell<Option<Arc<dyn PinnedAllocator>>> = const { RefCell::new(None) };
+    /// Whether `CURRENT_PINNED` holds an allocator: one plain thread-local read on the path
+    /// of `PinnedBuffer::new`.
+    static HAS_CURRENT_PINNED: Cell<bool> = const { Cell::new(false) };
     /// The default pools this thread has used, by device, so `get_allocator` makes one driver
     /// call and no allocation once warm.
     static DEFAULTS: RefCell<Vec<(sys::CUdevice, Arc<dyn Allocator>)>> = const { RefCell::new(Vec::new()) };
@@ -121,13 +124,18 @@ pub(crate) fn thread_allocator() -> Option<Arc<dyn Allocator>> {
 }
 
 /// The pinned allocator set for this thread, if any (not the default).
+#[inline]
 pub(crate) fn current_pinned_allocator() -> Option<Arc<dyn PinnedAllocator>> {
+    if !HAS_CURRENT_PINNED.with(Cell::get) {
+        return None;
+    }
     CURRENT_PINNED.with(|c| c.borrow().clone())
 }
 
 /// Sets this thread's pinned-memory allocator; `None` restores the default (a process-wide
 /// [`PinnedMemoryPool`] in the primary context of device 0).
 pub fn set_pinned_memory_allocator(allocator: Option<Arc<dyn PinnedAllocator>>) {
+    HAS_CURRENT_PINNED.with(|h| h.set(allocator.is_some()));
     CURRENT_PINNED.with(|c| *c.borrow_mut() = allocator);
 }
 
