@@ -34,7 +34,9 @@ impl PinnedSource {
     }
 
     /// Allocates `bytes`; the default pool is called directly, not through the trait object.
+    /// The memory hooks see the caller of the buffer's constructor.
     #[inline]
+    #[track_caller]
     fn allocate(&self, bytes: usize) -> Result<PinnedAllocation> {
         match self {
             PinnedSource::DefaultPool(p) => p.allocate(bytes),
@@ -49,6 +51,7 @@ impl PinnedSource {
     /// As [`PinnedAllocator::deallocate`]: it came from this source and is given back once,
     /// with no copy in flight.
     #[inline]
+    #[track_caller]
     unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()> {
         match self {
             // SAFETY: forwarded under the caller's contract.
