@@ -11,6 +11,7 @@ use crate::stream::{Stream, StreamUses, deferred};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// `len` elements of `T` in memory space `S` ([`DeviceOnly`] by default, or
@@ -53,7 +54,9 @@ pub struct DeviceBuffer<T: Pod, S: MemorySpace = DeviceOnly> {
     token: u64,
     source: Source,
     stream: HeldStream,
-    uses: StreamUses,
+    /// Dropped by hand at the end of the buffer's drop, and only when it holds a list: the
+    /// buffer used on its own stream only, the common one, then makes no call for it.
+    uses: ManuallyDrop<StreamUses>,
     /// Set once [`free`](Self::free) has given the memory back.
     released: bool,
     /// Set once [`set_stream`](Self::set_stream) moved the buffer off the stream it was
@@ -157,7 +160,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             source,
             careful: held.is_per_thread(),
             stream: held,
-            uses: StreamUses::new(),
+            uses: ManuallyDrop::new(StreamUses::new()),
             released: false,
             moved: false,
             _marker: PhantomData,
@@ -196,7 +199,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             token: allocation.token,
             source: Source::Shared(allocator),
             stream: HeldStream::Counted(stream.clone()),
-            uses: StreamUses::new(),
+            uses: ManuallyDrop::new(StreamUses::new()),
             released: false,
             moved: false,
             careful: stream.is_per_thread(),
@@ -396,7 +399,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             source: self.source.clone(),
             allocation: self.allocation(),
             stream: Stream::clone(&self.stream),
-            uses: std::mem::take(&mut self.uses),
+            uses: std::mem::take(&mut *self.uses),
             moved: self.moved,
         }
         .run(true);
@@ -469,17 +472,31 @@ impl LateRelease {
 }
 
 impl<T: Pod, S: MemorySpace> Drop for DeviceBuffer<T, S> {
+    #[inline]
     #[track_caller]
     fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        if let Err(e) = self.give_back() {
-            match &self.stream {
-                HeldStream::Counted(stream) => stream.context().defer(e),
-                // The allocation is back: the borrowed handle may be gone.
-                HeldStream::Kept(_) => self.source.defer(e),
+        if !self.released {
+            if let Err(e) = self.give_back() {
+                self.keep_drop_error(e);
             }
+        }
+        if self.uses.holds_list() {
+            // SAFETY: dropped once, here, and not used again.
+            unsafe { ManuallyDrop::drop(&mut self.uses) };
+        }
+    }
+}
+
+impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
+    /// Keeps an error met while the drop gave the memory back, where the next call will report
+    /// it.
+    #[cold]
+    #[inline(never)]
+    fn keep_drop_error(&self, e: Error) {
+        match &self.stream {
+            HeldStream::Counted(stream) => stream.context().defer(e),
+            // The allocation is back: the borrowed handle may be gone.
+            HeldStream::Kept(_) => self.source.defer(e),
         }
     }
 }

@@ -43,6 +43,12 @@ impl StreamUses {
         self.inner.get_mut().unwrap_or_else(PoisonError::into_inner).as_deref_mut()
     }
 
+    /// Whether a list was ever made: only then does dropping `self` free anything.
+    #[inline]
+    pub(crate) fn holds_list(&mut self) -> bool {
+        self.inner.get_mut().unwrap_or_else(PoisonError::into_inner).is_some()
+    }
+
     /// The list, made on first use, under the lock.
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Box<Noted>>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
