@@ -13,9 +13,13 @@
 //!   errors and the NVIDIA section of the C function it calls (see [`docaudit`]).
 //! * `gpu-bundle`: pack the GPU test suite into `.gpu/` for a host without a Rust toolchain.
 //! * `bench`: pack the benchmarks into `.bench/` (run there with `.bench/run`).
+//! * `build-cost`: the instructions rustc executes to type-check cuda-driver-sys and cuda-core
+//!   (with and without its default features), counted by callgrind: a build-time measure that
+//!   does not move with the machine's load (see [`buildcost`]).
 
 mod abi;
 mod bindgen;
+mod buildcost;
 mod bundle;
 mod changes;
 mod cmacros;
@@ -34,6 +38,10 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `build-cost` runs this program as cargo's rustc wrapper.
+    if let Some(code) = buildcost::wrap(&args) {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -82,7 +90,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
     let Some((cmd, rest)) = args.split_first() else {
         return Err(
-            "usage: cargo xtask <bindgen [--check] [--cuda X.Y] [--nccl X.Y] | surface [--strict] | compat | doc-audit | gpu-bundle | bench>".into()
+            "usage: cargo xtask <bindgen [--check] [--cuda X.Y] [--nccl X.Y] | surface [--strict] | compat | doc-audit | gpu-bundle | bench | build-cost>".into()
         );
     };
     match cmd.as_str() {
@@ -141,6 +149,7 @@ fn run(args: &[String]) -> Result<(), String> {
         "doc-audit" => docaudit::run(&root),
         "gpu-bundle" => bundle::gpu_bundle(&root),
         "bench" => bundle::bench_bundle(&root),
+        "build-cost" => buildcost::run(&root),
         other => Err(format!("unknown command {other}")),
     }
 }
