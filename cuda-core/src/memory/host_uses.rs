@@ -402,6 +402,7 @@ impl HostUses {
         Self::take_pending(self.local.get_mut().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// The event after the copies in flight in `u`, taken; `None` when none is in flight.
     #[inline]
     fn take_pending(u: &mut Uses) -> Option<Event> {
         if u.pending == Pending::None {
