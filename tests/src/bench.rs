@@ -45,7 +45,7 @@ impl Row {
 }
 
 /// The median of `v` (the upper one of an even count); NaN for none.
-pub fn median(mut v: Vec<f64>) -> f64 {
+fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }

@@ -228,7 +228,7 @@ impl<T: Pod> PinnedBuffer<T> {
         let allocation = source.allocate(bytes)?;
         if allocation.size < bytes || (allocation.ptr as usize) % std::mem::align_of::<T>() != 0 {
             // SAFETY: just allocated by this allocator and never used.
-            let _ = unsafe { source.allocator().deallocate(allocation) };
+            let _ = unsafe { source.deallocate(allocation) };
             return Err(Error::invalid(
                 "PinnedBuffer::new",
                 format!(
