@@ -325,8 +325,12 @@ impl LockedProcess {
     ///
     /// With no `gpu_pairs` each GPU's memory goes back to that GPU; otherwise the pairs must
     /// name every GPU the process was checkpointed on (a CUDA 13.0 driver; older ones refuse
-    /// pairs with their status). Refused with [`Error::InvalidArgument`] unless the process is
-    /// Checkpointed; the driver refuses GPUs of another chip or with too little free memory.
+    /// pairs with their status). A process that initialised CUDA is checkpointed on every GPU
+    /// it can see, including ones it never allocated on: pairs that leave one out are refused
+    /// with `CUDA_ERROR_INVALID_VALUE`, and the process stays Checkpointed.
+    ///
+    /// Refused with [`Error::InvalidArgument`] unless the process is Checkpointed; the driver
+    /// refuses GPUs of another chip or with too little free memory.
     pub fn restore(&mut self, gpu_pairs: &[GpuPair]) -> Result<()> {
         const OP: &str = "checkpoint::LockedProcess::restore";
         let count = u32::try_from(gpu_pairs.len())

@@ -9,7 +9,8 @@
 use cuda_core::checkpoint::{self, GpuPair, Process, ProcessState};
 use cuda_core::coredump::{Coredump, CoredumpFlags};
 use cuda_core::device::{AtomicCaps, AtomicOp};
-use cuda_core::{DeviceBuffer, Error};
+use cuda_core::{Device, DeviceBuffer, Error};
+use cuda_driver_sys::CUresult;
 use cuda_tests::child::Child;
 use cuda_tests::{Failed, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, still_usable};
 use std::io::{BufRead, Write};
@@ -145,7 +146,7 @@ fn start(role: &str) -> Result<Child, Failed> {
 /// refuses them (`CUDA_ERROR_NOT_SUPPORTED`), which the query of this process's state shows.
 fn checkpoints_are_taken() -> Result<(), String> {
     match checkpoint::process_state(std::process::id()) {
-        Err(e) if e.driver_status() == Some(cuda_driver_sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) => {
+        Err(e) if e.driver_status() == Some(CUresult::CUDA_ERROR_NOT_SUPPORTED) => {
             Err(format!("the driver refuses checkpoint calls in this process, as under a CUDA tool: {e}"))
         }
         _ => Ok(()),
@@ -178,15 +179,32 @@ fn a_child_keeps_its_device_memory_through_checkpoint_and_restore() -> TestResul
     ensure_eq!(locked.unlock()?, process);
     ensure_eq!(process.state()?, ProcessState::Running, "after unlock");
 
-    // Handed on locked, taken over, restored onto the same GPU named by a pair, checkpointed
+    // Handed on locked, taken over, restored onto the same GPUs named by pairs, checkpointed
     // again and dropped: the drop restores and unlocks.
     let process = process.lock(Some(LOCK_TIMEOUT))?.leave_locked();
     ensure_eq!(process.state()?, ProcessState::Locked, "left locked");
     let mut locked = process.adopt_lock()?;
     locked.checkpoint()?;
-    let uuid = device.uuid()?;
-    locked.restore(&[GpuPair { old: uuid, new: uuid }])?;
-    ensure_eq!(process.state()?, ProcessState::Locked, "after a restore with a GPU pair");
+    // The child initialised CUDA, so it was checkpointed on every GPU it sees, not only the one
+    // that holds its buffer: pairs that leave one out are refused, and the process stays
+    // checkpointed.
+    let mut pairs = Vec::new();
+    for d in Device::all()? {
+        let uuid = d.uuid()?;
+        pairs.push(GpuPair { old: uuid, new: uuid });
+    }
+    if pairs.len() > 1 {
+        let uuid = device.uuid()?;
+        let partial = locked.restore(&[GpuPair { old: uuid, new: uuid }]);
+        ensure!(
+            matches!(&partial, Err(e) if e.driver_status() == Some(CUresult::CUDA_ERROR_INVALID_VALUE)),
+            "a restore naming one of {} GPUs: {partial:?}",
+            pairs.len()
+        );
+        ensure_eq!(process.state()?, ProcessState::Checkpointed, "after a refused restore");
+    }
+    locked.restore(&pairs)?;
+    ensure_eq!(process.state()?, ProcessState::Locked, "after a restore with a pair for each GPU");
     locked.checkpoint()?;
     drop(locked);
     ensure_eq!(process.state()?, ProcessState::Running, "after dropping a checkpointed process's lock");
