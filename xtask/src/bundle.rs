@@ -32,13 +32,18 @@ const GPU_SANITIZE: &str = r#"#!/bin/bash
 # test of two kernels overlapping (programmatic dependent launch): the tools serialize kernels.
 # Memcheck skips the three tests in which a pool keeps a block for good (its last event was
 # recorded in a stream capture, so it is never known free): the leak check reports it.
+# Synccheck skips the soundness test that all-reduces 64 MiB on two GPUs in one group: NCCL's
+# ring LL all-reduce kernel (NCCL 2.28) reports divergent barriers under synccheck, as the same
+# all-reduce made from CuPy does, and the launch failure the tool then causes breaks the contexts
+# of every later test in the binary.
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 [ -d "$here/examples" ] || tar -xJf "$here/examples.tar.xz" -C "$here" || exit 2
 tool=${1:-memcheck}; shift
 extra=()
-kept=()
-[ "$tool" = memcheck ] && extra=(--leak-check full --report-api-errors no) && kept=(--skip pinned_pool_keeps_a_block --skip memory_pool_keeps_a_block)
+tool_skips=()
+[ "$tool" = memcheck ] && extra=(--leak-check full --report-api-errors no) && tool_skips=(--skip pinned_pool_keeps_a_block --skip memory_pool_keeps_a_block)
+[ "$tool" = synccheck ] && tool_skips=(--skip nccl_group_all_reduce_into_buffers_dropped_inside_the_group)
 command -v compute-sanitizer >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
 dir=$(mktemp -d)
 "$here/cargo-nextest" nextest list --run-ignored all --archive-file "$here/tests.tar.zst"     --workspace-remap "$root" --extract-to "$dir" >/dev/null 2>&1 || { echo "cannot extract the archive"; exit 2; }
@@ -54,7 +59,7 @@ for b in $(find "$dir" -type f -path '*/deps/*' -perm -u+x ! -name '*.so' ! -nam
         --target-processes all --error-exitcode 99 "$b" --test-threads 1 \
         --skip a_faulting_kernel --skip jit_options_limit_registers_and_fill_the_info_log \
         --skip this_process_is_running_for_checkpoints \
-        --skip programmatic_dependent_launch_overlaps_two_kernels "${kept[@]}" > "$dir/$name.out" 2>&1
+        --skip programmatic_dependent_launch_overlaps_two_kernels "${tool_skips[@]}" > "$dir/$name.out" 2>&1
       echo $? > "$dir/$name.code" ) &
 done
 wait
