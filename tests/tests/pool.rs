@@ -28,6 +28,7 @@ fn main() {
         gpu("default_allocator_and_c_interface", default_allocator_and_c_interface),
         gpu("typed_views_of_pooled_memory", typed_views_of_pooled_memory),
         gpu("hooks_see_device_and_pinned_pools", hooks_see_device_and_pinned_pools),
+        gpu("hooks_report_where_buffers_are_made_and_freed", hooks_report_where_buffers_are_made_and_freed),
     ]);
 }
 
@@ -403,5 +404,50 @@ fn hooks_see_device_and_pinned_pools() -> TestResult {
         let want_id = if e.kind == MemoryKind::Device { device_id } else { -1 };
         ensure_eq!(e.device_id, want_id);
     }
+    Ok(())
+}
+
+/// The place each hook event names, as (callback, line); the file is checked apart.
+fn places(seen: &Seen, kind: &str) -> Vec<(&'static str, u32)> {
+    seen.0
+        .borrow()
+        .iter()
+        .filter(|(n, _)| *n == kind)
+        .map(|(_, e)| (e.location.file(), e.location.line()))
+        .collect()
+}
+
+/// From the default pool: `new` and `free` report their callers; a drop reports one place
+/// whichever way the buffer is given back (on its own stream only, or after another stream).
+fn hooks_report_where_buffers_are_made_and_freed() -> TestResult {
+    let ctx = ctx()?;
+    let (s, other) =
+        (Stream::new(&ctx, StreamFlags::NON_BLOCKING)?, Stream::new(&ctx, StreamFlags::NON_BLOCKING)?);
+    pool::set_allocator(None);
+    // The default pool's first buffer may grow it; only steady-state events are looked at.
+    drop(DeviceBuffer::<u32>::new(&s, 256)?);
+    let seen = Rc::new(Seen::default());
+    let guard = hooks::install(seen.clone())?;
+    let first = line!() + 1;
+    let freed = DeviceBuffer::<u32>::new(&s, 256)?;
+    freed.free()?;
+    let own = DeviceBuffer::<u32>::new(&s, 256)?;
+    drop(own);
+    let shared = DeviceBuffer::<u32>::new(&s, 256)?;
+    shared.record_stream(&other)?;
+    drop(shared);
+    drop(guard);
+    let this = file!();
+    let mallocs = places(&seen, "malloc");
+    ensure_eq!(
+        mallocs,
+        vec![(this, first), (this, first + 2), (this, first + 4)],
+        "where the buffers were made"
+    );
+    let frees = places(&seen, "free");
+    ensure_eq!(frees.len(), 3, "frees seen: {frees:?}");
+    ensure_eq!(frees[0], (this, first + 1), "`free` reports its caller");
+    ensure_eq!(frees[1], frees[2], "the two drops report one place");
+    other.synchronize()?;
     Ok(())
 }

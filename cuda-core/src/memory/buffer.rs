@@ -151,8 +151,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         len: usize,
         bytes: usize,
     ) -> Result<DeviceBuffer<T, S>> {
-        let (allocation, held) = source.allocate(bytes, stream)?;
-        Ok(DeviceBuffer {
+        source.allocate(bytes, stream, |source, allocation, held| DeviceBuffer {
             ptr: allocation.ptr,
             len,
             size: allocation.size,
@@ -375,6 +374,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// open; never when the work that may use the memory could not be waited for (then it is
     /// kept: a leak, not a reuse under running work).
     #[inline]
+    #[track_caller]
     fn give_back(&mut self) -> Result<()> {
         if !self.careful && self.uses.is_untouched() {
             // SAFETY: the allocation came from `source` and is given back once (`released` is
@@ -387,6 +387,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// [`give_back`](Self::give_back) for a buffer used on other streams, moved, on a
     /// per-thread default stream, or inside NCCL groups.
     #[cold]
+    #[track_caller]
     fn give_back_noted(&mut self) -> Result<()> {
         if self.uses.pending_group().is_none() {
             // SAFETY: the allocation came from `source` and is given back once (`released` is
@@ -417,6 +418,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
 /// `allocation` came from `source`, is given back once, and every stream other than `stream`
 /// that may use it is in `uses`.
 #[inline]
+#[track_caller]
 unsafe fn release(
     source: &Source,
     allocation: DeviceAllocation,
@@ -475,6 +477,28 @@ impl<T: Pod, S: MemorySpace> Drop for DeviceBuffer<T, S> {
     #[inline]
     #[track_caller]
     fn drop(&mut self) {
+        // The common buffer, used on its own created stream only, makes one check of its stream
+        // uses: with no list, nothing else used the memory.
+        if !self.careful && !self.uses.holds_list() {
+            if !self.released {
+                // SAFETY: the allocation came from `source` and is given back once, here; no
+                // other stream may use it.
+                if let Err(e) = unsafe { self.source.deallocate(self.allocation(), &self.stream, &[]) } {
+                    self.keep_drop_error(e);
+                }
+            }
+            return;
+        }
+        self.drop_noted();
+    }
+}
+
+impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
+    /// The drop of a buffer with a list of stream uses, or one that must look beyond them.
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    fn drop_noted(&mut self) {
         if !self.released {
             if let Err(e) = self.give_back() {
                 self.keep_drop_error(e);
@@ -485,9 +509,7 @@ impl<T: Pod, S: MemorySpace> Drop for DeviceBuffer<T, S> {
             unsafe { ManuallyDrop::drop(&mut self.uses) };
         }
     }
-}
 
-impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// Keeps an error met while the drop gave the memory back, where the next call will report
     /// it.
     #[cold]

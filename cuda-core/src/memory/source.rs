@@ -41,21 +41,29 @@ impl Source {
         Ok(Source::Shared(Arc::new(crate::pool::DeviceAllocator::new(ctx))))
     }
 
-    /// Allocates `bytes` for use on `stream`, with the buffer's hold on the stream.
+    /// Allocates `bytes` for use on `stream` and hands the source, the allocation and the
+    /// buffer's hold on the stream to `make`, which builds the buffer. Each way of allocating
+    /// calls `make` itself, so that the buffer is written once, where it is returned.
     ///
     /// An allocator that returns fewer bytes than asked is refused with an
     /// [`Error::InvalidArgument`](crate::Error) naming it, and the short allocation is given
     /// back to it (a failure to give it back is kept in `stream`'s context).
     #[inline]
     #[track_caller]
-    pub(crate) fn allocate(&self, bytes: usize, stream: &Stream) -> Result<(DeviceAllocation, HeldStream)> {
-        match self {
-            Source::DefaultPool(pool) if bytes > 0 => {
+    pub(crate) fn allocate<R>(
+        self,
+        bytes: usize,
+        stream: &Stream,
+        make: impl FnOnce(Source, DeviceAllocation, HeldStream) -> R,
+    ) -> Result<R> {
+        match &self {
+            &Source::DefaultPool(pool) if bytes > 0 => {
                 let (allocation, kept) = pool.allocate_kept(bytes, stream)?;
-                Ok((allocation, HeldStream::Kept(kept)))
+                Ok(make(self, allocation, HeldStream::Kept(kept)))
             }
-            Source::DefaultPool(pool) => {
-                Ok((pool.allocate_on(bytes, stream.as_raw())?, HeldStream::Counted(stream.clone())))
+            &Source::DefaultPool(pool) => {
+                let allocation = pool.allocate_on(bytes, stream.as_raw())?;
+                Ok(make(self, allocation, HeldStream::Counted(stream.clone())))
             }
             Source::Shared(a) => {
                 if stream.is_default() && a.context().is_some_and(|c| c != stream.context()) {
@@ -65,7 +73,7 @@ impl Source {
                 if allocation.size < bytes {
                     return Err(short_allocation(a.as_ref(), allocation, bytes, stream));
                 }
-                Ok((allocation, HeldStream::Counted(stream.clone())))
+                Ok(make(self, allocation, HeldStream::Counted(stream.clone())))
             }
         }
     }

@@ -199,19 +199,23 @@ impl PoolCore {
         };
         let key = stream_key(stream);
         let s = shard_of(key);
-        {
+        // The block taken is returned once the shard is unlocked: written before the unlock,
+        // the result would be stored to memory and copied again.
+        let taken = {
             let mut shard = self.lock(s);
-            if let Some(a) = Self::take(&mut shard, s, key, rounded, keep) {
-                return Ok(a);
-            }
-            if shard.has_pending() {
-                shard.poll_pending(|e| self.events.is_complete(e));
-                if let Some(a) = Self::take(&mut shard, s, key, rounded, keep) {
-                    return Ok(a);
+            match Self::take(&mut shard, s, key, rounded, keep) {
+                Some(a) => Some(a),
+                None if shard.has_pending() => {
+                    shard.poll_pending(|e| self.events.is_complete(e));
+                    Self::take(&mut shard, s, key, rounded, keep)
                 }
+                None => None,
             }
+        };
+        match taken {
+            Some(a) => Ok(a),
+            None => self.grow(key, size, rounded, stream, keep, location),
         }
-        self.grow(key, size, rounded, stream, keep, location)
     }
 
     /// Best fit from the arena of `key`; with `keep`, the arena holds that stream's handle.

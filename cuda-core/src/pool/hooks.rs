@@ -50,7 +50,9 @@ pub struct HookEvent {
     pub mem_ptr: u64,
     /// The pool's identity (its address), 0 for upstream events.
     pub pmem_id: usize,
-    /// Where in the program the allocation or free was asked for.
+    /// Where in the program the allocation or free was asked for. A buffer given back by its
+    /// drop reports the drop glue's place in `core::ptr`, since Rust passes no call site
+    /// through a drop; `free` reports its caller.
     pub location: &'static Location<'static>,
 }
 
