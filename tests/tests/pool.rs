@@ -407,7 +407,7 @@ fn hooks_see_device_and_pinned_pools() -> TestResult {
     Ok(())
 }
 
-/// The place each hook event names, as (callback, line); the file is checked apart.
+/// The places, as (file, line), that the hook events of callback `kind` name.
 fn places(seen: &Seen, kind: &str) -> Vec<(&'static str, u32)> {
     seen.0
         .borrow()

@@ -377,11 +377,20 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     #[track_caller]
     fn give_back(&mut self) -> Result<()> {
         if !self.careful && self.uses.is_untouched() {
-            // SAFETY: the allocation came from `source` and is given back once (`released` is
-            // set by the callers); no other stream may use it.
-            return unsafe { self.source.deallocate(self.allocation(), &self.stream, &[]) };
+            return self.give_back_alone();
         }
         self.give_back_noted()
+    }
+
+    /// [`give_back`](Self::give_back) for a buffer that no other stream used: not moved, not
+    /// on a per-thread default stream, nothing noted in `uses`.
+    #[inline]
+    #[track_caller]
+    fn give_back_alone(&mut self) -> Result<()> {
+        // SAFETY: the allocation came from `source` and is given back once (`released` is set,
+        // or the buffer dropped, by the callers); the callers checked that no other stream may
+        // use it.
+        unsafe { self.source.deallocate(self.allocation(), &self.stream, &[]) }
     }
 
     /// [`give_back`](Self::give_back) for a buffer used on other streams, moved, on a
@@ -481,9 +490,7 @@ impl<T: Pod, S: MemorySpace> Drop for DeviceBuffer<T, S> {
         // uses: with no list, nothing else used the memory.
         if !self.careful && !self.uses.holds_list() {
             if !self.released {
-                // SAFETY: the allocation came from `source` and is given back once, here; no
-                // other stream may use it.
-                if let Err(e) = unsafe { self.source.deallocate(self.allocation(), &self.stream, &[]) } {
+                if let Err(e) = self.give_back_alone() {
                     self.keep_drop_error(e);
                 }
             }

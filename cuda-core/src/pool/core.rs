@@ -203,14 +203,12 @@ impl PoolCore {
         // the result would be stored to memory and copied again.
         let taken = {
             let mut shard = self.lock(s);
-            match Self::take(&mut shard, s, key, rounded, keep) {
-                Some(a) => Some(a),
-                None if shard.has_pending() => {
-                    shard.poll_pending(|e| self.events.is_complete(e));
-                    Self::take(&mut shard, s, key, rounded, keep)
-                }
-                None => None,
+            let mut taken = Self::take(&mut shard, s, key, rounded, keep);
+            if taken.is_none() && shard.has_pending() {
+                shard.poll_pending(|e| self.events.is_complete(e));
+                taken = Self::take(&mut shard, s, key, rounded, keep);
             }
+            taken
         };
         match taken {
             Some(a) => Ok(a),
