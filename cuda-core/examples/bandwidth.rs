@@ -55,9 +55,9 @@ fn run(mib: usize) -> cuda_core::Result<()> {
     }
 
     let rows = [
-        ("host to device, pinned", measure(bytes, || device_a.copy_from(pinned.as_slice()?))?),
+        ("host to device, pinned", measure(bytes, || device_a.copy_from(&pinned.as_slice()?))?),
         ("host to device, pageable", measure(bytes, || device_a.copy_from(&pageable))?),
-        ("device to host, pinned", measure(bytes, || device_a.copy_to(pinned.as_mut_slice()?))?),
+        ("device to host, pinned", measure(bytes, || device_a.copy_to(&mut pinned.as_mut_slice()?))?),
         ("device to host, pageable", measure(bytes, || device_a.copy_to(&mut pageable))?),
         // A device-to-device copy reads and writes each byte: count both, as bandwidth tools do.
         ("device to device (read + write)", 2.0 * measure(bytes, || device_b.copy_from_device(&device_a))?),

@@ -118,7 +118,7 @@ impl Pipeline {
         let mut wrong = 0;
         for chunk in &self.chunks {
             let (input, output) = (chunk.input.as_slice()?, chunk.output.as_slice()?);
-            wrong += input.iter().zip(output).filter(|&(x, y)| *y != A * x).count();
+            wrong += input.iter().zip(output.iter()).filter(|&(x, y)| *y != A * x).count();
         }
         Ok(wrong)
     }

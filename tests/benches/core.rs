@@ -131,6 +131,9 @@ fn run() -> Result<Vec<Row>> {
     ));
     other.synchronize()?;
     s.synchronize()?;
+    rows.push(first_use_on_another_stream(&s, &other, er)?);
+    other.synchronize()?;
+    s.synchronize()?;
 
     let src = DeviceBuffer::<u8>::zeroed(&s, n)?;
     let sp = src.as_raw();
@@ -150,4 +153,39 @@ fn run() -> Result<Vec<Row>> {
         },
     ));
     Ok(rows)
+}
+
+/// The first use of a buffer on a stream other than its own: the stream is made to wait for the
+/// buffer's own stream (one event recorded there, one wait), then the memset is queued; against
+/// the raw record, wait and memset. Each call takes a buffer never used on `other` (made
+/// beforehand, given back after the timing).
+fn first_use_on_another_stream(s: &Stream, other: &Stream, er: sys::CUevent) -> Result<Row> {
+    const ROUNDS: usize = 11;
+    const ITERS: u64 = 2_000;
+    let count = ROUNDS * ITERS as usize + 1_000;
+    let mut fresh = (0..count).map(|_| DeviceBuffer::<u32>::zeroed(s, 1)).collect::<Result<Vec<_>>>()?;
+    let mut used = Vec::with_capacity(count);
+    s.synchronize()?;
+    let target = DeviceBuffer::<u32>::zeroed(s, 1)?;
+    let (sr, or, tp) = (s.as_raw(), other.as_raw(), target.as_raw());
+    let row = compare(
+        "first use on another stream: memset of 4 bytes vs raw record+wait+memset",
+        ROUNDS,
+        ITERS,
+        || {
+            if let Some(mut b) = fresh.pop() {
+                black_box(b.view_mut().memset_d32_async(1, black_box(other))).ok();
+                used.push(b);
+            }
+        },
+        // SAFETY: a live allocation of 4 bytes; live event and streams.
+        || unsafe {
+            black_box(sys::cuEventRecord(er, sr));
+            black_box(sys::cuStreamWaitEvent(or, er, 0));
+            black_box(sys::cuMemsetD32Async(tp, 1, 1, black_box(or)));
+        },
+    );
+    other.synchronize()?;
+    drop((used, fresh));
+    Ok(row)
 }

@@ -409,7 +409,7 @@ fn safe_pinned_pipeline_across_two_streams() -> TestResult {
     let mut other = PinnedBuffer::<u32>::new(n)?;
     other.as_mut_slice()?.fill(0xdead_beef);
     let got = dst.as_slice()?;
-    if let Some(i) = first_difference(got, &input) {
+    if let Some(i) = first_difference(&got, &input) {
         return Err(format!("element {i}: {:#x} instead of {:#x}", got[i], input[i]).into());
     }
     ensure!(!dst.has_copies_in_flight(), "copies still in flight after as_slice waited for them");

@@ -8,17 +8,28 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
+#[path = "soundness/first_use.rs"]
+mod first_use;
 #[path = "soundness/interop_graph.rs"]
 mod interop_graph;
 #[path = "soundness/local.rs"]
 mod local;
+#[path = "soundness/pinned_slices.rs"]
+mod pinned_slices;
 #[path = "soundness/pools.rs"]
 mod pools;
 #[path = "soundness/streams.rs"]
 mod streams;
 
 fn main() {
-    let tests: Vec<cuda_tests::Test> =
-        [streams::TESTS, pools::TESTS, local::TESTS, interop_graph::TESTS].concat();
+    let tests: Vec<cuda_tests::Test> = [
+        streams::TESTS,
+        pools::TESTS,
+        local::TESTS,
+        interop_graph::TESTS,
+        first_use::TESTS,
+        pinned_slices::TESTS,
+    ]
+    .concat();
     cuda_tests::run(&tests)
 }

@@ -209,7 +209,7 @@ fn a_span_views_mappings_end_to_end_as_one_memory() -> TestResult {
     let mappings = span.into_mappings();
     ensure_eq!(mappings.len(), 3);
     drop(mappings);
-    ensure!(back.as_slice()? == &all[..gran], "the copy queued before the unmap read other values");
+    ensure!(back.as_slice()? == all[..gran], "the copy queued before the unmap read other values");
     // Refusals.
     let refused = |r: Result<MappedSpan, Error>| matches!(r, Err(Error::InvalidArgument { .. }));
     ensure!(refused(MappedSpan::new(Vec::new())), "an empty span");
@@ -233,7 +233,7 @@ fn a_span_views_mappings_end_to_end_as_one_memory() -> TestResult {
     back.as_mut_slice()?.fill(0);
     span.view::<u32>(&stream)?.copy_to_pinned_async(&mut back, &other)?;
     drop(span);
-    ensure!(back.as_slice()? == &all[..], "the copy queued before the span's drop read other values");
+    ensure!(back.as_slice()? == all[..], "the copy queued before the span's drop read other values");
     no_deferred(&ctx)
 }
 

@@ -446,6 +446,21 @@ impl Context {
         if current_raw()? != self.inner.raw { self.bind_to_thread() } else { Ok(()) }
     }
 
+    /// Runs `f` with this context current and restores the previous one: for work in this
+    /// context from a call made with another one current. Its error, or else the restore's.
+    pub(crate) fn with_current<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        if current_raw()? == self.inner.raw {
+            return f();
+        }
+        // SAFETY: the context is alive while `self` is.
+        check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent(self.inner.raw) })?;
+        let result = f();
+        let mut popped = std::ptr::null_mut();
+        // SAFETY: the push above is on top of this thread's stack.
+        let restored = check("cuCtxPopCurrent", unsafe { sys::cuCtxPopCurrent(&mut popped) });
+        result.and_then(|r| restored.map(|()| r))
+    }
+
     /// Runs `f` with this context current and restores the previous one; for `Drop`s, which must
     /// not change the thread's state. Errors are deferred.
     pub(crate) fn with_current_for_drop(&self, call: &'static str, f: impl FnOnce() -> sys::CUresult) {

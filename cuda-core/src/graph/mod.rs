@@ -120,6 +120,7 @@ mod pinned_copy;
 mod pool;
 mod user_object;
 
+pub use crate::memory::{PinnedSlice, PinnedSliceMut};
 pub use buffer::GraphBuffer;
 pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureToGraph, exchange_capture_mode};
 pub use conditional::{ConditionalHandle, ConditionalKind, ConditionalNode};
@@ -132,7 +133,7 @@ pub use kernel::NodeKernel;
 pub use memory::GraphSlice;
 pub use node::{EdgeKind, GraphNode, NodeType};
 pub use params::{HostNodeParams, KernelNodeParams, MemAllocNodeParams, MemcpyNodeParams, MemsetNodeParams};
-pub use pinned_copy::{PinnedSlice, PinnedSliceMut, SharedPinnedBuffer};
+pub use pinned_copy::SharedPinnedBuffer;
 pub use pool::{GraphMemoryUsage, memory_usage, reset_memory_high_watermarks, trim_memory};
 pub use user_object::UserObject;
 

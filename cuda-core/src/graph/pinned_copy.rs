@@ -5,7 +5,7 @@
 use super::memory::GraphSlice;
 use super::{Graph, GraphNode};
 use crate::error::{Error, Result};
-use crate::memory::{HostAccess, PinnedBuffer};
+use crate::memory::{HostAccess, PinnedBuffer, PinnedSlice, PinnedSliceMut, begin_borrow};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::sync::Arc;
@@ -97,11 +97,11 @@ impl<T: Pod> SharedPinnedBuffer<T> {
     ///
     /// Fails when the wait fails (a fault in earlier work, reported by the driver).
     pub fn as_slice(&self) -> Result<PinnedSlice<'_, T>> {
-        self.access.begin_host_borrow(false)?;
+        begin_borrow(&self.access.uses, false)?;
         // SAFETY: `len` initialised elements owned by the buffer; no launch in flight writes
         // them (waited for above), and none can be queued while the guard lives.
         let slice = unsafe { std::slice::from_raw_parts(self.buffer.as_ptr(), self.buffer.len()) };
-        Ok(PinnedSlice { slice, access: &self.access })
+        Ok(PinnedSlice::new(slice, Some(&self.access.uses)))
     }
 
     /// The elements for writing, once every launch that uses them has completed (waits for
@@ -109,13 +109,13 @@ impl<T: Pod> SharedPinnedBuffer<T> {
     ///
     /// Fails when the wait fails (a fault in earlier work, reported by the driver).
     pub fn as_mut_slice(&mut self) -> Result<PinnedSliceMut<'_, T>> {
-        self.access.begin_host_borrow(true)?;
+        begin_borrow(&self.access.uses, true)?;
         // SAFETY: as in `as_slice`, exclusively: `&mut self` excludes every other guard, no
         // launch in flight uses the memory, and none can be queued while the guard lives. The
         // memory is only ever written through this guard, never through the shared buffer.
         let slice =
             unsafe { std::slice::from_raw_parts_mut(self.buffer.as_ptr().cast_mut(), self.buffer.len()) };
-        Ok(PinnedSliceMut { slice, access: &self.access })
+        Ok(PinnedSliceMut::new(slice, Some(&self.access.uses)))
     }
 
     /// The first element's address, and the owner and tracker of the buffer as a node that
@@ -123,65 +123,6 @@ impl<T: Pod> SharedPinnedBuffer<T> {
     fn node_parts(&self, writes: bool) -> (*mut T, Arc<PinnedBuffer<T>>, HostAccess) {
         let access = HostAccess { uses: self.access.uses.clone(), writes };
         (self.buffer.as_ptr().cast_mut(), self.buffer.clone(), access)
-    }
-}
-
-/// The elements of a [`SharedPinnedBuffer`] for reading, from
-/// [`SharedPinnedBuffer::as_slice`]; launches that write the buffer are refused while it lives.
-pub struct PinnedSlice<'a, T: Pod> {
-    slice: &'a [T],
-    access: &'a HostAccess,
-}
-
-/// The elements of a [`SharedPinnedBuffer`] for writing, from
-/// [`SharedPinnedBuffer::as_mut_slice`]; launches that use the buffer are refused while it
-/// lives.
-pub struct PinnedSliceMut<'a, T: Pod> {
-    slice: &'a mut [T],
-    access: &'a HostAccess,
-}
-
-impl<T: Pod> std::ops::Deref for PinnedSlice<'_, T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        self.slice
-    }
-}
-
-impl<T: Pod> std::ops::Deref for PinnedSliceMut<'_, T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        self.slice
-    }
-}
-
-impl<T: Pod> std::ops::DerefMut for PinnedSliceMut<'_, T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        self.slice
-    }
-}
-
-impl<T: Pod> Drop for PinnedSlice<'_, T> {
-    fn drop(&mut self) {
-        self.access.end_host_borrow(false);
-    }
-}
-
-impl<T: Pod> Drop for PinnedSliceMut<'_, T> {
-    fn drop(&mut self) {
-        self.access.end_host_borrow(true);
-    }
-}
-
-impl<T: Pod + std::fmt::Debug> std::fmt::Debug for PinnedSlice<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.slice.fmt(f)
-    }
-}
-
-impl<T: Pod + std::fmt::Debug> std::fmt::Debug for PinnedSliceMut<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.slice.fmt(f)
     }
 }
 
@@ -278,22 +219,6 @@ impl Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn host_borrows_exclude_each_other_as_references_do() {
-        let access = HostAccess::fresh(false);
-        assert!(access.begin_host_borrow(false).is_ok());
-        assert!(access.begin_host_borrow(false).is_ok(), "readers share");
-        assert!(access.begin_host_borrow(true).is_err(), "no writer while reading");
-        access.end_host_borrow(false);
-        assert!(access.begin_host_borrow(true).is_err(), "one reader is left");
-        access.end_host_borrow(false);
-        assert!(access.begin_host_borrow(true).is_ok());
-        assert!(access.begin_host_borrow(false).is_err(), "no reader while writing");
-        assert!(access.begin_host_borrow(true).is_err(), "one writer");
-        access.end_host_borrow(true);
-        assert!(access.begin_host_borrow(false).is_ok());
-    }
 
     #[test]
     fn host_copies_name_the_host_side_and_count_bytes() {

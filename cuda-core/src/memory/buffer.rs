@@ -240,7 +240,12 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     }
 
     /// Orders the buffer on `stream` from now on: synchronous copies run there, and the memory
-    /// is given back after the work queued there (and on the streams it was on before).
+    /// is given back after the work queued there (and on the streams it was on before). Work
+    /// queued on `stream` from now on runs after the work queued so far on the old stream (one
+    /// event recorded there and waited for on `stream`).
+    ///
+    /// While the old stream is being captured into a graph, its work queued before the capture
+    /// cannot be waited for: that is an [`Error::InvalidArgument`], and the buffer stays.
     ///
     /// A default stream that would not name the same stream where the buffer is used (a
     /// per-thread default stream of another thread, the default stream of another context) is
@@ -252,9 +257,10 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             return Ok(());
         }
         crate::stream::nameable(self.stream.context(), stream)?;
-        if self.stream.is_other_threads() {
-            self.stream.synchronize_for_release()?;
-        } else {
+        // Work queued on the new stream from now on runs after what is queued on the old one
+        // (the buffer's own work, and that of the block's earlier owners).
+        crate::stream::wait_for(stream, &self.stream)?;
+        if !self.stream.is_other_threads() {
             self.uses.note_queued(&self.stream);
         }
         self.stream = HeldStream::Counted(stream.clone());

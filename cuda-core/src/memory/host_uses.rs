@@ -27,7 +27,7 @@ pub(crate) struct Uses {
     pending: Pending,
     /// Set on the buffer's own state once it moved to the shared one (see `HostUses::share`).
     moved: bool,
-    /// Slices the host holds through a guard ([`HostAccess::begin_host_borrow`]): launches
+    /// Slices the host holds through a guard ([`begin_borrow`]): launches
     /// that write the memory are refused while any is held.
     host_readers: usize,
     /// Whether the host holds the memory for writing through a guard: every launch that uses
@@ -70,6 +70,20 @@ impl Uses {
             Some(e) if e.context() == ctx => None,
             _ => Some(Event::new(ctx, EventFlags::DISABLE_TIMING)?),
         })
+    }
+
+    /// Waits until the host may read (`write == false`) or write the memory.
+    fn wait(&mut self, write: bool) -> Result<()> {
+        let needed = if write { Pending::Reads } else { Pending::Writes };
+        if self.pending < needed {
+            return Ok(());
+        }
+        if let Some(event) = &self.event {
+            // SAFETY: the event is alive while held here.
+            check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.as_raw()) })?;
+        }
+        self.pending = Pending::None;
+        Ok(())
     }
 
     /// Records the work just queued on `stream` (`writes` when it writes the host memory),
@@ -115,6 +129,38 @@ fn record(event: &Event, stream: &Stream) -> Result<()> {
     check("cuEventRecord", unsafe { sys::cuEventRecord(event.as_raw(), stream.as_raw()) })
 }
 
+/// Waits until the host may read (`write == false`) or write the memory tracked by `uses`,
+/// then marks it held by the host: until [`end_borrow`], [`launch_tracked`] refuses the
+/// launches that would race with the host (any, for a write; those that write the memory, for
+/// a read). A write while the host holds anything, or a read while it writes, is an
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+pub(crate) fn begin_borrow(uses: &Mutex<Uses>, write: bool) -> Result<()> {
+    let mut u = uses.lock().unwrap_or_else(PoisonError::into_inner);
+    if u.host_writer || (write && u.host_readers > 0) {
+        return Err(crate::Error::invalid(
+            "pinned buffer borrow",
+            "the host already holds the memory through a slice guard; drop it first",
+        ));
+    }
+    u.wait(write)?;
+    if write {
+        u.host_writer = true;
+    } else {
+        u.host_readers += 1;
+    }
+    Ok(())
+}
+
+/// Ends a borrow begun by [`begin_borrow`].
+pub(crate) fn end_borrow(uses: &Mutex<Uses>, write: bool) {
+    let mut u = uses.lock().unwrap_or_else(PoisonError::into_inner);
+    if write {
+        u.host_writer = false;
+    } else {
+        u.host_readers = u.host_readers.saturating_sub(1);
+    }
+}
+
 /// A pinned buffer as a graph sees it: the buffer's shared tracker, and whether the graph's
 /// captured copies write the host memory. Each launch of an executable graph that holds it
 /// first waits for the buffer's uses in flight on other streams, then is recorded as one use
@@ -134,45 +180,6 @@ impl HostAccess {
 
     fn lock(&self) -> MutexGuard<'_, Uses> {
         self.uses.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Waits until the host may read (`write == false`) or write the memory, then marks it
-    /// held by the host: until [`end_host_borrow`](Self::end_host_borrow), [`launch_tracked`]
-    /// refuses the launches that would race with the host (any, for a write; those that write
-    /// the memory, for a read). A write while the host holds anything, or a read while it
-    /// writes, is an [`Error::InvalidArgument`](crate::Error::InvalidArgument).
-    pub(crate) fn begin_host_borrow(&self, write: bool) -> Result<()> {
-        let mut u = self.lock();
-        if u.host_writer || (write && u.host_readers > 0) {
-            return Err(crate::Error::invalid(
-                "pinned buffer borrow",
-                "the host already holds the memory through a slice guard; drop it first",
-            ));
-        }
-        let needed = if write { Pending::Reads } else { Pending::Writes };
-        if u.pending >= needed {
-            if let Some(event) = &u.event {
-                // SAFETY: the event is alive while held here.
-                check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.as_raw()) })?;
-            }
-            u.pending = Pending::None;
-        }
-        if write {
-            u.host_writer = true;
-        } else {
-            u.host_readers += 1;
-        }
-        Ok(())
-    }
-
-    /// Ends a borrow begun by [`begin_host_borrow`](Self::begin_host_borrow).
-    pub(crate) fn end_host_borrow(&self, write: bool) {
-        let mut u = self.lock();
-        if write {
-            u.host_writer = false;
-        } else {
-            u.host_readers = u.host_readers.saturating_sub(1);
-        }
     }
 
     /// Queues `enqueue` on `stream` after the uses in flight on other streams, and records it
@@ -312,11 +319,25 @@ impl HostUses {
         if !local.moved {
             return local;
         }
-        // Moved, and the shared state is being published: it is there in a moment.
         drop(local);
+        self.published().lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The state shared with graphs, once a capture took the memory.
+    fn shared(&self) -> Option<&Mutex<Uses>> {
+        if let Some(shared) = self.shared.get() {
+            return Some(shared);
+        }
+        let moved = self.local.lock().unwrap_or_else(PoisonError::into_inner).moved;
+        moved.then(|| self.published())
+    }
+
+    /// The shared state of memory whose own state moved: it is being published, and is there
+    /// in a moment.
+    fn published(&self) -> &Mutex<Uses> {
         loop {
             if let Some(shared) = self.shared.get() {
-                return shared.lock().unwrap_or_else(PoisonError::into_inner);
+                return shared;
             }
             std::thread::yield_now();
         }
@@ -369,17 +390,21 @@ impl HostUses {
 
     /// Waits until the host may read (`write == false`) or write the memory.
     pub(crate) fn wait(&self, write: bool) -> Result<()> {
-        let mut u = self.lock();
-        let needed = if write { Pending::Reads } else { Pending::Writes };
-        if u.pending < needed {
-            return Ok(());
+        self.lock().wait(write)
+    }
+
+    /// Waits as [`wait`](Self::wait) does and, once a capture took the memory (so that
+    /// launches of graphs may use it whenever they are queued), marks it held by the host
+    /// until [`end_borrow`] is called with the state returned: launches that would race with
+    /// the host are refused meanwhile. Memory no capture took is only waited for: its uses are
+    /// all queued through borrows of the buffer, which the caller's borrow excludes.
+    pub(crate) fn borrow(&self, write: bool) -> Result<Option<&Mutex<Uses>>> {
+        if let Some(shared) = self.shared() {
+            begin_borrow(shared, write)?;
+            return Ok(Some(shared));
         }
-        if let Some(event) = &u.event {
-            // SAFETY: the event is alive while held here.
-            check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.as_raw()) })?;
-        }
-        u.pending = Pending::None;
-        Ok(())
+        self.wait(write)?;
+        Ok(None)
     }
 
     /// Whether copies that use the memory may still be in flight.
@@ -410,5 +435,26 @@ impl HostUses {
         }
         u.pending = Pending::None;
         u.event.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_borrows_exclude_each_other_as_references_do() {
+        let access = HostAccess::fresh(false);
+        assert!(begin_borrow(&access.uses, false).is_ok());
+        assert!(begin_borrow(&access.uses, false).is_ok(), "readers share");
+        assert!(begin_borrow(&access.uses, true).is_err(), "no writer while reading");
+        end_borrow(&access.uses, false);
+        assert!(begin_borrow(&access.uses, true).is_err(), "one reader is left");
+        end_borrow(&access.uses, false);
+        assert!(begin_borrow(&access.uses, true).is_ok());
+        assert!(begin_borrow(&access.uses, false).is_err(), "no reader while writing");
+        assert!(begin_borrow(&access.uses, true).is_err(), "one writer");
+        end_borrow(&access.uses, true);
+        assert!(begin_borrow(&access.uses, false).is_ok());
     }
 }

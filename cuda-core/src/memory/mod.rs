@@ -75,6 +75,7 @@ mod memset;
 mod operand3d;
 mod pinned;
 mod pinned_chunk;
+mod pinned_slice;
 mod pitched;
 mod pointer;
 #[cfg(cuda_headers_13_4)]
@@ -95,12 +96,13 @@ pub use copy3d::{
 };
 pub use dma_buf::DmaBufMapping;
 pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
-pub(crate) use host_uses::{HostAccess, launch_tracked};
+pub(crate) use host_uses::{HostAccess, begin_borrow, launch_tracked};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
 pub use managed_batch::{DiscardBatch, DiscardPrefetchBatch, PrefetchBatch};
 pub use operand3d::{CopyRegion3D, Destination3D, Source3D, Volume};
 pub use pinned::PinnedBuffer;
 pub use pinned_chunk::{PinnedChunk, PinnedHost};
+pub use pinned_slice::{PinnedSlice, PinnedSliceMut};
 pub use pitched::PitchedBuffer;
 pub use pointer::{MemoryType, PointerAttributes, address_range, pointer_attributes, set_sync_memops};
 pub use space::{DeviceOnly, HostAccessible, Managed, MemorySpace};

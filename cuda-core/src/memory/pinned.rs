@@ -5,6 +5,7 @@ use super::checked_bytes;
 use super::host::HostAllocFlags;
 use super::host_uses::HostUses;
 use super::pinned_chunk::{PinnedChunk, PinnedHost, sealed};
+use super::pinned_slice::{PinnedSlice, PinnedSliceMut};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::pool::{
@@ -352,26 +353,43 @@ impl<T: Pod> PinnedBuffer<T> {
             .collect())
     }
 
-    /// The elements, once the copies that write them have completed (waits for them).
+    /// The elements, once the copies that write them have completed (waits for them), as a
+    /// guard that dereferences to `&[T]`.
     ///
-    /// Fails only when waiting fails: a fault in earlier work of the stream, reported by the
-    /// driver.
-    pub fn as_slice(&self) -> Result<&[T]> {
-        self.uses()?.wait(false)?;
-        // SAFETY: `len` initialised elements owned by the buffer; no queued copy writes them,
-        // and new copies that write them need `&mut self`.
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+    /// While the guard lives, nothing writes the elements: a stream-ordered copy into the
+    /// buffer needs it borrowed mutably, and a launch of a graph whose captured copies write
+    /// it is refused with an [`Error::InvalidArgument`] (see [`PinnedSlice`]).
+    ///
+    /// Fails when waiting fails (a fault in earlier work of the stream, reported by the
+    /// driver), or while the host writes the buffer through a guard of a graph's (see
+    /// [`SharedPinnedBuffer`](crate::graph::SharedPinnedBuffer)).
+    pub fn as_slice(&self) -> Result<PinnedSlice<'_, T>> {
+        let borrow = self.uses()?.borrow(false)?;
+        // SAFETY: `len` initialised elements owned by the buffer; no queued copy or launch
+        // writes them (waited for above), new stream-ordered copies that write them need
+        // `&mut self`, and launches that write them are refused while the borrow is held
+        // (memory no capture took has no launches: a capture that takes it from now on only
+        // reads it, since one that writes it needs `&mut self`).
+        let slice = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
+        Ok(PinnedSlice::new(slice, borrow))
     }
 
     /// The elements for writing, once every copy that uses them has completed (waits for
-    /// them).
+    /// them), as a guard that dereferences to `&mut [T]`.
+    ///
+    /// While the guard lives, nothing reads or writes the elements but the host: stream-ordered
+    /// copies need the buffer borrowed, and a launch of a graph whose captured copies use it
+    /// is refused with an [`Error::InvalidArgument`] (see [`PinnedSliceMut`]).
     ///
     /// When a copy in flight failed, this fails with the status of the wait
     /// (`cuEventSynchronize`).
-    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
-        self.uses()?.wait(true)?;
-        // SAFETY: as in `as_slice`, exclusively: no queued copy reads or writes them.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    pub fn as_mut_slice(&mut self) -> Result<PinnedSliceMut<'_, T>> {
+        let borrow = self.uses()?.borrow(true)?;
+        // SAFETY: as in `as_slice`, exclusively: no queued copy or launch reads or writes
+        // them, `&mut self` keeps new copies and captures out, and launches are refused while
+        // the borrow is held.
+        let slice = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) };
+        Ok(PinnedSliceMut::new(slice, borrow))
     }
 
     /// Copies `src` into the buffer (after the copies in flight); the lengths must match.

@@ -37,7 +37,12 @@ pub(crate) fn round_size(size: usize) -> Option<usize> {
 static NEXT_THREAD_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(3);
 
 thread_local! {
-    static THREAD_KEY: u64 = NEXT_THREAD_KEY.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+    static THREAD_KEY: u64 = next_thread_key();
+}
+
+#[cold]
+fn next_thread_key() -> u64 {
+    NEXT_THREAD_KEY.fetch_add(2, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The arena key of a stream: its handle, except that the per-thread default stream is keyed
@@ -48,8 +53,11 @@ pub(crate) fn stream_key(stream: sys::CUstream) -> u64 {
     let per_thread =
         raw == sys::CU_STREAM_PER_THREAD as usize || (raw == 0 && sys::per_thread_default_stream());
     if per_thread {
-        // Unique among all threads ever; the low bit marks it (stream handles are even).
-        THREAD_KEY.try_with(|k| *k).unwrap_or(1)
+        // Unique among all threads ever; the low bit marks it (stream handles are even). While
+        // the thread's locals are being destroyed its key is gone: each call then takes a new
+        // key, an arena no other thread's stream shares (a block given back there is not
+        // reused; one taken there is new).
+        THREAD_KEY.try_with(|k| *k).unwrap_or_else(|_| next_thread_key())
     } else if raw == sys::CU_STREAM_LEGACY as usize {
         0
     } else {

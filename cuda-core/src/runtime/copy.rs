@@ -159,24 +159,41 @@ unsafe impl<T: Pod> CopyDestination<T> for HostRegistration<'_, T> {
     }
 }
 
-// SAFETY: `as_slice` waits for the copies in flight that write the buffer, and new ones need
-// `&mut self`.
+/// Refuses a pinned buffer that captured copies use: a launch of their graph could use the
+/// memory during the copy, which holds no guard (copy through the guard of `as_slice` or
+/// `as_mut_slice` instead, which keeps such launches out).
+fn refuse_graph_shared<T: Pod>(buffer: &PinnedBuffer<T>) -> Result<()> {
+    if buffer.uses()?.is_shared() {
+        return Err(crate::Error::invalid(
+            "runtime copy",
+            "copies captured into a graph use this pinned buffer, and a launch of the graph could use it \
+             during this copy; copy from `&*buffer.as_slice()?` or to `&mut *buffer.as_mut_slice()?`, \
+             whose guards keep such launches out",
+        ));
+    }
+    Ok(())
+}
+
+// SAFETY: `as_slice` waits for the copies in flight that write the buffer, new ones need
+// `&mut self`, and a buffer that graph launches may use is refused.
 unsafe impl<T: Pod> CopySource<T> for PinnedBuffer<T> {
     fn source_len(&self) -> usize {
         self.len()
     }
     fn source_ptr(&self) -> Result<*const c_void> {
+        refuse_graph_shared(self)?;
         Ok(self.as_slice()?.as_ptr().cast())
     }
 }
 
-// SAFETY: `as_mut_slice` waits for every copy in flight that uses the buffer, and new ones need
-// a borrow of it.
+// SAFETY: `as_mut_slice` waits for every copy in flight that uses the buffer, new ones need a
+// borrow of it, and a buffer that graph launches may use is refused.
 unsafe impl<T: Pod> CopyDestination<T> for PinnedBuffer<T> {
     fn destination_len(&self) -> usize {
         self.len()
     }
     fn destination_ptr(&mut self) -> Result<*mut c_void> {
+        refuse_graph_shared(self)?;
         Ok(self.as_mut_slice()?.as_mut_ptr().cast())
     }
 }

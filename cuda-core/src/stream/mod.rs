@@ -18,7 +18,7 @@ pub(crate) mod deferred;
 mod memops;
 mod uses;
 pub(crate) use capturing::capture_of;
-pub(crate) use uses::{StreamUses, nameable, order_after};
+pub(crate) use uses::{StreamUses, nameable, order_after, wait_for};
 
 pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus, SyncPolicy};
 pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};

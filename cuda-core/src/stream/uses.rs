@@ -4,7 +4,9 @@
 //! The rule every owner of device memory follows: memory is given back in its own stream's
 //! order, and every safe operation that queues work touching it on another stream notes that
 //! stream here first. Noting costs nothing on the owner's own stream (one comparison of raw
-//! handles), and on another stream a lock and, the first time, one handle clone; no event is
+//! handles), and on another stream a lock and, the first time, one handle clone and one event:
+//! the stream is made to wait for the work queued so far on the memory's own stream (its
+//! earlier work, and that of the block's earlier owners, given back there). No event is
 //! recorded per operation. When the memory is given back, one event per noted stream orders
 //! the release after the work queued there so far (or the owner waits for those streams, where
 //! the release is not stream-ordered).
@@ -120,7 +122,19 @@ impl StreamUses {
         if super::capture_of(stream)?.is_some() {
             return Ok(());
         }
-        self.note_queued(stream);
+        // The first use on `stream` waits for what is queued on the memory's own stream: the
+        // work of its earlier owners, given back there, included. Later uses on `stream` are
+        // ordered after that by `stream`'s own order.
+        let mut guard = self.lock();
+        let noted = guard.get_or_insert_with(Box::default);
+        if noted.streams.contains(stream) {
+            return Ok(());
+        }
+        // Under the lock: a use on `stream` from another thread must not pass the wait.
+        if let Some(own) = own {
+            wait_for(stream, own)?;
+        }
+        noted.streams.push(stream.clone());
         Ok(())
     }
 
@@ -227,6 +241,61 @@ fn captured_release() -> Error {
 /// Waits for each stream (for a release), all of them even when one fails; the first failure.
 fn synchronize_each(streams: &[Stream]) -> Result<()> {
     streams.iter().map(Stream::synchronize_for_release).fold(Ok(()), Result::and)
+}
+
+/// Makes `later` wait, on the device, for the work queued so far on `earlier` (the memory's
+/// own stream, before its first use on `later`): one event recorded on `earlier` and waited
+/// for on `later`. A per-thread default stream of another thread is waited for on the host,
+/// through its context. `earlier` being captured now is an error: its work queued before the
+/// capture cannot be waited for (an event recorded there would be captured), so the use is
+/// refused and nothing is queued.
+pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<()> {
+    if earlier.is_other_threads() {
+        return earlier.synchronize_for_release();
+    }
+    if super::capture_of(earlier)?.is_some() {
+        return Err(captured_first_use());
+    }
+    let mut event = std::ptr::null_mut();
+    earlier.context().with_current(|| {
+        if raw_capturing(earlier)? {
+            return Err(captured_first_use());
+        }
+        // SAFETY: one out-parameter; the stream's context is current.
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0)
+        })?;
+        // SAFETY: the event (of this context) and the stream are alive.
+        check("cuEventRecord", unsafe { sys::cuEventRecord(event, earlier.as_raw()) })
+    })?;
+    // SAFETY: both are alive; a stream may wait for an event of another context.
+    let waited = later.bind_if_default().and_then(|()| {
+        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(later.as_raw(), event, 0) })
+    });
+    // SAFETY: created above, destroyed once; the driver keeps what the queued wait needs.
+    let destroyed = check("cuEventDestroy", unsafe { sys::cuEventDestroy(event) });
+    waited.and(destroyed)
+}
+
+/// The error of a first use on another stream while the memory's own stream is being captured.
+#[cold]
+fn captured_first_use() -> Error {
+    Error::invalid(
+        "first use on another stream",
+        "the memory's own stream is being captured into a graph, so the work queued on it before the \
+         capture cannot be waited for on another stream; use the memory on the other stream before the \
+         capture begins or after it ends",
+    )
+}
+
+/// Whether `stream` is being captured by a capture the crate did not begin (another library's
+/// on the same stream, say); its context is current.
+fn raw_capturing(stream: &Stream) -> Result<bool> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the stream is alive while `stream` is, and its context is current; one
+    // out-parameter.
+    check("cuStreamIsCapturing", unsafe { sys::cuStreamIsCapturing(stream.as_raw(), &mut status) })?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
 /// Makes `own` wait, on the device, for the work queued so far on each of `others`: one event

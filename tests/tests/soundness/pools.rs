@@ -82,7 +82,7 @@ fn pinned_copy_on_another_thread() -> TestResult {
     next.as_mut_slice()?.fill(7);
     // Wait for everything of the context, the other thread's per-thread stream included.
     ctx.synchronize()?;
-    ensure_eq!(wrong(next.as_slice()?, 7), 0, "the late copy wrote into the next buffer (reused: {reused})");
+    ensure_eq!(wrong(&next.as_slice()?, 7), 0, "the late copy wrote into the next buffer (reused: {reused})");
     ensure!(!(reused && in_flight), "the pool handed the block back while a copy was still to write it");
     drop(next);
     // Once the copy has run, the block comes back to the pool.
@@ -111,10 +111,11 @@ fn pinned_copies_in_two_contexts() -> TestResult {
     b1.copy_to_pinned_async(&mut host, &s1)?; // fives, late
     b2.copy_to_pinned_async(&mut host, &s2)?; // nines, after the fives
     let seen = host.as_slice()?;
-    let at_once = wrong(seen, 9);
+    let at_once = wrong(&seen, 9);
     std::thread::sleep(Duration::from_millis(800));
-    let later = wrong(seen, 9);
+    let later = wrong(&seen, 9);
     ensure_eq!((at_once, later), (0, 0), "words of the shared slice not the last copy's (at once, later)");
+    drop(seen);
     drop(host);
     no_deferred(&c1)?;
     no_deferred(&c2)

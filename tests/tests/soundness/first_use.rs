@@ -1,0 +1,87 @@
+//! The acquire side of the cross-stream rule (review finding H1): the first use of a buffer on a
+//! stream other than its own waits for the work queued on its own stream, the work of the
+//! block's earlier owners included; `set_stream` orders the new stream after the old one.
+//!
+//! The shape: the owner's stream is held back by a sleeping host function, so that the work
+//! queued behind it runs late; a buffer zeroed and copied out there is dropped, and a new buffer
+//! taken on the same stream (the same block) is written on another stream. Before the fix, the
+//! dropped buffer's late zeroing landed on the new owner's write.
+
+use cuda_core::{Context, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
+use cuda_tests::{Test, TestResult, device_zero, ensure_eq, gpu, no_deferred};
+use std::time::Duration;
+
+/// The tests of this module.
+pub const TESTS: &[Test] = &[
+    gpu("a_reused_block_written_on_another_stream_waits_for_its_old_owner", reused_block_on_another_stream),
+    gpu("set_stream_orders_the_new_stream_after_the_old_one", set_stream_waits_for_the_old_stream),
+    gpu("a_buffer_zeroed_on_its_stream_is_zero_when_first_copied_on_another", zeroed_then_copied_elsewhere),
+];
+
+/// Elements of the buffers: 16 MiB of `u32`.
+const N: usize = 1 << 22;
+
+/// Holds `stream` back for `ms` milliseconds: the work queued after this runs late.
+fn hold(stream: &Stream, ms: u64) -> Result<(), Error> {
+    stream.launch_host_func(move || std::thread::sleep(Duration::from_millis(ms)))
+}
+
+fn two_streams(ctx: &Context) -> Result<(Stream, Stream), Error> {
+    Ok((Stream::new(ctx, StreamFlags::NON_BLOCKING)?, Stream::new(ctx, StreamFlags::NON_BLOCKING)?))
+}
+
+/// The review's program: `a` zeroed and copied out on a held-back `s1` and dropped; `b` takes
+/// the same block on `s1` and is set to sevens on `s2`. Before the fix, `b` read zeros (the
+/// old owner's memset ran after the new owner's) and the host copy held sevens.
+fn reused_block_on_another_stream() -> TestResult {
+    let (_device, ctx, _) = device_zero()?;
+    let (s1, s2) = two_streams(&ctx)?;
+    let mut host = PinnedBuffer::<u32>::new(N)?;
+    hold(&s1, 500)?;
+    let address = {
+        let a = DeviceBuffer::<u32>::zeroed(&s1, N)?;
+        a.copy_to_pinned_async(&mut host, &s1)?;
+        a.as_raw()
+    };
+    let mut b = DeviceBuffer::<u32>::new(&s1, N)?;
+    ensure_eq!(b.as_raw(), address, "the pool did not hand the same block back");
+    b.view_mut().memset_d32_async(7, &s2)?;
+    s2.synchronize()?;
+    let (seen, copied) = (b.to_vec()?, host.to_vec()?);
+    ensure_eq!(seen.iter().filter(|&&v| v != 7).count(), 0, "words of the new buffer not 7");
+    ensure_eq!(copied.iter().filter(|&&v| v != 0).count(), 0, "words of the old owner's copy not 0");
+    no_deferred(&ctx)
+}
+
+/// A buffer moved from a held-back stream to another: the zeroing queued on the old stream
+/// must run before the sevens written on the new one. Before the fix, the sevens ran first.
+fn set_stream_waits_for_the_old_stream() -> TestResult {
+    let (_device, ctx, _) = device_zero()?;
+    let (s1, s2) = two_streams(&ctx)?;
+    hold(&s1, 500)?;
+    let mut b = DeviceBuffer::<u32>::zeroed(&s1, N)?;
+    b.set_stream(&s2)?;
+    b.view_mut().memset_d32_async(7, &s2)?;
+    s1.synchronize()?;
+    let seen = b.to_vec()?;
+    ensure_eq!(seen.iter().filter(|&&v| v != 7).count(), 0, "words zeroed after the move's sevens");
+    no_deferred(&ctx)
+}
+
+/// The guide's example (memory chapter): `source` zeroed on `owner`, copied on `side`. Before the
+/// fix, nothing ordered the copy after the zeroing; with `owner` held back and `source` taken
+/// over a block of nines, the copy read nines.
+fn zeroed_then_copied_elsewhere() -> TestResult {
+    let (_device, ctx, _) = device_zero()?;
+    let (owner, side) = two_streams(&ctx)?;
+    drop(DeviceBuffer::<u32>::from_slice(&owner, &vec![9; N])?);
+    hold(&owner, 500)?;
+    let source = DeviceBuffer::<u32>::zeroed(&owner, N)?;
+    let mut target = DeviceBuffer::<u32>::from_slice(&side, &vec![5; N])?;
+    target.view_mut().copy_from_device_async(&source.view(), &side)?;
+    side.synchronize()?;
+    let seen = target.to_vec()?;
+    ensure_eq!(seen.iter().filter(|&&v| v != 0).count(), 0, "words copied before the zeroing");
+    owner.synchronize()?;
+    no_deferred(&ctx)
+}
