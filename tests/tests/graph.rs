@@ -606,7 +606,9 @@ fn allocation_and_free_nodes_give_graph_owned_memory() -> TestResult {
     let scratch = unsafe { GraphSlice::<u32>::from_raw(ptr, 512) };
     let fill = graph.add_memset_node(&[alloc], &scratch, 11u32)?;
     let copy = graph.add_memcpy_node(&[fill], &GraphSlice::whole(&out), &scratch)?;
-    let free = graph.add_mem_free_node(&[copy], ptr)?;
+    // SAFETY: the graph's own allocation, not a `GraphBuffer`, freed by this node only, after
+    // the nodes that use it.
+    let free = unsafe { graph.add_mem_free_node(&[copy], ptr) }?;
     ensure_eq!(alloc.node_type()?, NodeType::MemAlloc);
     ensure_eq!(free.node_type()?, NodeType::MemFree);
     let exec = graph.instantiate(InstantiateFlags::AUTO_FREE_ON_LAUNCH)?;

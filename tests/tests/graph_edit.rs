@@ -116,7 +116,9 @@ fn every_node_kind_reads_back_its_parameters() -> TestResult {
     ensure_eq!(wait.awaited_event()?, event.as_raw());
 
     let (alloc, ptr) = graph.add_mem_alloc_node(&[wait], 4096)?;
-    let free = graph.add_mem_free_node(&[alloc], ptr)?;
+    // SAFETY: the graph's own allocation, not a `GraphBuffer`, freed by this node only; the
+    // graph is never launched.
+    let free = unsafe { graph.add_mem_free_node(&[alloc], ptr) }?;
     let p = alloc.mem_alloc_params()?;
     ensure_eq!((p.address, p.bytes, p.device), (ptr, 4096, ctx.device().ordinal() as i32));
     ensure_eq!(free.mem_free_address()?, ptr);

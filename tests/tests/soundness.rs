@@ -10,6 +10,8 @@ mod kernels;
 
 #[path = "soundness/first_use.rs"]
 mod first_use;
+#[path = "soundness/graph_memory.rs"]
+mod graph_memory;
 #[path = "soundness/interop_graph.rs"]
 mod interop_graph;
 #[path = "soundness/local.rs"]
@@ -29,6 +31,7 @@ fn main() {
         interop_graph::TESTS,
         first_use::TESTS,
         pinned_slices::TESTS,
+        graph_memory::TESTS,
     ]
     .concat();
     cuda_tests::run(&tests)

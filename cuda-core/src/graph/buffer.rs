@@ -278,8 +278,8 @@ impl Graph {
     /// Every launch then allocates and frees it, and the buffer can no longer be freed outside
     /// the graph. Nodes that use the memory must come before this one (its dependencies).
     ///
-    /// A buffer of another graph is an [`Error::InvalidArgument`]; the driver refuses a second
-    /// free node for one allocation.
+    /// A buffer of another graph, and one that a free node already frees, are each an
+    /// [`Error::InvalidArgument`].
     pub fn add_buffer_free_node<T>(
         &self,
         dependencies: &[GraphNode<'_>],
@@ -295,12 +295,23 @@ impl Graph {
         }
         // Holding the state's lock: no free outside the graph slips in between.
         let mut state = buffer.memory.lock();
+        if state.freed_in_graph {
+            return Err(Error::invalid(
+                "Graph::add_buffer_free_node",
+                "a free node of the graph already frees the buffer; one free node per allocation",
+            ));
+        }
         let alloc = GraphNode::wrap(buffer.alloc_node as sys::CUgraphNode);
         let mut deps = dependencies.to_vec();
         if !deps.contains(&alloc) {
             deps.push(alloc);
         }
-        let node = self.add_mem_free_node(&deps, buffer.ptr)?;
+        // SAFETY: `buffer.ptr` is the memory of the buffer's allocation node, which is among
+        // `deps`, and this is its one free: no free node of it exists (checked above, and the
+        // driver refuses a second one too), a free node in another graph is `unsafe` and may
+        // not name a `GraphBuffer`'s memory, and `free_async` refuses once `freed_in_graph` is
+        // set below (under the lock taken above, so no free outside the graph slips in).
+        let node = unsafe { self.add_mem_free_node(&deps, buffer.ptr) }?;
         state.freed_in_graph = true;
         Ok(node)
     }

@@ -227,7 +227,7 @@ impl Graph {
     ///
     /// The address is the same at every launch. Nodes that depend on this one may use the
     /// memory (through [`GraphSlice::from_raw`] or a kernel argument) until a free node
-    /// ([`add_mem_free_node`](Self::add_mem_free_node)), or, without one, until it is freed
+    /// ([`add_mem_free_node`](Self::add_mem_free_node), `unsafe`), or, without one, until it is freed
     /// outside the graph (`cuMemFreeAsync`) or by a launch of an executable graph
     /// instantiated with [`AUTO_FREE_ON_LAUNCH`](super::InstantiateFlags::AUTO_FREE_ON_LAUNCH).
     ///
@@ -262,16 +262,42 @@ impl Graph {
         Ok((node, params.dptr))
     }
 
-    /// Adds a node that frees `ptr`, memory of an allocation node of this graph
+    /// Adds a node that frees `ptr`, the memory of an allocation node
     /// ([`cuGraphAddMemFreeNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
-    /// The driver refuses any other address.
-    pub fn add_mem_free_node(
+    /// To free a [`GraphBuffer`](super::GraphBuffer), use the safe
+    /// [`add_buffer_free_node`](Self::add_buffer_free_node), which tells the buffer.
+    ///
+    /// The driver refuses an address that no allocation node returned and a second free node
+    /// of one allocation in this graph, with its status. It accepts the address of an
+    /// allocation node of *another* graph, and knows nothing of frees made outside graphs,
+    /// hence the contract below.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is an address that [`add_mem_alloc_node`](Self::add_mem_alloc_node) returned, of
+    /// this graph or another one, and not the memory of a [`GraphBuffer`](super::GraphBuffer)
+    /// (whose bookkeeping would not learn of this free, and would free it again). Every launch
+    /// that runs this node finds the memory allocated and frees it once: no other free of it
+    /// (another free node, in this graph or another, or `cuMemFreeAsync`) is made between the
+    /// allocation and this node. Nothing uses the memory once this node has run: the nodes that
+    /// use it are among its dependencies, as [`GraphSlice::from_raw`] asks.
+    ///
+    /// Calling it is `unsafe`:
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(graph: &cuda_core::graph::Graph) -> cuda_core::Result<()> {
+    /// let (alloc, ptr) = graph.add_mem_alloc_node(&[], 4096)?;
+    /// graph.add_mem_free_node(&[alloc], ptr)?;
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn add_mem_free_node(
         &self,
         dependencies: &[GraphNode<'_>],
         ptr: sys::CUdeviceptr,
     ) -> Result<GraphNode<'_>> {
         let graph = self.raw;
-        // SAFETY: the graph is live; the driver checks that `ptr` is graph memory of it.
+        // SAFETY: the graph is live; the driver checks that `ptr` is graph memory, and the
+        // caller vouches that this is its one free.
         self.add_with("cuGraphAddMemFreeNode", dependencies, |out, deps, n| unsafe {
             sys::cuGraphAddMemFreeNode(out, graph, deps, n, ptr)
         })
