@@ -55,7 +55,7 @@
 //! ```
 
 use crate::device::{Uuid, init};
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, check, report_from_drop};
 use cuda_driver_sys as sys;
 use std::mem::ManuallyDrop;
 use std::time::Duration;
@@ -290,8 +290,8 @@ impl Process {
 /// brings the process back to running, restoring it first (onto the GPUs it was checkpointed
 /// on) if it is checkpointed.
 ///
-/// Dropping cannot report a failure: [`unlock`](LockedProcess::unlock) does the same and
-/// returns it. [`leave_locked`](LockedProcess::leave_locked) leaves the process as it is.
+/// A failure while dropping is printed to standard error (no context keeps it);
+/// [`unlock`](LockedProcess::unlock) does the same and returns it. [`leave_locked`](LockedProcess::leave_locked) leaves the process as it is.
 #[derive(Debug)]
 #[must_use = "dropping a LockedProcess unlocks the process again"]
 pub struct LockedProcess {
@@ -376,8 +376,13 @@ impl LockedProcess {
 
 impl Drop for LockedProcess {
     fn drop(&mut self) {
-        // Nothing can report a failure here; `unlock` is the call that does.
-        let _ = self.finish();
+        // No context keeps an error about another process: it is printed (`unlock` returns it).
+        if let Err(e) = self.finish() {
+            report_from_drop(
+                "checkpoint::LockedProcess dropped, the process may stay locked or checkpointed",
+                &e,
+            );
+        }
     }
 }
 
@@ -443,5 +448,20 @@ mod tests {
         }
         let other = if std::process::id() == 1 { 2 } else { 1 };
         assert_eq!(Process::new(other).unwrap().pid(), other);
+    }
+
+    // H7: a failure of the drop's restore and unlock was dropped silently.
+    #[test]
+    fn h7_a_failed_unlock_in_drop_is_reported() {
+        // Beyond any pid_max: the state query fails (or, without a driver, the loading does)
+        // before anything is asked of a process.
+        let locked = LockedProcess { process: Process { pid: i32::MAX } };
+        crate::error::reported::take();
+        drop(locked);
+        let reported = crate::error::reported::take();
+        assert!(
+            matches!(&reported[..], [line] if line.starts_with("cuda-core: checkpoint::LockedProcess dropped")),
+            "{reported:?}"
+        );
     }
 }

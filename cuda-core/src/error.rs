@@ -349,6 +349,37 @@ pub(crate) fn driver_error(call: &'static str, status: sys::CUresult) -> Error {
     Error::Driver { call, status }
 }
 
+/// Reports `e`, met in a `Drop` of a value tied to no context, on standard error as
+/// `cuda-core: {what}: {e}`: `what` names the value and what became of it. Errors met in a
+/// `Drop` with a context are kept in it instead, for the next call through it to return
+/// ([`Context::take_deferred_errors`](crate::Context::take_deferred_errors)).
+#[cold]
+pub(crate) fn report_from_drop(what: &str, e: &Error) {
+    let line = format!("cuda-core: {what}: {e}");
+    #[cfg(test)]
+    reported::push(&line);
+    eprintln!("{line}");
+}
+
+/// What [`report_from_drop`] printed on this thread, for the unit tests of the drops that use it.
+#[cfg(test)]
+pub(crate) mod reported {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static LINES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn push(line: &str) {
+        LINES.with_borrow_mut(|lines| lines.push(line.to_string()));
+    }
+
+    /// The lines printed on this thread since the last call.
+    pub(crate) fn take() -> Vec<String> {
+        LINES.with_borrow_mut(std::mem::take)
+    }
+}
+
 #[cfg(feature = "runtime")]
 /// Turns a runtime status into a `Result`, like [`check`].
 #[inline]
@@ -392,6 +423,16 @@ mod guide;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_from_drops_without_a_context_are_printed_with_what_became_of_the_value() {
+        reported::take();
+        report_from_drop("Thing kept", &Error::invalid("Thing::drop", "it was busy"));
+        let lines = reported::take();
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].starts_with("cuda-core: Thing kept: "), "{lines:?}");
+        assert!(lines[0].contains("it was busy"), "{lines:?}");
+    }
 
     #[test]
     fn driver_errors_print_the_call_and_status_name() {

@@ -42,6 +42,7 @@
 
 mod abi;
 mod c_layout;
+mod callback_registry;
 #[cfg(feature = "checkpoint")]
 #[cfg_attr(docsrs, doc(cfg(feature = "checkpoint")))]
 pub mod checkpoint;

@@ -17,11 +17,13 @@
 //! On a driver older than 12.9 every call here is an [`Error::Load`] naming
 //! the version needed and the one installed.
 
-use crate::error::{Error, Result, check};
+use crate::callback_registry::Registry;
+use crate::error::{Error, Result, check, report_from_drop};
 use cuda_driver_sys as sys;
 use std::ffi::{CString, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
+use std::sync::Arc;
 
 /// How severe a driver log message is (`CUlogLevel`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -117,13 +119,18 @@ fn c_path(path: &Path) -> Result<CString> {
     })
 }
 
-/// A function the driver calls with each message as it is written; unregistered on drop.
+/// A function the driver calls with each message as it is written; unregistered on drop, and
+/// the closure freed after that, on the dropping thread.
 ///
-/// The closure itself is kept for the rest of the process: the driver may be calling it on
-/// another thread while it is unregistered, so it is never freed (a few bytes per
-/// subscription; make one, early, and keep it).
+/// Dropping it waits for the calls of the closure running on other threads (inside their
+/// failing CUDA calls) to return, so that the closure and what it captured are never dropped
+/// on another thread in the middle of a driver call; the closure must not wait for a lock held
+/// by a thread that drops the subscription. A refusal to unregister is printed to standard
+/// error, and the closure then stays registered, and alive, for the rest of the process.
 pub struct Subscription {
     raw: sys::CUlogsCallbackHandle,
+    /// The closure's number in `CALLBACKS`, the user data the driver calls back with.
+    id: u64,
 }
 
 // SAFETY: the handle is an opaque token the driver accepts from any thread.
@@ -139,49 +146,76 @@ impl std::fmt::Debug for Subscription {
 
 type Callback = dyn Fn(LogLevel, &str) + Send + Sync;
 
+/// The subscribed closures. The driver gets a closure's number, never a pointer: the driver's
+/// documentation does not say that no call is still running once `cuLogsUnregisterCallback`
+/// returns, and this way a late call finds nothing, while a call in flight holds the closure
+/// alive until it returns (see [`callback_registry`](crate::callback_registry)).
+static CALLBACKS: Registry<Box<Callback>> = Registry::new();
+
 unsafe extern "C" fn trampoline(
     data: *mut c_void,
     level: sys::CUlogLevel,
     message: *mut c_char,
     length: usize,
 ) {
-    if data.is_null() || message.is_null() {
+    if message.is_null() {
         return;
     }
-    // SAFETY: `data` is the leaked `Box<Box<Callback>>` of `subscribe`, never freed.
-    let f = unsafe { &*data.cast::<Box<Callback>>() };
     // SAFETY: the driver passes `length` readable bytes of message for this call.
     let bytes = unsafe { std::slice::from_raw_parts(message.cast::<u8>(), length) };
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     let text = String::from_utf8_lossy(&bytes[..end]);
-    // A panic must not unwind into the driver; it is dropped here (nothing can report it).
-    let _ = catch_unwind(AssertUnwindSafe(|| f(LogLevel::from_raw(level), text.trim_end())));
+    CALLBACKS.call(data as usize as u64, |f| {
+        // A panic must not unwind into the driver, and nothing can report it. Its payload is
+        // leaked, not dropped: a payload's drop may panic in turn, out of this C function.
+        let call = || f(LogLevel::from_raw(level), text.trim_end());
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(call)) {
+            std::mem::forget(payload);
+        }
+    });
 }
 
 /// Calls `f` with each message the driver writes from now on, on the thread whose call failed
-/// ([`cuLogsRegisterCallback`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LOGS.html)).
+/// ([`cuLogsRegisterCallback`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LOGS.html)),
+/// until the [`Subscription`] is dropped.
 ///
 /// `f` must not call CUDA. A panic in `f` is caught and dropped: it cannot unwind into the
 /// driver. Fails with the driver's status when it refuses the call.
 pub fn subscribe(f: impl Fn(LogLevel, &str) + Send + Sync + 'static) -> Result<Subscription> {
-    let boxed: Box<Box<Callback>> = Box::new(Box::new(f));
-    let data = Box::into_raw(boxed);
+    let boxed: Box<Callback> = Box::new(f);
+    let id = CALLBACKS.insert(Arc::new(boxed));
     let mut raw = std::ptr::null_mut();
-    // SAFETY: the trampoline matches `CUlogsCallback`; `data` stays valid for the process.
-    let status = unsafe { sys::cuLogsRegisterCallback(Some(trampoline), data.cast(), &mut raw) };
-    if status != sys::CUresult::CUDA_SUCCESS {
-        // SAFETY: the driver refused the registration, so it never calls the trampoline.
-        drop(unsafe { Box::from_raw(data) });
+    // SAFETY: the trampoline matches `CUlogsCallback`; the user data is a number, not a
+    // pointer, so nothing it names can dangle; one out-parameter.
+    let status =
+        unsafe { sys::cuLogsRegisterCallback(Some(trampoline), id as usize as *mut c_void, &mut raw) };
+    if let Err(e) = check("cuLogsRegisterCallback", status) {
+        // Refused: the driver never calls it.
+        CALLBACKS.remove(id);
+        return Err(e);
     }
-    check("cuLogsRegisterCallback", status)?;
-    Ok(Subscription { raw })
+    Ok(Subscription { raw, id })
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        // SAFETY: registered by `subscribe` and unregistered once. A failure leaves the
-        // callback registered, calling a closure that is never freed: nothing unsound.
-        let _ = unsafe { sys::cuLogsUnregisterCallback(self.raw) };
+        // SAFETY: registered by `subscribe` and unregistered once, here.
+        let status = unsafe { sys::cuLogsUnregisterCallback(self.raw) };
+        unsubscribed(self.id, status);
+    }
+}
+
+/// After the driver answered `status` to unregistering closure `id`: on success the closure
+/// is taken out, and dropped here once no call of it runs; a refusal is reported, and the
+/// closure stays listed for the driver's later calls.
+fn unsubscribed(id: u64, status: sys::CUresult) {
+    match check("cuLogsUnregisterCallback", status) {
+        Ok(()) => {
+            if let Some(f) = CALLBACKS.remove(id) {
+                CALLBACKS.wait_for_calls(id, &f);
+            }
+        }
+        Err(e) => report_from_drop("logs::Subscription kept registered, its closure still called", &e),
     }
 }
 
@@ -200,6 +234,7 @@ pub fn to_tracing() -> Result<Subscription> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
     #[test]
     fn levels_convert_and_unknown_ones_keep_their_value() {
@@ -208,10 +243,19 @@ mod tests {
         assert_eq!(LogLevel::from_raw(sys::CUlogLevel(7)), LogLevel::Other(7));
     }
 
-    #[test]
-    fn the_trampoline_reads_the_message_and_survives_a_panic() {
-        use std::sync::{Arc, Mutex};
-        let seen = Arc::new(Mutex::new(Vec::new()));
+    /// Calls the trampoline as the driver does, with the user data of closure `id`.
+    fn deliver(id: u64, level: sys::CUlogLevel, message: &[u8]) {
+        let mut message = message.to_vec();
+        // SAFETY: `message` holds its length of bytes; the user data is a number, whatever it
+        // names.
+        unsafe { trampoline(id as usize as *mut c_void, level, message.as_mut_ptr().cast(), message.len()) };
+    }
+
+    type Seen = Arc<Mutex<Vec<(LogLevel, String)>>>;
+
+    /// A closure listed as `subscribe` lists it, which records what it receives.
+    fn listed() -> (u64, Seen) {
+        let seen: Seen = Arc::default();
         let keep = seen.clone();
         let f: Box<Callback> = Box::new(move |level, text| {
             keep.lock().unwrap().push((level, text.to_string()));
@@ -219,26 +263,59 @@ mod tests {
                 panic!("a panicking callback");
             }
         });
-        let data = Box::into_raw(Box::new(f));
-        let mut message = b"bad value\n\0ignored".to_vec();
-        // SAFETY: `data` is a boxed callback, `message` holds its length of bytes.
-        unsafe {
-            trampoline(
-                data.cast(),
-                sys::CUlogLevel::CU_LOG_LEVEL_ERROR,
-                message.as_mut_ptr().cast(),
-                message.len(),
-            );
-        }
-        let mut boom = b"boom".to_vec();
-        // SAFETY: as above.
-        unsafe {
-            trampoline(data.cast(), sys::CUlogLevel::CU_LOG_LEVEL_WARNING, boom.as_mut_ptr().cast(), 4)
-        };
-        // SAFETY: the test's own box, freed once.
-        drop(unsafe { Box::from_raw(data) });
+        (CALLBACKS.insert(Arc::new(f)), seen)
+    }
+
+    #[test]
+    fn the_trampoline_reads_the_message_and_survives_a_panic() {
+        let (id, seen) = listed();
+        deliver(id, sys::CUlogLevel::CU_LOG_LEVEL_ERROR, b"bad value\n\0ignored");
+        deliver(id, sys::CUlogLevel::CU_LOG_LEVEL_WARNING, b"boom");
+        unsubscribed(id, sys::CUresult::CUDA_SUCCESS);
+        deliver(id, sys::CUlogLevel::CU_LOG_LEVEL_ERROR, b"too late");
         let seen = seen.lock().unwrap();
-        assert_eq!(seen[0], (LogLevel::Error, "bad value".to_string()));
-        assert_eq!(seen[1], (LogLevel::Warning, "boom".to_string()));
+        assert_eq!(
+            *seen,
+            [(LogLevel::Error, "bad value".to_string()), (LogLevel::Warning, "boom".to_string())]
+        );
+    }
+
+    /// A panic payload whose own drop panics.
+    struct PanicsOnDrop;
+
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("a panic payload that panics when dropped");
+        }
+    }
+
+    // H8: the trampoline dropped the caught payload, whose drop could unwind into the driver
+    // (which aborts the process).
+    #[test]
+    fn h8_a_panic_payload_is_not_dropped_in_the_trampoline() {
+        let f: Box<Callback> = Box::new(|_, _| std::panic::panic_any(PanicsOnDrop));
+        let id = CALLBACKS.insert(Arc::new(f));
+        deliver(id, sys::CUlogLevel::CU_LOG_LEVEL_ERROR, b"anything");
+        unsubscribed(id, sys::CUresult::CUDA_SUCCESS);
+    }
+
+    // H8: the closure was leaked for good at every subscription. H7: a refused unregistration
+    // was ignored.
+    #[test]
+    fn h8_h7_unsubscribing_frees_the_closure_and_a_refusal_is_reported() {
+        let (id, seen) = listed();
+        crate::error::reported::take();
+        unsubscribed(id, sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+        let reported = crate::error::reported::take();
+        assert!(
+            matches!(&reported[..], [line] if line.contains("logs::Subscription kept registered")
+                && line.contains("CUDA_ERROR_INVALID_VALUE")),
+            "{reported:?}"
+        );
+        deliver(id, sys::CUlogLevel::CU_LOG_LEVEL_ERROR, b"still called");
+        assert_eq!(seen.lock().unwrap().len(), 1, "a closure kept registered is still called");
+        unsubscribed(id, sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(Arc::strong_count(&seen), 1, "the closure, and what it captured, is freed");
+        assert!(crate::error::reported::take().is_empty());
     }
 }

@@ -197,6 +197,7 @@ fn async_notifications_register_and_unregister() -> TestResult {
     drop(second);
     ensure!(first.take_panic().is_none(), "no panic was raised");
     first.unregister()?;
+    ensure_eq!(Arc::strong_count(&seen), 1, "unregistering frees the closure and what it captured");
     println!("notifications received: {:?}", seen.lock().map(|v| v.clone()).unwrap_or_default());
     // The registry is clean: a new registration after both are gone works.
     device.register_async_notification(|_| {})?.unregister()?;

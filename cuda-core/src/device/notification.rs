@@ -2,11 +2,11 @@
 //! calls on its own thread, for instance when the application is over its memory budget.
 
 use super::Device;
-use crate::error::{Error, Result, check};
+use crate::callback_registry::Registry;
+use crate::error::{Error, Result, check, report_from_drop};
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// What the driver notifies (`CUasyncNotificationInfo`).
@@ -31,33 +31,16 @@ struct Entry {
     panic: Mutex<Option<String>>,
 }
 
-/// The live registrations, by the id the driver hands back to the trampoline. The driver gets
-/// the id, never a pointer: a call that comes during or after unregistration finds nothing
-/// (or an entry it holds alive until it returns), whatever the driver guarantees about calls
-/// in flight when unregistration returns.
-static REGISTRY: Mutex<Vec<(u64, Arc<Entry>)>> = Mutex::new(Vec::new());
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-fn registry() -> std::sync::MutexGuard<'static, Vec<(u64, Arc<Entry>)>> {
-    // A panic never happens while the lock is held (only pushes, clones and removals), so a
-    // poisoned lock still holds consistent data.
-    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn remove(id: u64) -> Option<Arc<Entry>> {
-    let mut live = registry();
-    let at = live.iter().position(|(i, _)| *i == id)?;
-    Some(live.swap_remove(at).1)
-}
+/// The live registrations. The driver gets an entry's number, never a pointer; see
+/// [`callback_registry`](crate::callback_registry) for how a call in flight when the value is
+/// dropped is waited for, so that the closure is dropped on the value's thread.
+static CALLBACKS: Registry<Entry> = Registry::new();
 
 unsafe extern "C" fn trampoline(
     info: *mut sys::CUasyncNotificationInfo,
     user_data: *mut c_void,
     _handle: sys::CUasyncCallbackHandle,
 ) {
-    let id = user_data as usize as u64;
-    let entry = registry().iter().find(|(i, _)| *i == id).map(|(_, e)| Arc::clone(e));
-    let Some(entry) = entry else { return };
     if info.is_null() {
         return;
     }
@@ -72,22 +55,29 @@ unsafe extern "C" fn trampoline(
         }
         other => AsyncNotification::Other(other.0),
     };
-    // A panic must not unwind into the driver: it is kept for `take_panic` and `unregister`.
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| (entry.callback)(notification))) {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".to_string());
-        *entry.panic.lock().unwrap_or_else(PoisonError::into_inner) = Some(message);
-    }
+    CALLBACKS.call(user_data as usize as u64, |entry| {
+        // A panic must not unwind into the driver: it is kept for `take_panic` and `unregister`.
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| (entry.callback)(notification))) {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_string());
+            *entry.panic.lock().unwrap_or_else(PoisonError::into_inner) = Some(message);
+            // Dropping the payload may panic in turn, and that unwind would leave this C
+            // function: the payload is leaked instead.
+            std::mem::forget(payload);
+        }
+    });
 }
 
 /// A closure registered for a device's asynchronous notifications; unregistered on drop, and
-/// the closure freed after that (and after any call of it still running).
+/// the closure freed after that, on the dropping thread: the drop waits for the calls of it
+/// still running on the driver's thread to return.
 ///
 /// The driver calls the closure on a thread of its own, in no particular order and possibly
-/// several at once; it should return quickly (the driver asks for about 10 ms) and must not
+/// several at once; it should return quickly (the driver asks for about 10 ms), must not wait
+/// for a lock held by a thread that drops this value (the drop would wait for it), and must not
 /// register or unregister notifications (the driver refuses that with
 /// `CUDA_ERROR_NOT_PERMITTED`: a subscription dropped inside a callback stays registered, and
 /// its closure is kept, not freed).
@@ -128,10 +118,8 @@ impl Device {
         f: impl Fn(AsyncNotification) + Send + Sync + 'static,
     ) -> Result<AsyncNotifications> {
         crate::device::init()?;
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(Entry { callback: Box::new(f), panic: Mutex::new(None) });
-        // In the registry before the driver may call.
-        registry().push((id, Arc::clone(&entry)));
+        let id = CALLBACKS.insert(Arc::clone(&entry));
         let mut handle = std::ptr::null_mut();
         // SAFETY: the trampoline matches `CUasyncCallback`; the user data is an id, not a
         // pointer, so nothing it names can dangle; one out-parameter.
@@ -144,7 +132,7 @@ impl Device {
             )
         };
         if let Err(e) = check("cuDeviceRegisterAsyncNotification", status) {
-            remove(id);
+            CALLBACKS.remove(id);
             return Err(e);
         }
         Ok(AsyncNotifications { device: *self, handle, id, entry, registered: true })
@@ -170,9 +158,10 @@ impl AsyncNotifications {
     }
 
     /// Unregisters now
-    /// ([`cuDeviceUnregisterAsyncNotification`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)),
-    /// returning the driver's refusal, or else a panic the closure raised and nobody took.
-    /// After a refusal the closure stays registered and is never freed.
+    /// ([`cuDeviceUnregisterAsyncNotification`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html))
+    /// and waits for the calls of the closure still running, returning the driver's refusal, or
+    /// else a panic the closure raised and nobody took. After a refusal the closure stays
+    /// registered and is never freed.
     ///
     /// Fails with the driver's status when it refuses (for example, when called from inside
     /// the callback), or with [`Error::CallbackPanicked`] for a panic not yet taken.
@@ -184,6 +173,8 @@ impl AsyncNotifications {
         }
     }
 
+    /// Unregisters, once, and waits until no call of the closure runs; after a refusal the
+    /// closure stays listed, for the driver's later calls.
     fn release(&mut self) -> Result<()> {
         if !std::mem::replace(&mut self.registered, false) {
             return Ok(());
@@ -191,9 +182,16 @@ impl AsyncNotifications {
         // SAFETY: registered by `register_async_notification` on this device, unregistered
         // once (`registered` is cleared first).
         let status = unsafe { sys::cuDeviceUnregisterAsyncNotification(self.device.as_raw(), self.handle) };
+        self.unregistered(status)
+    }
+
+    /// Follows the driver's answer `status` to the unregistration. On success the closure is
+    /// taken out of the registry, so that no call reaches it any more, and the calls that did
+    /// are waited for: `self.entry` is then its last reference, which drops it on this thread.
+    fn unregistered(&self, status: sys::CUresult) -> Result<()> {
         check("cuDeviceUnregisterAsyncNotification", status)?;
-        // The driver calls no more; a call still running holds its own reference.
-        remove(self.id);
+        CALLBACKS.remove(self.id);
+        CALLBACKS.wait_for_calls(self.id, &self.entry);
         Ok(())
     }
 }
@@ -201,12 +199,12 @@ impl AsyncNotifications {
 impl Drop for AsyncNotifications {
     fn drop(&mut self) {
         // No context keeps device-level errors: a refusal is printed (the closure stays
-        // registered, and in the registry, so any later call still finds it alive).
+        // registered, and listed, so any later call still finds it alive).
         if let Err(e) = self.release() {
-            eprintln!("cuda-core: AsyncNotifications kept registered: {e}");
+            report_from_drop("AsyncNotifications kept registered", &e);
         }
         if let Some(e) = self.take_panic() {
-            eprintln!("cuda-core: an async notification callback panicked: {e}");
+            report_from_drop("an async notification callback panicked", &e);
         }
     }
 }
@@ -214,48 +212,129 @@ impl Drop for AsyncNotifications {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::mpsc::{Sender, channel};
+    use std::thread::ThreadId;
+    use std::time::Duration;
+
+    fn over_budget(bytes: u64) -> sys::CUasyncNotificationInfo {
+        sys::CUasyncNotificationInfo {
+            type_: sys::CUasyncNotificationType::CU_ASYNC_NOTIFICATION_TYPE_OVER_BUDGET,
+            info: sys::CUasyncNotificationInfo_st__bindgen_ty_1 {
+                overBudget: sys::CUasyncNotificationInfo_st__bindgen_ty_1__bindgen_ty_1 {
+                    bytesOverBudget: bytes,
+                    ..Default::default()
+                },
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Calls the trampoline as the driver does, with the user data of entry `id`.
+    fn notify(id: u64, info: &mut sys::CUasyncNotificationInfo) {
+        // SAFETY: a live notification; the user data is a number, whatever it names.
+        unsafe { trampoline(info, id as usize as *mut c_void, std::ptr::null_mut()) };
+    }
+
+    fn entry(callback: impl Fn(AsyncNotification) + Send + Sync + 'static) -> Arc<Entry> {
+        Arc::new(Entry { callback: Box::new(callback), panic: Mutex::new(None) })
+    }
+
+    fn panic_of(entry: &Entry) -> Option<String> {
+        entry.panic.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
 
     #[test]
     fn the_trampoline_reaches_only_live_entries_and_keeps_panics() {
         let hits = Arc::new(AtomicU64::new(0));
         let seen = Arc::clone(&hits);
-        let entry = Arc::new(Entry {
-            callback: Box::new(move |n| {
-                if let AsyncNotification::OverBudget { bytes_over_budget } = n {
-                    seen.fetch_add(bytes_over_budget, Ordering::Relaxed);
-                } else {
-                    std::panic::panic_any("not over budget");
-                }
-            }),
-            panic: Mutex::new(None),
+        let entry = entry(move |n| {
+            if let AsyncNotification::OverBudget { bytes_over_budget } = n {
+                seen.fetch_add(bytes_over_budget, Ordering::Relaxed);
+            } else {
+                std::panic::panic_any("not over budget");
+            }
         });
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        registry().push((id, Arc::clone(&entry)));
-        let mut info = sys::CUasyncNotificationInfo {
-            type_: sys::CUasyncNotificationType::CU_ASYNC_NOTIFICATION_TYPE_OVER_BUDGET,
-            info: sys::CUasyncNotificationInfo_st__bindgen_ty_1 {
-                overBudget: sys::CUasyncNotificationInfo_st__bindgen_ty_1__bindgen_ty_1 {
-                    bytesOverBudget: 42,
-                    ..Default::default()
-                },
-            },
-            ..Default::default()
-        };
-        let data = id as usize as *mut c_void;
-        // SAFETY: a live notification; the id is registered.
-        unsafe { trampoline(&mut info, data, std::ptr::null_mut()) };
+        let id = CALLBACKS.insert(Arc::clone(&entry));
+        let mut info = over_budget(42);
+        notify(id, &mut info);
         assert_eq!(hits.load(Ordering::Relaxed), 42);
         info.type_ = sys::CUasyncNotificationType(77);
-        // SAFETY: as above; the closure panics on this type, which is caught.
-        unsafe { trampoline(&mut info, data, std::ptr::null_mut()) };
-        assert_eq!(
-            entry.panic.lock().unwrap_or_else(PoisonError::into_inner).as_deref(),
-            Some("not over budget")
-        );
-        assert!(remove(id).is_some());
+        notify(id, &mut info); // the closure panics on this type, which is caught
+        assert_eq!(panic_of(&entry).as_deref(), Some("not over budget"));
+        assert!(CALLBACKS.remove(id).is_some());
         info.type_ = sys::CUasyncNotificationType::CU_ASYNC_NOTIFICATION_TYPE_OVER_BUDGET;
-        // SAFETY: the id is gone: nothing is called.
-        unsafe { trampoline(&mut info, data, std::ptr::null_mut()) };
+        notify(id, &mut info); // the id is gone: nothing is called
         assert_eq!(hits.load(Ordering::Relaxed), 42);
+    }
+
+    /// A panic payload whose own drop panics.
+    struct PanicsOnDrop;
+
+    impl Drop for PanicsOnDrop {
+        // The panic is the point: it would unwind out of the trampoline if the payload were
+        // dropped there (and abort the process).
+        fn drop(&mut self) {
+            panic!("a panic payload that panics when dropped");
+        }
+    }
+
+    // H8: the trampoline dropped the caught payload, whose drop could unwind into the driver.
+    #[test]
+    fn h8_a_panic_payload_is_not_dropped_in_the_trampoline() {
+        let entry = entry(|_| std::panic::panic_any(PanicsOnDrop));
+        let id = CALLBACKS.insert(Arc::clone(&entry));
+        notify(id, &mut over_budget(1));
+        assert_eq!(panic_of(&entry).as_deref(), Some("a panic without a message"));
+        CALLBACKS.remove(id);
+    }
+
+    /// Sends the id of the thread it is dropped on.
+    struct DropSite(Sender<ThreadId>);
+
+    impl Drop for DropSite {
+        fn drop(&mut self) {
+            let _ = self.0.send(std::thread::current().id());
+        }
+    }
+
+    // H8: a value dropped while its closure ran left the trampoline the last reference, and the
+    // closure (with what it captured) was dropped on the driver's thread.
+    #[test]
+    fn h8_a_value_dropped_during_a_call_drops_the_closure_on_its_own_thread() {
+        let (dropped_tx, dropped) = channel();
+        let (entered_tx, entered) = channel();
+        let (go_tx, go) = channel::<()>();
+        let go = Mutex::new(go);
+        let site = DropSite(dropped_tx);
+        let entry = entry(move |_| {
+            let _keep = &site;
+            let _ = entered_tx.send(());
+            let _ = go.lock().map(|go| go.recv());
+        });
+        let id = CALLBACKS.insert(Arc::clone(&entry));
+        // Unregistered already: dropping it does not call the driver.
+        let value = AsyncNotifications {
+            device: Device { raw: 0 },
+            handle: std::ptr::null_mut(),
+            id,
+            entry,
+            registered: false,
+        };
+        let driver = std::thread::spawn(move || notify(id, &mut over_budget(1)));
+        assert!(entered.recv_timeout(Duration::from_secs(10)).is_ok(), "the call never started");
+        let owner = std::thread::spawn(move || {
+            // As the drop does once the driver has unregistered the closure.
+            let unregistered = value.unregistered(sys::CUresult::CUDA_SUCCESS);
+            drop(value);
+            unregistered
+        });
+        let owner_id = owner.thread().id();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(dropped.try_recv().is_err(), "the closure was dropped while it ran");
+        let _ = go_tx.send(());
+        assert!(driver.join().is_ok());
+        assert!(matches!(owner.join(), Ok(Ok(()))));
+        assert_eq!(dropped.try_recv().ok(), Some(owner_id), "dropped once, by the owner's thread");
     }
 }
