@@ -734,6 +734,10 @@ fn launch_completion_event_fires_while_the_kernel_runs() -> TestResult {
     let started = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
     let (mut flag, mut out) = flag_and_out(&stream)?;
     let mut unused = DeviceBuffer::<u32>::zeroed(&other, 2)?;
+    // The setter on `other` signals the spinner on `stream` through `flag`: `other` is noted on
+    // the flag before the spinner is queued, so that its first use waits only for the flag's
+    // zeroing, not for the spinner (which would wait for the setter until its timeout).
+    flag.record_stream(&other)?;
     let (timeout, no_trigger, no_wait) = (20_000_000_000u64, 0u32, 0u32);
     // SAFETY: as in programmatic_dependent_launch_overlaps_two_kernels.
     unsafe {

@@ -275,6 +275,12 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// outside it (raw calls, other libraries) on a stream other than the buffer's. Recording
     /// the buffer's own stream does nothing.
     ///
+    /// The first time a stream is noted (by this call or by an operation), it is made to wait
+    /// for the work queued so far on the buffer's own stream; later uses there wait for nothing
+    /// more. So kernels that signal each other through the buffer from two streams (one spins
+    /// until the other writes a flag) record the second stream before the spinning kernel is
+    /// queued: noted afterwards, the signalling stream would wait for the spinner.
+    ///
     /// A default stream that would not name the same stream here (a per-thread default stream
     /// of another thread, the default stream of another context) is an
     /// [`Error::InvalidArgument`].

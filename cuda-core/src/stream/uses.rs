@@ -248,8 +248,14 @@ fn synchronize_each(streams: &[Stream]) -> Result<()> {
 /// for on `later`. A per-thread default stream of another thread is waited for on the host,
 /// through its context. `earlier` being captured now is an error: its work queued before the
 /// capture cannot be waited for (an event recorded there would be captured), so the use is
-/// refused and nothing is queued.
+/// refused and nothing is queued. Nothing is waited for when `later` is being captured.
 pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<()> {
+    // Work queued on a stream being captured runs at the graph's launches, not now, and a
+    // capture cannot wait for work outside it (the driver refuses): the capture's contract
+    // covers what its launches touch.
+    if super::capture_of(later)?.is_some() || later.context().with_current(|| raw_capturing(later))? {
+        return Ok(());
+    }
     if earlier.is_other_threads() {
         return earlier.synchronize_for_release();
     }
@@ -288,8 +294,8 @@ fn captured_first_use() -> Error {
     )
 }
 
-/// Whether `stream` is being captured by a capture the crate did not begin (another library's
-/// on the same stream, say); its context is current.
+/// Whether `stream` is being captured, by a capture the crate did not begin too (another
+/// library's on the same stream, say); its context is current.
 fn raw_capturing(stream: &Stream) -> Result<bool> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: the stream is alive while `stream` is, and its context is current; one
