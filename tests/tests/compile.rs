@@ -1,6 +1,7 @@
 //! Kernels from source: NVRTC compiles, launches check their results, template kernels through
 //! name expressions, compile errors that name the line, the compile cache (memory and disk hits
-//! that run no NVRTC, a corrupt entry recompiled, two processes filling one directory at once),
+//! that run no NVRTC, a corrupt entry recompiled, two processes filling one directory at once,
+//! headers read from include paths compiled afresh after an edit),
 //! nvJitLink linking two LTO translation units, and the typed error of a missing NVRTC.
 
 use cuda_core::compile::{
@@ -180,6 +181,46 @@ fn cache_hits_run_no_nvrtc_and_a_corrupt_entry_is_recompiled() -> TestResult {
     Ok(())
 }
 
+/// H5: what NVRTC reads from an include path, or pre-includes by a raw option, is not in the
+/// cache key, so such a compile goes around the cache: after the header is edited, the next
+/// compile through the same cache returns the new code, and nothing is stored.
+fn an_edited_header_from_an_include_path_is_compiled_again() -> TestResult {
+    let (device, _ctx, _stream) = device_zero()?;
+    let arch = Arch::of(&device)?;
+    let dir = scratch("include");
+    let include = dir.join("include");
+    std::fs::create_dir_all(&include)?;
+    let header = include.join("value.h");
+    let body = "__device__ int value = VALUE;\n\
+                extern \"C\" __global__ void read_value(int *out) { *out = value; }\n";
+    let included = format!("#include \"value.h\"\n{body}");
+    let ptx = CompileOptions::new().output(Output::Ptx);
+    let cases = [
+        ("include_path", ptx.clone().include_path(&include), included.as_str()),
+        ("--pre-include", ptx.clone().raw(format!("--pre-include={}", header.display())), body),
+    ];
+    let cache = CompileCache::at(dir.join("cache"));
+    for (what, options, source) in &cases {
+        for (value, old) in [(271828, 314159), (314159, 271828)] {
+            std::fs::write(&header, format!("#define VALUE {value}\n"))?;
+            let n = nvrtc_compilations();
+            let compiled = Program::new(*source).compile_with_cache(arch, options, &cache)?;
+            ensure_eq!(compiled.cache_hit(), None, "{what}: VALUE {value}");
+            ensure_eq!(nvrtc_compilations(), n + 1, "{what}: VALUE {value}");
+            let text = String::from_utf8_lossy(compiled.code());
+            ensure!(
+                text.contains(&value.to_string()) && !text.contains(&old.to_string()),
+                "{what}: the PTX does not hold VALUE {value}:\n{text}"
+            );
+        }
+    }
+    let stats = cache.stats();
+    ensure_eq!((stats.uncached, stats.writes, stats.memory_hits, stats.disk_hits), (4, 0, 0, 0));
+    ensure!(!dir.join("cache").exists(), "nothing is stored on disk");
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 fn two_processes_fill_one_cache_directory() -> TestResult {
     let (device, ctx, stream) = device_zero()?;
     let dir = scratch("procs");
@@ -304,6 +345,10 @@ fn main() {
         gpu(
             "cache_hits_run_no_nvrtc_and_a_corrupt_entry_is_recompiled",
             cache_hits_run_no_nvrtc_and_a_corrupt_entry_is_recompiled,
+        ),
+        gpu(
+            "an_edited_header_from_an_include_path_is_compiled_again",
+            an_edited_header_from_an_include_path_is_compiled_again,
         ),
         gpu("two_processes_fill_one_cache_directory", two_processes_fill_one_cache_directory),
         gpu("two_lto_units_link_and_run", two_lto_units_link_and_run),

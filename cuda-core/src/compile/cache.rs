@@ -10,6 +10,14 @@
 //! over the entry's name, so readers in any process see the old file, the new one or none.
 //! A file that fails any check when read is removed and counts as a miss: a corrupt or truncated
 //! entry is compiled again, never loaded.
+//!
+//! What the files hold is loaded and run on the GPU, and anyone who can write the directory can
+//! plant an entry (the header is no signature). So on Unix the directory is used only while
+//! nobody but the effective user can change it: owned by that user, writable by neither group
+//! nor others ([`CacheStats::untrusted_dir`] counts the lookups and writes that refused it and
+//! stayed in memory). Entries are opened without following a link and checked on the opened
+//! file (a regular file of that owner, not writable by group or others, at most 1 GiB), and no
+//! more than that is read; they are written with mode 0600.
 
 use super::checksum::checksum;
 use super::sha256::Sha256;
@@ -18,7 +26,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -92,8 +100,18 @@ pub struct CacheStats {
     pub writes: u64,
     /// Files that could not be written; those entries are in memory only.
     pub failed_writes: u64,
-    /// Files found corrupt, truncated or unreadable: each was a miss and was removed.
+    /// Files found corrupt, truncated, unreadable, or open to others (a link, not a regular
+    /// file, another user's, writable by group or others, over 1 GiB): each was a miss and was
+    /// removed.
     pub rejected: u64,
+    /// Lookups and writes that left the directory alone because another user could change what
+    /// is in it (on Unix: it is not owned by the effective user, or group or others can write
+    /// it); those entries are in memory only. Make the directory the user's with mode 0700, or
+    /// use another one.
+    pub untrusted_dir: u64,
+    /// Compiles that went around the cache because NVRTC read files for them that the key
+    /// does not cover (see [`Program::compile_with_cache`](super::Program::compile_with_cache)).
+    pub uncached: u64,
 }
 
 #[derive(Default)]
@@ -104,6 +122,8 @@ struct Counters {
     writes: AtomicU64,
     failed_writes: AtomicU64,
     rejected: AtomicU64,
+    untrusted_dir: AtomicU64,
+    uncached: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -115,8 +135,12 @@ fn bump(counter: &AtomicU64) {
 ///
 /// Disk failures never fail a compile: a file that cannot be read is a miss, and one that cannot
 /// be written leaves the entry in memory only (both show in [`stats`](Self::stats)). The
-/// checksum catches corruption, not tampering: the directory should be writable by its owner
-/// only, as the default one is unless the umask says otherwise.
+/// checksum catches corruption, not tampering, so on Unix the directory is used only while
+/// nobody but the effective user can change it: owned by that user, writable by neither group
+/// nor others (the directories the cache creates are made so, mode 0700). Any other is neither
+/// read nor written, and each refusal counts in [`CacheStats::untrusted_dir`]. An entry is
+/// opened without following a link and used only if it is a regular file of that user, writable
+/// by neither group nor others, of at most 1 GiB.
 ///
 /// `Send + Sync`; clones are cheap and share the memory, the directory and the counters. The
 /// memory holds every entry stored until [`clear_memory`](Self::clear_memory).
@@ -237,7 +261,14 @@ impl CompileCache {
             writes: c.writes.load(Relaxed),
             failed_writes: c.failed_writes.load(Relaxed),
             rejected: c.rejected.load(Relaxed),
+            untrusted_dir: c.untrusted_dir.load(Relaxed),
+            uncached: c.uncached.load(Relaxed),
         }
+    }
+
+    /// Counts a compile that did not use the cache (in [`CacheStats::uncached`]).
+    pub(crate) fn count_uncached(&self) {
+        bump(&self.inner.counters.uncached);
     }
 
     fn store(&self, key: &CacheKey, bytes: Arc<[u8]>) {
@@ -245,9 +276,7 @@ impl CompileCache {
             return;
         }
         if let Some(dir) = &self.inner.dir {
-            if write(dir, key, &bytes).is_err() {
-                bump(&self.inner.counters.failed_writes);
-            }
+            self.write_file(dir, key, &bytes);
         }
         self.memory_put(key, bytes);
         bump(&self.inner.counters.writes);
@@ -264,23 +293,42 @@ impl CompileCache {
         }
     }
 
+    /// Whether `dir` exists and nobody but this user can change what is in it; one that
+    /// another user can change is counted in [`CacheStats::untrusted_dir`].
+    fn trusted(&self, dir: &Path) -> bool {
+        match fs::metadata(dir) {
+            Ok(meta) if !private(&meta) => {
+                bump(&self.inner.counters.untrusted_dir);
+                false
+            }
+            Ok(meta) => meta.is_dir(),
+            Err(_) => false,
+        }
+    }
+
+    /// Writes `key`'s file, in a directory created private or found private; a failure counts
+    /// in [`CacheStats::failed_writes`].
+    fn write_file(&self, dir: &Path, key: &CacheKey, payload: &[u8]) {
+        let written = create_private_dir(dir)
+            .and_then(|()| if self.trusted(dir) { write(dir, key, payload) } else { Ok(()) });
+        if written.is_err() {
+            bump(&self.inner.counters.failed_writes);
+        }
+    }
+
     /// The payload of `key`'s file if it passes every check; a file that fails one is removed.
     fn read(&self, dir: &Path, key: &CacheKey) -> Option<Arc<[u8]>> {
+        if !self.trusted(dir) {
+            return None;
+        }
         let path = dir.join(key.file_name());
-        // Only a regular file of a plausible size is read: a link to a device or a pipe, or a
-        // file larger than any kernel, is rejected without reading it.
-        let plausible = match fs::symlink_metadata(&path) {
-            Ok(meta) => meta.is_file() && meta.len() <= MAX_FILE_BYTES,
-            Err(_) => return None,
-        };
-        let payload = match plausible.then(|| fs::read(&path)) {
-            Some(Ok(data)) => decode(key, &data).map(Arc::from),
-            None => None,
+        let payload = match read_entry(&path) {
+            Ok(Some(data)) => decode(key, &data).map(Arc::from),
             // No file: a plain miss (a directory not made yet, or a file where it should be).
-            Some(Err(e)) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
+            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
                 return None;
             }
-            Some(Err(_)) => None,
+            Ok(None) | Err(_) => None,
         };
         if payload.is_none() {
             bump(&self.inner.counters.rejected);
@@ -328,6 +376,44 @@ fn default_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     base.map(|b| b.join("cuda-core").join("kernels"))
 }
 
+/// The bytes of the entry at `path`, or `None` for a file that is not a private regular file of
+/// at most [`MAX_FILE_BYTES`]. The checks are made on the opened file, so a file swapped in after
+/// them is not the one read; a link is not followed (the open fails), and a pipe or device does
+/// not block the open.
+fn read_entry(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    let file = options.open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() || !private(&meta) || meta.len() > MAX_FILE_BYTES {
+        return Ok(None);
+    }
+    let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    // A file that grew since the check is cut at one byte past the cap, and refused.
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut data)?;
+    Ok((data.len() as u64 <= MAX_FILE_BYTES).then_some(data))
+}
+
+/// Whether nobody but this process's effective user can change the file or directory of
+/// `meta`: owned by that user, writable by neither group nor others. Always true off Unix,
+/// where the cache makes no such check.
+fn private(meta: &fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid takes nothing, cannot fail and touches no memory of ours.
+        let euid = unsafe { libc::geteuid() };
+        meta.uid() == euid && meta.mode() & 0o022 == 0
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        true
+    }
+}
+
 /// The payload of a file's bytes `data` if they are an entry of `key`, whole and intact.
 fn decode<'a>(key: &CacheKey, data: &'a [u8]) -> Option<&'a [u8]> {
     let (header, payload) = data.split_at_checked(HEADER_LEN)?;
@@ -363,15 +449,19 @@ fn create_private_dir(dir: &Path) -> io::Result<()> {
     builder.create(dir)
 }
 
-/// Writes `key`'s file through a temporary file and a rename, so no reader sees half of it.
+/// Writes `key`'s file through a temporary file and a rename, so no reader sees half of it; on
+/// Unix the file is its owner's alone (mode 0600), as [`read_entry`] requires.
 fn write(dir: &Path, key: &CacheKey, payload: &[u8]) -> io::Result<()> {
     static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
-    create_private_dir(dir)?;
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut attempts = 0;
     let (file, temporary) = loop {
         let n = TEMPORARIES.fetch_add(1, Relaxed);
         let temporary = dir.join(format!(".{key}.{}.{n}.tmp", std::process::id()));
-        match OpenOptions::new().write(true).create_new(true).open(&temporary) {
+        match options.open(&temporary) {
             Ok(file) => break (file, temporary),
             // Left by a crashed process that had this id: try the next name.
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
@@ -439,22 +529,151 @@ mod tests {
         assert_eq!(key.file_name(), format!("{text}.bin"));
     }
 
-    /// A link where an entry should be (to a device that never ends, here) is rejected
-    /// without being read, and the directories the cache makes are its owner's alone.
+    /// The bytes of a valid file of `key` holding `payload`.
+    #[cfg(unix)]
+    fn entry(key: &CacheKey, payload: &[u8]) -> Vec<u8> {
+        let mut file = header(key, payload);
+        file.extend_from_slice(payload);
+        file
+    }
+
+    /// `path`'s permission bits set to `mode`.
+    #[cfg(unix)]
+    fn chmod(path: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Gives `path` to another user where this process may (as root), and says whether it did.
+    #[cfg(unix)]
+    fn give_away(path: &Path) -> bool {
+        // SAFETY: geteuid takes nothing and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("not root: a file of another user cannot be made, that case is not checked");
+            return false;
+        }
+        std::os::unix::fs::chown(path, Some(4242), Some(4242)).unwrap();
+        true
+    }
+
+    /// H4: a link where an entry should be is not followed, even to a valid entry of the same
+    /// key; a pipe there neither blocks nor is read; the directories the cache makes, and its
+    /// files, are its owner's alone.
     #[cfg(unix)]
     #[test]
-    fn links_are_not_followed_and_directories_are_private() {
+    fn links_and_pipes_are_refused_and_what_the_cache_makes_is_private() {
         use std::os::unix::fs::PermissionsExt;
         let dir = TempDir::new();
+        let cache_dir = dir.0.join("nested");
         let key = CacheKey::new(&[b"linked"]);
-        let cache = CompileCache::at(dir.0.join("nested"));
-        cache.put(&CacheKey::new(&[b"other"]), b"x");
-        let mode = fs::metadata(dir.0.join("nested")).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o700, "the cache directory is private");
-        std::os::unix::fs::symlink("/dev/zero", dir.0.join("nested").join(key.file_name())).unwrap();
-        let fresh = CompileCache::at(dir.0.join("nested"));
-        assert_eq!(fresh.get(&key), None);
+        let cache = CompileCache::at(&cache_dir);
+        let other = CacheKey::new(&[b"other"]);
+        cache.put(&other, b"x");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&cache_dir), 0o700, "the cache directory is private");
+        assert_eq!(mode(&cache_dir.join(other.file_name())), 0o600, "its files are private");
+
+        let elsewhere = dir.0.join("valid.bin");
+        fs::write(&elsewhere, entry(&key, b"planted")).unwrap();
+        chmod(&elsewhere, 0o600);
+        let path = cache_dir.join(key.file_name());
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let fresh = CompileCache::at(&cache_dir);
+        assert_eq!(fresh.get(&key), None, "a link is not followed");
         assert_eq!(fresh.stats().rejected, 1);
+        assert!(fs::symlink_metadata(&path).is_err(), "the link is removed");
+        assert!(elsewhere.exists(), "not what it pointed to");
+
+        let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+        assert_eq!(fresh.get(&key), None, "a pipe is not read (nor does its open wait for a writer)");
+        assert_eq!(fresh.stats().rejected, 2);
+    }
+
+    /// H4: a file larger than the cap, or one that group or others (or another user) could
+    /// write, is refused and removed without being used.
+    #[cfg(unix)]
+    #[test]
+    fn oversize_and_shared_files_are_refused() {
+        let dir = TempDir::new();
+        let key = CacheKey::new(&[b"refused"]);
+        let path = dir.0.join(key.file_name());
+        let cache = CompileCache::at(&dir.0);
+        cache.put(&CacheKey::new(&[b"makes the directory"]), b"x");
+        let plant = |mode: u32| {
+            fs::write(&path, entry(&key, b"planted")).unwrap();
+            chmod(&path, mode);
+        };
+        plant(0o600);
+        assert!(CompileCache::at(&dir.0).get(&key).is_some(), "a private file of the user is read");
+
+        let mut refused = 0;
+        let mut refuse = |what: &str| {
+            let fresh = CompileCache::at(&dir.0);
+            assert_eq!(fresh.get(&key), None, "{what}");
+            assert_eq!(fresh.stats().rejected, 1, "{what}");
+            assert!(!path.exists(), "{what}: removed");
+            refused += 1;
+        };
+        plant(0o620);
+        refuse("group-writable");
+        plant(0o602);
+        refuse("writable by others");
+        plant(0o600);
+        // Sparse: nothing is written, and nothing is read.
+        fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(MAX_FILE_BYTES + 1).unwrap();
+        refuse("over the cap");
+        plant(0o600);
+        if give_away(&path) {
+            refuse("another user's");
+        }
+        assert!(refused >= 3);
+    }
+
+    /// H4: a directory another user can change is not read or written: the cache keeps to
+    /// memory and counts each refusal.
+    #[cfg(unix)]
+    #[test]
+    fn directories_others_can_write_are_not_used() {
+        let key = CacheKey::new(&[b"shared directory"]);
+        let check = |what: &str, dir: &Path| {
+            let path = dir.join(key.file_name());
+            fs::write(&path, entry(&key, b"planted")).unwrap();
+            chmod(&path, 0o600);
+            let cache = CompileCache::at(dir);
+            assert_eq!(cache.get(&key), None, "{what}: a planted entry is not read");
+            let other = CacheKey::new(&[b"another kernel"]);
+            let (bytes, hit) = cache.get_or_insert_with(&other, || Ok(b"compiled".to_vec())).unwrap();
+            assert_eq!((&*bytes, hit), (&b"compiled"[..], None), "{what}");
+            assert_eq!(cache.get(&other).map(|(_, hit)| hit), Some(CacheHit::Memory), "{what}");
+            assert!(!dir.join(other.file_name()).exists(), "{what}: nothing is written there");
+            let stats = cache.stats();
+            assert_eq!((stats.untrusted_dir, stats.rejected, stats.failed_writes), (3, 0, 0), "{what}");
+            assert!(path.exists(), "{what}: the directory is left alone");
+        };
+        for mode in [0o770, 0o707, 0o1777] {
+            let dir = TempDir::new();
+            fs::create_dir(&dir.0).unwrap();
+            chmod(&dir.0, mode);
+            check(&format!("mode {mode:o}"), &dir.0);
+        }
+        let dir = TempDir::new();
+        fs::create_dir(&dir.0).unwrap();
+        chmod(&dir.0, 0o700);
+        if give_away(&dir.0) {
+            check("another user's", &dir.0);
+        }
+        // The same directory made private is used.
+        let private = TempDir::new();
+        fs::create_dir(&private.0).unwrap();
+        chmod(&private.0, 0o755);
+        let path = private.0.join(key.file_name());
+        fs::write(&path, entry(&key, b"kept")).unwrap();
+        chmod(&path, 0o644);
+        let cache = CompileCache::at(&private.0);
+        assert_eq!(cache.get(&key).map(|(bytes, _)| bytes.to_vec()), Some(b"kept".to_vec()));
+        assert_eq!(cache.stats().untrusted_dir, 0);
     }
 
     #[test]

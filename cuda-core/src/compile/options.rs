@@ -151,6 +151,12 @@ impl CompileOptions {
     }
 
     /// `-I dir`: a directory searched for `#include`s not given as in-memory headers.
+    ///
+    /// NVRTC reads the headers it finds there, and what they hold cannot be part of a cache
+    /// key: a compile with an include path never uses a [`CompileCache`](super::CompileCache),
+    /// so an edited header is always compiled afresh (see
+    /// [`Program::compile_with_cache`](super::Program::compile_with_cache)). Headers given with
+    /// [`Program::header`](super::Program::header) are cached.
     pub fn include_path(mut self, dir: impl Into<PathBuf>) -> CompileOptions {
         self.include_paths.push(dir.into());
         self
@@ -181,6 +187,11 @@ impl CompileOptions {
     }
 
     /// Any other NVRTC option, passed as written (`"-maxrregcount=32"`).
+    ///
+    /// An option that names a file or directory NVRTC reads (`-I`, `--include-path`,
+    /// `-include`, `--pre-include`, and the precompiled-header options `-pch`, `--create-pch`,
+    /// `--use-pch`, `--pch-dir`, in either spelling) keeps the compile out of the cache, as
+    /// [`include_path`](Self::include_path) does.
     pub fn raw(mut self, option: impl Into<String>) -> CompileOptions {
         self.raw.push(option.into());
         self
@@ -189,6 +200,27 @@ impl CompileOptions {
     /// The output asked for.
     pub fn output_kind(&self) -> Output {
         self.output
+    }
+
+    /// Whether NVRTC reads files for these options, whose contents a cache key cannot cover:
+    /// an include path, or a raw option naming a file or directory.
+    pub(crate) fn reads_files(&self) -> bool {
+        /// The options (long and short spellings, as prefixes of `--opt=value` and `-Ivalue`)
+        /// that name include directories, pre-included headers or precompiled headers.
+        const NAMING_FILES: &[&str] = &[
+            "-I",
+            "--include-path",
+            "-include",
+            "--pre-include",
+            "-pch",
+            "--pch",
+            "-create-pch",
+            "--create-pch",
+            "-use-pch",
+            "--use-pch",
+        ];
+        !self.include_paths.is_empty()
+            || self.raw.iter().any(|o| NAMING_FILES.iter().any(|name| o.starts_with(name)))
     }
 
     /// The command line NVRTC gets for `arch`, in a fixed order (it is part of the cache key).
@@ -264,6 +296,30 @@ mod tests {
         assert_eq!(ptx, ["--gpu-architecture=compute_86"]);
         let lto = CompileOptions::new().output(Output::LtoIr).debug(true).to_args(Arch::new(9, 0));
         assert_eq!(lto, ["--gpu-architecture=sm_90", "-dlto", "-G"]);
+    }
+
+    /// H5: include paths and raw options that name files make NVRTC read what no key covers.
+    #[test]
+    fn options_that_name_files_are_recognised() {
+        assert!(!CompileOptions::new().define("N", Some("1")).raw("-maxrregcount=32").reads_files());
+        assert!(!CompileOptions::new().raw("--std=c++17").raw("-default-device").reads_files());
+        assert!(CompileOptions::new().include_path("inc").reads_files());
+        let naming = [
+            "-Iinc",
+            "-I",
+            "--include-path=inc",
+            "-include=k.h",
+            "-include",
+            "--pre-include=k.h",
+            "-pch",
+            "--pch",
+            "--pch-dir=/tmp/pch",
+            "--create-pch=k.pch",
+            "-use-pch=k.pch",
+        ];
+        for option in naming {
+            assert!(CompileOptions::new().raw(option).reads_files(), "{option}");
+        }
     }
 
     #[test]

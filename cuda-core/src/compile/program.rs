@@ -92,7 +92,23 @@ impl Program {
 
     /// Compiles for `arch` (the architecture `options` names wins), answering from `cache`
     /// when it holds the same compile: same source, headers, name expressions, options,
-    /// architecture and NVRTC version.
+    /// architecture and NVRTC version (major and minor: a patch release of the same minor
+    /// release finds the entries of another; clear the directory after installing one to
+    /// compile afresh).
+    ///
+    /// The cache is not used at all, in memory or on disk, when NVRTC reads files for the
+    /// compile: with an [`include_path`](CompileOptions::include_path), or a
+    /// [`raw`](CompileOptions::raw) option that names a file or directory (`-I`,
+    /// `--include-path`, `-include`, `--pre-include`, the precompiled-header options). What
+    /// those files hold is not in the key, so an edited header would bring back the old kernel;
+    /// such a compile runs NVRTC every time and counts in
+    /// [`CacheStats::uncached`](super::CacheStats::uncached). Headers given with
+    /// [`header`](Self::header) are in the key and cache as usual.
+    ///
+    /// NVRTC also looks for a quoted `#include` that no in-memory header answers in the
+    /// directory of the program's [name](Self::named) (the current directory for a bare name
+    /// such as the default `kernel.cu`). Such a file is not in the key either: give it as a
+    /// [`header`](Self::header), or name its directory with `include_path`.
     ///
     /// # Errors
     ///
@@ -108,6 +124,10 @@ impl Program {
     ) -> Result<Compiled> {
         let arch = options.arch.unwrap_or(arch);
         let args = options.to_args(arch);
+        if options.reads_files() {
+            cache.count_uncached();
+            return self.run_nvrtc(&args, options.output);
+        }
         let key = self.cache_key(&args, options.output, nvrtc_version()?);
         let (bytes, hit) =
             cache.get_or_insert_with(&key, || Ok(self.run_nvrtc(&args, options.output)?.to_bytes()))?;
@@ -129,18 +149,26 @@ impl Program {
         self.run_nvrtc(&options.to_args(options.arch.unwrap_or(arch)), options.output)
     }
 
+    /// The key of this program compiled with `args` into `output` by NVRTC version `nvrtc`.
+    ///
+    /// `nvrtcVersion` reports the major and minor release only, so that is what the key holds
+    /// of the compiler. Each list (headers, name expressions, arguments) is preceded by its
+    /// length, so no element can pass for one of another list.
     fn cache_key(&self, args: &[String], output: Output, nvrtc: i32) -> CacheKey {
         let version = nvrtc.to_le_bytes();
         let tag = [output.tag()];
+        let count = |n: usize| (n as u64).to_le_bytes();
+        let counts = [count(self.headers.len()), count(self.name_expressions.len()), count(args.len())];
         let mut parts: Vec<&[u8]> =
-            vec![b"cuda-core compile 2", &version, &tag, self.source.as_bytes(), self.name.as_bytes()];
+            vec![b"cuda-core compile 3", &version, &tag, self.source.as_bytes(), self.name.as_bytes()];
+        parts.push(&counts[0]);
         for (name, text) in &self.headers {
             parts.push(name.as_bytes());
             parts.push(text.as_bytes());
         }
-        parts.push(b"--");
+        parts.push(&counts[1]);
         parts.extend(self.name_expressions.iter().map(|e| e.as_bytes()));
-        parts.push(b"--");
+        parts.push(&counts[2]);
         parts.extend(args.iter().map(|a| a.as_bytes()));
         CacheKey::new(&parts)
     }
@@ -472,5 +500,22 @@ mod tests {
         assert_ne!(base, p.clone().name_expression("k").cache_key(&args, Output::Cubin, 13000));
         assert_ne!(base, p.clone().named("other.cu").cache_key(&args, Output::Cubin, 13000));
         assert_ne!(base, Program::new("__global__ void k(){}").cache_key(&args, Output::Cubin, 13000));
+    }
+
+    /// H6: a header named `--` does not pass for a name expression, nor an expression for an
+    /// argument: each list is counted.
+    #[test]
+    fn keys_keep_their_lists_apart() {
+        let source = "template <typename T> __global__ void f() {}";
+        let key = |p: Program, args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            p.cache_key(&args, Output::Cubin, 13000)
+        };
+        let header = Program::new(source).header("--", "f<int>");
+        let expressions = Program::new(source).name_expression("f<int>").name_expression("--");
+        assert_ne!(key(header, &[]), key(expressions, &[]));
+        let expression = Program::new(source).name_expression("-DX");
+        let argument = Program::new(source);
+        assert_ne!(key(expression, &[]), key(argument, &["-DX"]));
     }
 }
