@@ -361,6 +361,20 @@ pub(crate) fn report_from_drop(what: &str, e: &Error) {
     eprintln!("{line}");
 }
 
+/// The message of a panic caught where it must not unwind (in a function the driver calls,
+/// or one a C caller called), with its payload leaked: dropping the payload may panic in turn,
+/// and that unwind would leave the function.
+#[cold]
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    let message = match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_owned(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => "a panic without a message".to_owned(),
+    };
+    std::mem::forget(payload);
+    message
+}
+
 /// What [`report_from_drop`] printed on this thread, for the unit tests of the drops that use it.
 #[cfg(test)]
 pub(crate) mod reported {

@@ -58,11 +58,7 @@ unsafe extern "C" fn shared_memory_trampoline(block_size: c_int) -> usize {
     match catch_unwind(AssertUnwindSafe(|| f(u32::try_from(block_size).unwrap_or(0)))) {
         Ok(bytes) => bytes,
         Err(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic with a non-string payload".into());
+            let message = crate::error::panic_message(payload);
             CALLBACK_PANIC.with(|p| p.set(Some(message)));
             0
         }

@@ -58,15 +58,8 @@ unsafe extern "C" fn trampoline(
     CALLBACKS.call(user_data as usize as u64, |entry| {
         // A panic must not unwind into the driver: it is kept for `take_panic` and `unregister`.
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| (entry.callback)(notification))) {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".to_string());
+            let message = crate::error::panic_message(payload);
             *entry.panic.lock().unwrap_or_else(PoisonError::into_inner) = Some(message);
-            // Dropping the payload may panic in turn, and that unwind would leave this C
-            // function: the payload is leaked instead.
-            std::mem::forget(payload);
         }
     });
 }

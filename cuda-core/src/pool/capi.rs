@@ -54,12 +54,7 @@ pub fn last_error() -> Option<Error> {
 /// Runs `f`, turning a panic (of a user's allocator) into a kept error and `fallback`.
 fn guarded<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let message = match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
-            (Some(s), _) => (*s).to_owned(),
-            (None, Some(s)) => s.clone(),
-            (None, None) => "a panic without a message".to_owned(),
-        };
-        keep(Error::CallbackPanicked { message });
+        keep(Error::CallbackPanicked { message: crate::error::panic_message(payload) });
         fallback
     })
 }

@@ -116,12 +116,7 @@ unsafe extern "C" fn trampoline(_stream: rt::cudaStream_t, status: rt::cudaError
     let callback = unsafe { Box::from_raw(data.cast::<Box<dyn FnOnce(Result<()>) + Send>>()) };
     let result = check_runtime("cudaStreamAddCallback (stream status)", status);
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || callback(result))) {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic with a non-string payload".into());
-        defer(Error::CallbackPanicked { message });
+        defer(Error::CallbackPanicked { message: crate::error::panic_message(payload) });
     }
 }
 

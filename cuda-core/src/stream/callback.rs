@@ -27,18 +27,10 @@ unsafe extern "C" fn trampoline<F: FnOnce() + Send + 'static>(data: *mut c_void)
 /// Keeps a panic caught in a host function run by the driver as [`Error::CallbackPanicked`]
 /// in the context, so the next call through it reports it.
 pub(crate) fn report_panic(panic: Box<dyn std::any::Any + Send>, ctx: &Weak<ContextInner>) {
-    let message = if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_string()
-    };
+    let message = crate::error::panic_message(panic);
     if let Some(ctx) = ctx.upgrade() {
         ctx.defer(Error::CallbackPanicked { message });
     }
-    // Dropping the payload of a panic can itself panic; it must not unwind into C.
-    let _ = catch_unwind(AssertUnwindSafe(move || drop(panic)));
 }
 
 impl Stream {
