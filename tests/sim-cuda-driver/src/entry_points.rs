@@ -1,0 +1,470 @@
+//! The driver functions the simulator implements, each at the ABI version whose signature it
+//! has. Handles are made-up numbers; the one device is ordinal 0 and its primary context
+//! [`PRIMARY`].
+
+use crate::checker::Range;
+use crate::engine::{HostFn, Until, Work};
+use crate::{INVALID_HANDLE, INVALID_VALUE, NOT_READY, NOT_SUPPORTED, SUCCESS, run_until, with_sim};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+type Handle = *mut c_void;
+
+/// The primary context of device 0.
+const PRIMARY: usize = 0x1000;
+/// `CU_STREAM_NON_BLOCKING`.
+const NON_BLOCKING: c_uint = 1;
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+const OUT_OF_MEMORY: c_int = 2;
+/// The device memory the simulated device reports, and the most one allocation may take.
+const TOTAL_MEMORY: usize = 16 << 30;
+
+thread_local! {
+    static CONTEXTS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Writes `value` through an out-pointer; `false` when it is null.
+fn put<T>(out: *mut T, value: T) -> bool {
+    if out.is_null() {
+        return false;
+    }
+    // SAFETY: callers pass a valid out-pointer, as the C contract requires; null is refused.
+    unsafe { out.write(value) };
+    true
+}
+
+fn status(ok: bool) -> c_int {
+    if ok { SUCCESS } else { INVALID_VALUE }
+}
+
+fn handle(ok: bool) -> c_int {
+    if ok { SUCCESS } else { INVALID_HANDLE }
+}
+
+/// What every function the simulator does not implement answers.
+pub(crate) unsafe extern "C" fn unsupported() -> c_int {
+    NOT_SUPPORTED
+}
+
+unsafe extern "C" fn cuInit(_flags: c_uint) -> c_int {
+    SUCCESS
+}
+
+unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> c_int {
+    status(put(count, 1))
+}
+
+unsafe extern "C" fn cuDeviceGet(dev: *mut c_int, ordinal: c_int) -> c_int {
+    status(ordinal == 0 && put(dev, 0))
+}
+
+/// Attributes of an H100-like device; 0 for the rest.
+unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, dev: c_int) -> c_int {
+    let v = match attribute {
+        1 => 1024,      // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,  // MAX_BLOCK_DIM_X, _Y
+        4 => 64,        // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,  // MAX_GRID_DIM_X
+        6 | 7 => 65535, // MAX_GRID_DIM_Y, _Z
+        8 => 49152,     // MAX_SHARED_MEMORY_PER_BLOCK
+        10 => 32,       // WARP_SIZE
+        16 => 132,      // MULTIPROCESSOR_COUNT
+        41 => 1,        // UNIFIED_ADDRESSING
+        75 => 9,        // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,        // COMPUTE_CAPABILITY_MINOR
+        83 | 89 => 1,   // MANAGED_MEMORY, CONCURRENT_MANAGED_ACCESS
+        115 => 1,       // MEMORY_POOLS_SUPPORTED
+        _ => 0,
+    };
+    status(dev == 0 && put(value, v))
+}
+
+unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> c_int {
+    let text = c"Simulated CUDA device";
+    let bytes = text.to_bytes_with_nul();
+    if name.is_null() || dev != 0 || len < bytes.len() as c_int {
+        return INVALID_VALUE;
+    }
+    // SAFETY: `name` holds `len` bytes, at least the name's.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), name, bytes.len()) };
+    SUCCESS
+}
+
+unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut usize, dev: c_int) -> c_int {
+    status(dev == 0 && put(bytes, TOTAL_MEMORY))
+}
+
+unsafe extern "C" fn cuMemGetInfo(free: *mut usize, total: *mut usize) -> c_int {
+    status(put(free, TOTAL_MEMORY / 2) && put(total, TOTAL_MEMORY))
+}
+
+unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut Handle, dev: c_int) -> c_int {
+    status(dev == 0 && put(ctx, PRIMARY as Handle))
+}
+
+unsafe extern "C" fn cuDevicePrimaryCtxRelease(_dev: c_int) -> c_int {
+    SUCCESS
+}
+
+unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    _dev: c_int,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> c_int {
+    status(put(flags, 0) && put(active, 1))
+}
+
+unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut Handle) -> c_int {
+    let top = CONTEXTS.with(|s| s.borrow().last().copied().unwrap_or(0));
+    status(put(ctx, top as Handle))
+}
+
+unsafe extern "C" fn cuCtxSetCurrent(ctx: Handle) -> c_int {
+    CONTEXTS.with(|s| {
+        let mut s = s.borrow_mut();
+        s.pop();
+        if !ctx.is_null() {
+            s.push(ctx as usize);
+        }
+    });
+    SUCCESS
+}
+
+unsafe extern "C" fn cuCtxPushCurrent(ctx: Handle) -> c_int {
+    CONTEXTS.with(|s| s.borrow_mut().push(ctx as usize));
+    SUCCESS
+}
+
+unsafe extern "C" fn cuCtxPopCurrent(ctx: *mut Handle) -> c_int {
+    let top = CONTEXTS.with(|s| s.borrow_mut().pop()).unwrap_or(0);
+    put(ctx, top as Handle);
+    SUCCESS
+}
+
+unsafe extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> c_int {
+    match CONTEXTS.with(|s| s.borrow().last().copied()) {
+        Some(_) => status(put(dev, 0)),
+        None => 201, // CUDA_ERROR_INVALID_CONTEXT
+    }
+}
+
+unsafe extern "C" fn cuCtxSynchronize() -> c_int {
+    run_until(Until::All);
+    with_sim(|s| s.host_saw_all());
+    SUCCESS
+}
+
+unsafe extern "C" fn cuStreamCreate(stream: *mut Handle, flags: c_uint) -> c_int {
+    let h = with_sim(|s| s.create_stream(flags & NON_BLOCKING == 0));
+    status(put(stream, h as Handle))
+}
+
+unsafe extern "C" fn cuStreamCreateWithPriority(
+    stream: *mut Handle,
+    flags: c_uint,
+    _priority: c_int,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { cuStreamCreate(stream, flags) }
+}
+
+unsafe extern "C" fn cuStreamDestroy(stream: Handle) -> c_int {
+    handle(with_sim(|s| s.destroy_stream(stream as u64)))
+}
+
+unsafe extern "C" fn cuStreamGetCtx(stream: Handle, ctx: *mut Handle) -> c_int {
+    handle(with_sim(|s| s.is_stream(stream as u64)) && put(ctx, PRIMARY as Handle))
+}
+
+unsafe extern "C" fn cuStreamGetFlags(stream: Handle, flags: *mut c_uint) -> c_int {
+    handle(with_sim(|s| s.is_stream(stream as u64)) && put(flags, 0))
+}
+
+unsafe extern "C" fn cuStreamIsCapturing(stream: Handle, capturing: *mut c_int) -> c_int {
+    handle(with_sim(|s| s.is_stream(stream as u64)) && put(capturing, 0))
+}
+
+unsafe extern "C" fn cuStreamGetCaptureInfo(
+    stream: Handle,
+    capturing: *mut c_int,
+    id: *mut u64,
+    _graph: *mut Handle,
+    _deps: *mut *const Handle,
+    _edges: *mut *const c_void,
+    _count: *mut usize,
+) -> c_int {
+    let known = with_sim(|s| s.is_stream(stream as u64));
+    if !id.is_null() {
+        put(id, 0);
+    }
+    handle(known && put(capturing, 0))
+}
+
+unsafe extern "C" fn cuStreamSynchronize(stream: Handle) -> c_int {
+    let Some((last, agent)) = with_sim(|s| s.stream_point(stream as u64)) else { return INVALID_HANDLE };
+    if let Some(op) = last {
+        run_until(Until::Op(op));
+    }
+    with_sim(|s| s.host_saw_agent(agent));
+    SUCCESS
+}
+
+unsafe extern "C" fn cuStreamQuery(stream: Handle) -> c_int {
+    let Some((last, agent)) = with_sim(|s| s.stream_point(stream as u64)) else { return INVALID_HANDLE };
+    if let Some(op) = last.filter(|&op| !with_sim(|s| s.is_done(op))) {
+        if !with_sim(|s| s.query_finishes()) {
+            return NOT_READY;
+        }
+        run_until(Until::Op(op));
+    }
+    with_sim(|s| s.host_saw_agent(agent));
+    SUCCESS
+}
+
+unsafe extern "C" fn cuStreamWaitEvent(stream: Handle, event: Handle, _flags: c_uint) -> c_int {
+    handle(with_sim(|s| s.wait_event(stream as u64, event as u64)))
+}
+
+unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> c_int {
+    let h = with_sim(|s| s.create_event());
+    status(put(event, h as Handle))
+}
+
+unsafe extern "C" fn cuEventDestroy(event: Handle) -> c_int {
+    handle(with_sim(|s| s.destroy_event(event as u64)))
+}
+
+unsafe extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> c_int {
+    handle(with_sim(|s| s.record_event(event as u64, stream as u64)))
+}
+
+unsafe extern "C" fn cuEventRecordWithFlags(event: Handle, stream: Handle, _flags: c_uint) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { cuEventRecord(event, stream) }
+}
+
+unsafe extern "C" fn cuEventSynchronize(event: Handle) -> c_int {
+    let Some(point) = with_sim(|s| s.event_point(event as u64)) else { return INVALID_HANDLE };
+    if let Some((op, clock)) = point {
+        run_until(Until::Op(op));
+        with_sim(|s| s.host_saw(&clock));
+    }
+    SUCCESS
+}
+
+unsafe extern "C" fn cuEventQuery(event: Handle) -> c_int {
+    let Some(point) = with_sim(|s| s.event_point(event as u64)) else { return INVALID_HANDLE };
+    if let Some((op, clock)) = point {
+        if !with_sim(|s| s.is_done(op)) {
+            if !with_sim(|s| s.query_finishes()) {
+                return NOT_READY;
+            }
+            run_until(Until::Op(op));
+        }
+        with_sim(|s| s.host_saw(&clock));
+    }
+    SUCCESS
+}
+
+unsafe extern "C" fn cuMemAlloc(ptr: *mut u64, bytes: usize) -> c_int {
+    if bytes == 0 {
+        return INVALID_VALUE;
+    }
+    if bytes > TOTAL_MEMORY {
+        return OUT_OF_MEMORY;
+    }
+    let p = with_sim(|s| {
+        let p = s.memory.alloc_device(bytes);
+        s.checker.new_owner(Range::new(p, bytes as u64));
+        p
+    });
+    status(put(ptr, p))
+}
+
+/// Waits for the device, as the driver's `cuMemFree` does, then frees.
+unsafe extern "C" fn cuMemFree(ptr: u64) -> c_int {
+    run_until(Until::All);
+    with_sim(|s| {
+        s.host_saw_all();
+        status(s.memory.free_device(ptr).is_some())
+    })
+}
+
+unsafe extern "C" fn cuMemAllocAsync(ptr: *mut u64, bytes: usize, stream: Handle) -> c_int {
+    if bytes == 0 || !with_sim(|s| s.is_stream(stream as u64)) {
+        return INVALID_VALUE;
+    }
+    // Fresh addresses: nothing queued anywhere touches them, so no ordering is needed.
+    // SAFETY: forwarded.
+    unsafe { cuMemAlloc(ptr, bytes) }
+}
+
+unsafe extern "C" fn cuMemFreeAsync(ptr: u64, stream: Handle) -> c_int {
+    with_sim(|s| {
+        let Some(size) = s.memory.device_size(ptr) else { return INVALID_VALUE };
+        let Some((_, at)) = s.enqueue(stream as u64, Work::Mark, None, "cuMemFreeAsync", &[], &[]) else {
+            return INVALID_HANDLE;
+        };
+        let host = s.host();
+        let site = s.checker.site(host, "cuMemFreeAsync");
+        s.checker.release(at, Range::new(ptr, size as u64), site);
+        s.memory.free_device(ptr);
+        SUCCESS
+    })
+}
+
+unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, _flags: c_uint) -> c_int {
+    if bytes > TOTAL_MEMORY {
+        return OUT_OF_MEMORY;
+    }
+    let p = with_sim(|s| {
+        let p = s.memory.alloc_pinned(bytes);
+        if !p.is_null() {
+            s.checker.new_owner(Range::new(p as u64, bytes as u64));
+        }
+        p
+    });
+    if p.is_null() {
+        return OUT_OF_MEMORY;
+    }
+    status(put(pp, p.cast()))
+}
+
+/// Frees pinned memory without waiting: work that may still use it is reported.
+unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
+    with_sim(|s| {
+        let Some(size) = s.memory.free_pinned(p as u64) else { return INVALID_VALUE };
+        let host = s.host();
+        let at = s.checker.tick(host);
+        let site = s.checker.site(host, "cuMemFreeHost");
+        s.checker.release(at, Range::new(p as u64, size as u64), site);
+        SUCCESS
+    })
+}
+
+unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -> c_int {
+    let known = with_sim(|s| s.memory.pinned_size(p as u64).is_some());
+    status(known && put(flags, 0))
+}
+
+/// Queues a copy of `bytes` from `src` to `dst` on `stream`.
+fn copy(call: &'static str, dst: u64, src: u64, bytes: usize, stream: Handle) -> c_int {
+    let bytes = bytes as u64;
+    let work = Work::Copy { dst, src, bytes };
+    let (r, w) = ([Range::new(src, bytes)], [Range::new(dst, bytes)]);
+    handle(with_sim(|s| s.enqueue(stream as u64, work, None, call, &r, &w).is_some()))
+}
+
+unsafe extern "C" fn cuMemcpyHtoDAsync(dst: u64, src: *const c_void, bytes: usize, stream: Handle) -> c_int {
+    copy("cuMemcpyHtoDAsync", dst, src as u64, bytes, stream)
+}
+
+unsafe extern "C" fn cuMemcpyDtoHAsync(dst: *mut c_void, src: u64, bytes: usize, stream: Handle) -> c_int {
+    copy("cuMemcpyDtoHAsync", dst as u64, src, bytes, stream)
+}
+
+unsafe extern "C" fn cuMemcpyDtoDAsync(dst: u64, src: u64, bytes: usize, stream: Handle) -> c_int {
+    copy("cuMemcpyDtoDAsync", dst, src, bytes, stream)
+}
+
+/// Queues a memset of `count` elements of `width` bytes.
+fn memset(call: &'static str, dst: u64, value: u32, width: u8, count: usize, stream: Handle) -> c_int {
+    let count = count as u64;
+    let work = Work::Memset { dst, count, width, value };
+    let w = [Range::new(dst, count.saturating_mul(u64::from(width)))];
+    handle(with_sim(|s| s.enqueue(stream as u64, work, None, call, &[], &w).is_some()))
+}
+
+unsafe extern "C" fn cuMemsetD8Async(dst: u64, value: u8, n: usize, stream: Handle) -> c_int {
+    memset("cuMemsetD8Async", dst, value.into(), 1, n, stream)
+}
+
+unsafe extern "C" fn cuMemsetD16Async(dst: u64, value: u16, n: usize, stream: Handle) -> c_int {
+    memset("cuMemsetD16Async", dst, value.into(), 2, n, stream)
+}
+
+unsafe extern "C" fn cuMemsetD32Async(dst: u64, value: u32, n: usize, stream: Handle) -> c_int {
+    memset("cuMemsetD32Async", dst, value, 4, n, stream)
+}
+
+unsafe extern "C" fn cuLaunchHostFunc(stream: Handle, f: Option<HostFn>, data: *mut c_void) -> c_int {
+    let Some(f) = f else { return INVALID_VALUE };
+    let work = Work::Host { f, data: data as usize };
+    handle(with_sim(|s| s.enqueue(stream as u64, work, None, "cuLaunchHostFunc", &[], &[]).is_some()))
+}
+
+macro_rules! addr {
+    ($f:expr) => {
+        $f as *const () as usize
+    };
+}
+
+/// (name, ABI version, address)
+fn implemented() -> [(&'static str, i32, usize); 46] {
+    [
+        ("cuInit", 2000, addr!(cuInit)),
+        ("cuDeviceGetCount", 2000, addr!(cuDeviceGetCount)),
+        ("cuDeviceGet", 2000, addr!(cuDeviceGet)),
+        ("cuDeviceGetAttribute", 2000, addr!(cuDeviceGetAttribute)),
+        ("cuDeviceGetName", 2000, addr!(cuDeviceGetName)),
+        ("cuDeviceTotalMem", 3020, addr!(cuDeviceTotalMem)),
+        ("cuMemGetInfo", 3020, addr!(cuMemGetInfo)),
+        ("cuDevicePrimaryCtxRetain", 7000, addr!(cuDevicePrimaryCtxRetain)),
+        ("cuDevicePrimaryCtxRelease", 11000, addr!(cuDevicePrimaryCtxRelease)),
+        ("cuDevicePrimaryCtxGetState", 7000, addr!(cuDevicePrimaryCtxGetState)),
+        ("cuCtxGetCurrent", 4000, addr!(cuCtxGetCurrent)),
+        ("cuCtxSetCurrent", 4000, addr!(cuCtxSetCurrent)),
+        ("cuCtxPushCurrent", 4000, addr!(cuCtxPushCurrent)),
+        ("cuCtxPopCurrent", 4000, addr!(cuCtxPopCurrent)),
+        ("cuCtxGetDevice", 2000, addr!(cuCtxGetDevice)),
+        ("cuCtxSynchronize", 2000, addr!(cuCtxSynchronize)),
+        ("cuStreamCreate", 2000, addr!(cuStreamCreate)),
+        ("cuStreamCreateWithPriority", 5050, addr!(cuStreamCreateWithPriority)),
+        ("cuStreamDestroy", 4000, addr!(cuStreamDestroy)),
+        ("cuStreamGetCtx", 9020, addr!(cuStreamGetCtx)),
+        ("cuStreamGetFlags", 5050, addr!(cuStreamGetFlags)),
+        ("cuStreamIsCapturing", 10000, addr!(cuStreamIsCapturing)),
+        ("cuStreamGetCaptureInfo", 12030, addr!(cuStreamGetCaptureInfo)),
+        ("cuStreamSynchronize", 2000, addr!(cuStreamSynchronize)),
+        ("cuStreamQuery", 2000, addr!(cuStreamQuery)),
+        ("cuStreamWaitEvent", 3020, addr!(cuStreamWaitEvent)),
+        ("cuEventCreate", 2000, addr!(cuEventCreate)),
+        ("cuEventDestroy", 4000, addr!(cuEventDestroy)),
+        ("cuEventRecord", 2000, addr!(cuEventRecord)),
+        ("cuEventRecordWithFlags", 11010, addr!(cuEventRecordWithFlags)),
+        ("cuEventSynchronize", 2000, addr!(cuEventSynchronize)),
+        ("cuEventQuery", 2000, addr!(cuEventQuery)),
+        ("cuMemAlloc", 3020, addr!(cuMemAlloc)),
+        ("cuMemFree", 3020, addr!(cuMemFree)),
+        ("cuMemAllocAsync", 11020, addr!(cuMemAllocAsync)),
+        ("cuMemFreeAsync", 11020, addr!(cuMemFreeAsync)),
+        ("cuMemHostAlloc", 2020, addr!(cuMemHostAlloc)),
+        ("cuMemFreeHost", 2000, addr!(cuMemFreeHost)),
+        ("cuMemHostGetFlags", 2030, addr!(cuMemHostGetFlags)),
+        ("cuMemcpyHtoDAsync", 3020, addr!(cuMemcpyHtoDAsync)),
+        ("cuMemcpyDtoHAsync", 3020, addr!(cuMemcpyDtoHAsync)),
+        ("cuMemcpyDtoDAsync", 3020, addr!(cuMemcpyDtoDAsync)),
+        ("cuMemsetD8Async", 3020, addr!(cuMemsetD8Async)),
+        ("cuMemsetD16Async", 3020, addr!(cuMemsetD16Async)),
+        ("cuMemsetD32Async", 3020, addr!(cuMemsetD32Async)),
+        ("cuLaunchHostFunc", 10000, addr!(cuLaunchHostFunc)),
+    ]
+}
+
+/// The address of `name` at ABI `version`, if the simulator implements it.
+pub(crate) fn address(name: &str, version: i32) -> Option<usize> {
+    implemented().into_iter().find(|(n, v, _)| *n == name && *v == version).map(|(_, _, a)| a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_implemented_abi_is_one_the_generated_table_lists_at_or_below_the_driver() {
+        for (name, version, _) in implemented() {
+            let answer = crate::abi::answer(name, crate::DRIVER_VERSION, false);
+            assert_eq!(answer, crate::abi::Answer::Abi(version), "{name} at {version}");
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The simulated memory: device allocations are host bytes at made-up addresses (never reused,
+//! so the driver itself never hands out an address twice), pinned allocations are real host
+//! memory whose address the program reads and writes directly.
+
+use std::alloc::Layout;
+use std::collections::BTreeMap;
+
+/// Device addresses start here, far above any host address, so that the two never meet.
+pub const DEVICE_BASE: u64 = 0xD000_0000_0000_0000;
+/// Device allocations are aligned (and spaced) to this, as `cuMemAlloc` aligns.
+const DEVICE_ALIGN: u64 = 512;
+/// Pinned allocations are page-aligned.
+const PINNED_ALIGN: usize = 4096;
+
+#[derive(Debug)]
+struct Block {
+    bytes: Vec<u8>,
+    live: bool,
+}
+
+#[derive(Debug)]
+struct Pinned {
+    layout: Layout,
+    live: bool,
+}
+
+/// Every allocation made so far: live ones, and freed ones kept until the next reset so that
+/// late work (which the checker reports) still lands in memory the simulator owns.
+#[derive(Debug)]
+pub struct Memory {
+    device: BTreeMap<u64, Block>,
+    pinned: BTreeMap<u64, Pinned>,
+    next_device: u64,
+}
+
+impl Default for Memory {
+    fn default() -> Memory {
+        Memory { device: BTreeMap::new(), pinned: BTreeMap::new(), next_device: DEVICE_BASE }
+    }
+}
+
+impl Memory {
+    /// `size` bytes of zeroed device memory; its address.
+    pub fn alloc_device(&mut self, size: usize) -> u64 {
+        let ptr = self.next_device;
+        let span = (size as u64).max(1).next_multiple_of(DEVICE_ALIGN);
+        self.next_device += span + DEVICE_ALIGN;
+        self.device.insert(ptr, Block { bytes: vec![0; size.max(1)], live: true });
+        ptr
+    }
+
+    /// The size of the live device allocation that starts at `ptr`.
+    pub fn device_size(&self, ptr: u64) -> Option<usize> {
+        self.device.get(&ptr).filter(|b| b.live).map(|b| b.bytes.len())
+    }
+
+    /// Marks the device allocation at `ptr` freed; its size, or `None` when it is no live
+    /// allocation.
+    pub fn free_device(&mut self, ptr: u64) -> Option<usize> {
+        let block = self.device.get_mut(&ptr).filter(|b| b.live)?;
+        block.live = false;
+        Some(block.bytes.len())
+    }
+
+    /// `size` bytes of zeroed page-aligned host memory; null when the host has none.
+    pub fn alloc_pinned(&mut self, size: usize) -> *mut u8 {
+        let Ok(layout) = Layout::from_size_align(size.max(1), PINNED_ALIGN) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            self.pinned.insert(ptr as u64, Pinned { layout, live: true });
+        }
+        ptr
+    }
+
+    /// The size of the live pinned allocation that starts at `ptr`.
+    pub fn pinned_size(&self, ptr: u64) -> Option<usize> {
+        self.pinned.get(&ptr).filter(|p| p.live).map(|p| p.layout.size())
+    }
+
+    /// Marks the pinned allocation at `ptr` freed (its memory stays until the next reset); its
+    /// size, or `None` when it is no live allocation.
+    pub fn free_pinned(&mut self, ptr: u64) -> Option<usize> {
+        let p = self.pinned.get_mut(&ptr).filter(|p| p.live)?;
+        p.live = false;
+        Some(p.layout.size())
+    }
+
+    /// Gives back what was freed: no work refers to it any more (called with nothing queued).
+    pub fn sweep(&mut self) {
+        self.device.retain(|_, b| b.live);
+        let dead: Vec<(u64, Layout)> =
+            self.pinned.iter().filter(|(_, p)| !p.live).map(|(&a, p)| (a, p.layout)).collect();
+        for (addr, layout) in dead {
+            self.pinned.remove(&addr);
+            // SAFETY: allocated in `alloc_pinned` with this layout, freed once (removed above).
+            unsafe { std::alloc::dealloc(addr as *mut u8, layout) };
+        }
+    }
+
+    /// Whether `len` bytes at `addr` lie in one allocation the simulator made (live or not).
+    pub fn is_tracked(&self, addr: u64, len: u64) -> bool {
+        self.block_of(addr, len).is_some() || self.pinned_of(addr, len).is_some()
+    }
+
+    fn block_of(&self, addr: u64, len: u64) -> Option<u64> {
+        let (&base, block) = self.device.range(..=addr).next_back()?;
+        (addr.saturating_add(len) <= base + block.bytes.len() as u64).then_some(base)
+    }
+
+    fn pinned_of(&self, addr: u64, len: u64) -> Option<u64> {
+        let (&base, p) = self.pinned.range(..=addr).next_back()?;
+        (addr.saturating_add(len) <= base + p.layout.size() as u64).then_some(base)
+    }
+
+    /// Where the `len` bytes at `addr` are: inside a device or pinned allocation, or (below
+    /// [`DEVICE_BASE`]) the caller's own host memory, which a synchronous copy reads or writes
+    /// while the caller waits. `None` for device addresses outside every allocation.
+    pub fn locate(&mut self, addr: u64, len: u64) -> Option<*mut u8> {
+        if addr >= DEVICE_BASE {
+            let base = self.block_of(addr, len)?;
+            let block = self.device.get_mut(&base)?;
+            return Some(block.bytes[(addr - base) as usize..].as_mut_ptr());
+        }
+        Some(addr as *mut u8)
+    }
+}
