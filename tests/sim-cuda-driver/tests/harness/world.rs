@@ -1,0 +1,217 @@
+//! What a program works on, and each step as the safe calls it makes.
+
+use super::program::{EVENTS, PINNED, SLOTS, STREAMS, Step};
+use super::sim::Sim;
+use cuda_core::{Context, Device, DeviceBuffer, Event, EventFlags, PinnedBuffer, Stream, StreamFlags};
+
+/// A buffer of the program, with the thread it lives on.
+pub struct Slot {
+    buffer: DeviceBuffer<u32>,
+    pub home: u8,
+    /// The buffer's own stream, and the others it was used on (for [`World::emulate_h1_fix`]).
+    own: usize,
+    used: Vec<usize>,
+}
+
+/// The streams, events and buffers; moved to the thread that runs each step.
+pub struct World {
+    streams: Vec<Stream>,
+    events: Vec<Event>,
+    scratch: Event,
+    pub slots: [Option<Slot>; SLOTS],
+    pinned: [Option<PinnedBuffer<u32>>; PINNED],
+    /// Errors the crate returned: none is expected.
+    pub errors: Vec<String>,
+    /// Orders, in the program, what the cross-stream first-use wait orders in the crate (the
+    /// fix of H1): before a buffer's first use on another stream, that stream waits for the
+    /// buffer's own; `set_stream` makes the new stream wait for the old.
+    pub emulate_h1_fix: bool,
+}
+
+impl World {
+    /// Three non-blocking streams and two events in the primary context of device 0.
+    pub fn new() -> World {
+        let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
+        let stream = || Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap();
+        let event = || Event::new(&ctx, EventFlags::DISABLE_TIMING).unwrap();
+        World {
+            streams: (0..STREAMS).map(|_| stream()).collect(),
+            events: (0..EVENTS).map(|_| event()).collect(),
+            scratch: event(),
+            slots: Default::default(),
+            pinned: Default::default(),
+            errors: Vec::new(),
+            emulate_h1_fix: false,
+        }
+    }
+
+    /// Drops every buffer.
+    pub fn clear(&mut self) {
+        self.slots = Default::default();
+        self.pinned = Default::default();
+    }
+
+    /// The thread a step runs on: its buffer's, else its own.
+    pub fn thread_of(&self, thread: u8, step: &Step) -> u8 {
+        let slot = match *step {
+            Step::Drop { slot }
+            | Step::Upload { slot, .. }
+            | Step::Download { slot }
+            | Step::Memset { slot, .. }
+            | Step::Copy { dst: slot, .. }
+            | Step::SetStream { slot, .. }
+            | Step::Move { slot }
+            | Step::PinnedUpload { slot, .. }
+            | Step::PinnedDownload { slot, .. } => slot,
+            _ => return thread,
+        };
+        self.slots[usize::from(slot)].as_ref().map_or(thread, |s| s.home)
+    }
+
+    /// Runs `step` on the calling thread, `thread`.
+    pub fn apply(&mut self, thread: u8, step: Step) {
+        if let Err(e) = self.try_apply(thread, step) {
+            self.errors.push(format!("{step:?}: {e}"));
+        }
+    }
+
+    fn try_apply(&mut self, thread: u8, step: Step) -> cuda_core::Result<()> {
+        let ix = usize::from;
+        match step {
+            Step::Alloc { slot, stream, big, zeroed } => {
+                self.slots[ix(slot)] = None;
+                let (s, len) = (&self.streams[ix(stream)], if big { 1024 } else { 256 });
+                let buffer = if zeroed { DeviceBuffer::zeroed(s, len)? } else { DeviceBuffer::new(s, len)? };
+                let own = ix(stream);
+                self.slots[ix(slot)] = Some(Slot { buffer, home: thread, own, used: Vec::new() });
+            }
+            Step::Drop { slot } => self.slots[ix(slot)] = None,
+            Step::Upload { slot, value } => {
+                if let Some(b) = &mut self.slots[ix(slot)] {
+                    b.buffer.copy_from(&vec![value; b.buffer.len()])?;
+                }
+            }
+            Step::Download { slot } => {
+                if let Some(b) = &self.slots[ix(slot)] {
+                    std::hint::black_box(b.buffer.to_vec()?);
+                }
+            }
+            Step::Memset { slot, stream, part, value } => {
+                if self.slots[ix(slot)].is_some() {
+                    self.first_use(ix(slot), ix(stream))?;
+                }
+                if let Some(b) = &mut self.slots[ix(slot)] {
+                    let (len, mut view) = (b.buffer.len(), b.buffer.view_mut());
+                    let mut part = match part {
+                        0 => view.slice_mut(..)?,
+                        1 => view.slice_mut(..len / 2)?,
+                        _ => view.slice_mut(len / 2..)?,
+                    };
+                    part.memset_d32_async(value, &self.streams[ix(stream)])?;
+                }
+            }
+            Step::Copy { dst, src, stream } => self.copy(ix(dst), ix(src), ix(stream))?,
+            Step::Record { event, stream } => self.events[ix(event)].record(&self.streams[ix(stream)])?,
+            Step::Wait { stream, event } => self.streams[ix(stream)].wait_event(&self.events[ix(event)])?,
+            Step::EventSync { event } => self.events[ix(event)].synchronize()?,
+            Step::Sync { stream } => self.streams[ix(stream)].synchronize()?,
+            Step::SetStream { slot, stream } => self.set_stream(ix(slot), ix(stream))?,
+            Step::Move { slot } => {
+                if let Some(b) = &mut self.slots[ix(slot)] {
+                    b.home = 1 - b.home;
+                }
+            }
+            Step::PinnedNew { pinned, big } => {
+                self.pinned[ix(pinned)] = None;
+                self.pinned[ix(pinned)] = Some(PinnedBuffer::new(if big { 1024 } else { 256 })?);
+            }
+            Step::PinnedUpload { slot, pinned, stream } => {
+                self.pinned_copy(ix(slot), ix(pinned), ix(stream), true)?
+            }
+            Step::PinnedDownload { slot, pinned, stream } => {
+                self.pinned_copy(ix(slot), ix(pinned), ix(stream), false)?
+            }
+            Step::PinnedRead { pinned } => {
+                if let Some(p) = &self.pinned[ix(pinned)] {
+                    let slice = p.as_slice()?;
+                    host_access(slice.as_ptr(), slice.len(), false);
+                    std::hint::black_box(slice.iter().sum::<u32>());
+                }
+            }
+            Step::PinnedWrite { pinned, value } => {
+                if let Some(p) = &mut self.pinned[ix(pinned)] {
+                    let slice = p.as_mut_slice()?;
+                    host_access(slice.as_ptr(), slice.len(), true);
+                    slice.fill(value);
+                }
+            }
+            Step::PinnedDrop { pinned } => self.pinned[ix(pinned)] = None,
+        }
+        Ok(())
+    }
+
+    fn copy(&mut self, dst: usize, src: usize, stream: usize) -> cuda_core::Result<()> {
+        if dst == src || self.slots[dst].is_none() || self.slots[src].is_none() {
+            return Ok(());
+        }
+        self.first_use(dst, stream)?;
+        self.first_use(src, stream)?;
+        let (Some(mut d), Some(s)) = (self.slots[dst].take(), self.slots[src].as_ref()) else {
+            return Ok(());
+        };
+        let n = d.buffer.len().min(s.buffer.len());
+        let r = d.buffer.view_mut().slice_mut(..n).and_then(|mut to| {
+            to.copy_from_device_async(&s.buffer.view().slice(..n)?, &self.streams[stream])
+        });
+        self.slots[dst] = Some(d);
+        r
+    }
+
+    fn pinned_copy(
+        &mut self,
+        slot: usize,
+        pinned: usize,
+        stream: usize,
+        upload: bool,
+    ) -> cuda_core::Result<()> {
+        let same_len = match (&self.slots[slot], &self.pinned[pinned]) {
+            (Some(b), Some(p)) => b.buffer.len() == p.len(),
+            _ => false,
+        };
+        if !same_len {
+            return Ok(());
+        }
+        self.first_use(slot, stream)?;
+        let (Some(b), Some(p)) = (&mut self.slots[slot], &mut self.pinned[pinned]) else { return Ok(()) };
+        let s = &self.streams[stream];
+        if upload { b.buffer.copy_from_pinned_async(p, s) } else { b.buffer.copy_to_pinned_async(p, s) }
+    }
+
+    fn set_stream(&mut self, slot: usize, stream: usize) -> cuda_core::Result<()> {
+        let Some(b) = &mut self.slots[slot] else { return Ok(()) };
+        if self.emulate_h1_fix && b.own != stream {
+            self.scratch.record(&self.streams[b.own])?;
+            self.streams[stream].wait_event(&self.scratch)?;
+            b.used.push(b.own);
+        }
+        b.own = stream;
+        b.buffer.set_stream(&self.streams[stream])
+    }
+
+    /// With [`emulate_h1_fix`](Self::emulate_h1_fix), orders the first use of the buffer in
+    /// `slot` on a foreign `stream` after the buffer's own stream.
+    fn first_use(&mut self, slot: usize, stream: usize) -> cuda_core::Result<()> {
+        let Some(b) = &mut self.slots[slot] else { return Ok(()) };
+        if !self.emulate_h1_fix || b.own == stream || b.used.contains(&stream) {
+            return Ok(());
+        }
+        b.used.push(stream);
+        self.scratch.record(&self.streams[b.own])?;
+        self.streams[stream].wait_event(&self.scratch)
+    }
+}
+
+/// Tells the simulator that this thread reads or writes `len` elements at `ptr` now.
+fn host_access(ptr: *const u32, len: usize, write: bool) {
+    (Sim::get().host_access)(ptr as u64, (len * 4) as u64, i32::from(write));
+}
