@@ -140,7 +140,7 @@ impl World {
             }
             Step::PinnedWrite { pinned, value } => {
                 if let Some(p) = &mut self.pinned[ix(pinned)] {
-                    let slice = p.as_mut_slice()?;
+                    let mut slice = p.as_mut_slice()?;
                     host_access(slice.as_ptr(), slice.len(), true);
                     slice.fill(value);
                 }

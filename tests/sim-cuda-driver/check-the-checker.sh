@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Checks the checker: for each fix of the stream rule that the simulator can reach, a scratch
+# copy of the workspace with that fix taken out must make the random programs fail.
+#
+# Usage (from anywhere in the repository):
+#   tests/sim-cuda-driver/check-the-checker.sh [CASES]
+# Each fix is taken out by one substitution in a scratch worktree (never in this checkout); the
+# random programs then run CASES programs (default 3000) and must report. Prints one line per
+# fix and exits non-zero when a fix taken out went unnoticed.
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+cases=${1:-3000}
+scratch=$(mktemp -d)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}/check-the-checker
+trap 'git -C "$root" worktree remove --force "$scratch/tree" >/dev/null 2>&1 || true; rm -rf "$scratch"' EXIT
+git -C "$root" worktree add --detach "$scratch/tree" HEAD >/dev/null 2>&1
+
+# name | file | perl substitution that takes the fix out
+fixes=(
+  "H1: the first use on another stream waits for the memory's own stream|cuda-core/src/stream/uses.rs|s/wait_for\(stream, own\)\?;//"
+  "H1: set_stream orders the new stream after the old one|cuda-core/src/memory/buffer.rs|s/crate::stream::wait_for\(stream, &self\.stream\)\?;//"
+  "F6: a release waits for the other streams the memory was used on|cuda-core/src/stream/uses.rs|s/(wait_for\(stream, own\)\?;\n\s*\}\n\s*)noted\.streams\.push\(stream\.clone\(\)\);/\$1/"
+  "pinned: the host waits for the copies in flight before it reads or writes|cuda-core/src/memory/host_uses.rs|s/self\.lock\(\)\.wait\(write\)\n/Ok(())\n/"
+)
+
+status=0
+for fix in "${fixes[@]}"; do
+  IFS='|' read -r name file edit <<<"$fix"
+  git -C "$scratch/tree" checkout -q -- .
+  before=$(sha1sum "$scratch/tree/$file")
+  perl -0pi -e "$edit" "$scratch/tree/$file"
+  if [ "$(sha1sum "$scratch/tree/$file")" = "$before" ]; then
+    echo "STALE   $name: the substitution no longer matches $file"
+    status=1
+    continue
+  fi
+  if (cd "$scratch/tree" && SIM_CASES=$cases cargo test -q -p sim-cuda-driver --test random_programs \
+        random_safe_programs >"$scratch/out" 2>&1); then
+    echo "MISSED  $name: $cases programs made no report"
+    status=1
+  else
+    report=$(grep -m1 -oE 'seed [0-9]+: a safe program made the checker report' "$scratch/out" || echo "failed to build or run")
+    bugs=$(grep -m1 -oE '^\[[0-9]+, [0-9]+, [0-9]+\]' "$scratch/out" || true)
+    echo "CAUGHT  $name: $report, reports (a, b, c) = ${bugs:-?}"
+  fi
+done
+exit $status
