@@ -93,6 +93,7 @@ pub mod stream;
 #[cfg(feature = "texture")]
 #[cfg_attr(docsrs, doc(cfg(feature = "texture")))]
 pub mod texture;
+mod track;
 pub mod vmm;
 
 pub use context::{Context, ContextFlags, CurrentGuard};

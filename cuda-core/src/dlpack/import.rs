@@ -33,7 +33,7 @@ enum Header {
 pub struct ImportedTensor {
     header: Header,
     /// The streams work through the views was queued on: waited for before the deleter runs.
-    uses: crate::stream::StreamUses,
+    uses: crate::track::StreamUses,
 }
 
 // SAFETY: `from_raw` and `from_raw_legacy` require a tensor that may be read and deleted from any
@@ -99,7 +99,7 @@ impl ImportedTensor {
         if let Err(e) = check_tensor(OP, unsafe { &(*ptr).dl_tensor }) {
             return Err(refuse(ptr, deleter, e));
         }
-        Ok(ImportedTensor { header: Header::Versioned(header), uses: crate::stream::StreamUses::new() })
+        Ok(ImportedTensor { header: Header::Versioned(header), uses: crate::track::StreamUses::new() })
     }
 
     /// Takes ownership of an unversioned `DLManagedTensor` (from a capsule named `"dltensor"`).
@@ -122,7 +122,7 @@ impl ImportedTensor {
         if let Err(e) = check {
             return Err(refuse(ptr, deleter, e));
         }
-        Ok(ImportedTensor { header: Header::Legacy(header), uses: crate::stream::StreamUses::new() })
+        Ok(ImportedTensor { header: Header::Legacy(header), uses: crate::track::StreamUses::new() })
     }
 
     /// The tensor's fields, as the producer wrote them.

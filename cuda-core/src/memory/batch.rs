@@ -13,7 +13,6 @@
 //! call); and the driver refuses the legacy default stream.
 
 use super::buffer::DeviceBuffer;
-use super::host_uses::HostUses;
 use super::pinned::PinnedBuffer;
 use super::pinned_chunk::PinnedChunk;
 use super::pinned_chunk::sealed::Sealed as _;
@@ -22,6 +21,7 @@ use super::view::{DeviceView, DeviceViewMut, Track};
 use crate::abi::AbiVersions;
 use crate::error::{Error, Result, check};
 use crate::stream::Stream;
+use crate::track::HostUses;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 
@@ -283,7 +283,7 @@ pub(crate) fn batch_stream(operation: &'static str, stream: &Stream) -> Result<(
              stream or the per-thread default stream",
         ));
     }
-    crate::stream::nameable(stream.context(), stream)
+    crate::track::nameable(stream.context(), stream)
 }
 
 impl Stream {

@@ -19,12 +19,12 @@
 
 use super::batch::sealed::Memory;
 use super::batch::{around_pinned, batch_stream};
-use super::host_uses::HostUses;
 use super::operand3d::sealed::{self, Operand3D, Place};
 use super::operand3d::{CopyRegion3D, Destination3D, Source3D, array_on, box_in, disjoint};
 use crate::abi::AbiVersions;
 use crate::error::{Error, Result, check};
 use crate::stream::Stream;
+use crate::track::HostUses;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 

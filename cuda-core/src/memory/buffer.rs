@@ -2,12 +2,14 @@
 //! allocator, freed in stream order.
 
 use super::checked_bytes;
-use super::source::{HeldStream, Source};
+use super::source::Source;
 use super::space::{DeviceOnly, MemorySpace};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::pool::{Allocator, DeviceAllocation};
-use crate::stream::{Stream, StreamUses, deferred};
+use crate::stream::Stream;
+use crate::track::HeldStream;
+use crate::track::{StreamUses, scopes};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -256,10 +258,10 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         if *stream == *self.stream {
             return Ok(());
         }
-        crate::stream::nameable(self.stream.context(), stream)?;
+        crate::track::nameable(self.stream.context(), stream)?;
         // Work queued on the new stream from now on runs after what is queued on the old one
         // (the buffer's own work, and that of the block's earlier owners).
-        crate::stream::wait_for(stream, &self.stream)?;
+        crate::track::wait_for(stream, &self.stream)?;
         if !self.stream.is_other_threads() {
             self.uses.note_queued(&self.stream);
         }
@@ -480,7 +482,7 @@ impl LateRelease {
             return;
         }
         if let Some(group) = self.uses.pending_group() {
-            if let Err(again) = deferred::defer_to(group, Box::new(move |queued| self.run(queued))) {
+            if let Err(again) = scopes::defer_to(group, Box::new(move |queued| self.run(queued))) {
                 // The group ended meanwhile: look again.
                 again(true);
             }

@@ -184,7 +184,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         self.ctx.enter()?;
         // The copy runs with this view's context current, and `src` records it on `stream`:
         // both must name the same stream (checked here too for views without an owner).
-        crate::stream::nameable(self.ctx, stream)?;
+        crate::track::nameable(self.ctx, stream)?;
         self.used_on(self.ctx, stream)?;
         let (dst, bytes) = (self.ptr, self.size_in_bytes());
         uses.around(stream, false, || {
@@ -214,7 +214,7 @@ impl<T: Pod> DeviceView<'_, T> {
         same_len("copy_to_pinned_async", len, self.len)?;
         self.ctx.enter()?;
         // As in `copy_from_pinned_async`.
-        crate::stream::nameable(self.ctx, stream)?;
+        crate::track::nameable(self.ctx, stream)?;
         self.used_on(self.ctx, stream)?;
         let (src, bytes) = (self.ptr, self.size_in_bytes());
         uses.around(stream, true, || {

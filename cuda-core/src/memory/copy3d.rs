@@ -5,7 +5,6 @@
 use super::array::Array;
 use super::batch::around_pinned;
 use super::batch::sealed::Memory;
-use super::host_uses::HostUses;
 use super::operand3d::sealed::{Operand3D, Place, Read3D, Write3D};
 use super::operand3d::{CopyRegion3D, Destination3D, Source3D, array_on, box_in};
 use super::pitched::PitchedBuffer;
@@ -13,6 +12,7 @@ use super::view::{DeviceView, DeviceViewMut};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::stream::Stream;
+use crate::track::HostUses;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 
@@ -204,7 +204,7 @@ impl Stream {
             return Ok(());
         }
         let ctx = self.context();
-        crate::stream::nameable(ctx, self)?;
+        crate::track::nameable(ctx, self)?;
         for side in [&dst, &src] {
             match side.place {
                 Place::Pointer { memory: Memory::Device(Some(t)), .. } => t.uses.note(ctx, t.own, self)?,
@@ -286,7 +286,7 @@ impl Array {
                  context only; queue the copy on a stream of the array's context",
             ));
         }
-        crate::stream::nameable(self.context(), stream)
+        crate::track::nameable(self.context(), stream)
     }
 
     fn d2a<T: Pod>(&self, operation: &'static str, src: &DeviceView<'_, T>) -> Result<sys::CUDA_MEMCPY3D> {

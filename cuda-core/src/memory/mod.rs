@@ -68,7 +68,6 @@ mod copy;
 mod copy3d;
 mod dma_buf;
 mod host;
-mod host_uses;
 mod managed;
 mod managed_batch;
 mod memset;
@@ -84,6 +83,7 @@ mod source;
 pub mod space;
 mod view;
 
+pub(crate) use crate::track::{HostAccess, begin_borrow, launch_tracked};
 pub use array::{
     Array, ArrayDescriptor, ArrayFlags, ArrayMemoryRequirements, BorrowedArray, BorrowedMipmappedArray,
     MipmappedArray, SparseProperties,
@@ -96,7 +96,6 @@ pub use copy3d::{
 };
 pub use dma_buf::DmaBufMapping;
 pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
-pub(crate) use host_uses::{HostAccess, begin_borrow, launch_tracked};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
 pub use managed_batch::{DiscardBatch, DiscardPrefetchBatch, PrefetchBatch};
 pub use operand3d::{CopyRegion3D, Destination3D, Source3D, Volume};
@@ -140,7 +139,7 @@ pub(crate) use element_count;
 
 /// The view accessors of an owning type of device memory (`view`, `view_mut`, `slice`,
 /// `slice_mut`), for a type with fields `ptr` (the first element's address), `len`, `stream`
-/// (the stream its views are ordered on) and `uses` (a [`StreamUses`](crate::stream::StreamUses)
+/// (the stream its views are ordered on) and `uses` (a [`StreamUses`](crate::track::StreamUses)
 /// where the views note the other streams they are used on); `$name` names the type in errors.
 macro_rules! device_views {
     ($name:literal) => {

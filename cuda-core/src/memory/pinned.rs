@@ -3,7 +3,6 @@
 
 use super::checked_bytes;
 use super::host::HostAllocFlags;
-use super::host_uses::HostUses;
 use super::pinned_chunk::{PinnedChunk, PinnedHost, sealed};
 use super::pinned_slice::{PinnedSlice, PinnedSliceMut};
 use crate::context::Context;
@@ -12,6 +11,7 @@ use crate::pool::{
     HostAllocator, PinnedAllocation, PinnedAllocator, PinnedMemoryPool, current_pinned_allocator,
     default_pinned_memory_pool,
 };
+use crate::track::HostUses;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;

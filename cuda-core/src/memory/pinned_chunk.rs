@@ -2,8 +2,8 @@
 //! its own copies, so that the parts of one buffer copy on different streams at once; and
 //! [`PinnedHost`], the pinned memory that stream-ordered copies take.
 
-use super::host_uses::HostUses;
 use crate::error::Result;
+use crate::track::HostUses;
 use bytemuck::Pod;
 use std::marker::PhantomData;
 

@@ -1,8 +1,8 @@
 //! Where a [`DeviceBuffer`](super::DeviceBuffer)'s memory comes from and goes back to.
 
 use crate::pool::{Allocator, DeviceAllocation, MemoryPool, StreamRef, default_pool_of, thread_allocator};
+use crate::track::HeldStream;
 use crate::{Result, Stream};
-use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// The allocator a buffer's memory came from.
@@ -140,28 +140,6 @@ impl Source {
         match self {
             Source::DefaultPool(_) => "MemoryPool",
             Source::Shared(a) => a.name(),
-        }
-    }
-}
-
-/// A buffer's hold on its stream.
-pub(crate) enum HeldStream {
-    /// A counted handle of its own.
-    Counted(Stream),
-    /// An uncounted copy of the handle that the default pool's arena of the stream holds while
-    /// the buffer's allocation is in use: making and dropping the buffer costs no reference
-    /// count. It must not be used once the allocation has been given back.
-    Kept(ManuallyDrop<Stream>),
-}
-
-impl std::ops::Deref for HeldStream {
-    type Target = Stream;
-
-    #[inline]
-    fn deref(&self) -> &Stream {
-        match self {
-            HeldStream::Counted(s) => s,
-            HeldStream::Kept(s) => s,
         }
     }
 }

@@ -2,7 +2,8 @@
 
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use crate::stream::{Stream, StreamUses};
+use crate::stream::Stream;
+use crate::track::StreamUses;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;

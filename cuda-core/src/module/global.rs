@@ -3,7 +3,7 @@
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::memory::{DeviceView, DeviceViewMut};
-use crate::stream::StreamUses;
+use crate::track::StreamUses;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Mutex;

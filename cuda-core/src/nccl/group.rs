@@ -2,7 +2,7 @@
 
 use super::version::{require, since};
 use crate::error::{Error, Result, check_nccl, nccl_error};
-use crate::stream::deferred::{self, Release};
+use crate::track::scopes::{self, Release};
 use nccl_sys as nccl;
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
@@ -30,7 +30,7 @@ pub(crate) fn current_group() -> Option<u64> {
 fn enter() {
     let _ = DEPTH.try_with(|d| {
         if d.get() == 0 {
-            let id = deferred::open_scope();
+            let id = scopes::open_scope();
             let _ = CURRENT.try_with(|c| c.set(id));
         }
         d.set(d.get() + 1);
@@ -50,7 +50,7 @@ fn leave() -> Vec<Release> {
         return Vec::new();
     }
     let id = CURRENT.try_with(|c| c.replace(0)).unwrap_or(0);
-    deferred::close_scope(id)
+    scopes::close_scope(id)
 }
 
 /// Ends the group level: `ncclGroupEnd`, then the releases of memory dropped inside it.

@@ -180,7 +180,7 @@ pub unsafe trait Allocator: Send + Sync {
         stream: &Stream,
         recorded: &[Stream],
     ) -> Result<()> {
-        crate::stream::order_after(stream, recorded)?;
+        crate::track::order_after(stream, recorded)?;
         // SAFETY: forwarded under the caller's contract; the other streams' uses are ordered
         // before `stream` now.
         unsafe { self.deallocate(allocation, StreamRef::from(stream)) }

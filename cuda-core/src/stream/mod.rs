@@ -14,11 +14,8 @@ pub(crate) use callback::report_panic;
 #[cfg(cuda_headers_13_1)]
 pub use resource::SmResource;
 pub(crate) mod capturing;
-pub(crate) mod deferred;
 mod memops;
-mod uses;
 pub(crate) use capturing::capture_of;
-pub(crate) use uses::{StreamUses, nameable, order_after, wait_for};
 
 pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus, SyncPolicy};
 pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};

@@ -7,7 +7,8 @@ use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::memory::{DeviceView, DeviceViewMut, MemLocation};
 use crate::mempool::Access;
-use crate::stream::{Stream, StreamUses};
+use crate::stream::Stream;
+use crate::track::StreamUses;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::mem::ManuallyDrop;
@@ -163,7 +164,7 @@ impl Mapping {
                 range: ManuallyDrop::new(ManuallyDrop::take(&mut self.range)),
             }
         };
-        let release: crate::stream::deferred::Release = Box::new(move |queued| {
+        let release: crate::track::scopes::Release = Box::new(move |queued| {
             if queued {
                 // Dropped again: waits for the group's streams, or hands itself to a group
                 // still open.
@@ -178,7 +179,7 @@ impl Mapping {
                 std::mem::forget(later);
             }
         });
-        if let Err(now) = crate::stream::deferred::defer_to(group, release) {
+        if let Err(now) = crate::track::scopes::defer_to(group, release) {
             // The group ended meanwhile: its calls are queued.
             now(true);
         }
@@ -279,7 +280,7 @@ impl Mapping {
     /// thread.
     pub fn view<'a, T: Pod>(&'a self, stream: &'a Stream) -> Result<DeviceView<'a, T>> {
         let len = self.elements::<T>("Mapping::view")?;
-        crate::stream::nameable(self.range.context(), stream)?;
+        crate::track::nameable(self.range.context(), stream)?;
         Ok(DeviceView::unordered(self.range.context(), self.ptr, len, Some(stream), &self.uses))
     }
 
@@ -287,7 +288,7 @@ impl Mapping {
     /// as it does.
     pub fn view_mut<'a, T: Pod>(&'a mut self, stream: &'a Stream) -> Result<DeviceViewMut<'a, T>> {
         let len = self.elements::<T>("Mapping::view_mut")?;
-        crate::stream::nameable(self.range.context(), stream)?;
+        crate::track::nameable(self.range.context(), stream)?;
         Ok(DeviceViewMut::unordered(self.range.context(), self.ptr, len, Some(stream), &self.uses))
     }
 }

@@ -6,7 +6,8 @@ use super::mapping::{AccessGrant, Mapping};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceView, DeviceViewMut};
-use crate::stream::{Stream, StreamUses};
+use crate::stream::Stream;
+use crate::track::StreamUses;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 
@@ -132,7 +133,7 @@ impl MappedSpan {
     /// so is a default stream of another context or another thread.
     pub fn view<'a, T: Pod>(&'a self, stream: &'a Stream) -> Result<DeviceView<'a, T>> {
         let len = self.elements::<T>("MappedSpan::view")?;
-        crate::stream::nameable(&self.context, stream)?;
+        crate::track::nameable(&self.context, stream)?;
         Ok(DeviceView::unordered(&self.context, self.ptr, len, Some(stream), &self.uses))
     }
 
@@ -140,7 +141,7 @@ impl MappedSpan {
     /// as it does.
     pub fn view_mut<'a, T: Pod>(&'a mut self, stream: &'a Stream) -> Result<DeviceViewMut<'a, T>> {
         let len = self.elements::<T>("MappedSpan::view_mut")?;
-        crate::stream::nameable(&self.context, stream)?;
+        crate::track::nameable(&self.context, stream)?;
         Ok(DeviceViewMut::unordered(&self.context, self.ptr, len, Some(stream), &self.uses))
     }
 

@@ -65,7 +65,7 @@ use crate::flags::flags;
 use crate::memory::{
     Array, BorrowedArray, BorrowedMipmappedArray, DeviceView, DeviceViewMut, MipmappedArray,
 };
-use crate::stream::{StreamUses, order_after};
+use crate::track::{StreamUses, order_after};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;

@@ -22,7 +22,7 @@ impl Tiles {
                  array's context",
             ));
         }
-        crate::stream::nameable(&self.ctx, stream)?;
+        crate::track::nameable(&self.ctx, stream)?;
         // Release-style: an error kept from elsewhere in the context does not stop an unmap.
         self.ctx.make_current()?;
         stream.bind_if_default()?;
@@ -37,7 +37,7 @@ impl Tiles {
             ));
         }
         let pending = self.pending.get_mut().unwrap_or_else(PoisonError::into_inner);
-        crate::stream::order_after(stream, &pending.streams)?;
+        crate::track::order_after(stream, &pending.streams)?;
         // Memory unmapped by operations that have all run goes now, rather than at the next
         // lend or the drop (a loop of maps and unmaps would hold every pool otherwise).
         if !pending.retired.is_empty() && pending.streams.iter().all(ran) {

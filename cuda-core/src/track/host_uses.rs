@@ -2,8 +2,9 @@
 //! host waits for them before it touches or frees the memory; and the launches of executable
 //! graphs that copies captured on it went into, tracked the same way.
 
-use crate::error::{Result, check};
-use crate::{Event, EventFlags, Stream};
+use crate::error::{Error, Result, check};
+use crate::event::{Event, EventFlags};
+use crate::stream::Stream;
 use cuda_driver_sys as sys;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -133,11 +134,11 @@ fn record(event: &Event, stream: &Stream) -> Result<()> {
 /// then marks it held by the host: until [`end_borrow`], [`launch_tracked`] refuses the
 /// launches that would race with the host (any, for a write; those that write the memory, for
 /// a read). A write while the host holds anything, or a read while it writes, is an
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+/// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
 pub(crate) fn begin_borrow(uses: &Mutex<Uses>, write: bool) -> Result<()> {
     let mut u = uses.lock().unwrap_or_else(PoisonError::into_inner);
     if u.host_writer || (write && u.host_readers > 0) {
-        return Err(crate::Error::invalid(
+        return Err(Error::invalid(
             "pinned buffer borrow",
             "the host already holds the memory through a slice guard; drop it first",
         ));
@@ -205,7 +206,7 @@ pub(crate) fn launch_tracked(
         accesses.iter().map(|a| a.uses.lock().unwrap_or_else(PoisonError::into_inner)).collect();
     for (u, access) in guards.iter().zip(accesses) {
         if u.host_writer || (access.writes && u.host_readers > 0) {
-            return Err(crate::Error::invalid(
+            return Err(Error::invalid(
                 "GraphExec::launch",
                 "the host holds a slice of a pinned buffer that the graph copies to or from (a guard of \
                  SharedPinnedBuffer::as_slice or as_mut_slice is alive); drop it before launching",
@@ -298,7 +299,7 @@ impl HostUses {
         // graph, not run: wait for the part's own event instead (recorded outside a capture).
         let capturing = !matches!(crate::stream::capture_of(&stream), Ok(None));
         let queued = if capturing {
-            Err(crate::Error::invalid("PinnedBuffer", "the stream is being captured"))
+            Err(Error::invalid("PinnedBuffer", "the stream is being captured"))
         } else {
             let mut u = self.lock();
             u.prepare(&stream).and_then(|fresh| u.record_after(&stream, writes, fresh))
@@ -371,7 +372,7 @@ impl HostUses {
     ) -> Result<()> {
         if let Some(capture) = crate::stream::capture_of(stream)? {
             if !self.capturable {
-                return Err(crate::Error::invalid(
+                return Err(Error::invalid(
                     "PinnedChunk copy",
                     "a copy of a chunk of a pinned buffer cannot be captured into a graph (the graph \
                      would outlive the chunk); capture a copy of a whole PinnedBuffer instead",

@@ -1,19 +1,16 @@
 //! [`StreamUses`]: the streams other than its own on which work touching a piece of memory was
 //! queued, so that giving the memory back waits for them.
 //!
-//! The rule every owner of device memory follows: memory is given back in its own stream's
-//! order, and every safe operation that queues work touching it on another stream notes that
-//! stream here first. Noting costs nothing on the owner's own stream (one comparison of raw
-//! handles), and on another stream a lock and, the first time, one handle clone and one event:
-//! the stream is made to wait for the work queued so far on the memory's own stream (its
-//! earlier work, and that of the block's earlier owners, given back there). No event is
-//! recorded per operation. When the memory is given back, one event per noted stream orders
-//! the release after the work queued there so far (or the owner waits for those streams, where
-//! the release is not stream-ordered).
+//! The second part of [the rule](super): noting costs nothing on the owner's own stream (one
+//! comparison of raw handles), and on another stream a lock and, the first time, one handle
+//! clone and the wait for the own stream ([`wait_for`]); no event is recorded per operation.
+//! The release takes the noted streams ([`StreamUses::take_for_release`]) and orders itself
+//! after them ([`order_after`]), or waits for them on the host
+//! ([`StreamUses::synchronize_for_release`]).
 
-use super::Stream;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
+use crate::stream::{Stream, capture_of, other_threads_stream};
 use cuda_driver_sys as sys;
 use std::sync::{Mutex, PoisonError};
 
@@ -29,7 +26,7 @@ pub(crate) struct StreamUses {
 #[derive(Debug, Default)]
 struct Noted {
     streams: Vec<Stream>,
-    /// The scopes (NCCL groups, see [`deferred`](super::deferred)) whose work uses the memory
+    /// The scopes (NCCL groups, see [`scopes`](super::scopes)) whose work uses the memory
     /// and is queued only when they end; closed ones are dropped as new ones come.
     groups: Vec<u64>,
 }
@@ -70,7 +67,7 @@ impl StreamUses {
         let mut guard = self.lock();
         let noted = guard.get_or_insert_with(Box::default);
         if !noted.groups.contains(&group) {
-            noted.groups.retain(|&g| super::deferred::is_open(g));
+            noted.groups.retain(|&g| super::scopes::is_open(g));
             noted.groups.push(group);
         }
     }
@@ -82,7 +79,7 @@ impl StreamUses {
         if groups.is_empty() {
             return None;
         }
-        groups.retain(|&g| super::deferred::is_open(g));
+        groups.retain(|&g| super::scopes::is_open(g));
         groups.first().copied()
     }
 
@@ -119,7 +116,7 @@ impl StreamUses {
         }
         // Work captured into a graph is not queued: it runs at the graph's launches, and the
         // capture's contract keeps the memory alive for as long as they may run.
-        if super::capture_of(stream)?.is_some() {
+        if capture_of(stream)?.is_some() {
             return Ok(());
         }
         // The first use on `stream` waits for what is queued on the memory's own stream: the
@@ -204,7 +201,7 @@ impl StreamUses {
 pub(crate) fn nameable(ctx: &Context, stream: &Stream) -> Result<()> {
     if stream.is_default() {
         if stream.is_other_threads() {
-            return Err(super::other_threads_stream());
+            return Err(other_threads_stream());
         }
         if stream.context() != ctx {
             return Err(Error::invalid(
@@ -221,7 +218,7 @@ pub(crate) fn nameable(ctx: &Context, stream: &Stream) -> Result<()> {
 /// An error when `stream` is being captured (through this crate) now: work on the memory queued
 /// there before the capture cannot be waited for without breaking the capture.
 fn capturing_now(stream: &Stream) -> Result<()> {
-    if super::capture_of(stream)?.is_some() {
+    if capture_of(stream)?.is_some() {
         return Err(captured_release());
     }
     Ok(())
@@ -253,13 +250,13 @@ pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<()> {
     // Work queued on a stream being captured runs at the graph's launches, not now, and a
     // capture cannot wait for work outside it (the driver refuses): the capture's contract
     // covers what its launches touch.
-    if super::capture_of(later)?.is_some() || later.context().with_current(|| raw_capturing(later))? {
+    if capture_of(later)?.is_some() || later.context().with_current(|| raw_capturing(later))? {
         return Ok(());
     }
     if earlier.is_other_threads() {
         return earlier.synchronize_for_release();
     }
-    if super::capture_of(earlier)?.is_some() {
+    if capture_of(earlier)?.is_some() {
         return Err(captured_first_use());
     }
     let mut event = std::ptr::null_mut();

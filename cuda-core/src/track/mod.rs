@@ -1,0 +1,57 @@
+//! The stream rule: which streams may touch a piece of memory, who waits for whom, and when the
+//! memory may be given back. This module is its one statement; the rooms that own memory
+//! (`memory`, `vmm`, `graph`, `interop`, `nccl`, `runtime`) follow it through the types here,
+//! and their documentation links here rather than restating it.
+//!
+//! # The rule
+//!
+//! Device memory belongs to one stream, its *own* stream: the stream it was allocated on (or
+//! moved to with `set_stream`). Work on it is ordered three ways:
+//!
+//! 1. **On its own stream**, by stream order: nothing is recorded, nothing is waited for, and
+//!    the memory is given back in that stream's order, so work queued there before the release
+//!    may still use it. A block given back on a stream is free at once for the next owner *on
+//!    that stream*.
+//! 2. **On another stream** (a copy, a memset, a kernel argument, a collective, a prefetch),
+//!    every safe operation notes that stream on the memory's [`StreamUses`] before it queues
+//!    the work. The first time a stream is noted, it is made to wait (one event recorded on
+//!    the own stream, one `cuStreamWaitEvent`) for the work queued so far on the own stream:
+//!    the memory's own earlier work, and that of the block's earlier owners, given back there.
+//!    When the memory is given back, its release is ordered after every noted stream (one
+//!    event recorded on each and waited for on the own stream, or, for releases that are not
+//!    stream-ordered, a host wait for each). Streams that cannot be ordered from the memory's
+//!    context (another thread's per-thread stream, a stream of another context) are waited for
+//!    on the host. So between two uses there are at most two events per memory and foreign
+//!    stream, however many operations ran there.
+//! 3. **Later, when a scope ends**: an NCCL group queues its calls only at `ncclGroupEnd`.
+//!    Memory such a call uses is noted with the scope ([`scopes`]); given back while the scope
+//!    is open, its release waits until the scope has queued its work.
+//!
+//! Captures are part of the rule: work on a stream being captured runs at the graph's launches,
+//! not now, so it is neither noted nor waited for (the capture's contract keeps what it uses
+//! alive while its graphs may run), and a release that would have to wait for a stream being
+//! captured keeps the memory (a leak, reported) instead.
+//!
+//! # Pinned host memory
+//!
+//! Page-locked host memory is touched by the host as well as by copies. [`HostUses`] tracks
+//! the copies in flight on a pinned buffer with one event: the host waits for the copies that
+//! write (to read) or use (to write) the memory before it hands out a slice, and a slice is a
+//! guard: while the host holds one, a launch of a graph whose captured copies would race with
+//! it is refused ([`launch_tracked`]).
+//!
+//! # Where it is checked
+//!
+//! The GPU suite's soundness tests (`tests/tests/soundness.rs`) hold each case in the shape a
+//! user meets it, and the simulated driver (`tests/sim-cuda-driver`) runs random safe programs
+//! under a happens-before checker on every CI run, with streams run in any order the rule
+//! allows.
+
+mod held;
+mod host_uses;
+pub(crate) mod scopes;
+mod stream_uses;
+
+pub(crate) use held::HeldStream;
+pub(crate) use host_uses::{HostAccess, HostUses, Uses, begin_borrow, end_borrow, launch_tracked};
+pub(crate) use stream_uses::{StreamUses, nameable, order_after, wait_for};
