@@ -6,7 +6,7 @@
 //! cargo run --release --example copy_batch -- 1000 64   # rows gathered, u32s per row
 //! ```
 
-use cuda_core::memory::CopyRegion;
+use cuda_core::copy::CopyRegion;
 use cuda_core::{Context, Device, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

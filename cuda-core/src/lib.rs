@@ -50,6 +50,7 @@ pub mod checkpoint;
 #[cfg_attr(docsrs, doc(cfg(feature = "compile")))]
 pub mod compile;
 pub mod context;
+pub mod copy;
 #[cfg(feature = "coredump")]
 #[cfg_attr(docsrs, doc(cfg(feature = "coredump")))]
 pub mod coredump;

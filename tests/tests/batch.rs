@@ -5,10 +5,10 @@
 //! checked element by element, bad input refused before any call, buffers dropped right after
 //! a submit kept until the batch has run, and the typed load error on drivers without the calls.
 
+use cuda_core::copy::{CopyBatch3D, CopyRegion, CopyRegion3D, Volume};
 use cuda_core::device::driver_version;
 use cuda_core::memory::{
-    Array, ArrayDescriptor, ArrayFlags, CopyBatch3D, CopyRegion, CopyRegion3D, ManagedBuffer, MemAttach,
-    MemLocation, PitchedBuffer, Volume,
+    Array, ArrayDescriptor, ArrayFlags, ManagedBuffer, MemAttach, MemLocation, PitchedBuffer,
 };
 use cuda_core::{Context, ContextFlags, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, no_deferred};
@@ -261,7 +261,7 @@ fn bad_copies_are_refused() -> TestResult {
     let mut short = DeviceBuffer::<u32>::zeroed(&owner, 99)?;
     let pinned = PinnedBuffer::<u32>::new(101)?;
     owner.synchronize()?;
-    let added = |r: Result<&mut cuda_core::memory::CopyBatch<'_>, Error>| r.map(|b| b.len());
+    let added = |r: Result<&mut cuda_core::copy::CopyBatch<'_>, Error>| r.map(|b| b.len());
     invalid(added(side.copy_batch()?.copy(&mut short, &src)), "lengths 99 and 100")?;
     invalid(added(side.copy_batch()?.copy(&mut dst, &pinned)), "lengths 100 and 101 (pinned)")?;
     invalid(
@@ -676,7 +676,7 @@ fn discard_batches_leave_memory_usable() -> TestResult {
     let mut parts = managed_with(&owner, n, |i| i as u32)?;
     let mut moved = managed_with(&owner, n, |i| i as u32)?;
     // Refusals, each in a batch of its own (an add borrows the buffer until the batch is gone).
-    let ranges = |r: Result<&mut cuda_core::memory::DiscardBatch<'_>, Error>| r.map(|b| b.len());
+    let ranges = |r: Result<&mut cuda_core::copy::DiscardBatch<'_>, Error>| r.map(|b| b.len());
     // SAFETY (every discard below): the buffers are next used after `side.synchronize()`.
     invalid(
         unsafe { ranges(side.discard_batch()?.discard(&mut parts, [0..100, 50..150])) },

@@ -2,11 +2,14 @@
 //! managed memory, pitched 2D, arrays, pointer attributes, peer copies; buffers on streams
 //! (`record_stream`, `set_stream`) and the allocator they come from.
 
+use cuda_core::copy::{
+    CopyRegion3D, Volume, memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer,
+    memcpy_3d_peer_async,
+};
 use cuda_core::memory::{
-    Array, ArrayDescriptor, ArrayFlags, CopyRegion3D, HostAllocFlags, HostRegisterFlags, ManagedBuffer,
-    MemAdvice, MemAttach, MemLocation, MemoryType, MipmappedArray, PinnedBuffer, PitchedBuffer,
-    RegisteredHostMemory, Volume, address_range, memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async,
-    memcpy_3d_peer, memcpy_3d_peer_async, pointer_attributes,
+    Array, ArrayDescriptor, ArrayFlags, HostAllocFlags, HostRegisterFlags, ManagedBuffer, MemAdvice,
+    MemAttach, MemLocation, MemoryType, MipmappedArray, PinnedBuffer, PitchedBuffer, RegisteredHostMemory,
+    address_range, pointer_attributes,
 };
 use cuda_core::pool::{Allocator, AsyncAllocator, DeviceAllocator, MemoryPool, using_allocator};
 use cuda_core::{

@@ -195,7 +195,7 @@ impl Graph {
     /// Adds a node that makes any copy a `CUDA_MEMCPY3D` describes: 2D and 3D regions,
     /// pitched memory, CUDA arrays, pinned host memory
     /// ([`cuGraphAddMemcpyNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)),
-    /// as [`memory::memcpy_3d`](crate::memory::memcpy_3d) does at once.
+    /// as [`copy::memcpy_3d`](crate::copy::memcpy_3d) does at once.
     ///
     /// # Safety
     ///

@@ -444,7 +444,7 @@ impl Array {
     }
 
     /// A whole-array copy descriptor, checking that the other side holds `len` elements of `T`.
-    pub(super) fn whole_copy<T: Pod>(
+    pub(crate) fn whole_copy<T: Pod>(
         &self,
         operation: &'static str,
         host_len: usize,

@@ -1,6 +1,8 @@
 //! Memory: the one device buffer type and its views, pinned and registered host memory,
-//! managed memory, pitched 2D allocations, CUDA arrays, copies (1D, 2D, 3D; synchronous and
-//! stream-ordered), memset, pointer attributes and address ranges.
+//! managed memory, pitched 2D allocations, CUDA arrays, pointer attributes and address ranges.
+//! The operations that move and set it (copies 1D, 2D and 3D, batches, memsets) are in
+//! [`copy`](crate::copy); their methods on the types here (`DeviceView::copy_from_device_async`,
+//! `memset_d32_async`, ...) show on each type.
 //!
 //! See the [Memory Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
 //! section of the driver API.
@@ -61,19 +63,12 @@
 //! ```
 
 mod array;
-mod batch;
-mod batch3d;
 mod buffer;
-mod copy;
-mod copy3d;
 mod dma_buf;
 mod host;
 mod managed;
-mod managed_batch;
-mod memset;
-mod operand3d;
 mod pinned;
-mod pinned_chunk;
+pub(crate) mod pinned_chunk;
 mod pinned_slice;
 mod pitched;
 mod pointer;
@@ -81,24 +76,17 @@ mod pointer;
 mod residency;
 mod source;
 pub mod space;
-mod view;
+pub(crate) mod view;
 
 pub(crate) use crate::track::{HostAccess, begin_borrow, launch_tracked};
 pub use array::{
     Array, ArrayDescriptor, ArrayFlags, ArrayMemoryRequirements, BorrowedArray, BorrowedMipmappedArray,
     MipmappedArray, SparseProperties,
 };
-pub use batch::{BatchDestination, BatchSource, CopyBatch, CopyRegion};
-pub use batch3d::CopyBatch3D;
 pub use buffer::DeviceBuffer;
-pub use copy3d::{
-    memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer, memcpy_3d_peer_async,
-};
 pub use dma_buf::DmaBufMapping;
 pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
 pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
-pub use managed_batch::{DiscardBatch, DiscardPrefetchBatch, PrefetchBatch};
-pub use operand3d::{CopyRegion3D, Destination3D, Source3D, Volume};
 pub use pinned::PinnedBuffer;
 pub use pinned_chunk::{PinnedChunk, PinnedHost};
 pub use pinned_slice::{PinnedSlice, PinnedSliceMut};

@@ -12,14 +12,14 @@
 //! operands make that so across calls, and [`CopyBatch::copy_regions`] checks it within one
 //! call); and the driver refuses the legacy default stream.
 
-use super::buffer::DeviceBuffer;
-use super::pinned::PinnedBuffer;
-use super::pinned_chunk::PinnedChunk;
-use super::pinned_chunk::sealed::Sealed as _;
-use super::space::MemorySpace;
-use super::view::{DeviceView, DeviceViewMut, Track};
 use crate::abi::AbiVersions;
 use crate::error::{Error, Result, check};
+use crate::memory::DeviceBuffer;
+use crate::memory::MemorySpace;
+use crate::memory::PinnedBuffer;
+use crate::memory::PinnedChunk;
+use crate::memory::pinned_chunk::sealed::Sealed as _;
+use crate::memory::view::{DeviceView, DeviceViewMut, Track};
 use crate::stream::Stream;
 use crate::track::HostUses;
 use bytemuck::Pod;
@@ -213,7 +213,7 @@ impl CopyRegion {
 /// events or the same stream, as for the single `_async` copies.
 ///
 /// ```no_run
-/// use cuda_core::memory::CopyRegion;
+/// use cuda_core::copy::CopyRegion;
 /// use cuda_core::{Context, Device, DeviceBuffer, PinnedBuffer, Stream, StreamFlags};
 /// # fn main() -> cuda_core::Result<()> {
 /// let ctx = Context::primary(&Device::get(0)?)?;
@@ -468,7 +468,7 @@ impl<'a> CopyBatch<'a> {
         dst: Operand<'a>,
         src: Operand<'a>,
     ) -> Result<&mut Self> {
-        super::same_len(operation, dst.len, src.len)?;
+        crate::memory::same_len(operation, dst.len, src.len)?;
         if dst.len == 0 || std::mem::size_of::<T>() == 0 {
             return Ok(self);
         }
@@ -518,7 +518,7 @@ impl<'a> CopyBatch<'a> {
     /// The driver's status: a fault of earlier work on the stream, memory it cannot copy
     /// (`CUDA_ERROR_INVALID_VALUE`), or a batch captured where the driver does not support it.
     /// When the call fails, the pinned memory still records the batch, in case some of its
-    /// copies were queued. A [`PinnedChunk`](super::PinnedChunk) in a batch submitted on a
+    /// copies were queued. A [`PinnedChunk`](crate::memory::PinnedChunk) in a batch submitted on a
     /// capturing stream is an [`Error::InvalidArgument`](crate::Error::InvalidArgument), with
     /// nothing queued or handed to the capture.
     pub fn submit(mut self) -> Result<()> {

@@ -10,10 +10,10 @@
 //! the discarding batches borrow their buffers exclusively, like a copy into them.
 
 use super::batch::batch_stream;
-use super::managed::{ManagedBuffer, MemLocation};
-use super::view::range_of;
 use crate::abi::AbiVersions;
 use crate::error::{Error, Result, check};
+use crate::memory::view::range_of;
+use crate::memory::{ManagedBuffer, MemLocation};
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;

@@ -1,7 +1,7 @@
 //! Setting device memory to a repeated 8-, 16- or 32-bit value.
 
-use super::view::DeviceViewMut;
 use crate::error::{Error, Result, check};
+use crate::memory::DeviceViewMut;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;

@@ -112,7 +112,8 @@ fn raw_operand<T>(
 /// are read in stream order (`CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`).
 ///
 /// ```no_run
-/// use cuda_core::memory::{Array, ArrayDescriptor, ArrayFlags, CopyRegion3D, PitchedBuffer, Volume};
+/// use cuda_core::copy::{CopyRegion3D, Volume};
+/// use cuda_core::memory::{Array, ArrayDescriptor, ArrayFlags, PitchedBuffer};
 /// use cuda_core::{Context, Device, PinnedBuffer, Stream, StreamFlags};
 /// use cuda_core::driver_sys::CUarray_format;
 /// # fn main() -> cuda_core::Result<()> {
@@ -138,7 +139,8 @@ fn raw_operand<T>(
 /// A batch cannot write memory it also reads; the borrow checker refuses it:
 ///
 /// ```compile_fail,E0502
-/// # use cuda_core::memory::{PitchedBuffer, Volume};
+/// # use cuda_core::copy::Volume;
+/// # use cuda_core::memory::PitchedBuffer;
 /// # fn f(stream: &cuda_core::Stream, volume: &mut PitchedBuffer<u32>) -> cuda_core::Result<()> {
 /// let mut batch = stream.copy_batch_3d()?;
 /// batch.copy(Volume::new(&mut *volume, [64, 8, 8]), Volume::new(&*volume, [64, 8, 8]))?;
@@ -264,8 +266,8 @@ impl<'a> CopyBatch3D<'a> {
     /// order), a [`Volume`](super::Volume) whose extent does not match its memory, an element type whose size
     /// is not an array operand's element size (or an array of a format other than the plain
     /// integer and float ones), an array of another context than the stream, and a stream that
-    /// would not name the same stream for the memory (see [`DeviceBuffer::record_stream`](super::DeviceBuffer::record_stream)). A
-    /// [`PinnedBuffer`](super::PinnedBuffer) whose chunks' copies can be neither ordered nor waited for fails with
+    /// would not name the same stream for the memory (see [`DeviceBuffer::record_stream`](crate::memory::DeviceBuffer::record_stream)). A
+    /// [`PinnedBuffer`](crate::memory::PinnedBuffer) whose chunks' copies can be neither ordered nor waited for fails with
     /// that error; an array's descriptor that cannot be read, with the driver's status.
     pub fn copy_regions<T: Pod>(
         &mut self,
@@ -375,7 +377,7 @@ impl<'a> CopyBatch3D<'a> {
     ///
     /// The driver's status: a fault of earlier work on the stream, or copies it cannot make
     /// (`CUDA_ERROR_INVALID_VALUE`). When the call fails, the pinned memory still records the
-    /// batch, in case some of its copies were queued. A [`PinnedChunk`](super::PinnedChunk) in a batch submitted
+    /// batch, in case some of its copies were queued. A [`PinnedChunk`](crate::memory::PinnedChunk) in a batch submitted
     /// on a capturing stream is an [`Error::InvalidArgument`], with nothing queued.
     pub fn submit(mut self) -> Result<()> {
         if self.ops.is_empty() {

@@ -2,15 +2,15 @@
 //! 3D copy between contexts ([`Stream::copy_3d_peer`]), and the raw descriptor calls for copies
 //! of sub-regions.
 
-use super::array::Array;
 use super::batch::around_pinned;
 use super::batch::sealed::Memory;
 use super::operand3d::sealed::{Operand3D, Place, Read3D, Write3D};
 use super::operand3d::{CopyRegion3D, Destination3D, Source3D, array_on, box_in};
-use super::pitched::PitchedBuffer;
-use super::view::{DeviceView, DeviceViewMut};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
+use crate::memory::Array;
+use crate::memory::PitchedBuffer;
+use crate::memory::{DeviceView, DeviceViewMut};
 use crate::stream::Stream;
 use crate::track::HostUses;
 use bytemuck::Pod;
@@ -166,7 +166,8 @@ impl Stream {
     /// the same stream.
     ///
     /// ```no_run
-    /// use cuda_core::memory::{CopyRegion3D, PitchedBuffer, Volume};
+    /// use cuda_core::copy::{CopyRegion3D, Volume};
+    /// use cuda_core::memory::PitchedBuffer;
     /// use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Stream, StreamFlags};
     /// # fn main() -> cuda_core::Result<()> {
     /// let device = Device::get(0)?;
@@ -310,7 +311,7 @@ impl Array {
     pub fn copy_from_device<T: Pod>(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         let c = self.d2a("Array::copy_from_device", src)?;
         // SAFETY: the descriptor names `src` and this array with matching sizes.
-        super::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
+        crate::memory::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
     }
 
     /// Copies the whole array into densely packed device memory
@@ -318,7 +319,7 @@ impl Array {
     pub fn copy_to_device<T: Pod>(&self, dst: &mut DeviceViewMut<'_, T>) -> Result<()> {
         let c = self.a2d("Array::copy_to_device", dst)?;
         // SAFETY: the descriptor names this array and `dst` with matching sizes.
-        super::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
+        crate::memory::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
     }
 
     /// [`Array::copy_from_device`] in `stream`'s order
@@ -381,7 +382,7 @@ impl Array {
         c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_ARRAY;
         c.dstArray = self.as_raw();
         // SAFETY: both arrays are live and have the same extent.
-        super::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
+        crate::memory::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
     }
 }
 

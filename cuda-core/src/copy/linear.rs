@@ -1,10 +1,10 @@
 //! Linear copies between host slices and device views: host to device, device to host, device
 //! to device (and between contexts, as peer copies), synchronous and stream-ordered.
 
-use super::pinned_chunk::PinnedHost;
-use super::same_len;
-use super::view::{DeviceView, DeviceViewMut};
 use crate::error::{Result, check};
+use crate::memory::PinnedHost;
+use crate::memory::same_len;
+use crate::memory::{DeviceView, DeviceViewMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
@@ -179,7 +179,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     #[inline]
     pub fn copy_from_pinned_async(&mut self, src: &impl PinnedHost<T>, stream: &Stream) -> Result<()> {
-        let super::pinned_chunk::sealed::Tracked { ptr: host, len, uses } = src.tracked()?;
+        let crate::memory::pinned_chunk::sealed::Tracked { ptr: host, len, uses } = src.tracked()?;
         same_len("copy_from_pinned_async", self.len, len)?;
         self.ctx.enter()?;
         // The copy runs with this view's context current, and `src` records it on `stream`:
@@ -202,7 +202,7 @@ impl<T: Pod> DeviceView<'_, T> {
     /// ([`cuMemcpyDtoHAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
     /// Safe: `dst` records the copy, and cannot be read, written or given back until it is
-    /// done ([`PinnedBuffer::as_slice`](super::PinnedBuffer::as_slice) waits for it). On a stream other than the view's own,
+    /// done ([`PinnedBuffer::as_slice`](crate::memory::PinnedBuffer::as_slice) waits for it). On a stream other than the view's own,
     /// the copy is noted on the buffer behind the view, which is not given back before it is
     /// done.
     ///
@@ -210,7 +210,7 @@ impl<T: Pod> DeviceView<'_, T> {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     #[inline]
     pub fn copy_to_pinned_async(&self, dst: &mut impl PinnedHost<T>, stream: &Stream) -> Result<()> {
-        let super::pinned_chunk::sealed::Tracked { ptr: host, len, uses } = dst.tracked()?;
+        let crate::memory::pinned_chunk::sealed::Tracked { ptr: host, len, uses } = dst.tracked()?;
         same_len("copy_to_pinned_async", len, self.len)?;
         self.ctx.enter()?;
         // As in `copy_from_pinned_async`.

@@ -7,17 +7,17 @@
 //! layers) is given one with [`Volume::new`]. A box of a copy is checked against the extent of
 //! each side before anything is queued, so no copy reaches outside its operands.
 
-use super::array::{Array, BorrowedArray};
 use super::batch::sealed::Memory;
-use super::buffer::DeviceBuffer;
-use super::pinned::PinnedBuffer;
-use super::pinned_chunk::PinnedChunk;
-use super::pinned_chunk::sealed::Sealed as _;
-use super::pitched::PitchedBuffer;
-use super::space::MemorySpace;
-use super::view::{DeviceView, DeviceViewMut, Track};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::memory::DeviceBuffer;
+use crate::memory::MemorySpace;
+use crate::memory::PinnedBuffer;
+use crate::memory::PinnedChunk;
+use crate::memory::PitchedBuffer;
+use crate::memory::pinned_chunk::sealed::Sealed as _;
+use crate::memory::view::{DeviceView, DeviceViewMut, Track};
+use crate::memory::{Array, BorrowedArray};
 use crate::stream::Stream;
 use bytemuck::Pod;
 
@@ -91,7 +91,8 @@ pub trait Destination3D<'a, T: Pod>: sealed::Write3D<'a, T> {}
 /// mismatch is an [`Error::InvalidArgument`].
 ///
 /// ```no_run
-/// use cuda_core::memory::{CopyRegion3D, PitchedBuffer, Volume};
+/// use cuda_core::copy::{CopyRegion3D, Volume};
+/// use cuda_core::memory::PitchedBuffer;
 /// use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 /// # fn main() -> cuda_core::Result<()> {
 /// let ctx = Context::primary(&Device::get(0)?)?;
