@@ -4,6 +4,8 @@
 //! one means the same, the call site lists the versions it can call, newest first, and calls the
 //! one [`AbiVersions::choose`] returns; after the first call the choice costs one atomic load.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::sync::atomic::{AtomicI32, Ordering};

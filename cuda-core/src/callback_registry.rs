@@ -24,6 +24,8 @@
 //! The cost of the wait: dropping the value blocks while a call of the closure runs on another
 //! thread. A closure that waits for a lock held by the thread dropping the value never returns.
 
+#![forbid(unsafe_code)]
+
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

@@ -5,6 +5,8 @@
 //! operator impls, and its `Debug` text comes from one shared function, so the crate's flag
 //! types add little to its build.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 /// Declares a flag type: `pub struct Name: u32 { const A = 0x1; ... }`, with attributes and
@@ -257,6 +259,8 @@ pub(crate) fn debug(f: &mut fmt::Formatter<'_>, name: &str, bits: u64, named: &[
 }
 
 #[cfg(test)]
+// The macro makes a public type, as it does everywhere; here it lives in the tests.
+#[allow(unreachable_pub)]
 mod tests {
     flags! {
         /// Flags for the tests.

@@ -1,6 +1,8 @@
 //! Lowercase hexadecimal text for the handles that travel between processes (NCCL ids, IPC
 //! handles), for transports that carry text.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 
 /// `bytes` as lowercase hexadecimal digits, two a byte.

@@ -38,6 +38,8 @@
 // even where it names every field today: a newer header may add fields (`cargo xtask compat`
 // checks it).
 #![allow(clippy::needless_update)]
+// An item is `pub` only where a user can reach it; inside the crate it says `pub(crate)`.
+#![warn(unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod abi;

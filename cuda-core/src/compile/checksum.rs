@@ -2,6 +2,8 @@
 //! tampering (the cache key, a SHA-256, already names what the file must hold). SHA-256 of the
 //! payload cost about 20 µs per 4 KiB CUBIN read back; this costs well under one.
 
+#![forbid(unsafe_code)]
+
 /// Multipliers with many bits set in every byte, so that each input bit reaches the high bits.
 const K1: u64 = 0x9E37_79B9_7F4A_7C15;
 const K2: u64 = 0xC2B2_AE3D_27D4_EB4F;

@@ -1,5 +1,7 @@
 //! [`CompileOptions`]: how NVRTC compiles a [`Program`](super::Program), as typed values.
 
+#![forbid(unsafe_code)]
+
 use crate::device::Device;
 use crate::error::{Error, Result};
 use std::path::PathBuf;

@@ -3,6 +3,8 @@
 //! Written from the standard's description; the crate takes no hashing dependency for one
 //! 100-line function. It is not constant-time, and nothing here needs it to be.
 
+#![forbid(unsafe_code)]
+
 /// The first 32 bits of the fractional parts of the cube roots of the first 64 primes
 /// (FIPS 180-4, 4.2.2).
 const K: [u32; 64] = [

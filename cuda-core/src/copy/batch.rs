@@ -34,7 +34,7 @@ pub(crate) mod sealed {
 
     /// What memory an operand of a batched copy is, for the bookkeeping around the call.
     #[derive(Clone, Copy)]
-    pub enum Memory<'a> {
+    pub(crate) enum Memory<'a> {
         /// Device (or managed) memory behind a view: the owner notes the batch's stream
         /// (nothing to note for a view made from a raw address).
         Device(Option<Track<'a>>),

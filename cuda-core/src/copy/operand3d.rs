@@ -7,6 +7,8 @@
 //! layers) is given one with [`Volume::new`]. A box of a copy is checked against the extent of
 //! each side before anything is queued, so no copy reaches outside its operands.
 
+#![forbid(unsafe_code)]
+
 use super::batch::sealed::Memory;
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -27,7 +29,7 @@ pub(crate) mod sealed {
 
     /// Where the elements of a 3D operand are.
     #[derive(Clone, Copy)]
-    pub enum Place<'a> {
+    pub(crate) enum Place<'a> {
         /// Linear memory at `address` (unified addressing): rows `pitch` bytes apart, layers
         /// `extent[1]` rows apart. `ctx` is the context of device memory, `None` for pinned
         /// host memory.

@@ -1,5 +1,7 @@
 //! Typed accessors for every `CUdevice_attribute`.
 
+#![forbid(unsafe_code)]
+
 use super::Device;
 use crate::error::Result;
 use cuda_driver_sys as sys;

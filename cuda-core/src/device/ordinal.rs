@@ -1,6 +1,8 @@
 //! Device ordinals as users hold them: any primitive integer, checked before it reaches the
 //! driver's `int`.
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 
 /// An integer that can name a device in [`Device::get`](super::Device::get): `i8` to `i64`,

@@ -1,5 +1,7 @@
 //! Shape and stride checks, as pure functions over slices (strides count elements).
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 
 fn overflow(operation: &'static str, what: &str, shape: &[i64]) -> Error {

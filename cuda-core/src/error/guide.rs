@@ -1,6 +1,8 @@
 //! The guide's error chapter shows the texts the crate really prints: each error here is made
 //! the way the library makes it, and the chapter must contain its `Display` text exactly.
 
+#![forbid(unsafe_code)]
+
 use super::Error;
 use crate::Device;
 use crate::memory::{range_of, same_len};

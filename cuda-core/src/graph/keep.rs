@@ -1,6 +1,8 @@
 //! The keep-alive list a graph shares with its conditional bodies and executable graphs, and
 //! the snapshots of it that clones and parent graphs hold.
 
+#![forbid(unsafe_code)]
+
 use crate::memory::HostAccess;
 use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};

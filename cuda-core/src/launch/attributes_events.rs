@@ -7,6 +7,8 @@
 //! edges, so [`LaunchConfig::check`] (what graph kernel nodes and executable-graph setters use)
 //! refuses a configuration with one, rather than drop it.
 
+#![forbid(unsafe_code)]
+
 use super::{AttributeWriter, LaunchConfig};
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};

@@ -1,6 +1,8 @@
 //! [`PinnedSlice`] and [`PinnedSliceMut`]: the host's view of a pinned buffer's elements, as
 //! guards that keep graph launches which would race with the host from being queued.
 
+#![forbid(unsafe_code)]
+
 use crate::track::{Uses, end_borrow};
 use bytemuck::Pod;
 use std::sync::Mutex;

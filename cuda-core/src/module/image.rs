@@ -4,6 +4,8 @@
 //! corrupt image would make it read past the slice. These checks make sure the headers describe
 //! bytes that are really there.
 
+#![forbid(unsafe_code)]
+
 use crate::{Error, Result};
 use std::ffi::CString;
 

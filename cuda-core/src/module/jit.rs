@@ -4,6 +4,8 @@
 //! [`Library`](super::Library) loading. See the
 //! [`CUjit_option` reference](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TYPES.html#group__CUDA__TYPES_1g5527fa8030d5cabedc781a04dbd1997d).
 
+#![forbid(unsafe_code)]
+
 use crate::{Error, Result};
 use cuda_driver_sys as sys;
 use std::ffi::c_void;

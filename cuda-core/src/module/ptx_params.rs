@@ -5,6 +5,8 @@
 //! tools that report API errors (compute-sanitizer) show for every kernel looked up. For a module
 //! loaded from PTX the count is in the text, so no query past the last parameter is needed.
 
+#![forbid(unsafe_code)]
+
 /// `(kernel name, parameter count)` for every `.entry` of `ptx`. Text that does not parse as
 /// expected gives no entry for that kernel (its layout is then read by probing).
 pub(crate) fn entry_param_counts(ptx: &str) -> Vec<(String, usize)> {

@@ -1,5 +1,7 @@
 //! [`Input`] and [`Output`]: the buffers and views NCCL calls read and write.
 
+#![forbid(unsafe_code)]
+
 use crate::context::Context;
 use crate::error::Result;
 use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace};

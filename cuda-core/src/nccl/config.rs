@@ -1,5 +1,7 @@
 //! [`Config`]: how a communicator is made (`ncclConfig_t`).
 
+#![forbid(unsafe_code)]
+
 use crate::error::{Error, Result};
 use nccl_sys as nccl;
 use std::ffi::CString;

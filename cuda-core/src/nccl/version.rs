@@ -93,23 +93,23 @@ pub(crate) fn too_old(call: &'static str, needed: i32, installed: i32) -> Error 
 /// Version codes of the NCCL releases that brought the functions and values used here.
 pub(crate) mod since {
     /// `ncclSend`/`ncclRecv`.
-    pub const SEND_RECV: i32 = 2700;
+    pub(crate) const SEND_RECV: i32 = 2700;
     /// `ncclAvg`, `ncclBfloat16`.
-    pub const AVG_BF16: i32 = 21000;
+    pub(crate) const AVG_BF16: i32 = 21000;
     /// `ncclRedOpCreatePreMulSum`, `ncclRedOpDestroy`.
-    pub const PRE_MUL_SUM: i32 = 21100;
+    pub(crate) const PRE_MUL_SUM: i32 = 21100;
     /// `ncclCommFinalize`, `ncclCommInitRankConfig`, non-blocking communicators.
-    pub const CONFIG: i32 = 21400;
+    pub(crate) const CONFIG: i32 = 21400;
     /// `ncclCommSplit`, `ncclConfig_t::splitShare`.
-    pub const SPLIT: i32 = 21800;
+    pub(crate) const SPLIT: i32 = 21800;
     /// `ncclCommRegister`, `ncclMemAlloc`.
-    pub const REGISTER: i32 = 21900;
+    pub(crate) const REGISTER: i32 = 21900;
     /// `ncclGroupSimulateEnd`.
-    pub const SIMULATE: i32 = 22200;
+    pub(crate) const SIMULATE: i32 = 22200;
     /// `ncclFloat8e4m3`, `ncclFloat8e5m2`.
-    pub const FP8: i32 = 22400;
+    pub(crate) const FP8: i32 = 22400;
     /// `ncclCommWindowRegister`, `ncclConfig_t::CTAPolicy`.
-    pub const WINDOW: i32 = 22700;
+    pub(crate) const WINDOW: i32 = 22700;
     /// `ncclAlltoAll`, `ncclGather`, `ncclScatter`.
-    pub const ALL_TO_ALL: i32 = 22800;
+    pub(crate) const ALL_TO_ALL: i32 = 22800;
 }

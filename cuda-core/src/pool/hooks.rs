@@ -9,6 +9,8 @@
 //! [`DebugPrintHook`](super::DebugPrintHook) prints one JSON line per event;
 //! [`LineProfileHook`](super::LineProfileHook) attributes bytes to call sites.
 
+#![forbid(unsafe_code)]
+
 use crate::{Error, Result};
 use std::cell::RefCell;
 use std::panic::Location;

@@ -1,5 +1,6 @@
 //! Random sequences of allocate, free, record-stream and release, checked after every step.
 
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::allocator::DeviceAllocation;

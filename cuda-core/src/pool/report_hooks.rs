@@ -1,5 +1,7 @@
 //! Two ready-made hooks: [`DebugPrintHook`] and [`LineProfileHook`].
 
+#![forbid(unsafe_code)]
+
 use super::hooks::{HookEvent, MemoryHook, MemoryKind};
 use std::cell::RefCell;
 use std::collections::BTreeMap;

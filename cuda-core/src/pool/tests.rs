@@ -1,5 +1,6 @@
 //! The pool's bookkeeping against a counting upstream, mirroring CuPy's memory-pool tests.
 
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::allocator::DeviceAllocation;

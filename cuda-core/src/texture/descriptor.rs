@@ -1,5 +1,7 @@
 //! Texture descriptors: how a texture is sampled.
 
+#![forbid(unsafe_code)]
+
 use super::format::ChannelFormat;
 use super::raw_enum;
 use crate::error::{Error, Result};

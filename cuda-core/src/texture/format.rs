@@ -1,6 +1,8 @@
 //! The channel format of texels: the element kind of each channel and the number of channels,
 //! and the Rust element types that map to them.
 
+#![forbid(unsafe_code)]
+
 use super::raw_enum;
 use crate::error::{Error, Result};
 use crate::memory::{ArrayDescriptor, ArrayFlags};

@@ -1,6 +1,8 @@
 //! Resource view descriptors: an array read with another format, extent, or range of mipmap
 //! levels or layers.
 
+#![forbid(unsafe_code)]
+
 use super::format::{ChannelFormat, ChannelType};
 use super::resource::Resource;
 use crate::error::{Error, Result};

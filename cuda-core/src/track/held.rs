@@ -1,5 +1,7 @@
 //! [`HeldStream`]: how an owner of memory holds the stream its memory is given back on.
 
+#![forbid(unsafe_code)]
+
 use crate::stream::Stream;
 use std::mem::ManuallyDrop;
 

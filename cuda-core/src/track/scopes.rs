@@ -2,6 +2,8 @@
 //! calls at `ncclGroupEnd`): memory such work uses and that is given back inside the scope is
 //! given back once the scope has queued the work.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 #[cfg(feature = "nccl")]
 use std::sync::atomic::{AtomicU64, Ordering};

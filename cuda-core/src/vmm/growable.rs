@@ -1,6 +1,8 @@
 //! [`GrowableBuffer`]: a typed device buffer that grows in place by mapping more physical
 //! memory behind a fixed reservation, and shrinks by unmapping it.
 
+#![forbid(unsafe_code)]
+
 use super::mapping::{AccessGrant, Mapping};
 use super::physical::{PhysicalMemory, round_up};
 use super::properties::{AllocationProperties, Granularity};

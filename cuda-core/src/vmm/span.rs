@@ -2,6 +2,8 @@
 //! striping of one buffer over the memory of several devices, or over several physical
 //! allocations of one).
 
+#![forbid(unsafe_code)]
+
 use super::mapping::{AccessGrant, Mapping};
 use crate::context::Context;
 use crate::error::{Error, Result};

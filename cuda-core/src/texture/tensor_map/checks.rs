@@ -1,6 +1,8 @@
 //! The requirements `cuTensorMapEncode*` documents, checked before the call so that a mistake
 //! names the field at fault.
 
+#![forbid(unsafe_code)]
+
 use super::{Interleave, OobFill, Swizzle, TensorDataType};
 use crate::error::{Error, Result};
 

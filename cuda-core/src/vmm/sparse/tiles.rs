@@ -1,6 +1,8 @@
 //! The bookkeeping of a sparse array: its tiling, which tiles and mip tail chunks are mapped
 //! and onto which memory, and the mapping operations not waited for yet.
 
+#![forbid(unsafe_code)]
+
 use super::super::physical::PhysicalMemory;
 use super::SparseRegion;
 use crate::context::Context;
