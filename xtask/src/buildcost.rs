@@ -69,7 +69,7 @@ fn status(cmd: &mut Command) -> Result<(), String> {
 }
 
 /// The total instruction count of a callgrind output file.
-fn read_total(path: &Path) -> Result<u64, String> {
+pub(crate) fn read_total(path: &Path) -> Result<u64, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     total_of(&text).ok_or_else(|| format!("{}: no summary line", path.display()))
 }

@@ -113,7 +113,7 @@ fn write_script(path: &Path, text: &str) -> Result<(), String> {
 }
 
 /// Executables of the given kind (`test`, `bench`, `example`) that a cargo build reported.
-fn executables(json: &str, kind: &str) -> Vec<PathBuf> {
+pub(crate) fn executables(json: &str, kind: &str) -> Vec<PathBuf> {
     let kind_tag = format!("\"kind\":[\"{kind}\"]");
     json.lines()
         .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&kind_tag))

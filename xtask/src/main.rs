@@ -16,9 +16,14 @@
 //! * `build-cost`: the instructions rustc executes to type-check cuda-driver-sys and cuda-core
 //!   (with and without its default features), counted by callgrind: a build-time measure that
 //!   does not move with the machine's load (see [`buildcost`]).
+//! * `budget`: the instructions `DeviceBuffer::new`+drop, `PinnedBuffer::new_uninit`+drop and a
+//!   `MemoryPool`'s allocate+deallocate execute per call, counted by callgrind against the
+//!   simulated driver and checked against budgets (the buffer within 1.05 times its pool's own
+//!   calls); fails on a miss (see [`budget`]).
 
 mod abi;
 mod bindgen;
+mod budget;
 mod buildcost;
 mod bundle;
 mod changes;
@@ -90,7 +95,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
     let Some((cmd, rest)) = args.split_first() else {
         return Err(
-            "usage: cargo xtask <bindgen [--check] [--cuda X.Y] [--nccl X.Y] | surface [--strict] | compat | doc-audit | gpu-bundle | bench | build-cost>".into()
+            "usage: cargo xtask <bindgen [--check] [--cuda X.Y] [--nccl X.Y] | surface [--strict] | compat | doc-audit | gpu-bundle | bench | build-cost | budget>".into()
         );
     };
     match cmd.as_str() {
@@ -150,6 +155,7 @@ fn run(args: &[String]) -> Result<(), String> {
         "gpu-bundle" => bundle::gpu_bundle(&root),
         "bench" => bundle::bench_bundle(&root),
         "build-cost" => buildcost::run(&root),
+        "budget" => budget::run(&root),
         other => Err(format!("unknown command {other}")),
     }
 }
