@@ -11,8 +11,10 @@
 //! The probe (`tests/budget-probe`, built with the benchmarks' profile, `bench`) runs one side
 //! of a pair per process: `budget-probe <side>` warms the side up (1,000 pairs: the driver's
 //! functions resolved, the pool's block allocated), then runs 20,000 pairs inside
-//! `budget_counted_loop`, a function of its own (`#[inline(never)]`), and checks that the pool's
-//! cache neither grew nor kept a block over that loop (so no driver call was made in it).
+//! `budget_counted_loop`, a function of its own (`#[inline(never)]`), and checks that the pool
+//! held the same bytes before and after that loop (it took nothing from the driver in it); and
+//! the count is refused if callgrind saw the counted code run in the simulated driver's library
+//! (a driver call).
 //! callgrind runs with `--collect-atstart=no --toggle-collect=*budget_counted_loop*`: it counts
 //! from that function's entry to its return and nothing else, so loading the library, creating
 //! the context and the stream, the first allocation from the driver, the warm-up and the exit
@@ -34,7 +36,7 @@
 //!   them. A compiler or C library upgrade can move the absolute count by a few percent; the
 //!   ratios compare two sides of the same build and move less.
 
-use crate::buildcost::read_total;
+use crate::buildcost::total_of;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -212,13 +214,30 @@ fn count(probe: &Path, driver: &Path, side: &str, out: &Path) -> Result<f64, Str
     if !run.status.success() {
         return Err(format!("{cmd:?} failed ({}):\n{}", run.status, String::from_utf8_lossy(&run.stderr)));
     }
-    let total = read_total(out)?;
+    let text = std::fs::read_to_string(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let total = total_of(&text).ok_or_else(|| format!("{}: no summary line", out.display()))?;
+    let library = driver.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if objects(&text).any(|o| o.ends_with(&library)) {
+        return Err(format!(
+            "the counted loop of `{side}` called the driver ({library} is in {}): the pool was not in its steady state",
+            out.display()
+        ));
+    }
     if total == 0 {
         return Err(format!(
             "callgrind counted nothing in {COUNTED} for `{side}`: the probe's counted loop was renamed or inlined"
         ));
     }
     Ok(total as f64 / ITERATIONS as f64)
+}
+
+/// The objects (executable, libraries) a callgrind output file names: those the counted code
+/// ran in or called into. `ob=(3) /lib/libc.so.6` names one; `ob=(3)` refers to it again.
+fn objects(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("ob=").or_else(|| l.strip_prefix("cob=")))
+        .filter_map(|rest| rest.split_once(')').map(|(_, name)| name.trim()))
+        .filter(|name| !name.is_empty())
 }
 
 #[cfg(test)]
@@ -256,6 +275,13 @@ mod tests {
             Some(PathBuf::from("/t/release/libsim_cuda_driver.so"))
         );
         assert_eq!(artifact_file(json, "libother.so"), None);
+    }
+
+    #[test]
+    fn the_objects_named_are_read_once_each() {
+        let text = "events: Ir\nob=(1) /lib/ld.so\nfn=(1) start\ncob=(2) /t/libsim_cuda_driver.so\ncfn=(2) cuInit\nob=(1)\n";
+        assert_eq!(objects(text).collect::<Vec<_>>(), ["/lib/ld.so", "/t/libsim_cuda_driver.so"]);
+        assert_eq!(objects("events: Ir\nob=(1)\n").count(), 0);
     }
 
     #[test]

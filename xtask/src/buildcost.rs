@@ -69,12 +69,12 @@ fn status(cmd: &mut Command) -> Result<(), String> {
 }
 
 /// The total instruction count of a callgrind output file.
-pub(crate) fn read_total(path: &Path) -> Result<u64, String> {
+fn read_total(path: &Path) -> Result<u64, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     total_of(&text).ok_or_else(|| format!("{}: no summary line", path.display()))
 }
 
-fn total_of(text: &str) -> Option<u64> {
+pub(crate) fn total_of(text: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix("summary:").or_else(|| l.strip_prefix("totals:")))
         .and_then(|rest| rest.split_whitespace().next())

@@ -5,8 +5,9 @@
 //! It runs against whatever `libcuda` the loader finds; `cargo xtask budget` points
 //! `CUDA_DRIVER_LIBRARY_PATH` at the simulated driver (`tests/sim-cuda-driver`). After the
 //! warm-up every side is in its steady state, where the pools serve each request from their
-//! cache and make no driver call: the probe checks that the pool's cache neither grew nor kept
-//! a block over the counted loop, so what is counted is the crate's own work.
+//! cache and make no driver call: the probe checks that the pool held the same bytes before and
+//! after the counted loop (it took nothing from the driver), and `cargo xtask budget` that no
+//! counted instruction ran in the driver's library, so what is counted is the crate's own work.
 //!
 //! Sides (each pair is 1 MiB, allocated and given back at once):
 //!
