@@ -55,7 +55,7 @@
 //! ```
 
 use crate::device::{Uuid, init};
-use crate::error::{Error, Result, check, report_from_drop};
+use crate::error::{Error, Result, report_from_drop};
 use cuda_driver_sys as sys;
 use std::mem::ManuallyDrop;
 use std::time::Duration;
@@ -144,7 +144,7 @@ pub fn process_state(pid: u32) -> Result<ProcessState> {
     init()?;
     let mut raw = sys::CUprocessState::CU_PROCESS_STATE_RUNNING;
     // SAFETY: one out-parameter.
-    check("cuCheckpointProcessGetState", unsafe { sys::cuCheckpointProcessGetState(pid, &mut raw) })?;
+    unsafe { driver!(cuCheckpointProcessGetState(pid, &mut raw)) }?;
     Ok(ProcessState::from_raw(raw))
 }
 
@@ -158,9 +158,7 @@ pub fn restore_thread_id(pid: u32) -> Result<i32> {
     init()?;
     let mut tid = 0;
     // SAFETY: one out-parameter.
-    check("cuCheckpointProcessGetRestoreThreadId", unsafe {
-        sys::cuCheckpointProcessGetRestoreThreadId(pid, &mut tid)
-    })?;
+    unsafe { driver!(cuCheckpointProcessGetRestoreThreadId(pid, &mut tid)) }?;
     Ok(tid)
 }
 
@@ -271,7 +269,7 @@ impl Process {
         self.expect(OP, &[ProcessState::Running])?;
         let mut args = sys::CUcheckpointLockArgs { timeoutMs: timeout_ms, ..Default::default() };
         // SAFETY: `args` is a whole, zeroed-but-for-the-timeout struct that outlives the call.
-        check("cuCheckpointProcessLock", unsafe { sys::cuCheckpointProcessLock(self.pid, &mut args) })?;
+        unsafe { driver!(cuCheckpointProcessLock(self.pid, &mut args)) }?;
         Ok(LockedProcess { process: self })
     }
 
@@ -314,9 +312,7 @@ impl LockedProcess {
         self.process.expect("checkpoint::LockedProcess::checkpoint", &[ProcessState::Locked])?;
         let mut args = sys::CUcheckpointCheckpointArgs { ..Default::default() };
         // SAFETY: `args` is a whole, zeroed struct (no custom storage) that outlives the call.
-        check("cuCheckpointProcessCheckpoint", unsafe {
-            sys::cuCheckpointProcessCheckpoint(self.process.pid, &mut args)
-        })
+        unsafe { driver!(cuCheckpointProcessCheckpoint(self.process.pid, &mut args)) }
     }
 
     /// Brings the process's device memory back from its checkpoint, at the addresses it had
@@ -370,7 +366,7 @@ impl LockedProcess {
         }
         let mut args = sys::CUcheckpointUnlockArgs { ..Default::default() };
         // SAFETY: `args` is a whole, zeroed struct that outlives the call.
-        check("cuCheckpointProcessUnlock", unsafe { sys::cuCheckpointProcessUnlock(process.pid, &mut args) })
+        unsafe { driver!(cuCheckpointProcessUnlock(process.pid, &mut args)) }
     }
 }
 
@@ -405,7 +401,7 @@ fn restore_raw(process: Process, gpu_pairs: &[GpuPair], count: u32) -> Result<()
     };
     // SAFETY: `args` is otherwise zeroed (no custom storage) and points at `count` pairs in
     // `pairs`, which outlives the call; the driver only reads them.
-    check("cuCheckpointProcessRestore", unsafe { sys::cuCheckpointProcessRestore(process.pid, &mut args) })
+    unsafe { driver!(cuCheckpointProcessRestore(process.pid, &mut args)) }
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ impl Event {
         ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the context is current.
-        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags.bits()) })?;
+        unsafe { driver!(cuEventCreate(&mut raw, flags.bits())) }?;
         Ok(Event { raw, ctx: ctx.clone(), flags })
     }
 
@@ -107,7 +107,7 @@ impl Event {
         self.ctx.take_deferred()?;
         stream.bind_if_default()?;
         // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuEventRecord", unsafe { sys::cuEventRecord(self.raw, stream.as_raw()) })
+        unsafe { driver!(cuEventRecord(self.raw, stream.as_raw())) }
     }
 
     /// [`Event::record`] with flags
@@ -117,9 +117,7 @@ impl Event {
         self.ctx.take_deferred()?;
         stream.bind_if_default()?;
         // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuEventRecordWithFlags", unsafe {
-            sys::cuEventRecordWithFlags(self.raw, stream.as_raw(), flags.bits())
-        })
+        unsafe { driver!(cuEventRecordWithFlags(self.raw, stream.as_raw(), flags.bits())) }
     }
 
     /// Whether the captured work is done (an event never recorded is done)
@@ -139,7 +137,7 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.take_deferred()?;
         // SAFETY: the event is alive.
-        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.raw) })?;
+        unsafe { driver!(cuEventSynchronize(self.raw)) }?;
         self.ctx.take_deferred()
     }
 
@@ -181,7 +179,7 @@ impl Stream {
         self.context().take_deferred()?;
         self.bind_if_default()?;
         // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.as_raw(), event.as_raw(), 0) })
+        unsafe { driver!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), 0)) }
     }
 
     /// [`Stream::wait_event`] with flags
@@ -191,16 +189,14 @@ impl Stream {
         self.context().take_deferred()?;
         self.bind_if_default()?;
         // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(self.as_raw(), event.as_raw(), flags.bits())
-        })
+        unsafe { driver!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), flags.bits())) }
     }
 }
 
 impl Drop for Event {
     fn drop(&mut self) {
         // SAFETY: this value owns the event; the driver defers destruction until pending work is done.
-        if let Err(e) = check("cuEventDestroy", unsafe { sys::cuEventDestroy(self.raw) }) {
+        if let Err(e) = unsafe { driver!(cuEventDestroy(self.raw)) } {
             self.ctx.defer(e);
         }
     }
@@ -221,7 +217,7 @@ impl Context {
     pub fn record_event(&self, event: &Event) -> Result<()> {
         self.take_deferred()?;
         // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuCtxRecordEvent", unsafe { sys::cuCtxRecordEvent(self.as_raw(), event.as_raw()) })
+        unsafe { driver!(cuCtxRecordEvent(self.as_raw(), event.as_raw())) }
     }
 
     /// Makes all work queued in this context from now on wait until `event` completes, without
@@ -233,6 +229,6 @@ impl Context {
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.take_deferred()?;
         // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuCtxWaitEvent", unsafe { sys::cuCtxWaitEvent(self.as_raw(), event.as_raw()) })
+        unsafe { driver!(cuCtxWaitEvent(self.as_raw(), event.as_raw())) }
     }
 }

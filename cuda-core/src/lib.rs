@@ -42,6 +42,17 @@
 #![warn(unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// Calls a driver function and names it in the error, so that each call names its function
+/// once: `unsafe { driver!(cuMemFree(ptr)) }` is `check("cuMemFree", sys::cuMemFree(ptr))`,
+/// an `Ok(())` for `CUDA_SUCCESS` and otherwise the [`Error`] naming `cuMemFree` and its
+/// status. The call is `unsafe`, so the macro is used inside an `unsafe` block, which carries
+/// the call's `SAFETY` comment. Defined before the modules, which all see it.
+macro_rules! driver {
+    ($function:ident($($argument:expr),* $(,)?)) => {
+        $crate::error::check(stringify!($function), ::cuda_driver_sys::$function($($argument),*))
+    };
+}
+
 mod abi;
 mod c_layout;
 mod callback_registry;

@@ -60,7 +60,7 @@ impl Cursor {
     pub fn now() -> Result<Cursor> {
         let mut raw = 0;
         // SAFETY: one out-parameter; flags must be 0.
-        check("cuLogsCurrent", unsafe { sys::cuLogsCurrent(&mut raw, 0) })?;
+        unsafe { driver!(cuLogsCurrent(&mut raw, 0)) }?;
         Ok(Cursor(raw))
     }
 
@@ -84,7 +84,7 @@ impl Cursor {
     pub fn dump_to_file(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = c_path(path.as_ref())?;
         // SAFETY: a live iterator and a NUL-terminated path; flags must be 0.
-        check("cuLogsDumpToFile", unsafe { sys::cuLogsDumpToFile(&mut self.0, path.as_ptr(), 0) })
+        unsafe { driver!(cuLogsDumpToFile(&mut self.0, path.as_ptr(), 0)) }
     }
 }
 
@@ -103,9 +103,7 @@ fn dump(iterator: &mut *mut sys::CUlogIterator) -> Result<String> {
     let mut buffer = vec![0u8; BUFFER_BYTES + 1];
     let mut size = buffer.len();
     // SAFETY: `buffer` holds `size` bytes; the iterator is live or null; flags must be 0.
-    check("cuLogsDumpToMemory", unsafe {
-        sys::cuLogsDumpToMemory(*iterator, buffer.as_mut_ptr().cast::<c_char>(), &mut size, 0)
-    })?;
+    unsafe { driver!(cuLogsDumpToMemory(*iterator, buffer.as_mut_ptr().cast::<c_char>(), &mut size, 0)) }?;
     buffer.truncate(size.min(BUFFER_BYTES));
     Ok(String::from_utf8_lossy(&buffer).into_owned())
 }

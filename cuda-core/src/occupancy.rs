@@ -79,15 +79,15 @@ impl Function<'_> {
         let block = to_int(op, "block size", block_size)?;
         let mut blocks = 0;
         // SAFETY: a live function and one out-parameter.
-        check("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", unsafe {
-            sys::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+        unsafe {
+            driver!(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
                 &mut blocks,
                 self.as_raw(),
                 block,
                 dynamic_shared_mem,
                 flags.bits(),
-            )
-        })?;
+            ))
+        }?;
         Ok(to_u32(blocks))
     }
 
@@ -105,8 +105,8 @@ impl Function<'_> {
         let limit = to_int(op, "block size limit", block_size_limit)?;
         let (mut grid, mut block) = (0, 0);
         // SAFETY: a live function, two out-parameters, no callback.
-        check("cuOccupancyMaxPotentialBlockSizeWithFlags", unsafe {
-            sys::cuOccupancyMaxPotentialBlockSizeWithFlags(
+        unsafe {
+            driver!(cuOccupancyMaxPotentialBlockSizeWithFlags(
                 &mut grid,
                 &mut block,
                 self.as_raw(),
@@ -114,8 +114,8 @@ impl Function<'_> {
                 dynamic_shared_mem,
                 limit,
                 flags.bits(),
-            )
-        })?;
+            ))
+        }?;
         Ok(BlockSize { block_size: to_u32(block), min_grid_size: to_u32(grid) })
     }
 
@@ -173,9 +173,9 @@ impl Function<'_> {
         let block = to_int(op, "block size", block_size)?;
         let mut bytes = 0;
         // SAFETY: a live function and one out-parameter.
-        check("cuOccupancyAvailableDynamicSMemPerBlock", unsafe {
-            sys::cuOccupancyAvailableDynamicSMemPerBlock(&mut bytes, self.as_raw(), blocks, block)
-        })?;
+        unsafe {
+            driver!(cuOccupancyAvailableDynamicSMemPerBlock(&mut bytes, self.as_raw(), blocks, block))
+        }?;
         Ok(bytes)
     }
 
@@ -187,9 +187,7 @@ impl Function<'_> {
         let raw = config.raw_config(std::ptr::null_mut(), &mut attrs);
         let mut size = 0;
         // SAFETY: a live function; the configuration points at its initialised attributes.
-        check("cuOccupancyMaxPotentialClusterSize", unsafe {
-            sys::cuOccupancyMaxPotentialClusterSize(&mut size, self.as_raw(), &raw)
-        })?;
+        unsafe { driver!(cuOccupancyMaxPotentialClusterSize(&mut size, self.as_raw(), &raw)) }?;
         Ok(to_u32(size))
     }
 
@@ -208,9 +206,7 @@ impl Function<'_> {
         let raw = config.raw_config(std::ptr::null_mut(), &mut attrs);
         let mut clusters = 0;
         // SAFETY: a live function; the configuration points at its initialised attributes.
-        check("cuOccupancyMaxActiveClusters", unsafe {
-            sys::cuOccupancyMaxActiveClusters(&mut clusters, self.as_raw(), &raw)
-        })?;
+        unsafe { driver!(cuOccupancyMaxActiveClusters(&mut clusters, self.as_raw(), &raw)) }?;
         Ok(to_u32(clusters))
     }
 }

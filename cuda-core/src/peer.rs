@@ -9,7 +9,7 @@
 
 use crate::context::Context;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 
 /// A peer-to-peer attribute of a pair of devices (`CUdevice_P2PAttribute`).
@@ -68,9 +68,7 @@ impl Device {
         crate::device::init()?;
         let mut can = 0;
         // SAFETY: one out-parameter.
-        check("cuDeviceCanAccessPeer", unsafe {
-            sys::cuDeviceCanAccessPeer(&mut can, self.as_raw(), peer.as_raw())
-        })?;
+        unsafe { driver!(cuDeviceCanAccessPeer(&mut can, self.as_raw(), peer.as_raw())) }?;
         Ok(can != 0)
     }
 
@@ -88,9 +86,9 @@ impl Device {
         crate::device::init()?;
         let mut value = 0;
         // SAFETY: one out-parameter.
-        check("cuDeviceGetP2PAttribute", unsafe {
-            sys::cuDeviceGetP2PAttribute(&mut value, attribute.as_raw(), self.as_raw(), peer.as_raw())
-        })?;
+        unsafe {
+            driver!(cuDeviceGetP2PAttribute(&mut value, attribute.as_raw(), self.as_raw(), peer.as_raw()))
+        }?;
         Ok(value)
     }
 }
@@ -106,7 +104,7 @@ impl Context {
         }
         self.enter()?;
         // SAFETY: `peer` is a live context; flags must be 0; this context is current.
-        check("cuCtxEnablePeerAccess", unsafe { sys::cuCtxEnablePeerAccess(peer.as_raw(), 0) })
+        unsafe { driver!(cuCtxEnablePeerAccess(peer.as_raw(), 0)) }
     }
 
     /// Stops this context's access to memory of `peer`
@@ -115,7 +113,7 @@ impl Context {
     pub fn disable_peer_access(&self, peer: &Context) -> Result<()> {
         self.enter()?;
         // SAFETY: `peer` is a live context; this context is current.
-        check("cuCtxDisablePeerAccess", unsafe { sys::cuCtxDisablePeerAccess(peer.as_raw()) })
+        unsafe { driver!(cuCtxDisablePeerAccess(peer.as_raw())) }
     }
 }
 

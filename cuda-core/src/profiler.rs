@@ -4,22 +4,21 @@
 //! Nsight Compute `--profile-from-start off`) collect only between [`start`] and [`stop`].
 //! See NVIDIA's [Profiler Control](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PROFILER.html).
 
-use crate::error::{Result, check};
-use cuda_driver_sys as sys;
+use crate::error::Result;
 
 /// Starts profiler collection for the current context
 /// ([`cuProfilerStart`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PROFILER.html)).
 /// Needs a current context.
 pub fn start() -> Result<()> {
     // SAFETY: no arguments; the driver checks for a current context.
-    check("cuProfilerStart", unsafe { sys::cuProfilerStart() })
+    unsafe { driver!(cuProfilerStart()) }
 }
 
 /// Stops profiler collection for the current context
 /// ([`cuProfilerStop`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PROFILER.html)).
 pub fn stop() -> Result<()> {
     // SAFETY: no arguments; the driver checks for a current context.
-    check("cuProfilerStop", unsafe { sys::cuProfilerStop() })
+    unsafe { driver!(cuProfilerStop()) }
 }
 
 /// Starts collection and returns a guard that stops it when dropped.

@@ -3,7 +3,7 @@
 
 use super::{Context, ContextFlags};
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 
 /// A per-context resource limit (`CUlimit`), for [`Context::limit`] and [`Context::set_limit`].
@@ -131,7 +131,7 @@ impl Context {
         self.enter()?;
         let mut v = 0;
         // SAFETY: one out-parameter; this context is current.
-        check("cuCtxGetLimit", unsafe { sys::cuCtxGetLimit(&mut v, limit.as_raw()) })?;
+        unsafe { driver!(cuCtxGetLimit(&mut v, limit.as_raw())) }?;
         Ok(v)
     }
 
@@ -141,7 +141,7 @@ impl Context {
     pub fn set_limit(&self, limit: Limit, value: usize) -> Result<()> {
         self.enter()?;
         // SAFETY: plain values; this context is current.
-        check("cuCtxSetLimit", unsafe { sys::cuCtxSetLimit(limit.as_raw(), value) })
+        unsafe { driver!(cuCtxSetLimit(limit.as_raw(), value)) }
     }
 
     /// The preferred L1/shared-memory split
@@ -150,7 +150,7 @@ impl Context {
         self.enter()?;
         let mut c = sys::CUfunc_cache::CU_FUNC_CACHE_PREFER_NONE;
         // SAFETY: one out-parameter; this context is current.
-        check("cuCtxGetCacheConfig", unsafe { sys::cuCtxGetCacheConfig(&mut c) })?;
+        unsafe { driver!(cuCtxGetCacheConfig(&mut c)) }?;
         CacheConfig::try_from(c)
     }
 
@@ -159,7 +159,7 @@ impl Context {
     pub fn set_cache_config(&self, config: CacheConfig) -> Result<()> {
         self.enter()?;
         // SAFETY: a valid enumerator; this context is current.
-        check("cuCtxSetCacheConfig", unsafe { sys::cuCtxSetCacheConfig(config.as_raw()) })
+        unsafe { driver!(cuCtxSetCacheConfig(config.as_raw())) }
     }
 
     /// The stream priorities this context allows, as `(least, greatest)`; numerically the
@@ -169,9 +169,7 @@ impl Context {
         self.enter()?;
         let (mut least, mut greatest) = (0, 0);
         // SAFETY: two out-parameters; this context is current.
-        check("cuCtxGetStreamPriorityRange", unsafe {
-            sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest)
-        })?;
+        unsafe { driver!(cuCtxGetStreamPriorityRange(&mut least, &mut greatest)) }?;
         Ok((least, greatest))
     }
 
@@ -181,7 +179,7 @@ impl Context {
         self.take_deferred()?;
         let mut v = 0;
         // SAFETY: the context is alive; one out-parameter.
-        check("cuCtxGetApiVersion", unsafe { sys::cuCtxGetApiVersion(self.as_raw(), &mut v) })?;
+        unsafe { driver!(cuCtxGetApiVersion(self.as_raw(), &mut v)) }?;
         Ok(v)
     }
 
@@ -190,7 +188,7 @@ impl Context {
     pub fn id(&self) -> Result<u64> {
         let mut id = 0;
         // SAFETY: the context is alive; one out-parameter.
-        check("cuCtxGetId", unsafe { sys::cuCtxGetId(self.as_raw(), &mut id) })?;
+        unsafe { driver!(cuCtxGetId(self.as_raw(), &mut id)) }?;
         Ok(id)
     }
 
@@ -200,7 +198,7 @@ impl Context {
         self.enter()?;
         let mut f = 0;
         // SAFETY: one out-parameter; this context is current.
-        check("cuCtxGetFlags", unsafe { sys::cuCtxGetFlags(&mut f) })?;
+        unsafe { driver!(cuCtxGetFlags(&mut f)) }?;
         Ok(ContextFlags::from_bits_retain(f))
     }
 
@@ -209,7 +207,7 @@ impl Context {
     pub fn set_flags(&self, flags: ContextFlags) -> Result<()> {
         self.enter()?;
         // SAFETY: plain value; this context is current.
-        check("cuCtxSetFlags", unsafe { sys::cuCtxSetFlags(flags.bits()) })
+        unsafe { driver!(cuCtxSetFlags(flags.bits())) }
     }
 
     /// The SM-count execution affinity of the context
@@ -219,9 +217,9 @@ impl Context {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut p: sys::CUexecAffinityParam = unsafe { std::mem::zeroed() };
         // SAFETY: one out-parameter; this context is current.
-        check("cuCtxGetExecAffinity", unsafe {
-            sys::cuCtxGetExecAffinity(&mut p, sys::CUexecAffinityType::CU_EXEC_AFFINITY_TYPE_SM_COUNT)
-        })?;
+        unsafe {
+            driver!(cuCtxGetExecAffinity(&mut p, sys::CUexecAffinityType::CU_EXEC_AFFINITY_TYPE_SM_COUNT))
+        }?;
         // SAFETY: the SM-count member is the one the driver wrote for this type.
         Ok(ExecAffinity::SmCount(unsafe { p.param.smCount.val }))
     }
@@ -231,7 +229,7 @@ impl Context {
     pub fn reset_persisting_l2_cache(&self) -> Result<()> {
         self.enter()?;
         // SAFETY: no arguments; this context is current.
-        check("cuCtxResetPersistingL2Cache", unsafe { sys::cuCtxResetPersistingL2Cache() })
+        unsafe { driver!(cuCtxResetPersistingL2Cache()) }
     }
 
     /// The flags and activity of a device's primary context
@@ -240,9 +238,7 @@ impl Context {
         crate::device::init()?;
         let (mut flags, mut active) = (0, 0);
         // SAFETY: two out-parameters.
-        check("cuDevicePrimaryCtxGetState", unsafe {
-            sys::cuDevicePrimaryCtxGetState(device.as_raw(), &mut flags, &mut active)
-        })?;
+        unsafe { driver!(cuDevicePrimaryCtxGetState(device.as_raw(), &mut flags, &mut active)) }?;
         Ok(PrimaryContextState { flags: ContextFlags::from_bits_retain(flags), active: active != 0 })
     }
 
@@ -251,9 +247,7 @@ impl Context {
     pub fn set_primary_flags(device: &Device, flags: ContextFlags) -> Result<()> {
         crate::device::init()?;
         // SAFETY: plain values.
-        check("cuDevicePrimaryCtxSetFlags", unsafe {
-            sys::cuDevicePrimaryCtxSetFlags(device.as_raw(), flags.bits())
-        })
+        unsafe { driver!(cuDevicePrimaryCtxSetFlags(device.as_raw(), flags.bits())) }
     }
 
     /// Destroys all allocations and resets all state of a device's primary context
@@ -266,7 +260,7 @@ impl Context {
     pub unsafe fn reset_primary(device: &Device) -> Result<()> {
         crate::device::init()?;
         // SAFETY: the caller guarantees nothing made in the context is used again.
-        check("cuDevicePrimaryCtxReset", unsafe { sys::cuDevicePrimaryCtxReset(device.as_raw()) })
+        unsafe { driver!(cuDevicePrimaryCtxReset(device.as_raw())) }
     }
 }
 

@@ -4,7 +4,6 @@
 
 use super::Context;
 use crate::device::Device;
-use crate::error::check;
 use cuda_driver_sys as sys;
 use std::sync::{Mutex, MutexGuard, PoisonError, Weak};
 
@@ -68,7 +67,7 @@ impl Drop for GreenHandle {
         }
         // SAFETY: this value owns the green context, and nothing made on it is left: each stream
         // and context made on it holds this handle.
-        if let Err(e) = check("cuGreenCtxDestroy", unsafe { sys::cuGreenCtxDestroy(self.raw) }) {
+        if let Err(e) = unsafe { driver!(cuGreenCtxDestroy(self.raw)) } {
             self.primary.defer(e);
         }
     }

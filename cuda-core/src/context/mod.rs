@@ -122,9 +122,7 @@ impl Context {
         device::init()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the device handle came from the driver.
-        check("cuDevicePrimaryCtxRetain", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut raw, device.as_raw())
-        })?;
+        unsafe { driver!(cuDevicePrimaryCtxRetain(&mut raw, device.as_raw())) }?;
         Ok(Context::wrap(raw, *device, Ownership::Primary))
     }
 
@@ -155,7 +153,7 @@ impl Context {
         // cuCtxCreate pushed the new context; pop it so creation changes nothing on this thread.
         let mut popped = std::ptr::null_mut();
         // SAFETY: the context pushed just above is on top of this thread's stack.
-        check("cuCtxPopCurrent", unsafe { sys::cuCtxPopCurrent(&mut popped) })?;
+        unsafe { driver!(cuCtxPopCurrent(&mut popped)) }?;
         Ok(ctx)
     }
 
@@ -186,13 +184,11 @@ impl Context {
         params.numExecAffinityParams = 1;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; `params` names one initialised affinity, alive for the call.
-        check("cuCtxCreate", unsafe {
-            sys::cuCtxCreate(&mut raw, &mut params, flags.bits(), device.as_raw())
-        })?;
+        unsafe { driver!(cuCtxCreate(&mut raw, &mut params, flags.bits(), device.as_raw())) }?;
         let ctx = Context::wrap(raw, *device, Ownership::Created);
         let mut popped = std::ptr::null_mut();
         // SAFETY: the context pushed by cuCtxCreate is on top of this thread's stack.
-        check("cuCtxPopCurrent", unsafe { sys::cuCtxPopCurrent(&mut popped) })?;
+        unsafe { driver!(cuCtxPopCurrent(&mut popped)) }?;
         Ok(ctx)
     }
 
@@ -236,15 +232,15 @@ impl Context {
         // Someone else's context: hold it only if it is a primary context, by retaining it.
         let mut dev = 0;
         // SAFETY: one out-parameter; asks about the current context, which is alive now.
-        check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut dev) })?;
+        unsafe { driver!(cuCtxGetDevice(&mut dev)) }?;
         let mut primary = std::ptr::null_mut();
         // SAFETY: one out-parameter; the device handle came from the driver.
-        check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut primary, dev) })?;
+        unsafe { driver!(cuDevicePrimaryCtxRetain(&mut primary, dev)) }?;
         if primary == raw {
             return Ok(Some(Context::wrap(raw, Device::from_raw(dev), Ownership::Primary)));
         }
         // SAFETY: gives back the retain taken just above.
-        check("cuDevicePrimaryCtxRelease", unsafe { sys::cuDevicePrimaryCtxRelease(dev) })?;
+        unsafe { driver!(cuDevicePrimaryCtxRelease(dev)) }?;
         Err(Error::invalid(
             "Context::current",
             format!(
@@ -275,16 +271,16 @@ impl Context {
         let mut dev = 0;
         if GET_DEVICE.choose()? == 13000 {
             // SAFETY: the caller guarantees the context is live.
-            check("cuCtxGetDevice_v2", unsafe { sys::cuCtxGetDevice_v2(&mut dev, raw) })?;
+            unsafe { driver!(cuCtxGetDevice_v2(&mut dev, raw)) }?;
         } else {
             // Drivers before 13.0 lack the form that names the context: ask with it pushed.
             // SAFETY: the context is live; the pop below undoes the push.
-            check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent(raw) })?;
+            unsafe { driver!(cuCtxPushCurrent(raw)) }?;
             // SAFETY: one out-parameter.
-            let got = check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut dev) });
+            let got = unsafe { driver!(cuCtxGetDevice(&mut dev)) };
             let mut popped = std::ptr::null_mut();
             // SAFETY: the push above is on top of this thread's stack.
-            check("cuCtxPopCurrent", unsafe { sys::cuCtxPopCurrent(&mut popped) })?;
+            unsafe { driver!(cuCtxPopCurrent(&mut popped)) }?;
             got?;
         }
         Ok(Context::wrap(raw, Device::from_raw(dev), Ownership::Borrowed))
@@ -357,7 +353,7 @@ impl Context {
     /// for raw `-sys` calls or other libraries that use the current context.
     pub fn bind_to_thread(&self) -> Result<()> {
         // SAFETY: the context is alive while `self` is.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.inner.raw) })
+        unsafe { driver!(cuCtxSetCurrent(self.inner.raw)) }
     }
 
     /// Pushes this context onto the thread's context stack and returns a guard that pops it
@@ -366,7 +362,7 @@ impl Context {
     pub fn push(&self) -> Result<CurrentGuard> {
         self.take_deferred()?;
         // SAFETY: the context is alive while the guard (which holds a clone) is.
-        check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent(self.inner.raw) })?;
+        unsafe { driver!(cuCtxPushCurrent(self.inner.raw)) }?;
         Ok(CurrentGuard { ctx: self.clone(), _not_send: std::marker::PhantomData })
     }
 
@@ -376,7 +372,7 @@ impl Context {
     pub fn synchronize(&self) -> Result<()> {
         self.enter()?;
         // SAFETY: no arguments; this context is current.
-        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
+        unsafe { driver!(cuCtxSynchronize()) }?;
         self.take_deferred()
     }
 
@@ -386,7 +382,7 @@ impl Context {
         self.enter()?;
         let (mut free, mut total) = (0, 0);
         // SAFETY: two out-parameters; this context is current.
-        check("cuMemGetInfo", unsafe { sys::cuMemGetInfo(&mut free, &mut total) })?;
+        unsafe { driver!(cuMemGetInfo(&mut free, &mut total)) }?;
         Ok((free, total))
     }
 
@@ -453,11 +449,11 @@ impl Context {
             return f();
         }
         // SAFETY: the context is alive while `self` is.
-        check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent(self.inner.raw) })?;
+        unsafe { driver!(cuCtxPushCurrent(self.inner.raw)) }?;
         let result = f();
         let mut popped = std::ptr::null_mut();
         // SAFETY: the push above is on top of this thread's stack.
-        let restored = check("cuCtxPopCurrent", unsafe { sys::cuCtxPopCurrent(&mut popped) });
+        let restored = unsafe { driver!(cuCtxPopCurrent(&mut popped)) };
         result.and_then(|r| restored.map(|()| r))
     }
 
@@ -471,7 +467,7 @@ impl Context {
         let switch = previous != self.inner.raw;
         if switch {
             // SAFETY: the context is alive while `self` is.
-            if let Err(e) = check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent(self.inner.raw) }) {
+            if let Err(e) = unsafe { driver!(cuCtxPushCurrent(self.inner.raw)) } {
                 return self.defer(e);
             }
         }
@@ -481,7 +477,7 @@ impl Context {
         if switch {
             let mut popped = std::ptr::null_mut();
             // SAFETY: the push above is on top of this thread's stack.
-            if let Err(e) = check("cuCtxPopCurrent", unsafe { sys::cuCtxPopCurrent(&mut popped) }) {
+            if let Err(e) = unsafe { driver!(cuCtxPopCurrent(&mut popped)) } {
                 self.defer(e);
             }
         }
@@ -569,7 +565,7 @@ impl Drop for ContextInner {
 fn current_raw() -> Result<sys::CUcontext> {
     let mut raw = std::ptr::null_mut();
     // SAFETY: one out-parameter.
-    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut raw) })?;
+    unsafe { driver!(cuCtxGetCurrent(&mut raw)) }?;
     Ok(raw)
 }
 

@@ -7,7 +7,7 @@ use super::batch::sealed::Memory;
 use super::operand3d::sealed::{Operand3D, Place, Read3D, Write3D};
 use super::operand3d::{CopyRegion3D, Destination3D, Source3D, array_on, box_in};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::memory::Array;
 use crate::memory::PitchedBuffer;
 use crate::memory::{DeviceView, DeviceViewMut};
@@ -31,7 +31,7 @@ use cuda_driver_sys as sys;
 /// unmap waits only for work queued through the crate's safe calls).
 pub unsafe fn memcpy_2d(copy: &sys::CUDA_MEMCPY2D) -> Result<()> {
     // SAFETY: the caller guarantees the descriptor.
-    check("cuMemcpy2D", unsafe { sys::cuMemcpy2D(copy) })
+    unsafe { driver!(cuMemcpy2D(copy)) }
 }
 
 /// [`memcpy_2d`] in `stream`'s order
@@ -42,7 +42,7 @@ pub unsafe fn memcpy_2d(copy: &sys::CUDA_MEMCPY2D) -> Result<()> {
 /// As [`memcpy_2d`], and every side must stay live until the stream has passed the copy.
 pub unsafe fn memcpy_2d_async(copy: &sys::CUDA_MEMCPY2D, stream: &Stream) -> Result<()> {
     // SAFETY: the caller guarantees the descriptor and lifetimes.
-    check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync(copy, stream.as_raw()) })
+    unsafe { driver!(cuMemcpy2DAsync(copy, stream.as_raw())) }
 }
 
 /// Any 3D copy a `CUDA_MEMCPY3D` describes
@@ -59,7 +59,7 @@ pub unsafe fn memcpy_2d_async(copy: &sys::CUDA_MEMCPY2D, stream: &Stream) -> Res
 /// unmap waits only for work queued through the crate's safe calls).
 pub unsafe fn memcpy_3d(copy: &sys::CUDA_MEMCPY3D) -> Result<()> {
     // SAFETY: the caller guarantees the descriptor.
-    check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(copy) })
+    unsafe { driver!(cuMemcpy3D(copy)) }
 }
 
 /// [`memcpy_3d`] in `stream`'s order
@@ -70,7 +70,7 @@ pub unsafe fn memcpy_3d(copy: &sys::CUDA_MEMCPY3D) -> Result<()> {
 /// As [`memcpy_3d`], and every side must stay live until the stream has passed the copy.
 pub unsafe fn memcpy_3d_async(copy: &sys::CUDA_MEMCPY3D, stream: &Stream) -> Result<()> {
     // SAFETY: the caller guarantees the descriptor and lifetimes.
-    check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(copy, stream.as_raw()) })
+    unsafe { driver!(cuMemcpy3DAsync(copy, stream.as_raw())) }
 }
 
 /// A 3D copy between contexts (`CUDA_MEMCPY3D_PEER`)
@@ -81,7 +81,7 @@ pub unsafe fn memcpy_3d_async(copy: &sys::CUDA_MEMCPY3D, stream: &Stream) -> Res
 /// As [`memcpy_3d`], with each side's context named in the descriptor.
 pub unsafe fn memcpy_3d_peer(copy: &sys::CUDA_MEMCPY3D_PEER) -> Result<()> {
     // SAFETY: the caller guarantees the descriptor.
-    check("cuMemcpy3DPeer", unsafe { sys::cuMemcpy3DPeer(copy) })
+    unsafe { driver!(cuMemcpy3DPeer(copy)) }
 }
 
 /// [`memcpy_3d_peer`] in `stream`'s order
@@ -93,7 +93,7 @@ pub unsafe fn memcpy_3d_peer(copy: &sys::CUDA_MEMCPY3D_PEER) -> Result<()> {
 /// As [`memcpy_3d_peer`], and every side must stay live until the stream has passed the copy.
 pub unsafe fn memcpy_3d_peer_async(copy: &sys::CUDA_MEMCPY3D_PEER, stream: &Stream) -> Result<()> {
     // SAFETY: the caller guarantees the descriptor and lifetimes.
-    check("cuMemcpy3DPeerAsync", unsafe { sys::cuMemcpy3DPeerAsync(copy, stream.as_raw()) })
+    unsafe { driver!(cuMemcpy3DPeerAsync(copy, stream.as_raw())) }
 }
 
 /// One side of a `CUDA_MEMCPY3D_PEER`, in the order of its fields.
@@ -251,7 +251,7 @@ impl Stream {
         // destroyed only after its context (this stream's) has finished its work, and pinned
         // memory records the copy around the call; `dst` is borrowed exclusively, so the sides
         // do not overlap.
-        let call = || check("cuMemcpy3DPeerAsync", unsafe { sys::cuMemcpy3DPeerAsync(&c, stream) });
+        let call = || unsafe { driver!(cuMemcpy3DPeerAsync(&c, stream)) };
         match (pinned_of(&dst, true), pinned_of(&src, false)) {
             (Some(a), Some(b)) => around_pinned(OPERATION, self, &mut [a, b], call),
             (Some(a), None) | (None, Some(a)) => around_pinned(OPERATION, self, &mut [a], call),
@@ -311,7 +311,7 @@ impl Array {
     pub fn copy_from_device<T: Pod>(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         let c = self.d2a("Array::copy_from_device", src)?;
         // SAFETY: the descriptor names `src` and this array with matching sizes.
-        crate::memory::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
+        crate::memory::finished(unsafe { driver!(cuMemcpy3D(&c)) })
     }
 
     /// Copies the whole array into densely packed device memory
@@ -319,7 +319,7 @@ impl Array {
     pub fn copy_to_device<T: Pod>(&self, dst: &mut DeviceViewMut<'_, T>) -> Result<()> {
         let c = self.a2d("Array::copy_to_device", dst)?;
         // SAFETY: the descriptor names this array and `dst` with matching sizes.
-        crate::memory::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
+        crate::memory::finished(unsafe { driver!(cuMemcpy3D(&c)) })
     }
 
     /// [`Array::copy_from_device`] in `stream`'s order
@@ -330,7 +330,7 @@ impl Array {
         src.used_on(src.ctx, stream)?;
         self.queued_async();
         // SAFETY: as copy_from_device; `src`'s buffer waits for `stream` before it is given back.
-        check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
+        unsafe { driver!(cuMemcpy3DAsync(&c, stream.as_raw())) }
     }
 
     /// [`Array::copy_to_device`] in `stream`'s order
@@ -345,7 +345,7 @@ impl Array {
         dst.used_on(dst.ctx, stream)?;
         self.queued_async();
         // SAFETY: as copy_to_device; `dst`'s buffer waits for `stream` before it is given back.
-        check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
+        unsafe { driver!(cuMemcpy3DAsync(&c, stream.as_raw())) }
     }
 
     /// Copies the whole of `src`, which must have the same extent, format and channels
@@ -382,7 +382,7 @@ impl Array {
         c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_ARRAY;
         c.dstArray = self.as_raw();
         // SAFETY: both arrays are live and have the same extent.
-        crate::memory::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
+        crate::memory::finished(unsafe { driver!(cuMemcpy3D(&c)) })
     }
 }
 
@@ -452,7 +452,7 @@ impl<T: Pod> PitchedBuffer<T> {
         self.record_stream(stream)?;
         src.used_on(src.ctx, stream)?;
         // SAFETY: as copy_from_device; both buffers wait for `stream` before they are given back.
-        check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync(&c, stream.as_raw()) })
+        unsafe { driver!(cuMemcpy2DAsync(&c, stream.as_raw())) }
     }
 
     /// [`PitchedBuffer::copy_to_device`] in `stream`'s order
@@ -462,7 +462,7 @@ impl<T: Pod> PitchedBuffer<T> {
         self.record_stream(stream)?;
         dst.used_on(dst.ctx, stream)?;
         // SAFETY: as copy_to_device; both buffers wait for `stream` before they are given back.
-        check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync(&c, stream.as_raw()) })
+        unsafe { driver!(cuMemcpy2DAsync(&c, stream.as_raw())) }
     }
 
     /// Copies another pitched buffer of the same width and height, whatever its pitch, on this

@@ -1,7 +1,7 @@
 //! Linear copies between host slices and device views: host to device, device to host, device
 //! to device (and between contexts, as peer copies), synchronous and stream-ordered.
 
-use crate::error::{Result, check};
+use crate::error::Result;
 use crate::memory::PinnedHost;
 use crate::memory::same_len;
 use crate::memory::{DeviceView, DeviceViewMut};
@@ -21,9 +21,9 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         self.ctx.enter()?;
         // SAFETY: the lengths match, the view is exclusively borrowed, and `src` is live memory
         // until the stream is synchronized below.
-        check("cuMemcpyHtoDAsync", unsafe {
-            sys::cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), self.size_in_bytes(), self.stream)
-        })?;
+        unsafe {
+            driver!(cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), self.size_in_bytes(), self.stream))
+        }?;
         self.synchronize_stream()
     }
 
@@ -47,9 +47,9 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         self.ctx.enter()?;
         self.used_on(self.ctx, stream)?;
         // SAFETY: the lengths match; the caller keeps `src` alive until the copy has run.
-        check("cuMemcpyHtoDAsync", unsafe {
-            sys::cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), self.size_in_bytes(), stream.as_raw())
-        })
+        unsafe {
+            driver!(cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), self.size_in_bytes(), stream.as_raw()))
+        }
     }
 
     /// Copies `src` from device memory into this view and returns when it is done; the lengths
@@ -106,12 +106,19 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         let bytes = self.size_in_bytes();
         if self.ctx.as_raw() == src.ctx.as_raw() {
             // SAFETY: both ranges are live device memory of `bytes` bytes.
-            check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync(self.ptr, src.ptr, bytes, stream) })
+            unsafe { driver!(cuMemcpyDtoDAsync(self.ptr, src.ptr, bytes, stream)) }
         } else {
             // SAFETY: as above, each range named with its own context.
-            check("cuMemcpyPeerAsync", unsafe {
-                sys::cuMemcpyPeerAsync(self.ptr, self.ctx.as_raw(), src.ptr, src.ctx.as_raw(), bytes, stream)
-            })
+            unsafe {
+                driver!(cuMemcpyPeerAsync(
+                    self.ptr,
+                    self.ctx.as_raw(),
+                    src.ptr,
+                    src.ctx.as_raw(),
+                    bytes,
+                    stream
+                ))
+            }
         }
     }
 }
@@ -128,9 +135,9 @@ impl<T: Pod> DeviceView<'_, T> {
         self.ctx.enter()?;
         // SAFETY: the lengths match and `dst` is exclusively borrowed host memory until the
         // stream is synchronized below.
-        check("cuMemcpyDtoHAsync", unsafe {
-            sys::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.ptr, self.size_in_bytes(), self.stream)
-        })?;
+        unsafe {
+            driver!(cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.ptr, self.size_in_bytes(), self.stream))
+        }?;
         self.synchronize_stream()
     }
 
@@ -153,9 +160,14 @@ impl<T: Pod> DeviceView<'_, T> {
         self.ctx.enter()?;
         self.used_on(self.ctx, stream)?;
         // SAFETY: the lengths match; the caller keeps `dst` alive and untouched until the copy has run.
-        check("cuMemcpyDtoHAsync", unsafe {
-            sys::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.ptr, self.size_in_bytes(), stream.as_raw())
-        })
+        unsafe {
+            driver!(cuMemcpyDtoHAsync(
+                dst.as_mut_ptr().cast(),
+                self.ptr,
+                self.size_in_bytes(),
+                stream.as_raw()
+            ))
+        }
     }
 
     /// Copies the view into a new `Vec`; fails as [`copy_to_host`](Self::copy_to_host) does.
@@ -190,9 +202,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         uses.around(stream, false, || {
             // SAFETY: the lengths match; `src` stays alive and unwritten until the event
             // recorded after this copy has completed.
-            check("cuMemcpyHtoDAsync", unsafe {
-                sys::cuMemcpyHtoDAsync(dst, host.cast(), bytes, stream.as_raw())
-            })
+            unsafe { driver!(cuMemcpyHtoDAsync(dst, host.cast(), bytes, stream.as_raw())) }
         })
     }
 }
@@ -220,9 +230,7 @@ impl<T: Pod> DeviceView<'_, T> {
         uses.around(stream, true, || {
             // SAFETY: the lengths match; `dst` stays alive, unread and unwritten by the host
             // until the event recorded after this copy has completed.
-            check("cuMemcpyDtoHAsync", unsafe {
-                sys::cuMemcpyDtoHAsync(host.cast(), src, bytes, stream.as_raw())
-            })
+            unsafe { driver!(cuMemcpyDtoHAsync(host.cast(), src, bytes, stream.as_raw())) }
         })
     }
 }

@@ -11,7 +11,7 @@
 
 use super::batch::batch_stream;
 use crate::abi::AbiVersions;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::memory::view::range_of;
 use crate::memory::{ManagedBuffer, MemLocation};
 use crate::stream::Stream;
@@ -337,8 +337,8 @@ impl<'a> PrefetchBatch<'a> {
         // SAFETY: `count` ranges, each inside a live managed buffer that waits for this stream
         // before it is given back (noted when added), and one location per run of ranges
         // starting at the index beside it, the first at 0.
-        check("cuMemPrefetchBatchAsync", unsafe {
-            sys::cuMemPrefetchBatchAsync(
+        unsafe {
+            driver!(cuMemPrefetchBatchAsync(
                 r.ptrs.as_mut_ptr(),
                 r.sizes.as_mut_ptr(),
                 r.ptrs.len(),
@@ -347,8 +347,8 @@ impl<'a> PrefetchBatch<'a> {
                 r.locations.len(),
                 0,
                 self.stream.as_raw(),
-            )
-        })
+            ))
+        }
     }
 }
 
@@ -410,15 +410,15 @@ impl<'a> DiscardBatch<'a> {
         let r = &mut self.ranges;
         // SAFETY: `count` ranges, each inside a live managed buffer borrowed exclusively until
         // now, which waits for this stream before it is given back (noted when added).
-        check("cuMemDiscardBatchAsync", unsafe {
-            sys::cuMemDiscardBatchAsync(
+        unsafe {
+            driver!(cuMemDiscardBatchAsync(
                 r.ptrs.as_mut_ptr(),
                 r.sizes.as_mut_ptr(),
                 r.ptrs.len(),
                 0,
                 self.stream.as_raw(),
-            )
-        })
+            ))
+        }
     }
 }
 
@@ -470,8 +470,8 @@ impl<'a> DiscardPrefetchBatch<'a> {
         let r = &mut self.ranges;
         // SAFETY: as for `DiscardBatch::submit`, with one location per run of ranges starting
         // at the index beside it, the first at 0.
-        check("cuMemDiscardAndPrefetchBatchAsync", unsafe {
-            sys::cuMemDiscardAndPrefetchBatchAsync(
+        unsafe {
+            driver!(cuMemDiscardAndPrefetchBatchAsync(
                 r.ptrs.as_mut_ptr(),
                 r.sizes.as_mut_ptr(),
                 r.ptrs.len(),
@@ -480,8 +480,8 @@ impl<'a> DiscardPrefetchBatch<'a> {
                 r.locations.len(),
                 0,
                 self.stream.as_raw(),
-            )
-        })
+            ))
+        }
     }
 }
 

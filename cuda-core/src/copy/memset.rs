@@ -1,10 +1,9 @@
 //! Setting device memory to a repeated 8-, 16- or 32-bit value.
 
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::memory::DeviceViewMut;
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
 
 impl<T: Pod> DeviceViewMut<'_, T> {
     fn units(&self, operation: &'static str, width: usize) -> Result<usize> {
@@ -28,7 +27,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         let n = self.units("memset_d8", 1)?;
         self.ctx.enter()?;
         // SAFETY: `n` bytes of exclusively borrowed device memory.
-        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(self.ptr, value, n, self.stream) })?;
+        unsafe { driver!(cuMemsetD8Async(self.ptr, value, n, self.stream)) }?;
         self.synchronize_stream()
     }
 
@@ -39,7 +38,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         let n = self.units("memset_d16", 2)?;
         self.ctx.enter()?;
         // SAFETY: `n` aligned 16-bit units of exclusively borrowed device memory.
-        check("cuMemsetD16Async", unsafe { sys::cuMemsetD16Async(self.ptr, value, n, self.stream) })?;
+        unsafe { driver!(cuMemsetD16Async(self.ptr, value, n, self.stream)) }?;
         self.synchronize_stream()
     }
 
@@ -50,7 +49,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         let n = self.units("memset_d32", 4)?;
         self.ctx.enter()?;
         // SAFETY: `n` aligned 32-bit units of exclusively borrowed device memory.
-        check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(self.ptr, value, n, self.stream) })?;
+        unsafe { driver!(cuMemsetD32Async(self.ptr, value, n, self.stream)) }?;
         self.synchronize_stream()
     }
 
@@ -62,7 +61,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         self.used_on(self.ctx, stream)?;
         // SAFETY: as memset_d8; the buffer behind the view is given back only after the work
         // queued on its own stream and on the streams noted on it.
-        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(self.ptr, value, n, stream.as_raw()) })
+        unsafe { driver!(cuMemsetD8Async(self.ptr, value, n, stream.as_raw())) }
     }
 
     /// [`Self::memset_d16`] in `stream`'s order
@@ -73,7 +72,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         self.used_on(self.ctx, stream)?;
         // SAFETY: as memset_d16; the buffer behind the view is given back only after the work
         // queued on its own stream and on the streams noted on it.
-        check("cuMemsetD16Async", unsafe { sys::cuMemsetD16Async(self.ptr, value, n, stream.as_raw()) })
+        unsafe { driver!(cuMemsetD16Async(self.ptr, value, n, stream.as_raw())) }
     }
 
     /// [`Self::memset_d32`] in `stream`'s order
@@ -84,6 +83,6 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         self.used_on(self.ctx, stream)?;
         // SAFETY: as memset_d32; the buffer behind the view is given back only after the work
         // queued on its own stream and on the streams noted on it.
-        check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(self.ptr, value, n, stream.as_raw()) })
+        unsafe { driver!(cuMemsetD32Async(self.ptr, value, n, stream.as_raw())) }
     }
 }

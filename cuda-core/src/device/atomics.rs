@@ -2,7 +2,7 @@
 //! ([`Device::host_atomic_capabilities`], [`Device::p2p_atomic_capabilities`], CUDA 13.0).
 
 use super::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 
 /// An atomic operation (`CUatomicOperation`).
@@ -118,9 +118,9 @@ impl Device {
         let (raw, count) = raw_ops("Device::host_atomic_capabilities", ops)?;
         let mut caps = vec![0u32; raw.len()];
         // SAFETY: both arrays hold `count` entries.
-        check("cuDeviceGetHostAtomicCapabilities", unsafe {
-            sys::cuDeviceGetHostAtomicCapabilities(caps.as_mut_ptr(), raw.as_ptr(), count, self.as_raw())
-        })?;
+        unsafe {
+            driver!(cuDeviceGetHostAtomicCapabilities(caps.as_mut_ptr(), raw.as_ptr(), count, self.as_raw()))
+        }?;
         Ok(caps.into_iter().map(AtomicCaps::from_bits_retain).collect())
     }
 
@@ -134,15 +134,15 @@ impl Device {
         let (raw, count) = raw_ops("Device::p2p_atomic_capabilities", ops)?;
         let mut caps = vec![0u32; raw.len()];
         // SAFETY: both arrays hold `count` entries.
-        check("cuDeviceGetP2PAtomicCapabilities", unsafe {
-            sys::cuDeviceGetP2PAtomicCapabilities(
+        unsafe {
+            driver!(cuDeviceGetP2PAtomicCapabilities(
                 caps.as_mut_ptr(),
                 raw.as_ptr(),
                 count,
                 self.as_raw(),
                 peer.as_raw(),
-            )
-        })?;
+            ))
+        }?;
         Ok(caps.into_iter().map(AtomicCaps::from_bits_retain).collect())
     }
 }

@@ -12,7 +12,7 @@ pub use atomics::{AtomicCaps, AtomicOp};
 pub use notification::{AsyncNotification, AsyncNotifications};
 pub use ordinal::DeviceOrdinal;
 
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::ffi::{CStr, CString, c_char};
 use std::sync::OnceLock;
@@ -25,7 +25,7 @@ pub fn init() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
     INIT.get_or_init(|| {
         // SAFETY: cuInit takes flags, which must be 0.
-        check("cuInit", unsafe { sys::cuInit(0) })
+        unsafe { driver!(cuInit(0)) }
     })
     .clone()
 }
@@ -35,7 +35,7 @@ pub fn init() -> Result<()> {
 pub fn driver_version() -> Result<i32> {
     let mut v = 0;
     // SAFETY: one int out-parameter.
-    check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut v) })?;
+    unsafe { driver!(cuDriverGetVersion(&mut v)) }?;
     Ok(v)
 }
 
@@ -91,12 +91,12 @@ pub fn flush_gpu_direct_rdma_writes(scope: FlushGpuDirectRdmaWritesScope) -> Res
         }
     };
     // SAFETY: both arguments are valid enumerators.
-    check("cuFlushGPUDirectRDMAWrites", unsafe {
-        sys::cuFlushGPUDirectRDMAWrites(
+    unsafe {
+        driver!(cuFlushGPUDirectRDMAWrites(
             sys::CUflushGPUDirectRDMAWritesTarget::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
             scope,
-        )
-    })
+        ))
+    }
 }
 
 /// A CUDA device, identified by its ordinal.
@@ -115,7 +115,7 @@ impl Device {
         init()?;
         let mut n = 0;
         // SAFETY: one int out-parameter.
-        check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut n) })?;
+        unsafe { driver!(cuDeviceGetCount(&mut n)) }?;
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
@@ -148,7 +148,7 @@ impl Device {
         let ordinal = ordinal::within(ordinal, Device::count()?)?;
         let mut raw = 0;
         // SAFETY: one out-parameter; the ordinal is one of the devices present.
-        check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut raw, ordinal) })?;
+        unsafe { driver!(cuDeviceGet(&mut raw, ordinal)) }?;
         Ok(Device { raw })
     }
 
@@ -171,7 +171,7 @@ impl Device {
             .map_err(|_| Error::invalid("Device::by_pci_bus_id", "the PCI bus id contains a NUL byte"))?;
         let mut raw = 0;
         // SAFETY: a NUL-terminated string and one out-parameter.
-        check("cuDeviceGetByPCIBusId", unsafe { sys::cuDeviceGetByPCIBusId(&mut raw, id.as_ptr()) })?;
+        unsafe { driver!(cuDeviceGetByPCIBusId(&mut raw, id.as_ptr())) }?;
         Ok(Device { raw })
     }
 
@@ -206,7 +206,7 @@ impl Device {
     pub fn name(&self) -> Result<String> {
         let mut buf = [0 as c_char; 256];
         // SAFETY: the buffer holds 256 bytes and its length is passed.
-        check("cuDeviceGetName", unsafe { sys::cuDeviceGetName(buf.as_mut_ptr(), 256, self.raw) })?;
+        unsafe { driver!(cuDeviceGetName(buf.as_mut_ptr(), 256, self.raw)) }?;
         Ok(c_string(&buf))
     }
 
@@ -215,7 +215,7 @@ impl Device {
     pub fn uuid(&self) -> Result<Uuid> {
         let mut uuid = sys::CUuuid { bytes: [0; 16], ..Default::default() };
         // SAFETY: one out-parameter of the right type.
-        check("cuDeviceGetUuid", unsafe { sys::cuDeviceGetUuid(&mut uuid, self.raw) })?;
+        unsafe { driver!(cuDeviceGetUuid(&mut uuid, self.raw)) }?;
         Ok(Uuid(uuid.bytes.map(|b| b as u8)))
     }
 
@@ -225,9 +225,7 @@ impl Device {
         let mut luid = [0 as c_char; 8];
         let mut node_mask = 0;
         // SAFETY: an 8-byte buffer, as the call requires, and one out-parameter.
-        check("cuDeviceGetLuid", unsafe {
-            sys::cuDeviceGetLuid(luid.as_mut_ptr(), &mut node_mask, self.raw)
-        })?;
+        unsafe { driver!(cuDeviceGetLuid(luid.as_mut_ptr(), &mut node_mask, self.raw)) }?;
         Ok(Luid { luid: luid.map(|b| b as u8), node_mask })
     }
 
@@ -236,7 +234,7 @@ impl Device {
     pub fn pci_bus_id(&self) -> Result<String> {
         let mut buf = [0 as c_char; 64];
         // SAFETY: the buffer holds 64 bytes and its length is passed.
-        check("cuDeviceGetPCIBusId", unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), 64, self.raw) })?;
+        unsafe { driver!(cuDeviceGetPCIBusId(buf.as_mut_ptr(), 64, self.raw)) }?;
         Ok(c_string(&buf))
     }
 
@@ -245,7 +243,7 @@ impl Device {
     pub fn total_memory(&self) -> Result<usize> {
         let mut bytes = 0;
         // SAFETY: one out-parameter.
-        check("cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem(&mut bytes, self.raw) })?;
+        unsafe { driver!(cuDeviceTotalMem(&mut bytes, self.raw)) }?;
         Ok(bytes)
     }
 
@@ -262,7 +260,7 @@ impl Device {
     pub fn attribute(&self, attribute: sys::CUdevice_attribute) -> Result<i32> {
         let mut v = 0;
         // SAFETY: one int out-parameter; an unknown attribute is refused by the driver.
-        check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(&mut v, attribute, self.raw) })?;
+        unsafe { driver!(cuDeviceGetAttribute(&mut v, attribute, self.raw)) }?;
         Ok(v)
     }
 
@@ -272,13 +270,13 @@ impl Device {
     pub fn exec_affinity_supported(&self) -> Result<bool> {
         let mut v = 0;
         // SAFETY: one int out-parameter.
-        check("cuDeviceGetExecAffinitySupport", unsafe {
-            sys::cuDeviceGetExecAffinitySupport(
+        unsafe {
+            driver!(cuDeviceGetExecAffinitySupport(
                 &mut v,
                 sys::CUexecAffinityType::CU_EXEC_AFFINITY_TYPE_SM_COUNT,
                 self.raw,
-            )
-        })?;
+            ))
+        }?;
         Ok(v != 0)
     }
 
@@ -287,7 +285,7 @@ impl Device {
     pub fn default_memory_pool(&self) -> Result<sys::CUmemoryPool> {
         let mut pool = std::ptr::null_mut();
         // SAFETY: one out-parameter.
-        check("cuDeviceGetDefaultMemPool", unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, self.raw) })?;
+        unsafe { driver!(cuDeviceGetDefaultMemPool(&mut pool, self.raw)) }?;
         Ok(pool)
     }
 
@@ -296,7 +294,7 @@ impl Device {
     pub fn memory_pool(&self) -> Result<sys::CUmemoryPool> {
         let mut pool = std::ptr::null_mut();
         // SAFETY: one out-parameter.
-        check("cuDeviceGetMemPool", unsafe { sys::cuDeviceGetMemPool(&mut pool, self.raw) })?;
+        unsafe { driver!(cuDeviceGetMemPool(&mut pool, self.raw)) }?;
         Ok(pool)
     }
 }

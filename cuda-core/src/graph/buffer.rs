@@ -35,7 +35,7 @@
 use super::keep::KeepAlive;
 use super::{Graph, GraphNode};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::launch::KernelArg;
 use crate::memory::{HostAccess, checked_bytes};
 use crate::stream::{CaptureStatus, Stream};
@@ -194,7 +194,7 @@ impl<T> GraphBuffer<T> {
             // SAFETY: the memory is allocated (a launch allocated it and nothing freed it
             // since: both are recorded under this lock), and the free is ordered after the
             // launches that use it by the tracker.
-            check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(memory.ptr, stream.as_raw()) })?;
+            unsafe { driver!(cuMemFreeAsync(memory.ptr, stream.as_raw())) }?;
             queued = true;
             Ok(())
         });

@@ -2,7 +2,7 @@
 
 use super::keep::KeepAlive;
 use super::{Graph, GraphNode};
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::stream::capturing::{self, Taken};
 use crate::stream::{CaptureStatus, Stream};
 use cuda_driver_sys as sys;
@@ -59,7 +59,7 @@ impl TryFrom<sys::CUstreamCaptureMode> for CaptureMode {
 pub fn exchange_capture_mode(mode: CaptureMode) -> Result<CaptureMode> {
     let mut raw = mode.as_raw();
     // SAFETY: one in-out parameter.
-    check("cuThreadExchangeStreamCaptureMode", unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut raw) })?;
+    unsafe { driver!(cuThreadExchangeStreamCaptureMode(&mut raw)) }?;
     CaptureMode::try_from(raw)
 }
 
@@ -216,15 +216,15 @@ impl<'g> CaptureToGraph<'g> {
         let mut raw: Vec<sys::CUgraphNode> = nodes.iter().map(GraphNode::as_raw).collect();
         // SAFETY: the stream is live and capturing into `graph`, whose live nodes `raw` holds;
         // no edge data.
-        check("cuStreamUpdateCaptureDependencies", unsafe {
-            sys::cuStreamUpdateCaptureDependencies(
+        unsafe {
+            driver!(cuStreamUpdateCaptureDependencies(
                 stream.as_raw(),
                 raw.as_mut_ptr(),
                 std::ptr::null(),
                 raw.len(),
                 flags.0,
-            )
-        })
+            ))
+        }
     }
 }
 
@@ -249,8 +249,7 @@ impl Active {
         let raw = self.stream.bind_if_default().and_then(|()| {
             let mut raw = std::ptr::null_mut();
             // SAFETY: the stream is live; one out-parameter.
-            check("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(self.stream.as_raw(), &mut raw) })
-                .map(|()| raw)
+            unsafe { driver!(cuStreamEndCapture(self.stream.as_raw(), &mut raw)) }.map(|()| raw)
         });
         (raw, capturing::ended(self.id))
     }
@@ -299,7 +298,7 @@ impl Stream {
         self.bind_if_default()?;
         let id = capturing::begin(self, || {
             // SAFETY: the stream is live.
-            check("cuStreamBeginCapture", unsafe { sys::cuStreamBeginCapture(self.as_raw(), mode.as_raw()) })
+            unsafe { driver!(cuStreamBeginCapture(self.as_raw(), mode.as_raw())) }
         })?;
         Ok(Capture { active: Active { stream: self.clone(), id, new_graph: true, ended: false } })
     }
@@ -323,16 +322,16 @@ impl Stream {
         self.bind_if_default()?;
         let id = capturing::begin(self, || {
             // SAFETY: the stream, the graph and the nodes are live; no edge data.
-            check("cuStreamBeginCaptureToGraph", unsafe {
-                sys::cuStreamBeginCaptureToGraph(
+            unsafe {
+                driver!(cuStreamBeginCaptureToGraph(
                     self.as_raw(),
                     graph.as_raw(),
                     super::node::raw_nodes(dependencies),
                     std::ptr::null(),
                     dependencies.len(),
                     mode.as_raw(),
-                )
-            })
+                ))
+            }
         })?;
         Ok(CaptureToGraph {
             active: Active { stream: self.clone(), id, new_graph: false, ended: false },
@@ -350,8 +349,8 @@ impl Stream {
         let mut dependencies: *const sys::CUgraphNode = std::ptr::null();
         let mut count = 0;
         // SAFETY: the stream is live; out-parameters or null for what is not asked.
-        check("cuStreamGetCaptureInfo", unsafe {
-            sys::cuStreamGetCaptureInfo(
+        unsafe {
+            driver!(cuStreamGetCaptureInfo(
                 self.as_raw(),
                 &mut status,
                 &mut id,
@@ -359,8 +358,8 @@ impl Stream {
                 &mut dependencies,
                 std::ptr::null_mut(),
                 &mut count,
-            )
-        })?;
+            ))
+        }?;
         let status = CaptureStatus::try_from(status)?;
         let capturing = status != CaptureStatus::None;
         Ok(CaptureInfo {

@@ -2,7 +2,7 @@
 //! (WHILE), or one of several (SWITCH), chosen on the device through a conditional handle.
 
 use super::{BodyGraph, Graph, GraphNode};
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 
@@ -84,9 +84,9 @@ impl Graph {
         };
         let mut raw = 0;
         // SAFETY: the graph and context are live; one out-parameter.
-        check("cuGraphConditionalHandleCreate", unsafe {
-            sys::cuGraphConditionalHandleCreate(&mut raw, self.raw, self.ctx.as_raw(), value, flags)
-        })?;
+        unsafe {
+            driver!(cuGraphConditionalHandleCreate(&mut raw, self.raw, self.ctx.as_raw(), value, flags))
+        }?;
         Ok(ConditionalHandle(raw))
     }
 

@@ -1,9 +1,8 @@
 //! Debug output: a graph in Graphviz DOT, to a file or a string.
 
 use super::Graph;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::flags::flags;
-use cuda_driver_sys as sys;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
@@ -48,9 +47,7 @@ impl Graph {
             Error::invalid("Graph::write_dot", format!("{text:?} holds a NUL byte; give a path without one"))
         })?;
         // SAFETY: the graph is live; the path is NUL-terminated.
-        check("cuGraphDebugDotPrint", unsafe {
-            sys::cuGraphDebugDotPrint(self.raw, c_path.as_ptr(), flags.bits())
-        })
+        unsafe { driver!(cuGraphDebugDotPrint(self.raw, c_path.as_ptr(), flags.bits())) }
     }
 
     /// The graph in Graphviz DOT, as [`write_dot`](Self::write_dot) writes it, through a
@@ -156,7 +153,7 @@ mod tests {
 
     #[test]
     fn flags_have_the_header_values() {
-        use sys::CUgraphDebugDot_flags as F;
+        use cuda_driver_sys::CUgraphDebugDot_flags as F;
         assert_eq!(DotFlags::VERBOSE.bits(), F::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.0);
         assert_eq!(DotFlags::EVENT_NODE_PARAMS.bits(), F::CU_GRAPH_DEBUG_DOT_FLAGS_EVENT_NODE_PARAMS.0);
         assert_eq!(

@@ -84,7 +84,7 @@ impl Graph {
         self.ctx.enter()?;
         // SAFETY: the node is a live node of this graph, and no `GraphNode` of the graph is
         // alive (`&mut self`): nothing can name it after the call.
-        check("cuGraphDestroyNode", unsafe { sys::cuGraphDestroyNode(raw) })
+        unsafe { driver!(cuGraphDestroyNode(raw)) }
     }
 
     /// Every edge of the graph, with what it waits for
@@ -132,9 +132,9 @@ impl Graph {
         let (from, to, data) = split_edges(edges);
         self.ctx.enter()?;
         // SAFETY: the graph is live; three arrays of `edges.len()` entries.
-        check("cuGraphAddDependencies", unsafe {
-            sys::cuGraphAddDependencies(self.raw, from.as_ptr(), to.as_ptr(), data.as_ptr(), edges.len())
-        })
+        unsafe {
+            driver!(cuGraphAddDependencies(self.raw, from.as_ptr(), to.as_ptr(), data.as_ptr(), edges.len()))
+        }
     }
 
     /// Removes every edge of `edges` in one call
@@ -145,9 +145,15 @@ impl Graph {
         let (from, to, data) = split_edges(edges);
         self.ctx.enter()?;
         // SAFETY: as in `add_dependencies`.
-        check("cuGraphRemoveDependencies", unsafe {
-            sys::cuGraphRemoveDependencies(self.raw, from.as_ptr(), to.as_ptr(), data.as_ptr(), edges.len())
-        })
+        unsafe {
+            driver!(cuGraphRemoveDependencies(
+                self.raw,
+                from.as_ptr(),
+                to.as_ptr(),
+                data.as_ptr(),
+                edges.len()
+            ))
+        }
     }
 
     /// Gives a kernel node of this graph a new kernel, launch configuration and arguments, as
@@ -182,9 +188,7 @@ impl Graph {
         self.check_nodes(OP, &[node])?;
         // SAFETY: the node is a live node of this graph; `params` points at one pointer per
         // argument, valid until `args` is dropped after the call (the driver copies them).
-        check("cuGraphKernelNodeSetParams", unsafe {
-            sys::cuGraphKernelNodeSetParams(node.as_raw(), &params)
-        })?;
+        unsafe { driver!(cuGraphKernelNodeSetParams(node.as_raw(), &params)) }?;
         set_launch_attributes(node, config)
     }
 
@@ -201,9 +205,7 @@ impl Graph {
         self.check_nodes(OP, &[node])?;
         // SAFETY: the node is a live node of this graph; the memory stays allocated (kept
         // below, before any launch can use it, or vouched for by `GraphSlice::from_raw`).
-        check("cuGraphMemsetNodeSetParams", unsafe {
-            sys::cuGraphMemsetNodeSetParams(node.as_raw(), &params)
-        })?;
+        unsafe { driver!(cuGraphMemsetNodeSetParams(node.as_raw(), &params)) }?;
         if let Some(owner) = dst.owner() {
             self.keep.push(owner);
         }
@@ -226,9 +228,7 @@ impl Graph {
         let params = memcpy_params(OP, dst, src)?;
         self.check_nodes(OP, &[node])?;
         // SAFETY: as in `set_memset_node`.
-        check("cuGraphMemcpyNodeSetParams", unsafe {
-            sys::cuGraphMemcpyNodeSetParams(node.as_raw(), &params)
-        })?;
+        unsafe { driver!(cuGraphMemcpyNodeSetParams(node.as_raw(), &params)) }?;
         for owner in [dst.owner(), src.owner()].into_iter().flatten() {
             self.keep.push(owner);
         }
@@ -247,7 +247,7 @@ impl Graph {
         let (host, params) = super::host::HostFunction::params(&self.ctx, f);
         // SAFETY: the node is a live node of this graph; the closure is kept below, and a
         // launch can only begin after this call returns.
-        check("cuGraphHostNodeSetParams", unsafe { sys::cuGraphHostNodeSetParams(node.as_raw(), &params) })?;
+        unsafe { driver!(cuGraphHostNodeSetParams(node.as_raw(), &params)) }?;
         self.keep.push(host);
         Ok(())
     }
@@ -260,9 +260,7 @@ impl Graph {
     pub fn set_event_record_node(&self, node: GraphNode<'_>, event: &Arc<Event>) -> Result<()> {
         self.check_nodes("Graph::set_event_record_node", &[node])?;
         // SAFETY: the node is a live node of this graph; the event is kept below.
-        check("cuGraphEventRecordNodeSetEvent", unsafe {
-            sys::cuGraphEventRecordNodeSetEvent(node.as_raw(), event.as_raw())
-        })?;
+        unsafe { driver!(cuGraphEventRecordNodeSetEvent(node.as_raw(), event.as_raw())) }?;
         self.keep.push(event.clone());
         Ok(())
     }
@@ -275,9 +273,7 @@ impl Graph {
     pub fn set_event_wait_node(&self, node: GraphNode<'_>, event: &Arc<Event>) -> Result<()> {
         self.check_nodes("Graph::set_event_wait_node", &[node])?;
         // SAFETY: as in `set_event_record_node`.
-        check("cuGraphEventWaitNodeSetEvent", unsafe {
-            sys::cuGraphEventWaitNodeSetEvent(node.as_raw(), event.as_raw())
-        })?;
+        unsafe { driver!(cuGraphEventWaitNodeSetEvent(node.as_raw(), event.as_raw())) }?;
         self.keep.push(event.clone());
         Ok(())
     }
@@ -293,9 +289,7 @@ impl Graph {
     pub fn copy_kernel_node_attributes(&self, dst: GraphNode<'_>, src: GraphNode<'_>) -> Result<()> {
         self.check_nodes("Graph::copy_kernel_node_attributes", &[dst, src])?;
         // SAFETY: both nodes are live nodes of this graph.
-        check("cuGraphKernelNodeCopyAttributes", unsafe {
-            sys::cuGraphKernelNodeCopyAttributes(dst.as_raw(), src.as_raw())
-        })
+        unsafe { driver!(cuGraphKernelNodeCopyAttributes(dst.as_raw(), src.as_raw())) }
     }
 }
 

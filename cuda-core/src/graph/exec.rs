@@ -214,7 +214,7 @@ impl GraphExec {
     pub fn flags(&self) -> Result<InstantiateFlags> {
         let mut flags = 0;
         // SAFETY: the executable graph is live; one out-parameter.
-        check("cuGraphExecGetFlags", unsafe { sys::cuGraphExecGetFlags(self.raw, &mut flags) })?;
+        unsafe { driver!(cuGraphExecGetFlags(self.raw, &mut flags)) }?;
         Ok(InstantiateFlags::from_bits_retain(flags))
     }
 
@@ -263,7 +263,7 @@ impl GraphExec {
     fn launch_raw(&self, stream: &Stream) -> Result<()> {
         self.launches.set(self.launches.get().wrapping_add(1));
         // SAFETY: both handles are live; everything the graph refers to is kept alive.
-        check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw()) })
+        unsafe { driver!(cuGraphLaunch(self.raw, stream.as_raw())) }
     }
 
     /// A launch of a graph whose captured copies use pinned buffers: ordered after the
@@ -356,7 +356,7 @@ impl GraphExec {
         self.ctx.take_deferred()?;
         stream.bind_if_default()?;
         // SAFETY: both handles are live.
-        check("cuGraphUpload", unsafe { sys::cuGraphUpload(self.raw, stream.as_raw()) })
+        unsafe { driver!(cuGraphUpload(self.raw, stream.as_raw())) }
     }
 
     /// Takes the parameters of `graph`'s nodes, a graph of the same shape as the one this was
@@ -435,9 +435,7 @@ impl GraphExec {
         )?;
         // SAFETY: both handles are live; the pointers stay valid during the call (the driver
         // copies the arguments).
-        check("cuGraphExecKernelNodeSetParams", unsafe {
-            sys::cuGraphExecKernelNodeSetParams(self.raw, node.as_raw(), &params)
-        })
+        unsafe { driver!(cuGraphExecKernelNodeSetParams(self.raw, node.as_raw(), &params)) }
     }
 
     /// Gives a memset node a new destination and value, as [`Graph::add_memset_node`] takes
@@ -448,9 +446,9 @@ impl GraphExec {
         let params = memset_params("GraphExec::set_memset_node", dst, value)?;
         self.ctx.enter()?;
         // SAFETY: both handles are live; the memory stays allocated (kept below).
-        check("cuGraphExecMemsetNodeSetParams", unsafe {
-            sys::cuGraphExecMemsetNodeSetParams(self.raw, node.as_raw(), &params, self.ctx.as_raw())
-        })?;
+        unsafe {
+            driver!(cuGraphExecMemsetNodeSetParams(self.raw, node.as_raw(), &params, self.ctx.as_raw()))
+        }?;
         self.replace(node, Role::Destination, dst.owner());
         Ok(())
     }
@@ -468,9 +466,9 @@ impl GraphExec {
         let params = memcpy_params("GraphExec::set_memcpy_node", dst, src)?;
         self.ctx.enter()?;
         // SAFETY: as in `set_memset_node`.
-        check("cuGraphExecMemcpyNodeSetParams", unsafe {
-            sys::cuGraphExecMemcpyNodeSetParams(self.raw, node.as_raw(), &params, self.ctx.as_raw())
-        })?;
+        unsafe {
+            driver!(cuGraphExecMemcpyNodeSetParams(self.raw, node.as_raw(), &params, self.ctx.as_raw()))
+        }?;
         self.replace(node, Role::Destination, dst.owner());
         self.replace(node, Role::Source, src.owner());
         Ok(())
@@ -482,9 +480,7 @@ impl GraphExec {
     pub fn set_host_node(&self, node: GraphNode<'_>, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
         let (host, params) = HostFunction::params(&self.ctx, f);
         // SAFETY: both handles are live; the user data stays alive in the keep-alive list.
-        check("cuGraphExecHostNodeSetParams", unsafe {
-            sys::cuGraphExecHostNodeSetParams(self.raw, node.as_raw(), &params)
-        })?;
+        unsafe { driver!(cuGraphExecHostNodeSetParams(self.raw, node.as_raw(), &params)) }?;
         self.replace(node, Role::Host, Some(host));
         Ok(())
     }
@@ -495,9 +491,7 @@ impl GraphExec {
     /// parameters kept let go of once no launch may use it.
     pub fn set_child_graph_node(&self, node: GraphNode<'_>, child: &Graph) -> Result<()> {
         // SAFETY: the handles are live; the driver copies the child's parameters.
-        check("cuGraphExecChildGraphNodeSetParams", unsafe {
-            sys::cuGraphExecChildGraphNodeSetParams(self.raw, node.as_raw(), child.raw)
-        })?;
+        unsafe { driver!(cuGraphExecChildGraphNodeSetParams(self.raw, node.as_raw(), child.raw)) }?;
         self.replace(node, Role::Child, Some(child.keep.snapshot()));
         Ok(())
     }
@@ -507,9 +501,7 @@ impl GraphExec {
     /// the event is kept alive, and the one it replaces let go of once no launch may use it.
     pub fn set_event_record_node(&self, node: GraphNode<'_>, event: &Arc<Event>) -> Result<()> {
         // SAFETY: the handles are live; the event is kept alive below.
-        check("cuGraphExecEventRecordNodeSetEvent", unsafe {
-            sys::cuGraphExecEventRecordNodeSetEvent(self.raw, node.as_raw(), event.as_raw())
-        })?;
+        unsafe { driver!(cuGraphExecEventRecordNodeSetEvent(self.raw, node.as_raw(), event.as_raw())) }?;
         self.replace(node, Role::Event, Some(event.clone()));
         Ok(())
     }
@@ -519,9 +511,7 @@ impl GraphExec {
     /// the event is kept alive, and the one it replaces let go of once no launch may use it.
     pub fn set_event_wait_node(&self, node: GraphNode<'_>, event: &Arc<Event>) -> Result<()> {
         // SAFETY: as in `set_event_record_node`.
-        check("cuGraphExecEventWaitNodeSetEvent", unsafe {
-            sys::cuGraphExecEventWaitNodeSetEvent(self.raw, node.as_raw(), event.as_raw())
-        })?;
+        unsafe { driver!(cuGraphExecEventWaitNodeSetEvent(self.raw, node.as_raw(), event.as_raw())) }?;
         self.replace(node, Role::Event, Some(event.clone()));
         Ok(())
     }
@@ -531,9 +521,7 @@ impl GraphExec {
     /// ([`cuGraphNodeSetEnabled`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
     pub fn set_node_enabled(&self, node: GraphNode<'_>, enabled: bool) -> Result<()> {
         // SAFETY: both handles are live.
-        check("cuGraphNodeSetEnabled", unsafe {
-            sys::cuGraphNodeSetEnabled(self.raw, node.as_raw(), u32::from(enabled))
-        })
+        unsafe { driver!(cuGraphNodeSetEnabled(self.raw, node.as_raw(), u32::from(enabled))) }
     }
 
     /// Whether a node is enabled
@@ -541,9 +529,7 @@ impl GraphExec {
     pub fn is_node_enabled(&self, node: GraphNode<'_>) -> Result<bool> {
         let mut on = 0;
         // SAFETY: both handles are live; one out-parameter.
-        check("cuGraphNodeGetEnabled", unsafe {
-            sys::cuGraphNodeGetEnabled(self.raw, node.as_raw(), &mut on)
-        })?;
+        unsafe { driver!(cuGraphNodeGetEnabled(self.raw, node.as_raw(), &mut on)) }?;
         Ok(on != 0)
     }
 }

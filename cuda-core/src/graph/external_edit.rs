@@ -3,7 +3,7 @@
 
 use super::exec::{GraphExec, Role};
 use super::{Graph, GraphNode};
-use crate::error::{Result, check};
+use crate::error::Result;
 use crate::interop::external::{Batch, ExternalSemaphore, SignalParams, WaitParams};
 use cuda_driver_sys as sys;
 use std::sync::Arc;
@@ -58,9 +58,7 @@ impl GraphNode<'_> {
     pub fn external_signal_params(&self) -> Result<Vec<SemaphoreNodeEntry>> {
         let mut raw = sys::CUDA_EXT_SEM_SIGNAL_NODE_PARAMS { ..Default::default() };
         // SAFETY: the node is live while its graph is borrowed; one out-parameter.
-        check("cuGraphExternalSemaphoresSignalNodeGetParams", unsafe {
-            sys::cuGraphExternalSemaphoresSignalNodeGetParams(self.as_raw(), &mut raw)
-        })?;
+        unsafe { driver!(cuGraphExternalSemaphoresSignalNodeGetParams(self.as_raw(), &mut raw)) }?;
         Ok(entries(raw.extSemArray, raw.paramsArray, raw.numExtSems, |p| {
             (p.params.fence.value, p.params.keyedMutex.key, p.flags)
         }))
@@ -73,9 +71,7 @@ impl GraphNode<'_> {
     pub fn external_wait_params(&self) -> Result<Vec<SemaphoreNodeEntry>> {
         let mut raw = sys::CUDA_EXT_SEM_WAIT_NODE_PARAMS { ..Default::default() };
         // SAFETY: as in `external_signal_params`.
-        check("cuGraphExternalSemaphoresWaitNodeGetParams", unsafe {
-            sys::cuGraphExternalSemaphoresWaitNodeGetParams(self.as_raw(), &mut raw)
-        })?;
+        unsafe { driver!(cuGraphExternalSemaphoresWaitNodeGetParams(self.as_raw(), &mut raw)) }?;
         Ok(entries(raw.extSemArray, raw.paramsArray, raw.numExtSems, |p| {
             (p.params.fence.value, p.params.keyedMutex.key, p.flags)
         }))
@@ -112,9 +108,7 @@ impl Graph {
         };
         // SAFETY: the node is a live node of this graph; the arrays hold `count` elements and
         // outlive the call, which copies them; the semaphores are kept below.
-        check("cuGraphExternalSemaphoresSignalNodeSetParams", unsafe {
-            sys::cuGraphExternalSemaphoresSignalNodeSetParams(node.as_raw(), &params)
-        })?;
+        unsafe { driver!(cuGraphExternalSemaphoresSignalNodeSetParams(node.as_raw(), &params)) }?;
         self.keep.push(kept(signals.iter().map(|(s, _)| (*s).clone())));
         Ok(())
     }
@@ -141,9 +135,7 @@ impl Graph {
             ..Default::default()
         };
         // SAFETY: as in `set_external_signal_node`.
-        check("cuGraphExternalSemaphoresWaitNodeSetParams", unsafe {
-            sys::cuGraphExternalSemaphoresWaitNodeSetParams(node.as_raw(), &params)
-        })?;
+        unsafe { driver!(cuGraphExternalSemaphoresWaitNodeSetParams(node.as_raw(), &params)) }?;
         self.keep.push(kept(waits.iter().map(|(s, _)| (*s).clone())));
         Ok(())
     }
@@ -175,9 +167,9 @@ impl GraphExec {
         self.context().enter()?;
         // SAFETY: both handles are live; the arrays outlive the call, which copies them; the
         // semaphores are kept below.
-        check("cuGraphExecExternalSemaphoresSignalNodeSetParams", unsafe {
-            sys::cuGraphExecExternalSemaphoresSignalNodeSetParams(self.as_raw(), node.as_raw(), &params)
-        })?;
+        unsafe {
+            driver!(cuGraphExecExternalSemaphoresSignalNodeSetParams(self.as_raw(), node.as_raw(), &params))
+        }?;
         self.replace(node, Role::Semaphores, Some(kept(signals.iter().map(|(s, _)| (*s).clone()))));
         Ok(())
     }
@@ -203,9 +195,9 @@ impl GraphExec {
         };
         self.context().enter()?;
         // SAFETY: as in `set_external_signal_node`.
-        check("cuGraphExecExternalSemaphoresWaitNodeSetParams", unsafe {
-            sys::cuGraphExecExternalSemaphoresWaitNodeSetParams(self.as_raw(), node.as_raw(), &params)
-        })?;
+        unsafe {
+            driver!(cuGraphExecExternalSemaphoresWaitNodeSetParams(self.as_raw(), node.as_raw(), &params))
+        }?;
         self.replace(node, Role::Semaphores, Some(kept(waits.iter().map(|(s, _)| (*s).clone()))));
         Ok(())
     }

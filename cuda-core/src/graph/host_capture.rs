@@ -2,9 +2,8 @@
 //! at every launch, where [`Stream::launch_host_func`]'s `FnOnce` can run only once.
 
 use super::host::HostFunction;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::stream::{Stream, capture_of};
-use cuda_driver_sys as sys;
 use std::sync::{Mutex, PoisonError};
 
 impl Stream {
@@ -73,9 +72,7 @@ impl Stream {
         // SAFETY: the stream is live; the trampoline matches `CUhostFn` and only borrows the
         // user data, which the capture hands to its graph below (and which stays alive for
         // good if the capture ended meanwhile and the call ran once instead).
-        check("cuLaunchHostFunc", unsafe {
-            sys::cuLaunchHostFunc(self.as_raw(), params.fn_, params.userData)
-        })?;
+        unsafe { driver!(cuLaunchHostFunc(self.as_raw(), params.fn_, params.userData)) }?;
         capture.note(host);
         Ok(())
     }

@@ -8,8 +8,7 @@
 use super::Graph;
 use super::exec::GraphExec;
 use super::node::GraphNode;
-use crate::error::{Result, check};
-use cuda_driver_sys as sys;
+use crate::error::Result;
 
 impl Graph {
     /// The graph's id, as [`to_dot`](Self::to_dot) prints it
@@ -18,7 +17,7 @@ impl Graph {
     pub fn graph_id(&self) -> Result<u32> {
         let mut id = 0;
         // SAFETY: a live graph and one out-parameter.
-        check("cuGraphGetId", unsafe { sys::cuGraphGetId(self.raw, &mut id) })?;
+        unsafe { driver!(cuGraphGetId(self.raw, &mut id)) }?;
         Ok(id)
     }
 }
@@ -30,7 +29,7 @@ impl GraphExec {
     pub fn graph_id(&self) -> Result<u32> {
         let mut id = 0;
         // SAFETY: a live executable graph and one out-parameter.
-        check("cuGraphExecGetId", unsafe { sys::cuGraphExecGetId(self.as_raw(), &mut id) })?;
+        unsafe { driver!(cuGraphExecGetId(self.as_raw(), &mut id)) }?;
         Ok(id)
     }
 }
@@ -43,7 +42,7 @@ impl GraphNode<'_> {
     pub fn local_id(&self) -> Result<u32> {
         let mut id = 0;
         // SAFETY: the node is live while its graph is borrowed; one out-parameter.
-        check("cuGraphNodeGetLocalId", unsafe { sys::cuGraphNodeGetLocalId(self.as_raw(), &mut id) })?;
+        unsafe { driver!(cuGraphNodeGetLocalId(self.as_raw(), &mut id)) }?;
         Ok(id)
     }
 
@@ -53,7 +52,7 @@ impl GraphNode<'_> {
     pub fn tools_id(&self) -> Result<u64> {
         let mut id = 0;
         // SAFETY: as for `local_id`.
-        check("cuGraphNodeGetToolsId", unsafe { sys::cuGraphNodeGetToolsId(self.as_raw(), &mut id) })?;
+        unsafe { driver!(cuGraphNodeGetToolsId(self.as_raw(), &mut id)) }?;
         Ok(id)
     }
 }

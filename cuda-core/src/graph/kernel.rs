@@ -3,7 +3,7 @@
 
 use super::{Graph, GraphNode};
 use crate::context::Context;
-use crate::error::{Result, check};
+use crate::error::Result;
 use crate::launch::{KernelArgs, LaunchConfig};
 use crate::module::{Function, Kernel};
 use cuda_driver_sys as sys;
@@ -157,9 +157,7 @@ pub(super) fn set_launch_attributes(node: GraphNode<'_>, config: &LaunchConfig) 
         // SAFETY: `raw_config` initialised the first `numAttrs` attributes.
         let attr = unsafe { attr.assume_init_ref() };
         // SAFETY: the node is live; the value is of the kind its id names.
-        check("cuGraphKernelNodeSetAttribute", unsafe {
-            sys::cuGraphKernelNodeSetAttribute(node.as_raw(), attr.id, &attr.value)
-        })?;
+        unsafe { driver!(cuGraphKernelNodeSetAttribute(node.as_raw(), attr.id, &attr.value)) }?;
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! memory, as [`Stream::batch_mem_ops`](crate::Stream::batch_mem_ops) queues them.
 
 use super::{Graph, GraphExec, GraphNode};
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::stream::{MAX_BATCH_MEM_OPS, StreamMemOp};
 use cuda_driver_sys as sys;
 use std::sync::Arc;
@@ -89,9 +89,7 @@ impl Graph {
         let params = node_params(self.ctx.as_raw(), &mut raw, count);
         // SAFETY: the node is a live node of this graph; `params` names `count` initialised
         // operations, kept with the graph below; the caller vouches for the addresses.
-        check("cuGraphBatchMemOpNodeSetParams", unsafe {
-            sys::cuGraphBatchMemOpNodeSetParams(node.as_raw(), &params)
-        })?;
+        unsafe { driver!(cuGraphBatchMemOpNodeSetParams(node.as_raw(), &params)) }?;
         self.keep.push(Arc::new(raw));
         Ok(())
     }
@@ -107,9 +105,7 @@ impl GraphNode<'_> {
         // SAFETY: a C struct of integers and pointers, for which all zeroes is valid.
         let mut params: sys::CUDA_BATCH_MEM_OP_NODE_PARAMS = unsafe { std::mem::zeroed() };
         // SAFETY: the node is live (its graph is borrowed); one out-parameter.
-        check("cuGraphBatchMemOpNodeGetParams", unsafe {
-            sys::cuGraphBatchMemOpNodeGetParams(self.as_raw(), &mut params)
-        })?;
+        unsafe { driver!(cuGraphBatchMemOpNodeGetParams(self.as_raw(), &mut params)) }?;
         if params.count == 0 || params.paramArray.is_null() {
             return Ok(Vec::new());
         }
@@ -142,8 +138,6 @@ impl GraphExec {
         let params = node_params(ctx.as_raw(), &mut raw, count);
         // SAFETY: both handles are live; `params` names `count` initialised operations for the
         // call, which copies them; the caller vouches for the addresses.
-        check("cuGraphExecBatchMemOpNodeSetParams", unsafe {
-            sys::cuGraphExecBatchMemOpNodeSetParams(self.as_raw(), node.as_raw(), &params)
-        })
+        unsafe { driver!(cuGraphExecBatchMemOpNodeSetParams(self.as_raw(), node.as_raw(), &params)) }
     }
 }

@@ -138,7 +138,7 @@ pub use pool::{GraphMemoryUsage, memory_usage, reset_memory_high_watermarks, tri
 pub use user_object::UserObject;
 
 use crate::context::Context;
-use crate::error::{Result, check};
+use crate::error::Result;
 use cuda_driver_sys as sys;
 use keep::KeepAlive;
 use std::any::Any;
@@ -178,7 +178,7 @@ impl Graph {
         ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; flags must be 0.
-        check("cuGraphCreate", unsafe { sys::cuGraphCreate(&mut raw, 0) })?;
+        unsafe { driver!(cuGraphCreate(&mut raw, 0)) }?;
         Ok(Graph::adopt(ctx, raw, Arc::new(KeepAlive::default())))
     }
 
@@ -233,7 +233,7 @@ impl Graph {
         self.ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `self.raw` is a live graph; one out-parameter.
-        check("cuGraphClone", unsafe { sys::cuGraphClone(&mut raw, self.raw) })?;
+        unsafe { driver!(cuGraphClone(&mut raw, self.raw)) }?;
         let keep = Arc::new(KeepAlive::default());
         keep.push(self.keep.snapshot());
         Ok(Graph::adopt(&self.ctx, raw, keep))
@@ -245,9 +245,7 @@ impl Graph {
     pub fn find_in_clone(&self, original: GraphNode<'_>) -> Result<GraphNode<'_>> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: both handles are live; one out-parameter. The driver checks the relation.
-        check("cuGraphNodeFindInClone", unsafe {
-            sys::cuGraphNodeFindInClone(&mut raw, original.as_raw(), self.raw)
-        })?;
+        unsafe { driver!(cuGraphNodeFindInClone(&mut raw, original.as_raw(), self.raw)) }?;
         Ok(GraphNode::wrap(raw))
     }
 

@@ -157,7 +157,7 @@ impl<'g> GraphNode<'g> {
     pub fn node_type(&self) -> Result<NodeType> {
         let mut raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: the node is live while its graph is borrowed; one out-parameter.
-        check("cuGraphNodeGetType", unsafe { sys::cuGraphNodeGetType(self.raw, &mut raw) })?;
+        unsafe { driver!(cuGraphNodeGetType(self.raw, &mut raw)) }?;
         NodeType::try_from(raw)
     }
 
@@ -295,9 +295,7 @@ impl Graph {
     pub fn add_dependency(&self, from: GraphNode<'_>, to: GraphNode<'_>, kind: EdgeKind) -> Result<()> {
         let edge = kind.as_raw();
         // SAFETY: the graph and both nodes are live; one edge with its data.
-        check("cuGraphAddDependencies", unsafe {
-            sys::cuGraphAddDependencies(self.raw, &from.raw, &to.raw, &edge, 1)
-        })
+        unsafe { driver!(cuGraphAddDependencies(self.raw, &from.raw, &to.raw, &edge, 1)) }
     }
 
     /// Removes the edge of `kind` from `from` to `to`
@@ -305,9 +303,7 @@ impl Graph {
     pub fn remove_dependency(&self, from: GraphNode<'_>, to: GraphNode<'_>, kind: EdgeKind) -> Result<()> {
         let edge = kind.as_raw();
         // SAFETY: as in `add_dependency`.
-        check("cuGraphRemoveDependencies", unsafe {
-            sys::cuGraphRemoveDependencies(self.raw, &from.raw, &to.raw, &edge, 1)
-        })
+        unsafe { driver!(cuGraphRemoveDependencies(self.raw, &from.raw, &to.raw, &edge, 1)) }
     }
 
     /// Adds a node that does nothing: a join point for dependencies

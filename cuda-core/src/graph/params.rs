@@ -2,7 +2,7 @@
 //! graph a child-graph node runs.
 
 use super::{BodyGraph, Graph, GraphNode};
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::launch::Dim3;
 use cuda_driver_sys as sys;
 use std::collections::HashSet;
@@ -156,9 +156,7 @@ impl<'g> GraphNode<'g> {
     pub fn kernel_params(&self) -> Result<KernelNodeParams> {
         let mut raw = sys::CUDA_KERNEL_NODE_PARAMS { ..Default::default() };
         // SAFETY: the node is live while its graph is borrowed; one out-parameter.
-        check("cuGraphKernelNodeGetParams", unsafe {
-            sys::cuGraphKernelNodeGetParams(self.as_raw(), &mut raw)
-        })?;
+        unsafe { driver!(cuGraphKernelNodeGetParams(self.as_raw(), &mut raw)) }?;
         Ok(KernelNodeParams {
             function: raw.func,
             kernel: raw.kern,
@@ -174,9 +172,7 @@ impl<'g> GraphNode<'g> {
     fn kernel_attribute(&self, id: sys::CUkernelNodeAttrID) -> Result<sys::CUkernelNodeAttrValue> {
         let mut value = sys::CUkernelNodeAttrValue { pad: [0; 64] };
         // SAFETY: the node is live; one out-parameter of the union's full size.
-        check("cuGraphKernelNodeGetAttribute", unsafe {
-            sys::cuGraphKernelNodeGetAttribute(self.as_raw(), id, &mut value)
-        })?;
+        unsafe { driver!(cuGraphKernelNodeGetAttribute(self.as_raw(), id, &mut value)) }?;
         Ok(value)
     }
 
@@ -209,9 +205,7 @@ impl<'g> GraphNode<'g> {
     pub fn memset_params(&self) -> Result<MemsetNodeParams> {
         let mut raw = sys::CUDA_MEMSET_NODE_PARAMS { ..Default::default() };
         // SAFETY: as in `kernel_params`.
-        check("cuGraphMemsetNodeGetParams", unsafe {
-            sys::cuGraphMemsetNodeGetParams(self.as_raw(), &mut raw)
-        })?;
+        unsafe { driver!(cuGraphMemsetNodeGetParams(self.as_raw(), &mut raw)) }?;
         Ok(MemsetNodeParams {
             dst: raw.dst,
             pitch: raw.pitch,
@@ -229,9 +223,7 @@ impl<'g> GraphNode<'g> {
     pub fn memcpy_params(&self) -> Result<MemcpyNodeParams> {
         let mut raw = sys::CUDA_MEMCPY3D { ..Default::default() };
         // SAFETY: as in `kernel_params`.
-        check("cuGraphMemcpyNodeGetParams", unsafe {
-            sys::cuGraphMemcpyNodeGetParams(self.as_raw(), &mut raw)
-        })?;
+        unsafe { driver!(cuGraphMemcpyNodeGetParams(self.as_raw(), &mut raw)) }?;
         Ok(MemcpyNodeParams(raw))
     }
 
@@ -242,7 +234,7 @@ impl<'g> GraphNode<'g> {
     pub fn host_params(&self) -> Result<HostNodeParams> {
         let mut raw = sys::CUDA_HOST_NODE_PARAMS { ..Default::default() };
         // SAFETY: as in `kernel_params`.
-        check("cuGraphHostNodeGetParams", unsafe { sys::cuGraphHostNodeGetParams(self.as_raw(), &mut raw) })?;
+        unsafe { driver!(cuGraphHostNodeGetParams(self.as_raw(), &mut raw)) }?;
         Ok(HostNodeParams { function: raw.fn_, user_data: raw.userData })
     }
 
@@ -254,9 +246,7 @@ impl<'g> GraphNode<'g> {
     pub fn recorded_event(&self) -> Result<sys::CUevent> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: as in `kernel_params`.
-        check("cuGraphEventRecordNodeGetEvent", unsafe {
-            sys::cuGraphEventRecordNodeGetEvent(self.as_raw(), &mut raw)
-        })?;
+        unsafe { driver!(cuGraphEventRecordNodeGetEvent(self.as_raw(), &mut raw)) }?;
         Ok(raw)
     }
 
@@ -268,9 +258,7 @@ impl<'g> GraphNode<'g> {
     pub fn awaited_event(&self) -> Result<sys::CUevent> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: as in `kernel_params`.
-        check("cuGraphEventWaitNodeGetEvent", unsafe {
-            sys::cuGraphEventWaitNodeGetEvent(self.as_raw(), &mut raw)
-        })?;
+        unsafe { driver!(cuGraphEventWaitNodeGetEvent(self.as_raw(), &mut raw)) }?;
         Ok(raw)
     }
 
@@ -281,9 +269,7 @@ impl<'g> GraphNode<'g> {
     pub fn mem_alloc_params(&self) -> Result<MemAllocNodeParams> {
         let mut raw = sys::CUDA_MEM_ALLOC_NODE_PARAMS { ..Default::default() };
         // SAFETY: as in `kernel_params`; the access descriptors the driver points to are not read.
-        check("cuGraphMemAllocNodeGetParams", unsafe {
-            sys::cuGraphMemAllocNodeGetParams(self.as_raw(), &mut raw)
-        })?;
+        unsafe { driver!(cuGraphMemAllocNodeGetParams(self.as_raw(), &mut raw)) }?;
         Ok(MemAllocNodeParams {
             address: raw.dptr,
             bytes: raw.bytesize,
@@ -298,9 +284,7 @@ impl<'g> GraphNode<'g> {
     pub fn mem_free_address(&self) -> Result<sys::CUdeviceptr> {
         let mut ptr = 0;
         // SAFETY: as in `kernel_params`.
-        check("cuGraphMemFreeNodeGetParams", unsafe {
-            sys::cuGraphMemFreeNodeGetParams(self.as_raw(), &mut ptr)
-        })?;
+        unsafe { driver!(cuGraphMemFreeNodeGetParams(self.as_raw(), &mut ptr)) }?;
         Ok(ptr)
     }
 }
@@ -337,9 +321,7 @@ impl Graph {
         // SAFETY: the node is live and of this graph; one out-parameter. The graph returned
         // belongs to the node, which lives as long as this graph is borrowed (destroying a node
         // takes the graph mutably).
-        check("cuGraphChildGraphNodeGetGraph", unsafe {
-            sys::cuGraphChildGraphNodeGetGraph(node.as_raw(), &mut raw)
-        })?;
+        unsafe { driver!(cuGraphChildGraphNodeGetGraph(node.as_raw(), &mut raw)) }?;
         Ok(BodyGraph { graph: Graph::borrowed(&self.ctx, raw, self.keep.clone()), _parent: PhantomData })
     }
 }

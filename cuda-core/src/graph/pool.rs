@@ -1,7 +1,7 @@
 //! The memory that graphs' allocation nodes draw from, per device: usage and trimming.
 
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::Result;
 use cuda_driver_sys as sys;
 
 /// How much memory a device's graphs use and hold (`CUgraphMem_attribute`), in bytes.
@@ -21,9 +21,7 @@ pub struct GraphMemoryUsage {
 fn attribute(device: &Device, attr: sys::CUgraphMem_attribute) -> Result<u64> {
     let mut value = 0u64;
     // SAFETY: each of these attributes is one 64-bit value.
-    check("cuDeviceGetGraphMemAttribute", unsafe {
-        sys::cuDeviceGetGraphMemAttribute(device.as_raw(), attr, (&mut value as *mut u64).cast())
-    })?;
+    unsafe { driver!(cuDeviceGetGraphMemAttribute(device.as_raw(), attr, (&mut value as *mut u64).cast())) }?;
     Ok(value)
 }
 
@@ -53,9 +51,9 @@ pub fn reset_memory_high_watermarks(device: &Device) -> Result<()> {
     ] {
         let mut zero = 0u64;
         // SAFETY: the watermarks take one 64-bit value, which must be zero.
-        check("cuDeviceSetGraphMemAttribute", unsafe {
-            sys::cuDeviceSetGraphMemAttribute(device.as_raw(), attr, (&mut zero as *mut u64).cast())
-        })?;
+        unsafe {
+            driver!(cuDeviceSetGraphMemAttribute(device.as_raw(), attr, (&mut zero as *mut u64).cast()))
+        }?;
     }
     Ok(())
 }
@@ -66,5 +64,5 @@ pub fn reset_memory_high_watermarks(device: &Device) -> Result<()> {
 pub fn trim_memory(device: &Device) -> Result<()> {
     crate::device::init()?;
     // SAFETY: any device ordinal; the driver checks it.
-    check("cuDeviceGraphMemTrim", unsafe { sys::cuDeviceGraphMemTrim(device.as_raw()) })
+    unsafe { driver!(cuDeviceGraphMemTrim(device.as_raw())) }
 }

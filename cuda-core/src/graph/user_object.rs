@@ -123,7 +123,7 @@ impl UserObject {
     pub fn try_clone(&self) -> Result<UserObject> {
         self.ctx.enter()?;
         // SAFETY: this value holds a reference, so the object is live.
-        check("cuUserObjectRetain", unsafe { sys::cuUserObjectRetain(self.raw, 1) })?;
+        unsafe { driver!(cuUserObjectRetain(self.raw, 1)) }?;
         Ok(UserObject { raw: self.raw, ctx: self.ctx.clone() })
     }
 }
@@ -161,7 +161,7 @@ impl Graph {
     pub fn retain_user_object(&self, object: &UserObject) -> Result<()> {
         self.ctx.enter()?;
         // SAFETY: both are live; the graph gets a reference of its own.
-        check("cuGraphRetainUserObject", unsafe { sys::cuGraphRetainUserObject(self.raw, object.raw, 1, 0) })
+        unsafe { driver!(cuGraphRetainUserObject(self.raw, object.raw, 1, 0)) }
     }
 
     /// Keeps `value` alive through the driver: a user object made for it, whose only
@@ -200,9 +200,7 @@ impl Graph {
     pub unsafe fn release_user_object(&self, object: &UserObject, count: u32) -> Result<()> {
         self.ctx.enter()?;
         // SAFETY: both are live; the caller vouches for the count.
-        check("cuGraphReleaseUserObject", unsafe {
-            sys::cuGraphReleaseUserObject(self.raw, object.raw, count)
-        })
+        unsafe { driver!(cuGraphReleaseUserObject(self.raw, object.raw, count)) }
     }
 }
 

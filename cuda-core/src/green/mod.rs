@@ -56,7 +56,7 @@ pub use workqueue::{WorkqueueConfig, WorkqueueScope};
 
 use crate::context::{Context, GreenHandle, lock_green_registry};
 use crate::device::{self, Device};
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::stream::Stream;
 use cuda_driver_sys as sys;
@@ -189,14 +189,10 @@ impl GreenContext {
         let mut desc = std::ptr::null_mut();
         // SAFETY: `raw` holds `count` resources the driver wrote (or a configuration built from
         // its defaults); one out-parameter. The descriptor lives as long as the process.
-        check("cuDevResourceGenerateDesc", unsafe {
-            sys::cuDevResourceGenerateDesc(&mut desc, raw.as_mut_ptr(), count)
-        })?;
+        unsafe { driver!(cuDevResourceGenerateDesc(&mut desc, raw.as_mut_ptr(), count)) }?;
         let mut green = std::ptr::null_mut();
         // SAFETY: a descriptor the driver made just above; one out-parameter.
-        check("cuGreenCtxCreate", unsafe {
-            sys::cuGreenCtxCreate(&mut green, desc, device.as_raw(), DEFAULT_STREAM)
-        })?;
+        unsafe { driver!(cuGreenCtxCreate(&mut green, desc, device.as_raw(), DEFAULT_STREAM)) }?;
         // SAFETY: the driver made `green` just above, and nothing else owns it.
         unsafe { GreenContext::adopt(green, device, primary, true) }
     }
@@ -226,7 +222,7 @@ impl GreenContext {
     pub unsafe fn from_raw(raw: sys::CUgreenCtx, owned: bool) -> Result<GreenContext> {
         let mut ctx_raw = std::ptr::null_mut();
         // SAFETY: the caller vouches for the handle; one out-parameter.
-        let found = check("cuCtxFromGreenCtx", unsafe { sys::cuCtxFromGreenCtx(&mut ctx_raw, raw) })
+        let found = unsafe { driver!(cuCtxFromGreenCtx(&mut ctx_raw, raw)) }
             // SAFETY: the driver's handle of a live green context, used for this question only.
             .and_then(|()| unsafe { Context::from_raw(ctx_raw) })
             .map(|ctx| ctx.device())
@@ -261,7 +257,7 @@ impl GreenContext {
             GreenHandle { raw, ctx_raw: std::ptr::null_mut(), device, primary, owned, calls: Mutex::new(()) };
         // On failure `handle` drops here and destroys an owned green context.
         // SAFETY: a live green context; one out-parameter.
-        check("cuCtxFromGreenCtx", unsafe { sys::cuCtxFromGreenCtx(&mut handle.ctx_raw, raw) })?;
+        unsafe { driver!(cuCtxFromGreenCtx(&mut handle.ctx_raw, raw)) }?;
         let handle = Arc::new(handle);
         if owned {
             let mut list = lock_green_registry();
@@ -306,7 +302,7 @@ impl GreenContext {
         let mut id = 0;
         let _calls = self.handle.lock();
         // SAFETY: the green context is alive while `self` is; one out-parameter.
-        check("cuGreenCtxGetId", unsafe { sys::cuGreenCtxGetId(self.handle.raw, &mut id) })?;
+        unsafe { driver!(cuGreenCtxGetId(self.handle.raw, &mut id)) }?;
         Ok(id)
     }
 
@@ -327,9 +323,7 @@ impl GreenContext {
         let _calls = self.handle.lock();
         // SAFETY: the green context is alive while `self` is; one out-parameter of the type the
         // call fills.
-        check("cuGreenCtxGetDevResource", unsafe {
-            sys::cuGreenCtxGetDevResource(self.handle.raw, &mut raw, kind)
-        })?;
+        unsafe { driver!(cuGreenCtxGetDevResource(self.handle.raw, &mut raw, kind)) }?;
         Ok(raw)
     }
 
@@ -372,9 +366,7 @@ impl GreenContext {
         let calls = self.handle.lock();
         // SAFETY: the green context is alive while `self` is; one out-parameter; the flags are
         // the one the call requires.
-        check("cuGreenCtxStreamCreate", unsafe {
-            sys::cuGreenCtxStreamCreate(&mut raw, self.handle.raw, NON_BLOCKING, priority)
-        })?;
+        unsafe { driver!(cuGreenCtxStreamCreate(&mut raw, self.handle.raw, NON_BLOCKING, priority)) }?;
         drop(calls);
         Ok(Stream::wrap_green(&self.handle.primary, raw, self.handle.clone()))
     }
@@ -391,7 +383,7 @@ impl GreenContext {
         event.context().take_deferred()?;
         let _calls = self.handle.lock();
         // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuGreenCtxRecordEvent", unsafe { sys::cuGreenCtxRecordEvent(self.handle.raw, event.as_raw()) })
+        unsafe { driver!(cuGreenCtxRecordEvent(self.handle.raw, event.as_raw())) }
     }
 
     /// Makes all work queued on the green context from now on wait until `event` completes,
@@ -403,7 +395,7 @@ impl GreenContext {
         self.handle.primary.take_deferred()?;
         let _calls = self.handle.lock();
         // SAFETY: both handles are alive while their owners are borrowed.
-        check("cuGreenCtxWaitEvent", unsafe { sys::cuGreenCtxWaitEvent(self.handle.raw, event.as_raw()) })
+        unsafe { driver!(cuGreenCtxWaitEvent(self.handle.raw, event.as_raw())) }
     }
 
     /// The green context as a [`Context`]
@@ -463,7 +455,7 @@ impl Stream {
         self.bind_if_default()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the stream is alive while `self` is; one out-parameter.
-        check("cuStreamGetGreenCtx", unsafe { sys::cuStreamGetGreenCtx(self.as_raw(), &mut raw) })?;
+        unsafe { driver!(cuStreamGetGreenCtx(self.as_raw(), &mut raw)) }?;
         if raw.is_null() {
             return Ok(None);
         }

@@ -101,7 +101,7 @@ pub(super) fn device_resource(device: &Device, kind: sys::CUdevResourceType) -> 
     device::init()?;
     let mut raw = sys::CUdevResource::default();
     // SAFETY: one out-parameter of the type the call fills; the device came from the driver.
-    check("cuDeviceGetDevResource", unsafe { sys::cuDeviceGetDevResource(device.as_raw(), &mut raw, kind) })?;
+    unsafe { driver!(cuDeviceGetDevResource(device.as_raw(), &mut raw, kind)) }?;
     Ok(raw)
 }
 
@@ -111,7 +111,7 @@ pub(super) fn context_resource(ctx: &Context, kind: sys::CUdevResourceType) -> R
     ctx.take_deferred()?;
     let mut raw = sys::CUdevResource::default();
     // SAFETY: the context is alive while `ctx` is; one out-parameter of the type the call fills.
-    check("cuCtxGetDevResource", unsafe { sys::cuCtxGetDevResource(ctx.as_raw(), &mut raw, kind) })?;
+    unsafe { driver!(cuCtxGetDevResource(ctx.as_raw(), &mut raw, kind)) }?;
     Ok(raw)
 }
 
@@ -269,7 +269,7 @@ impl SmResource {
 #[cfg(cuda_headers_13_1)]
 mod structured {
     use super::{SmResource, SmSplit};
-    use crate::error::{Error, Result, check};
+    use crate::error::{Error, Result};
     use crate::flags::flags;
     use cuda_driver_sys as sys;
 
@@ -334,16 +334,16 @@ mod structured {
             let mut remainder = sys::CUdevResource::default();
             // SAFETY: `result` and `params` hold `count` entries each, zeroed where not set; the
             // input is a resource the driver wrote; no flags are defined.
-            check("cuDevSmResourceSplit", unsafe {
-                sys::cuDevSmResourceSplit(
+            unsafe {
+                driver!(cuDevSmResourceSplit(
                     result.as_mut_ptr(),
                     count,
                     &self.raw,
                     &mut remainder,
                     0,
                     params.as_mut_ptr(),
-                )
-            })?;
+                ))
+            }?;
             Ok(self.split_of(result, remainder))
         }
     }

@@ -3,7 +3,7 @@
 
 use crate::context::Context;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::flags::flags;
 use crate::stream::Stream;
 use bytemuck::Pod;
@@ -355,7 +355,7 @@ impl Array {
         let d = descriptor.as_raw();
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a valid descriptor; the context is current.
-        check("cuArray3DCreate", unsafe { sys::cuArray3DCreate(&mut raw, &d) })?;
+        unsafe { driver!(cuArray3DCreate(&mut raw, &d)) }?;
         Ok(Array { raw, ctx: ctx.clone(), owned: true, queued: Arc::default() })
     }
 
@@ -402,7 +402,7 @@ impl Array {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut d: sys::CUDA_ARRAY3D_DESCRIPTOR = unsafe { std::mem::zeroed() };
         // SAFETY: the array is alive; one out-parameter.
-        check("cuArray3DGetDescriptor", unsafe { sys::cuArray3DGetDescriptor(&mut d, self.raw) })?;
+        unsafe { driver!(cuArray3DGetDescriptor(&mut d, self.raw)) }?;
         Ok(ArrayDescriptor::from_raw(&d))
     }
 
@@ -415,7 +415,7 @@ impl Array {
         self.ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the array is alive; one out-parameter.
-        check("cuArrayGetPlane", unsafe { sys::cuArrayGetPlane(&mut raw, self.raw, index) })?;
+        unsafe { driver!(cuArrayGetPlane(&mut raw, self.raw, index)) }?;
         Ok(Array::part(raw, &self.ctx, self.queued.clone()))
     }
 
@@ -426,7 +426,7 @@ impl Array {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut p: sys::CUDA_ARRAY_SPARSE_PROPERTIES = unsafe { std::mem::zeroed() };
         // SAFETY: the array is alive; one out-parameter.
-        check("cuArrayGetSparseProperties", unsafe { sys::cuArrayGetSparseProperties(&mut p, self.raw) })?;
+        unsafe { driver!(cuArrayGetSparseProperties(&mut p, self.raw)) }?;
         Ok(SparseProperties::from_raw(&p))
     }
 
@@ -437,9 +437,7 @@ impl Array {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut r: sys::CUDA_ARRAY_MEMORY_REQUIREMENTS = unsafe { std::mem::zeroed() };
         // SAFETY: the array is alive; one out-parameter.
-        check("cuArrayGetMemoryRequirements", unsafe {
-            sys::cuArrayGetMemoryRequirements(&mut r, self.raw, device.as_raw())
-        })?;
+        unsafe { driver!(cuArrayGetMemoryRequirements(&mut r, self.raw, device.as_raw())) }?;
         Ok(ArrayMemoryRequirements { size: r.size, alignment: r.alignment })
     }
 
@@ -499,7 +497,7 @@ impl Array {
     pub fn copy_from_host<T: Pod>(&mut self, src: &[T]) -> Result<()> {
         let c = self.h2a("Array::copy_from_host", src)?;
         // SAFETY: the descriptor names `src` and this array with matching sizes.
-        super::finished(check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) }))
+        super::finished(unsafe { driver!(cuMemcpy3D(&c)) })
     }
 
     /// Copies the whole array into densely packed host data
@@ -507,7 +505,7 @@ impl Array {
     pub fn copy_to_host<T: Pod>(&self, dst: &mut [T]) -> Result<()> {
         let c = self.a2h("Array::copy_to_host", dst)?;
         // SAFETY: the descriptor names this array and `dst` with matching sizes.
-        check("cuMemcpy3D", unsafe { sys::cuMemcpy3D(&c) })
+        unsafe { driver!(cuMemcpy3D(&c)) }
     }
 
     /// [`Array::copy_from_host`] in `stream`'s order
@@ -524,7 +522,7 @@ impl Array {
         self.on_own_stream("Array::copy_from_host_async", stream)?;
         self.queued_async();
         // SAFETY: as copy_from_host; the caller keeps `src` alive.
-        check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
+        unsafe { driver!(cuMemcpy3DAsync(&c, stream.as_raw())) }
     }
 
     /// [`Array::copy_to_host`] in `stream`'s order
@@ -541,7 +539,7 @@ impl Array {
         self.on_own_stream("Array::copy_to_host_async", stream)?;
         self.queued_async();
         // SAFETY: as copy_to_host; the caller keeps `dst` alive.
-        check("cuMemcpy3DAsync", unsafe { sys::cuMemcpy3DAsync(&c, stream.as_raw()) })
+        unsafe { driver!(cuMemcpy3DAsync(&c, stream.as_raw())) }
     }
 }
 
@@ -648,7 +646,7 @@ impl MipmappedArray {
         let d = descriptor.as_raw();
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a valid descriptor; the context is current.
-        check("cuMipmappedArrayCreate", unsafe { sys::cuMipmappedArrayCreate(&mut raw, &d, levels) })?;
+        unsafe { driver!(cuMipmappedArrayCreate(&mut raw, &d, levels)) }?;
         Ok(MipmappedArray {
             raw,
             ctx: ctx.clone(),
@@ -740,7 +738,7 @@ impl MipmappedArray {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut d: sys::CUDA_ARRAY3D_DESCRIPTOR = unsafe { std::mem::zeroed() };
         // SAFETY: the level lives as long as this array; one out-parameter.
-        check("cuArray3DGetDescriptor", unsafe { sys::cuArray3DGetDescriptor(&mut d, raw) })?;
+        unsafe { driver!(cuArray3DGetDescriptor(&mut d, raw)) }?;
         Ok(ArrayDescriptor::from_raw(&d))
     }
 
@@ -754,9 +752,7 @@ impl MipmappedArray {
         self.ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the array is alive; one out-parameter.
-        check("cuMipmappedArrayGetLevel", unsafe {
-            sys::cuMipmappedArrayGetLevel(&mut raw, self.raw, level)
-        })?;
+        unsafe { driver!(cuMipmappedArrayGetLevel(&mut raw, self.raw, level)) }?;
         Ok(raw)
     }
 
@@ -767,9 +763,7 @@ impl MipmappedArray {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut p: sys::CUDA_ARRAY_SPARSE_PROPERTIES = unsafe { std::mem::zeroed() };
         // SAFETY: the array is alive; one out-parameter.
-        check("cuMipmappedArrayGetSparseProperties", unsafe {
-            sys::cuMipmappedArrayGetSparseProperties(&mut p, self.raw)
-        })?;
+        unsafe { driver!(cuMipmappedArrayGetSparseProperties(&mut p, self.raw)) }?;
         Ok(SparseProperties::from_raw(&p))
     }
 
@@ -780,9 +774,7 @@ impl MipmappedArray {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut r: sys::CUDA_ARRAY_MEMORY_REQUIREMENTS = unsafe { std::mem::zeroed() };
         // SAFETY: the array is alive; one out-parameter.
-        check("cuMipmappedArrayGetMemoryRequirements", unsafe {
-            sys::cuMipmappedArrayGetMemoryRequirements(&mut r, self.raw, device.as_raw())
-        })?;
+        unsafe { driver!(cuMipmappedArrayGetMemoryRequirements(&mut r, self.raw, device.as_raw())) }?;
         Ok(ArrayMemoryRequirements { size: r.size, alignment: r.alignment })
     }
 }

@@ -2,7 +2,7 @@
 //! (network cards doing GPUDirect RDMA, video and display engines) to import.
 
 use super::view::DeviceView;
-use crate::error::{Result, check};
+use crate::error::Result;
 use cuda_driver_sys as sys;
 use std::os::fd::{FromRawFd, OwnedFd};
 
@@ -47,15 +47,15 @@ impl<T> DeviceView<'_, T> {
         let mut fd: std::ffi::c_int = -1;
         // SAFETY: the out-parameter is a live `int`, as the dma-buf handle type writes; the
         // range is the view's, live while it is borrowed.
-        check("cuMemGetHandleForAddressRange", unsafe {
-            sys::cuMemGetHandleForAddressRange(
+        unsafe {
+            driver!(cuMemGetHandleForAddressRange(
                 (&mut fd as *mut std::ffi::c_int).cast(),
                 self.ptr,
                 self.len * std::mem::size_of::<T>(),
                 sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
                 mapping.flags(),
-            )
-        })?;
+            ))
+        }?;
         if fd < 0 {
             return Err(crate::Error::invalid(
                 "DeviceView::export_dma_buf",

@@ -3,7 +3,7 @@
 
 use super::checked_bytes;
 use crate::context::Context;
-use crate::error::{Result, check};
+use crate::error::Result;
 use crate::flags::flags;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
@@ -42,7 +42,7 @@ pub(crate) fn host_device_ptr(ctx: &Context, p: *mut c_void) -> Result<sys::CUde
     ctx.enter()?;
     let mut d = 0;
     // SAFETY: `p` is page-locked memory; the flags must be 0.
-    check("cuMemHostGetDevicePointer", unsafe { sys::cuMemHostGetDevicePointer(&mut d, p, 0) })?;
+    unsafe { driver!(cuMemHostGetDevicePointer(&mut d, p, 0)) }?;
     Ok(d)
 }
 
@@ -61,9 +61,7 @@ impl<'a, T: Pod> RegisteredHostMemory<'a, T> {
         let bytes = checked_bytes::<T>("RegisteredHostMemory::register", slice.len())?;
         ctx.enter()?;
         // SAFETY: the slice is live and exclusively borrowed for as long as it stays registered.
-        check("cuMemHostRegister", unsafe {
-            sys::cuMemHostRegister(slice.as_mut_ptr().cast(), bytes, flags.bits())
-        })?;
+        unsafe { driver!(cuMemHostRegister(slice.as_mut_ptr().cast(), bytes, flags.bits())) }?;
         Ok(RegisteredHostMemory { slice, ctx: ctx.clone() })
     }
 

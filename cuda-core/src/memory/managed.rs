@@ -224,17 +224,15 @@ impl<T: Pod, S: HostAccessible> DeviceBuffer<T, S> {
         self.context().enter()?;
         self.record_stream(stream)?;
         // SAFETY: the whole allocation (length 0 means all of it).
-        check("cuStreamAttachMemAsync", unsafe {
-            sys::cuStreamAttachMemAsync(stream.as_raw(), self.as_raw(), 0, attach.bits())
-        })
+        unsafe { driver!(cuStreamAttachMemAsync(stream.as_raw(), self.as_raw(), 0, attach.bits())) }
     }
 
     fn range_i32(&self, attribute: sys::CUmem_range_attribute) -> Result<i32> {
         let mut v: i32 = 0;
         // SAFETY: a 4-byte out-value, as these attributes write; the range is this allocation.
-        check("cuMemRangeGetAttribute", unsafe {
-            sys::cuMemRangeGetAttribute((&raw mut v).cast(), 4, attribute, self.as_raw(), self.bytes())
-        })?;
+        unsafe {
+            driver!(cuMemRangeGetAttribute((&raw mut v).cast(), 4, attribute, self.as_raw(), self.bytes()))
+        }?;
         Ok(v)
     }
 
@@ -276,15 +274,15 @@ impl<T: Pod, S: HostAccessible> DeviceBuffer<T, S> {
         let n = Device::count()?;
         let mut ids = vec![-1i32; n.max(1)];
         // SAFETY: the buffer holds one i32 per device, as the attribute requires.
-        check("cuMemRangeGetAttribute", unsafe {
-            sys::cuMemRangeGetAttribute(
+        unsafe {
+            driver!(cuMemRangeGetAttribute(
                 ids.as_mut_ptr().cast(),
                 ids.len() * 4,
                 sys::CUmem_range_attribute::CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY,
                 self.as_raw(),
                 self.bytes(),
-            )
-        })?;
+            ))
+        }?;
         Ok(ids.into_iter().filter(|&d| d >= 0).map(Device::from_raw).collect())
     }
 }

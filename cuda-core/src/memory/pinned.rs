@@ -6,7 +6,7 @@ use super::host::HostAllocFlags;
 use super::pinned_chunk::{PinnedChunk, PinnedHost, sealed};
 use super::pinned_slice::{PinnedSlice, PinnedSliceMut};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::pool::{
     HostAllocator, PinnedAllocation, PinnedAllocator, PinnedMemoryPool, current_pinned_allocator,
     default_pinned_memory_pool,
@@ -419,7 +419,7 @@ impl<T: Pod> PinnedBuffer<T> {
     pub fn driver_flags(&self) -> Result<HostAllocFlags> {
         let mut f = 0;
         // SAFETY: the pointer is a live pinned allocation; one out-parameter.
-        check("cuMemHostGetFlags", unsafe { sys::cuMemHostGetFlags(&mut f, self.ptr.cast()) })?;
+        unsafe { driver!(cuMemHostGetFlags(&mut f, self.ptr.cast())) }?;
         Ok(HostAllocFlags::from_bits_retain(f))
     }
 

@@ -258,7 +258,7 @@ impl<T: Pod> PitchedBuffer<T> {
         let c = self.h2d("PitchedBuffer::copy_from_host_async", src)?;
         self.storage.record_stream(stream)?;
         // SAFETY: as copy_from_host; the caller keeps `src` alive.
-        check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync(&c, stream.as_raw()) })
+        unsafe { driver!(cuMemcpy2DAsync(&c, stream.as_raw())) }
     }
 
     /// [`PitchedBuffer::copy_to_host`] in `stream`'s order
@@ -271,7 +271,7 @@ impl<T: Pod> PitchedBuffer<T> {
         let c = self.d2h("PitchedBuffer::copy_to_host_async", dst)?;
         self.storage.record_stream(stream)?;
         // SAFETY: as copy_to_host; the caller keeps `dst` alive.
-        check("cuMemcpy2DAsync", unsafe { sys::cuMemcpy2DAsync(&c, stream.as_raw()) })
+        unsafe { driver!(cuMemcpy2DAsync(&c, stream.as_raw())) }
     }
 
     fn units(&self, operation: &'static str, width: usize) -> Result<usize> {
@@ -328,9 +328,9 @@ impl<T: Pod> PitchedBuffer<T> {
         let w = self.units("PitchedBuffer::memset_d8_async", 1)?;
         self.storage.record_stream(stream)?;
         // SAFETY: as memset_d8; device memory is freed only after queued work.
-        check("cuMemsetD2D8Async", unsafe {
-            sys::cuMemsetD2D8Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw())
-        })
+        unsafe {
+            driver!(cuMemsetD2D8Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw()))
+        }
     }
 
     /// [`PitchedBuffer::memset_d16`] in `stream`'s order
@@ -339,9 +339,9 @@ impl<T: Pod> PitchedBuffer<T> {
         let w = self.units("PitchedBuffer::memset_d16_async", 2)?;
         self.storage.record_stream(stream)?;
         // SAFETY: as memset_d16; device memory is freed only after queued work.
-        check("cuMemsetD2D16Async", unsafe {
-            sys::cuMemsetD2D16Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw())
-        })
+        unsafe {
+            driver!(cuMemsetD2D16Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw()))
+        }
     }
 
     /// [`PitchedBuffer::memset_d32`] in `stream`'s order
@@ -350,8 +350,8 @@ impl<T: Pod> PitchedBuffer<T> {
         let w = self.units("PitchedBuffer::memset_d32_async", 4)?;
         self.storage.record_stream(stream)?;
         // SAFETY: as memset_d32; device memory is freed only after queued work.
-        check("cuMemsetD2D32Async", unsafe {
-            sys::cuMemsetD2D32Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw())
-        })
+        unsafe {
+            driver!(cuMemsetD2D32Async(self.as_raw(), self.pitch, value, w, self.height, stream.as_raw()))
+        }
     }
 }

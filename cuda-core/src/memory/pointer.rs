@@ -1,6 +1,6 @@
 //! What the driver knows about an address: pointer attributes and address ranges.
 
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
 
@@ -102,9 +102,7 @@ pub fn pointer_attributes(ptr: sys::CUdeviceptr) -> Result<PointerAttributes> {
     ];
     crate::device::init()?;
     // SAFETY: each data pointer points to a local of the type its attribute writes; 11 of each.
-    check("cuPointerGetAttributes", unsafe {
-        sys::cuPointerGetAttributes(11, attributes.as_mut_ptr(), data.as_mut_ptr(), ptr)
-    })?;
+    unsafe { driver!(cuPointerGetAttributes(11, attributes.as_mut_ptr(), data.as_mut_ptr(), ptr)) }?;
     Ok(PointerAttributes {
         context,
         memory_type: MemoryType::try_from(memory_type).ok(),
@@ -126,13 +124,13 @@ pub fn pointer_attributes(ptr: sys::CUdeviceptr) -> Result<PointerAttributes> {
 pub fn set_sync_memops(ptr: sys::CUdeviceptr, enabled: bool) -> Result<()> {
     let v: u32 = u32::from(enabled);
     // SAFETY: the attribute takes an unsigned int; the driver validates the address.
-    check("cuPointerSetAttribute", unsafe {
-        sys::cuPointerSetAttribute(
+    unsafe {
+        driver!(cuPointerSetAttribute(
             (&raw const v).cast(),
             sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
             ptr,
-        )
-    })
+        ))
+    }
 }
 
 /// The base address and size of the allocation holding `ptr`
@@ -141,6 +139,6 @@ pub fn set_sync_memops(ptr: sys::CUdeviceptr, enabled: bool) -> Result<()> {
 pub fn address_range(ptr: sys::CUdeviceptr) -> Result<(sys::CUdeviceptr, usize)> {
     let (mut base, mut size) = (0, 0);
     // SAFETY: two out-parameters; the driver validates the address.
-    check("cuMemGetAddressRange", unsafe { sys::cuMemGetAddressRange(&mut base, &mut size, ptr) })?;
+    unsafe { driver!(cuMemGetAddressRange(&mut base, &mut size, ptr)) }?;
     Ok((base, size))
 }

@@ -2,7 +2,7 @@
 
 use super::{ManagedBuffer, MemLocation};
 use crate::c_layout::mem_location_id;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 
@@ -57,9 +57,15 @@ impl<T: Pod> ManagedBuffer<T> {
         self.context().enter()?;
         // SAFETY: the range is this live allocation; the driver writes one location per region,
         // and `raw` holds that many.
-        check("cuMemGetLocationInfo", unsafe {
-            sys::cuMemGetLocationInfo(self.as_raw(), size, summary_bytes, sampling_bytes, raw.as_mut_ptr())
-        })?;
+        unsafe {
+            driver!(cuMemGetLocationInfo(
+                self.as_raw(),
+                size,
+                summary_bytes,
+                sampling_bytes,
+                raw.as_mut_ptr()
+            ))
+        }?;
         raw.iter().map(|l| MemLocation::from_raw(l.type_, mem_location_id(l))).collect()
     }
 }

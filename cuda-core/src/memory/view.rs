@@ -1,7 +1,7 @@
 //! Borrowed views of device memory: [`DeviceView`] (shared) and [`DeviceViewMut`] (exclusive).
 
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::stream::Stream;
 use crate::track::StreamUses;
 use bytemuck::Pod;
@@ -206,7 +206,7 @@ macro_rules! common {
             pub(crate) fn synchronize_stream(&self) -> Result<()> {
                 // SAFETY: the stream outlives the view (the buffer holds it), or is the default
                 // stream of the current context, which the caller made current.
-                check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.stream) })
+                unsafe { driver!(cuStreamSynchronize(self.stream)) }
             }
 
             /// The device address of the first element.

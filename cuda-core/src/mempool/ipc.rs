@@ -12,7 +12,6 @@
 //! [`ShareableHandle::PosixFileDescriptor`]: super::ShareableHandle::PosixFileDescriptor
 
 use super::MemPool;
-use crate::error::check;
 use crate::memory::checked_bytes;
 use crate::pool::{Allocator, DeviceAllocation, StreamRef};
 use crate::{Context, DeviceBuffer, Error, Result, Stream};
@@ -33,14 +32,14 @@ impl MemPool {
         use std::os::fd::FromRawFd;
         let mut fd: std::ffi::c_int = -1;
         // SAFETY: for the POSIX handle type the driver writes an int through the pointer.
-        check("cuMemPoolExportToShareableHandle", unsafe {
-            sys::cuMemPoolExportToShareableHandle(
+        unsafe {
+            driver!(cuMemPoolExportToShareableHandle(
                 (&mut fd as *mut std::ffi::c_int).cast(),
                 self.as_raw(),
                 sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                 0,
-            )
-        })?;
+            ))
+        }?;
         // SAFETY: the driver returned a new descriptor that nobody else owns.
         Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
     }
@@ -67,14 +66,14 @@ impl MemPool {
         let fd = duplicate.as_ref().map_or(fd, |d| d.as_fd());
         let mut raw = std::ptr::null_mut();
         // SAFETY: for the POSIX handle type the handle is the descriptor itself, cast to a pointer.
-        check("cuMemPoolImportFromShareableHandle", unsafe {
-            sys::cuMemPoolImportFromShareableHandle(
+        unsafe {
+            driver!(cuMemPoolImportFromShareableHandle(
                 &mut raw,
                 fd.as_raw_fd() as usize as *mut std::ffi::c_void,
                 sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                 0,
-            )
-        })?;
+            ))
+        }?;
         // SAFETY: the imported pool is new and owned by this value.
         Ok(unsafe { MemPool::from_raw(raw, true) })
     }
@@ -84,7 +83,7 @@ impl MemPool {
     pub fn export_pointer(&self, ptr: sys::CUdeviceptr) -> Result<PointerExportData> {
         let mut data = sys::CUmemPoolPtrExportData { reserved: [0; 64], ..Default::default() };
         // SAFETY: one out-parameter; the driver checks that `ptr` belongs to an exported pool.
-        check("cuMemPoolExportPointer", unsafe { sys::cuMemPoolExportPointer(&mut data, ptr) })?;
+        unsafe { driver!(cuMemPoolExportPointer(&mut data, ptr)) }?;
         Ok(PointerExportData(data.reserved))
     }
 
@@ -116,9 +115,7 @@ impl MemPool {
         let mut raw = sys::CUmemPoolPtrExportData { reserved: data.0, ..Default::default() };
         let mut ptr = 0;
         // SAFETY: one out-parameter and the export data, both live locals.
-        check("cuMemPoolImportPointer", unsafe {
-            sys::cuMemPoolImportPointer(&mut ptr, self.as_raw(), &mut raw)
-        })?;
+        unsafe { driver!(cuMemPoolImportPointer(&mut ptr, self.as_raw(), &mut raw)) }?;
         let allocation = DeviceAllocation { ptr, size: bytes, token: 0 };
         let allocator = Arc::new(ImportedMemory { context: context.clone(), _pool: self.clone() });
         let adopted = if ptr % std::mem::align_of::<T>() as u64 == 0 {
@@ -174,7 +171,7 @@ unsafe impl Allocator for ImportedMemory {
             stream.wait_for_users(&self.context)?;
         }
         // SAFETY: the caller gives back an import of this allocator, once, ordered on `stream`.
-        check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(allocation.ptr, stream.as_raw()) })
+        unsafe { driver!(cuMemFreeAsync(allocation.ptr, stream.as_raw())) }
     }
 
     fn name(&self) -> &'static str {

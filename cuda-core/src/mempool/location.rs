@@ -7,7 +7,6 @@
 //! these, and share their record of which pool is current where.
 
 use super::MemPool;
-use crate::error::check;
 use crate::{Device, Error, Result};
 use cuda_driver_sys as sys;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -155,9 +154,7 @@ impl MemPool {
         let (mut raw_location, _) = raw_location("MemPool::default_at", location, kind)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the location is an initialized struct the call only reads.
-        check("cuMemGetDefaultMemPool", unsafe {
-            sys::cuMemGetDefaultMemPool(&mut raw, &mut raw_location, kind.as_raw())
-        })?;
+        unsafe { driver!(cuMemGetDefaultMemPool(&mut raw, &mut raw_location, kind.as_raw())) }?;
         Ok(match (location, kind) {
             (PoolLocation::Device(_), PoolKind::Pinned) => MemPool::wrap(raw, false),
             _ => MemPool::wrap_other(raw),
@@ -177,9 +174,7 @@ impl MemPool {
         let slots = lock_current();
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the location is an initialized struct the call only reads.
-        check("cuMemGetMemPool", unsafe {
-            sys::cuMemGetMemPool(&mut raw, &mut raw_location, kind.as_raw())
-        })?;
+        unsafe { driver!(cuMemGetMemPool(&mut raw, &mut raw_location, kind.as_raw())) }?;
         resolve_current(
             "MemPool::current_at",
             &slots,
@@ -202,9 +197,7 @@ impl MemPool {
         let (mut raw_location, key) = raw_location("MemPool::set_current_at", location, kind)?;
         let mut slots = lock_current();
         // SAFETY: the pool is alive, and stays alive while current: the slot below holds it.
-        check("cuMemSetMemPool", unsafe {
-            sys::cuMemSetMemPool(&mut raw_location, kind.as_raw(), pool.as_raw())
-        })?;
+        unsafe { driver!(cuMemSetMemPool(&mut raw_location, kind.as_raw(), pool.as_raw())) }?;
         let previous = replace_current(&mut slots, key, pool);
         drop(slots);
         // The pool that was current may be destroyed here, outside the lock.

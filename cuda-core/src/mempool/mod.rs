@@ -29,7 +29,6 @@ mod location;
 
 pub use location::{PoolKind, PoolLocation};
 
-use crate::error::check;
 use crate::pool::{Allocator, AsyncAllocator};
 use crate::{Context, Device, Error, Result};
 use cuda_driver_sys as sys;
@@ -198,7 +197,7 @@ impl MemPool {
         let raw_props = props.to_raw()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the properties are a valid, initialized struct.
-        check("cuMemPoolCreate", unsafe { sys::cuMemPoolCreate(&mut raw, &raw_props) })?;
+        unsafe { driver!(cuMemPoolCreate(&mut raw, &raw_props)) }?;
         Ok(MemPool::wrap(raw, true))
     }
 
@@ -208,9 +207,7 @@ impl MemPool {
         crate::device::init()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter.
-        check("cuDeviceGetDefaultMemPool", unsafe {
-            sys::cuDeviceGetDefaultMemPool(&mut raw, device.as_raw())
-        })?;
+        unsafe { driver!(cuDeviceGetDefaultMemPool(&mut raw, device.as_raw())) }?;
         Ok(MemPool::wrap(raw, false))
     }
 
@@ -244,7 +241,7 @@ impl MemPool {
         let slots = location::lock_current();
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter.
-        check("cuDeviceGetMemPool", unsafe { sys::cuDeviceGetMemPool(&mut raw, device.as_raw()) })?;
+        unsafe { driver!(cuDeviceGetMemPool(&mut raw, device.as_raw())) }?;
         location::resolve_current(
             "MemPool::current",
             &slots,
@@ -266,7 +263,7 @@ impl MemPool {
         let key = location::SlotKey::device(device)?;
         let mut slots = location::lock_current();
         // SAFETY: the pool is alive, and stays alive while current: the slot below holds it.
-        check("cuDeviceSetMemPool", unsafe { sys::cuDeviceSetMemPool(device.as_raw(), pool.as_raw()) })?;
+        unsafe { driver!(cuDeviceSetMemPool(device.as_raw(), pool.as_raw())) }?;
         let previous = location::replace_current(&mut slots, key, pool);
         drop(slots);
         // The pool that was current may be destroyed here, outside the lock.
@@ -307,34 +304,26 @@ impl MemPool {
     fn get_u64(&self, attr: sys::CUmemPool_attribute) -> Result<u64> {
         let mut v: u64 = 0;
         // SAFETY: these attributes are 64-bit values.
-        check("cuMemPoolGetAttribute", unsafe {
-            sys::cuMemPoolGetAttribute(self.as_raw(), attr, (&mut v as *mut u64).cast())
-        })?;
+        unsafe { driver!(cuMemPoolGetAttribute(self.as_raw(), attr, (&mut v as *mut u64).cast())) }?;
         Ok(v)
     }
 
     fn set_u64(&self, attr: sys::CUmemPool_attribute, mut v: u64) -> Result<()> {
         // SAFETY: these attributes are 64-bit values.
-        check("cuMemPoolSetAttribute", unsafe {
-            sys::cuMemPoolSetAttribute(self.as_raw(), attr, (&mut v as *mut u64).cast())
-        })
+        unsafe { driver!(cuMemPoolSetAttribute(self.as_raw(), attr, (&mut v as *mut u64).cast())) }
     }
 
     fn get_flag(&self, attr: sys::CUmemPool_attribute) -> Result<bool> {
         let mut v: i32 = 0;
         // SAFETY: the reuse attributes are ints.
-        check("cuMemPoolGetAttribute", unsafe {
-            sys::cuMemPoolGetAttribute(self.as_raw(), attr, (&mut v as *mut i32).cast())
-        })?;
+        unsafe { driver!(cuMemPoolGetAttribute(self.as_raw(), attr, (&mut v as *mut i32).cast())) }?;
         Ok(v != 0)
     }
 
     fn set_flag(&self, attr: sys::CUmemPool_attribute, on: bool) -> Result<()> {
         let mut v = i32::from(on);
         // SAFETY: the reuse attributes are ints.
-        check("cuMemPoolSetAttribute", unsafe {
-            sys::cuMemPoolSetAttribute(self.as_raw(), attr, (&mut v as *mut i32).cast())
-        })
+        unsafe { driver!(cuMemPoolSetAttribute(self.as_raw(), attr, (&mut v as *mut i32).cast())) }
     }
 
     /// Bytes the pool keeps reserved when idle instead of releasing them at synchronization
@@ -437,7 +426,7 @@ impl MemPool {
     /// in use ([`cuMemPoolTrimTo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)).
     pub fn trim_to(&self, min_bytes_to_keep: usize) -> Result<()> {
         // SAFETY: the pool is alive.
-        check("cuMemPoolTrimTo", unsafe { sys::cuMemPoolTrimTo(self.as_raw(), min_bytes_to_keep) })
+        unsafe { driver!(cuMemPoolTrimTo(self.as_raw(), min_bytes_to_keep)) }
     }
 
     /// Grants `device` the given access to the pool's memory
@@ -449,7 +438,7 @@ impl MemPool {
             ..Default::default()
         };
         // SAFETY: one descriptor, read by the call.
-        check("cuMemPoolSetAccess", unsafe { sys::cuMemPoolSetAccess(self.as_raw(), &desc, 1) })
+        unsafe { driver!(cuMemPoolSetAccess(self.as_raw(), &desc, 1)) }
     }
 
     /// The access `device` has to the pool's memory
@@ -458,9 +447,7 @@ impl MemPool {
         let mut location = device_location(*device)?;
         let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
         // SAFETY: one out-parameter and one location, both live locals.
-        check("cuMemPoolGetAccess", unsafe {
-            sys::cuMemPoolGetAccess(&mut flags, self.as_raw(), &mut location)
-        })?;
+        unsafe { driver!(cuMemPoolGetAccess(&mut flags, self.as_raw(), &mut location)) }?;
         Access::try_from(flags)
     }
 }

@@ -209,7 +209,7 @@ impl<'m> Function<'m> {
     pub fn module_raw(&self) -> Result<sys::CUmodule> {
         let mut module = std::ptr::null_mut();
         // SAFETY: the function is live while `self` borrows its code; one out-parameter.
-        check("cuFuncGetModule", unsafe { sys::cuFuncGetModule(&mut module, self.raw) })?;
+        unsafe { driver!(cuFuncGetModule(&mut module, self.raw)) }?;
         Ok(module)
     }
 
@@ -253,7 +253,7 @@ impl<'m> Function<'m> {
     /// only those marked settable in [`FunctionAttribute`] are accepted by the driver.
     pub fn set_attribute(&mut self, attribute: FunctionAttribute, value: i32) -> Result<()> {
         // SAFETY: a live function.
-        check("cuFuncSetAttribute", unsafe { sys::cuFuncSetAttribute(self.raw, attribute.as_raw(), value) })
+        unsafe { driver!(cuFuncSetAttribute(self.raw, attribute.as_raw(), value)) }
     }
 
     /// Registers per thread.
@@ -331,7 +331,7 @@ impl<'m> Function<'m> {
     /// ([`cuFuncSetCacheConfig`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
     pub fn set_cache_config(&mut self, config: CacheConfig) -> Result<()> {
         // SAFETY: a live function.
-        check("cuFuncSetCacheConfig", unsafe { sys::cuFuncSetCacheConfig(self.raw, config.as_raw()) })
+        unsafe { driver!(cuFuncSetCacheConfig(self.raw, config.as_raw())) }
     }
 
     /// Sets the shared-memory bank size
@@ -339,9 +339,7 @@ impl<'m> Function<'m> {
     /// deprecated: current devices ignore it).
     pub fn set_shared_memory_config(&mut self, config: SharedMemoryConfig) -> Result<()> {
         // SAFETY: a live function.
-        check("cuFuncSetSharedMemConfig", unsafe {
-            sys::cuFuncSetSharedMemConfig(self.raw, sys::CUsharedconfig(config as u32))
-        })
+        unsafe { driver!(cuFuncSetSharedMemConfig(self.raw, sys::CUsharedconfig(config as u32))) }
     }
 
     /// The function's name as the module has it (mangled for C++)
@@ -349,7 +347,7 @@ impl<'m> Function<'m> {
     pub fn name(&self) -> Result<String> {
         let mut text = std::ptr::null();
         // SAFETY: a live function and one out-parameter; the string lives with the function.
-        check("cuFuncGetName", unsafe { sys::cuFuncGetName(&mut text, self.raw) })?;
+        unsafe { driver!(cuFuncGetName(&mut text, self.raw)) }?;
         Ok(driver_string(text))
     }
 
@@ -370,7 +368,7 @@ impl<'m> Function<'m> {
     /// ([`cuFuncLoad`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
     pub fn load(&self) -> Result<()> {
         // SAFETY: a live function.
-        check("cuFuncLoad", unsafe { sys::cuFuncLoad(self.raw) })
+        unsafe { driver!(cuFuncLoad(self.raw)) }
     }
 
     /// Whether the function is loaded on the device
@@ -378,7 +376,7 @@ impl<'m> Function<'m> {
     pub fn is_loaded(&self) -> Result<bool> {
         let mut state = sys::CUfunctionLoadingState::CU_FUNCTION_LOADING_STATE_UNLOADED;
         // SAFETY: a live function and one out-parameter.
-        check("cuFuncIsLoaded", unsafe { sys::cuFuncIsLoaded(&mut state, self.raw) })?;
+        unsafe { driver!(cuFuncIsLoaded(&mut state, self.raw)) }?;
         Ok(state == sys::CUfunctionLoadingState::CU_FUNCTION_LOADING_STATE_LOADED)
     }
 }

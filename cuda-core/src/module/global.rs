@@ -1,7 +1,7 @@
 //! `__device__` and `__managed__` variables as typed views.
 
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::memory::{DeviceView, DeviceViewMut};
 use crate::track::StreamUses;
 use cuda_driver_sys as sys;
@@ -232,7 +232,7 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
         self.check_len("Global::copy_from_host", data.len())?;
         self.ctx.enter()?;
         // SAFETY: the variable and the slice both hold `size_bytes()` bytes.
-        check("cuMemcpyHtoD", unsafe { sys::cuMemcpyHtoD(self.ptr, data.as_ptr().cast(), self.size_bytes()) })
+        unsafe { driver!(cuMemcpyHtoD(self.ptr, data.as_ptr().cast(), self.size_bytes())) }
     }
 
     /// Reads the variable into `data`
@@ -242,9 +242,7 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
         self.ctx.enter()?;
         // SAFETY: the variable and the slice both hold `size_bytes()` bytes; T is Pod, so any
         // bytes the device holds are a valid T.
-        check("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH(data.as_mut_ptr().cast(), self.ptr, self.size_bytes())
-        })
+        unsafe { driver!(cuMemcpyDtoH(data.as_mut_ptr().cast(), self.ptr, self.size_bytes())) }
     }
 
     /// Reads the variable into a new vector; fails as [`copy_to_host`](Self::copy_to_host)

@@ -152,7 +152,7 @@ impl Library {
         ctx.enter()?;
         let mut module = std::ptr::null_mut();
         // SAFETY: a live library and one out-parameter.
-        check("cuLibraryGetModule", unsafe { sys::cuLibraryGetModule(&mut module, self.raw) })?;
+        unsafe { driver!(cuLibraryGetModule(&mut module, self.raw)) }?;
         Ok(module)
     }
 
@@ -165,9 +165,7 @@ impl Library {
         let name = symbol_name("Library::unified_function", symbol)?;
         let mut address = std::ptr::null_mut();
         // SAFETY: a live library, a NUL-terminated name and one out-parameter.
-        check("cuLibraryGetUnifiedFunction", unsafe {
-            sys::cuLibraryGetUnifiedFunction(&mut address, self.raw, name.as_ptr())
-        })?;
+        unsafe { driver!(cuLibraryGetUnifiedFunction(&mut address, self.raw, name.as_ptr())) }?;
         Ok(address)
     }
 
@@ -204,12 +202,10 @@ impl Library {
     pub fn kernels(&self) -> Result<Vec<Kernel<'_>>> {
         let mut count = 0;
         // SAFETY: a live library, one out-parameter.
-        check("cuLibraryGetKernelCount", unsafe { sys::cuLibraryGetKernelCount(&mut count, self.raw) })?;
+        unsafe { driver!(cuLibraryGetKernelCount(&mut count, self.raw)) }?;
         let mut raw = vec![std::ptr::null_mut(); count as usize];
         // SAFETY: the array holds `count` entries.
-        check("cuLibraryEnumerateKernels", unsafe {
-            sys::cuLibraryEnumerateKernels(raw.as_mut_ptr(), count, self.raw)
-        })?;
+        unsafe { driver!(cuLibraryEnumerateKernels(raw.as_mut_ptr(), count, self.raw)) }?;
         Ok(raw.into_iter().map(Kernel::wrap).collect())
     }
 
@@ -283,7 +279,7 @@ impl Library {
         }
         // SAFETY: this value owns the library and unloads it once (`raw` is null afterwards);
         // nothing borrowed from it outlives it.
-        check("cuLibraryUnload", unsafe { sys::cuLibraryUnload(raw) })
+        unsafe { driver!(cuLibraryUnload(raw)) }
     }
 }
 
@@ -407,7 +403,7 @@ impl<'l> Kernel<'l> {
     pub fn library_raw(&self) -> Result<sys::CUlibrary> {
         let mut library = std::ptr::null_mut();
         // SAFETY: a live kernel and one out-parameter.
-        check("cuKernelGetLibrary", unsafe { sys::cuKernelGetLibrary(&mut library, self.raw) })?;
+        unsafe { driver!(cuKernelGetLibrary(&mut library, self.raw)) }?;
         Ok(library)
     }
 
@@ -447,7 +443,7 @@ impl<'l> Kernel<'l> {
         ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: a live kernel, one out-parameter; `ctx` is current.
-        check("cuKernelGetFunction", unsafe { sys::cuKernelGetFunction(&mut raw, self.raw) })?;
+        unsafe { driver!(cuKernelGetFunction(&mut raw, self.raw)) }?;
         // SAFETY: the function lives as long as the library (`'l`) and the context (`ctx`),
         // and `'a` is no longer than either.
         unsafe { Function::from_raw(raw) }
@@ -458,9 +454,7 @@ impl<'l> Kernel<'l> {
     pub fn attribute(&self, attribute: FunctionAttribute, device: &Device) -> Result<i32> {
         let mut value = 0;
         // SAFETY: a live kernel, one out-parameter.
-        check("cuKernelGetAttribute", unsafe {
-            sys::cuKernelGetAttribute(&mut value, attribute.as_raw(), self.raw, device.as_raw())
-        })?;
+        unsafe { driver!(cuKernelGetAttribute(&mut value, attribute.as_raw(), self.raw, device.as_raw())) }?;
         Ok(value)
     }
 
@@ -468,18 +462,14 @@ impl<'l> Kernel<'l> {
     /// ([`cuKernelSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
     pub fn set_attribute(&self, attribute: FunctionAttribute, value: i32, device: &Device) -> Result<()> {
         // SAFETY: a live kernel.
-        check("cuKernelSetAttribute", unsafe {
-            sys::cuKernelSetAttribute(attribute.as_raw(), value, self.raw, device.as_raw())
-        })
+        unsafe { driver!(cuKernelSetAttribute(attribute.as_raw(), value, self.raw, device.as_raw())) }
     }
 
     /// Sets the preferred cache configuration on `device`
     /// ([`cuKernelSetCacheConfig`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__LIBRARY.html)).
     pub fn set_cache_config(&self, config: CacheConfig, device: &Device) -> Result<()> {
         // SAFETY: a live kernel.
-        check("cuKernelSetCacheConfig", unsafe {
-            sys::cuKernelSetCacheConfig(self.raw, config.as_raw(), device.as_raw())
-        })
+        unsafe { driver!(cuKernelSetCacheConfig(self.raw, config.as_raw(), device.as_raw())) }
     }
 
     /// The kernel's name
@@ -487,7 +477,7 @@ impl<'l> Kernel<'l> {
     pub fn name(&self) -> Result<String> {
         let mut text = std::ptr::null();
         // SAFETY: a live kernel and one out-parameter; the string lives with the library.
-        check("cuKernelGetName", unsafe { sys::cuKernelGetName(&mut text, self.raw) })?;
+        unsafe { driver!(cuKernelGetName(&mut text, self.raw)) }?;
         Ok(driver_string(text))
     }
 

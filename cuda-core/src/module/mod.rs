@@ -240,12 +240,10 @@ impl Module {
     pub fn functions(&self) -> Result<Vec<Function<'_>>> {
         let mut count = 0;
         // SAFETY: live module, one out-parameter.
-        check("cuModuleGetFunctionCount", unsafe { sys::cuModuleGetFunctionCount(&mut count, self.raw) })?;
+        unsafe { driver!(cuModuleGetFunctionCount(&mut count, self.raw)) }?;
         let mut raw = vec![std::ptr::null_mut(); count as usize];
         // SAFETY: the array holds `count` entries.
-        check("cuModuleEnumerateFunctions", unsafe {
-            sys::cuModuleEnumerateFunctions(raw.as_mut_ptr(), count, self.raw)
-        })?;
+        unsafe { driver!(cuModuleEnumerateFunctions(raw.as_mut_ptr(), count, self.raw)) }?;
         // SAFETY: each function belongs to this module, which the results borrow; a count is
         // the one its PTX declares.
         raw.into_iter().map(|f| unsafe { Function::from_raw_counted(f, self.ptx_count_of(f)) }).collect()
@@ -331,7 +329,7 @@ pub fn loading_mode() -> Result<ModuleLoadingMode> {
     crate::device::init()?;
     let mut raw = sys::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING;
     // SAFETY: one out-parameter.
-    check("cuModuleGetLoadingMode", unsafe { sys::cuModuleGetLoadingMode(&mut raw) })?;
+    unsafe { driver!(cuModuleGetLoadingMode(&mut raw)) }?;
     ModuleLoadingMode::try_from(raw)
 }
 

@@ -7,7 +7,6 @@
 //! [`MemoryPool`]: super::MemoryPool
 
 use crate::context::Context;
-use crate::error::check;
 use crate::{Event, Result, Stream};
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -55,14 +54,14 @@ impl<'a> StreamRef<'a> {
         if self.raw.is_null() {
             context.make_current()?;
             // SAFETY: no arguments; `context` is current.
-            check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+            unsafe { driver!(cuCtxSynchronize()) }
         } else {
             if self.is_default() {
                 // The handle names the default stream of the current context.
                 context.make_current()?;
             }
             // SAFETY: the stream is alive for `'a` (the contract of `StreamRef`).
-            check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.raw) })
+            unsafe { driver!(cuStreamSynchronize(self.raw)) }
         }
     }
 
@@ -287,7 +286,7 @@ pub unsafe trait PinnedAllocator: Send + Sync {
     #[track_caller]
     unsafe fn deallocate_after(&self, allocation: PinnedAllocation, copies: Event) -> Result<()> {
         // SAFETY: the event is alive while `copies` is.
-        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(copies.as_raw()) })?;
+        unsafe { driver!(cuEventSynchronize(copies.as_raw())) }?;
         drop(copies);
         // SAFETY: no copy uses the memory any more; the rest is the caller's contract.
         unsafe { self.deallocate(allocation) }

@@ -9,7 +9,6 @@
 use super::allocator::{
     Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
 };
-use crate::error::check;
 use crate::{Context, Result};
 use cuda_driver_sys as sys;
 
@@ -40,7 +39,7 @@ unsafe impl Allocator for DeviceAllocator {
         self.context.enter()?;
         let mut ptr = 0;
         // SAFETY: one out-parameter; the context is current.
-        check("cuMemAlloc", unsafe { sys::cuMemAlloc(&mut ptr, size) })?;
+        unsafe { driver!(cuMemAlloc(&mut ptr, size)) }?;
         Ok(DeviceAllocation { ptr, size, token: 0 })
     }
 
@@ -48,7 +47,7 @@ unsafe impl Allocator for DeviceAllocator {
         // A release: a deferred error pending in the context must not skip the free.
         self.context.make_current()?;
         // SAFETY: the caller gives back an allocation of this allocator, once.
-        check("cuMemFree", unsafe { sys::cuMemFree(allocation.ptr) })
+        unsafe { driver!(cuMemFree(allocation.ptr)) }
     }
 
     fn name(&self) -> &'static str {
@@ -89,7 +88,7 @@ unsafe impl Allocator for ManagedAllocator {
         self.context.enter()?;
         let mut ptr = 0;
         // SAFETY: one out-parameter; the context is current.
-        check("cuMemAllocManaged", unsafe { sys::cuMemAllocManaged(&mut ptr, size, self.attach.bits()) })?;
+        unsafe { driver!(cuMemAllocManaged(&mut ptr, size, self.attach.bits())) }?;
         Ok(DeviceAllocation { ptr, size, token: 0 })
     }
 
@@ -97,7 +96,7 @@ unsafe impl Allocator for ManagedAllocator {
         // A release: a deferred error pending in the context must not skip the free.
         self.context.make_current()?;
         // SAFETY: the caller gives back an allocation of this allocator, once.
-        check("cuMemFree", unsafe { sys::cuMemFree(allocation.ptr) })
+        unsafe { driver!(cuMemFree(allocation.ptr)) }
     }
 
     fn name(&self) -> &'static str {
@@ -153,13 +152,11 @@ unsafe impl Allocator for AsyncAllocator {
         match &self.pool {
             // SAFETY: one out-parameter; the stream belongs to the current context (the
             // caller's contract on `stream`), the pool is alive.
-            Some(p) => check("cuMemAllocFromPoolAsync", unsafe {
-                sys::cuMemAllocFromPoolAsync(&mut ptr, size, p.as_raw(), stream.as_raw())
-            })?,
-            // SAFETY: as above.
-            None => {
-                check("cuMemAllocAsync", unsafe { sys::cuMemAllocAsync(&mut ptr, size, stream.as_raw()) })?
+            Some(p) => {
+                unsafe { driver!(cuMemAllocFromPoolAsync(&mut ptr, size, p.as_raw(), stream.as_raw())) }?
             }
+            // SAFETY: as above.
+            None => unsafe { driver!(cuMemAllocAsync(&mut ptr, size, stream.as_raw())) }?,
         }
         Ok(DeviceAllocation { ptr, size, token: 0 })
     }
@@ -174,7 +171,7 @@ unsafe impl Allocator for AsyncAllocator {
             stream.wait_for_users(&self.context)?;
         }
         // SAFETY: the caller gives back an allocation of this allocator, once, ordered on `stream`.
-        check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(allocation.ptr, stream.as_raw()) })
+        unsafe { driver!(cuMemFreeAsync(allocation.ptr, stream.as_raw())) }
     }
 
     fn name(&self) -> &'static str {
@@ -210,7 +207,7 @@ unsafe impl PinnedAllocator for HostAllocator {
         self.context.enter()?;
         let mut ptr = std::ptr::null_mut();
         // SAFETY: one out-parameter; the context is current.
-        check("cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut ptr, size, self.flags) })?;
+        unsafe { driver!(cuMemHostAlloc(&mut ptr, size, self.flags)) }?;
         Ok(PinnedAllocation { ptr: ptr.cast(), size })
     }
 
@@ -218,7 +215,7 @@ unsafe impl PinnedAllocator for HostAllocator {
         // A release: a deferred error pending in the context must not skip the free.
         self.context.make_current()?;
         // SAFETY: the caller gives back an allocation of this allocator, once, unused by copies.
-        check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(allocation.ptr.cast()) })
+        unsafe { driver!(cuMemFreeHost(allocation.ptr.cast())) }
     }
 
     fn context(&self) -> Option<&Context> {
@@ -285,7 +282,7 @@ unsafe impl StreamEvents for DriverEvents {
         let mut event = std::ptr::null_mut();
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
         // SAFETY: one out-parameter; the context is current.
-        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut event, flags) })?;
+        unsafe { driver!(cuEventCreate(&mut event, flags)) }?;
         Ok(event as u64)
     }
 
@@ -299,7 +296,7 @@ unsafe impl StreamEvents for DriverEvents {
         // SAFETY: the event was created by `create` and is alive until `destroy` (the pools
         // pass only such handles; the type is private); the stream is alive (the caller holds
         // it).
-        check("cuEventRecord", unsafe { sys::cuEventRecord(event as sys::CUevent, stream.as_raw()) })
+        unsafe { driver!(cuEventRecord(event as sys::CUevent, stream.as_raw())) }
     }
 
     fn is_complete(&self, event: u64) -> bool {

@@ -1,7 +1,7 @@
 //! Stream attributes (access-policy window, priority) and capture status.
 
 use super::Stream;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 
 /// How accesses to memory are treated by the L2 cache (`CUaccessProperty`).
@@ -123,14 +123,14 @@ impl Stream {
         // SAFETY: a plain C union; all zeroes is a valid value.
         let mut v: sys::CUstreamAttrValue = unsafe { std::mem::zeroed() };
         // SAFETY: the stream is alive; the union is large enough for any attribute.
-        check("cuStreamGetAttribute", unsafe { sys::cuStreamGetAttribute(self.as_raw(), id, &mut v) })?;
+        unsafe { driver!(cuStreamGetAttribute(self.as_raw(), id, &mut v)) }?;
         Ok(v)
     }
 
     fn set_attribute(&self, id: sys::CUstreamAttrID, v: &sys::CUstreamAttrValue) -> Result<()> {
         self.context().take_deferred()?;
         // SAFETY: the stream is alive; the value is initialised for this attribute.
-        check("cuStreamSetAttribute", unsafe { sys::cuStreamSetAttribute(self.as_raw(), id, v) })
+        unsafe { driver!(cuStreamSetAttribute(self.as_raw(), id, v)) }
     }
 
     /// The stream's L2 access-policy window
@@ -223,9 +223,7 @@ impl Stream {
     /// ([`cuStreamCopyAttributes`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
     pub fn copy_attributes_from(&self, source: &Stream) -> Result<()> {
         // SAFETY: both streams are alive.
-        check("cuStreamCopyAttributes", unsafe {
-            sys::cuStreamCopyAttributes(self.as_raw(), source.as_raw())
-        })
+        unsafe { driver!(cuStreamCopyAttributes(self.as_raw(), source.as_raw())) }
     }
 
     /// Whether the stream is being captured into a graph
@@ -233,7 +231,7 @@ impl Stream {
     pub fn capture_status(&self) -> Result<CaptureStatus> {
         let mut s = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: the stream is alive; one out-parameter.
-        check("cuStreamIsCapturing", unsafe { sys::cuStreamIsCapturing(self.as_raw(), &mut s) })?;
+        unsafe { driver!(cuStreamIsCapturing(self.as_raw(), &mut s)) }?;
         CaptureStatus::try_from(s)
     }
 }

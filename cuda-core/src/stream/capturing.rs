@@ -3,7 +3,7 @@
 //! flight (pinned buffers, the cross-stream rule) must not record it as queued.
 
 use super::Stream;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,8 +47,8 @@ fn capture_id(stream: &Stream) -> Result<Option<u64>> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let mut id = 0;
     // SAFETY: the stream is live; two out-parameters, null for what is not asked.
-    check("cuStreamGetCaptureInfo", unsafe {
-        sys::cuStreamGetCaptureInfo(
+    unsafe {
+        driver!(cuStreamGetCaptureInfo(
             stream.as_raw(),
             &mut status,
             &mut id,
@@ -56,8 +56,8 @@ fn capture_id(stream: &Stream) -> Result<Option<u64>> {
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
-        )
-    })?;
+        ))
+    }?;
     Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
 }
 

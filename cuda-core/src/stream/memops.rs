@@ -2,7 +2,7 @@
 //! batches of such operations.
 
 use super::Stream;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::flags::flags;
 use cuda_driver_sys as sys;
 
@@ -190,9 +190,7 @@ impl Stream {
         flags: StreamWaitValueFlags,
     ) -> Result<()> {
         // SAFETY: the caller guarantees the address.
-        check("cuStreamWaitValue32", unsafe {
-            sys::cuStreamWaitValue32(self.as_raw(), addr, value, flags.bits())
-        })
+        unsafe { driver!(cuStreamWaitValue32(self.as_raw(), addr, value, flags.bits())) }
     }
 
     /// The 64-bit form of [`Stream::wait_value_32`]
@@ -208,9 +206,7 @@ impl Stream {
         flags: StreamWaitValueFlags,
     ) -> Result<()> {
         // SAFETY: the caller guarantees the address.
-        check("cuStreamWaitValue64", unsafe {
-            sys::cuStreamWaitValue64(self.as_raw(), addr, value, flags.bits())
-        })
+        unsafe { driver!(cuStreamWaitValue64(self.as_raw(), addr, value, flags.bits())) }
     }
 
     /// Writes a 32-bit value to `addr` in stream order
@@ -227,9 +223,7 @@ impl Stream {
         flags: StreamWriteValueFlags,
     ) -> Result<()> {
         // SAFETY: the caller guarantees the address.
-        check("cuStreamWriteValue32", unsafe {
-            sys::cuStreamWriteValue32(self.as_raw(), addr, value, flags.bits())
-        })
+        unsafe { driver!(cuStreamWriteValue32(self.as_raw(), addr, value, flags.bits())) }
     }
 
     /// The 64-bit form of [`Stream::write_value_32`]
@@ -245,9 +239,7 @@ impl Stream {
         flags: StreamWriteValueFlags,
     ) -> Result<()> {
         // SAFETY: the caller guarantees the address.
-        check("cuStreamWriteValue64", unsafe {
-            sys::cuStreamWriteValue64(self.as_raw(), addr, value, flags.bits())
-        })
+        unsafe { driver!(cuStreamWriteValue64(self.as_raw(), addr, value, flags.bits())) }
     }
 
     /// Queues a batch of memory operations in one call; at most [`MAX_BATCH_MEM_OPS`]
@@ -277,8 +269,6 @@ impl Stream {
         // The length was checked against MAX_BATCH_MEM_OPS above.
         let count = ops.len() as u32;
         // SAFETY: the caller guarantees the addresses; `count` initialised operations.
-        check("cuStreamBatchMemOp", unsafe {
-            sys::cuStreamBatchMemOp(self.as_raw(), count, raw.as_mut_ptr(), 0)
-        })
+        unsafe { driver!(cuStreamBatchMemOp(self.as_raw(), count, raw.as_mut_ptr(), 0)) }
     }
 }

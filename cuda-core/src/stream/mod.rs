@@ -93,7 +93,7 @@ impl Stream {
         ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the context is current.
-        check("cuStreamCreate", unsafe { sys::cuStreamCreate(&mut raw, flags.bits()) })?;
+        unsafe { driver!(cuStreamCreate(&mut raw, flags.bits())) }?;
         Ok(Stream::wrap(ctx, raw, true))
     }
 
@@ -104,9 +104,7 @@ impl Stream {
         ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the context is current.
-        check("cuStreamCreateWithPriority", unsafe {
-            sys::cuStreamCreateWithPriority(&mut raw, flags.bits(), priority)
-        })?;
+        unsafe { driver!(cuStreamCreateWithPriority(&mut raw, flags.bits(), priority)) }?;
         Ok(Stream::wrap(ctx, raw, true))
     }
 
@@ -265,7 +263,7 @@ impl Stream {
         ctx.take_deferred()?;
         self.bind_if_default()?;
         // SAFETY: the stream is alive while `self` is.
-        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.inner.raw) })?;
+        unsafe { driver!(cuStreamSynchronize(self.inner.raw)) }?;
         ctx.take_deferred()
     }
 
@@ -279,11 +277,11 @@ impl Stream {
         if self.is_other_threads() {
             self.inner.ctx.make_current()?;
             // SAFETY: the context is current.
-            return check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() });
+            return unsafe { driver!(cuCtxSynchronize()) };
         }
         self.bind_if_default()?;
         // SAFETY: the stream is alive while `self` is.
-        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.inner.raw) })
+        unsafe { driver!(cuStreamSynchronize(self.inner.raw)) }
     }
 
     /// Whether all work queued on the stream is done, without blocking
@@ -304,7 +302,7 @@ impl Stream {
     pub fn flags(&self) -> Result<StreamFlags> {
         let mut f = 0;
         // SAFETY: the stream is alive; one out-parameter.
-        check("cuStreamGetFlags", unsafe { sys::cuStreamGetFlags(self.inner.raw, &mut f) })?;
+        unsafe { driver!(cuStreamGetFlags(self.inner.raw, &mut f)) }?;
         Ok(StreamFlags::from_bits_retain(f))
     }
 
@@ -313,7 +311,7 @@ impl Stream {
     pub fn priority(&self) -> Result<i32> {
         let mut p = 0;
         // SAFETY: the stream is alive; one out-parameter.
-        check("cuStreamGetPriority", unsafe { sys::cuStreamGetPriority(self.inner.raw, &mut p) })?;
+        unsafe { driver!(cuStreamGetPriority(self.inner.raw, &mut p)) }?;
         Ok(p)
     }
 
@@ -322,7 +320,7 @@ impl Stream {
     pub fn id(&self) -> Result<u64> {
         let mut id = 0;
         // SAFETY: the stream is alive; one out-parameter.
-        check("cuStreamGetId", unsafe { sys::cuStreamGetId(self.inner.raw, &mut id) })?;
+        unsafe { driver!(cuStreamGetId(self.inner.raw, &mut id)) }?;
         Ok(id)
     }
 
@@ -335,7 +333,7 @@ impl Stream {
         self.bind_if_default()?;
         let mut raw = 0;
         // SAFETY: the stream is alive; one out-parameter.
-        check("cuStreamGetDevice", unsafe { sys::cuStreamGetDevice(self.inner.raw, &mut raw) })?;
+        unsafe { driver!(cuStreamGetDevice(self.inner.raw, &mut raw)) }?;
         Ok(Device::from_raw(raw))
     }
 
@@ -350,7 +348,7 @@ impl Stream {
         self.bind_if_default()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the stream is alive; one out-parameter.
-        check("cuStreamGetCtx", unsafe { sys::cuStreamGetCtx(self.inner.raw, &mut raw) })?;
+        unsafe { driver!(cuStreamGetCtx(self.inner.raw, &mut raw)) }?;
         Ok(raw)
     }
 }

@@ -4,7 +4,7 @@
 //! Built where the bindings come from CUDA 13.1 headers or newer.
 
 use super::Stream;
-use crate::error::{Result, check};
+use crate::error::Result;
 use cuda_driver_sys as sys;
 
 /// The streaming multiprocessors available to a stream (`CUdevSmResource`).
@@ -27,13 +27,13 @@ impl Stream {
         self.bind_if_default()?;
         let mut raw = sys::CUdevResource::default();
         // SAFETY: a live stream and one out-parameter of the type the call fills.
-        check("cuStreamGetDevResource", unsafe {
-            sys::cuStreamGetDevResource(
+        unsafe {
+            driver!(cuStreamGetDevResource(
                 self.as_raw(),
                 &mut raw,
                 sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
-            )
-        })?;
+            ))
+        }?;
         // SAFETY: the driver filled the SM member, the one asked for.
         let sm = unsafe { raw.__bindgen_anon_1.sm };
         Ok(SmResource {

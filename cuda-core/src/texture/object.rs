@@ -50,7 +50,7 @@ impl<'a> TextureObject<'a> {
         let mut raw = 0;
         // SAFETY: valid descriptors (the view may be null); the resource is alive and held by
         // the object; the context is current.
-        check("cuTexObjectCreate", unsafe { sys::cuTexObjectCreate(&mut raw, &res, &tex, view_ptr) })?;
+        unsafe { driver!(cuTexObjectCreate(&mut raw, &res, &tex, view_ptr)) }?;
         Ok(TextureObject { raw, resource })
     }
 
@@ -70,7 +70,7 @@ impl<'a> TextureObject<'a> {
         self.resource.context().enter()?;
         let mut raw = sys::CUDA_RESOURCE_DESC::default();
         // SAFETY: the object is alive; one out-parameter.
-        check("cuTexObjectGetResourceDesc", unsafe { sys::cuTexObjectGetResourceDesc(&mut raw, self.raw) })?;
+        unsafe { driver!(cuTexObjectGetResourceDesc(&mut raw, self.raw)) }?;
         ResourceDescriptor::from_raw(&raw)
     }
 
@@ -81,7 +81,7 @@ impl<'a> TextureObject<'a> {
         self.resource.context().enter()?;
         let mut raw = sys::CUDA_TEXTURE_DESC::default();
         // SAFETY: the object is alive; one out-parameter.
-        check("cuTexObjectGetTextureDesc", unsafe { sys::cuTexObjectGetTextureDesc(&mut raw, self.raw) })?;
+        unsafe { driver!(cuTexObjectGetTextureDesc(&mut raw, self.raw)) }?;
         TextureDescriptor::from_raw(&raw)
     }
 
@@ -143,7 +143,7 @@ impl SurfaceObject {
         let res = resource.descriptor().as_raw();
         let mut raw = 0;
         // SAFETY: a valid array descriptor; the array is alive and held by the object.
-        check("cuSurfObjectCreate", unsafe { sys::cuSurfObjectCreate(&mut raw, &res) })?;
+        unsafe { driver!(cuSurfObjectCreate(&mut raw, &res)) }?;
         Ok(SurfaceObject { raw, resource })
     }
 
@@ -168,9 +168,7 @@ impl SurfaceObject {
         self.resource.context().enter()?;
         let mut raw = sys::CUDA_RESOURCE_DESC::default();
         // SAFETY: the object is alive; one out-parameter.
-        check("cuSurfObjectGetResourceDesc", unsafe {
-            sys::cuSurfObjectGetResourceDesc(&mut raw, self.raw)
-        })?;
+        unsafe { driver!(cuSurfObjectGetResourceDesc(&mut raw, self.raw)) }?;
         ResourceDescriptor::from_raw(&raw)
     }
 }

@@ -3,7 +3,7 @@
 
 use super::format::{ChannelFormat, Texel, texel_size};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::memory::{Array, ArrayDescriptor, DeviceView, MipmappedArray, PitchedBuffer, Track};
 use crate::stream::Stream;
 use cuda_driver_sys as sys;
@@ -241,14 +241,14 @@ impl<'a> Resource<'a> {
         check_alignment(OP, "address", view.as_raw(), alignment, "texture alignment")?;
         let mut max = 0usize;
         // SAFETY: one out-parameter; a device ordinal the context was made on.
-        check("cuDeviceGetTexture1DLinearMaxWidth", unsafe {
-            sys::cuDeviceGetTexture1DLinearMaxWidth(
+        unsafe {
+            driver!(cuDeviceGetTexture1DLinearMaxWidth(
                 &mut max,
                 format.channel_type().as_raw(),
                 format.channels(),
                 device.as_raw(),
-            )
-        })?;
+            ))
+        }?;
         if view.is_empty() || view.len() > max {
             return Err(Error::invalid(
                 OP,

@@ -2,10 +2,9 @@
 //! host waits for them before it touches or frees the memory; and the launches of executable
 //! graphs that copies captured on it went into, tracked the same way.
 
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// What the copies still in flight do to the host memory.
@@ -58,9 +57,7 @@ impl Uses {
                 // A default-stream handle names the stream of the current context.
                 stream.bind_if_default()?;
                 // SAFETY: the event is live (held here) and the stream is alive.
-                check("cuStreamWaitEvent", unsafe {
-                    sys::cuStreamWaitEvent(stream.as_raw(), event.as_raw(), 0)
-                })?;
+                unsafe { driver!(cuStreamWaitEvent(stream.as_raw(), event.as_raw(), 0)) }?;
             }
         }
         // The event the work will be recorded on must be of the stream's context, and is kept
@@ -81,7 +78,7 @@ impl Uses {
         }
         if let Some(event) = &self.event {
             // SAFETY: the event is alive while held here.
-            check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.as_raw()) })?;
+            unsafe { driver!(cuEventSynchronize(event.as_raw())) }?;
         }
         self.pending = Pending::None;
         Ok(())
@@ -127,7 +124,7 @@ fn record(event: &Event, stream: &Stream) -> Result<()> {
     // A default-stream handle names the stream of the current context.
     stream.bind_if_default()?;
     // SAFETY: the event and the stream are alive and of the same context.
-    check("cuEventRecord", unsafe { sys::cuEventRecord(event.as_raw(), stream.as_raw()) })
+    unsafe { driver!(cuEventRecord(event.as_raw(), stream.as_raw())) }
 }
 
 /// Waits until the host may read (`write == false`) or write the memory tracked by `uses`,
@@ -306,7 +303,7 @@ impl HostUses {
         };
         if queued.is_err() {
             // SAFETY: the event is alive while `p` holds it.
-            check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event) })?;
+            unsafe { driver!(cuEventSynchronize(event)) }?;
         }
         p.pending = Pending::None;
         Ok(())

@@ -9,7 +9,7 @@
 //! ([`StreamUses::synchronize_for_release`]).
 
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::stream::{Stream, capture_of, other_threads_stream};
 use cuda_driver_sys as sys;
 use std::sync::{Mutex, PoisonError};
@@ -265,18 +265,16 @@ pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<()> {
             return Err(captured_first_use());
         }
         // SAFETY: one out-parameter; the stream's context is current.
-        check("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0)
-        })?;
+        unsafe { driver!(cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0)) }?;
         // SAFETY: the event (of this context) and the stream are alive.
-        check("cuEventRecord", unsafe { sys::cuEventRecord(event, earlier.as_raw()) })
+        unsafe { driver!(cuEventRecord(event, earlier.as_raw())) }
     })?;
     // SAFETY: both are alive; a stream may wait for an event of another context.
-    let waited = later.bind_if_default().and_then(|()| {
-        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(later.as_raw(), event, 0) })
-    });
+    let waited = later
+        .bind_if_default()
+        .and_then(|()| unsafe { driver!(cuStreamWaitEvent(later.as_raw(), event, 0)) });
     // SAFETY: created above, destroyed once; the driver keeps what the queued wait needs.
-    let destroyed = check("cuEventDestroy", unsafe { sys::cuEventDestroy(event) });
+    let destroyed = unsafe { driver!(cuEventDestroy(event)) };
     waited.and(destroyed)
 }
 
@@ -297,7 +295,7 @@ fn raw_capturing(stream: &Stream) -> Result<bool> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: the stream is alive while `stream` is, and its context is current; one
     // out-parameter.
-    check("cuStreamIsCapturing", unsafe { sys::cuStreamIsCapturing(stream.as_raw(), &mut status) })?;
+    unsafe { driver!(cuStreamIsCapturing(stream.as_raw(), &mut status)) }?;
     Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
@@ -316,25 +314,23 @@ pub(crate) fn order_after(own: &Stream, others: &[Stream]) -> Result<()> {
         other.context().make_current()?;
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: the stream is alive while `other` is; one out-parameter.
-        check("cuStreamIsCapturing", unsafe { sys::cuStreamIsCapturing(other.as_raw(), &mut status) })?;
+        unsafe { driver!(cuStreamIsCapturing(other.as_raw(), &mut status)) }?;
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Err(captured_release());
         }
         let mut event = std::ptr::null_mut();
         // SAFETY: one out-parameter; the stream's context is current.
-        check("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0)
-        })?;
+        unsafe { driver!(cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0)) }?;
         // SAFETY: both handles are alive; the event is destroyed once the wait is queued (the
         // driver keeps what the wait needs).
-        let recorded = check("cuEventRecord", unsafe { sys::cuEventRecord(event, other.as_raw()) })
+        let recorded = unsafe { driver!(cuEventRecord(event, other.as_raw())) }
             .and_then(|()| own.bind_if_default())
             .and_then(|()| {
                 // SAFETY: as above.
-                check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(own.as_raw(), event, 0) })
+                unsafe { driver!(cuStreamWaitEvent(own.as_raw(), event, 0)) }
             });
         // SAFETY: created above, destroyed once.
-        let destroyed = check("cuEventDestroy", unsafe { sys::cuEventDestroy(event) });
+        let destroyed = unsafe { driver!(cuEventDestroy(event)) };
         recorded.and(destroyed)?;
     }
     Ok(())

@@ -4,7 +4,7 @@
 use super::physical::PhysicalMemory;
 use super::range::AddressRange;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::memory::{DeviceView, DeviceViewMut, MemLocation};
 use crate::mempool::Access;
 use crate::stream::Stream;
@@ -118,7 +118,7 @@ impl AddressRange {
         let ptr = self.as_raw() + offset as u64;
         // SAFETY: the addresses are inside this reservation (checked above); the reservation and
         // the physical allocation stay alive while the mapping, which holds them, is.
-        check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, 0, physical.as_raw(), 0) })?;
+        unsafe { driver!(cuMemMap(ptr, size, 0, physical.as_raw(), 0)) }?;
         Ok(Mapping::new(ptr, size, self.clone(), physical.clone()))
     }
 }
@@ -214,9 +214,7 @@ impl Mapping {
         self.range.context().enter()?;
         // SAFETY: `AccessGrant` is a transparent `CUmemAccessDesc`, so the slice is an array of
         // `grants.len()` of them; the addresses are mapped while `self` lives.
-        check("cuMemSetAccess", unsafe {
-            sys::cuMemSetAccess(self.ptr, self.size, grants.as_ptr().cast(), grants.len())
-        })
+        unsafe { driver!(cuMemSetAccess(self.ptr, self.size, grants.as_ptr().cast(), grants.len())) }
     }
 
     /// The access `location` has to the mapped memory
@@ -229,7 +227,7 @@ impl Mapping {
         let raw_location = location.as_raw();
         let mut flags = 0u64;
         // SAFETY: one out-parameter and one location, both live locals.
-        check("cuMemGetAccess", unsafe { sys::cuMemGetAccess(&mut flags, &raw_location, self.ptr) })?;
+        unsafe { driver!(cuMemGetAccess(&mut flags, &raw_location, self.ptr)) }?;
         let flags = u32::try_from(flags).map_err(|_| {
             Error::invalid("Mapping::access", format!("the driver reported unknown access flags {flags:#x}"))
         })?;

@@ -6,7 +6,7 @@ use super::physical::PhysicalMemory;
 use super::properties::{Granularity, HandleTypes};
 use crate::context::Context;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::sync::{Mutex, PoisonError};
 
@@ -43,9 +43,7 @@ impl MulticastProperties {
             }
         };
         // SAFETY: one out-parameter and the properties, live locals.
-        check("cuMulticastGetGranularity", unsafe {
-            sys::cuMulticastGetGranularity(&mut granularity, &raw, option)
-        })?;
+        unsafe { driver!(cuMulticastGetGranularity(&mut granularity, &raw, option)) }?;
         Ok(granularity)
     }
 }
@@ -81,7 +79,7 @@ impl MulticastObject {
         context.enter()?;
         let (props, mut raw) = (properties.to_raw(), 0);
         // SAFETY: one out-parameter and the properties, live locals.
-        check("cuMulticastCreate", unsafe { sys::cuMulticastCreate(&mut raw, &props) })?;
+        unsafe { driver!(cuMulticastCreate(&mut raw, &props)) }?;
         Ok(MulticastObject { raw, context: context.clone(), properties, bound: Mutex::new(Vec::new()) })
     }
 
@@ -102,7 +100,7 @@ impl MulticastObject {
     pub fn add_device(&self, device: Device) -> Result<()> {
         self.context.enter()?;
         // SAFETY: the handle is this object's, alive while it is.
-        check("cuMulticastAddDevice", unsafe { sys::cuMulticastAddDevice(self.raw, device.as_raw()) })
+        unsafe { driver!(cuMulticastAddDevice(self.raw, device.as_raw())) }
     }
 
     fn check_range(&self, operation: &'static str, offset: usize, size: usize) -> Result<()> {
@@ -147,9 +145,7 @@ impl MulticastObject {
         let mut bound = self.bound.lock().unwrap_or_else(PoisonError::into_inner);
         // SAFETY: both handles are alive (the object's, and `memory`, which is kept below for as
         // long as it is bound); the ranges are checked.
-        check("cuMulticastBindMem", unsafe {
-            sys::cuMulticastBindMem(self.raw, offset, memory.as_raw(), memory_offset, size, 0)
-        })?;
+        unsafe { driver!(cuMulticastBindMem(self.raw, offset, memory.as_raw(), memory_offset, size, 0)) }?;
         bound.push(memory.clone());
         Ok(())
     }
@@ -167,7 +163,7 @@ impl MulticastObject {
         self.check_range("MulticastObject::bind_address", offset, size)?;
         self.context.enter()?;
         // SAFETY: the handle is alive; the caller keeps the range mapped while bound.
-        check("cuMulticastBindAddr", unsafe { sys::cuMulticastBindAddr(self.raw, offset, address, size, 0) })
+        unsafe { driver!(cuMulticastBindAddr(self.raw, offset, address, size, 0)) }
     }
 
     /// Unbinds what `device` bound at `offset`, `size` bytes
@@ -179,7 +175,7 @@ impl MulticastObject {
         self.check_range("MulticastObject::unbind", offset, size)?;
         self.context.enter()?;
         // SAFETY: the handle is alive; the memory unbound stays kept until the release.
-        check("cuMulticastUnbind", unsafe { sys::cuMulticastUnbind(self.raw, device.as_raw(), offset, size) })
+        unsafe { driver!(cuMulticastUnbind(self.raw, device.as_raw(), offset, size)) }
     }
 }
 

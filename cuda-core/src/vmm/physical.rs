@@ -3,7 +3,7 @@
 
 use super::properties::{AllocationProperties, Granularity, HandleTypes};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,9 +53,7 @@ fn query_properties(handle: sys::CUmemGenericAllocationHandle) -> Result<Allocat
     // SAFETY: a C struct of integers and a pointer, for which all zeroes is valid.
     let mut raw: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
     // SAFETY: one out-parameter; the caller's handle is alive.
-    check("cuMemGetAllocationPropertiesFromHandle", unsafe {
-        sys::cuMemGetAllocationPropertiesFromHandle(&mut raw, handle)
-    })?;
+    unsafe { driver!(cuMemGetAllocationPropertiesFromHandle(&mut raw, handle)) }?;
     AllocationProperties::from_raw(&raw)
 }
 
@@ -90,7 +88,7 @@ impl PhysicalMemory {
         let raw_props = props.to_raw();
         let mut raw = 0;
         // SAFETY: one out-parameter and a valid, initialized property struct; flags must be 0.
-        check("cuMemCreate", unsafe { sys::cuMemCreate(&mut raw, size, &raw_props, 0) })?;
+        unsafe { driver!(cuMemCreate(&mut raw, size, &raw_props, 0)) }?;
         Ok(PhysicalMemory::wrap(context, raw, size, props.handle_types, granularity))
     }
 
@@ -191,9 +189,7 @@ impl PhysicalMemory {
         let mut raw = 0;
         // SAFETY: one out-parameter; the driver checks that the address is mapped (the
         // address is only used as a number).
-        check("cuMemRetainAllocationHandle", unsafe {
-            sys::cuMemRetainAllocationHandle(&mut raw, address as usize as *mut std::ffi::c_void)
-        })?;
+        unsafe { driver!(cuMemRetainAllocationHandle(&mut raw, address as usize as *mut std::ffi::c_void)) }?;
         match crate::memory::address_range(address) {
             Ok((_, size)) => PhysicalMemory::adopt(context, raw, size),
             Err(e) => {
@@ -249,13 +245,13 @@ impl PhysicalMemory {
         let mut raw = 0;
         // SAFETY: for the POSIX handle type the handle is the descriptor itself, cast to a
         // pointer; the driver does not take ownership of it.
-        check("cuMemImportFromShareableHandle", unsafe {
-            sys::cuMemImportFromShareableHandle(
+        unsafe {
+            driver!(cuMemImportFromShareableHandle(
                 &mut raw,
                 fd.as_raw_fd() as usize as *mut std::ffi::c_void,
                 sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-            )
-        })?;
+            ))
+        }?;
         PhysicalMemory::adopt(context, raw, size)
     }
 
@@ -284,13 +280,13 @@ impl PhysicalMemory {
         let mut raw = 0;
         // SAFETY: for the fabric handle type the handle is a pointer to the 64-byte struct,
         // which lives across the call.
-        check("cuMemImportFromShareableHandle", unsafe {
-            sys::cuMemImportFromShareableHandle(
+        unsafe {
+            driver!(cuMemImportFromShareableHandle(
                 &mut raw,
                 (&mut data as *mut sys::CUmemFabricHandle).cast(),
                 sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_FABRIC,
-            )
-        })?;
+            ))
+        }?;
         PhysicalMemory::adopt(context, raw, size)
     }
 
@@ -325,14 +321,14 @@ impl PhysicalMemory {
         self.inner.context.enter()?;
         let mut fd: std::ffi::c_int = -1;
         // SAFETY: for the POSIX handle type the driver writes an int through the pointer.
-        check("cuMemExportToShareableHandle", unsafe {
-            sys::cuMemExportToShareableHandle(
+        unsafe {
+            driver!(cuMemExportToShareableHandle(
                 (&mut fd as *mut std::ffi::c_int).cast(),
                 self.inner.raw,
                 sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                 0,
-            )
-        })?;
+            ))
+        }?;
         if fd < 0 {
             return Err(Error::invalid("PhysicalMemory::export_fd", "the driver returned no descriptor"));
         }
@@ -349,14 +345,14 @@ impl PhysicalMemory {
         self.inner.context.enter()?;
         let mut data = sys::CUmemFabricHandle { data: [0; 64], ..Default::default() };
         // SAFETY: for the fabric handle type the driver writes the 64-byte struct.
-        check("cuMemExportToShareableHandle", unsafe {
-            sys::cuMemExportToShareableHandle(
+        unsafe {
+            driver!(cuMemExportToShareableHandle(
                 (&mut data as *mut sys::CUmemFabricHandle).cast(),
                 self.inner.raw,
                 sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_FABRIC,
                 0,
-            )
-        })?;
+            ))
+        }?;
         Ok(FabricHandle(data.data))
     }
 

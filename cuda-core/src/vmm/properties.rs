@@ -3,7 +3,7 @@
 //! ([`VmmSupport`]).
 
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::flags::flags;
 use crate::memory::MemLocation;
 use cuda_driver_sys as sys;
@@ -180,9 +180,7 @@ impl AllocationProperties {
         let raw = self.to_raw();
         let mut granularity = 0;
         // SAFETY: one out-parameter and a valid, initialized property struct.
-        check("cuMemGetAllocationGranularity", unsafe {
-            sys::cuMemGetAllocationGranularity(&mut granularity, &raw, which.as_raw())
-        })?;
+        unsafe { driver!(cuMemGetAllocationGranularity(&mut granularity, &raw, which.as_raw())) }?;
         checked_granularity(granularity)
     }
 }

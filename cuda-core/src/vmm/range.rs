@@ -2,7 +2,7 @@
 //! mapped.
 
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::sync::Arc;
 
@@ -99,9 +99,7 @@ impl AddressRange {
         context.enter()?;
         let mut ptr = 0;
         // SAFETY: one out-parameter; flags must be 0.
-        check("cuMemAddressReserve", unsafe {
-            sys::cuMemAddressReserve(&mut ptr, size, alignment, address, 0)
-        })?;
+        unsafe { driver!(cuMemAddressReserve(&mut ptr, size, alignment, address, 0)) }?;
         Ok(AddressRange { inner: Arc::new(Reservation { ptr, size, context: context.clone() }) })
     }
 

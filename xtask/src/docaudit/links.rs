@@ -53,12 +53,27 @@ pub(super) fn links_docs(doc: &str, library: Library) -> bool {
     doc.contains(NVIDIA_DOCS) || (library == Library::Nvtx && doc.contains(NVTX_DOCS))
 }
 
-/// Every `<sys crate>::<C function>` path in `tokens`, macro arguments included.
+/// Every `<sys crate>::<C function>` path in `tokens`, macro arguments included, and every
+/// driver call made through `cuda-core`'s `driver!(cuName(..))`.
 pub(super) fn c_calls(tokens: TokenStream, out: &mut BTreeSet<String>) {
     let trees: Vec<TokenTree> = tokens.into_iter().collect();
     for (i, tree) in trees.iter().enumerate() {
         match tree {
             TokenTree::Group(g) => c_calls(g.stream(), out),
+            TokenTree::Ident(m) if m == "driver" => {
+                let called = match (trees.get(i + 1), trees.get(i + 2)) {
+                    (Some(TokenTree::Punct(bang)), Some(TokenTree::Group(args))) if bang.as_char() == '!' => {
+                        args.stream().into_iter().next()
+                    }
+                    _ => None,
+                };
+                if let Some(TokenTree::Ident(name)) = called {
+                    let name = name.to_string();
+                    if library_of(&name) == Some(Library::Driver) {
+                        out.insert(name);
+                    }
+                }
+            }
             TokenTree::Ident(base) if SYS_PATHS.iter().any(|p| base == p) => {
                 let path_sep = matches!(
                     (trees.get(i + 1), trees.get(i + 2)),
@@ -103,13 +118,14 @@ mod tests {
         let tokens: TokenStream = "check(\"x\", unsafe { sys::cuMemAlloc(&mut p, n) }); \
             let s = sys::CUresult::CUDA_SUCCESS; rt::cudaMalloc(p, n); nccl::ncclAllReduce(); \
             rt::cudaMemcpy(d, s, n, rt::cudaMemcpyKind::cudaMemcpyDefault); \
-            other::cuNotSys(); sys::per_thread_default_stream();"
+            other::cuNotSys(); sys::per_thread_default_stream(); \
+            unsafe { driver!(cuMemFree(p)) }; driver!(not_a_call);"
             .parse()
             .unwrap_or_default();
         c_calls(tokens, &mut calls);
         assert_eq!(
             calls.into_iter().collect::<Vec<_>>(),
-            ["cuMemAlloc", "cudaMalloc", "cudaMemcpy", "ncclAllReduce"]
+            ["cuMemAlloc", "cuMemFree", "cudaMalloc", "cudaMemcpy", "ncclAllReduce"]
         );
         assert_eq!(library_of("cudaMalloc"), Some(Library::Runtime));
         assert_eq!(library_of("cuMemAlloc"), Some(Library::Driver));

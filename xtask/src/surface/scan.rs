@@ -11,7 +11,8 @@
 //!    A module declared with a `#[path]` attribute, or under a compound condition such as
 //!    `#[cfg(any(test, ..))]`, counts as ordinary code.
 //! 3. What is left is searched for a path into the driver crate: `sys::cuName`,
-//!    `driver_sys::cuName` or `cuda_driver_sys::cuName`, where the name starts with `cu` and an
+//!    `driver_sys::cuName` or `cuda_driver_sys::cuName`, or a call through the crate's
+//!    `driver!` macro, `driver!(cuName(..))`, where the name starts with `cu` and an
 //!    upper-case letter (types are `CU..`, constants `CU_..`). A use need not be a call: a
 //!    function passed by name counts too. Names brought in by `use cuda_driver_sys::{cuName}`
 //!    and called bare are not seen; `cuda-core` does not import functions that way.
@@ -133,7 +134,9 @@ impl UsePattern {
     pub fn new() -> Result<Self, String> {
         let re = |s: &str| Regex::new(s).map_err(|e| e.to_string());
         Ok(UsePattern {
-            path: re(r"(?:\bcuda_driver_sys|\bdriver_sys|\bsys)\s*::\s*(cu[A-Z][A-Za-z0-9_]*)")?,
+            path: re(
+                r"(?:(?:\bcuda_driver_sys|\bdriver_sys|\bsys)\s*::|\bdriver!\s*\()\s*(cu[A-Z][A-Za-z0-9_]*)",
+            )?,
             cfg_test: re(r"#\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")?,
             inner_cfg_test: re(r"#\s*!\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")?,
             module_declaration: re(r"^(?:pub(?:\s*\([^)]*\))?\s+)?mod\s+(\w+)\s*;")?,
@@ -366,6 +369,7 @@ pub fn alloc(n: usize) -> Result<u64, Error> {
     let f: fn() = cuda_driver_sys::cuCtxSynchronize;
     unsafe { sys::cuGraphAddNode_v12030(out, graph) };
     let _ = |x: &'static str| driver_sys::cuStreamQuery(s);
+    unsafe { driver!(cuMacroCall(s)) }?;
     let _type: sys::CUdeviceptr = 0;
     Ok(p)
 }
@@ -394,7 +398,14 @@ fn after() { unsafe { sys::cuAfterTests() } }
         let found: Vec<&str> = source.uses.iter().map(String::as_str).collect();
         assert_eq!(
             found,
-            ["cuAfterTests", "cuCtxSynchronize", "cuGraphAddNode_v12030", "cuMemAlloc", "cuStreamQuery"]
+            [
+                "cuAfterTests",
+                "cuCtxSynchronize",
+                "cuGraphAddNode_v12030",
+                "cuMacroCall",
+                "cuMemAlloc",
+                "cuStreamQuery"
+            ]
         );
         assert_eq!(source.test_modules, ["property"]);
         assert!(!source.whole_file_is_test);

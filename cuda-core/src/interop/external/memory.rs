@@ -241,9 +241,7 @@ impl ExternalMemory {
         self.inner.context.enter()?;
         let mut ptr = 0;
         // SAFETY: one out-parameter; the object is alive and the range lies inside it.
-        check("cuExternalMemoryGetMappedBuffer", unsafe {
-            sys::cuExternalMemoryGetMappedBuffer(&mut ptr, self.inner.raw, &desc)
-        })?;
+        unsafe { driver!(cuExternalMemoryGetMappedBuffer(&mut ptr, self.inner.raw, &desc)) }?;
         let mapper = Arc::new(MappedRange { memory: self.inner.clone() });
         let allocation = DeviceAllocation { ptr, size: bytes, token: ptr };
         let shared: Arc<dyn Allocator> = mapper.clone();
@@ -293,9 +291,7 @@ impl ExternalMemory {
         self.inner.context.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the object is alive and the descriptor filled.
-        check("cuExternalMemoryGetMappedMipmappedArray", unsafe {
-            sys::cuExternalMemoryGetMappedMipmappedArray(&mut raw, self.inner.raw, &desc)
-        })?;
+        unsafe { driver!(cuExternalMemoryGetMappedMipmappedArray(&mut raw, self.inner.raw, &desc)) }?;
         Ok(MipmappedArray::adopt(raw, &self.inner.context, levels, self.inner.clone()))
     }
 
@@ -339,7 +335,7 @@ unsafe impl Allocator for MappedRange {
         let freed = context.make_current().and_then(|()| stream.wait_for_users(context)).and_then(|()| {
             // SAFETY: the token is the address `cuExternalMemoryGetMappedBuffer` returned,
             // freed once, after the work that used it.
-            check("cuMemFree", unsafe { sys::cuMemFree(allocation.token) })
+            unsafe { driver!(cuMemFree(allocation.token)) }
         });
         if freed.is_err() {
             // The mapping may still be mapped and in use: the object must not be destroyed

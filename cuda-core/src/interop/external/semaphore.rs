@@ -519,9 +519,9 @@ fn enqueue_signals(
     let count = params.len().min(handles.len()) as u32;
     // SAFETY: two arrays of at least `count` elements (checked batches hold fewer than 2^32);
     // the semaphores and the stream are alive.
-    check("cuSignalExternalSemaphoresAsync", unsafe {
-        sys::cuSignalExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw())
-    })
+    unsafe {
+        driver!(cuSignalExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw()))
+    }
 }
 
 /// Makes the work enqueued on `stream` from now on wait for every semaphore of `waits`, in one
@@ -549,9 +549,9 @@ fn enqueue_waits(
     stream.bind_if_default()?;
     let count = params.len().min(handles.len()) as u32;
     // SAFETY: as in `enqueue_signals`.
-    check("cuWaitExternalSemaphoresAsync", unsafe {
-        sys::cuWaitExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw())
-    })
+    unsafe {
+        driver!(cuWaitExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw()))
+    }
 }
 
 /// The arrays a batched signal or wait (on a stream or in a graph node) passes to the driver.

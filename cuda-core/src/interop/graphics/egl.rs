@@ -213,9 +213,7 @@ fn mapped_egl_frame<'a>(
     // SAFETY: a plain C struct; all zeroes is a valid value.
     let mut raw: sys::CUeglFrame = unsafe { std::mem::zeroed() };
     // SAFETY: one out-parameter; the caller's resource is mapped or acquired.
-    check("cuGraphicsResourceGetMappedEglFrame", unsafe {
-        sys::cuGraphicsResourceGetMappedEglFrame(&mut raw, resource, index, mip_level)
-    })?;
+    unsafe { driver!(cuGraphicsResourceGetMappedEglFrame(&mut raw, resource, index, mip_level)) }?;
     Ok(EglFrame { raw, context: Some(context), queued })
 }
 
@@ -342,9 +340,7 @@ impl EglStreamConsumer {
         let mut conn = std::ptr::null_mut();
         match location {
             // SAFETY: one out-parameter; the caller vouches for the stream.
-            None => check("cuEGLStreamConsumerConnect", unsafe {
-                sys::cuEGLStreamConsumerConnect(&mut conn, stream)
-            })?,
+            None => unsafe { driver!(cuEGLStreamConsumerConnect(&mut conn, stream)) }?,
             Some(location) => {
                 let flags = match location {
                     EglResourceLocation::SystemMemory => {
@@ -355,9 +351,7 @@ impl EglStreamConsumer {
                     }
                 };
                 // SAFETY: as above.
-                check("cuEGLStreamConsumerConnectWithFlags", unsafe {
-                    sys::cuEGLStreamConsumerConnectWithFlags(&mut conn, stream, flags.0)
-                })?
+                unsafe { driver!(cuEGLStreamConsumerConnectWithFlags(&mut conn, stream, flags.0)) }?
             }
         }
         Ok(EglStreamConsumer { conn, context: context.clone() })
@@ -376,14 +370,14 @@ impl EglStreamConsumer {
         let mut resource = std::ptr::null_mut();
         let mut raw_stream = stream_handle(stream);
         // SAFETY: out-parameters and a live connection.
-        check("cuEGLStreamConsumerAcquireFrame", unsafe {
-            sys::cuEGLStreamConsumerAcquireFrame(
+        unsafe {
+            driver!(cuEGLStreamConsumerAcquireFrame(
                 &mut self.conn,
                 &mut resource,
                 &mut raw_stream,
                 timeout_ms(timeout),
-            )
-        })?;
+            ))
+        }?;
         Ok(AcquiredFrame { consumer: self, resource, stream: stream.cloned(), released: false })
     }
 }
@@ -480,9 +474,7 @@ impl EglStreamProducer {
         context.enter()?;
         let mut conn = std::ptr::null_mut();
         // SAFETY: one out-parameter; the caller vouches for the stream.
-        check("cuEGLStreamProducerConnect", unsafe {
-            sys::cuEGLStreamProducerConnect(&mut conn, stream, w, h)
-        })?;
+        unsafe { driver!(cuEGLStreamProducerConnect(&mut conn, stream, w, h)) }?;
         Ok(EglStreamProducer { conn, context: context.clone() })
     }
 
@@ -497,9 +489,7 @@ impl EglStreamProducer {
         self.context.enter()?;
         let mut raw_stream = stream_handle(stream);
         // SAFETY: a live connection; the caller keeps the planes.
-        check("cuEGLStreamProducerPresentFrame", unsafe {
-            sys::cuEGLStreamProducerPresentFrame(&mut self.conn, frame.raw, &mut raw_stream)
-        })
+        unsafe { driver!(cuEGLStreamProducerPresentFrame(&mut self.conn, frame.raw, &mut raw_stream)) }
     }
 
     /// Takes back a frame the consumer has released, ordered on `stream`; its planes are the
@@ -513,9 +503,7 @@ impl EglStreamProducer {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut raw: sys::CUeglFrame = unsafe { std::mem::zeroed() };
         // SAFETY: one out-parameter and a live connection.
-        check("cuEGLStreamProducerReturnFrame", unsafe {
-            sys::cuEGLStreamProducerReturnFrame(&mut self.conn, &mut raw, &mut raw_stream)
-        })?;
+        unsafe { driver!(cuEGLStreamProducerReturnFrame(&mut self.conn, &mut raw, &mut raw_stream)) }?;
         Ok(EglFrame { raw, context: None, queued: None })
     }
 }
@@ -547,9 +535,7 @@ pub unsafe fn event_from_egl_sync(context: &Context, sync: *mut c_void, flags: E
     let mut raw = std::ptr::null_mut();
     let flags = flags & EventFlags::BLOCKING_SYNC;
     // SAFETY: one out-parameter; the caller vouches for the sync object.
-    check("cuEventCreateFromEGLSync", unsafe {
-        sys::cuEventCreateFromEGLSync(&mut raw, sync, flags.bits())
-    })?;
+    unsafe { driver!(cuEventCreateFromEGLSync(&mut raw, sync, flags.bits())) }?;
     // SAFETY: created above in `context` with `flags`, owned by nothing else.
     Ok(unsafe { Event::from_raw(context, raw, flags) })
 }

@@ -3,7 +3,7 @@
 use super::{GraphicsResource, RegisterFlags};
 use crate::context::Context;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 
 /// The kind of OpenGL image registered by [`GraphicsResource::gl_image`] (its GL target).
@@ -107,9 +107,7 @@ pub fn gl_devices(list: GlDeviceList) -> Result<Vec<Device>> {
     let mut found = 0u32;
     let room = u32::try_from(devices.len()).unwrap_or(u32::MAX);
     // SAFETY: `devices` has room for `room` handles; one count out-parameter.
-    check("cuGLGetDevices", unsafe {
-        sys::cuGLGetDevices(&mut found, devices.as_mut_ptr(), room, raw_list)
-    })?;
+    unsafe { driver!(cuGLGetDevices(&mut found, devices.as_mut_ptr(), room, raw_list)) }?;
     devices.truncate(found as usize);
     Ok(devices.into_iter().map(Device::from_raw).collect())
 }

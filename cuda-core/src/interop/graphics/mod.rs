@@ -208,9 +208,7 @@ impl GraphicsResource {
     pub fn set_map_flags(&mut self, flags: MapFlags) -> Result<()> {
         self.context.enter()?;
         // SAFETY: the resource is registered and not mapped (mapping borrows it).
-        check("cuGraphicsResourceSetMapFlags", unsafe {
-            sys::cuGraphicsResourceSetMapFlags(self.raw, flags.as_raw())
-        })?;
+        unsafe { driver!(cuGraphicsResourceSetMapFlags(self.raw, flags.as_raw())) }?;
         self.map_flags = flags;
         Ok(())
     }
@@ -269,9 +267,7 @@ pub fn map_all<'a>(
     let count = u32::try_from(raw.len()).map_err(|_| Error::invalid(OP, "too many resources"))?;
     stream.context().enter()?;
     // SAFETY: `count` live resources, exclusively borrowed, and a live stream.
-    check("cuGraphicsMapResources", unsafe {
-        sys::cuGraphicsMapResources(count, raw.as_mut_ptr(), stream.as_raw())
-    })?;
+    unsafe { driver!(cuGraphicsMapResources(count, raw.as_mut_ptr(), stream.as_raw())) }?;
     Ok(Mapped {
         raw,
         writable,
@@ -351,9 +347,7 @@ impl Mapped<'_> {
         self.stream.context().enter()?;
         let (mut ptr, mut size) = (0, 0);
         // SAFETY: two out-parameters; the resource is mapped while `self` lives.
-        check("cuGraphicsResourceGetMappedPointer", unsafe {
-            sys::cuGraphicsResourceGetMappedPointer(&mut ptr, &mut size, resource)
-        })?;
+        unsafe { driver!(cuGraphicsResourceGetMappedPointer(&mut ptr, &mut size, resource)) }?;
         Ok((ptr, size))
     }
 
@@ -399,9 +393,7 @@ impl Mapped<'_> {
         self.stream.context().enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the resource is mapped while `self` lives.
-        check("cuGraphicsSubResourceGetMappedArray", unsafe {
-            sys::cuGraphicsSubResourceGetMappedArray(&mut raw, resource, array_index, mip_level)
-        })?;
+        unsafe { driver!(cuGraphicsSubResourceGetMappedArray(&mut raw, resource, array_index, mip_level)) }?;
         self.arrays_lent.store(true, Ordering::Relaxed);
         Ok(Array::borrowed(raw, self.stream.context()))
     }
@@ -464,9 +456,7 @@ impl Mapped<'_> {
         self.stream.context().enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the resource is mapped while `self` lives.
-        check("cuGraphicsResourceGetMappedMipmappedArray", unsafe {
-            sys::cuGraphicsResourceGetMappedMipmappedArray(&mut raw, resource)
-        })?;
+        unsafe { driver!(cuGraphicsResourceGetMappedMipmappedArray(&mut raw, resource)) }?;
         self.arrays_lent.store(true, Ordering::Relaxed);
         Ok(MipmappedArray::borrowed(raw, self.stream.context(), levels))
     }
@@ -507,7 +497,7 @@ impl Mapped<'_> {
             return Ok(());
         }
         // SAFETY: no arguments; the guard's context is current (the callers make it so).
-        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+        unsafe { driver!(cuCtxSynchronize()) }
     }
 
     fn unmap_raw(&mut self) -> sys::CUresult {

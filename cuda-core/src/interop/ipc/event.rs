@@ -2,7 +2,7 @@
 
 use super::{handle_bytes, handle_chars, strip_magic};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
 use cuda_driver_sys as sys;
 
@@ -32,7 +32,7 @@ impl IpcEventHandle {
         event.context().enter()?;
         let mut raw = sys::CUipcEventHandle { reserved: [0; 64], ..Default::default() };
         // SAFETY: one out-parameter; the event is alive.
-        check("cuIpcGetEventHandle", unsafe { sys::cuIpcGetEventHandle(&mut raw, event.as_raw()) })?;
+        unsafe { driver!(cuIpcGetEventHandle(&mut raw, event.as_raw())) }?;
         Ok(IpcEventHandle(handle_bytes(&raw.reserved)))
     }
 
@@ -45,7 +45,7 @@ impl IpcEventHandle {
         let raw = sys::CUipcEventHandle { reserved: handle_chars(&self.0), ..Default::default() };
         let mut event = std::ptr::null_mut();
         // SAFETY: one out-parameter; the driver validates the handle.
-        check("cuIpcOpenEventHandle", unsafe { sys::cuIpcOpenEventHandle(&mut event, raw) })?;
+        unsafe { driver!(cuIpcOpenEventHandle(&mut event, raw)) }?;
         // SAFETY: the opened event is new, of `context`, and owned by the returned value.
         Ok(unsafe { Event::from_raw(context, event, EventFlags::INTERPROCESS | EventFlags::DISABLE_TIMING) })
     }

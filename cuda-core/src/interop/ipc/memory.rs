@@ -3,7 +3,7 @@
 
 use super::{handle_bytes, handle_chars, strip_magic};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::memory::{DeviceView, address_range, checked_bytes};
 use crate::pool::{Allocator, DeviceAllocation, StreamRef};
 use crate::{DeviceBuffer, Stream};
@@ -40,7 +40,7 @@ impl IpcMemHandle {
         let (base, _) = address_range(view.as_raw())?;
         let mut raw = sys::CUipcMemHandle { reserved: [0; 64], ..Default::default() };
         // SAFETY: one out-parameter; the driver checks that `base` starts an allocation.
-        check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(&mut raw, base) })?;
+        unsafe { driver!(cuIpcGetMemHandle(&mut raw, base)) }?;
         Ok(IpcMemHandle {
             handle: handle_bytes(&raw.reserved),
             offset: view.as_raw() - base,
@@ -149,7 +149,7 @@ impl IpcMemHandle {
         let raw = sys::CUipcMemHandle { reserved: handle_chars(&self.handle), ..Default::default() };
         let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS.0;
         // SAFETY: one out-parameter; the driver validates the handle.
-        check("cuIpcOpenMemHandle", unsafe { sys::cuIpcOpenMemHandle(&mut base, raw, flags) })?;
+        unsafe { driver!(cuIpcOpenMemHandle(&mut base, raw, flags)) }?;
         let allocator = Arc::new(OpenedMemory { context: context.clone() });
         let ptr = base.wrapping_add(self.offset);
         let allocation = DeviceAllocation { ptr, size: bytes, token: base };
@@ -214,7 +214,7 @@ unsafe impl Allocator for OpenedMemory {
         // Closing is not stream-ordered: wait for the work that may use the memory.
         stream.wait_for_users(&self.context)?;
         // SAFETY: the token is the base address `cuIpcOpenMemHandle` returned, closed once.
-        check("cuIpcCloseMemHandle", unsafe { sys::cuIpcCloseMemHandle(allocation.token) })
+        unsafe { driver!(cuIpcCloseMemHandle(allocation.token)) }
     }
 
     fn name(&self) -> &'static str {

@@ -4,7 +4,7 @@
 use super::checks::{self, Layout};
 use super::{Im2colWideMode, Interleave, L2Promotion, OobFill, Swizzle, TensorDataType, TensorMap};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::memory::{DeviceView, Track};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
@@ -188,8 +188,8 @@ impl<'a> TensorMapBuilder<'a> {
         self.ctx.enter()?;
         // SAFETY: every array holds at least `rank` (strides: `rank - 1`) values; `raw` is a
         // descriptor aligned as the driver needs; the memory is the view the builder borrows.
-        check("cuTensorMapEncodeTiled", unsafe {
-            sys::cuTensorMapEncodeTiled(
+        unsafe {
+            driver!(cuTensorMapEncodeTiled(
                 &mut raw,
                 self.data_type.as_raw(),
                 rank as u32,
@@ -202,8 +202,8 @@ impl<'a> TensorMapBuilder<'a> {
                 self.swizzle.as_raw(),
                 self.l2_promotion.as_raw(),
                 self.oob_fill.as_raw(),
-            )
-        })?;
+            ))
+        }?;
         Ok(TensorMap::from_encoded(raw, footprint, alignment, self.track))
     }
 
@@ -232,8 +232,8 @@ impl<'a> TensorMapBuilder<'a> {
         let mut raw = sys::CUtensorMap::default();
         self.ctx.enter()?;
         // SAFETY: as in `tiled`; the corners hold `rank - 2` values each.
-        check("cuTensorMapEncodeIm2col", unsafe {
-            sys::cuTensorMapEncodeIm2col(
+        unsafe {
+            driver!(cuTensorMapEncodeIm2col(
                 &mut raw,
                 self.data_type.as_raw(),
                 rank as u32,
@@ -249,8 +249,8 @@ impl<'a> TensorMapBuilder<'a> {
                 self.swizzle.as_raw(),
                 self.l2_promotion.as_raw(),
                 self.oob_fill.as_raw(),
-            )
-        })?;
+            ))
+        }?;
         Ok(TensorMap::from_encoded(raw, footprint, alignment, self.track))
     }
 
@@ -290,8 +290,8 @@ impl<'a> TensorMapBuilder<'a> {
         let mut raw = sys::CUtensorMap::default();
         self.ctx.enter()?;
         // SAFETY: as in `tiled`.
-        check("cuTensorMapEncodeIm2colWide", unsafe {
-            sys::cuTensorMapEncodeIm2colWide(
+        unsafe {
+            driver!(cuTensorMapEncodeIm2colWide(
                 &mut raw,
                 self.data_type.as_raw(),
                 rank as u32,
@@ -308,8 +308,8 @@ impl<'a> TensorMapBuilder<'a> {
                 self.swizzle.as_raw(),
                 self.l2_promotion.as_raw(),
                 self.oob_fill.as_raw(),
-            )
-        })?;
+            ))
+        }?;
         Ok(TensorMap::from_encoded(raw, footprint, alignment, self.track))
     }
 }

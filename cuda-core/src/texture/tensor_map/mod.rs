@@ -15,7 +15,7 @@ mod tests;
 pub use builder::TensorMapBuilder;
 
 use super::raw_enum;
-use crate::error::{Result, check};
+use crate::error::Result;
 use crate::launch::KernelArg;
 use crate::memory::{DeviceView, Track};
 use crate::stream::Stream;
@@ -234,9 +234,7 @@ impl<'a> TensorMap<'a> {
         };
         // SAFETY: the map is a valid encoded descriptor, aligned as its type says; the address
         // is checked above.
-        check("cuTensorMapReplaceAddress", unsafe {
-            sys::cuTensorMapReplaceAddress(&mut map.raw, view.as_raw() as *mut c_void)
-        })?;
+        unsafe { driver!(cuTensorMapReplaceAddress(&mut map.raw, view.as_raw() as *mut c_void)) }?;
         Ok(map)
     }
 

@@ -5,7 +5,7 @@
 use super::super::physical::PhysicalMemory;
 use super::SparseRegion;
 use super::tiles::{Binding, Handle, Tiles, UNMAPPED};
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::stream::Stream;
 use cuda_driver_sys as sys;
 use std::sync::PoisonError;
@@ -28,7 +28,7 @@ impl Tiles {
         stream.bind_if_default()?;
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: the stream is alive while `stream` is; one out-parameter.
-        check("cuStreamIsCapturing", unsafe { sys::cuStreamIsCapturing(stream.as_raw(), &mut status) })?;
+        unsafe { driver!(cuStreamIsCapturing(stream.as_raw(), &mut status)) }?;
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Err(Error::invalid(
                 operation,
@@ -162,7 +162,7 @@ impl Tiles {
         info.offset = offset as u64;
         // SAFETY: one initialized entry naming a live array and a live tile pool; the region and
         // the pool's bytes were checked above; the pool is held below for as long as it is mapped.
-        check("cuMemMapArrayAsync", unsafe { sys::cuMemMapArrayAsync(&mut info, 1, stream.as_raw()) })?;
+        unsafe { driver!(cuMemMapArrayAsync(&mut info, 1, stream.as_raw())) }?;
         let slot = match self
             .bindings
             .iter()
@@ -211,13 +211,13 @@ impl Tiles {
             // Work queued through the array on any stream may still read the tiles: the unmap is
             // ordered after all of it. Nothing can queue more while `self` is borrowed mutably.
             // SAFETY: no arguments; the array's context is current (prepare).
-            check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
+            unsafe { driver!(cuCtxSynchronize()) }?;
             queued.store(false, Ordering::Release);
         }
         let mut info = self.info(operation, handle, region, false)?;
         // SAFETY: one initialized entry naming a live array and a region checked above; the
         // memory of the unmapped tiles is kept until the unmap has been waited for.
-        check("cuMemMapArrayAsync", unsafe { sys::cuMemMapArrayAsync(&mut info, 1, stream.as_raw()) })?;
+        unsafe { driver!(cuMemMapArrayAsync(&mut info, 1, stream.as_raw())) }?;
         let mut released = Vec::new();
         let (state, mapped) = match (&mut self.tail, cover.tail) {
             (Some(t), true) => (&mut t.state, &mut t.mapped),
