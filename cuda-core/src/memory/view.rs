@@ -96,8 +96,9 @@ pub(crate) fn range_of(
         Bound::Unbounded => len,
     };
     if start > end || end > len {
-        return Err(Error::invalid(
+        return Err(Error::refused(
             operation,
+            crate::error::Reason::OutOfBounds,
             format!("range {start}..{end} is out of bounds of a view of {len} elements"),
         ));
     }
@@ -298,8 +299,9 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
     /// [`Error::InvalidArgument`].
     pub fn split_at_mut(&mut self, mid: usize) -> Result<(DeviceViewMut<'_, T>, DeviceViewMut<'_, T>)> {
         if mid > self.len {
-            return Err(Error::invalid(
+            return Err(Error::refused(
                 "split_at_mut",
+                crate::error::Reason::OutOfBounds,
                 format!("split point {mid} is past the end of a view of {} elements", self.len),
             ));
         }

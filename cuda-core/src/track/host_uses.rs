@@ -369,8 +369,9 @@ impl HostUses {
     ) -> Result<()> {
         if let Some(capture) = crate::stream::capture_of(stream)? {
             if !self.capturable {
-                return Err(Error::invalid(
+                return Err(Error::refused(
                     "PinnedChunk copy",
+                    crate::error::Reason::DuringCapture,
                     "a copy of a chunk of a pinned buffer cannot be captured into a graph (the graph \
                      would outlive the chunk); capture a copy of a whole PinnedBuffer instead",
                 ));

@@ -430,8 +430,9 @@ impl ExternalSemaphore {
     #[inline]
     fn check_context(&self, operation: &'static str, context: &Context) -> Result<()> {
         if self.context != *context {
-            return Err(Error::invalid(
+            return Err(Error::refused(
                 operation,
+                crate::error::Reason::WrongContext,
                 format!("semaphore {:p} belongs to another context", self.raw),
             ));
         }
