@@ -183,6 +183,12 @@ pub fn device_zero() -> Result<(cuda_core::Device, cuda_core::Context, cuda_core
     Ok((device, ctx, stream))
 }
 
+/// Holds `stream` back for `ms` milliseconds (a host function that sleeps): the work queued
+/// after this runs late, which is how the soundness tests make a missing order visible.
+pub fn hold(stream: &cuda_core::Stream, ms: u64) -> Result<(), cuda_core::Error> {
+    stream.launch_host_func(move || std::thread::sleep(std::time::Duration::from_millis(ms)))
+}
+
 /// Fails unless no drop kept an error in `ctx` (see `Context::take_deferred_errors`).
 pub fn no_deferred(ctx: &cuda_core::Context) -> TestResult {
     let deferred = ctx.take_deferred_errors();

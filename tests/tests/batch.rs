@@ -11,8 +11,7 @@ use cuda_core::memory::{
     Array, ArrayDescriptor, ArrayFlags, ManagedBuffer, MemAttach, MemLocation, PitchedBuffer,
 };
 use cuda_core::{Context, ContextFlags, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
-use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, no_deferred};
-use std::time::Duration;
+use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, hold, no_deferred};
 
 fn main() {
     cuda_tests::run(&[
@@ -90,11 +89,6 @@ fn managed_batch_support() -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Holds `stream` back for `ms` milliseconds: the work queued after this runs late.
-fn hold(stream: &Stream, ms: u64) -> Result<(), Error> {
-    stream.launch_host_func(move || std::thread::sleep(Duration::from_millis(ms)))
 }
 
 fn invalid<T: std::fmt::Debug>(r: Result<T, Error>, what: &str) -> TestResult {

@@ -8,8 +8,7 @@
 //! dropped buffer's late zeroing landed on the new owner's write.
 
 use cuda_core::{Context, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
-use cuda_tests::{Test, TestResult, device_zero, ensure_eq, gpu, no_deferred};
-use std::time::Duration;
+use cuda_tests::{Test, TestResult, device_zero, ensure_eq, gpu, hold, no_deferred};
 
 /// The tests of this module.
 pub const TESTS: &[Test] = &[
@@ -20,11 +19,6 @@ pub const TESTS: &[Test] = &[
 
 /// Elements of the buffers: 16 MiB of `u32`.
 const N: usize = 1 << 22;
-
-/// Holds `stream` back for `ms` milliseconds: the work queued after this runs late.
-fn hold(stream: &Stream, ms: u64) -> Result<(), Error> {
-    stream.launch_host_func(move || std::thread::sleep(Duration::from_millis(ms)))
-}
 
 fn two_streams(ctx: &Context) -> Result<(Stream, Stream), Error> {
     Ok((Stream::new(ctx, StreamFlags::NON_BLOCKING)?, Stream::new(ctx, StreamFlags::NON_BLOCKING)?))

@@ -14,7 +14,7 @@ use cuda_core::{
 };
 use cuda_driver_sys as sys;
 use cuda_tests::{
-    Failed, Test, TestResult, device_zero, drv, ensure, ensure_eq, gpu, multi_gpu, no_deferred,
+    Failed, Test, TestResult, device_zero, drv, ensure, ensure_eq, gpu, hold, multi_gpu, no_deferred,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,11 +33,6 @@ pub const TESTS: &[Test] = &[
 
 /// Elements of the buffers: 64 MiB of `u32`, so that a late copy is plainly visible.
 const N: usize = 1 << 24;
-
-/// Holds `stream` back for `ms` milliseconds: the work queued after this runs late.
-fn hold(stream: &Stream, ms: u64) -> Result<(), Error> {
-    stream.launch_host_func(move || std::thread::sleep(Duration::from_millis(ms)))
-}
 
 /// Counts the elements of `seen` that are not `expected`.
 fn wrong(seen: &[u32], expected: u32) -> usize {

@@ -21,7 +21,7 @@ use cuda_core::{
     Reason, Stream, StreamFlags,
 };
 use cuda_tests::{
-    Test, TestResult, device_zero, ensure, ensure_eq, gpu, multi_gpu, no_deferred, still_usable,
+    Test, TestResult, device_zero, ensure, ensure_eq, gpu, hold, multi_gpu, no_deferred, still_usable,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,11 +48,6 @@ pub const TESTS: &[Test] = &[
 
 /// Elements of the buffers: 64 MiB of `u32`, so that a late copy is plainly visible.
 const N: usize = 1 << 24;
-
-/// Holds `stream` back for `ms` milliseconds: the work queued after this runs late.
-fn hold(stream: &Stream, ms: u64) -> Result<(), Error> {
-    stream.launch_host_func(move || std::thread::sleep(Duration::from_millis(ms)))
-}
 
 /// The pool hands a dropped block straight back on its stream (what makes a late write land in
 /// the next buffer); returns that block's address.
