@@ -10,6 +10,7 @@
 
 use crate::checker::{Checker, Range, Site, Stamp};
 use crate::clock::VectorClock;
+use crate::kernels::{BUILTINS, Launch};
 use crate::memory::Memory;
 use crate::rng::Rng;
 use std::cell::Cell;
@@ -49,6 +50,8 @@ pub enum Work {
         /// Its argument.
         data: usize,
     },
+    /// Runs a built-in kernel.
+    Kernel(Launch),
     /// Nothing: an event record or wait, or a stream-ordered free.
     Mark,
 }
@@ -101,6 +104,10 @@ pub struct Sim {
     next_handle: u64,
     /// Functions looked up that the simulator does not implement.
     pub unsupported: Vec<String>,
+    /// Loaded modules and the function handle of each of their kernels.
+    modules: HashMap<u64, Vec<u64>>,
+    /// Function handles: the built-in kernel each stands for.
+    functions: HashMap<u64, usize>,
 }
 
 /// What a host synchronization waits for.
@@ -125,6 +132,8 @@ impl Sim {
             rng: Rng::new(seed),
             next_handle: 0x5_0000,
             unsupported: Vec::new(),
+            modules: HashMap::new(),
+            functions: HashMap::new(),
         };
         let agent = sim.checker.new_agent("the legacy default stream".into(), false);
         sim.streams.insert(LEGACY, StreamState { agent, last: None, blocking: true });
@@ -246,6 +255,18 @@ impl Sim {
             self.record(stamp, r, true, &site);
         }
         Some((id, stamp))
+    }
+
+    /// Queues `work` on stream `handle` with its accesses; `false` for an unknown stream.
+    pub fn submit(
+        &mut self,
+        handle: u64,
+        work: Work,
+        call: &'static str,
+        reads: &[Range],
+        writes: &[Range],
+    ) -> bool {
+        self.enqueue(handle, work, None, call, reads, writes).is_some()
     }
 
     fn record(&mut self, stamp: Stamp, range: Range, write: bool, site: &Site) {
@@ -399,8 +420,54 @@ impl Sim {
                     unsafe { std::ptr::copy(from, to, bytes as usize) };
                 }
             }
+            Work::Kernel(launch) => launch.run(&mut self.memory),
             Work::Host { .. } | Work::Mark => {}
         }
+    }
+
+    /// Loads a module of the built-in kernels `kernels` (indices in [`BUILTINS`]).
+    pub fn load_module(&mut self, kernels: &[usize]) -> u64 {
+        let module = self.new_handle();
+        let functions = kernels
+            .iter()
+            .map(|&k| {
+                let f = self.new_handle();
+                self.functions.insert(f, k);
+                f
+            })
+            .collect();
+        self.modules.insert(module, functions);
+        module
+    }
+
+    /// Unloads a module; its functions are gone with it.
+    pub fn unload_module(&mut self, module: u64) -> bool {
+        let Some(functions) = self.modules.remove(&module) else { return false };
+        functions.iter().for_each(|f| {
+            self.functions.remove(f);
+        });
+        true
+    }
+
+    /// The function of `module` named `name`.
+    pub fn function(&self, module: u64, name: &[u8]) -> Option<Option<u64>> {
+        let functions = self.modules.get(&module)?;
+        Some(
+            functions
+                .iter()
+                .copied()
+                .find(|f| self.functions.get(f).is_some_and(|&k| BUILTINS[k].name.to_bytes() == name)),
+        )
+    }
+
+    /// The function handles of `module`.
+    pub fn module_functions(&self, module: u64) -> Option<Vec<u64>> {
+        self.modules.get(&module).cloned()
+    }
+
+    /// The built-in kernel a function handle stands for.
+    pub fn kernel_of(&self, function: u64) -> Option<usize> {
+        self.functions.get(&function).copied()
     }
 
     /// Whether anything is queued and not run.

@@ -352,7 +352,7 @@ fn copy(call: &'static str, dst: u64, src: u64, bytes: usize, stream: Handle) ->
     let bytes = bytes as u64;
     let work = Work::Copy { dst, src, bytes };
     let (r, w) = ([Range::new(src, bytes)], [Range::new(dst, bytes)]);
-    handle(with_sim(|s| s.enqueue(stream as u64, work, None, call, &r, &w).is_some()))
+    handle(with_sim(|s| s.submit(stream as u64, work, call, &r, &w)))
 }
 
 unsafe extern "C" fn cuMemcpyHtoDAsync(dst: u64, src: *const c_void, bytes: usize, stream: Handle) -> c_int {
@@ -372,7 +372,7 @@ fn memset(call: &'static str, dst: u64, value: u32, width: u8, count: usize, str
     let count = count as u64;
     let work = Work::Memset { dst, count, width, value };
     let w = [Range::new(dst, count.saturating_mul(u64::from(width)))];
-    handle(with_sim(|s| s.enqueue(stream as u64, work, None, call, &[], &w).is_some()))
+    handle(with_sim(|s| s.submit(stream as u64, work, call, &[], &w)))
 }
 
 unsafe extern "C" fn cuMemsetD8Async(dst: u64, value: u8, n: usize, stream: Handle) -> c_int {
@@ -390,7 +390,180 @@ unsafe extern "C" fn cuMemsetD32Async(dst: u64, value: u32, n: usize, stream: Ha
 unsafe extern "C" fn cuLaunchHostFunc(stream: Handle, f: Option<HostFn>, data: *mut c_void) -> c_int {
     let Some(f) = f else { return INVALID_VALUE };
     let work = Work::Host { f, data: data as usize };
-    handle(with_sim(|s| s.enqueue(stream as u64, work, None, "cuLaunchHostFunc", &[], &[]).is_some()))
+    handle(with_sim(|s| s.submit(stream as u64, work, "cuLaunchHostFunc", &[], &[])))
+}
+
+/// `CUDA_ERROR_INVALID_PTX`: an image that names a kernel the simulator does not have.
+const INVALID_PTX: c_int = 218;
+
+/// Loads an image (see [`kernels`](crate::kernels)): text naming built-in kernels.
+unsafe fn load_image(module: *mut Handle, image: *const c_void) -> c_int {
+    if image.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: the caller passes NUL-terminated text (a binary image is refused below, at
+    // its first NUL byte or as text that names no built-in kernel).
+    let text = unsafe { std::ffi::CStr::from_ptr(image.cast()) }.to_bytes();
+    let Some(kernels) = crate::kernels::parse_image(text) else { return INVALID_PTX };
+    let h = with_sim(|s| s.load_module(&kernels));
+    status(put(module, h as Handle))
+}
+
+unsafe extern "C" fn cuModuleLoadData(module: *mut Handle, image: *const c_void) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { load_image(module, image) }
+}
+
+/// Options are accepted and ignored; the log sizes are left as given (the logs stay empty).
+unsafe extern "C" fn cuModuleLoadDataEx(
+    module: *mut Handle,
+    image: *const c_void,
+    _count: c_uint,
+    _options: *mut c_int,
+    _values: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { load_image(module, image) }
+}
+
+unsafe extern "C" fn cuModuleUnload(module: Handle) -> c_int {
+    handle(with_sim(|s| s.unload_module(module as u64)))
+}
+
+unsafe extern "C" fn cuModuleGetFunction(f: *mut Handle, module: Handle, name: *const c_char) -> c_int {
+    if name.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: the caller passes a NUL-terminated name.
+    let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+    match with_sim(|s| s.function(module as u64, name)) {
+        None => INVALID_HANDLE,
+        Some(None) => crate::NOT_FOUND,
+        Some(Some(h)) => status(put(f, h as Handle)),
+    }
+}
+
+unsafe extern "C" fn cuModuleGetFunctionCount(count: *mut c_uint, module: Handle) -> c_int {
+    match with_sim(|s| s.module_functions(module as u64)) {
+        Some(fs) => status(put(count, fs.len() as c_uint)),
+        None => INVALID_HANDLE,
+    }
+}
+
+unsafe extern "C" fn cuModuleEnumerateFunctions(out: *mut Handle, count: c_uint, module: Handle) -> c_int {
+    let Some(fs) = with_sim(|s| s.module_functions(module as u64)) else { return INVALID_HANDLE };
+    if out.is_null() || (count as usize) < fs.len() {
+        return INVALID_VALUE;
+    }
+    for (i, f) in fs.into_iter().enumerate() {
+        // SAFETY: `out` holds `count` entries, at least as many as the functions.
+        unsafe { out.add(i).write(f as Handle) };
+    }
+    SUCCESS
+}
+
+/// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK` is 1024; every other attribute is 0.
+unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attribute: c_int, f: Handle) -> c_int {
+    if with_sim(|s| s.kernel_of(f as u64)).is_none() {
+        return INVALID_HANDLE;
+    }
+    status(put(value, if attribute == 0 { 1024 } else { 0 }))
+}
+
+unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, f: Handle) -> c_int {
+    match with_sim(|s| s.kernel_of(f as u64)) {
+        Some(k) => status(put(name, crate::kernels::BUILTINS[k].name.as_ptr())),
+        None => INVALID_HANDLE,
+    }
+}
+
+unsafe extern "C" fn cuFuncGetParamInfo(
+    f: Handle,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> c_int {
+    let Some(k) = with_sim(|s| s.kernel_of(f as u64)) else { return INVALID_HANDLE };
+    let params = crate::kernels::BUILTINS[k].params;
+    let Some(&bytes) = params.get(index) else { return INVALID_VALUE };
+    let at = params[..index].iter().fold(0, |at: usize, &p| at.next_multiple_of(p) + p);
+    status(put(offset, at.next_multiple_of(bytes)) && put(size, bytes))
+}
+
+/// Reads the arguments of a launch of function `f` and queues it on `stream`.
+unsafe fn launch(call: &'static str, f: Handle, stream: Handle, params: *mut *mut c_void) -> c_int {
+    let Some(kernel) = with_sim(|s| s.kernel_of(f as u64)) else { return INVALID_HANDLE };
+    let sizes = crate::kernels::BUILTINS[kernel].params;
+    if params.is_null() {
+        return INVALID_VALUE;
+    }
+    let mut args = [0u64; crate::kernels::MAX_PARAMS];
+    for (i, &size) in sizes.iter().enumerate() {
+        // SAFETY: the caller passes one pointer per parameter, each to the parameter's bytes.
+        let p = unsafe { *params.add(i) };
+        if p.is_null() {
+            return INVALID_VALUE;
+        }
+        let mut bytes = [0u8; 8];
+        // SAFETY: `p` points at `size` (4 or 8) readable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), bytes.as_mut_ptr(), size) };
+        args[i] = u64::from_le_bytes(bytes);
+    }
+    let launch = crate::kernels::Launch { kernel, args };
+    handle(with_sim(|s| {
+        let ranges = launch.ranges(&s.memory);
+        s.submit(stream as u64, Work::Kernel(launch), call, &ranges, &ranges)
+    }))
+}
+
+/// The part of `CUlaunchConfig` the simulator reads (the layout of `cuda.h`).
+#[repr(C)]
+struct LaunchConfig {
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared_mem_bytes: c_uint,
+    stream: Handle,
+    attrs: *mut c_void,
+    num_attrs: c_uint,
+}
+
+unsafe extern "C" fn cuLaunchKernelEx(
+    config: *const LaunchConfig,
+    f: Handle,
+    params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> c_int {
+    if config.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: the caller passes a valid configuration.
+    let config = unsafe { &*config };
+    if config.grid.contains(&0) || config.block.contains(&0) {
+        return INVALID_VALUE;
+    }
+    // SAFETY: forwarded.
+    unsafe { launch("cuLaunchKernelEx", f, config.stream, params) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn cuLaunchKernel(
+    f: Handle,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    _shared: c_uint,
+    stream: Handle,
+    params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> c_int {
+    if [gx, gy, gz, bx, by, bz].contains(&0) {
+        return INVALID_VALUE;
+    }
+    // SAFETY: forwarded.
+    unsafe { launch("cuLaunchKernel", f, stream, params) }
 }
 
 macro_rules! addr {
@@ -400,8 +573,8 @@ macro_rules! addr {
 }
 
 /// (name, ABI version, address)
-fn implemented() -> [(&'static str, i32, usize); 46] {
-    [
+fn implemented() -> Vec<(&'static str, i32, usize)> {
+    vec![
         ("cuInit", 2000, addr!(cuInit)),
         ("cuDeviceGetCount", 2000, addr!(cuDeviceGetCount)),
         ("cuDeviceGet", 2000, addr!(cuDeviceGet)),
@@ -448,6 +621,17 @@ fn implemented() -> [(&'static str, i32, usize); 46] {
         ("cuMemsetD16Async", 3020, addr!(cuMemsetD16Async)),
         ("cuMemsetD32Async", 3020, addr!(cuMemsetD32Async)),
         ("cuLaunchHostFunc", 10000, addr!(cuLaunchHostFunc)),
+        ("cuModuleLoadData", 2000, addr!(cuModuleLoadData)),
+        ("cuModuleLoadDataEx", 2010, addr!(cuModuleLoadDataEx)),
+        ("cuModuleUnload", 2000, addr!(cuModuleUnload)),
+        ("cuModuleGetFunction", 2000, addr!(cuModuleGetFunction)),
+        ("cuModuleGetFunctionCount", 12040, addr!(cuModuleGetFunctionCount)),
+        ("cuModuleEnumerateFunctions", 12040, addr!(cuModuleEnumerateFunctions)),
+        ("cuFuncGetAttribute", 2020, addr!(cuFuncGetAttribute)),
+        ("cuFuncGetName", 12030, addr!(cuFuncGetName)),
+        ("cuFuncGetParamInfo", 12040, addr!(cuFuncGetParamInfo)),
+        ("cuLaunchKernel", 4000, addr!(cuLaunchKernel)),
+        ("cuLaunchKernelEx", 11060, addr!(cuLaunchKernelEx)),
     ]
 }
 

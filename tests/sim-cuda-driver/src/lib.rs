@@ -6,6 +6,9 @@
 //! * **One device** (ordinal 0, compute capability 9.0, 16 GiB) with its primary context.
 //! * **Memory** is host bytes: device allocations at made-up addresses ([`memory`]), pinned
 //!   allocations in real host memory.
+//! * **Kernels** ([`kernels`]): a loaded image is a short text naming built-in kernels
+//!   (`fill_u32`, `add_u32`) written in Rust; a launch is queued like any other work, and
+//!   counts every pointer-sized argument inside a live allocation as read and written.
 //! * **Work is not run when it is queued** ([`engine`]): each stream keeps a queue, and a host
 //!   synchronization runs what it waits for in a random order that respects stream order and
 //!   event waits, seeded by `SIM_CUDA_SEED` or [`sim_reset`]. A query that could wait answers
@@ -28,6 +31,7 @@ pub mod clock;
 mod control;
 pub mod engine;
 mod entry_points;
+pub mod kernels;
 pub mod memory;
 pub mod rng;
 

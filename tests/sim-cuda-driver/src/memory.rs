@@ -105,6 +105,19 @@ impl Memory {
         self.block_of(addr, len).is_some() || self.pinned_of(addr, len).is_some()
     }
 
+    /// The end of the live allocation (device or pinned) that holds `addr`, if any.
+    pub fn live_end(&self, addr: u64) -> Option<u64> {
+        if let Some((&base, b)) = self.device.range(..=addr).next_back() {
+            let end = base + b.bytes.len() as u64;
+            if b.live && addr < end {
+                return Some(end);
+            }
+        }
+        let (&base, p) = self.pinned.range(..=addr).next_back()?;
+        let end = base + p.layout.size() as u64;
+        (p.live && addr < end).then_some(end)
+    }
+
     fn block_of(&self, addr: u64, len: u64) -> Option<u64> {
         let (&base, block) = self.device.range(..=addr).next_back()?;
         (addr.saturating_add(len) <= base + block.bytes.len() as u64).then_some(base)

@@ -94,3 +94,21 @@ fn h1_with_the_program_ordering_its_streams_too() {
     let fixed = h.run(&program, 1, true);
     assert!(!fixed.fails() && fixed.races == 0, "{fixed:?}");
 }
+
+/// Kernel launches are checked like other work: two launches that write one buffer from two
+/// streams with nothing ordering them are a race of the program's own (category (d)), and
+/// nothing in (a)–(c).
+#[test]
+fn unordered_launches_on_two_streams_are_the_programs_race() {
+    let program: Program = vec![
+        (0, Step::Alloc { slot: 0, stream: 0, big: false, zeroed: true }),
+        (0, Step::Alloc { slot: 1, stream: 0, big: false, zeroed: true }),
+        (0, Step::Launch { add: false, dst: 0, src: 0, stream: 1, part: 0, value: 3 }),
+        (0, Step::Launch { add: true, dst: 1, src: 0, stream: 2, part: 0, value: 0 }),
+    ];
+    let mut guard = harness();
+    let h = guard.as_mut().unwrap();
+    let out = h.run(&program, 1, false);
+    assert!(!out.fails(), "{out:?}");
+    assert!(out.races > 0, "the two launches touch slot 0 unordered: {out:?}");
+}

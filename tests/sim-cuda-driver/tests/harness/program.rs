@@ -44,6 +44,10 @@ pub enum Step {
     PinnedWrite { pinned: u8, value: u32 },
     /// Drops the pinned buffer.
     PinnedDrop { pinned: u8 },
+    /// Launches a built-in kernel on a stream: `fill_u32` of the whole view (`part` 0) or a
+    /// half (1, 2) of `dst` with `value`, or (`add`) `add_u32` of `src` into `dst` over their
+    /// common prefix.
+    Launch { add: bool, dst: u8, src: u8, stream: u8, part: u8, value: u32 },
 }
 
 /// A program: each step with the thread (0 or 1) that runs it when no buffer decides.
@@ -65,7 +69,7 @@ fn random_step(rng: &mut Rng) -> Step {
     let mut pick = |n: usize| rng.below(n) as u8;
     let (slot, stream, pinned, event) = (pick(SLOTS), pick(STREAMS), pick(PINNED), pick(EVENTS));
     let (flag, other, value) = (pick(2) == 1, pick(SLOTS), u32::from(pick(250)) + 1);
-    match pick(100) {
+    match pick(108) {
         0..15 => Step::Alloc { slot, stream, big: flag, zeroed: pick(2) == 1 },
         15..23 => Step::Drop { slot },
         23..26 => Step::Upload { slot, value },
@@ -83,7 +87,8 @@ fn random_step(rng: &mut Rng) -> Step {
         87..92 => Step::PinnedDownload { slot, pinned, stream },
         92..95 => Step::PinnedRead { pinned },
         95..98 => Step::PinnedWrite { pinned, value },
-        _ => Step::PinnedDrop { pinned },
+        98..100 => Step::PinnedDrop { pinned },
+        _ => Step::Launch { add: flag, dst: slot, src: other, stream, part: pick(3), value },
     }
 }
 
