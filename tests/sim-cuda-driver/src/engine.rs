@@ -10,6 +10,7 @@
 
 use crate::checker::{Checker, Range, Site, Stamp};
 use crate::clock::VectorClock;
+use crate::graphs::{CAPTURE_ISOLATION, Capture, Node, Taken};
 use crate::kernels::{BUILTINS, Launch};
 use crate::memory::Memory;
 use crate::rng::Rng;
@@ -70,12 +71,16 @@ pub struct StreamState {
     agent: usize,
     last: Option<usize>,
     blocking: bool,
+    /// The capture under way on it.
+    pub(crate) capture: Option<Capture>,
 }
 
 /// An event: the operation and clock of its last record, if any.
 #[derive(Debug, Default)]
 pub struct EventState {
     recorded: Option<(usize, VectorClock)>,
+    /// The capture its last record was made in (a record in a capture runs nothing now).
+    captured: Option<u64>,
 }
 
 /// The key of the legacy default stream (handles 0 and `CU_STREAM_LEGACY`).
@@ -108,6 +113,10 @@ pub struct Sim {
     modules: HashMap<u64, Vec<u64>>,
     /// Function handles: the built-in kernel each stands for.
     functions: HashMap<u64, usize>,
+    /// Graphs (made by captures) and their nodes.
+    pub(crate) graphs: HashMap<u64, Vec<Node>>,
+    /// Executable graphs and their nodes.
+    pub(crate) execs: HashMap<u64, Vec<Node>>,
 }
 
 /// What a host synchronization waits for.
@@ -134,9 +143,11 @@ impl Sim {
             unsupported: Vec::new(),
             modules: HashMap::new(),
             functions: HashMap::new(),
+            graphs: HashMap::new(),
+            execs: HashMap::new(),
         };
         let agent = sim.checker.new_agent("the legacy default stream".into(), false);
-        sim.streams.insert(LEGACY, StreamState { agent, last: None, blocking: true });
+        sim.streams.insert(LEGACY, StreamState { agent, last: None, blocking: true, capture: None });
         sim
     }
 
@@ -146,8 +157,16 @@ impl Sim {
         self.checker.reset();
         self.ops.clear();
         self.pending.clear();
-        self.streams.values_mut().for_each(|s| s.last = None);
-        self.events.values_mut().for_each(|e| e.recorded = None);
+        self.streams.values_mut().for_each(|s| {
+            s.last = None;
+            s.capture = None;
+        });
+        self.events.values_mut().for_each(|e| {
+            e.recorded = None;
+            e.captured = None;
+        });
+        self.graphs.clear();
+        self.execs.clear();
         self.memory.sweep();
         self.rng = Rng::new(seed);
     }
@@ -178,12 +197,24 @@ impl Sim {
                 let key = (PER_THREAD << 48) | host;
                 if !self.streams.contains_key(&key) {
                     let agent = self.checker.new_agent(format!("per-thread stream of agent {host}"), false);
-                    self.streams.insert(key, StreamState { agent, last: None, blocking: true });
+                    self.streams
+                        .insert(key, StreamState { agent, last: None, blocking: true, capture: None });
                 }
                 Some(key)
             }
             h => self.streams.contains_key(&h).then_some(h),
         }
+    }
+
+    /// The state of stream `handle`.
+    pub(crate) fn stream_mut(&mut self, handle: u64) -> Option<&mut StreamState> {
+        let key = self.key(handle)?;
+        self.streams.get_mut(&key)
+    }
+
+    /// Every capture under way.
+    pub(crate) fn captures_mut(&mut self) -> impl Iterator<Item = &mut Capture> {
+        self.streams.values_mut().filter_map(|s| s.capture.as_mut())
     }
 
     /// Whether `handle` names a stream.
@@ -195,7 +226,7 @@ impl Sim {
     pub fn create_stream(&mut self, blocking: bool) -> u64 {
         let h = self.new_handle();
         let agent = self.checker.new_agent(format!("stream {h:#x}"), false);
-        self.streams.insert(h, StreamState { agent, last: None, blocking });
+        self.streams.insert(h, StreamState { agent, last: None, blocking, capture: None });
         h
     }
 
@@ -257,7 +288,8 @@ impl Sim {
         Some((id, stamp))
     }
 
-    /// Queues `work` on stream `handle` with its accesses; `false` for an unknown stream.
+    /// Queues `work` on stream `handle` with its accesses, or records it into the stream's
+    /// capture; the driver status.
     pub fn submit(
         &mut self,
         handle: u64,
@@ -265,8 +297,14 @@ impl Sim {
         call: &'static str,
         reads: &[Range],
         writes: &[Range],
-    ) -> bool {
-        self.enqueue(handle, work, None, call, reads, writes).is_some()
+    ) -> i32 {
+        if let Taken::Done(status) = self.capture_work(handle, work, reads, writes) {
+            return status;
+        }
+        match self.enqueue(handle, work, None, call, reads, writes) {
+            Some(_) => crate::SUCCESS,
+            None => crate::INVALID_HANDLE,
+        }
     }
 
     fn record(&mut self, stamp: Stamp, range: Range, write: bool, site: &Site) {
@@ -299,26 +337,60 @@ impl Sim {
         (agent, deps)
     }
 
-    /// Records `event` on stream `handle`.
-    pub fn record_event(&mut self, event: u64, handle: u64) -> bool {
+    /// Records `event` on stream `handle` (in a capture: marks the event as recorded there).
+    pub fn record_event(&mut self, event: u64, handle: u64) -> i32 {
         if !self.events.contains_key(&event) {
-            return false;
+            return crate::INVALID_HANDLE;
+        }
+        match self.capture_of(handle) {
+            None => return crate::INVALID_HANDLE,
+            Some(Some(c)) if c.invalid => return crate::graphs::CAPTURE_INVALIDATED,
+            Some(Some(c)) => {
+                let id = c.id;
+                if let Some(e) = self.events.get_mut(&event) {
+                    e.recorded = None;
+                    e.captured = Some(id);
+                }
+                return crate::SUCCESS;
+            }
+            Some(None) => {}
         }
         let Some((op, stamp)) = self.enqueue(handle, Work::Mark, None, "cuEventRecord", &[], &[]) else {
-            return false;
+            return crate::INVALID_HANDLE;
         };
         let clock = self.checker.clock(stamp.agent).clone();
         if let Some(e) = self.events.get_mut(&event) {
             e.recorded = Some((op, clock));
+            e.captured = None;
         }
-        true
+        crate::SUCCESS
     }
 
-    /// Makes stream `handle` wait for `event`'s last record.
-    pub fn wait_event(&mut self, handle: u64, event: u64) -> bool {
-        let Some(e) = self.events.get(&event) else { return false };
-        let also = e.recorded.clone();
-        self.enqueue(handle, Work::Mark, also, "cuStreamWaitEvent", &[], &[]).is_some()
+    /// Makes stream `handle` wait for `event`'s last record. A capturing stream may wait only
+    /// for a record of its own capture (linear: nothing to add); a stream that is not
+    /// capturing cannot join a capture here.
+    pub fn wait_event(&mut self, handle: u64, event: u64) -> i32 {
+        let Some(e) = self.events.get(&event) else { return crate::INVALID_HANDLE };
+        let (also, captured) = (e.recorded.clone(), e.captured);
+        match (self.capture_of(handle), captured) {
+            (None, _) => crate::INVALID_HANDLE,
+            (Some(Some(c)), _) if c.invalid => crate::graphs::CAPTURE_INVALIDATED,
+            (Some(Some(c)), Some(id)) if c.id == id => crate::SUCCESS,
+            (Some(Some(_)), _) => {
+                self.refuse_if_capturing(handle);
+                CAPTURE_ISOLATION
+            }
+            (Some(None), Some(_)) => crate::NOT_SUPPORTED,
+            (Some(None), None) => {
+                self.enqueue(handle, Work::Mark, also, "cuStreamWaitEvent", &[], &[]);
+                crate::SUCCESS
+            }
+        }
+    }
+
+    /// Whether `event`'s last record was made in a capture (it cannot be waited for).
+    pub fn is_captured_event(&self, event: u64) -> bool {
+        self.events.get(&event).is_some_and(|e| e.captured.is_some())
     }
 
     /// What waiting for stream `handle` waits for, and its clock; `None` for an unknown stream.

@@ -4,6 +4,7 @@
 
 use crate::checker::Range;
 use crate::engine::{HostFn, Until, Work};
+use crate::graphs::CAPTURE_UNSUPPORTED;
 use crate::{INVALID_HANDLE, INVALID_VALUE, NOT_READY, NOT_SUPPORTED, SUCCESS, run_until, with_sim};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -149,6 +150,9 @@ unsafe extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> c_int {
 }
 
 unsafe extern "C" fn cuCtxSynchronize() -> c_int {
+    if with_sim(|s| s.refuse_unsafe_call()) {
+        return CAPTURE_UNSUPPORTED;
+    }
     run_until(Until::All);
     with_sim(|s| s.host_saw_all());
     SUCCESS
@@ -180,27 +184,136 @@ unsafe extern "C" fn cuStreamGetFlags(stream: Handle, flags: *mut c_uint) -> c_i
     handle(with_sim(|s| s.is_stream(stream as u64)) && put(flags, 0))
 }
 
-unsafe extern "C" fn cuStreamIsCapturing(stream: Handle, capturing: *mut c_int) -> c_int {
-    handle(with_sim(|s| s.is_stream(stream as u64)) && put(capturing, 0))
+/// `CUstreamCaptureStatus`: none, active, invalidated.
+fn capture_status(capture: Option<&crate::graphs::Capture>) -> c_int {
+    match capture {
+        None => 0,
+        Some(c) if c.invalid => 2,
+        Some(_) => 1,
+    }
 }
 
+unsafe extern "C" fn cuStreamIsCapturing(stream: Handle, capturing: *mut c_int) -> c_int {
+    match with_sim(|s| s.capture_of(stream as u64).map(capture_status)) {
+        Some(status) => handle(put(capturing, status)),
+        None => INVALID_HANDLE,
+    }
+}
+
+/// The status, id, graph and dependencies (the last captured node, if any) of a capture.
 unsafe extern "C" fn cuStreamGetCaptureInfo(
     stream: Handle,
     capturing: *mut c_int,
     id: *mut u64,
-    _graph: *mut Handle,
-    _deps: *mut *const Handle,
-    _edges: *mut *const c_void,
-    _count: *mut usize,
+    graph: *mut Handle,
+    deps: *mut *const u64,
+    edges: *mut *const c_void,
+    count: *mut usize,
 ) -> c_int {
-    let known = with_sim(|s| s.is_stream(stream as u64));
-    if !id.is_null() {
-        put(id, 0);
+    let info = with_sim(|s| {
+        s.capture_of(stream as u64).map(|c| {
+            let status = capture_status(c);
+            let (id, graph) = c.map_or((0, 0), |c| (c.id, c.graph));
+            let dep = c.filter(|c| c.deps[0] != 0).map(|c| c.deps.as_ptr());
+            (status, id, graph, dep)
+        })
+    });
+    let Some((status, capture_id, capture_graph, dep)) = info else { return INVALID_HANDLE };
+    if capturing.is_null() {
+        return INVALID_VALUE;
     }
-    handle(known && put(capturing, 0))
+    put(capturing, status);
+    if status != 0 {
+        if !id.is_null() {
+            put(id, capture_id);
+        }
+        if !graph.is_null() {
+            put(graph, capture_graph as Handle);
+        }
+        if !deps.is_null() {
+            put(deps, dep.unwrap_or(std::ptr::null()));
+        }
+        if !edges.is_null() {
+            put(edges, std::ptr::null());
+        }
+        if !count.is_null() {
+            put(count, usize::from(dep.is_some()));
+        }
+    }
+    SUCCESS
+}
+
+unsafe extern "C" fn cuStreamBeginCapture(stream: Handle, mode: c_uint) -> c_int {
+    if stream as u64 == 0 || stream as u64 == crate::engine::LEGACY {
+        return CAPTURE_UNSUPPORTED;
+    }
+    with_sim(|s| s.begin_capture(stream as u64, mode))
+}
+
+unsafe extern "C" fn cuStreamEndCapture(stream: Handle, graph: *mut Handle) -> c_int {
+    if graph.is_null() {
+        return INVALID_VALUE;
+    }
+    match with_sim(|s| s.end_capture(stream as u64)) {
+        Ok(g) => status(put(graph, g as Handle)),
+        Err(e) => {
+            put(graph, std::ptr::null_mut());
+            e
+        }
+    }
+}
+
+unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> c_int {
+    if mode.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: an in-out parameter, checked above.
+    unsafe { *mode = crate::graphs::exchange_thread_mode(*mode) };
+    SUCCESS
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS` (the layout of `cuda.h`).
+#[repr(C)]
+struct InstantiateParams {
+    flags: u64,
+    upload_stream: Handle,
+    err_node_out: Handle,
+    result_out: c_int,
+}
+
+unsafe extern "C" fn cuGraphInstantiateWithParams(
+    exec: *mut Handle,
+    graph: Handle,
+    params: *mut InstantiateParams,
+) -> c_int {
+    if exec.is_null() || params.is_null() {
+        return INVALID_VALUE;
+    }
+    let Some(h) = with_sim(|s| s.instantiate(graph as u64)) else { return INVALID_HANDLE };
+    // SAFETY: the caller passes valid parameters; only the outputs are written.
+    unsafe {
+        (*params).err_node_out = std::ptr::null_mut();
+        (*params).result_out = 0;
+    }
+    status(put(exec, h as Handle))
+}
+
+unsafe extern "C" fn cuGraphLaunch(exec: Handle, stream: Handle) -> c_int {
+    with_sim(|s| s.launch_graph(exec as u64, stream as u64))
+}
+
+unsafe extern "C" fn cuGraphDestroy(graph: Handle) -> c_int {
+    handle(with_sim(|s| s.destroy_graph(graph as u64)))
+}
+
+unsafe extern "C" fn cuGraphExecDestroy(exec: Handle) -> c_int {
+    handle(with_sim(|s| s.destroy_exec(exec as u64)))
 }
 
 unsafe extern "C" fn cuStreamSynchronize(stream: Handle) -> c_int {
+    if let Some(refused) = with_sim(|s| s.refuse_if_capturing(stream as u64)) {
+        return refused;
+    }
     let Some((last, agent)) = with_sim(|s| s.stream_point(stream as u64)) else { return INVALID_HANDLE };
     if let Some(op) = last {
         run_until(Until::Op(op));
@@ -210,6 +323,9 @@ unsafe extern "C" fn cuStreamSynchronize(stream: Handle) -> c_int {
 }
 
 unsafe extern "C" fn cuStreamQuery(stream: Handle) -> c_int {
+    if let Some(refused) = with_sim(|s| s.refuse_if_capturing(stream as u64)) {
+        return refused;
+    }
     let Some((last, agent)) = with_sim(|s| s.stream_point(stream as u64)) else { return INVALID_HANDLE };
     if let Some(op) = last.filter(|&op| !with_sim(|s| s.is_done(op))) {
         if !with_sim(|s| s.query_finishes()) {
@@ -222,7 +338,7 @@ unsafe extern "C" fn cuStreamQuery(stream: Handle) -> c_int {
 }
 
 unsafe extern "C" fn cuStreamWaitEvent(stream: Handle, event: Handle, _flags: c_uint) -> c_int {
-    handle(with_sim(|s| s.wait_event(stream as u64, event as u64)))
+    with_sim(|s| s.wait_event(stream as u64, event as u64))
 }
 
 unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> c_int {
@@ -235,7 +351,7 @@ unsafe extern "C" fn cuEventDestroy(event: Handle) -> c_int {
 }
 
 unsafe extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> c_int {
-    handle(with_sim(|s| s.record_event(event as u64, stream as u64)))
+    with_sim(|s| s.record_event(event as u64, stream as u64))
 }
 
 unsafe extern "C" fn cuEventRecordWithFlags(event: Handle, stream: Handle, _flags: c_uint) -> c_int {
@@ -244,6 +360,9 @@ unsafe extern "C" fn cuEventRecordWithFlags(event: Handle, stream: Handle, _flag
 }
 
 unsafe extern "C" fn cuEventSynchronize(event: Handle) -> c_int {
+    if with_sim(|s| s.is_captured_event(event as u64)) {
+        return crate::graphs::CAPTURED_EVENT;
+    }
     let Some(point) = with_sim(|s| s.event_point(event as u64)) else { return INVALID_HANDLE };
     if let Some((op, clock)) = point {
         run_until(Until::Op(op));
@@ -253,6 +372,9 @@ unsafe extern "C" fn cuEventSynchronize(event: Handle) -> c_int {
 }
 
 unsafe extern "C" fn cuEventQuery(event: Handle) -> c_int {
+    if with_sim(|s| s.is_captured_event(event as u64)) {
+        return crate::graphs::CAPTURED_EVENT;
+    }
     let Some(point) = with_sim(|s| s.event_point(event as u64)) else { return INVALID_HANDLE };
     if let Some((op, clock)) = point {
         if !with_sim(|s| s.is_done(op)) {
@@ -267,6 +389,14 @@ unsafe extern "C" fn cuEventQuery(event: Handle) -> c_int {
 }
 
 unsafe extern "C" fn cuMemAlloc(ptr: *mut u64, bytes: usize) -> c_int {
+    if with_sim(|s| s.refuse_unsafe_call()) {
+        return CAPTURE_UNSUPPORTED;
+    }
+    alloc_device(ptr, bytes)
+}
+
+/// A new device allocation of `bytes`.
+fn alloc_device(ptr: *mut u64, bytes: usize) -> c_int {
     if bytes == 0 {
         return INVALID_VALUE;
     }
@@ -283,6 +413,9 @@ unsafe extern "C" fn cuMemAlloc(ptr: *mut u64, bytes: usize) -> c_int {
 
 /// Waits for the device, as the driver's `cuMemFree` does, then frees.
 unsafe extern "C" fn cuMemFree(ptr: u64) -> c_int {
+    if with_sim(|s| s.refuse_unsafe_call()) {
+        return CAPTURE_UNSUPPORTED;
+    }
     run_until(Until::All);
     with_sim(|s| {
         s.host_saw_all();
@@ -291,17 +424,23 @@ unsafe extern "C" fn cuMemFree(ptr: u64) -> c_int {
 }
 
 unsafe extern "C" fn cuMemAllocAsync(ptr: *mut u64, bytes: usize, stream: Handle) -> c_int {
-    if bytes == 0 || !with_sim(|s| s.is_stream(stream as u64)) {
-        return INVALID_VALUE;
+    match with_sim(|s| s.capture_of(stream as u64).map(|c| c.is_some())) {
+        None => return INVALID_VALUE,
+        // Allocation nodes are not simulated.
+        Some(true) => return NOT_SUPPORTED,
+        Some(false) => {}
     }
     // Fresh addresses: nothing queued anywhere touches them, so no ordering is needed.
-    // SAFETY: forwarded.
-    unsafe { cuMemAlloc(ptr, bytes) }
+    alloc_device(ptr, bytes)
 }
 
 unsafe extern "C" fn cuMemFreeAsync(ptr: u64, stream: Handle) -> c_int {
     with_sim(|s| {
         let Some(size) = s.memory.device_size(ptr) else { return INVALID_VALUE };
+        if s.capture_of(stream as u64).is_some_and(|c| c.is_some()) {
+            // Free nodes are not simulated.
+            return NOT_SUPPORTED;
+        }
         let Some((_, at)) = s.enqueue(stream as u64, Work::Mark, None, "cuMemFreeAsync", &[], &[]) else {
             return INVALID_HANDLE;
         };
@@ -314,6 +453,9 @@ unsafe extern "C" fn cuMemFreeAsync(ptr: u64, stream: Handle) -> c_int {
 }
 
 unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, _flags: c_uint) -> c_int {
+    if with_sim(|s| s.refuse_unsafe_call()) {
+        return CAPTURE_UNSUPPORTED;
+    }
     if bytes > TOTAL_MEMORY {
         return OUT_OF_MEMORY;
     }
@@ -332,6 +474,9 @@ unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, _flags: 
 
 /// Frees pinned memory without waiting: work that may still use it is reported.
 unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
+    if with_sim(|s| s.refuse_unsafe_call()) {
+        return CAPTURE_UNSUPPORTED;
+    }
     with_sim(|s| {
         let Some(size) = s.memory.free_pinned(p as u64) else { return INVALID_VALUE };
         let host = s.host();
@@ -352,7 +497,7 @@ fn copy(call: &'static str, dst: u64, src: u64, bytes: usize, stream: Handle) ->
     let bytes = bytes as u64;
     let work = Work::Copy { dst, src, bytes };
     let (r, w) = ([Range::new(src, bytes)], [Range::new(dst, bytes)]);
-    handle(with_sim(|s| s.submit(stream as u64, work, call, &r, &w)))
+    with_sim(|s| s.submit(stream as u64, work, call, &r, &w))
 }
 
 unsafe extern "C" fn cuMemcpyHtoDAsync(dst: u64, src: *const c_void, bytes: usize, stream: Handle) -> c_int {
@@ -372,7 +517,7 @@ fn memset(call: &'static str, dst: u64, value: u32, width: u8, count: usize, str
     let count = count as u64;
     let work = Work::Memset { dst, count, width, value };
     let w = [Range::new(dst, count.saturating_mul(u64::from(width)))];
-    handle(with_sim(|s| s.submit(stream as u64, work, call, &[], &w)))
+    with_sim(|s| s.submit(stream as u64, work, call, &[], &w))
 }
 
 unsafe extern "C" fn cuMemsetD8Async(dst: u64, value: u8, n: usize, stream: Handle) -> c_int {
@@ -390,7 +535,7 @@ unsafe extern "C" fn cuMemsetD32Async(dst: u64, value: u32, n: usize, stream: Ha
 unsafe extern "C" fn cuLaunchHostFunc(stream: Handle, f: Option<HostFn>, data: *mut c_void) -> c_int {
     let Some(f) = f else { return INVALID_VALUE };
     let work = Work::Host { f, data: data as usize };
-    handle(with_sim(|s| s.submit(stream as u64, work, "cuLaunchHostFunc", &[], &[])))
+    with_sim(|s| s.submit(stream as u64, work, "cuLaunchHostFunc", &[], &[]))
 }
 
 /// `CUDA_ERROR_INVALID_PTX`: an image that names a kernel the simulator does not have.
@@ -510,10 +655,10 @@ unsafe fn launch(call: &'static str, f: Handle, stream: Handle, params: *mut *mu
         args[i] = u64::from_le_bytes(bytes);
     }
     let launch = crate::kernels::Launch { kernel, args };
-    handle(with_sim(|s| {
+    with_sim(|s| {
         let ranges = launch.ranges(&s.memory);
         s.submit(stream as u64, Work::Kernel(launch), call, &ranges, &ranges)
-    }))
+    })
 }
 
 /// The part of `CUlaunchConfig` the simulator reads (the layout of `cuda.h`).
@@ -632,6 +777,13 @@ fn implemented() -> Vec<(&'static str, i32, usize)> {
         ("cuFuncGetParamInfo", 12040, addr!(cuFuncGetParamInfo)),
         ("cuLaunchKernel", 4000, addr!(cuLaunchKernel)),
         ("cuLaunchKernelEx", 11060, addr!(cuLaunchKernelEx)),
+        ("cuStreamBeginCapture", 10010, addr!(cuStreamBeginCapture)),
+        ("cuStreamEndCapture", 10000, addr!(cuStreamEndCapture)),
+        ("cuThreadExchangeStreamCaptureMode", 10010, addr!(cuThreadExchangeStreamCaptureMode)),
+        ("cuGraphInstantiateWithParams", 12000, addr!(cuGraphInstantiateWithParams)),
+        ("cuGraphLaunch", 10000, addr!(cuGraphLaunch)),
+        ("cuGraphDestroy", 10000, addr!(cuGraphDestroy)),
+        ("cuGraphExecDestroy", 10000, addr!(cuGraphExecDestroy)),
     ]
 }
 

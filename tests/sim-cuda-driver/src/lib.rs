@@ -9,6 +9,11 @@
 //! * **Kernels** ([`kernels`]): a loaded image is a short text naming built-in kernels
 //!   (`fill_u32`, `add_u32`) written in Rust; a launch is queued like any other work, and
 //!   counts every pointer-sized argument inside a live allocation as read and written.
+//! * **Capture and graphs** ([`graphs`]): work queued on a capturing stream is recorded as a
+//!   node (with its ranges) of the capture's graph; `cuStreamIsCapturing` and
+//!   `cuStreamGetCaptureInfo` tell the truth; a graph launch queues the nodes in capture order
+//!   on the stream, each checked as the work it stands for. Calls the driver refuses while
+//!   capturing are refused with its status.
 //! * **Work is not run when it is queued** ([`engine`]): each stream keeps a queue, and a host
 //!   synchronization runs what it waits for in a random order that respects stream order and
 //!   event waits, seeded by `SIM_CUDA_SEED` or [`sim_reset`]. A query that could wait answers
@@ -31,6 +36,7 @@ pub mod clock;
 mod control;
 pub mod engine;
 mod entry_points;
+pub mod graphs;
 pub mod kernels;
 pub mod memory;
 pub mod rng;
@@ -44,12 +50,12 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 /// The driver version the simulator reports.
 pub const DRIVER_VERSION: c_int = 12040;
 
-const SUCCESS: c_int = 0;
+pub(crate) const SUCCESS: c_int = 0;
 const INVALID_VALUE: c_int = 1;
-const NOT_FOUND: c_int = 500;
+pub(crate) const NOT_FOUND: c_int = 500;
 const NOT_READY: c_int = 600;
-const NOT_SUPPORTED: c_int = 801;
-const INVALID_HANDLE: c_int = 400;
+pub(crate) const NOT_SUPPORTED: c_int = 801;
+pub(crate) const INVALID_HANDLE: c_int = 400;
 const QUERY_SUCCESS: c_int = 0;
 const QUERY_SYMBOL_NOT_FOUND: c_int = 1;
 const QUERY_VERSION_NOT_SUFFICIENT: c_int = 2;

@@ -112,3 +112,25 @@ fn unordered_launches_on_two_streams_are_the_programs_race() {
     assert!(!out.fails(), "{out:?}");
     assert!(out.races > 0, "the two launches touch slot 0 unordered: {out:?}");
 }
+
+/// H2: a guard of a pinned buffer held while a graph whose captured copy writes it (or, for a
+/// write guard, reads it) is launched. The launch is refused; taken out, the copy's late write
+/// lands under the guard, and the host access told before the guard drops is category (c).
+#[test]
+fn h2_a_graph_launch_is_refused_while_a_guard_of_its_pinned_buffer_is_held() {
+    for (kind, write) in [(0, false), (1, true), (2, true)] {
+        let program: Program = vec![
+            (0, Step::Alloc { slot: 0, stream: 0, big: false, zeroed: true }),
+            (0, Step::PinnedNew { pinned: 0, big: false }),
+            (0, Step::Capture { graph: 0, slot: 0, pinned: 0, stream: 1, kind, value: 5 }),
+            (1, Step::GraphHold { graph: 0, stream: 2, write }),
+            (1, Step::GraphLaunch { graph: 0, stream: 2 }),
+            (0, Step::PinnedRead { pinned: 0 }),
+        ];
+        let mut guard = harness();
+        let h = guard.as_mut().unwrap();
+        let out = h.run(&program, 1, false);
+        assert!(!out.fails(), "{out:?}");
+        assert_eq!(out.refused, 1, "kind {kind}: the launch under the guard is refused: {out:?}");
+    }
+}

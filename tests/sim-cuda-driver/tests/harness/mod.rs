@@ -42,12 +42,14 @@ pub struct Harness {
     world: Option<World>,
 }
 
-/// What a program did: reports of (a)–(c), of (d), the crate's errors, the reports in words.
+/// What a program did: reports of (a)–(c), of (d), the crate's errors, the graph launches it
+/// refused while a guard was held, the reports in words.
 #[derive(Debug)]
 pub struct Outcome {
     pub bugs: [u64; 3],
     pub races: u64,
     pub errors: Vec<String>,
+    pub refused: u64,
     pub text: String,
 }
 
@@ -111,10 +113,11 @@ impl Harness {
             world
         });
         let errors = std::mem::take(&mut world.errors);
+        let refused = std::mem::take(&mut world.refused);
         self.world = Some(world);
         let (bugs, races) = sim.counts();
         let text = if bugs.iter().any(|&n| n > 0) || races > 0 { sim.reports() } else { String::new() };
-        Outcome { bugs, races, errors, text }
+        Outcome { bugs, races, errors, refused, text }
     }
 
     /// The same, with the Rust call stack of each site in the reports.

@@ -48,6 +48,19 @@ pub enum Step {
     /// half (1, 2) of `dst` with `value`, or (`add`) `add_u32` of `src` into `dst` over their
     /// common prefix.
     Launch { add: bool, dst: u8, src: u8, stream: u8, part: u8, value: u32 },
+    /// Captures on a stream, into a graph slot (dropping what it held), copies between the
+    /// buffer and the pinned buffer when their lengths match: `kind` 0 a device-to-host copy,
+    /// 1 a host-to-device copy, 2 a memset of the buffer then a device-to-host copy; then
+    /// instantiates the graph.
+    Capture { graph: u8, slot: u8, pinned: u8, stream: u8, kind: u8, value: u32 },
+    /// `GraphExec::launch` on a stream (the buffer of the graph recorded there first, as a
+    /// program keeps the capture's contract).
+    GraphLaunch { graph: u8, stream: u8 },
+    /// Takes a guard of the graph's pinned buffer (`as_slice`, or with `write` `as_mut_slice`),
+    /// launches the graph while it is held (a refusal is what the crate promises), and drops it.
+    GraphHold { graph: u8, stream: u8, write: bool },
+    /// Drops the executable graph and its graph.
+    GraphDrop { graph: u8 },
 }
 
 /// A program: each step with the thread (0 or 1) that runs it when no buffer decides.
@@ -57,6 +70,7 @@ pub const SLOTS: usize = 4;
 pub const PINNED: usize = 2;
 pub const STREAMS: usize = 3;
 pub const EVENTS: usize = 2;
+pub const GRAPHS: usize = 2;
 
 /// A random program of 8 to 32 steps.
 pub fn generate(seed: u64) -> Program {
@@ -69,7 +83,8 @@ fn random_step(rng: &mut Rng) -> Step {
     let mut pick = |n: usize| rng.below(n) as u8;
     let (slot, stream, pinned, event) = (pick(SLOTS), pick(STREAMS), pick(PINNED), pick(EVENTS));
     let (flag, other, value) = (pick(2) == 1, pick(SLOTS), u32::from(pick(250)) + 1);
-    match pick(108) {
+    let graph = pick(GRAPHS);
+    match pick(123) {
         0..15 => Step::Alloc { slot, stream, big: flag, zeroed: pick(2) == 1 },
         15..23 => Step::Drop { slot },
         23..26 => Step::Upload { slot, value },
@@ -88,7 +103,11 @@ fn random_step(rng: &mut Rng) -> Step {
         92..95 => Step::PinnedRead { pinned },
         95..98 => Step::PinnedWrite { pinned, value },
         98..100 => Step::PinnedDrop { pinned },
-        _ => Step::Launch { add: flag, dst: slot, src: other, stream, part: pick(3), value },
+        100..108 => Step::Launch { add: flag, dst: slot, src: other, stream, part: pick(3), value },
+        108..113 => Step::Capture { graph, slot, pinned, stream, kind: pick(3), value },
+        113..118 => Step::GraphLaunch { graph, stream },
+        118..122 => Step::GraphHold { graph, stream, write: flag },
+        _ => Step::GraphDrop { graph },
     }
 }
 

@@ -1,7 +1,8 @@
 //! What a program works on, and each step as the safe calls it makes.
 
-use super::program::{EVENTS, PINNED, SLOTS, STREAMS, Step};
+use super::program::{EVENTS, GRAPHS, PINNED, SLOTS, STREAMS, Step};
 use super::sim::Sim;
+use cuda_core::graph::{CaptureMode, Graph, GraphExec, InstantiateFlags};
 use cuda_core::{
     Context, Device, DeviceBuffer, Event, EventFlags, LaunchConfig, Module, PinnedBuffer, Stream, StreamFlags,
 };
@@ -21,6 +22,17 @@ pub struct Slot {
     used: Vec<usize>,
 }
 
+/// An executable graph and its graph, made by capturing copies between the buffer of `slot`
+/// and the pinned buffer of `pinned`. The program keeps the capture's contract: it drops the
+/// graph before either buffer goes, and records the buffer on every stream it launches the
+/// graph on (so that its memory is given back after those launches).
+pub struct GraphSlot {
+    exec: GraphExec,
+    _graph: Graph,
+    slot: usize,
+    pinned: usize,
+}
+
 /// The streams, events and buffers; moved to the thread that runs each step.
 pub struct World {
     module: Module,
@@ -29,8 +41,11 @@ pub struct World {
     scratch: Event,
     pub slots: [Option<Slot>; SLOTS],
     pinned: [Option<PinnedBuffer<u32>>; PINNED],
+    graphs: [Option<GraphSlot>; GRAPHS],
     /// Errors the crate returned: none is expected.
     pub errors: Vec<String>,
+    /// Graph launches the crate refused while the host held a guard of their pinned buffer.
+    pub refused: u64,
     /// Orders, in the program, what the cross-stream first-use wait orders in the crate (the
     /// fix of H1): before a buffer's first use on another stream, that stream waits for the
     /// buffer's own; `set_stream` makes the new stream wait for the old.
@@ -50,13 +65,16 @@ impl World {
             scratch: event(),
             slots: Default::default(),
             pinned: Default::default(),
+            graphs: Default::default(),
             errors: Vec::new(),
+            refused: 0,
             emulate_h1_fix: false,
         }
     }
 
     /// Drops every buffer.
     pub fn clear(&mut self) {
+        self.graphs = Default::default();
         self.slots = Default::default();
         self.pinned = Default::default();
     }
@@ -73,7 +91,14 @@ impl World {
             | Step::Move { slot }
             | Step::Launch { dst: slot, .. }
             | Step::PinnedUpload { slot, .. }
-            | Step::PinnedDownload { slot, .. } => slot,
+            | Step::PinnedDownload { slot, .. }
+            | Step::Capture { slot, .. } => slot,
+            Step::GraphLaunch { graph, .. } | Step::GraphHold { graph, .. } | Step::GraphDrop { graph } => {
+                match &self.graphs[usize::from(graph)] {
+                    Some(g) => g.slot as u8,
+                    None => return thread,
+                }
+            }
             _ => return thread,
         };
         self.slots[usize::from(slot)].as_ref().map_or(thread, |s| s.home)
@@ -90,13 +115,17 @@ impl World {
         let ix = usize::from;
         match step {
             Step::Alloc { slot, stream, big, zeroed } => {
+                self.forget_graphs(|g| g.slot == ix(slot));
                 self.slots[ix(slot)] = None;
                 let (s, len) = (&self.streams[ix(stream)], if big { 1024 } else { 256 });
                 let buffer = if zeroed { DeviceBuffer::zeroed(s, len)? } else { DeviceBuffer::new(s, len)? };
                 let own = ix(stream);
                 self.slots[ix(slot)] = Some(Slot { buffer, home: thread, own, used: Vec::new() });
             }
-            Step::Drop { slot } => self.slots[ix(slot)] = None,
+            Step::Drop { slot } => {
+                self.forget_graphs(|g| g.slot == ix(slot));
+                self.slots[ix(slot)] = None;
+            }
             Step::Upload { slot, value } => {
                 if let Some(b) = &mut self.slots[ix(slot)] {
                     b.buffer.copy_from(&vec![value; b.buffer.len()])?;
@@ -133,6 +162,7 @@ impl World {
                 }
             }
             Step::PinnedNew { pinned, big } => {
+                self.forget_graphs(|g| g.pinned == ix(pinned));
                 self.pinned[ix(pinned)] = None;
                 self.pinned[ix(pinned)] = Some(PinnedBuffer::new(if big { 1024 } else { 256 })?);
             }
@@ -145,18 +175,34 @@ impl World {
             Step::PinnedRead { pinned } => {
                 if let Some(p) = &self.pinned[ix(pinned)] {
                     let slice = p.as_slice()?;
-                    host_access(slice.as_ptr(), slice.len(), false);
+                    host_access(&slice, false);
                     std::hint::black_box(slice.iter().sum::<u32>());
+                    host_access(&slice, false);
                 }
             }
             Step::PinnedWrite { pinned, value } => {
                 if let Some(p) = &mut self.pinned[ix(pinned)] {
                     let mut slice = p.as_mut_slice()?;
-                    host_access(slice.as_ptr(), slice.len(), true);
+                    host_access(&slice, true);
                     slice.fill(value);
+                    host_access(&slice, true);
                 }
             }
-            Step::PinnedDrop { pinned } => self.pinned[ix(pinned)] = None,
+            Step::PinnedDrop { pinned } => {
+                self.forget_graphs(|g| g.pinned == ix(pinned));
+                self.pinned[ix(pinned)] = None;
+            }
+            Step::Capture { graph, slot, pinned, stream, kind, value } => {
+                self.graphs[ix(graph)] = None;
+                self.graphs[ix(graph)] = self.capture(ix(slot), ix(pinned), ix(stream), kind, value)?;
+            }
+            Step::GraphLaunch { graph, stream } => {
+                if self.graphs[ix(graph)].is_some() {
+                    self.graph_launch(ix(graph), ix(stream))?;
+                }
+            }
+            Step::GraphHold { graph, stream, write } => self.graph_hold(ix(graph), ix(stream), write)?,
+            Step::GraphDrop { graph } => self.graphs[ix(graph)] = None,
             Step::Launch { add: false, dst, stream, part, value, .. } => {
                 self.fill(ix(dst), ix(stream), part, value)?
             }
@@ -252,6 +298,105 @@ impl World {
         if upload { b.buffer.copy_from_pinned_async(p, s) } else { b.buffer.copy_to_pinned_async(p, s) }
     }
 
+    /// Drops the graphs that `uses` says use a buffer about to go (the capture's contract).
+    fn forget_graphs(&mut self, uses: impl Fn(&GraphSlot) -> bool) {
+        for g in &mut self.graphs {
+            if g.as_ref().is_some_and(&uses) {
+                *g = None;
+            }
+        }
+    }
+
+    /// Captures copies between the buffer of `slot` and the pinned buffer `pinned` on
+    /// `stream` and instantiates them; `None` when the two are missing or differ in length.
+    fn capture(
+        &mut self,
+        slot: usize,
+        pinned: usize,
+        stream: usize,
+        kind: u8,
+        value: u32,
+    ) -> cuda_core::Result<Option<GraphSlot>> {
+        let (Some(b), Some(p)) = (&mut self.slots[slot], &mut self.pinned[pinned]) else { return Ok(None) };
+        if b.buffer.len() != p.len() {
+            return Ok(None);
+        }
+        let s = &self.streams[stream];
+        // SAFETY: the captured work uses the buffer and the pinned buffer; the program drops
+        // this graph and its executable graph before either of them (`forget_graphs`), records
+        // the buffer on every stream it launches the graph on (so that its memory is given back
+        // only after those launches), and the pinned buffer waits for the launches recorded on
+        // it before it is freed.
+        let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
+        let captured = match kind {
+            0 => b.buffer.copy_to_pinned_async(p, s),
+            1 => b.buffer.copy_from_pinned_async(p, s),
+            _ => b
+                .buffer
+                .view_mut()
+                .memset_d32_async(value, s)
+                .and_then(|()| b.buffer.copy_to_pinned_async(p, s)),
+        };
+        let graph = capture.end();
+        captured?;
+        let graph = graph?;
+        let exec = graph.instantiate(InstantiateFlags::empty())?;
+        Ok(Some(GraphSlot { exec, _graph: graph, slot, pinned }))
+    }
+
+    /// Launches graph `graph` on `stream`, its buffer recorded there first.
+    fn graph_launch(&mut self, graph: usize, stream: usize) -> cuda_core::Result<()> {
+        self.record_graph_buffer(graph, stream)?;
+        let Some(g) = &self.graphs[graph] else { return Ok(()) };
+        g.exec.launch(&self.streams[stream])
+    }
+
+    /// Records the buffer that graph `graph` uses on `stream`, before a launch there.
+    fn record_graph_buffer(&mut self, graph: usize, stream: usize) -> cuda_core::Result<()> {
+        let Some(g) = &self.graphs[graph] else { return Ok(()) };
+        let slot = g.slot;
+        self.first_use(slot, stream)?;
+        match &self.slots[slot] {
+            Some(b) => b.buffer.record_stream(&self.streams[stream]),
+            None => Ok(()),
+        }
+    }
+
+    /// Launches graph `graph` on `stream` while a guard of its pinned buffer is held; the
+    /// host access is told when the guard is taken and again just before it drops.
+    fn graph_hold(&mut self, graph: usize, stream: usize, write: bool) -> cuda_core::Result<()> {
+        if self.graphs[graph].is_none() {
+            return Ok(());
+        }
+        self.record_graph_buffer(graph, stream)?;
+        let Some(g) = &self.graphs[graph] else { return Ok(()) };
+        let Some(p) = &mut self.pinned[g.pinned] else { return Ok(()) };
+        let s = &self.streams[stream];
+        let launched = if write {
+            let mut slice = p.as_mut_slice()?;
+            host_access(&slice, true);
+            let launched = g.exec.launch(s);
+            slice.fill(1);
+            host_access(&slice, true);
+            launched
+        } else {
+            let slice = p.as_slice()?;
+            host_access(&slice, false);
+            let launched = g.exec.launch(s);
+            std::hint::black_box(slice.iter().sum::<u32>());
+            host_access(&slice, false);
+            launched
+        };
+        match launched {
+            // The refusal the crate promises while the host holds the memory.
+            Err(cuda_core::Error::InvalidArgument { operation: "GraphExec::launch", .. }) => {
+                self.refused += 1;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     fn set_stream(&mut self, slot: usize, stream: usize) -> cuda_core::Result<()> {
         let Some(b) = &mut self.slots[slot] else { return Ok(()) };
         if self.emulate_h1_fix && b.own != stream {
@@ -276,7 +421,7 @@ impl World {
     }
 }
 
-/// Tells the simulator that this thread reads or writes `len` elements at `ptr` now.
-fn host_access(ptr: *const u32, len: usize, write: bool) {
-    (Sim::get().host_access)(ptr as u64, (len * 4) as u64, i32::from(write));
+/// Tells the simulator that this thread reads or writes the elements of `slice` now.
+fn host_access(slice: &[u32], write: bool) {
+    (Sim::get().host_access)(slice.as_ptr() as u64, std::mem::size_of_val(slice) as u64, i32::from(write));
 }
