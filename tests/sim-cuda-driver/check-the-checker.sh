@@ -5,11 +5,11 @@
 # Usage (from anywhere in the repository):
 #   tests/sim-cuda-driver/check-the-checker.sh [CASES]
 # Each fix is taken out by one substitution in a scratch worktree (never in this checkout); the
-# random programs then run CASES programs (default 3000) and must report. Prints one line per
+# random programs then run CASES programs (default 10000, as CI runs) and must report. Prints one line per
 # fix and exits non-zero when a fix taken out went unnoticed.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
-cases=${1:-3000}
+cases=${1:-10000}
 scratch=$(mktemp -d)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}/check-the-checker
 trap 'git -C "$root" worktree remove --force "$scratch/tree" >/dev/null 2>&1 || true; rm -rf "$scratch"' EXIT
@@ -22,6 +22,7 @@ fixes=(
   "F6: a release waits for the other streams the memory was used on|cuda-core/src/track/stream_uses.rs|s/(wait_for\(stream, own\)\?;\n\s*\}\n\s*)noted\.streams\.push\(stream\.clone\(\)\);/\$1/"
   "pinned: the host waits for the copies in flight before it reads or writes|cuda-core/src/track/host_uses.rs|s/self\.lock\(\)\.wait\(write\)\n/Ok(())\n/"
   "H2: a graph launch is refused while the host holds a guard of a pinned buffer it uses|cuda-core/src/track/host_uses.rs|s/if u\.host_writer \|\| \(access\.writes && u\.host_readers > 0\) \{\n\s*return Err\(.*?\)\);\n\s*\}//s"
+  "F9: dropping a mapping waits for the work queued through its views before it unmaps|cuda-core/src/vmm/mapping.rs|s/if let Err\(e\) = self\.uses\.synchronize_for_release\(\) \{\n\s*self\.range\.context\(\)\.defer\(e\);\n\s*return;\n\s*\}//"
 )
 
 status=0

@@ -711,6 +711,87 @@ unsafe extern "C" fn cuLaunchKernel(
     unsafe { launch("cuLaunchKernel", f, stream, params) }
 }
 
+/// `cuMemGetAllocationGranularity`: [`GRANULARITY`](crate::memory::GRANULARITY), minimum
+/// and recommended alike.
+unsafe extern "C" fn cuMemGetAllocationGranularity(
+    g: *mut usize,
+    prop: *const c_void,
+    _option: c_int,
+) -> c_int {
+    status(!prop.is_null() && put(g, crate::memory::GRANULARITY))
+}
+
+unsafe extern "C" fn cuMemCreate(h: *mut u64, size: usize, prop: *const c_void, _flags: u64) -> c_int {
+    if prop.is_null() || size == 0 || size % crate::memory::GRANULARITY != 0 {
+        return INVALID_VALUE;
+    }
+    if size > TOTAL_MEMORY {
+        return OUT_OF_MEMORY;
+    }
+    let handle = with_sim(|s| s.memory.create_physical(size));
+    status(put(h, handle))
+}
+
+unsafe extern "C" fn cuMemRelease(h: u64) -> c_int {
+    status(with_sim(|s| s.memory.release_physical(h)))
+}
+
+unsafe extern "C" fn cuMemAddressReserve(
+    ptr: *mut u64,
+    size: usize,
+    align: usize,
+    _addr: u64,
+    _flags: u64,
+) -> c_int {
+    if size == 0 || size % crate::memory::GRANULARITY != 0 || (align != 0 && !align.is_power_of_two()) {
+        return INVALID_VALUE;
+    }
+    let p = with_sim(|s| s.memory.reserve(size as u64, align as u64));
+    status(put(ptr, p))
+}
+
+unsafe extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> c_int {
+    status(with_sim(|s| s.memory.address_free(ptr, size as u64)))
+}
+
+/// Maps physical memory: the addresses have a new owner from now on.
+unsafe extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, h: u64, _flags: u64) -> c_int {
+    if offset != 0 {
+        return NOT_SUPPORTED;
+    }
+    with_sim(|s| {
+        if !s.memory.map(ptr, size as u64, h) {
+            return INVALID_VALUE;
+        }
+        s.checker.new_owner(Range::new(ptr, size as u64));
+        SUCCESS
+    })
+}
+
+/// Unmaps at once, as the driver does (it waits for nothing): a release, which every use of
+/// the memory must be ordered before.
+unsafe extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> c_int {
+    with_sim(|s| {
+        if !s.memory.unmap(ptr, size as u64) {
+            return INVALID_VALUE;
+        }
+        let host = s.host();
+        let at = s.checker.tick(host);
+        let site = s.checker.site(host, "cuMemUnmap");
+        s.checker.release(at, Range::new(ptr, size as u64), site);
+        SUCCESS
+    })
+}
+
+unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const c_void, count: usize) -> c_int {
+    status(!desc.is_null() && count > 0 && with_sim(|s| s.memory.is_mapped(ptr, size as u64)))
+}
+
+/// Every mapping is readable and writable (`CU_MEM_ACCESS_FLAGS_PROT_READWRITE`).
+unsafe extern "C" fn cuMemGetAccess(flags: *mut u64, location: *const c_void, ptr: u64) -> c_int {
+    status(!location.is_null() && with_sim(|s| s.memory.is_mapped(ptr, 1)) && put(flags, 3))
+}
+
 macro_rules! addr {
     ($f:expr) => {
         $f as *const () as usize
@@ -777,6 +858,15 @@ fn implemented() -> Vec<(&'static str, i32, usize)> {
         ("cuFuncGetParamInfo", 12040, addr!(cuFuncGetParamInfo)),
         ("cuLaunchKernel", 4000, addr!(cuLaunchKernel)),
         ("cuLaunchKernelEx", 11060, addr!(cuLaunchKernelEx)),
+        ("cuMemGetAllocationGranularity", 10020, addr!(cuMemGetAllocationGranularity)),
+        ("cuMemCreate", 10020, addr!(cuMemCreate)),
+        ("cuMemRelease", 10020, addr!(cuMemRelease)),
+        ("cuMemAddressReserve", 10020, addr!(cuMemAddressReserve)),
+        ("cuMemAddressFree", 10020, addr!(cuMemAddressFree)),
+        ("cuMemMap", 10020, addr!(cuMemMap)),
+        ("cuMemUnmap", 10020, addr!(cuMemUnmap)),
+        ("cuMemSetAccess", 10020, addr!(cuMemSetAccess)),
+        ("cuMemGetAccess", 10020, addr!(cuMemGetAccess)),
         ("cuStreamBeginCapture", 10010, addr!(cuStreamBeginCapture)),
         ("cuStreamEndCapture", 10000, addr!(cuStreamEndCapture)),
         ("cuThreadExchangeStreamCaptureMode", 10010, addr!(cuThreadExchangeStreamCaptureMode)),

@@ -6,6 +6,9 @@
 //! * **One device** (ordinal 0, compute capability 9.0, 16 GiB) with its primary context.
 //! * **Memory** is host bytes: device allocations at made-up addresses ([`memory`]), pinned
 //!   allocations in real host memory.
+//! * **Virtual memory** ([`memory`]): address reservations, physical allocations (granularity
+//!   64 KiB) and their mappings; a map starts a new owner of the addresses, and an unmap (which
+//!   waits for nothing, as the driver's) is a release that every use must be ordered before.
 //! * **Kernels** ([`kernels`]): a loaded image is a short text naming built-in kernels
 //!   (`fill_u32`, `add_u32`) written in Rust; a launch is queued like any other work, and
 //!   counts every pointer-sized argument inside a live allocation as read and written.

@@ -134,3 +134,19 @@ fn h2_a_graph_launch_is_refused_while_a_guard_of_its_pinned_buffer_is_held() {
         assert_eq!(out.refused, 1, "kind {kind}: the launch under the guard is refused: {out:?}");
     }
 }
+
+/// F9: a mapping dropped while a memset queued through its view may still run. Dropping it
+/// waits for the streams its views were used on; taken out, the unmap is a release under that
+/// work (category (b)), and the memset lands in the memory mapped there next.
+#[test]
+fn f9_a_mapping_is_unmapped_after_the_work_queued_through_its_views() {
+    const PROGRAM: &[(u8, Step)] = &[
+        (0, Step::VmmMap { vmm: 0 }),
+        (0, Step::VmmMemset { vmm: 0, stream: 1, value: 3 }),
+        (1, Step::VmmDrop { vmm: 0 }),
+        (1, Step::VmmMap { vmm: 0 }),
+        (1, Step::VmmMemset { vmm: 0, stream: 2, value: 4 }),
+    ];
+    let out = run_program(PROGRAM);
+    assert!(!out.fails(), "{out:?}");
+}

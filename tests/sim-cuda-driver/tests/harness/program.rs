@@ -61,6 +61,16 @@ pub enum Step {
     GraphHold { graph: u8, stream: u8, write: bool },
     /// Drops the executable graph and its graph.
     GraphDrop { graph: u8 },
+    /// Maps new physical memory (one granule) at the start of a reserved range (unmapping
+    /// what was mapped there) and grants the device access.
+    VmmMap { vmm: u8 },
+    /// `memset_d32_async` of the whole mapping through `Mapping::view_mut` on a stream.
+    VmmMemset { vmm: u8, stream: u8, value: u32 },
+    /// `copy_from_device_async` of the buffer's elements into the mapping (`to_mapping`) or of
+    /// the mapping's first elements into the buffer, on a stream.
+    VmmCopy { vmm: u8, slot: u8, stream: u8, to_mapping: bool },
+    /// Drops the mapping (it unmaps).
+    VmmDrop { vmm: u8 },
 }
 
 /// A program: each step with the thread (0 or 1) that runs it when no buffer decides.
@@ -71,6 +81,7 @@ pub const PINNED: usize = 2;
 pub const STREAMS: usize = 3;
 pub const EVENTS: usize = 2;
 pub const GRAPHS: usize = 2;
+pub const VMMS: usize = 2;
 
 /// A random program of 8 to 32 steps.
 pub fn generate(seed: u64) -> Program {
@@ -83,8 +94,8 @@ fn random_step(rng: &mut Rng) -> Step {
     let mut pick = |n: usize| rng.below(n) as u8;
     let (slot, stream, pinned, event) = (pick(SLOTS), pick(STREAMS), pick(PINNED), pick(EVENTS));
     let (flag, other, value) = (pick(2) == 1, pick(SLOTS), u32::from(pick(250)) + 1);
-    let graph = pick(GRAPHS);
-    match pick(123) {
+    let (graph, vmm) = (pick(GRAPHS), pick(VMMS));
+    match pick(133) {
         0..15 => Step::Alloc { slot, stream, big: flag, zeroed: pick(2) == 1 },
         15..23 => Step::Drop { slot },
         23..26 => Step::Upload { slot, value },
@@ -107,7 +118,11 @@ fn random_step(rng: &mut Rng) -> Step {
         108..113 => Step::Capture { graph, slot, pinned, stream, kind: pick(3), value },
         113..118 => Step::GraphLaunch { graph, stream },
         118..122 => Step::GraphHold { graph, stream, write: flag },
-        _ => Step::GraphDrop { graph },
+        122 => Step::GraphDrop { graph },
+        123..126 => Step::VmmMap { vmm },
+        126..129 => Step::VmmMemset { vmm, stream, value },
+        129..132 => Step::VmmCopy { vmm, slot, stream, to_mapping: flag },
+        _ => Step::VmmDrop { vmm },
     }
 }
 

@@ -1,8 +1,10 @@
 //! What a program works on, and each step as the safe calls it makes.
 
-use super::program::{EVENTS, GRAPHS, PINNED, SLOTS, STREAMS, Step};
+use super::program::{EVENTS, GRAPHS, PINNED, SLOTS, STREAMS, Step, VMMS};
 use super::sim::Sim;
 use cuda_core::graph::{CaptureMode, Graph, GraphExec, InstantiateFlags};
+use cuda_core::mempool::Access;
+use cuda_core::vmm::{AccessGrant, AddressRange, AllocationProperties, Granularity, Mapping, PhysicalMemory};
 use cuda_core::{
     Context, Device, DeviceBuffer, Event, EventFlags, LaunchConfig, Module, PinnedBuffer, Stream, StreamFlags,
 };
@@ -42,6 +44,12 @@ pub struct World {
     pub slots: [Option<Slot>; SLOTS],
     pinned: [Option<PinnedBuffer<u32>>; PINNED],
     graphs: [Option<GraphSlot>; GRAPHS],
+    /// The properties of physical memory, and one granule of it.
+    props: AllocationProperties,
+    granule: usize,
+    /// A reserved range per mapping slot, and what is mapped at its start.
+    ranges: Vec<AddressRange>,
+    vmm: [Option<Mapping>; VMMS],
     /// Errors the crate returned: none is expected.
     pub errors: Vec<String>,
     /// Graph launches the crate refused while the host held a guard of their pinned buffer.
@@ -58,7 +66,13 @@ impl World {
         let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
         let stream = || Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap();
         let event = || Event::new(&ctx, EventFlags::DISABLE_TIMING).unwrap();
+        let props = AllocationProperties::device(Device::get(0).unwrap());
+        let granule = props.granularity(Granularity::Minimum).unwrap();
         World {
+            ranges: (0..VMMS).map(|_| AddressRange::reserve(&ctx, granule, 0).unwrap()).collect(),
+            vmm: Default::default(),
+            props,
+            granule,
             module: Module::from_ptx(&ctx, KERNELS).unwrap(),
             streams: (0..STREAMS).map(|_| stream()).collect(),
             events: (0..EVENTS).map(|_| event()).collect(),
@@ -75,6 +89,7 @@ impl World {
     /// Drops every buffer.
     pub fn clear(&mut self) {
         self.graphs = Default::default();
+        self.vmm = Default::default();
         self.slots = Default::default();
         self.pinned = Default::default();
     }
@@ -92,7 +107,8 @@ impl World {
             | Step::Launch { dst: slot, .. }
             | Step::PinnedUpload { slot, .. }
             | Step::PinnedDownload { slot, .. }
-            | Step::Capture { slot, .. } => slot,
+            | Step::Capture { slot, .. }
+            | Step::VmmCopy { slot, .. } => slot,
             Step::GraphLaunch { graph, .. } | Step::GraphHold { graph, .. } | Step::GraphDrop { graph } => {
                 match &self.graphs[usize::from(graph)] {
                     Some(g) => g.slot as u8,
@@ -203,6 +219,24 @@ impl World {
             }
             Step::GraphHold { graph, stream, write } => self.graph_hold(ix(graph), ix(stream), write)?,
             Step::GraphDrop { graph } => self.graphs[ix(graph)] = None,
+            Step::VmmMap { vmm } => {
+                self.vmm[ix(vmm)] = None;
+                let ctx = self.streams[0].context();
+                let physical = PhysicalMemory::new(ctx, self.granule, &self.props)?;
+                let mapping = self.ranges[ix(vmm)].map(0, &physical)?;
+                mapping.set_access(&[AccessGrant::device(Device::get(0)?, Access::ReadWrite)])?;
+                self.vmm[ix(vmm)] = Some(mapping);
+            }
+            Step::VmmMemset { vmm, stream, value } => {
+                if let Some(m) = &mut self.vmm[ix(vmm)] {
+                    let s = &self.streams[ix(stream)];
+                    m.view_mut::<u32>(s)?.memset_d32_async(value, s)?;
+                }
+            }
+            Step::VmmCopy { vmm, slot, stream, to_mapping } => {
+                self.vmm_copy(ix(vmm), ix(slot), ix(stream), to_mapping)?
+            }
+            Step::VmmDrop { vmm } => self.vmm[ix(vmm)] = None,
             Step::Launch { add: false, dst, stream, part, value, .. } => {
                 self.fill(ix(dst), ix(stream), part, value)?
             }
@@ -296,6 +330,28 @@ impl World {
         let (Some(b), Some(p)) = (&mut self.slots[slot], &mut self.pinned[pinned]) else { return Ok(()) };
         let s = &self.streams[stream];
         if upload { b.buffer.copy_from_pinned_async(p, s) } else { b.buffer.copy_to_pinned_async(p, s) }
+    }
+
+    /// Copies between the buffer of `slot` and the mapping `vmm` (their common prefix).
+    fn vmm_copy(
+        &mut self,
+        vmm: usize,
+        slot: usize,
+        stream: usize,
+        to_mapping: bool,
+    ) -> cuda_core::Result<()> {
+        if self.slots[slot].is_none() || self.vmm[vmm].is_none() {
+            return Ok(());
+        }
+        self.first_use(slot, stream)?;
+        let (Some(b), Some(m)) = (&mut self.slots[slot], &mut self.vmm[vmm]) else { return Ok(()) };
+        let s = &self.streams[stream];
+        let n = b.buffer.len().min(m.size() / 4);
+        if to_mapping {
+            m.view_mut::<u32>(s)?.slice_mut(..n)?.copy_from_device_async(&b.buffer.view().slice(..n)?, s)
+        } else {
+            b.buffer.view_mut().slice_mut(..n)?.copy_from_device_async(&m.view::<u32>(s)?.slice(..n)?, s)
+        }
     }
 
     /// Drops the graphs that `uses` says use a buffer about to go (the capture's contract).
