@@ -86,12 +86,17 @@ impl World {
         }
     }
 
-    /// Drops every buffer.
+    /// Drops every buffer, and gives the blocks the default pools cache back to the driver, so
+    /// that the next program starts from empty pools: a program then runs the same whatever
+    /// ran before it, and its shrunk form fails as it did.
     pub fn clear(&mut self) {
         self.graphs = Default::default();
         self.vmm = Default::default();
         self.slots = Default::default();
         self.pinned = Default::default();
+        if let Err(e) = cuda_core::pool::release_default_pools() {
+            self.errors.push(format!("release_default_pools: {e}"));
+        }
     }
 
     /// The thread a step runs on: its buffer's, else its own.
