@@ -417,6 +417,19 @@ pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     message
 }
 
+/// A panic payload whose own drop panics, for the tests of the functions the driver calls:
+/// dropped inside one, it would unwind out of it (and abort the process).
+#[cfg(test)]
+pub(crate) struct PanicsOnDrop;
+
+#[cfg(test)]
+impl Drop for PanicsOnDrop {
+    #[allow(clippy::panic)]
+    fn drop(&mut self) {
+        panic!("a panic payload that panics when dropped");
+    }
+}
+
 /// What [`report_from_drop`] printed on this thread, for the unit tests of the drops that use it.
 #[cfg(test)]
 pub(crate) mod reported {

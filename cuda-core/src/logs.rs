@@ -232,6 +232,7 @@ pub fn to_tracing() -> Result<Subscription> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::PanicsOnDrop;
     use std::sync::Mutex;
 
     #[test]
@@ -276,15 +277,6 @@ mod tests {
             *seen,
             [(LogLevel::Error, "bad value".to_string()), (LogLevel::Warning, "boom".to_string())]
         );
-    }
-
-    /// A panic payload whose own drop panics.
-    struct PanicsOnDrop;
-
-    impl Drop for PanicsOnDrop {
-        fn drop(&mut self) {
-            panic!("a panic payload that panics when dropped");
-        }
     }
 
     // H8: the trampoline dropped the caught payload, whose drop could unwind into the driver

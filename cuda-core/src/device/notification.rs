@@ -205,6 +205,7 @@ impl Drop for AsyncNotifications {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::PanicsOnDrop;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::mpsc::{Sender, channel};
     use std::thread::ThreadId;
@@ -259,17 +260,6 @@ mod tests {
         info.type_ = sys::CUasyncNotificationType::CU_ASYNC_NOTIFICATION_TYPE_OVER_BUDGET;
         notify(id, &mut info); // the id is gone: nothing is called
         assert_eq!(hits.load(Ordering::Relaxed), 42);
-    }
-
-    /// A panic payload whose own drop panics.
-    struct PanicsOnDrop;
-
-    impl Drop for PanicsOnDrop {
-        // The panic is the point: it would unwind out of the trampoline if the payload were
-        // dropped there (and abort the process).
-        fn drop(&mut self) {
-            panic!("a panic payload that panics when dropped");
-        }
     }
 
     // H8: the trampoline dropped the caught payload, whose drop could unwind into the driver.
