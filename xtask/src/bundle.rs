@@ -48,21 +48,33 @@ command -v compute-sanitizer >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
 dir=$(mktemp -d)
 "$here/cargo-nextest" nextest list --run-ignored all --archive-file "$here/tests.tar.zst"     --workspace-remap "$root" --extract-to "$dir" >/dev/null 2>&1 || { echo "cannot extract the archive"; exit 2; }
 cd "$root/tests" || exit 2
-# Binaries run side by side (the sanitizer is mostly host-bound), at most 8 at a time.
-names=()
-for b in $(find "$dir" -type f -path '*/deps/*' -perm -u+x ! -name '*.so' ! -name '*.d' | sort); do
-    name=$(basename "$b" | sed 's/-[0-9a-f]*$//')
-    case "$name" in fault|cuda_tests|sanitizer) continue ;; esac
-    names+=("$name")
-    while [ "$(jobs -rp | wc -l)" -ge 8 ]; do wait -n; done
-    ( CUDA_TEST_REQUIRE_GPU=1 compute-sanitizer --tool "$tool" "${extra[@]}" "$@" \
+# Binaries run side by side (the sanitizer is mostly host-bound), at most 8 at a time; the
+# graph binary runs alone afterwards: with other processes on the GPU, memcheck reports an
+# out-of-bounds access in its while-node conditional kernel about one run in four (at 86252fa
+# as since), and the run then fails the tests after it; alone it is clean.
+sanitize() {
+    CUDA_TEST_REQUIRE_GPU=1 compute-sanitizer --tool "$tool" "${extra[@]}" "$@" \
         --target-processes all --error-exitcode 99 "$b" --test-threads 1 \
         --skip a_faulting_kernel --skip jit_options_limit_registers_and_fill_the_info_log \
         --skip this_process_is_running_for_checkpoints \
         --skip programmatic_dependent_launch_overlaps_two_kernels "${tool_skips[@]}" > "$dir/$name.out" 2>&1
-      echo $? > "$dir/$name.code" ) &
+    echo $? > "$dir/$name.code"
+}
+names=()
+alone=()
+for b in $(find "$dir" -type f -path '*/deps/*' -perm -u+x ! -name '*.so' ! -name '*.d' | sort); do
+    name=$(basename "$b" | sed 's/-[0-9a-f]*$//')
+    case "$name" in fault|cuda_tests|sanitizer) continue ;; graph) alone+=("$b"); continue ;; esac
+    names+=("$name")
+    while [ "$(jobs -rp | wc -l)" -ge 8 ]; do wait -n; done
+    sanitize "$@" &
 done
 wait
+for b in "${alone[@]}"; do
+    name=$(basename "$b" | sed 's/-[0-9a-f]*$//')
+    names+=("$name")
+    sanitize "$@"
+done
 status=0
 for name in "${names[@]}"; do
     code=$(cat "$dir/$name.code")
