@@ -10,7 +10,7 @@ use cuda_core::pool::{
 };
 use cuda_core::{Context, Device, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use cuda_driver_sys as sys;
-use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
+use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu, hold};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -26,6 +26,7 @@ fn main() {
         gpu("pinned_pool_feeds_async_copies", pinned_pool_feeds_async_copies),
         gpu("upstream_allocators_give_usable_memory", upstream_allocators_give_usable_memory),
         gpu("default_allocator_and_c_interface", default_allocator_and_c_interface),
+        gpu("the_default_pool_defers_a_release_the_same_way_through_get_allocator", default_pool_one_door),
         gpu("typed_views_of_pooled_memory", typed_views_of_pooled_memory),
         gpu("hooks_see_device_and_pinned_pools", hooks_see_device_and_pinned_pools),
         gpu("hooks_report_where_buffers_are_made_and_freed", hooks_report_where_buffers_are_made_and_freed),
@@ -448,6 +449,27 @@ fn hooks_report_where_buffers_are_made_and_freed() -> TestResult {
     ensure_eq!(frees.len(), 3, "frees seen: {frees:?}");
     ensure_eq!(frees[0], (this, first + 1), "`free` reports its caller");
     ensure_eq!(frees[1], frees[2], "the two drops report one place");
+    other.synchronize()?;
+    Ok(())
+}
+
+/// The default pool reached through `pool::get_allocator` (an `Arc<dyn Allocator>`) gives a
+/// block back after other streams the way the pool itself does: it keeps the block from reuse
+/// with its own events, and the owner's stream goes on. Before, that door left out
+/// `deallocate_after`, whose default makes the owner's stream wait for the other streams: the
+/// owner's stream stalled behind a held-back one.
+fn default_pool_one_door() -> TestResult {
+    let (_device, ctx, owner) = cuda_tests::device_zero()?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let allocator = pool::get_allocator()?;
+    ensure_eq!(allocator.name(), "MemoryPool");
+    let allocation = allocator.allocate(1 << 20, StreamRef::from(&owner))?;
+    hold(&other, 1000)?;
+    // SAFETY: allocated above on `owner` and never used; `other` is the only other stream
+    // named, and nothing of it uses the memory.
+    unsafe { allocator.deallocate_after(allocation, &owner, std::slice::from_ref(&other))? };
+    owner.synchronize()?;
+    ensure!(other.query().map(|done| !done).unwrap_or(false), "the held-back stream finished first");
     other.synchronize()?;
     Ok(())
 }

@@ -89,8 +89,21 @@ unsafe impl Allocator for DefaultPool {
         unsafe { self.0.deallocate(allocation, stream) }
     }
 
+    #[track_caller]
+    unsafe fn deallocate_after(
+        &self,
+        allocation: DeviceAllocation,
+        stream: &crate::Stream,
+        recorded: &[crate::Stream],
+    ) -> Result<()> {
+        // SAFETY: forwarded under the caller's contract. The pool defers the block's reuse with
+        // its own events, as it does when it is reached directly (the trait's default would make
+        // `stream` wait instead: the same pool would behave two ways).
+        unsafe { self.0.deallocate_after(allocation, stream, recorded) }
+    }
+
     fn name(&self) -> &'static str {
-        "MemoryPool"
+        self.0.name()
     }
 }
 
