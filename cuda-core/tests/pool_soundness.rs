@@ -1,7 +1,7 @@
 //! CPU regression tests of the soundness review's pool findings that need only the public API
 //! (F15, device pool). The others (F2, F15's pinned sibling, F17) need crate-private parts (a
 //! context that touches no driver, the pinned pool's raw allocation) and are unit tests in
-//! `src/pool/tests_soundness.rs`.
+//! `src/pool/tests/soundness.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

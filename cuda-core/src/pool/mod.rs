@@ -72,16 +72,5 @@ pub use pinned::PinnedMemoryPool;
 pub use report_hooks::{DebugPrintHook, LineProfileHook, LineUsage};
 pub use upstream::{AsyncAllocator, DeviceAllocator, HostAllocator, ManagedAllocator};
 
-// The fakes are shared with the integration tests, each of which uses part of them.
-#[cfg(test)]
-#[allow(dead_code)]
-#[path = "../../tests/support/mod.rs"]
-mod fake;
-#[cfg(test)]
-mod property;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_pinned;
-#[cfg(test)]
-mod tests_soundness;

@@ -3,10 +3,10 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::allocator::DeviceAllocation;
-use super::core::{ALLOCATION_UNIT as UNIT, PoolCore, round_size};
 use super::fake::{CountingUpstream, ManualEvents};
 use crate::Error;
+use crate::pool::allocator::DeviceAllocation;
+use crate::pool::core::{ALLOCATION_UNIT as UNIT, PoolCore, round_size};
 use cuda_driver_sys as sys;
 use std::sync::Arc;
 

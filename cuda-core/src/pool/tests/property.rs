@@ -3,9 +3,9 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::allocator::DeviceAllocation;
-use super::core::{ALLOCATION_UNIT as UNIT, PoolCore};
 use super::fake::{CountingUpstream, ManualEvents};
+use crate::pool::allocator::DeviceAllocation;
+use crate::pool::core::{ALLOCATION_UNIT as UNIT, PoolCore};
 use cuda_driver_sys as sys;
 use proptest::prelude::*;
 use std::sync::Arc;

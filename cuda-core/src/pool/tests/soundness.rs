@@ -6,10 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::allocator::{DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamRef};
-use super::core::ALLOCATION_UNIT as UNIT;
 use super::fake::{CountingPinned, ManualEvents};
-use super::*;
+use crate::pool::allocator::{DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamRef};
+use crate::pool::core::ALLOCATION_UNIT as UNIT;
+use crate::pool::*;
 use crate::{Context, DeviceBuffer, Error, PinnedBuffer, Result, Stream};
 use std::sync::Arc;
 use std::sync::Mutex;
