@@ -2,6 +2,7 @@
 //! in place, with their arguments checked before NCCL is called.
 
 use super::buffers::{Input, Output};
+use super::call::Call;
 use super::comm::Communicator;
 use super::comm::same_device;
 use super::datatype::DataType;
@@ -10,7 +11,6 @@ use super::version::require;
 use crate::error::{Error, Result};
 use crate::memory::same_len;
 use crate::stream::Stream;
-use nccl_sys as nccl;
 use std::ffi::c_void;
 
 /// The raw device address of `memory`, as NCCL takes it.
@@ -77,6 +77,36 @@ impl Communicator {
         disjoint(operation, send, recv)
     }
 
+    /// The checks of a call whose send and receive memory is one buffer: the
+    /// [`prologue`](Self::prologue) and the buffer on the communicator's device.
+    #[inline]
+    fn in_place<T: DataType>(
+        &self,
+        operation: &'static str,
+        stream: &Stream,
+        buffer: &impl Input<T>,
+    ) -> Result<()> {
+        self.prologue::<T>(operation, stream)?;
+        self.on_stream(operation, buffer, stream)
+    }
+
+    /// The layout of an in-place gather or scatter, where `buffer` holds one block per rank:
+    /// the length of a block, the address of the buffer and that of this rank's block. A length
+    /// that is not a multiple of the rank count is an [`Error::InvalidArgument`].
+    fn own_block<T>(
+        &self,
+        operation: &'static str,
+        buffer: &impl Input<T>,
+    ) -> Result<(usize, *mut c_void, *mut c_void)> {
+        let (ranks, rank) = (self.count()?, self.rank()?);
+        if ranks == 0 || buffer.count() % ranks != 0 {
+            return Err(not_a_multiple(operation, "the buffer", buffer.count(), ranks));
+        }
+        let block = buffer.count() / ranks;
+        let whole = address(buffer);
+        Ok((block, whole, whole.cast::<T>().wrapping_add(rank * block).cast::<c_void>()))
+    }
+
     /// Checks that `memory` is on the communicator's device.
     #[inline]
     pub(crate) fn on_device<T>(&self, operation: &'static str, memory: &impl Input<T>) -> Result<()> {
@@ -120,22 +150,11 @@ impl Communicator {
         const OP: &str = "Communicator::all_reduce";
         self.out_of_place::<T>(OP, stream, &send, &recv)?;
         same_len(OP, recv.count(), send.count())?;
-        let op = op.raw_for(self)?;
+        let call = Call::AllReduce { send: address(&send), recv: address(&recv), op: op.raw_for(self)? };
         // SAFETY: both ranges are device memory of the communicator's device, `count`
         // elements of `T` long, kept alive by the borrows until the call has queued the work
         // (later frees are ordered after it on the stream or wait for the device).
-        let status = unsafe {
-            nccl::ncclAllReduce(
-                address(&send),
-                address(&recv),
-                send.count(),
-                T::RAW,
-                op,
-                self.as_raw(),
-                stream.as_raw().cast(),
-            )
-        };
-        self.queued("ncclAllReduce", status)
+        unsafe { self.enqueue::<T>(call, send.count(), stream) }
     }
 
     /// [`all_reduce`](Self::all_reduce) with `buffer` as both send and receive memory.
@@ -150,15 +169,11 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "Communicator::all_reduce_in_place";
-        self.prologue::<T>(OP, stream)?;
-        self.on_stream(OP, &buffer, stream)?;
-        let op = op.raw_for(self)?;
+        self.in_place::<T>(OP, stream, &buffer)?;
         let p = address(&buffer);
+        let call = Call::AllReduce { send: p, recv: p, op: op.raw_for(self)? };
         // SAFETY: as in `all_reduce`; NCCL allows the same address for both.
-        let status = unsafe {
-            nccl::ncclAllReduce(p, p, buffer.count(), T::RAW, op, self.as_raw(), stream.as_raw().cast())
-        };
-        self.queued("ncclAllReduce", status)
+        unsafe { self.enqueue::<T>(call, buffer.count(), stream) }
     }
 
     /// Copies `send` of rank `root` into `recv` of every rank
@@ -180,19 +195,9 @@ impl Communicator {
         self.out_of_place::<T>(OP, stream, &send, &recv)?;
         same_len(OP, recv.count(), send.count())?;
         let root = valid_rank(OP, "root", root, self.count()?)?;
+        let call = Call::Broadcast { send: address(&send), recv: address(&recv), root };
         // SAFETY: as in `all_reduce`.
-        let status = unsafe {
-            nccl::ncclBroadcast(
-                address(&send),
-                address(&recv),
-                send.count(),
-                T::RAW,
-                root,
-                self.as_raw(),
-                stream.as_raw().cast(),
-            )
-        };
-        self.queued("ncclBroadcast", status)
+        unsafe { self.enqueue::<T>(call, send.count(), stream) }
     }
 
     /// [`broadcast`](Self::broadcast) with `buffer` as both memories: the root sends it, the
@@ -208,15 +213,11 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "Communicator::broadcast_in_place";
-        self.prologue::<T>(OP, stream)?;
-        self.on_stream(OP, &buffer, stream)?;
+        self.in_place::<T>(OP, stream, &buffer)?;
         let root = valid_rank(OP, "root", root, self.count()?)?;
         let p = address(&buffer);
         // SAFETY: as in `all_reduce`; NCCL allows the same address for both.
-        let status = unsafe {
-            nccl::ncclBroadcast(p, p, buffer.count(), T::RAW, root, self.as_raw(), stream.as_raw().cast())
-        };
-        self.queued("ncclBroadcast", status)
+        unsafe { self.enqueue::<T>(Call::Broadcast { send: p, recv: p, root }, buffer.count(), stream) }
     }
 
     /// Reduces `send` across the ranks with `op` into `recv` of rank `root`
@@ -238,21 +239,9 @@ impl Communicator {
         self.out_of_place::<T>(OP, stream, &send, &recv)?;
         same_len(OP, recv.count(), send.count())?;
         let root = valid_rank(OP, "root", root, self.count()?)?;
-        let op = op.raw_for(self)?;
+        let call = Call::Reduce { send: address(&send), recv: address(&recv), op: op.raw_for(self)?, root };
         // SAFETY: as in `all_reduce`.
-        let status = unsafe {
-            nccl::ncclReduce(
-                address(&send),
-                address(&recv),
-                send.count(),
-                T::RAW,
-                op,
-                root,
-                self.as_raw(),
-                stream.as_raw().cast(),
-            )
-        };
-        self.queued("ncclReduce", status)
+        unsafe { self.enqueue::<T>(call, send.count(), stream) }
     }
 
     /// [`reduce`](Self::reduce) with `buffer` as both memories (the root's holds the result).
@@ -268,16 +257,12 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "Communicator::reduce_in_place";
-        self.prologue::<T>(OP, stream)?;
-        self.on_stream(OP, &buffer, stream)?;
+        self.in_place::<T>(OP, stream, &buffer)?;
         let root = valid_rank(OP, "root", root, self.count()?)?;
-        let op = op.raw_for(self)?;
         let p = address(&buffer);
+        let call = Call::Reduce { send: p, recv: p, op: op.raw_for(self)?, root };
         // SAFETY: as in `all_reduce`; NCCL allows the same address for both.
-        let status = unsafe {
-            nccl::ncclReduce(p, p, buffer.count(), T::RAW, op, root, self.as_raw(), stream.as_raw().cast())
-        };
-        self.queued("ncclReduce", status)
+        unsafe { self.enqueue::<T>(call, buffer.count(), stream) }
     }
 
     /// Gathers `send` of every rank into `recv` of every rank, in rank order
@@ -298,18 +283,9 @@ impl Communicator {
         self.out_of_place::<T>(OP, stream, &send, &recv)?;
         let ranks = self.count()?;
         same_len(OP, recv.count(), send.count().saturating_mul(ranks))?;
+        let call = Call::AllGather { send: address(&send), recv: address(&recv) };
         // SAFETY: as in `all_reduce`; `recv` holds `ranks` blocks of `send.count()`.
-        let status = unsafe {
-            nccl::ncclAllGather(
-                address(&send),
-                address(&recv),
-                send.count(),
-                T::RAW,
-                self.as_raw(),
-                stream.as_raw().cast(),
-            )
-        };
-        self.queued("ncclAllGather", status)
+        unsafe { self.enqueue::<T>(call, send.count(), stream) }
     }
 
     /// [`all_gather`](Self::all_gather) in place: `buffer` holds one block per rank, and this
@@ -317,20 +293,11 @@ impl Communicator {
     /// multiple of the rank count is an [`Error::InvalidArgument`].
     pub fn all_gather_in_place<T: DataType>(&self, buffer: impl Output<T>, stream: &Stream) -> Result<()> {
         const OP: &str = "Communicator::all_gather_in_place";
-        self.prologue::<T>(OP, stream)?;
-        self.on_stream(OP, &buffer, stream)?;
-        let (ranks, rank) = (self.count()?, self.rank()?);
-        if ranks == 0 || buffer.count() % ranks != 0 {
-            return Err(not_a_multiple(OP, "the buffer", buffer.count(), ranks));
-        }
-        let block = buffer.count() / ranks;
-        let recv = address(&buffer);
-        let send = recv.cast::<T>().wrapping_add(rank * block).cast::<c_void>();
+        self.in_place::<T>(OP, stream, &buffer)?;
+        let (block, recv, send) = self.own_block(OP, &buffer)?;
         // SAFETY: as in `all_reduce`; the send block is this rank's block of `buffer`, the
         // in-place layout NCCL defines.
-        let status =
-            unsafe { nccl::ncclAllGather(send, recv, block, T::RAW, self.as_raw(), stream.as_raw().cast()) };
-        self.queued("ncclAllGather", status)
+        unsafe { self.enqueue::<T>(Call::AllGather { send, recv }, block, stream) }
     }
 
     /// Reduces `send` across the ranks with `op` and scatters the result: rank `r` gets block
@@ -353,20 +320,9 @@ impl Communicator {
         self.out_of_place::<T>(OP, stream, &send, &recv)?;
         let ranks = self.count()?;
         same_len(OP, send.count(), recv.count().saturating_mul(ranks))?;
-        let op = op.raw_for(self)?;
+        let call = Call::ReduceScatter { send: address(&send), recv: address(&recv), op: op.raw_for(self)? };
         // SAFETY: as in `all_reduce`; `send` holds `ranks` blocks of `recv.count()`.
-        let status = unsafe {
-            nccl::ncclReduceScatter(
-                address(&send),
-                address(&recv),
-                recv.count(),
-                T::RAW,
-                op,
-                self.as_raw(),
-                stream.as_raw().cast(),
-            )
-        };
-        self.queued("ncclReduceScatter", status)
+        unsafe { self.enqueue::<T>(call, recv.count(), stream) }
     }
 
     /// [`reduce_scatter`](Self::reduce_scatter) in place: `buffer` holds one block per rank,
@@ -379,21 +335,11 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "Communicator::reduce_scatter_in_place";
-        self.prologue::<T>(OP, stream)?;
-        self.on_stream(OP, &buffer, stream)?;
-        let (ranks, rank) = (self.count()?, self.rank()?);
-        if ranks == 0 || buffer.count() % ranks != 0 {
-            return Err(not_a_multiple(OP, "the buffer", buffer.count(), ranks));
-        }
+        self.in_place::<T>(OP, stream, &buffer)?;
+        let (block, send, recv) = self.own_block(OP, &buffer)?;
         let op = op.raw_for(self)?;
-        let block = buffer.count() / ranks;
-        let send = address(&buffer);
-        let recv = send.cast::<T>().wrapping_add(rank * block).cast::<c_void>();
         // SAFETY: as in `all_reduce`; the receive block is this rank's block of `buffer`, the
         // in-place layout NCCL defines.
-        let status = unsafe {
-            nccl::ncclReduceScatter(send, recv, block, T::RAW, op, self.as_raw(), stream.as_raw().cast())
-        };
-        self.queued("ncclReduceScatter", status)
+        unsafe { self.enqueue::<T>(Call::ReduceScatter { send, recv, op }, block, stream) }
     }
 }

@@ -82,6 +82,7 @@
 
 mod alloc;
 mod buffers;
+mod call;
 mod collective;
 mod comm;
 mod config;

@@ -1,6 +1,7 @@
 //! Point-to-point calls (send, receive), the all-to-all exchange, gather and scatter.
 
 use super::buffers::{Input, Output};
+use super::call::Call;
 use super::collective::{address, disjoint, valid_rank};
 use super::comm::Communicator;
 use super::datatype::DataType;
@@ -9,7 +10,6 @@ use super::version::{at_least, require, since};
 use crate::error::{Error, Result};
 use crate::memory::same_len;
 use crate::stream::Stream;
-use nccl_sys as nccl;
 use std::ffi::c_void;
 
 impl Communicator {
@@ -29,17 +29,7 @@ impl Communicator {
         let peer = valid_rank(OP, "peer", peer, self.count()?)?;
         // SAFETY: device memory of the communicator's device, `count` elements long, kept
         // alive by the borrow until the work is queued.
-        let status = unsafe {
-            nccl::ncclSend(
-                address(&buffer),
-                buffer.count(),
-                T::RAW,
-                peer,
-                self.as_raw(),
-                stream.as_raw().cast(),
-            )
-        };
-        self.queued("ncclSend", status)
+        unsafe { self.enqueue::<T>(Call::Send { send: address(&buffer), peer }, buffer.count(), stream) }
     }
 
     /// Receives into `buffer` what rank `peer` sends with [`send`](Self::send)
@@ -55,17 +45,7 @@ impl Communicator {
         self.on_stream(OP, &buffer, stream)?;
         let peer = valid_rank(OP, "peer", peer, self.count()?)?;
         // SAFETY: as in `send`; the memory is written.
-        let status = unsafe {
-            nccl::ncclRecv(
-                address(&buffer),
-                buffer.count(),
-                T::RAW,
-                peer,
-                self.as_raw(),
-                stream.as_raw().cast(),
-            )
-        };
-        self.queued("ncclRecv", status)
+        unsafe { self.enqueue::<T>(Call::Recv { recv: address(&buffer), peer }, buffer.count(), stream) }
     }
 
     /// Exchanges blocks: `send` and `recv` hold one block per rank, and block `j` of this
@@ -102,9 +82,7 @@ impl Communicator {
         if at_least(since::ALL_TO_ALL)? {
             // SAFETY: both are device memory of the communicator's device holding `ranks`
             // blocks of `block` elements, kept alive by the borrows until the work is queued.
-            let status =
-                unsafe { nccl::ncclAlltoAll(s, r, block, T::RAW, self.as_raw(), stream.as_raw().cast()) };
-            return self.queued("ncclAlltoAll", status);
+            return unsafe { self.enqueue::<T>(Call::AllToAll { send: s, recv: r }, block, stream) };
         }
         require("ncclSend", since::SEND_RECV)?;
         let at =
@@ -113,15 +91,9 @@ impl Communicator {
         for peer in 0..ranks {
             let p = valid_rank(OP, "peer", peer, ranks)?;
             // SAFETY: block `peer` of each buffer, inside the checked lengths.
-            let sent = unsafe {
-                nccl::ncclSend(at(s, peer), block, T::RAW, p, self.as_raw(), stream.as_raw().cast())
-            };
-            self.status("ncclSend", sent)?;
+            unsafe { self.issue::<T>(Call::Send { send: at(s, peer), peer: p }, block, stream) }?;
             // SAFETY: as above.
-            let got = unsafe {
-                nccl::ncclRecv(at(r, peer), block, T::RAW, p, self.as_raw(), stream.as_raw().cast())
-            };
-            self.status("ncclRecv", got)?;
+            unsafe { self.issue::<T>(Call::Recv { recv: at(r, peer), peer: p }, block, stream) }?;
         }
         group.end()
     }
@@ -155,21 +127,11 @@ impl Communicator {
             disjoint(OP, &send, recv)?;
         }
         let r = recv.as_ref().map_or(std::ptr::null_mut(), address);
+        let call = Call::Gather { send: address(&send), recv: r, root };
         // SAFETY: `send` is device memory of the communicator's device; on the root `recv`
         // holds `ranks` blocks of `send.count()` elements (checked above); both are kept alive
         // by the borrows until the work is queued.
-        let status = unsafe {
-            nccl::ncclGather(
-                address(&send),
-                r,
-                send.count(),
-                T::RAW,
-                root,
-                self.as_raw(),
-                stream.as_raw().cast(),
-            )
-        };
-        self.queued("ncclGather", status)
+        unsafe { self.enqueue::<T>(call, send.count(), stream) }
     }
 
     /// Scatters `send` of rank `root` to every rank: rank `i`'s `recv` receives block `i` of
@@ -197,19 +159,9 @@ impl Communicator {
             disjoint(OP, send, &recv)?;
         }
         let s = send.as_ref().map_or(std::ptr::null_mut(), address);
+        let call = Call::Scatter { send: s, recv: address(&recv), root };
         // SAFETY: as in `gather`, with the roles swapped.
-        let status = unsafe {
-            nccl::ncclScatter(
-                s,
-                address(&recv),
-                recv.count(),
-                T::RAW,
-                root,
-                self.as_raw(),
-                stream.as_raw().cast(),
-            )
-        };
-        self.queued("ncclScatter", status)
+        unsafe { self.enqueue::<T>(call, recv.count(), stream) }
     }
 
     /// The root's whole buffer of a gather or scatter, checked: present on the root, on the
