@@ -93,16 +93,58 @@ impl Ranges {
         self.ptrs.len()
     }
 
-    /// Whether a batch of these ranges makes its call (not when empty), checked just before
-    /// it: the stream again (a batch of a per-thread default stream may have moved to another
-    /// thread), and its context entered.
-    fn ready_to_submit(&self, operation: &'static str, stream: &Stream) -> Result<bool> {
+    /// Queues these ranges on `stream` with the one driver call of `kind` (none when empty),
+    /// after checking the stream again (a batch of a per-thread default stream may have moved
+    /// to another thread) and entering its context.
+    fn submit(&mut self, kind: Kind, stream: &Stream) -> Result<()> {
         if self.len() == 0 {
-            return Ok(false);
+            return Ok(());
         }
-        batch_stream(operation, stream)?;
+        batch_stream(kind.submit_operation(), stream)?;
         stream.context().enter()?;
-        Ok(true)
+        let (ptrs, sizes, count) = (self.ptrs.as_mut_ptr(), self.sizes.as_mut_ptr(), self.ptrs.len());
+        let (locs, starts, runs) =
+            (self.locations.as_mut_ptr(), self.starts.as_mut_ptr(), self.locations.len());
+        let stream = stream.as_raw();
+        // SAFETY: `count` ranges, each inside a live managed buffer that waits for this stream
+        // before it is given back (noted when added) and that a discarding batch has borrowed
+        // exclusively until now; for a batch that prefetches, one location per run of ranges
+        // starting at the index beside it, the first at 0.
+        unsafe {
+            match kind {
+                Kind::Prefetch => {
+                    driver!(cuMemPrefetchBatchAsync(ptrs, sizes, count, locs, starts, runs, 0, stream))
+                }
+                Kind::Discard => driver!(cuMemDiscardBatchAsync(ptrs, sizes, count, 0, stream)),
+                Kind::DiscardPrefetch => {
+                    driver!(cuMemDiscardAndPrefetchBatchAsync(
+                        ptrs, sizes, count, locs, starts, runs, 0, stream
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// The three kinds of batch, each made by one driver call.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// [`PrefetchBatch`]: `cuMemPrefetchBatchAsync`.
+    Prefetch,
+    /// [`DiscardBatch`]: `cuMemDiscardBatchAsync`.
+    Discard,
+    /// [`DiscardPrefetchBatch`]: `cuMemDiscardAndPrefetchBatchAsync`.
+    DiscardPrefetch,
+}
+
+impl Kind {
+    /// The name of the batch's `submit`, as its errors report it.
+    fn submit_operation(self) -> &'static str {
+        match self {
+            Kind::Prefetch => "PrefetchBatch::submit",
+            Kind::Discard => "DiscardBatch::submit",
+            Kind::DiscardPrefetch => "DiscardPrefetchBatch::submit",
+        }
     }
 }
 
@@ -330,25 +372,7 @@ impl<'a> PrefetchBatch<'a> {
     /// The driver's status: where a device of the system lacks concurrent managed access, for
     /// memory it cannot prefetch, or for a fault of earlier work on the stream.
     pub fn submit(mut self) -> Result<()> {
-        if !self.ranges.ready_to_submit("PrefetchBatch::submit", self.stream)? {
-            return Ok(());
-        }
-        let r = &mut self.ranges;
-        // SAFETY: `count` ranges, each inside a live managed buffer that waits for this stream
-        // before it is given back (noted when added), and one location per run of ranges
-        // starting at the index beside it, the first at 0.
-        unsafe {
-            driver!(cuMemPrefetchBatchAsync(
-                r.ptrs.as_mut_ptr(),
-                r.sizes.as_mut_ptr(),
-                r.ptrs.len(),
-                r.locations.as_mut_ptr(),
-                r.starts.as_mut_ptr(),
-                r.locations.len(),
-                0,
-                self.stream.as_raw(),
-            ))
-        }
+        self.ranges.submit(Kind::Prefetch, self.stream)
     }
 }
 
@@ -404,21 +428,7 @@ impl<'a> DiscardBatch<'a> {
     ///
     /// As [`PrefetchBatch::submit`].
     pub fn submit(mut self) -> Result<()> {
-        if !self.ranges.ready_to_submit("DiscardBatch::submit", self.stream)? {
-            return Ok(());
-        }
-        let r = &mut self.ranges;
-        // SAFETY: `count` ranges, each inside a live managed buffer borrowed exclusively until
-        // now, which waits for this stream before it is given back (noted when added).
-        unsafe {
-            driver!(cuMemDiscardBatchAsync(
-                r.ptrs.as_mut_ptr(),
-                r.sizes.as_mut_ptr(),
-                r.ptrs.len(),
-                0,
-                self.stream.as_raw(),
-            ))
-        }
+        self.ranges.submit(Kind::Discard, self.stream)
     }
 }
 
@@ -464,24 +474,7 @@ impl<'a> DiscardPrefetchBatch<'a> {
     ///
     /// As [`PrefetchBatch::submit`].
     pub fn submit(mut self) -> Result<()> {
-        if !self.ranges.ready_to_submit("DiscardPrefetchBatch::submit", self.stream)? {
-            return Ok(());
-        }
-        let r = &mut self.ranges;
-        // SAFETY: as for `DiscardBatch::submit`, with one location per run of ranges starting
-        // at the index beside it, the first at 0.
-        unsafe {
-            driver!(cuMemDiscardAndPrefetchBatchAsync(
-                r.ptrs.as_mut_ptr(),
-                r.sizes.as_mut_ptr(),
-                r.ptrs.len(),
-                r.locations.as_mut_ptr(),
-                r.starts.as_mut_ptr(),
-                r.locations.len(),
-                0,
-                self.stream.as_raw(),
-            ))
-        }
+        self.ranges.submit(Kind::DiscardPrefetch, self.stream)
     }
 }
 
