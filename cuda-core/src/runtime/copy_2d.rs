@@ -308,38 +308,63 @@ pub fn memcpy_2d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
     })
 }
 
-/// The 3D parameters for a whole-array copy to or from tightly packed linear memory.
-fn params_3d(
+/// Which side of a whole-array copy the array is.
+#[derive(Clone, Copy, Debug)]
+enum ArraySide {
+    Destination,
+    Source,
+}
+
+/// A copy of a whole array to or from `bytes` of tightly packed linear memory (rows, then
+/// slices), whose sizes were checked when it was made.
+struct WholeArray<'a> {
     operation: &'static str,
-    array: &Array,
-    linear: *mut c_void,
-    linear_bytes: usize,
-) -> Result<rt::cudaMemcpy3DParms> {
-    let (rows, slices) = array.rows_and_slices();
-    let row = array.row_bytes();
-    let total = row.checked_mul(rows).and_then(|b| b.checked_mul(slices));
-    if total != Some(linear_bytes) {
-        return Err(Error::invalid(
-            operation,
-            format!(
-                "the array holds {row} x {rows} x {slices} bytes but the linear side has {linear_bytes}; they must be equal"
-            ),
-        ));
+    array: &'a Array,
+    side: ArraySide,
+    bytes: usize,
+}
+
+impl<'a> WholeArray<'a> {
+    /// The copy, or an [`Error::InvalidArgument`] if the linear side is not exactly the
+    /// array's size.
+    fn new(operation: &'static str, array: &'a Array, side: ArraySide, bytes: usize) -> Result<Self> {
+        let copy = WholeArray { operation, array, side, bytes };
+        copy.params(std::ptr::null_mut())?;
+        Ok(copy)
     }
-    // SAFETY: a plain C struct; all zeroes (null pointers, zero sizes) is valid.
-    let mut p: rt::cudaMemcpy3DParms = unsafe { std::mem::zeroed() };
-    p.extent = rt::cudaExtent { width: array.extent().0, height: rows, depth: slices, ..Default::default() };
-    p.kind = rt::cudaMemcpyKind::cudaMemcpyDefault;
-    let pitched = rt::cudaPitchedPtr {
-        ptr: linear,
-        pitch: row,
-        xsize: array.extent().0,
-        ysize: rows,
-        ..Default::default()
-    };
-    p.srcPtr = pitched;
-    p.dstPtr = pitched;
-    Ok(p)
+
+    /// The 3D parameters of the copy, with `linear` as its linear side.
+    fn params(&self, linear: *mut c_void) -> Result<rt::cudaMemcpy3DParms> {
+        let (array, linear_bytes) = (self.array, self.bytes);
+        let (rows, slices) = array.rows_and_slices();
+        let row = array.row_bytes();
+        let total = row.checked_mul(rows).and_then(|b| b.checked_mul(slices));
+        if total != Some(linear_bytes) {
+            return Err(Error::invalid(
+                self.operation,
+                format!(
+                    "the array holds {row} x {rows} x {slices} bytes but the linear side has {linear_bytes}; they must be equal"
+                ),
+            ));
+        }
+        // SAFETY: a plain C struct; all zeroes (null pointers, zero sizes) is valid.
+        let mut p: rt::cudaMemcpy3DParms = unsafe { std::mem::zeroed() };
+        p.extent =
+            rt::cudaExtent { width: array.extent().0, height: rows, depth: slices, ..Default::default() };
+        p.kind = rt::cudaMemcpyKind::cudaMemcpyDefault;
+        let pitched = rt::cudaPitchedPtr {
+            ptr: linear,
+            pitch: row,
+            xsize: array.extent().0,
+            ysize: rows,
+            ..Default::default()
+        };
+        match self.side {
+            ArraySide::Destination => (p.srcPtr, p.dstArray) = (pitched, array.as_raw()),
+            ArraySide::Source => (p.dstPtr, p.srcArray) = (pitched, array.as_raw()),
+        }
+        Ok(p)
+    }
 }
 
 /// Fills the whole array from tightly packed `src` (rows, then slices)
@@ -348,12 +373,9 @@ fn params_3d(
 /// A linear side whose size is not exactly the array's is an [`Error::InvalidArgument`],
 /// checked before the copy.
 pub fn memcpy_3d_to_array<T: Pod, S: CopySource<T> + ?Sized>(dst: &mut Array, src: &S) -> Result<()> {
-    let op = "runtime::memcpy_3d_to_array";
     let bytes = src.source_len() * std::mem::size_of::<T>();
-    params_3d(op, dst, std::ptr::null_mut(), bytes)?;
-    let mut p = params_3d(op, dst, src.source_ptr()?.cast_mut(), bytes)?;
-    p.dstPtr = rt::cudaPitchedPtr::default();
-    p.dstArray = dst.as_raw();
+    let copy = WholeArray::new("runtime::memcpy_3d_to_array", dst, ArraySide::Destination, bytes)?;
+    let p = copy.params(src.source_ptr()?.cast_mut())?;
     // SAFETY: the parameters describe the whole array and a source of exactly its size; the
     // runtime only reads the source.
     finished(check_runtime("cudaMemcpy3D", unsafe { rt::cudaMemcpy3D(&p) }))
@@ -371,15 +393,12 @@ pub fn memcpy_3d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
     src: &S,
     stream: &crate::Stream,
 ) -> Result<()> {
-    let op = "runtime::memcpy_3d_to_array_async";
     let bytes = src.source_len() * std::mem::size_of::<T>();
-    params_3d(op, dst, std::ptr::null_mut(), bytes)?;
+    let copy = WholeArray::new("runtime::memcpy_3d_to_array_async", dst, ArraySide::Destination, bytes)?;
     stream.context().enter()?;
     dst.used_on(stream)?;
     src.read_on(stream, |s| {
-        let mut p = params_3d(op, dst, s.cast_mut(), bytes)?;
-        p.dstPtr = rt::cudaPitchedPtr::default();
-        p.dstArray = dst.as_raw();
+        let p = copy.params(s.cast_mut())?;
         // SAFETY: as above; freeing the array waits for the copy, and the source stays
         // allocated and unwritten until it has run (the trait's contract).
         check_runtime("cudaMemcpy3DAsync", unsafe { rt::cudaMemcpy3DAsync(&p, stream.as_raw().cast()) })
@@ -392,12 +411,9 @@ pub fn memcpy_3d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
 /// A linear side whose size is not exactly the array's is an [`Error::InvalidArgument`],
 /// checked before the copy.
 pub fn memcpy_3d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(dst: &mut D, src: &Array) -> Result<()> {
-    let op = "runtime::memcpy_3d_from_array";
     let bytes = dst.destination_len() * std::mem::size_of::<T>();
-    params_3d(op, src, std::ptr::null_mut(), bytes)?;
-    let mut p = params_3d(op, src, dst.destination_ptr()?, bytes)?;
-    p.srcPtr = rt::cudaPitchedPtr::default();
-    p.srcArray = src.as_raw();
+    let copy = WholeArray::new("runtime::memcpy_3d_from_array", src, ArraySide::Source, bytes)?;
+    let p = copy.params(dst.destination_ptr()?)?;
     // SAFETY: the parameters describe the whole array and a destination of exactly its size.
     finished(check_runtime("cudaMemcpy3D", unsafe { rt::cudaMemcpy3D(&p) }))
 }
@@ -411,15 +427,12 @@ pub fn memcpy_3d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
     src: &Array,
     stream: &crate::Stream,
 ) -> Result<()> {
-    let op = "runtime::memcpy_3d_from_array_async";
     let bytes = dst.destination_len() * std::mem::size_of::<T>();
-    params_3d(op, src, std::ptr::null_mut(), bytes)?;
+    let copy = WholeArray::new("runtime::memcpy_3d_from_array_async", src, ArraySide::Source, bytes)?;
     stream.context().enter()?;
     src.used_on(stream)?;
     dst.write_on(stream, |d| {
-        let mut p = params_3d(op, src, d, bytes)?;
-        p.srcPtr = rt::cudaPitchedPtr::default();
-        p.srcArray = src.as_raw();
+        let p = copy.params(d)?;
         // SAFETY: as above; freeing the array waits for the copy, and the destination stays
         // allocated and untouched by the host until it has run (the trait's contract).
         check_runtime("cudaMemcpy3DAsync", unsafe { rt::cudaMemcpy3DAsync(&p, stream.as_raw().cast()) })
