@@ -56,8 +56,6 @@ pub enum Error {
     InvalidArgument {
         /// The operation that rejected it, e.g. `DeviceBuffer::copy_from`.
         operation: &'static str,
-        /// Why, for code that branches on it ([`Reason::Other`] where no other fits).
-        reason: Reason,
         /// What was wrong, in words that say how to fix it.
         message: String,
     },
@@ -141,50 +139,10 @@ pub enum Error {
     },
 }
 
-/// Why an argument was refused ([`Error::InvalidArgument`]), for code that branches on it; the
-/// error's message says the same in words, with what to do.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reason {
-    /// Two lengths that must be equal are not (a copy's destination and source, say).
-    LengthMismatch {
-        /// The elements of the destination.
-        destination: usize,
-        /// The elements of the source.
-        source: usize,
-    },
-    /// A range reaches outside the memory (or other extent) it names.
-    OutOfBounds,
-    /// A stream whose handle would not name the stream it stands for here: another thread's
-    /// per-thread default stream, or the default stream of another context than the memory's.
-    WrongStream,
-    /// Memory, a stream or another handle of a context other than the one the operation works
-    /// in.
-    WrongContext,
-    /// Refused because a stream is being captured into a graph (work that cannot be waited for
-    /// or queued while the capture runs).
-    DuringCapture,
-    /// Any other refusal; the message says what it is.
-    Other,
-}
-
 impl Error {
-    /// An [`Error::InvalidArgument`] for no reason the [`Reason`] enum names.
+    /// An [`Error::InvalidArgument`].
     pub fn invalid(operation: &'static str, message: impl Into<String>) -> Self {
-        Error::refused(operation, Reason::Other, message)
-    }
-
-    /// An [`Error::InvalidArgument`] for `reason`.
-    pub fn refused(operation: &'static str, reason: Reason, message: impl Into<String>) -> Self {
-        Error::InvalidArgument { operation, reason, message: message.into() }
-    }
-
-    /// Why an argument was refused, when this is an [`Error::InvalidArgument`].
-    pub fn reason(&self) -> Option<Reason> {
-        match self {
-            Error::InvalidArgument { reason, .. } => Some(*reason),
-            _ => None,
-        }
+        Error::InvalidArgument { operation, message: message.into() }
     }
 
     /// The driver status, when this is a driver error.
@@ -219,7 +177,7 @@ impl fmt::Display for Error {
             #[cfg(feature = "nccl")]
             Error::Nccl { call, status } => nccl_text(call, *status),
             Error::Load { call, source } => return write!(f, "{call} could not be loaded: {source}"),
-            Error::InvalidArgument { operation, message, .. } | Error::Unsupported { operation, message } => {
+            Error::InvalidArgument { operation, message } | Error::Unsupported { operation, message } => {
                 return write!(f, "{operation}: {message}");
             }
             Error::OutOfMemory { requested, held, limit } => out_of_memory_text(*requested, *held, *limit),
@@ -492,21 +450,6 @@ mod guide;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn refusals_carry_their_reason_and_say_it_in_words() {
-        let e = crate::memory::same_len("DeviceBuffer::copy_from", 3, 4).unwrap_err();
-        assert_eq!(e.reason(), Some(Reason::LengthMismatch { destination: 3, source: 4 }));
-        assert!(
-            e.to_string().starts_with("DeviceBuffer::copy_from: the destination holds 3 elements"),
-            "{e}"
-        );
-        let e = crate::memory::range_of("DeviceView::slice", 4..12, 10).unwrap_err();
-        assert_eq!(e.reason(), Some(Reason::OutOfBounds));
-        assert_eq!(Error::invalid("op", "no").reason(), Some(Reason::Other));
-        assert_eq!(Error::refused("op", Reason::WrongContext, "no").to_string(), "op: no");
-        assert_eq!(Error::Unsupported { operation: "op", message: "no".into() }.reason(), None);
-    }
 
     #[test]
     fn errors_from_drops_without_a_context_are_printed_with_what_became_of_the_value() {

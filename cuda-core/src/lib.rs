@@ -112,7 +112,7 @@ pub mod vmm;
 
 pub use context::{Context, ContextFlags, CurrentGuard};
 pub use device::Device;
-pub use error::{Error, Reason, Result};
+pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use launch::{
     ClusterScheduling, Dim3, KernelArgs, LaunchConfig, MemSyncDomain, MemSyncDomainMap, ProgrammaticEvent,

@@ -170,17 +170,12 @@ impl<T> GraphBuffer<T> {
         const OP: &str = "GraphBuffer::free_async";
         let memory = &*self.memory;
         if stream.context() != &memory.ctx {
-            return Err(Error::refused(
-                OP,
-                crate::error::Reason::WrongContext,
-                "the stream is of another context than the graph's",
-            ));
+            return Err(Error::invalid(OP, "the stream is of another context than the graph's"));
         }
         stream.bind_if_default()?;
         if stream.capture_status()? != CaptureStatus::None {
-            return Err(Error::refused(
+            return Err(Error::invalid(
                 OP,
-                crate::error::Reason::DuringCapture,
                 "the stream is being captured: the free would be recorded into a graph, not made now",
             ));
         }

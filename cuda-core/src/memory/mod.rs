@@ -223,9 +223,8 @@ pub(crate) fn same_len(operation: &'static str, dst: usize, src: usize) -> Resul
 
 #[cold]
 fn len_mismatch(operation: &'static str, dst: usize, src: usize) -> Error {
-    Error::refused(
+    Error::invalid(
         operation,
-        crate::error::Reason::LengthMismatch { destination: dst, source: src },
         format!("the destination holds {dst} elements but the source {src}; slice them to the same length"),
     )
 }

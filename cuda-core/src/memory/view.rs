@@ -96,9 +96,8 @@ pub(crate) fn range_of(
         Bound::Unbounded => len,
     };
     if start > end || end > len {
-        return Err(Error::refused(
+        return Err(Error::invalid(
             operation,
-            crate::error::Reason::OutOfBounds,
             format!("range {start}..{end} is out of bounds of a view of {len} elements"),
         ));
     }
@@ -299,9 +298,8 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
     /// [`Error::InvalidArgument`].
     pub fn split_at_mut(&mut self, mid: usize) -> Result<(DeviceViewMut<'_, T>, DeviceViewMut<'_, T>)> {
         if mid > self.len {
-            return Err(Error::refused(
+            return Err(Error::invalid(
                 "split_at_mut",
-                crate::error::Reason::OutOfBounds,
                 format!("split point {mid} is past the end of a view of {} elements", self.len),
             ));
         }

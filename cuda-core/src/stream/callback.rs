@@ -107,9 +107,8 @@ impl Stream {
         ctx.take_deferred()?;
         self.bind_if_default()?;
         if self.capture_status()? == CaptureStatus::Active {
-            return Err(Error::refused(
+            return Err(Error::invalid(
                 "Stream::launch_host_func",
-                crate::error::Reason::DuringCapture,
                 "the stream is being captured into a graph, where the closure would run at every \
                  launch but can run only once; add it to the graph with `Graph::add_host_node` \
                  (after the capture ends, or into the graph given to `begin_capture_to_graph`)",

@@ -357,9 +357,8 @@ impl Stream {
 /// that made it.
 #[cold]
 pub(crate) fn other_threads_stream() -> crate::Error {
-    crate::Error::refused(
+    crate::Error::invalid(
         "stream",
-        crate::error::Reason::WrongStream,
         "this per-thread default stream was made on another thread, where its handle names that thread's \
          stream; make one with Stream::per_thread on this thread",
     )

@@ -369,9 +369,8 @@ impl HostUses {
     ) -> Result<()> {
         if let Some(capture) = crate::stream::capture_of(stream)? {
             if !self.capturable {
-                return Err(Error::refused(
+                return Err(Error::invalid(
                     "PinnedChunk copy",
-                    crate::error::Reason::DuringCapture,
                     "a copy of a chunk of a pinned buffer cannot be captured into a graph (the graph \
                      would outlive the chunk); capture a copy of a whole PinnedBuffer instead",
                 ));

@@ -9,7 +9,7 @@
 //! ([`StreamUses::synchronize_for_release`]).
 
 use crate::context::Context;
-use crate::error::{Error, Reason, Result};
+use crate::error::{Error, Result};
 use crate::stream::{Stream, capture_of, other_threads_stream};
 use cuda_driver_sys as sys;
 use std::sync::{Mutex, PoisonError};
@@ -204,9 +204,8 @@ pub(crate) fn nameable(ctx: &Context, stream: &Stream) -> Result<()> {
             return Err(other_threads_stream());
         }
         if stream.context() != ctx {
-            return Err(Error::refused(
+            return Err(Error::invalid(
                 "stream",
-                Reason::WrongStream,
                 "a default stream names the stream of the current context, and this one belongs to \
                  another context than the memory's; use a stream of the memory's context or a created \
                  stream",
@@ -228,9 +227,8 @@ fn capturing_now(stream: &Stream) -> Result<()> {
 /// The error of a release that a capture under way on a stream that used the memory prevents.
 #[cold]
 fn captured_release() -> Error {
-    Error::refused(
+    Error::invalid(
         "release",
-        Reason::DuringCapture,
         "the memory is given back while a stream that used it is being captured into a graph: its work \
          cannot be waited for now, so the memory is kept (leaked); give it back before the capture \
          begins or after it ends",
@@ -283,9 +281,8 @@ pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<()> {
 /// The error of a first use on another stream while the memory's own stream is being captured.
 #[cold]
 fn captured_first_use() -> Error {
-    Error::refused(
+    Error::invalid(
         "first use on another stream",
-        Reason::DuringCapture,
         "the memory's own stream is being captured into a graph, so the work queued on it before the \
          capture cannot be waited for on another stream; use the memory on the other stream before the \
          capture begins or after it ends",

@@ -111,8 +111,7 @@ fn f14_host_func_on_a_capturing_stream_is_refused() -> TestResult {
     let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
     let refused = s.launch_host_func(|| {});
     ensure!(
-        matches!(&refused, Err(Error::InvalidArgument { message, reason: cuda_core::Reason::DuringCapture, .. })
-            if message.contains("add_host_node")),
+        matches!(&refused, Err(Error::InvalidArgument { message, .. }) if message.contains("add_host_node")),
         "a host function on the capturing stream: {refused:?}"
     );
     // A stream that joins the capture through an event is capturing too.

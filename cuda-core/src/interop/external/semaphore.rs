@@ -430,9 +430,8 @@ impl ExternalSemaphore {
     #[inline]
     fn check_context(&self, operation: &'static str, context: &Context) -> Result<()> {
         if self.context != *context {
-            return Err(Error::refused(
+            return Err(Error::invalid(
                 operation,
-                crate::error::Reason::WrongContext,
                 format!("semaphore {:p} belongs to another context", self.raw),
             ));
         }

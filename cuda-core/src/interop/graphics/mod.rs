@@ -256,11 +256,7 @@ pub fn map_all<'a>(
     let (mut raw, mut writable) = (Vec::new(), Vec::new());
     for resource in resources {
         if resource.context != *stream.context() {
-            return Err(Error::refused(
-                OP,
-                crate::error::Reason::WrongContext,
-                "a resource registered in another context than the stream's",
-            ));
+            return Err(Error::invalid(OP, "a resource registered in another context than the stream's"));
         }
         raw.push(resource.raw);
         writable.push(resource.is_writable());
