@@ -246,8 +246,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// queued on `stream` from now on runs after the work queued so far on the old stream (one
     /// event recorded there and waited for on `stream`).
     ///
-    /// While the old stream is being captured into a graph, its work queued before the capture
-    /// cannot be waited for: that is an [`Error::InvalidArgument`], and the buffer stays.
+    /// While the old or the new stream is being captured into a graph, the new one cannot be
+    /// ordered after the old one: that is an [`Error::InvalidArgument`], and the buffer stays.
     ///
     /// A default stream that would not name the same stream where the buffer is used (a
     /// per-thread default stream of another thread, the default stream of another context) is
@@ -260,8 +260,15 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         }
         crate::track::nameable(self.stream.context(), stream)?;
         // Work queued on the new stream from now on runs after what is queued on the old one
-        // (the buffer's own work, and that of the block's earlier owners).
-        crate::track::wait_for(stream, &self.stream)?;
+        // (the buffer's own work, and that of the block's earlier owners). A stream being
+        // captured cannot wait for it: refused, and the buffer stays.
+        if crate::track::wait_for(stream, &self.stream)? == crate::track::Ordered::Captured {
+            return Err(Error::invalid(
+                "DeviceBuffer::set_stream",
+                "the new stream is being captured into a graph, so it cannot wait for the work queued on the \
+                 buffer's stream; move the buffer before the capture begins or after it ends",
+            ));
+        }
         if !self.stream.is_other_threads() {
             self.uses.note_queued(&self.stream);
         }

@@ -54,4 +54,4 @@ mod stream_uses;
 
 pub(crate) use held::HeldStream;
 pub(crate) use host_uses::{HostAccess, HostUses, Uses, begin_borrow, end_borrow, launch_tracked};
-pub(crate) use stream_uses::{StreamUses, nameable, order_after, wait_for};
+pub(crate) use stream_uses::{Ordered, StreamUses, nameable, order_after, wait_for};

@@ -127,7 +127,9 @@ impl StreamUses {
         if noted.streams.contains(stream) {
             return Ok(());
         }
-        // Under the lock: a use on `stream` from another thread must not pass the wait.
+        // Under the lock: a use on `stream` from another thread must not pass the wait. A
+        // stream in a capture the crate did not begin waits for nothing, and is noted all the
+        // same: the release must see that it is being captured, and keep the memory.
         if let Some(own) = own {
             wait_for(stream, own)?;
         }
@@ -245,16 +247,17 @@ fn synchronize_each(streams: &[Stream]) -> Result<()> {
 /// for on `later`. A per-thread default stream of another thread is waited for on the host,
 /// through its context. `earlier` being captured now is an error: its work queued before the
 /// capture cannot be waited for (an event recorded there would be captured), so the use is
-/// refused and nothing is queued. Nothing is waited for when `later` is being captured.
-pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<()> {
+/// refused and nothing is queued. Nothing is waited for when `later` is being captured
+/// ([`Ordered::Captured`]).
+pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<Ordered> {
     // Work queued on a stream being captured runs at the graph's launches, not now, and a
     // capture cannot wait for work outside it (the driver refuses): the capture's contract
     // covers what its launches touch.
     if capture_of(later)?.is_some() || later.context().with_current(|| raw_capturing(later))? {
-        return Ok(());
+        return Ok(Ordered::Captured);
     }
     if earlier.is_other_threads() {
-        return earlier.synchronize_for_release();
+        return earlier.synchronize_for_release().map(|()| Ordered::Waited);
     }
     if capture_of(earlier)?.is_some() {
         return Err(captured_first_use());
@@ -275,7 +278,16 @@ pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<()> {
         .and_then(|()| unsafe { driver!(cuStreamWaitEvent(later.as_raw(), event, 0)) });
     // SAFETY: created above, destroyed once; the driver keeps what the queued wait needs.
     let destroyed = unsafe { driver!(cuEventDestroy(event)) };
-    waited.and(destroyed)
+    waited.and(destroyed).map(|()| Ordered::Waited)
+}
+
+/// What [`wait_for`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ordered {
+    /// The later stream waits for the work queued so far on the earlier one.
+    Waited,
+    /// Nothing: the later stream is being captured, and its work runs at the graph's launches.
+    Captured,
 }
 
 /// The error of a first use on another stream while the memory's own stream is being captured.

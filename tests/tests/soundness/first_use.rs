@@ -7,14 +7,16 @@
 //! taken on the same stream (the same block) is written on another stream. Before the fix, the
 //! dropped buffer's late zeroing landed on the new owner's write.
 
+use cuda_core::graph::CaptureMode;
 use cuda_core::{Context, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
-use cuda_tests::{Test, TestResult, device_zero, ensure_eq, gpu, hold, no_deferred};
+use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, hold, no_deferred};
 
 /// The tests of this module.
 pub const TESTS: &[Test] = &[
     gpu("a_reused_block_written_on_another_stream_waits_for_its_old_owner", reused_block_on_another_stream),
     gpu("set_stream_orders_the_new_stream_after_the_old_one", set_stream_waits_for_the_old_stream),
     gpu("a_buffer_zeroed_on_its_stream_is_zero_when_first_copied_on_another", zeroed_then_copied_elsewhere),
+    gpu("set_stream_onto_a_stream_being_captured_is_refused", set_stream_onto_a_capture),
 ];
 
 /// Elements of the buffers: 16 MiB of `u32`.
@@ -77,5 +79,26 @@ fn zeroed_then_copied_elsewhere() -> TestResult {
     let seen = target.to_vec()?;
     ensure_eq!(seen.iter().filter(|&&v| v != 0).count(), 0, "words copied before the zeroing");
     owner.synchronize()?;
+    no_deferred(&ctx)
+}
+
+/// `set_stream` onto a stream being captured: the new stream cannot wait for the old one (a
+/// capture cannot wait for work outside it), so the move is refused and the buffer stays.
+/// Before, the move went through without the wait, and work queued on the new stream after the
+/// capture ran unordered with the old stream's.
+fn set_stream_onto_a_capture() -> TestResult {
+    let (_device, ctx, _) = device_zero()?;
+    let (old, new) = two_streams(&ctx)?;
+    let mut b = DeviceBuffer::<u32>::zeroed(&old, N)?;
+    // SAFETY: nothing is captured (the move below is refused before any call on `new`).
+    let capture = unsafe { new.begin_capture(CaptureMode::ThreadLocal)? };
+    let refused = b.set_stream(&new);
+    drop(capture.end()?);
+    ensure!(
+        matches!(refused, Err(Error::InvalidArgument { .. })),
+        "a move onto a capturing stream was not refused: {refused:?}"
+    );
+    ensure!(*b.stream() == old, "the refused move changed the buffer's stream");
+    old.synchronize()?;
     no_deferred(&ctx)
 }
