@@ -251,18 +251,35 @@ impl World {
     }
 
     fn copy(&mut self, dst: usize, src: usize, stream: usize) -> cuda_core::Result<()> {
+        self.on_pair(dst, src, stream, |d, s, n, w| {
+            let mut to = d.buffer.view_mut();
+            to.slice_mut(..n)?.copy_from_device_async(&s.buffer.view().slice(..n)?, &w.streams[stream])
+        })
+    }
+
+    /// Runs `op` on the buffers of two different live slots (the destination taken out of its
+    /// slot meanwhile) and their common length, after each has been noted on `stream`;
+    /// nothing when a slot is empty or both are one.
+    fn on_pair(
+        &mut self,
+        dst: usize,
+        src: usize,
+        stream: usize,
+        op: impl FnOnce(&mut Slot, &Slot, usize, &World) -> cuda_core::Result<()>,
+    ) -> cuda_core::Result<()> {
         if dst == src || self.slots[dst].is_none() || self.slots[src].is_none() {
             return Ok(());
         }
         self.first_use(dst, stream)?;
         self.first_use(src, stream)?;
-        let (Some(mut d), Some(s)) = (self.slots[dst].take(), self.slots[src].as_ref()) else {
-            return Ok(());
+        let Some(mut d) = self.slots[dst].take() else { return Ok(()) };
+        let r = match self.slots[src].as_ref() {
+            Some(s) => {
+                let n = d.buffer.len().min(s.buffer.len());
+                op(&mut d, s, n, self)
+            }
+            None => Ok(()),
         };
-        let n = d.buffer.len().min(s.buffer.len());
-        let r = d.buffer.view_mut().slice_mut(..n).and_then(|mut to| {
-            to.copy_from_device_async(&s.buffer.view().slice(..n)?, &self.streams[stream])
-        });
         self.slots[dst] = Some(d);
         r
     }
@@ -293,17 +310,8 @@ impl World {
 
     /// `add_u32` of `src` into `dst` over their common prefix, on `stream`.
     fn add(&mut self, dst: usize, src: usize, stream: usize) -> cuda_core::Result<()> {
-        if dst == src || self.slots[dst].is_none() || self.slots[src].is_none() {
-            return Ok(());
-        }
-        self.first_use(dst, stream)?;
-        self.first_use(src, stream)?;
-        let (Some(mut d), Some(s)) = (self.slots[dst].take(), self.slots[src].as_ref()) else {
-            return Ok(());
-        };
-        let n = d.buffer.len().min(s.buffer.len());
-        let f = self.module.function("add_u32");
-        let r = f.and_then(|f| {
+        self.on_pair(dst, src, stream, |d, s, n, w| {
+            let f = w.module.function("add_u32")?;
             let (mut to, from) = (d.buffer.view_mut(), s.buffer.view());
             let (to, from) = (to.slice_mut(..n)?, from.slice(..n)?);
             let count = n as u32;
@@ -311,10 +319,8 @@ impl World {
             // SAFETY: add_u32 takes (u32*, const u32*, u32) and touches `count` elements from
             // each pointer: both views hold `count`. As in `fill`, the crate keeps both
             // buffers allocated until the kernel has run.
-            unsafe { f.launch(&self.streams[stream], &config, (to, from, &count)) }
-        });
-        self.slots[dst] = Some(d);
-        r
+            unsafe { f.launch(&w.streams[stream], &config, (to, from, &count)) }
+        })
     }
 
     fn pinned_copy(
