@@ -18,12 +18,11 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         if self.len == 0 {
             return Ok(());
         }
+        let own = self.sync_stream()?;
         self.ctx.enter()?;
         // SAFETY: the lengths match, the view is exclusively borrowed, and `src` is live memory
         // until the stream is synchronized below.
-        unsafe {
-            driver!(cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), self.size_in_bytes(), self.stream))
-        }?;
+        unsafe { driver!(cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), self.size_in_bytes(), own)) }?;
         self.synchronize_stream()
     }
 
@@ -66,12 +65,13 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         if self.len == 0 {
             return Ok(());
         }
-        if src.stream != self.stream || src.ctx.as_raw() != self.ctx.as_raw() {
+        let own = self.sync_stream()?;
+        if src.sync_stream()? != own || src.ctx.as_raw() != self.ctx.as_raw() {
             src.ctx.enter()?;
             src.synchronize_stream()?;
         }
         self.ctx.enter()?;
-        self.copy_device_on(src, self.stream)?;
+        self.copy_device_on(src, own)?;
         self.synchronize_stream()
     }
 
@@ -132,12 +132,11 @@ impl<T: Pod> DeviceView<'_, T> {
         if self.len == 0 {
             return Ok(());
         }
+        let own = self.sync_stream()?;
         self.ctx.enter()?;
         // SAFETY: the lengths match and `dst` is exclusively borrowed host memory until the
         // stream is synchronized below.
-        unsafe {
-            driver!(cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.ptr, self.size_in_bytes(), self.stream))
-        }?;
+        unsafe { driver!(cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.ptr, self.size_in_bytes(), own)) }?;
         self.synchronize_stream()
     }
 

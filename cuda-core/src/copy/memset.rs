@@ -25,9 +25,10 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// in the order of the view's stream; returns when it is done).
     pub fn memset_d8(&mut self, value: u8) -> Result<()> {
         let n = self.units("memset_d8", 1)?;
+        let own = self.sync_stream()?;
         self.ctx.enter()?;
         // SAFETY: `n` bytes of exclusively borrowed device memory.
-        unsafe { driver!(cuMemsetD8Async(self.ptr, value, n, self.stream)) }?;
+        unsafe { driver!(cuMemsetD8Async(self.ptr, value, n, own)) }?;
         self.synchronize_stream()
     }
 
@@ -36,9 +37,10 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// in the order of the view's stream; returns when it is done).
     pub fn memset_d16(&mut self, value: u16) -> Result<()> {
         let n = self.units("memset_d16", 2)?;
+        let own = self.sync_stream()?;
         self.ctx.enter()?;
         // SAFETY: `n` aligned 16-bit units of exclusively borrowed device memory.
-        unsafe { driver!(cuMemsetD16Async(self.ptr, value, n, self.stream)) }?;
+        unsafe { driver!(cuMemsetD16Async(self.ptr, value, n, own)) }?;
         self.synchronize_stream()
     }
 
@@ -47,9 +49,10 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// in the order of the view's stream; returns when it is done).
     pub fn memset_d32(&mut self, value: u32) -> Result<()> {
         let n = self.units("memset_d32", 4)?;
+        let own = self.sync_stream()?;
         self.ctx.enter()?;
         // SAFETY: `n` aligned 32-bit units of exclusively borrowed device memory.
-        unsafe { driver!(cuMemsetD32Async(self.ptr, value, n, self.stream)) }?;
+        unsafe { driver!(cuMemsetD32Async(self.ptr, value, n, own)) }?;
         self.synchronize_stream()
     }
 

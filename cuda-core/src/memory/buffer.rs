@@ -38,7 +38,10 @@ use std::sync::Arc;
 ///   operation and one event per noted stream when the buffer is dropped (see the guide's
 ///   memory chapter). [`set_stream`](Self::set_stream) moves the buffer to another stream.
 /// * **Synchronous copies** (`copy_from`, `copy_to`, `to_vec`, and the views' synchronous
-///   copies and memsets) run in the buffer's stream's order and return when they are done.
+///   copies and memsets) run in the buffer's stream's order and return when they are done. On
+///   a buffer whose stream is the per-thread default stream of another thread they are an
+///   [`Error::InvalidArgument`] (the handle would name this thread's stream instead): move the
+///   buffer with [`set_stream`](Self::set_stream) first.
 /// * **Kernels** take the buffer, or a view of it, as an argument directly (its device address
 ///   is passed).
 ///

@@ -178,7 +178,7 @@ impl<T: Pod> PitchedBuffer<T> {
         queue: impl FnOnce(sys::CUstream) -> sys::CUresult,
     ) -> Result<()> {
         let view = self.storage.view();
-        check(call, queue(self.storage.stream().as_raw()))?;
+        check(call, queue(view.sync_stream()?))?;
         view.synchronize_stream()
     }
 

@@ -2,7 +2,7 @@
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::stream::Stream;
+use crate::stream::{Stream, other_threads_stream};
 use crate::track::StreamUses;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
@@ -19,9 +19,9 @@ pub struct DeviceView<'a, T> {
     pub(crate) ptr: sys::CUdeviceptr,
     pub(crate) len: usize,
     pub(crate) ctx: &'a Context,
-    /// The stream the viewed buffer is ordered on (null: the default stream), where the
+    /// The stream the viewed buffer is ordered on (none: the default stream), where the
     /// view's synchronous copies and memsets run.
-    pub(crate) stream: sys::CUstream,
+    pub(crate) stream: Option<&'a Stream>,
     /// Where work queued on other streams is noted, for the owner's release to wait for it.
     pub(crate) track: Option<Track<'a>>,
     pub(crate) _marker: PhantomData<&'a [T]>,
@@ -44,9 +44,9 @@ pub struct DeviceViewMut<'a, T> {
     pub(crate) ptr: sys::CUdeviceptr,
     pub(crate) len: usize,
     pub(crate) ctx: &'a Context,
-    /// The stream the viewed buffer is ordered on (null: the default stream), where the
+    /// The stream the viewed buffer is ordered on (none: the default stream), where the
     /// view's synchronous copies and memsets run.
-    pub(crate) stream: sys::CUstream,
+    pub(crate) stream: Option<&'a Stream>,
     /// Where work queued on other streams is noted, for the owner's release to wait for it.
     pub(crate) track: Option<Track<'a>>,
     pub(crate) _marker: PhantomData<&'a mut [T]>,
@@ -138,7 +138,7 @@ macro_rules! common {
             /// any stream has completed: a view made this way has no owner that would wait
             /// for that work.
             pub unsafe fn from_raw(ctx: &'a Context, ptr: sys::CUdeviceptr, len: usize) -> Self {
-                $name { ptr, len, ctx, stream: std::ptr::null_mut(), track: None, _marker: PhantomData }
+                $name { ptr, len, ctx, stream: None, track: None, _marker: PhantomData }
             }
 
             /// A view of memory ordered on `stream` whose owner notes other streams in `uses`
@@ -151,14 +151,7 @@ macro_rules! common {
                 uses: &'a StreamUses,
             ) -> Self {
                 let track = Some(Track { own: Some(stream), uses });
-                $name {
-                    ptr,
-                    len,
-                    ctx: stream.context(),
-                    stream: stream.as_raw(),
-                    track,
-                    _marker: PhantomData,
-                }
+                $name { ptr, len, ctx: stream.context(), stream: Some(stream), track, _marker: PhantomData }
             }
 
             /// A view of `len` elements at `ptr` in `ctx`, of memory that is not ordered on a
@@ -175,8 +168,7 @@ macro_rules! common {
                 uses: &'a StreamUses,
             ) -> Self {
                 let track = Some(Track { own: None, uses });
-                let stream = sync_on.map_or(std::ptr::null_mut(), Stream::as_raw);
-                $name { ptr, len, ctx, stream, track, _marker: PhantomData }
+                $name { ptr, len, ctx, stream: sync_on, track, _marker: PhantomData }
             }
 
             /// Notes that work touching the view is about to be queued on `stream` with
@@ -201,12 +193,27 @@ macro_rules! common {
                 }
             }
 
-            /// Waits for the work queued so far on the view's stream.
+            /// The handle of the view's stream, for its synchronous copies and memsets (null:
+            /// the current context's default stream). A per-thread default stream made on
+            /// another thread is refused: its handle would name this thread's stream, which
+            /// is not ordered after the work the buffer's owner queued.
+            #[inline]
+            pub(crate) fn sync_stream(&self) -> Result<sys::CUstream> {
+                match self.stream {
+                    Some(s) if s.is_other_threads() => Err(other_threads_stream()),
+                    Some(s) => Ok(s.as_raw()),
+                    None => Ok(std::ptr::null_mut()),
+                }
+            }
+
+            /// Waits for the work queued so far on the view's stream, with the view's context
+            /// current.
             #[inline]
             pub(crate) fn synchronize_stream(&self) -> Result<()> {
+                let raw = self.sync_stream()?;
                 // SAFETY: the stream outlives the view (the buffer holds it), or is the default
                 // stream of the current context, which the caller made current.
-                unsafe { driver!(cuStreamSynchronize(self.stream)) }
+                unsafe { driver!(cuStreamSynchronize(raw)) }
             }
 
             /// The device address of the first element.

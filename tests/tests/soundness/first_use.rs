@@ -17,6 +17,10 @@ pub const TESTS: &[Test] = &[
     gpu("set_stream_orders_the_new_stream_after_the_old_one", set_stream_waits_for_the_old_stream),
     gpu("a_buffer_zeroed_on_its_stream_is_zero_when_first_copied_on_another", zeroed_then_copied_elsewhere),
     gpu("set_stream_onto_a_stream_being_captured_is_refused", set_stream_onto_a_capture),
+    gpu(
+        "a_synchronous_copy_of_a_buffer_on_another_threads_per_thread_stream_is_refused",
+        synchronous_copy_on_another_threads_stream,
+    ),
 ];
 
 /// Elements of the buffers: 16 MiB of `u32`.
@@ -100,5 +104,38 @@ fn set_stream_onto_a_capture() -> TestResult {
     );
     ensure!(*b.stream() == old, "the refused move changed the buffer's stream");
     old.synchronize()?;
+    no_deferred(&ctx)
+}
+
+/// A buffer zeroed late on the per-thread default stream of one thread, then moved to another
+/// thread (finding F1 of the third review): there the stream's handle names that thread's own
+/// per-thread stream, which is not ordered after the zeroing, so the synchronous copies and
+/// memsets are refused; after `set_stream` onto a stream of the new thread they see the zeros.
+/// Before the fix, `to_vec` ran on the new thread's stream, unordered with the zeroing.
+fn synchronous_copy_on_another_threads_stream() -> TestResult {
+    let (_device, ctx, _) = device_zero()?;
+    let first = Stream::per_thread(&ctx);
+    hold(&first, 300)?;
+    let buffer = DeviceBuffer::<u32>::zeroed(&first, N)?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> TestResult {
+                let mut buffer = buffer;
+                let read = buffer.to_vec();
+                ensure!(
+                    matches!(read, Err(Error::InvalidArgument { .. })),
+                    "a synchronous copy through another thread's per-thread stream ran: {:?}",
+                    read.map(|v| v.len())
+                );
+                let set = buffer.view_mut().memset_d32(7);
+                ensure!(matches!(set, Err(Error::InvalidArgument { .. })), "the memset ran: {set:?}");
+                buffer.set_stream(&Stream::per_thread(&ctx))?;
+                let seen = buffer.to_vec()?;
+                ensure_eq!(seen.iter().filter(|&&v| v != 0).count(), 0, "words not zero after set_stream");
+                Ok(())
+            })
+            .join()
+            .map_err(|_| "the thread panicked")?
+    })?;
     no_deferred(&ctx)
 }
