@@ -122,18 +122,23 @@ impl StreamUses {
         // The first use on `stream` waits for what is queued on the memory's own stream: the
         // work of its earlier owners, given back there, included. Later uses on `stream` are
         // ordered after that by `stream`'s own order.
-        let mut guard = self.lock();
-        let noted = guard.get_or_insert_with(Box::default);
-        if noted.streams.contains(stream) {
+        if self.lock().as_ref().is_some_and(|n| n.streams.contains(stream)) {
             return Ok(());
         }
-        // Under the lock: a use on `stream` from another thread must not pass the wait. A
-        // stream in a capture the crate did not begin waits for nothing, and is noted all the
-        // same: the release must see that it is being captured, and keep the memory.
+        // The wait is made without the lock, since it may be a host wait (for another thread's
+        // per-thread stream) for a host function that notes a stream on this same memory. The
+        // stream is noted only once the wait is queued, so no use on `stream` passes it: two
+        // threads noting it at once both wait. A stream in a capture the crate did not begin
+        // waits for nothing, and is noted all the same: the release must see that it is being
+        // captured, and keep the memory.
         if let Some(own) = own {
             wait_for(stream, own)?;
         }
-        noted.streams.push(stream.clone());
+        let mut guard = self.lock();
+        let noted = guard.get_or_insert_with(Box::default);
+        if !noted.streams.contains(stream) {
+            noted.streams.push(stream.clone());
+        }
         Ok(())
     }
 

@@ -10,6 +10,8 @@
 use cuda_core::graph::CaptureMode;
 use cuda_core::{Context, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, hold, no_deferred};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
 
 /// The tests of this module.
 pub const TESTS: &[Test] = &[
@@ -20,6 +22,10 @@ pub const TESTS: &[Test] = &[
     gpu(
         "a_synchronous_copy_of_a_buffer_on_another_threads_per_thread_stream_is_refused",
         synchronous_copy_on_another_threads_stream,
+    ),
+    gpu(
+        "a_first_use_that_waits_on_the_host_lets_a_host_function_note_the_buffer",
+        host_wait_outside_the_lock,
     ),
 ];
 
@@ -137,5 +143,39 @@ fn synchronous_copy_on_another_threads_stream() -> TestResult {
             .join()
             .map_err(|_| "the thread panicked")?
     })?;
+    no_deferred(&ctx)
+}
+
+/// The first use of a buffer owned by another thread's per-thread stream waits for it on the
+/// host, through its context (finding F5 of the third review). A host function queued in that
+/// context notes another stream on the same buffer meanwhile. Before the fix the wait was made
+/// under the buffer's lock, which the host function then waited for: neither returned.
+fn host_wait_outside_the_lock() -> TestResult {
+    let (_device, ctx, _) = device_zero()?;
+    let own = Stream::per_thread(&ctx);
+    let buffer = Arc::new(DeviceBuffer::<u32>::zeroed(&own, 16)?);
+    let (side, late, first) = (
+        Stream::new(&ctx, StreamFlags::NON_BLOCKING)?,
+        Stream::new(&ctx, StreamFlags::NON_BLOCKING)?,
+        Stream::new(&ctx, StreamFlags::NON_BLOCKING)?,
+    );
+    let (noted_late, in_callback) = (Arc::clone(&buffer), late.clone());
+    side.launch_host_func(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        // The driver refuses its calls on this thread; what matters is that the note returns.
+        let _ = noted_late.record_stream(&in_callback);
+    })?;
+    let (sent, received) = mpsc::channel();
+    let noted_first = Arc::clone(&buffer);
+    std::thread::spawn(move || {
+        let _ = sent.send(noted_first.record_stream(&first).map_err(|e| e.to_string()));
+    });
+    match received.recv_timeout(Duration::from_secs(20)) {
+        Ok(noted) => ensure!(noted.is_ok(), "the first use failed: {noted:?}"),
+        Err(_) => {
+            return Err("the first use's host wait and the host function's note wait for each other".into());
+        }
+    }
+    side.synchronize()?;
     no_deferred(&ctx)
 }
