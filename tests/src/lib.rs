@@ -61,6 +61,16 @@ pub const fn cpu(name: &'static str, body: fn() -> TestResult) -> Test {
     Test { name, devices: 0, body, requires: None }
 }
 
+/// A test that needs no device but what `requires` checks for (a library, say); where that
+/// check fails the test is reported ignored (never passed), and the reason is printed.
+pub const fn cpu_needing(
+    name: &'static str,
+    requires: fn() -> Result<(), String>,
+    body: fn() -> TestResult,
+) -> Test {
+    Test { name, devices: 0, body, requires: Some(requires) }
+}
+
 /// The number of CUDA devices present, or why there are none.
 pub fn device_count() -> Result<usize, String> {
     static COUNT: OnceLock<Result<usize, String>> = OnceLock::new();

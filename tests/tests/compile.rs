@@ -8,7 +8,7 @@ use cuda_core::compile::{
     self, Arch, CacheHit, CompileCache, CompileOptions, Linker, Output, Program, nvrtc_compilations,
 };
 use cuda_core::{Context, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
-use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu};
+use cuda_tests::{TestResult, cpu_needing, device_zero, ensure, ensure_eq, gpu};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -321,6 +321,43 @@ fn missing_child() -> TestResult {
     }
 }
 
+/// Whether NVRTC and nvJitLink load; with `CUDA_TEST_REQUIRE_NVRTC=1` (CI, where they come
+/// from NVIDIA's wheels) a missing one fails the test instead of leaving it ignored.
+fn compilers_load() -> Result<(), String> {
+    if std::env::var("CUDA_TEST_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    match Program::new("").compile(Arch::new(9, 0), &CompileOptions::new()) {
+        Err(Error::Load { source, .. }) => return Err(format!("NVRTC does not load: {source}")),
+        _ => {}
+    }
+    match Linker::new(Arch::new(9, 0)).link() {
+        Err(Error::Load { source, .. }) => Err(format!("nvJitLink does not load: {source}")),
+        _ => Ok(()),
+    }
+}
+
+/// Compiling and linking need NVRTC and nvJitLink only: no GPU, no driver. A CUBIN for sm_90
+/// (an ELF image), PTX naming the kernel and its target, and two LTO units linked into one.
+fn compiling_needs_no_gpu() -> TestResult {
+    let arch = Arch::new(9, 0);
+    let cubin = Program::new(AXPB).named("axpb.cu").compile(arch, &CompileOptions::new())?;
+    ensure_eq!(cubin.output(), Output::Cubin);
+    ensure!(cubin.code().starts_with(b"\x7fELF"), "the CUBIN is no ELF image");
+    let ptx = Program::new(AXPB).compile(arch, &CompileOptions::new().output(Output::Ptx))?;
+    let text = String::from_utf8_lossy(ptx.code());
+    ensure!(text.contains(".entry axpb") && text.contains(".target sm_90"), "unexpected PTX:\n{text}");
+    let lto = CompileOptions::new().output(Output::LtoIr).relocatable(true);
+    let lib = Program::new("__device__ float twice(float x) { return 2 * x; }").compile(arch, &lto)?;
+    let main = Program::new(
+        "__device__ float twice(float); extern \"C\" __global__ void k(float *x) { x[0] = twice(x[0]); }",
+    )
+    .compile(arch, &lto)?;
+    let linked = Linker::new(arch).input(&lib).input(&main).link()?;
+    ensure!(linked.cubin().starts_with(b"\x7fELF"), "the linked image is no ELF image");
+    Ok(())
+}
+
 fn main() {
     // `compile::kernel` uses the process-wide cache: keep it out of the user's cache directory,
     // so that what earlier runs left there cannot decide a test.
@@ -336,6 +373,7 @@ fn main() {
         std::process::exit(0);
     }
     cuda_tests::run(&[
+        cpu_needing("compiling_needs_no_gpu", compilers_load, compiling_needs_no_gpu),
         gpu("compile_launch_and_check", compile_launch_and_check),
         gpu("template_kernels_through_name_expressions", template_kernels_through_name_expressions),
         gpu(
