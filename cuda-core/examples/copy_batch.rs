@@ -59,7 +59,8 @@ fn run(rows: usize, width: usize) -> cuda_core::Result<()> {
             }
             Err(e) => return Err(e),
         };
-        let regions = picked.iter().enumerate().map(|(i, &r)| CopyRegion::new(i * width, r * width, width));
+        let regions =
+            picked.iter().enumerate().map(|(i, &r)| CopyRegion::of(width).from(r * width).to(i * width));
         batch.copy_regions(&mut gathered, &table, regions)?;
         batch.submit()?;
         stream.synchronize()?;

@@ -105,7 +105,7 @@ fn run() -> Result<Vec<Row>> {
                 batch.copy_regions(
                     &mut dst,
                     &src,
-                    (0..COPIES).map(|i| CopyRegion::new(i * BYTES, from(i), BYTES)),
+                    (0..COPIES).map(|i| CopyRegion::of(BYTES).from(from(i)).to(i * BYTES)),
                 )?;
                 batch.submit()?;
                 s.synchronize()

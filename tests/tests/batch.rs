@@ -148,7 +148,7 @@ fn many_small_device_to_device_copies() -> TestResult {
     batch.copy_regions(
         &mut dst,
         &src,
-        (0..blocks).map(|i| CopyRegion::new(i * block, source_block(i) * block, block)),
+        (0..blocks).map(|i| CopyRegion::of(block).from(source_block(i) * block).to(i * block)),
     )?;
     batch.copy(&mut small_dst, &small_src)?.copy(float_dst.view_mut(), float_src.view())?;
     ensure_eq!(batch.len(), blocks + 2);
@@ -181,7 +181,11 @@ fn pinned_and_device_copies_mixed() -> TestResult {
     // Host to device: 256 regions reversed, from pinned memory.
     let block = n / 256;
     let mut up = side.copy_batch()?;
-    up.copy_regions(&mut a, &input, (0..256).map(|i| CopyRegion::new(i * block, (255 - i) * block, block)))?;
+    up.copy_regions(
+        &mut a,
+        &input,
+        (0..256).map(|i| CopyRegion::of(block).from((255 - i) * block).to(i * block)),
+    )?;
     up.submit()?;
     // Device to device, whole, in a second batch on the same stream (ordered after the first).
     let mut across = side.copy_batch()?;
@@ -262,19 +266,23 @@ fn bad_copies_are_refused() -> TestResult {
         added(side.copy_batch()?.copy_regions(
             &mut dst,
             &src,
-            [CopyRegion::new(0, 0, 10), CopyRegion::new(95, 0, 6)],
+            [CopyRegion::of(10).from(0).to(0), CopyRegion::of(6).from(0).to(95)],
         )),
         "a destination region past the end",
     )?;
     invalid(
-        added(side.copy_batch()?.copy_regions(&mut dst, &src, [CopyRegion::new(0, 91, 10)])),
+        added(side.copy_batch()?.copy_regions(&mut dst, &src, [CopyRegion::of(10).from(91).to(0)])),
         "a source region past the end",
     )?;
     invalid(
-        added(side.copy_batch()?.copy_regions(&mut dst, &src, [CopyRegion::new(usize::MAX, 0, 2)])),
+        added(side.copy_batch()?.copy_regions(&mut dst, &src, [CopyRegion::of(2).from(0).to(usize::MAX)])),
         "an offset that overflows",
     )?;
-    let overlapping = [CopyRegion::new(50, 0, 10), CopyRegion::new(0, 10, 10), CopyRegion::new(55, 20, 10)];
+    let overlapping = [
+        CopyRegion::of(10).from(0).to(50),
+        CopyRegion::of(10).from(10).to(0),
+        CopyRegion::of(10).from(20).to(55),
+    ];
     invalid(
         added(side.copy_batch()?.copy_regions(&mut dst, &src, overlapping)),
         "overlapping destination regions",
@@ -290,7 +298,11 @@ fn bad_copies_are_refused() -> TestResult {
     batch.copy_regions(
         &mut dst,
         &src,
-        [CopyRegion::new(0, 0, 0), CopyRegion::new(0, 10, 50), CopyRegion::new(50, 0, 50)],
+        [
+            CopyRegion::of(0).from(0).to(0),
+            CopyRegion::of(50).from(10).to(0),
+            CopyRegion::of(50).from(0).to(50),
+        ],
     )?;
     ensure_eq!(batch.len(), 2);
     invalid(batch.copy(&mut short, &lonely), "lengths 99 and 100 in a batch with copies")?;
@@ -369,10 +381,10 @@ fn batched_3d_copies_of_sub_boxes() -> TestResult {
     owner.synchronize()?;
 
     hold(&side, 100)?;
-    let to_host = CopyRegion3D::new([1, 1, 1], [2, 1, 1], [3, 2, 2]);
+    let to_host = CopyRegion3D::of([3, 2, 2]).from([2, 1, 1]).to([1, 1, 1]);
     let to_array = [
-        CopyRegion3D::new([4, 3, 2], [0, 0, 0], [4, 3, 2]),
-        CopyRegion3D::new([0, 0, 0], [5, 2, 1], [3, 4, 1]),
+        CopyRegion3D::of([4, 3, 2]).from([0, 0, 0]).to([4, 3, 2]),
+        CopyRegion3D::of([3, 4, 1]).from([5, 2, 1]).to([0, 0, 0]),
     ];
     let mut batch = side.copy_batch_3d()?;
     batch.copy_regions(Volume::new(&mut host, [HX, HY, HZ]), Volume::new(&volume, whole), [to_host])?;
@@ -409,7 +421,7 @@ fn batched_3d_copies_of_sub_boxes() -> TestResult {
     batch.copy_regions(
         &mut volume,
         Volume::new(&host, [HX, HY, HZ]),
-        [CopyRegion3D::new([2, 7, 0], [0; 3], [HX, HY, 1])],
+        [CopyRegion3D::of([HX, HY, 1]).from([0; 3]).to([2, 7, 0])],
     )?;
     batch.submit()?;
     ensure!(back.as_slice()? == want_array.as_slice(), "the array copied whole into pinned memory");
@@ -442,7 +454,7 @@ fn bad_3d_copies_are_refused() -> TestResult {
     let mut foreign = u32_array(&other, whole)?;
     owner.synchronize()?;
     let added = |r: Result<&mut CopyBatch3D<'_>, Error>| r.map(|b| b.len());
-    let one = |to, from, extent| [CopyRegion3D::new(to, from, extent)];
+    let one = |to, from, extent| [CopyRegion3D::of(extent).from(from).to(to)];
     let boxes = [
         (one([6, 0, 0], [0; 3], [3, 1, 1]), "a destination box past the width"),
         (one([0; 3], [0, 5, 0], [1, 2, 1]), "a source box past the height"),
@@ -459,8 +471,10 @@ fn bad_3d_copies_are_refused() -> TestResult {
             what,
         )?;
     }
-    let overlapping =
-        [CopyRegion3D::new([0; 3], [0; 3], [4, 4, 2]), CopyRegion3D::new([3, 3, 1], [4, 0, 0], [2, 2, 2])];
+    let overlapping = [
+        CopyRegion3D::of([4, 4, 2]).from([0; 3]).to([0; 3]),
+        CopyRegion3D::of([2, 2, 2]).from([4, 0, 0]).to([3, 3, 1]),
+    ];
     invalid(
         added(side.copy_batch_3d()?.copy_regions(
             Volume::new(&mut dst, whole),
@@ -523,7 +537,10 @@ fn bad_3d_copies_are_refused() -> TestResult {
     batch.copy_regions(
         Volume::new(&mut dst, whole),
         Volume::new(&src, whole),
-        [CopyRegion3D::new([0; 3], [0; 3], [X, Y, 0]), CopyRegion3D::new([0; 3], [0, 0, 1], [X, Y, Z - 1])],
+        [
+            CopyRegion3D::of([X, Y, 0]).from([0; 3]).to([0; 3]),
+            CopyRegion3D::of([X, Y, Z - 1]).from([0, 0, 1]).to([0; 3]),
+        ],
     )?;
     ensure_eq!(batch.len(), 1);
     invalid(
@@ -572,7 +589,7 @@ fn source_dropped_after_submit() -> TestResult {
     batch.copy_regions(
         &mut from_device,
         &source,
-        (0..16).map(|i| CopyRegion::new(i * (N / 16), i * (N / 16), N / 16)),
+        (0..16).map(|i| CopyRegion::of(N / 16).from(i * (N / 16)).to(i * (N / 16))),
     )?;
     batch.copy(&mut from_host, &host_source)?;
     ensure_eq!(source.recorded_streams().len(), 1, "the batch did not note its stream on the source");

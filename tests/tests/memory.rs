@@ -1057,7 +1057,7 @@ fn checked_3d_copies_between_two_contexts() -> TestResult {
     far.copy_from_host(&vec![0u32; X * Y * Z])?;
 
     // On a stream of the first context: the box (2, 1, 1) of 3 × 2 × 2 to (4, 3, 2) of `far`.
-    let across = CopyRegion3D::new([4, 3, 2], [2, 1, 1], [3, 2, 2]);
+    let across = CopyRegion3D::of([3, 2, 2]).from([2, 1, 1]).to([4, 3, 2]);
     here.copy_3d_peer(Volume::new(&mut far, whole), Volume::new(&near, whole), across)?;
     ensure!(
         far.storage().recorded_streams().contains(&here),
@@ -1073,16 +1073,20 @@ fn checked_3d_copies_between_two_contexts() -> TestResult {
     // On a stream of the second: `far` whole into an array of the second, the box into pinned
     // memory, and the box of the array back into device memory of the first.
     let mut array = Array::new(&other, &u32_array(X, Y, Z))?;
-    there.copy_3d_peer(&mut array, Volume::new(&far, whole), CopyRegion3D::new([0; 3], [0; 3], whole))?;
+    there.copy_3d_peer(
+        &mut array,
+        Volume::new(&far, whole),
+        CopyRegion3D::of(whole).from([0; 3]).to([0; 3]),
+    )?;
     let mut pinned = PinnedBuffer::<u32>::new(3 * 2 * 2)?;
-    let to_pinned = CopyRegion3D::new([0; 3], [4, 3, 2], [3, 2, 2]);
+    let to_pinned = CopyRegion3D::of([3, 2, 2]).from([4, 3, 2]).to([0; 3]);
     there.copy_3d_peer(Volume::new(&mut pinned, [3, 2, 2]), Volume::new(&far, whole), to_pinned)?;
     let mut back = DeviceBuffer::<u32>::zeroed(&here, X * Y * Z)?;
     here.synchronize()?;
     there.copy_3d_peer(
         Volume::new(&mut back, whole),
         &array,
-        CopyRegion3D::new([1, 0, 0], [4, 3, 2], [3, 2, 2]),
+        CopyRegion3D::of([3, 2, 2]).from([4, 3, 2]).to([1, 0, 0]),
     )?;
     let mut in_pinned = vec![0u32; 3 * 2 * 2];
     place(&mut in_pinned, (3, 2), (0, 0, 0), &values, (X, Y), (2, 1, 1), (3, 2, 2));
@@ -1118,7 +1122,7 @@ fn checked_3d_copies_between_two_contexts() -> TestResult {
         ensure!(matches!(r, Err(Error::InvalidArgument { .. })), "{what}: {r:?}");
         Ok(())
     };
-    let everything = CopyRegion3D::new([0; 3], [0; 3], whole);
+    let everything = CopyRegion3D::of(whole).from([0; 3]).to([0; 3]);
     refused(
         here.copy_3d_peer(&mut array, Volume::new(&near, whole), everything),
         "an array of the other context",
@@ -1134,7 +1138,7 @@ fn checked_3d_copies_between_two_contexts() -> TestResult {
         here.copy_3d_peer(
             Volume::new(&mut back, whole),
             Volume::new(&near, whole),
-            CopyRegion3D::new([6, 0, 0], [0; 3], [3, 1, 1]),
+            CopyRegion3D::of([3, 1, 1]).from([0; 3]).to([6, 0, 0]),
         ),
         "a destination box past the width",
     )?;
@@ -1142,7 +1146,7 @@ fn checked_3d_copies_between_two_contexts() -> TestResult {
         here.copy_3d_peer(
             Volume::new(&mut far, whole),
             Volume::new(&near, whole),
-            CopyRegion3D::new([0; 3], [0, 0, 2], [1, 1, 3]),
+            CopyRegion3D::of([1, 1, 3]).from([0, 0, 2]).to([0; 3]),
         ),
         "a source box past the depth",
     )?;
@@ -1154,7 +1158,7 @@ fn checked_3d_copies_between_two_contexts() -> TestResult {
     here.copy_3d_peer(
         Volume::new(&mut back, whole),
         Volume::new(&near, whole),
-        CopyRegion3D::new([0; 3], [0; 3], [X, 0, Z]),
+        CopyRegion3D::of([X, 0, Z]).from([0; 3]).to([0; 3]),
     )?;
     here.synchronize()?;
     ensure!(back.to_vec()? == before, "a box of no height copied something");

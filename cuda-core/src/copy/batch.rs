@@ -169,10 +169,26 @@ pub struct CopyRegion {
 }
 
 impl CopyRegion {
-    /// `len` elements from `src_offset` in the source to `dst_offset` in the destination.
+    /// `len` elements, from the start of the source to the start of the destination; name the
+    /// offsets with [`from`](Self::from) and [`to`](Self::to), so that they cannot be swapped
+    /// silently: `CopyRegion::of(16).from(32).to(0)`.
     #[inline]
-    pub const fn new(dst_offset: usize, src_offset: usize, len: usize) -> CopyRegion {
-        CopyRegion { dst_offset, src_offset, len }
+    pub const fn of(len: usize) -> CopyRegion {
+        CopyRegion { dst_offset: 0, src_offset: 0, len }
+    }
+
+    /// The region read from element `src_offset` of the source on.
+    #[inline]
+    #[must_use]
+    pub const fn from(self, src_offset: usize) -> CopyRegion {
+        CopyRegion { src_offset, ..self }
+    }
+
+    /// The region written from element `dst_offset` of the destination on.
+    #[inline]
+    #[must_use]
+    pub const fn to(self, dst_offset: usize) -> CopyRegion {
+        CopyRegion { dst_offset, ..self }
     }
 }
 
@@ -225,7 +241,7 @@ impl CopyRegion {
 ///
 /// let mut batch = stream.copy_batch()?;
 /// // Every other block of 16 elements of `input`, packed into `packed`: 32 copies.
-/// batch.copy_regions(&mut packed, &input, (0..32).map(|i| CopyRegion::new(16 * i, 32 * i, 16)))?;
+/// batch.copy_regions(&mut packed, &input, (0..32).map(|i| CopyRegion::of(16).from(32 * i).to(16 * i)))?;
 /// batch.copy(&mut other, &input)?; // one more, whole
 /// batch.submit()?; // one driver call
 ///
@@ -695,7 +711,7 @@ mod tests {
 
     #[test]
     fn regions_are_plain_values() {
-        let r = CopyRegion::new(1, 2, 3);
+        let r = CopyRegion::of(3).from(2).to(1);
         assert_eq!((r.dst_offset, r.src_offset, r.len), (1, 2, 3));
         assert_eq!(CopyRegion::default().len, 0);
     }

@@ -128,9 +128,9 @@ fn raw_operand<T>(
 ///
 /// let mut batch = stream.copy_batch_3d()?;
 /// let source = Volume::new(&volume, [x, y, z]);
-/// batch.copy_regions(&mut array, source, [CopyRegion3D::new([0, 0, 0], [8, 8, 2], [16, 16, 4])])?;
+/// batch.copy_regions(&mut array, source, [CopyRegion3D::of([16, 16, 4]).from([8, 8, 2]).to([0, 0, 0])])?;
 /// let source = Volume::new(&volume, [x, y, z]);
-/// batch.copy_regions(Volume::new(&mut host, [4, 4, 2]), source, [CopyRegion3D::new([0; 3], [0; 3], [4, 4, 2])])?;
+/// batch.copy_regions(Volume::new(&mut host, [4, 4, 2]), source, [CopyRegion3D::of([4, 4, 2]).from([0; 3]).to([0; 3])])?;
 /// batch.submit()?; // one driver call
 /// let _corner = host.as_slice()?; // waits for the batch
 /// # Ok(()) }
@@ -251,7 +251,7 @@ impl<'a> CopyBatch3D<'a> {
                 ),
             ));
         }
-        let whole = CopyRegion3D::new([0; 3], [0; 3], dst.extent);
+        let whole = CopyRegion3D::of(dst.extent).from([0; 3]).to([0; 3]);
         self.add::<T>(OPERATION, &dst, &src, [whole])
     }
 

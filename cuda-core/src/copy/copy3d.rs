@@ -175,7 +175,7 @@ impl Stream {
     /// let (on_a, on_b) = (Stream::new(&a, StreamFlags::NON_BLOCKING)?, Stream::new(&b, StreamFlags::NON_BLOCKING)?);
     /// let here = DeviceBuffer::<f32>::zeroed(&on_a, 16 * 16 * 16)?;
     /// let mut there = PitchedBuffer::<f32>::new(&on_b, 8, 8 * 4)?; // 4 layers of 8 rows
-    /// let region = CopyRegion3D::new([0, 0, 0], [4, 4, 4], [8, 8, 4]);
+    /// let region = CopyRegion3D::of([8, 8, 4]).from([4, 4, 4]).to([0, 0, 0]);
     /// on_b.copy_3d_peer(Volume::new(&mut there, [8, 8, 4]), Volume::new(&here, [16, 16, 16]), region)?;
     /// # Ok(()) }
     /// ```

@@ -106,7 +106,7 @@ pub trait Destination3D<'a, T: Pod>: sealed::Write3D<'a, T> {}
 /// batch.copy_regions(
 ///     Volume::new(&mut tile, [8, 8, 8]),
 ///     Volume::new(&volume, [64, 32, 16]),
-///     [CopyRegion3D::new([0, 0, 0], [16, 8, 4], [8, 8, 8])],
+///     [CopyRegion3D::of([8, 8, 8]).from([16, 8, 4]).to([0, 0, 0])],
 /// )?;
 /// batch.submit()?;
 /// # Ok(()) }
@@ -365,10 +365,27 @@ pub struct CopyRegion3D {
 }
 
 impl CopyRegion3D {
-    /// The box of `extent` from `src_offset` in the source to `dst_offset` in the destination.
+    /// The box of `extent` (`[width, height, depth]`), from the origin of the source to the
+    /// origin of the destination; name the corners with [`from`](Self::from) and
+    /// [`to`](Self::to), so that they cannot be swapped silently:
+    /// `CopyRegion3D::of([8, 8, 4]).from([4, 4, 4]).to([0; 3])`.
     #[inline]
-    pub const fn new(dst_offset: [usize; 3], src_offset: [usize; 3], extent: [usize; 3]) -> CopyRegion3D {
-        CopyRegion3D { dst_offset, src_offset, extent }
+    pub const fn of(extent: [usize; 3]) -> CopyRegion3D {
+        CopyRegion3D { dst_offset: [0; 3], src_offset: [0; 3], extent }
+    }
+
+    /// The box read from `src_offset` (`[x, y, z]`) of the source on.
+    #[inline]
+    #[must_use]
+    pub const fn from(self, src_offset: [usize; 3]) -> CopyRegion3D {
+        CopyRegion3D { src_offset, ..self }
+    }
+
+    /// The box written from `dst_offset` (`[x, y, z]`) of the destination on.
+    #[inline]
+    #[must_use]
+    pub const fn to(self, dst_offset: [usize; 3]) -> CopyRegion3D {
+        CopyRegion3D { dst_offset, ..self }
     }
 }
 
@@ -478,7 +495,7 @@ mod tests {
 
     #[test]
     fn regions_are_plain_values() {
-        let r = CopyRegion3D::new([1, 2, 3], [4, 5, 6], [7, 8, 9]);
+        let r = CopyRegion3D::of([7, 8, 9]).from([4, 5, 6]).to([1, 2, 3]);
         assert_eq!((r.dst_offset, r.src_offset, r.extent), ([1, 2, 3], [4, 5, 6], [7, 8, 9]));
         assert_eq!(CopyRegion3D::default().extent, [0; 3]);
     }
