@@ -6,7 +6,6 @@
 use cuda_core::compile::{self, Arch, CompileCache, CompileOptions, Program};
 use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 const SOURCE: &str = r#"
@@ -52,7 +51,7 @@ fn run() -> cuda_core::Result<()> {
     let n = 1 << 20;
     let x: Vec<f32> = (0..n).map(|i| (i % 100) as f32).collect();
     let y: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-    let module = Arc::new(compiled.load(&ctx)?);
+    let module = compiled.load(&ctx)?;
     let saxpy = compiled.shared_function(&module, "saxpy")?;
     let dx = DeviceBuffer::from_slice(&stream, &x)?;
     let mut dy = DeviceBuffer::from_slice(&stream, &y)?;

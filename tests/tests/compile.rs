@@ -11,7 +11,6 @@ use cuda_core::{Context, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags}
 use cuda_tests::{TestResult, cpu_needing, device_zero, ensure, ensure_eq, gpu};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
 
 /// `x[i] = x[i] * a + b` over `n` elements.
 const AXPB: &str = r#"
@@ -32,7 +31,7 @@ fn scratch(tag: &str) -> PathBuf {
 
 /// Runs `axpb` from `compiled` over 1000 elements and checks every one.
 fn run_axpb(ctx: &Context, stream: &Stream, compiled: &compile::Compiled) -> TestResult {
-    let module = Arc::new(compiled.load(ctx)?);
+    let module = compiled.load(ctx)?;
     let axpb = compiled.shared_function(&module, "axpb")?;
     let host: Vec<f32> = (0..1000).map(|i| i as f32).collect();
     let mut x = DeviceBuffer::from_slice(stream, &host)?;
@@ -97,7 +96,7 @@ template <typename T> __global__ void scale(T *x, T a, unsigned n) {
         lowered.starts_with("_Z") && lowered != compiled.lowered_name("scale<float>").unwrap_or(""),
         "{lowered}"
     );
-    let module = Arc::new(compiled.load(&ctx)?);
+    let module = compiled.load(&ctx)?;
     let scale_i = compiled.shared_function(&module, "scale<int>")?;
     let scale_f = compiled.shared_function(&module, "scale<float>")?;
     let mut xi = DeviceBuffer::from_slice(&stream, &[1i32, 2, 3, 4])?;

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::module::Module;
 use nvjitlink_sys as nvjitlink;
 use std::ffi::{CString, c_char};
+use std::sync::Arc;
 
 /// The kind of one linker input (`nvJitLinkInputType`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -240,10 +241,11 @@ impl Linked {
         &self.log
     }
 
-    /// Loads the CUBIN into `ctx`.
+    /// Loads the CUBIN into `ctx` as a shared [`Module`], from which
+    /// [`Module::shared_function`] takes the kernels an application keeps.
     ///
     /// Fails as [`Module::from_cubin`] does.
-    pub fn load(&self, ctx: &Context) -> Result<Module> {
-        Module::from_cubin(ctx, &self.cubin)
+    pub fn load(&self, ctx: &Context) -> Result<Arc<Module>> {
+        Module::from_cubin(ctx, &self.cubin).map(Arc::new)
     }
 }

@@ -49,7 +49,6 @@ pub use program::{Compiled, Program, nvrtc_compilations};
 use crate::context::Context;
 use crate::error::Result;
 use crate::module::SharedFunction;
-use std::sync::Arc;
 
 /// Compiles `source` for `ctx`'s device with default [`CompileOptions`] (through
 /// [`CompileCache::global`]), loads it into `ctx` and returns its kernel `name` (an
@@ -64,7 +63,7 @@ pub fn kernel(ctx: &Context, source: &str, name: &str) -> Result<SharedFunction>
         program = program.name_expression(name);
     }
     let compiled = program.compile_for(ctx.device(), &CompileOptions::new())?;
-    let module = Arc::new(compiled.load(ctx)?);
+    let module = compiled.load(ctx)?;
     compiled.shared_function(&module, name)
 }
 

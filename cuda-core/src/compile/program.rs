@@ -36,7 +36,7 @@ pub fn nvrtc_compilations() -> u64 {
 /// .header("scale.h", "template <typename T> __device__ T mul(T x, T a) { return x * a; }")
 /// .name_expression("scale<float>");
 /// let compiled = program.compile_for(ctx.device(), &CompileOptions::new())?;
-/// let module = std::sync::Arc::new(compiled.load(&ctx)?);
+/// let module = compiled.load(&ctx)?;
 /// let scale = compiled.shared_function(&module, "scale<float>")?;
 /// # let _ = scale; Ok(()) }
 /// ```
@@ -347,12 +347,17 @@ impl Compiled {
         self.cache_hit
     }
 
-    /// Loads the code into `ctx` as a [`Module`].
+    /// Loads the code into `ctx` as a shared [`Module`], from which
+    /// [`shared_function`](Self::shared_function) takes the kernels an application keeps.
     ///
     /// LTO-IR cannot be loaded (link it with [`Linker`](super::Linker) first): an
     /// [`Error::InvalidArgument`]. Otherwise it fails as [`Module::from_cubin`] or
     /// [`Module::from_ptx`] does.
-    pub fn load(&self, ctx: &Context) -> Result<Module> {
+    pub fn load(&self, ctx: &Context) -> Result<Arc<Module>> {
+        self.load_module(ctx).map(Arc::new)
+    }
+
+    fn load_module(&self, ctx: &Context) -> Result<Module> {
         match self.output {
             // A CUBIN needs no compiling: a small log is room enough for a refusal, and the
             // default's two 16 KiB buffers would be zeroed on every load of a cached kernel.
