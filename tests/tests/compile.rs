@@ -326,9 +326,9 @@ fn compilers_load() -> Result<(), String> {
     if std::env::var("CUDA_TEST_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
         return Ok(());
     }
-    match Program::new("").compile(Arch::new(9, 0), &CompileOptions::new()) {
-        Err(Error::Load { source, .. }) => return Err(format!("NVRTC does not load: {source}")),
-        _ => {}
+    if let Err(Error::Load { source, .. }) = Program::new("").compile(Arch::new(9, 0), &CompileOptions::new())
+    {
+        return Err(format!("NVRTC does not load: {source}"));
     }
     match Linker::new(Arch::new(9, 0)).link() {
         Err(Error::Load { source, .. }) => Err(format!("nvJitLink does not load: {source}")),
