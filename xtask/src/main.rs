@@ -16,6 +16,8 @@
 //! * `build-cost`: the instructions rustc executes to type-check cuda-driver-sys and cuda-core
 //!   (with and without its default features), counted by callgrind: a build-time measure that
 //!   does not move with the machine's load (see [`buildcost`]).
+//! * `type-index [--check]`: the guide's index from each public type to the chapters that show
+//!   it, `docs/src/type-index.md` (see [`typeindex`]).
 //! * `budget`: the instructions `DeviceBuffer::new`+drop, `PinnedBuffer::new_uninit`+drop and a
 //!   `MemoryPool`'s allocate+deallocate execute per call, counted by callgrind against the
 //!   simulated driver and checked against budgets (the buffer within 1.05 times its pool's own
@@ -37,6 +39,7 @@ mod initializers;
 mod runtime12;
 mod surface;
 mod syntax;
+mod typeindex;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -156,6 +159,7 @@ fn run(args: &[String]) -> Result<(), String> {
         "bench" => bundle::bench_bundle(&root),
         "build-cost" => buildcost::run(&root),
         "budget" => budget::run(&root),
+        "type-index" => typeindex::run(&root, rest.iter().any(|a| a == "--check")),
         other => Err(format!("unknown command {other}")),
     }
 }

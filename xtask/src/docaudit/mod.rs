@@ -23,7 +23,7 @@ mod errors;
 mod links;
 mod macros;
 mod safety;
-mod source;
+pub(crate) mod source;
 #[cfg(test)]
 mod tests;
 mod wrong_page;

@@ -19,30 +19,30 @@ pub(super) const FUNCTION_LISTS: &[&str] = &[
 ];
 
 /// One module of the crate, as parsed.
-pub(super) struct Module {
+pub(crate) struct Module {
     /// File, relative to the workspace root.
-    pub(super) file: String,
+    pub(crate) file: String,
     /// `memory::buffer`; empty for the crate root.
-    pub(super) path: String,
+    pub(crate) path: String,
     /// Reachable from outside the crate: every module from the root to it is `pub`.
-    pub(super) exposed: bool,
+    pub(crate) exposed: bool,
     /// Its `//!` documentation.
-    pub(super) doc: String,
-    pub(super) items: Vec<syn::Item>,
+    pub(crate) doc: String,
+    pub(crate) items: Vec<syn::Item>,
     /// The file's text, for the module a file holds; empty for an inline module.
-    pub(super) source: String,
+    pub(crate) source: String,
 }
 
 /// What the checks need from the whole crate.
-pub(super) struct Crate {
-    pub(super) modules: Vec<Module>,
+pub(crate) struct Crate {
+    pub(crate) modules: Vec<Module>,
     /// The section address of every C function the `-sys` crates expose.
-    pub(super) pages: BTreeMap<String, String>,
+    pub(crate) pages: BTreeMap<String, String>,
     /// Whether the crate documentation states the thin-wrapper convention.
-    pub(super) convention: bool,
+    pub(crate) convention: bool,
 }
 
-pub(super) fn load_crate(root: &Path) -> Result<Crate, String> {
+pub(crate) fn load_crate(root: &Path) -> Result<Crate, String> {
     let mut modules = Vec::new();
     let src = root.join(SOURCE);
     load_module(root, &src.join("lib.rs"), String::new(), true, &src, &mut modules)?;
@@ -150,7 +150,7 @@ pub(super) fn type_name(ty: &syn::Type) -> Option<String> {
     }
 }
 
-pub(super) fn use_leaves(tree: &syn::UseTree, out: &mut BTreeSet<String>) {
+pub(crate) fn use_leaves(tree: &syn::UseTree, out: &mut BTreeSet<String>) {
     match tree {
         syn::UseTree::Path(p) => use_leaves(&p.tree, out),
         syn::UseTree::Name(n) => {
@@ -192,7 +192,7 @@ pub(super) fn doc_of(attrs: &[syn::Attribute]) -> String {
 }
 
 /// `#[cfg(test)]` or `#[cfg(doctest)]`: not part of the library.
-pub(super) fn test_only(attrs: &[syn::Attribute]) -> bool {
+pub(crate) fn test_only(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("cfg") && {
             let text = a.meta.to_token_stream().to_string();
@@ -202,7 +202,7 @@ pub(super) fn test_only(attrs: &[syn::Attribute]) -> bool {
 }
 
 /// `#[doc(hidden)]`.
-pub(super) fn hidden(attrs: &[syn::Attribute]) -> bool {
+pub(crate) fn hidden(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("doc") && matches!(&a.meta, syn::Meta::List(l) if l.tokens.to_string() == "hidden")
     })
