@@ -12,6 +12,7 @@ use cuda_core::dlpack::{
     TensorFlags,
 };
 use cuda_core::mempool::MemPool;
+use cuda_core::nccl::{Float8E5M2, bf16, f16};
 use cuda_core::pool::AsyncAllocator;
 use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
@@ -42,6 +43,7 @@ fn main() {
         gpu("export_and_import_round_trip_frees_once", export_and_import_round_trip_frees_once),
         gpu("legacy_export_with_a_shape_imports_as_a_view", legacy_export_with_a_shape_imports_as_a_view),
         gpu("bad_layouts_and_views_are_refused", bad_layouts_and_views_are_refused),
+        gpu("half_precision_and_fp8_elements_carry_their_data_types", half_precision_round_trip),
         gpu_needing(
             "python_consumer_reads_an_exported_buffer",
             python::available,
@@ -228,6 +230,30 @@ fn legacy_export_with_a_shape_imports_as_a_view() -> TestResult {
     ensure!(refused.contains("strides [8, 1] over shape [3, 5]"), "{refused}");
     drop(imported);
     ensure_eq!(deletes() - before, 1);
+    Ok(())
+}
+
+/// Elements of `half::bf16` and of NCCL's 8-bit float end to end: written from the host,
+/// exported with their own data types (`kDLBfloat`, `kDLFloat8_e5m2`), refused as views of
+/// another type of the same size (`f16`, `u8`), imported back and read equal.
+fn half_precision_round_trip() -> TestResult {
+    let _serial = serial();
+    let ctx = ctx()?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let halves: Vec<bf16> = (0..4096).map(|i| bf16::from_f32(i as f32 * 0.25 - 100.0)).collect();
+    let tensor = ManagedTensor::from_buffer(DeviceBuffer::from_slice(&stream, &halves)?)?;
+    ensure_eq!(tensor.dtype(), bf16::DTYPE);
+    // SAFETY: a live tensor just handed over, once.
+    let imported = unsafe { ImportedTensor::from_raw(tensor.into_raw()) }?;
+    ensure!(imported.view::<f16>(&ctx).is_err(), "a bfloat16 tensor was viewed as f16");
+    ensure!(imported.view::<bf16>(&ctx)?.to_vec()? == halves, "the bfloat16 values changed");
+    let bytes: Vec<Float8E5M2> = (0..=255u8).map(Float8E5M2).collect();
+    let tensor = ManagedTensor::from_buffer(DeviceBuffer::from_slice(&stream, &bytes)?)?;
+    ensure_eq!(tensor.dtype(), Float8E5M2::DTYPE);
+    // SAFETY: as above.
+    let imported = unsafe { ImportedTensor::from_raw(tensor.into_raw()) }?;
+    ensure!(imported.view::<u8>(&ctx).is_err(), "an fp8 tensor was viewed as u8");
+    ensure!(imported.view::<Float8E5M2>(&ctx)?.to_vec()? == bytes, "the fp8 values changed");
     Ok(())
 }
 
