@@ -54,8 +54,8 @@ pub use types::*;
 mod loader;
 pub use cuda_loader::{AlreadyChosen, LoadError, LoadErrorKind, last_load_error, load_error};
 pub use loader::{
-    check_abi_version, driver_version, library_error, library_path, per_thread_default_stream,
-    set_per_thread_default_stream,
+    CheckHooks, check_abi_version, check_hooks, driver_version, library_error, library_path,
+    per_thread_default_stream, set_per_thread_default_stream,
 };
 
 /// Expands each line of the generated function list into a lazily resolved function.

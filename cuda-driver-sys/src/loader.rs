@@ -29,6 +29,65 @@ pub(crate) struct Driver {
     get_proc_v2: Option<GetProcAddressV2>,
     get_proc_v1: Option<GetProcAddressV1>,
     version: i32,
+    check: Option<CheckHooks>,
+}
+
+/// The table a checking driver hands out through its `cudaCheckGetHooks` export (C layout):
+/// what a happens-before checker between the program and the driver cannot see for itself.
+#[repr(C)]
+struct CheckHooksTable {
+    /// The size of this table in bytes, for later additions.
+    size: u32,
+    new_owner: Option<unsafe extern "C" fn(u64, u64)>,
+    host_access: Option<unsafe extern "C" fn(u64, u64, c_int)>,
+}
+
+type GetCheckHooks = unsafe extern "C" fn() -> *const CheckHooksTable;
+
+/// The functions of a checking driver (a `libcuda` that checks the stream rule, such as the
+/// workspace's `checked-cuda-driver`) that the program calls to tell it what the driver cannot
+/// see. A driver offers them by exporting `const cudaCheckHooks *cudaCheckGetHooks(void)`,
+/// which returns a table `{ uint32_t size; void (*new_owner)(uint64_t ptr, uint64_t size);
+/// void (*host_access)(uint64_t ptr, uint64_t len, int write); }` or null; NVIDIA's driver
+/// does not.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckHooks {
+    /// The `size` bytes at `ptr` (device or pinned host memory) have a new owner from now on:
+    /// a pool handed the block out again without a driver call.
+    pub new_owner: unsafe extern "C" fn(ptr: u64, size: u64),
+    /// The calling thread reads (`write` = 0) or writes the `len` bytes of pinned memory at
+    /// `ptr` now, through a slice the program took.
+    pub host_access: unsafe extern "C" fn(ptr: u64, len: u64, write: c_int),
+}
+
+/// The hooks of the loaded driver, when it is a checking driver that exports them.
+fn check_hooks_of(lib: &libloading::Library) -> Option<CheckHooks> {
+    let get = symbol_address(lib, c"cudaCheckGetHooks")?;
+    // SAFETY: a driver that exports this name gives it the signature documented on
+    // `CheckHooks`.
+    let get: GetCheckHooks = unsafe { core::mem::transmute(get) };
+    // SAFETY: as above; it takes nothing.
+    let table = unsafe { get() };
+    if table.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null table of that layout, static in the driver; its size field says
+    // which fields it has.
+    let table = unsafe { &*table };
+    if (table.size as usize) < core::mem::size_of::<CheckHooksTable>() {
+        return None;
+    }
+    Some(CheckHooks { new_owner: table.new_owner?, host_access: table.host_access? })
+}
+
+/// The hooks of the loaded driver when it is a checking driver (see [`CheckHooks`]); `None`
+/// for NVIDIA's driver, or before the driver was loaded.
+#[inline]
+pub fn check_hooks() -> Option<&'static CheckHooks> {
+    match DRIVER.loaded() {
+        Some(d) => d.data.check.as_ref(),
+        None => None,
+    }
 }
 
 static DRIVER: Library<Driver> = Library::new(
@@ -72,7 +131,7 @@ fn open_driver(lib: &'static libloading::Library, file: &str) -> Result<Driver, 
     if get_proc_v2.is_none() && get_proc_v1.is_none() {
         return Err(unusable(file, "it does not export cuGetProcAddress (driver older than CUDA 11.3)"));
     }
-    Ok(Driver { get_proc_v2, get_proc_v1, version })
+    Ok(Driver { get_proc_v2, get_proc_v1, version, check: check_hooks_of(lib) })
 }
 
 static DEFAULT_STREAM: DefaultStreamChoice = DefaultStreamChoice::new("CUDA_API_PER_THREAD_DEFAULT_STREAM");

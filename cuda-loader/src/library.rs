@@ -50,6 +50,12 @@ impl<T: Send + Sync + 'static> Library<T> {
         self.state.get_or_init(|| self.open()).as_ref()
     }
 
+    /// The library and its data, if it was opened already (opens nothing).
+    #[inline]
+    pub fn loaded(&self) -> Option<&Loaded<T>> {
+        self.state.get().and_then(|r| r.as_ref().ok())
+    }
+
     /// Whether the library has been opened (or its opening has failed) already.
     pub fn is_initialized(&self) -> bool {
         self.state.get().is_some()

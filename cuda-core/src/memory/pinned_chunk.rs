@@ -91,7 +91,9 @@ impl<'a, T: Pod> PinnedChunk<'a, T> {
         self.uses.wait(false)?;
         // SAFETY: `len` initialised elements of the borrowed buffer, this chunk's alone; no
         // queued copy writes them, and new ones need `&mut self`.
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+        let slice = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
+        crate::track::checker::host_access(slice, false);
+        Ok(slice)
     }
 
     /// The elements for writing, once every copy of the chunk has completed (waits for them);
@@ -99,7 +101,9 @@ impl<'a, T: Pod> PinnedChunk<'a, T> {
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
         self.uses.wait(true)?;
         // SAFETY: as in `as_slice`, exclusively: no queued copy reads or writes them.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+        let slice = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) };
+        crate::track::checker::host_access(slice, true);
+        Ok(slice)
     }
 
     /// Waits for every copy of the chunk in flight; fails as [`PinnedBuffer::synchronize`](super::PinnedBuffer::synchronize)

@@ -3,7 +3,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::track::{Uses, end_borrow};
+use crate::track::{Uses, checker, end_borrow};
 use bytemuck::Pod;
 use std::sync::Mutex;
 
@@ -44,6 +44,7 @@ impl<'a, T: Pod> PinnedSlice<'a, T> {
     /// The guard over `slice`, whose borrow of `borrow` (begun for reading) it ends when it
     /// drops.
     pub(crate) fn new(slice: &'a [T], borrow: Option<&'a Mutex<Uses>>) -> PinnedSlice<'a, T> {
+        checker::host_access(slice, false);
         PinnedSlice { slice, borrow }
     }
 }
@@ -52,6 +53,7 @@ impl<'a, T: Pod> PinnedSliceMut<'a, T> {
     /// The guard over `slice`, whose borrow of `borrow` (begun for writing) it ends when it
     /// drops.
     pub(crate) fn new(slice: &'a mut [T], borrow: Option<&'a Mutex<Uses>>) -> PinnedSliceMut<'a, T> {
+        checker::host_access(slice, true);
         PinnedSliceMut { slice, borrow }
     }
 }
@@ -96,6 +98,8 @@ impl<T: Pod> AsMut<[T]> for PinnedSliceMut<'_, T> {
 
 impl<T: Pod> Drop for PinnedSlice<'_, T> {
     fn drop(&mut self) {
+        // The guard's span ends: a copy queued while it lived and not ordered with it shows.
+        checker::host_access(self.slice, false);
         if let Some(uses) = self.borrow {
             end_borrow(uses, false);
         }
@@ -104,6 +108,7 @@ impl<T: Pod> Drop for PinnedSlice<'_, T> {
 
 impl<T: Pod> Drop for PinnedSliceMut<'_, T> {
     fn drop(&mut self) {
+        checker::host_access(self.slice, true);
         if let Some(uses) = self.borrow {
             end_borrow(uses, true);
         }

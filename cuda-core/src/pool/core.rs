@@ -302,6 +302,7 @@ impl PoolCore {
         if reserved.is_err() {
             return Err(self.out_of_memory(size));
         }
+        hooks::arm_checker();
         let hooked = hooks::any();
         if hooked {
             hooks::call(Point::AllocPre, &HookEvent { pmem_id: 0, ..self.event(0, size, 0, location) });

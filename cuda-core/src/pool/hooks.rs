@@ -141,6 +141,20 @@ pub(crate) enum Point {
     FreePost,
 }
 
+/// Counts a checking driver as one installed hook, once, when the loaded driver is one: the
+/// pools then tell it of every block they hand out ([`call`] at [`Point::MallocPost`]). Called
+/// where a pool goes to its upstream allocator, which comes before any block is handed out
+/// again.
+#[cold]
+pub(crate) fn arm_checker() {
+    static ARMED: std::sync::Once = std::sync::Once::new();
+    ARMED.call_once(|| {
+        if crate::track::checker::present() {
+            INSTALLED.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+}
+
 /// Whether any thread has a hook; one relaxed load.
 #[inline(always)]
 pub(crate) fn any() -> bool {
@@ -150,6 +164,9 @@ pub(crate) fn any() -> bool {
 /// Calls every hook of this thread at `point`. Hooks that re-enter the pool see no hooks.
 #[cold]
 pub(crate) fn call(point: Point, event: &HookEvent) {
+    if let Point::MallocPost = point {
+        crate::track::checker::new_owner(event.mem_ptr, event.mem_size);
+    }
     let hooks = HOOKS.with(|h| h.try_borrow().map(|h| h.clone()).unwrap_or_default());
     for hook in &hooks {
         match point {

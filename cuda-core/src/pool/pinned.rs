@@ -231,6 +231,7 @@ impl PinnedMemoryPool {
         size: usize,
         location: &'static Location<'static>,
     ) -> Result<PinnedAllocation> {
+        hooks::arm_checker();
         let hooked = hooks::any();
         if hooked {
             let e = HookEvent { pmem_id: 0, ..self.event(0, size, std::ptr::null_mut(), location) };

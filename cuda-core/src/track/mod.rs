@@ -45,8 +45,11 @@
 //! The GPU suite's soundness tests (`tests/tests/soundness.rs`) hold each case in the shape a
 //! user meets it, and the simulated driver (`tests/sim-cuda-driver`) runs random safe programs
 //! under a happens-before checker on every CI run, with streams run in any order the rule
-//! allows.
+//! allows. The same checker runs on a GPU: the checking driver of `tests/checked-cuda-driver`
+//! sits between the program and NVIDIA's driver, and the crate tells it what no driver call
+//! shows ([`checker`]).
 
+pub(crate) mod checker;
 mod held;
 mod host_uses;
 pub(crate) mod scopes;

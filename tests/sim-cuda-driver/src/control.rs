@@ -45,6 +45,31 @@ pub extern "C" fn sim_host_access(ptr: u64, len: u64, write: c_int) {
     });
 }
 
+/// The table `cudaCheckGetHooks` hands out (the layout `cuda-driver-sys` reads).
+#[repr(C)]
+pub struct CheckHooks {
+    size: u32,
+    new_owner: extern "C" fn(u64, u64),
+    host_access: extern "C" fn(u64, u64, c_int),
+}
+
+static HOOKS: CheckHooks = CheckHooks {
+    size: size_of::<CheckHooks>() as u32,
+    new_owner: sim_new_owner,
+    host_access: sim_host_access,
+};
+
+/// The checking driver's hooks, through which `cuda-core` tells [`sim_new_owner`] and
+/// [`sim_host_access`] itself; null when `SIM_CUDA_CHECK_HOOKS=0` (as `cargo xtask budget`
+/// runs: NVIDIA's driver has none).
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaCheckGetHooks() -> *const CheckHooks {
+    if std::env::var_os("SIM_CUDA_CHECK_HOOKS").is_some_and(|v| v == "0") {
+        return std::ptr::null();
+    }
+    &HOOKS
+}
+
 /// Whether sites carry the Rust call stack (captured unresolved, resolved in a report).
 #[unsafe(no_mangle)]
 pub extern "C" fn sim_set_backtraces(on: c_int) {
@@ -56,7 +81,7 @@ pub extern "C" fn sim_set_backtraces(on: c_int) {
 #[unsafe(no_mangle)]
 pub extern "C" fn sim_report_count(category: c_int) -> u64 {
     let Some(c) = Category::from_number(category) else { return 0 };
-    with_sim(|s| s.checker.reports().iter().filter(|r| r.category == c).count() as u64)
+    with_sim(|s| s.checker.count(c))
 }
 
 /// The reports since the last reset, in words; free the string with [`sim_free_string`].

@@ -21,8 +21,9 @@
 //!   synchronization runs what it waits for in a random order that respects stream order and
 //!   event waits, seeded by `SIM_CUDA_SEED` or [`sim_reset`]. A query that could wait answers
 //!   "done" (after running what it needs) two times out of three.
-//! * **Every operation is checked** ([`checker`]): vector clocks per stream and host thread,
-//!   and the address ranges each operation reads and writes, give the reports (a)–(d).
+//! * **Every operation is checked** ([`checker`], the model the checking driver of
+//!   `tests/checked-cuda-driver` shares): vector clocks per stream and host thread, and the
+//!   address ranges each operation reads and writes, give the reports (a)–(d).
 //! * Functions the generated ABI table lists but the simulator does not implement are handed
 //!   out as a stub that returns `CUDA_ERROR_NOT_SUPPORTED`, so that the crate's error paths
 //!   meet them; [`sim_unsupported`] lists the ones looked up.
@@ -34,8 +35,6 @@
 
 #[path = "../../fake-cuda-driver/src/abi.rs"]
 pub mod abi;
-pub mod checker;
-pub mod clock;
 mod control;
 pub mod engine;
 mod entry_points;
@@ -45,6 +44,7 @@ pub mod memory;
 pub mod rng;
 
 pub use control::*;
+pub use stream_checker::{checker, clock};
 
 use engine::{Sim, Until};
 use std::ffi::{CStr, c_char, c_int, c_void};

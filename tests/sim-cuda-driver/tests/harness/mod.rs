@@ -1,36 +1,21 @@
-//! Runs programs against the simulator: two worker threads (each with a memory hook that
-//! tells the simulator when a pool hands a block to a new owner), one step at a time.
+//! Runs programs against the simulator: two worker threads, one step at a time. `cuda-core`
+//! tells the simulator itself, through its checking hooks, when a pool hands a block to a new
+//! owner and when the host takes a slice of pinned memory.
 #![allow(dead_code)]
 
 pub mod program;
 pub mod sim;
 pub mod world;
 
-use cuda_core::pool::hooks::{self, HookEvent, MemoryHook};
 use program::{Program, Step};
 use sim::Sim;
-use std::rc::Rc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use world::World;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// Tells the simulator of each block a pool hands out: a new owner of those bytes.
-struct NewOwners;
-
-impl MemoryHook for NewOwners {
-    fn name(&self) -> &str {
-        "sim-new-owners"
-    }
-
-    fn malloc_postprocess(&self, event: &HookEvent) {
-        (Sim::get().new_owner)(event.mem_ptr, event.mem_size as u64);
-    }
-}
-
 fn worker(jobs: Receiver<Job>) {
-    let _hook = hooks::install(Rc::new(NewOwners)).unwrap();
     while let Ok(job) = jobs.recv() {
         job();
     }

@@ -20,8 +20,6 @@ fn library_path() -> PathBuf {
 pub struct Sim {
     pub reset: extern "C" fn(u64),
     pub set_step: extern "C" fn(u32),
-    pub new_owner: extern "C" fn(u64, u64),
-    pub host_access: extern "C" fn(u64, u64, c_int),
     pub set_backtraces: extern "C" fn(c_int),
     pub report_count: extern "C" fn(c_int) -> u64,
     reports: extern "C" fn() -> *mut c_char,
@@ -56,8 +54,6 @@ impl Sim {
             Sim {
                 reset: f!(b"sim_reset\0"),
                 set_step: f!(b"sim_set_step\0"),
-                new_owner: f!(b"sim_new_owner\0"),
-                host_access: f!(b"sim_host_access\0"),
                 set_backtraces: f!(b"sim_set_backtraces\0"),
                 report_count: f!(b"sim_report_count\0"),
                 reports: f!(b"sim_reports\0"),

@@ -1,7 +1,6 @@
 //! What a program works on, and each step as the safe calls it makes.
 
 use super::program::{EVENTS, GRAPHS, PINNED, SLOTS, STREAMS, Step, VMMS};
-use super::sim::Sim;
 use cuda_core::graph::{CaptureMode, Graph, GraphExec, InstantiateFlags};
 use cuda_core::mempool::Access;
 use cuda_core::vmm::{AccessGrant, AddressRange, AllocationProperties, Granularity, Mapping, PhysicalMemory};
@@ -196,17 +195,13 @@ impl World {
             Step::PinnedRead { pinned } => {
                 if let Some(p) = &self.pinned[ix(pinned)] {
                     let slice = p.as_slice()?;
-                    host_access(&slice, false);
                     std::hint::black_box(slice.iter().sum::<u32>());
-                    host_access(&slice, false);
                 }
             }
             Step::PinnedWrite { pinned, value } => {
                 if let Some(p) = &mut self.pinned[ix(pinned)] {
                     let mut slice = p.as_mut_slice()?;
-                    host_access(&slice, true);
                     slice.fill(value);
-                    host_access(&slice, true);
                 }
             }
             Step::PinnedDrop { pinned } => {
@@ -429,8 +424,8 @@ impl World {
         }
     }
 
-    /// Launches graph `graph` on `stream` while a guard of its pinned buffer is held; the
-    /// host access is told when the guard is taken and again just before it drops.
+    /// Launches graph `graph` on `stream` while a guard of its pinned buffer is held (the crate
+    /// tells the checker of the host access when the guard is taken and when it drops).
     fn graph_hold(&mut self, graph: usize, stream: usize, write: bool) -> cuda_core::Result<()> {
         if self.graphs[graph].is_none() {
             return Ok(());
@@ -441,17 +436,13 @@ impl World {
         let s = &self.streams[stream];
         let launched = if write {
             let mut slice = p.as_mut_slice()?;
-            host_access(&slice, true);
             let launched = g.exec.launch(s);
             slice.fill(1);
-            host_access(&slice, true);
             launched
         } else {
             let slice = p.as_slice()?;
-            host_access(&slice, false);
             let launched = g.exec.launch(s);
             std::hint::black_box(slice.iter().sum::<u32>());
-            host_access(&slice, false);
             launched
         };
         match launched {
@@ -486,9 +477,4 @@ impl World {
         self.scratch.record(&self.streams[b.own])?;
         self.streams[stream].wait_event(&self.scratch)
     }
-}
-
-/// Tells the simulator that this thread reads or writes the elements of `slice` now.
-fn host_access(slice: &[u32], write: bool) {
-    (Sim::get().host_access)(slice.as_ptr() as u64, std::mem::size_of_val(slice) as u64, i32::from(write));
 }

@@ -39,11 +39,22 @@
 //! to the memory: one not ordered before it is [`Category::ReleaseUnderWork`] (b). `cuMemFree`
 //! waits for the device, as the driver's does, so it is ordered after everything.
 //!
-//! Each report names both sites: the program's step, the host thread, the driver call, and,
-//! when backtraces are on (`sim_set_backtraces`), the Rust call stack of each.
+//! Each report names both sites: the program's step (when it tells one), the host thread, the
+//! driver call, and, when backtraces are on, the Rust call stack of each. Reports are kept (at
+//! most [`MAX_REPORTS`] between resets), counted per category, and printed to standard error as
+//! they are made when [`Checker::print`] is on.
+//!
+//! # Cost
+//!
+//! An access is checked against the accesses kept so far that overlap it. An earlier access of
+//! the same agent, owner and kind that the new one covers is dropped (every access unordered
+//! with the old one is unordered with the new one, and gets the same report); with
+//! [`Checker::collect_every`] set, the accesses every live agent has seen are dropped too, from
+//! time to time, so that a long program keeps only what can still race.
 
 use crate::clock::VectorClock;
 use std::backtrace::Backtrace;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -61,15 +72,18 @@ pub enum Category {
     UserRace = 3,
 }
 
+/// Every category, in number order.
+pub const CATEGORIES: [Category; 4] =
+    [Category::OwnerOverlap, Category::ReleaseUnderWork, Category::HostAccess, Category::UserRace];
+
 impl Category {
     /// The category of number `n`.
     pub fn from_number(n: i32) -> Option<Category> {
-        [Category::OwnerOverlap, Category::ReleaseUnderWork, Category::HostAccess, Category::UserRace]
-            .get(usize::try_from(n).ok()?)
-            .copied()
+        CATEGORIES.get(usize::try_from(n).ok()?).copied()
     }
 
-    fn label(self) -> &'static str {
+    /// What the category means, in words.
+    pub fn label(self) -> &'static str {
         match self {
             Category::OwnerOverlap => "(a) earlier owner's work not ordered before the next owner's",
             Category::ReleaseUnderWork => "(b) memory given back while work that used it may run",
@@ -77,14 +91,19 @@ impl Category {
             Category::UserRace => "(d) race in the program: two streams, one owner, one write",
         }
     }
+
+    /// Whether a report of this category is a hole in the crate's rule, not the program's own race.
+    pub fn is_rule_broken(self) -> bool {
+        self != Category::UserRace
+    }
 }
 
 /// Where something happened: the program's step, the agent, the driver call.
 #[derive(Clone, Debug)]
 pub struct Site {
-    /// The step the program set last (`sim_set_step`).
-    pub step: u32,
-    /// The host thread that made the call.
+    /// The step the program set last ([`Checker::set_step`]), if it tells steps.
+    pub step: Option<u32>,
+    /// The host thread that made the call (its agent).
     pub host: usize,
     /// The driver call (or harness report) that made it.
     pub call: &'static str,
@@ -116,12 +135,18 @@ impl Range {
         Range { start, end: start.saturating_add(len) }
     }
 
-    fn overlaps(self, other: Range) -> bool {
+    /// Whether the two share a byte.
+    pub fn overlaps(self, other: Range) -> bool {
         self.start < other.end && other.start < self.end
+    }
+
+    /// Whether `other` lies inside this range.
+    pub fn covers(self, other: Range) -> bool {
+        self.start <= other.start && other.end <= self.end
     }
 }
 
-/// A point of an agent: its tick, and whether the agent is a host thread.
+/// A point of an agent: its tick.
 #[derive(Clone, Copy, Debug)]
 pub struct Stamp {
     /// The agent.
@@ -140,10 +165,46 @@ struct Access {
     site: Site,
 }
 
-#[derive(Debug)]
-struct Owner {
-    range: Range,
-    epoch: u64,
+/// The owner epochs of address ranges: for each byte, the epoch of the last owner that took it.
+/// Kept as disjoint intervals, so a look-up is a search.
+#[derive(Debug, Default)]
+struct Owners {
+    /// start -> (end, epoch); the intervals do not overlap.
+    spans: BTreeMap<u64, (u64, u64)>,
+}
+
+impl Owners {
+    fn set(&mut self, range: Range, epoch: u64) {
+        if range.start >= range.end {
+            return;
+        }
+        // An interval that begins before the range and reaches into it keeps its head (and its
+        // tail, past the range).
+        if let Some((&start, &(end, e))) = self.spans.range(..range.start).next_back() {
+            if end > range.start {
+                self.spans.insert(start, (range.start, e));
+                if end > range.end {
+                    self.spans.insert(range.end, (end, e));
+                }
+            }
+        }
+        let inside: Vec<u64> = self.spans.range(range.start..range.end).map(|(&s, _)| s).collect();
+        for start in inside {
+            if let Some((end, e)) = self.spans.remove(&start) {
+                if end > range.end {
+                    self.spans.insert(range.end, (end, e));
+                }
+            }
+        }
+        self.spans.insert(range.start, (range.end, epoch));
+    }
+
+    fn epoch_of(&self, addr: u64) -> u64 {
+        match self.spans.range(..=addr).next_back() {
+            Some((_, &(end, epoch))) if addr < end => epoch,
+            _ => 0,
+        }
+    }
 }
 
 /// The checker's state: the agents' clocks, the accesses so far, the owners, the reports.
@@ -152,19 +213,29 @@ pub struct Checker {
     clocks: Vec<VectorClock>,
     names: Vec<String>,
     hosts: Vec<bool>,
+    retired: Vec<bool>,
     accesses: Vec<Access>,
-    owners: Vec<Owner>,
+    owners: Owners,
     next_epoch: u64,
     reports: Vec<Report>,
-    /// The step and host thread the program set last.
-    step: u32,
+    counts: [u64; 4],
+    /// The step the program set last, and the host thread of the call before.
+    step: Option<u32>,
     last_host: Option<usize>,
+    /// Accesses recorded since the last collection.
+    since_collect: usize,
     /// Whether sites carry backtraces.
     pub backtraces: bool,
+    /// Whether each report is printed to standard error as it is made.
+    pub print: bool,
+    /// Drop the accesses every live agent has seen once this many were recorded since the last
+    /// time (0: never; an agent made afterwards must then start from a clock that has seen
+    /// them, as a host thread does through [`follow`](Self::follow)).
+    pub collect_every: usize,
 }
 
 /// At most this many reports are kept between resets: one bug repeats itself.
-const MAX_REPORTS: usize = 64;
+pub const MAX_REPORTS: usize = 64;
 
 impl Checker {
     /// A new agent named `name` (a stream, or a host thread when `host`), with a zero clock.
@@ -172,6 +243,7 @@ impl Checker {
         self.clocks.push(VectorClock::default());
         self.names.push(name);
         self.hosts.push(host);
+        self.retired.push(false);
         self.clocks.len() - 1
     }
 
@@ -180,14 +252,26 @@ impl Checker {
         self.clocks.len()
     }
 
+    /// The agent's name.
+    pub fn name(&self, agent: usize) -> &str {
+        &self.names[agent]
+    }
+
+    /// The agent will make no more accesses (a destroyed stream): what it has not seen no
+    /// longer keeps accesses from being collected.
+    pub fn retire(&mut self, agent: usize) {
+        self.retired[agent] = true;
+    }
+
     /// Forgets every access, owner, report and clock (the agents stay): for a new program,
     /// once all queued work has run.
     pub fn reset(&mut self) {
         self.clocks.iter_mut().for_each(|c| *c = VectorClock::default());
         self.accesses.clear();
-        self.owners.clear();
+        self.owners = Owners::default();
         self.reports.clear();
-        self.step = 0;
+        self.counts = [0; 4];
+        self.step = None;
         self.last_host = None;
     }
 
@@ -214,14 +298,20 @@ impl Checker {
         Stamp { agent, tick: self.clocks[agent].tick(agent) }
     }
 
-    /// The program's step `step` begins on host thread `host`, which has seen everything the
-    /// thread of the step before had.
-    pub fn set_step(&mut self, step: u32, host: usize) {
+    /// Host thread `host` acts after the host thread that acted last: it has seen everything
+    /// that thread had.
+    pub fn follow(&mut self, host: usize) {
         if let Some(last) = self.last_host {
             self.join_agent(host, last);
         }
         self.last_host = Some(host);
-        self.step = step;
+    }
+
+    /// The program's step `step` begins on host thread `host`, which has seen everything the
+    /// thread of the step before had.
+    pub fn set_step(&mut self, step: u32, host: usize) {
+        self.follow(host);
+        self.step = Some(step);
     }
 
     /// The site of a call made now by `host`.
@@ -233,12 +323,7 @@ impl Checker {
     /// `range` has a new owner from now on.
     pub fn new_owner(&mut self, range: Range) {
         self.next_epoch += 1;
-        self.owners.push(Owner { range, epoch: self.next_epoch });
-    }
-
-    fn epoch_of(&self, addr: u64) -> u64 {
-        let r = Range::new(addr, 1);
-        self.owners.iter().rev().find(|o| o.range.overlaps(r)).map_or(0, |o| o.epoch)
+        self.owners.set(range, self.next_epoch);
     }
 
     /// Checks and records an access to `range` by the point `at` of its agent (whose present
@@ -248,7 +333,7 @@ impl Checker {
             return;
         }
         let host = self.hosts[at.agent];
-        let epoch = self.epoch_of(range.start);
+        let epoch = self.owners.epoch_of(range.start);
         let clock = &self.clocks[at.agent];
         let mut found = Vec::new();
         for x in &self.accesses {
@@ -269,7 +354,27 @@ impl Checker {
         for (category, text) in found {
             self.report(category, text);
         }
+        self.accesses.retain(|x| {
+            !(x.at.agent == at.agent && x.epoch == epoch && range.covers(x.range) && (write || !x.write))
+        });
         self.accesses.push(Access { range, write, host, epoch, at, site });
+        self.since_collect += 1;
+        if self.collect_every != 0 && self.since_collect >= self.collect_every {
+            self.collect();
+        }
+    }
+
+    /// Drops the accesses that every live agent has seen: nothing can race with them any more.
+    pub fn collect(&mut self) {
+        self.since_collect = 0;
+        let live: Vec<&VectorClock> =
+            self.clocks.iter().zip(&self.retired).filter(|(_, r)| !**r).map(|(c, _)| c).collect();
+        self.accesses.retain(|x| !live.iter().all(|c| c.has_seen(x.at.agent, x.at.tick)));
+    }
+
+    /// How many accesses are kept.
+    pub fn kept(&self) -> usize {
+        self.accesses.len()
     }
 
     /// Checks a release of `range` to the driver at the point `at`: every access to it must
@@ -284,9 +389,9 @@ impl Checker {
                 format!(
                     "  released by {} at {}\n  used by     {} at {} ({} {:#x}..{:#x})",
                     self.names[at.agent],
-                    describe_site(&site),
+                    self.describe_site(&site),
                     self.names[x.at.agent],
-                    describe_site(&x.site),
+                    self.describe_site(&x.site),
                     if x.write { "write" } else { "read" },
                     x.range.start,
                     x.range.end
@@ -307,25 +412,48 @@ impl Checker {
             x.range.end,
             self.names[x.at.agent],
             x.epoch,
-            describe_site(&x.site),
+            self.describe_site(&x.site),
             rw(write),
             range.start,
             range.end,
             self.names[at.agent],
-            self.epoch_of(range.start),
-            describe_site(site),
+            self.owners.epoch_of(range.start),
+            self.describe_site(site),
         )
     }
 
     fn report(&mut self, category: Category, text: String) {
+        self.counts[category as usize] += 1;
+        if self.print {
+            eprintln!("cuda-check: {}\n{}", category.label(), text);
+        }
         if self.reports.len() < MAX_REPORTS {
             self.reports.push(Report { category, text });
         }
     }
 
-    /// The reports since the last reset.
+    /// The reports kept since the last reset (at most [`MAX_REPORTS`]).
     pub fn reports(&self) -> &[Report] {
         &self.reports
+    }
+
+    /// How many reports of `category` were made since the last reset.
+    pub fn count(&self, category: Category) -> u64 {
+        self.counts[category as usize]
+    }
+
+    /// Whether a report of (a)–(c) was made since the last reset.
+    pub fn rule_broken(&self) -> bool {
+        CATEGORIES.iter().any(|&c| c.is_rule_broken() && self.count(c) > 0)
+    }
+
+    /// One line per category: how many reports were made.
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        for c in CATEGORIES {
+            let _ = writeln!(out, "{:>6}  {}", self.count(c), c.label());
+        }
+        out
     }
 
     /// The reports in words, one paragraph each, backtraces resolved.
@@ -336,27 +464,51 @@ impl Checker {
         }
         out
     }
-}
 
-fn describe_site(site: &Site) -> String {
-    let mut s = format!("step {} on host thread {} ({})", site.step, site.host, site.call);
-    if let Some(trace) = &site.trace {
-        let _ = write!(s, "\n{}", caller_frames(trace));
+    fn describe_site(&self, site: &Site) -> String {
+        let mut s = String::new();
+        if let Some(step) = site.step {
+            let _ = write!(s, "step {step} on ");
+        }
+        let _ = write!(s, "{} ({})", self.names[site.host], site.call);
+        if let Some(trace) = &site.trace {
+            let _ = write!(s, "\n{}", caller_frames(trace));
+        }
+        s
     }
-    s
 }
 
-/// The frames of a backtrace that belong to the program and `cuda_core`, not to the simulator
-/// or the standard library: what a reader wants to see of a site.
+/// Frames of the checker itself, the drivers, the standard library and the test harness: not
+/// what a reader wants to see of a site.
+const HIDDEN: [&str; 16] = [
+    "std::",
+    "core::",
+    "alloc::",
+    "<std::",
+    "<core::",
+    "<alloc::",
+    "stream_checker::",
+    "<stream_checker::",
+    "sim_cuda_driver::",
+    "checked_cuda_driver::",
+    "cuda_driver_sys::",
+    "cuda_loader::",
+    "test::",
+    "__rust",
+    "__libc",
+    "_start",
+];
+
+/// The frames of a backtrace that belong to the program and `cuda_core`, not to the checker,
+/// the drivers or the standard library: what a reader wants to see of a site.
 fn caller_frames(trace: &Backtrace) -> String {
     let text = trace.to_string();
     let mut out = String::new();
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
-        let function = line.trim_start().split_once(": ").map_or("", |(_, f)| f);
-        let ours =
-            ["cuda_core::", "random_programs::", "<cuda_core::"].iter().any(|p| function.starts_with(p));
-        if ours && !function.contains("harness::") {
+        let Some((_, function)) = line.trim_start().split_once(": ") else { continue };
+        let hidden = HIDDEN.iter().any(|p| function.starts_with(p)) || function.contains("harness::");
+        if !hidden {
             let _ = writeln!(out, "      {function}");
             if let Some(at) = lines.peek().filter(|l| l.trim_start().starts_with("at ")) {
                 let _ = writeln!(out, "        {}", at.trim_start());
@@ -371,7 +523,7 @@ mod tests {
     use super::*;
 
     fn site() -> Site {
-        Site { step: 0, host: 0, call: "test", trace: None }
+        Site { step: None, host: 0, call: "test", trace: None }
     }
 
     #[test]
@@ -446,5 +598,50 @@ mod tests {
         assert!(c.reports().is_empty());
         c.access(read, pinned, false, site());
         assert_eq!(c.reports()[0].category, Category::HostAccess);
+    }
+}
+
+#[cfg(test)]
+mod more_tests {
+    use super::*;
+
+    fn site() -> Site {
+        Site { step: None, host: 0, call: "test", trace: None }
+    }
+
+    #[test]
+    fn owners_are_the_last_taker_of_each_byte() {
+        let mut o = Owners::default();
+        o.set(Range::new(0x1000, 0x1000), 1);
+        o.set(Range::new(0x1400, 0x100), 2);
+        assert_eq!(
+            [0x13ff, 0x1400, 0x14ff, 0x1500, 0x1fff, 0x2000].map(|a| o.epoch_of(a)),
+            [1, 2, 2, 1, 1, 0]
+        );
+        o.set(Range::new(0x0800, 0x1000), 3);
+        assert_eq!([0x07ff, 0x0800, 0x1400, 0x17ff, 0x1800].map(|a| o.epoch_of(a)), [0, 3, 3, 3, 1]);
+    }
+
+    #[test]
+    fn a_covered_access_of_the_same_agent_is_dropped_and_seen_ones_are_collected() {
+        let mut c = Checker::default();
+        let (s1, host) = (c.new_agent("s1".into(), false), c.new_agent("host".into(), true));
+        let r = Range::new(0x1000, 64);
+        for _ in 0..10 {
+            let a = c.tick(s1);
+            c.access(a, r, true, site());
+        }
+        assert_eq!(c.kept(), 1);
+        c.collect();
+        assert_eq!(c.kept(), 1, "the host has not seen it");
+        c.join_agent(host, s1);
+        c.collect();
+        assert_eq!(c.kept(), 0);
+        let s2 = c.new_agent("s2".into(), false);
+        let w = c.tick(s2);
+        c.access(w, r, true, site());
+        assert_eq!(c.reports().len(), 0);
+        assert!(!c.rule_broken());
+        assert_eq!(c.count(Category::UserRace), 0);
     }
 }
