@@ -199,6 +199,13 @@ impl Owners {
         self.spans.insert(range.start, (range.end, epoch));
     }
 
+    fn end_of(&self, addr: u64) -> Option<u64> {
+        match self.spans.range(..=addr).next_back() {
+            Some((_, &(end, _))) if addr < end => Some(end),
+            _ => None,
+        }
+    }
+
     fn epoch_of(&self, addr: u64) -> u64 {
         match self.spans.range(..=addr).next_back() {
             Some((_, &(end, epoch))) if addr < end => epoch,
@@ -324,6 +331,11 @@ impl Checker {
     pub fn new_owner(&mut self, range: Range) {
         self.next_epoch += 1;
         self.owners.set(range, self.next_epoch);
+    }
+
+    /// The end of the block of the owner of `addr` (the bytes the same owner took with it).
+    pub fn owner_end(&self, addr: u64) -> Option<u64> {
+        self.owners.end_of(addr)
     }
 
     /// Checks and records an access to `range` by the point `at` of its agent (whose present
@@ -507,7 +519,12 @@ fn caller_frames(trace: &Backtrace) -> String {
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         let Some((_, function)) = line.trim_start().split_once(": ") else { continue };
-        let hidden = HIDDEN.iter().any(|p| function.starts_with(p)) || function.contains("harness::");
+        // Driver entry points (the wrappers and the `-sys` functions) name no path.
+        let entry_point = function.starts_with("cu") && !function.contains("::");
+        let hidden = HIDDEN.iter().any(|p| function.starts_with(p))
+            || function.contains("harness::")
+            || entry_point
+            || ["<fn(", "start_thread", "clone"].iter().any(|p| function.starts_with(p));
         if !hidden {
             let _ = writeln!(out, "      {function}");
             if let Some(at) = lines.peek().filter(|l| l.trim_start().starts_with("at ")) {
