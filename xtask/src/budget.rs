@@ -193,7 +193,7 @@ fn build(root: &Path) -> Result<(PathBuf, PathBuf), String> {
 }
 
 /// The path of an artifact file named `name` among those a cargo build reported.
-fn artifact_file(json: &str, name: &str) -> Option<PathBuf> {
+pub(crate) fn artifact_file(json: &str, name: &str) -> Option<PathBuf> {
     let quoted_end = format!("{}{name}\"", std::path::MAIN_SEPARATOR);
     json.lines().filter(|l| l.contains("\"reason\":\"compiler-artifact\"")).find_map(|l| {
         let end = l.find(&quoted_end)? + quoted_end.len() - 1;

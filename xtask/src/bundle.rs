@@ -2,8 +2,9 @@
 //!
 //! `gpu-bundle` writes `.gpu/`: a `cargo nextest archive` of the GPU suite, the `cargo-nextest`
 //! binary, the examples (packed; `run` and `sanitize` unpack them into `.gpu/examples`), `run`
-//! (the suite, from the repository root) and `sanitize` (each test binary under
-//! compute-sanitizer).
+//! (the suite, from the repository root), `sanitize` (each test binary under
+//! compute-sanitizer), and the checking driver (`libchecked_cuda_driver.so`) with `run-checked`
+//! (the suite under the stream-rule checker).
 //! `bench` writes `.bench/`: release builds of the benchmark binaries and `run`.
 
 use std::path::{Path, PathBuf};
@@ -19,6 +20,21 @@ root=$(cd "$here/.." && pwd)
 [ -d "$here/examples" ] || tar -xJf "$here/examples.tar.xz" -C "$here" || exit 2
 exec "$here/cargo-nextest" nextest run --profile gpu \
     --archive-file "$here/tests.tar.zst" --workspace-remap "$root" "$@"
+"#;
+
+const GPU_RUN_CHECKED: &str = r#"#!/bin/sh
+# Runs the GPU test suite as `run` does, with every test process under the stream-rule checker:
+# the checking driver of this bundle sits between the tests and the real libcuda.so.1 (another
+# one with CUDA_CHECK_REAL_DRIVER=...). A test in which the checker reports (a)-(c) exits with
+# status 86 and fails; its output holds the reports and, at the end, a summary per category.
+# CUDA_CHECK_BACKTRACE=1 adds the Rust call stack of each site. Usage (from the repository root):
+#   CUDA_TEST_REQUIRE_GPU=1 .gpu/run-checked [nextest filter arguments]
+# An example or any program built on cuda-core runs under the checker the same way:
+#   CUDA_DRIVER_LIBRARY_PATH=$PWD/.gpu/libchecked_cuda_driver.so .gpu/examples/<name>
+here=$(cd "$(dirname "$0")" && pwd)
+CUDA_DRIVER_LIBRARY_PATH="$here/libchecked_cuda_driver.so"
+export CUDA_DRIVER_LIBRARY_PATH
+exec "$here/run" "$@"
 "#;
 
 const GPU_SANITIZE: &str = r#"#!/bin/bash
@@ -193,13 +209,34 @@ pub fn gpu_bundle(root: &Path) -> Result<(), String> {
         .arg(&out)
         .arg("examples"))?;
     std::fs::remove_dir_all(out.join("examples")).map_err(|e| e.to_string())?;
+    pack_checking_driver(root, &out)?;
     write_script(&out.join("run"), GPU_RUN)?;
+    write_script(&out.join("run-checked"), GPU_RUN_CHECKED)?;
     write_script(&out.join("sanitize"), GPU_SANITIZE)?;
     let size = dir_size(&out);
     println!("packed the GPU suite into {} ({:.1} MiB)", out.display(), size as f64 / 1048576.0);
     if size > 64 * 1024 * 1024 {
         return Err("the bundle is over 64 MiB; it will not travel".into());
     }
+    Ok(())
+}
+
+/// Builds the checking driver (release, a few hundred KiB once stripped) into `out`.
+fn pack_checking_driver(root: &Path, out: &Path) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let json = run(Command::new(&cargo).current_dir(root).args([
+        "build",
+        "--release",
+        "--package",
+        "checked-cuda-driver",
+        "--lib",
+        "--message-format=json",
+    ]))?;
+    let name = format!("{}checked_cuda_driver{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    let built = crate::budget::artifact_file(&json, &name).ok_or_else(|| format!("cargo built no {name}"))?;
+    let packed = out.join(&name);
+    std::fs::copy(&built, &packed).map_err(|e| format!("{}: {e}", built.display()))?;
+    let _ = Command::new("strip").arg(&packed).status();
     Ok(())
 }
 

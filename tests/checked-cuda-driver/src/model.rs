@@ -647,4 +647,31 @@ mod tests {
         m.graph_launched(0x600, 0x10, false);
         assert_eq!(m.checker.count(Category::UserRace), 1);
     }
+
+    /// What the model adds to a call (the lock, the clocks, the check of the ranges), without
+    /// the driver: run by hand with
+    /// `cargo test --release -p checked-cuda-driver --lib -- --ignored --nocapture model_cost`.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn model_cost_per_call() {
+        let mut m = Model::default();
+        for s in 1..=4 {
+            m.stream_created(s * 0x10, false);
+        }
+        for b in 0..64 {
+            m.allocated(0x10_0000 * (b + 1), 0x1000, None);
+        }
+        let m = Mutex::new(m);
+        let n = 100_000u64;
+        let started = std::time::Instant::now();
+        for i in 0..n {
+            let stream = 0x10 * (i % 4 + 1);
+            let block = Range::new(0x10_0000 * (i % 64 + 1), 0x1000);
+            m.lock().unwrap().queued(stream, false, "memset", &[], &[block]);
+            m.lock().unwrap().event_recorded(0x99, stream, false);
+            m.lock().unwrap().event_waited(0x10 * ((i + 1) % 4 + 1), false, 0x99);
+        }
+        let per_call = started.elapsed().as_nanos() / u128::from(3 * n);
+        println!("model: {per_call} ns per call, {} accesses kept", m.lock().unwrap().checker.kept());
+    }
 }
