@@ -8,8 +8,10 @@
 //! cargo run --example pools
 //! ```
 
+use cuda_core::alloc;
+use cuda_core::alloc::DeviceAllocator;
 use cuda_core::mempool::{MemPool, MemPoolProps};
-use cuda_core::pool::{self, DeviceAllocator, MemoryPool, PoolLimit};
+use cuda_core::pool::{self, MemoryPool, PoolLimit};
 use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -78,11 +80,11 @@ fn run() -> cuda_core::Result<()> {
     let default = pool::default_memory_pool(&device)?;
     let default_before = default.used_bytes();
     {
-        let _pool_scope = pool::using_allocator(pool.clone());
+        let _pool_scope = alloc::using_allocator(pool.clone());
         let a = DeviceBuffer::<u8>::new(&stream, 1000)?;
         check(pool.used_bytes() == 1024, format!("our pool uses {} bytes", pool.used_bytes()))?;
         let inner = {
-            let _plain_scope = pool::using_allocator(Arc::new(DeviceAllocator::new(&ctx)));
+            let _plain_scope = alloc::using_allocator(Arc::new(DeviceAllocator::new(&ctx)));
             let b = DeviceBuffer::<u8>::new(&stream, 1000)?;
             check(b.allocator_name() == "cuMemAlloc", format!("inner scope: {}", b.allocator_name()))?;
             check(pool.used_bytes() == 1024, "the inner scope allocated from the pool")?;
@@ -106,9 +108,9 @@ fn run() -> cuda_core::Result<()> {
     let mempool = MemPool::create(&MemPoolProps::device(device))?;
     mempool.set_release_threshold(u64::MAX)?;
     check(mempool.release_threshold()? == u64::MAX, "the release threshold did not stick")?;
-    pool::set_allocator(Some(mempool.allocator(&ctx)));
+    alloc::set_allocator(Some(mempool.allocator(&ctx)));
     let buffer = DeviceBuffer::<f32>::new(&stream, MIB);
-    pool::set_allocator(None);
+    alloc::set_allocator(None);
     let buffer = buffer?;
     check(
         buffer.allocator_name() == "cuMemAllocAsync",

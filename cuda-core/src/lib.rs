@@ -54,6 +54,7 @@ macro_rules! driver {
 }
 
 mod abi;
+pub mod alloc;
 mod c_layout;
 mod callback_registry;
 #[cfg(feature = "checkpoint")]

@@ -17,8 +17,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use cuda_core::Result;
+use cuda_core::alloc::{Allocator, DeviceAllocation, StreamRef, using_allocator};
 use cuda_core::pool::capi::{self, AllocatorHandle};
-use cuda_core::pool::{Allocator, DeviceAllocation, StreamRef, using_allocator};
 use std::ffi::{c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;

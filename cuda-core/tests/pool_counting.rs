@@ -7,10 +7,11 @@
 #[allow(dead_code)]
 mod support;
 
+use cuda_core::alloc;
+use cuda_core::alloc::{Allocator, PinnedAllocator, StreamRef, set_allocator, using_allocator};
 use cuda_core::pool::{
-    self, ALLOCATION_UNIT as UNIT, Allocator, DebugPrintHook, LineProfileHook, LineUsage, MemoryPool,
-    PinnedAllocator, PinnedMemoryPool, PoolLimit, StreamRef, capi, get_allocator, hooks, set_allocator,
-    using_allocator,
+    self, ALLOCATION_UNIT as UNIT, DebugPrintHook, LineProfileHook, LineUsage, MemoryPool, PinnedMemoryPool,
+    PoolLimit, capi, get_allocator, hooks,
 };
 use cuda_core::{Error, PinnedBuffer, Result};
 use std::cell::RefCell;

@@ -5,10 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cuda_core::pool::{
-    Allocator, DeviceAllocation, MemoryPool, PinnedAllocation, PinnedAllocator, PinnedMemoryPool,
-    StreamEvents, StreamRef, hooks, set_pinned_memory_allocator,
+use cuda_core::alloc::{
+    Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
+    set_pinned_memory_allocator,
 };
+use cuda_core::pool::{MemoryPool, PinnedMemoryPool, hooks};
 use cuda_core::{PinnedBuffer, Result};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -6,11 +6,10 @@
 #[allow(dead_code)]
 mod support;
 
+use cuda_core::alloc;
+use cuda_core::alloc::{Allocator, PinnedAllocator, StreamRef};
 use cuda_core::pool::hooks::{self, MemoryKind};
-use cuda_core::pool::{
-    self, Allocator, DebugPrintHook, LineProfileHook, LineUsage, MemoryPool, PinnedAllocator,
-    PinnedMemoryPool, StreamRef,
-};
+use cuda_core::pool::{self, DebugPrintHook, LineProfileHook, LineUsage, MemoryPool, PinnedMemoryPool};
 use cuda_core::{Error, PinnedBuffer, Result};
 use std::cell::RefCell;
 use std::io::Write;

@@ -3,9 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cuda_core::pool::{
-    self, Allocator, DeviceAllocation, LineProfileHook, MemoryPool, PoolLimit, StreamEvents, StreamRef, hooks,
-};
+use cuda_core::alloc;
+use cuda_core::alloc::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
+use cuda_core::pool::{self, LineProfileHook, MemoryPool, PoolLimit, hooks};
 use cuda_core::{Error, Result};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -95,7 +95,7 @@ fn limits_refuse_with_the_numbers() {
 fn the_current_allocator_and_a_line_profile() {
     let up = Arc::new(Arena::default());
     let pool: Arc<dyn Allocator> = Arc::new(MemoryPool::with_parts(up.clone(), Arc::new(Done)));
-    let _current = pool::using_allocator(pool.clone());
+    let _current = alloc::using_allocator(pool.clone());
     let profile = Rc::new(LineProfileHook::new());
     let hook = hooks::install(profile.clone()).unwrap();
     let a = pool::get_allocator().unwrap().allocate(5000, StreamRef::legacy()).unwrap();

@@ -9,7 +9,9 @@
 #[allow(dead_code)]
 mod support;
 
-use cuda_core::pool::{self, ALLOCATION_UNIT as UNIT, Allocator, MemoryPool, StreamRef};
+use cuda_core::alloc;
+use cuda_core::alloc::{Allocator, StreamRef};
+use cuda_core::pool::{self, ALLOCATION_UNIT as UNIT, MemoryPool};
 use cuda_core::{Error, Result};
 use std::sync::Arc;
 use support::{CountingUpstream, ManualEvents};

@@ -3,8 +3,9 @@
 //! and a copy of a slice (`from_slice`, against the pool's pair plus one `memcpy`).
 //! `tests/benches/pinned_cupy.py` times CuPy's pinned memory pool on the same size.
 
-use cuda_core::pool::{self, PinnedAllocator};
+use cuda_core::alloc::PinnedAllocator;
 use cuda_core::{Context, Device, PinnedBuffer, Result};
+use cuda_core::{alloc, pool};
 use cuda_tests::bench::{Row, compare, print_table};
 use std::hint::black_box;
 
@@ -32,7 +33,7 @@ fn pool_pair(bytes: usize, fill: impl Fn(*mut u8)) {
 fn run() -> Result<Vec<Row>> {
     let ctx = Context::primary(&Device::get(0)?)?;
     ctx.bind_to_thread()?;
-    pool::set_pinned_memory_allocator(None);
+    alloc::set_pinned_memory_allocator(None);
     let source = vec![7u8; MIB];
     let mut rows = Vec::new();
     rows.push(compare(

@@ -6,7 +6,9 @@
 //! allocate+deallocate, and against `cuMemAllocAsync`+`cuMemFreeAsync`, on one stream; and the
 //! pool's pair against itself, the spread of two identical sides.
 
-use cuda_core::pool::{self, Allocator, MemoryPool, PinnedAllocator, PinnedMemoryPool, StreamRef};
+use cuda_core::alloc;
+use cuda_core::alloc::{Allocator, PinnedAllocator, StreamRef};
+use cuda_core::pool::{self, MemoryPool, PinnedMemoryPool};
 use cuda_core::{Context, Device, DeviceBuffer, Result, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, print_table};
@@ -117,7 +119,7 @@ fn run() -> Result<(Vec<Row>, Vec<Row>)> {
 
     // A buffer from the default pool: no allocator set on this thread, so `DeviceBuffer::new`
     // takes the default pool of the stream's device; the reference is that pool's own calls.
-    pool::set_allocator(None);
+    alloc::set_allocator(None);
     let default = pool::default_memory_pool(&ctx.device())?;
     let buffer = vec![
         compare(

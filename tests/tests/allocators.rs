@@ -5,13 +5,15 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::memory::{ManagedBuffer, MemAttach};
+use cuda_core::alloc::MemAttach;
+use cuda_core::alloc::{
+    Allocator, DeviceAllocation, DeviceAllocator, ManagedAllocator, StreamRef, using_allocator,
+};
+use cuda_core::memory::ManagedBuffer;
+use cuda_core::mempool::AsyncAllocator;
 use cuda_core::mempool::{MemPool, MemPoolProps};
 use cuda_core::module::Module;
-use cuda_core::pool::{
-    Allocator, AsyncAllocator, DeviceAllocation, DeviceAllocator, ManagedAllocator, MemoryPool, StreamRef,
-    using_allocator,
-};
+use cuda_core::pool::MemoryPool;
 use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
 use std::sync::Arc;

@@ -5,11 +5,10 @@
 //! checked element by element, bad input refused before any call, buffers dropped right after
 //! a submit kept until the batch has run, and the typed load error on drivers without the calls.
 
+use cuda_core::alloc::MemAttach;
 use cuda_core::copy::{CopyBatch3D, CopyRegion, CopyRegion3D, Volume};
 use cuda_core::device::driver_version;
-use cuda_core::memory::{
-    Array, ArrayDescriptor, ArrayFlags, ManagedBuffer, MemAttach, MemLocation, PitchedBuffer,
-};
+use cuda_core::memory::{Array, ArrayDescriptor, ArrayFlags, ManagedBuffer, MemLocation, PitchedBuffer};
 use cuda_core::{Context, ContextFlags, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, hold, no_deferred};
 

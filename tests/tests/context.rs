@@ -1,9 +1,9 @@
 //! `cuda_core::context`: the primary context, created contexts, the current-context guard,
 //! settings, and errors kept from `Drop`.
 
+use cuda_core::alloc::{DeviceAllocation, DeviceAllocator};
 use cuda_core::context::{CacheConfig, ExecAffinity, Limit};
 use cuda_core::memory::pointer_attributes;
-use cuda_core::pool::{DeviceAllocation, DeviceAllocator};
 use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};

@@ -11,9 +11,9 @@ use cuda_core::dlpack::{
     DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DlpackDtype, ImportedTensor, ManagedTensor,
     TensorFlags,
 };
+use cuda_core::mempool::AsyncAllocator;
 use cuda_core::mempool::MemPool;
 use cuda_core::nccl::{Float8E5M2, bf16, f16};
-use cuda_core::pool::AsyncAllocator;
 use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
 use std::sync::Arc;

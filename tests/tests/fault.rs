@@ -3,7 +3,7 @@
 //!
 //! A fault poisons the context for the rest of the process, so this binary holds only this test.
 
-use cuda_core::pool::{Allocator, DeviceAllocator};
+use cuda_core::alloc::{Allocator, DeviceAllocator};
 use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};

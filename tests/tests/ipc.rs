@@ -6,10 +6,11 @@
 //! before the parent's. A Python process with CuPy reads and writes a pooled block too, where
 //! one is installed (reported ignored otherwise).
 
+use cuda_core::alloc::{Allocator, DeviceAllocator};
 use cuda_core::interop::ipc::{IpcEventHandle, IpcMemHandle};
 use cuda_core::memory::address_range;
 use cuda_core::mempool::Access;
-use cuda_core::pool::{Allocator, DeviceAllocator, MemoryPool};
+use cuda_core::pool::MemoryPool;
 use cuda_core::vmm::{
     AccessGrant, AddressRange, AllocationProperties, Granularity, HandleTypes, PhysicalMemory,
 };

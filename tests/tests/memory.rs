@@ -2,16 +2,19 @@
 //! managed memory, pitched 2D, arrays, pointer attributes, peer copies; buffers on streams
 //! (`record_stream`, `set_stream`) and the allocator they come from.
 
+use cuda_core::alloc::MemAttach;
+use cuda_core::alloc::{Allocator, DeviceAllocator, using_allocator};
 use cuda_core::copy::{
     CopyRegion3D, Volume, memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer,
     memcpy_3d_peer_async,
 };
 use cuda_core::memory::{
     Array, ArrayDescriptor, ArrayFlags, HostAllocFlags, HostRegisterFlags, ManagedBuffer, MemAdvice,
-    MemAttach, MemLocation, MemoryType, MipmappedArray, PinnedBuffer, PitchedBuffer, RegisteredHostMemory,
+    MemLocation, MemoryType, MipmappedArray, PinnedBuffer, PitchedBuffer, RegisteredHostMemory,
     address_range, pointer_attributes,
 };
-use cuda_core::pool::{Allocator, AsyncAllocator, DeviceAllocator, MemoryPool, using_allocator};
+use cuda_core::mempool::AsyncAllocator;
+use cuda_core::pool::MemoryPool;
 use cuda_core::{
     Context, ContextFlags, Device, DeviceBuffer, DeviceViewMut, Error, Event, EventFlags, Stream, StreamFlags,
 };
@@ -148,7 +151,7 @@ fn device_memory_exports_as_a_dma_buf() -> TestResult {
     let ctx = ctx()?;
     let s = stream(&ctx)?;
     let buffer =
-        DeviceBuffer::<u8>::new_in(&s, 4 << 20, Arc::new(cuda_core::pool::DeviceAllocator::new(&ctx)))?;
+        DeviceBuffer::<u8>::new_in(&s, 4 << 20, Arc::new(cuda_core::alloc::DeviceAllocator::new(&ctx)))?;
     let exported = buffer.view().export_dma_buf(DmaBufMapping::Default);
     if !ctx.device().dma_buf_supported()? {
         ensure!(exported.is_err(), "a device without dma-buf support exported one");

@@ -2,9 +2,10 @@
 //! access, stream-ordered allocation, and export/import of a pool and a pointer between two
 //! processes (this binary runs itself as the child).
 
+use cuda_core::mempool::AsyncAllocator;
 use cuda_core::mempool::ipc::PointerExportData;
 use cuda_core::mempool::{Access, MemPool, MemPoolProps, PoolKind, PoolLocation, ShareableHandle};
-use cuda_core::pool::{AsyncAllocator, MemoryPool};
+use cuda_core::pool::MemoryPool;
 use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu, multi_gpu};

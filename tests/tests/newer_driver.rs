@@ -144,8 +144,9 @@ mod since_13_1_streams {
 mod since_13_4 {
     use super::too_old;
     use cuda_core::Error;
+    use cuda_core::alloc::MemAttach;
     use cuda_core::device::driver_version;
-    use cuda_core::memory::{ManagedBuffer, MemAttach, MemLocation};
+    use cuda_core::memory::{ManagedBuffer, MemLocation};
     use cuda_tests::{TestResult, device_zero, ensure, ensure_eq};
 
     /// Where managed pages live: refused arguments before any call, then the device after a

@@ -3,11 +3,11 @@
 //! `PinnedBuffer`s and their asynchronous copies; upstream allocators; the default pool, the
 //! current allocator and the C interface; memory hooks around both pools.
 
+use cuda_core::alloc;
+use cuda_core::alloc::{Allocator, DeviceAllocator, ManagedAllocator, StreamRef};
+use cuda_core::mempool::AsyncAllocator;
 use cuda_core::pool::hooks::{self, HookEvent, MemoryHook, MemoryKind};
-use cuda_core::pool::{
-    self, Allocator, AsyncAllocator, DeviceAllocator, ManagedAllocator, MemoryPool, PinnedMemoryPool,
-    PoolLimit, StreamRef,
-};
+use cuda_core::pool::{self, MemoryPool, PinnedMemoryPool, PoolLimit};
 use cuda_core::{Context, Device, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu, hold};
@@ -285,7 +285,7 @@ fn default_allocator_and_c_interface() -> TestResult {
     let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let default = pool::default_memory_pool(&ctx.device())?;
     // With no allocator set, `DeviceBuffer::new` allocates from the default pool.
-    pool::set_allocator(None);
+    alloc::set_allocator(None);
     let before = default.used_bytes();
     let m = DeviceBuffer::<u8>::new(&s, 1000)?;
     ensure_eq!(default.used_bytes(), before + 1024);
@@ -295,7 +295,7 @@ fn default_allocator_and_c_interface() -> TestResult {
     // Within `using_allocator`, from the allocator given.
     let mine = Arc::new(MemoryPool::new(&ctx)?);
     {
-        let _scope = pool::using_allocator(mine.clone());
+        let _scope = alloc::using_allocator(mine.clone());
         let m = DeviceBuffer::<u8>::new(&s, 1000)?;
         ensure_eq!((mine.used_bytes(), default.used_bytes()), (1024, before));
         drop(m);
@@ -424,7 +424,7 @@ fn hooks_report_where_buffers_are_made_and_freed() -> TestResult {
     let ctx = ctx()?;
     let (s, other) =
         (Stream::new(&ctx, StreamFlags::NON_BLOCKING)?, Stream::new(&ctx, StreamFlags::NON_BLOCKING)?);
-    pool::set_allocator(None);
+    alloc::set_allocator(None);
     // The default pool's first buffer may grow it; only steady-state events are looked at.
     drop(DeviceBuffer::<u32>::new(&s, 256)?);
     let seen = Rc::new(Seen::default());

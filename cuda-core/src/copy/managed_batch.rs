@@ -215,7 +215,8 @@ fn ready(calls: &AbiVersions, operation: &'static str, stream: &Stream) -> Resul
 /// refuses the batch otherwise.
 ///
 /// ```no_run
-/// use cuda_core::memory::{ManagedBuffer, MemAttach, MemLocation};
+/// use cuda_core::alloc::MemAttach;
+/// use cuda_core::memory::{ManagedBuffer, MemLocation};
 /// use cuda_core::{Context, Device, Stream, StreamFlags};
 /// # fn main() -> cuda_core::Result<()> {
 /// let device = Device::get(0)?;

@@ -215,19 +215,19 @@ mod tests {
 
     // SAFETY: test-only; `allocate` never returns memory, and buffers adopted around made-up
     // addresses are never read or written (dropping them calls no driver).
-    unsafe impl crate::pool::Allocator for NoMemory {
+    unsafe impl crate::alloc::Allocator for NoMemory {
         fn allocate(
             &self,
             size: usize,
-            _: crate::pool::StreamRef<'_>,
-        ) -> crate::Result<crate::pool::DeviceAllocation> {
+            _: crate::alloc::StreamRef<'_>,
+        ) -> crate::Result<crate::alloc::DeviceAllocation> {
             Err(crate::Error::invalid("NoMemory", format!("{size} bytes: this allocator has none")))
         }
 
         unsafe fn deallocate(
             &self,
-            _: crate::pool::DeviceAllocation,
-            _: crate::pool::StreamRef<'_>,
+            _: crate::alloc::DeviceAllocation,
+            _: crate::alloc::StreamRef<'_>,
         ) -> crate::Result<()> {
             Ok(())
         }
@@ -237,7 +237,8 @@ mod tests {
     /// it calls no driver.
     fn fake_buffer<T: Pod>(ctx: &Context, address: u64, len: usize) -> DeviceBuffer<T> {
         let stream = crate::Stream::legacy(ctx);
-        let allocation = crate::pool::DeviceAllocation { ptr: address, size: len * size_of::<T>(), token: 0 };
+        let allocation =
+            crate::alloc::DeviceAllocation { ptr: address, size: len * size_of::<T>(), token: 0 };
         // SAFETY: the buffer is never used for memory access; its allocator frees nothing.
         let b =
             unsafe { DeviceBuffer::from_allocation(&stream, std::sync::Arc::new(NoMemory), allocation, len) };

@@ -4,9 +4,9 @@
 use super::checked_bytes;
 use super::source::Source;
 use super::space::{DeviceOnly, MemorySpace};
+use crate::alloc::{Allocator, DeviceAllocation};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::pool::{Allocator, DeviceAllocation};
 use crate::stream::Stream;
 use crate::track::HeldStream;
 use crate::track::{StreamUses, scopes};
@@ -20,12 +20,12 @@ use std::sync::Arc;
 /// [`Managed`](super::Managed)), from an allocator, given back in stream order when dropped.
 ///
 /// * **Where the memory comes from.** [`DeviceBuffer::new`] asks the thread's current
-///   allocator ([`pool::set_allocator`](crate::pool::set_allocator),
-///   [`pool::using_allocator`](crate::pool::using_allocator)); with none set, the
+///   allocator ([`alloc::set_allocator`](crate::alloc::set_allocator),
+///   [`alloc::using_allocator`](crate::alloc::using_allocator)); with none set, the
 ///   [`MemoryPool`](crate::pool::MemoryPool) of the stream's device. [`DeviceBuffer::new_in`]
-///   names the allocator: plain `cuMemAlloc` ([`DeviceAllocator`](crate::pool::DeviceAllocator)),
+///   names the allocator: plain `cuMemAlloc` ([`DeviceAllocator`](crate::alloc::DeviceAllocator)),
 ///   the stream-ordered allocator of the driver
-///   ([`AsyncAllocator`](crate::pool::AsyncAllocator), on the default or a created
+///   ([`AsyncAllocator`](crate::mempool::AsyncAllocator), on the default or a created
 ///   [`MemPool`](crate::mempool::MemPool)), a `MemoryPool`, or an [`Allocator`] of yours.
 ///   Managed memory is [`ManagedBuffer::new_managed`](super::ManagedBuffer::new_managed).
 /// * **Stream order.** A buffer belongs to the stream it was allocated on; it is given back in

@@ -6,34 +6,13 @@ use super::checked_bytes;
 use super::source::Source;
 use super::space::{HostAccessible, Managed};
 use crate::abi::AbiVersions;
+use crate::alloc::{ManagedAllocator, MemAttach};
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::pool::ManagedAllocator;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::sync::Arc;
-
-/// Which streams may access managed memory (`CUmemAttach_flags`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MemAttach {
-    /// `CU_MEM_ATTACH_GLOBAL`: any stream on any device.
-    Global,
-    /// `CU_MEM_ATTACH_HOST`: the host only, until attached to a stream.
-    Host,
-    /// `CU_MEM_ATTACH_SINGLE`: one stream ([`ManagedBuffer::attach_async`] only).
-    Single,
-}
-
-impl MemAttach {
-    pub(crate) fn bits(self) -> u32 {
-        match self {
-            MemAttach::Global => sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0,
-            MemAttach::Host => sys::CUmemAttach_flags::CU_MEM_ATTACH_HOST.0,
-            MemAttach::Single => sys::CUmemAttach_flags::CU_MEM_ATTACH_SINGLE.0,
-        }
-    }
-}
 
 /// A place memory can live (`CUmemLocation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -10,7 +10,7 @@
 //! # The memory model
 //!
 //! * **One device buffer type**, [`DeviceBuffer<T, S>`](DeviceBuffer), typed over a
-//!   [`bytemuck::Pod`] element, whose memory comes from an [`Allocator`](crate::pool::Allocator):
+//!   [`bytemuck::Pod`] element, whose memory comes from an [`Allocator`](crate::alloc::Allocator):
 //!   the thread's current one (by default the device's [`MemoryPool`](crate::pool::MemoryPool)),
 //!   or one named with [`DeviceBuffer::new_in`] — plain `cuMemAlloc`, the driver's stream-ordered
 //!   pools, a `MemoryPool`, managed memory, virtual memory management
@@ -86,7 +86,7 @@ pub use array::{
 pub use buffer::DeviceBuffer;
 pub use dma_buf::DmaBufMapping;
 pub use host::{HostAllocFlags, HostRegisterFlags, RegisteredHostMemory};
-pub use managed::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
+pub use managed::{ManagedBuffer, MemAdvice, MemLocation};
 pub use pinned::PinnedBuffer;
 pub use pinned_chunk::{PinnedChunk, PinnedHost};
 pub use pinned_slice::{PinnedSlice, PinnedSliceMut};

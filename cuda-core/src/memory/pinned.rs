@@ -5,12 +5,10 @@ use super::checked_bytes;
 use super::host::HostAllocFlags;
 use super::pinned_chunk::{PinnedChunk, PinnedHost, sealed};
 use super::pinned_slice::{PinnedSlice, PinnedSliceMut};
+use crate::alloc::{HostAllocator, PinnedAllocation, PinnedAllocator, current_pinned_allocator};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::pool::{
-    HostAllocator, PinnedAllocation, PinnedAllocator, PinnedMemoryPool, current_pinned_allocator,
-    default_pinned_memory_pool,
-};
+use crate::pool::{PinnedMemoryPool, default_pinned_memory_pool};
 use crate::track::HostUses;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
@@ -78,7 +76,7 @@ impl PinnedSource {
 ///   defers reuse with an event; other allocators wait).
 ///
 /// The memory comes from the thread's pinned allocator
-/// ([`pool::set_pinned_memory_allocator`](crate::pool::set_pinned_memory_allocator); by default
+/// ([`alloc::set_pinned_memory_allocator`](crate::alloc::set_pinned_memory_allocator); by default
 /// the process-wide [`PinnedMemoryPool`]) with [`new`](Self::new), from a given one with
 /// [`new_in`](Self::new_in), or straight from `cuMemHostAlloc` with flags of your choice with
 /// [`with_flags`](Self::with_flags). Those buffers are zeroed; [`from_slice`](Self::from_slice)

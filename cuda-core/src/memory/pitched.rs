@@ -4,9 +4,9 @@
 use super::DeviceViewMut;
 use super::buffer::DeviceBuffer;
 use super::checked_bytes;
+use crate::alloc::Allocator;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use crate::pool::Allocator;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;

@@ -1,6 +1,7 @@
 //! Where a [`DeviceBuffer`](super::DeviceBuffer)'s memory comes from and goes back to.
 
-use crate::pool::{Allocator, DeviceAllocation, MemoryPool, StreamRef, default_pool_of, thread_allocator};
+use crate::alloc::{Allocator, DeviceAllocation, StreamRef, thread_allocator};
+use crate::pool::{MemoryPool, default_pool_of};
 use crate::track::HeldStream;
 use crate::{Result, Stream};
 use std::sync::Arc;
@@ -25,8 +26,8 @@ impl std::fmt::Debug for Source {
 
 impl Source {
     /// The allocator `DeviceBuffer::new` uses on `stream`: the thread's (set with
-    /// [`set_allocator`](crate::pool::set_allocator) or
-    /// [`using_allocator`](crate::pool::using_allocator)), else the default pool of the stream's
+    /// [`set_allocator`](crate::alloc::set_allocator) or
+    /// [`using_allocator`](crate::alloc::using_allocator)), else the default pool of the stream's
     /// device when the stream belongs to a primary context, else plain `cuMemAlloc` in the
     /// stream's context.
     #[inline]
@@ -38,7 +39,7 @@ impl Source {
         if ctx.is_primary() {
             return Ok(Source::DefaultPool(default_pool_of(ctx.device())?));
         }
-        Ok(Source::Shared(Arc::new(crate::pool::DeviceAllocator::new(ctx))))
+        Ok(Source::Shared(Arc::new(crate::alloc::DeviceAllocator::new(ctx))))
     }
 
     /// Allocates `bytes` for use on `stream` and hands the source, the allocation and the

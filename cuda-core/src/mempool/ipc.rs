@@ -12,8 +12,9 @@
 //! [`ShareableHandle::PosixFileDescriptor`]: super::ShareableHandle::PosixFileDescriptor
 
 use super::MemPool;
+use super::allocator::free_async;
+use crate::alloc::{Allocator, DeviceAllocation, StreamRef};
 use crate::memory::checked_bytes;
-use crate::pool::{Allocator, DeviceAllocation, StreamRef};
 use crate::{Context, DeviceBuffer, Error, Result, Stream};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
@@ -163,15 +164,8 @@ unsafe impl Allocator for ImportedMemory {
     }
 
     unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
-        self.context.make_current()?;
-        if stream.as_raw().is_null() {
-            // Given back without a stream: work on streams that do not synchronize with the
-            // legacy stream may still use it, so wait.
-            // A release path: a deferred error from elsewhere must not skip the wait.
-            stream.wait_for_users(&self.context)?;
-        }
         // SAFETY: the caller gives back an import of this allocator, once, ordered on `stream`.
-        unsafe { driver!(cuMemFreeAsync(allocation.ptr, stream.as_raw())) }
+        unsafe { free_async(&self.context, allocation, stream) }
     }
 
     fn name(&self) -> &'static str {

@@ -24,12 +24,14 @@
 //! # Ok(()) }
 //! ```
 
+mod allocator;
 pub mod ipc;
 mod location;
 
+pub use allocator::AsyncAllocator;
 pub use location::{PoolKind, PoolLocation};
 
-use crate::pool::{Allocator, AsyncAllocator};
+use crate::alloc::Allocator;
 use crate::{Context, Device, Error, Result};
 use cuda_driver_sys as sys;
 use std::sync::Arc;

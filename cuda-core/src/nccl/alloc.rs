@@ -1,9 +1,9 @@
 //! [`NcclAllocator`]: device memory from `ncclMemAlloc`, for buffers that NCCL moves fastest.
 
 use super::version::{require, since};
+use crate::alloc::{Allocator, DeviceAllocation, StreamRef};
 use crate::context::Context;
 use crate::error::{Result, check_nccl};
-use crate::pool::{Allocator, DeviceAllocation, StreamRef};
 use cuda_driver_sys as sys;
 use nccl_sys as nccl;
 

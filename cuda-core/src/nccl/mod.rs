@@ -27,7 +27,7 @@
 //!   thread that drives several communicators (as after `init_all`) must issue their calls in
 //!   a group, or the first call blocks waiting for the others.
 //! * [`Registration`] (`ncclCommRegister`), [`Window`] (`ncclCommWindowRegister`) and
-//!   [`NcclAllocator`] (`ncclMemAlloc` as a [`pool::Allocator`](crate::pool::Allocator)).
+//!   [`NcclAllocator`] (`ncclMemAlloc` as a [`alloc::Allocator`](crate::alloc::Allocator)).
 //!
 //! # What is checked before a call
 //!

@@ -4,10 +4,10 @@
 //! on different streams rarely meet; an allocation served from the cache takes exactly one
 //! lock and makes no driver call. Going upstream happens outside any lock.
 
-use super::allocator::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
 use super::hooks::{self, HookEvent, Point};
 use super::shard::{GENERATION_MASK, Shard};
 use super::spin::{SpinGuard, SpinLock};
+use crate::alloc::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
 use crate::{Error, Result, Stream};
 use cuda_driver_sys as sys;
 use std::mem::ManuallyDrop;

@@ -1,12 +1,12 @@
 //! [`MemoryPool`]: CuPy's device memory pool, stream-aware.
 
-use super::allocator::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
 use super::core::PoolCore;
-use super::upstream::{DeviceAllocator, DriverEvents};
+use crate::alloc::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
+use crate::alloc::{DeviceAllocator, DriverEvents};
 use crate::{Context, Device, Error, Result, Stream};
 use cuda_driver_sys as sys;
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 /// The environment variable that sets the default limit of new pools: a byte count (`"N"`) or
 /// a share of the device's memory (`"N%"`).
@@ -261,49 +261,5 @@ unsafe impl Allocator for MemoryPool {
 
     fn name(&self) -> &'static str {
         "MemoryPool"
-    }
-}
-
-/// The default pools created so far, with the ordinal of each one's device.
-static DEFAULT_POOLS: Mutex<Vec<(usize, &'static MemoryPool)>> = Mutex::new(Vec::new());
-
-/// The default pool of `device`, in its primary context: created on first use and kept for
-/// the life of the process (CuPy's `get_default_memory_pool`).
-///
-/// The first call for a device fails when its primary context cannot be retained (see
-/// [`Context::primary`]) or [`GPU_MEMORY_LIMIT_ENV`] is malformed.
-pub fn default_memory_pool(device: &Device) -> Result<&'static MemoryPool> {
-    let mut pools = DEFAULT_POOLS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, p)) = pools.iter().find(|(d, _)| *d == device.ordinal()) {
-        return Ok(p);
-    }
-    let ctx = Context::primary(device)?;
-    let pool: &'static MemoryPool = Box::leak(Box::new(MemoryPool::new(&ctx)?));
-    pools.push((device.ordinal(), pool));
-    Ok(pool)
-}
-
-/// The default pools created so far (asking creates none).
-pub(crate) fn default_memory_pools() -> Vec<&'static MemoryPool> {
-    let pools = DEFAULT_POOLS.lock().unwrap_or_else(|p| p.into_inner());
-    pools.iter().map(|&(_, pool)| pool).collect()
-}
-
-/// The default pool of `device`, found without a lock once it exists: the path of every
-/// `DeviceBuffer::new` that uses the default pool.
-#[inline]
-pub(crate) fn default_pool_of(device: Device) -> Result<&'static MemoryPool> {
-    const FAST: usize = 64;
-    static POOLS: [OnceLock<&'static MemoryPool>; FAST] = [const { OnceLock::new() }; FAST];
-    let ordinal = device.ordinal();
-    match POOLS.get(ordinal) {
-        Some(slot) => match slot.get() {
-            Some(p) => Ok(p),
-            None => {
-                let p = default_memory_pool(&device)?;
-                Ok(*slot.get_or_init(|| p))
-            }
-        },
-        None => default_memory_pool(&device),
     }
 }

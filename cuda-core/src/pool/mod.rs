@@ -1,7 +1,8 @@
-//! Memory pools and allocators, as CuPy's `cupy.cuda` offers them.
+//! Memory pools, as CuPy's `cupy.cuda` offers them: caches of device and pinned memory on top
+//! of the allocators of [`alloc`](crate::alloc).
 //!
 //! Buffers ([`DeviceBuffer`](crate::DeviceBuffer), [`PinnedBuffer`](crate::memory::PinnedBuffer))
-//! get their memory from the allocators of this module:
+//! get their memory from these pools unless they are given another allocator:
 //!
 //! * [`MemoryPool`]: a per-device cache of device memory, the default allocator of
 //!   `DeviceBuffer::new`. Requests are rounded up to 512 bytes and served best fit from the
@@ -11,11 +12,11 @@
 //!   ([`DeviceBuffer::record_stream`](crate::DeviceBuffer::record_stream)).
 //! * [`PinnedMemoryPool`]: page-locked host memory in power-of-two size classes, the default
 //!   allocator of `PinnedBuffer::new`.
-//! * [`Allocator`] / [`PinnedAllocator`]: where memory comes from; the upstream allocators
-//!   ([`DeviceAllocator`], [`ManagedAllocator`], [`AsyncAllocator`], [`HostAllocator`]), the
-//!   pools, or a type of yours. [`set_allocator`], [`get_allocator`] and [`using_allocator`]
-//!   choose the current allocator per thread (CuPy's names); `DeviceBuffer::new` allocates
-//!   through it, `DeviceBuffer::new_in` through a given one.
+//! * The default pools, one [`MemoryPool`] per device ([`default_memory_pool`]) and one
+//!   [`PinnedMemoryPool`] ([`default_pinned_memory_pool`]), made on first use;
+//!   [`release_default_pools`] gives back what they cache. [`get_allocator`] answers a thread's
+//!   allocator: the one it chose ([`alloc::set_allocator`](crate::alloc::set_allocator)) or its
+//!   device's default pool.
 //! * [`hooks`]: callbacks around every upstream allocation, pool allocation and free, of
 //!   device and pinned pools alike ([`hooks::MemoryKind`]); [`DebugPrintHook`] and
 //!   [`LineProfileHook`].
@@ -24,7 +25,8 @@
 //!   and the last error), with its rules on ownership, threads and errors.
 //!
 //! ```no_run
-//! use cuda_core::pool::{MemoryPool, PoolLimit, using_allocator};
+//! use cuda_core::alloc::using_allocator;
+//! use cuda_core::pool::{MemoryPool, PoolLimit};
 //! use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 //! use std::sync::Arc;
 //!
@@ -45,32 +47,22 @@
 //! # }
 //! ```
 
-mod allocator;
 pub mod capi;
 mod core;
-mod current;
+mod default;
 pub mod hooks;
 mod memory_pool;
 mod pinned;
 mod report_hooks;
 mod shard;
 mod spin;
-mod upstream;
 
 pub use self::core::ALLOCATION_UNIT;
-pub use allocator::{
-    Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
-};
-pub use current::{
-    AllocatorGuard, default_pinned_memory_pool, get_allocator, release_default_pools, set_allocator,
-    set_pinned_memory_allocator, using_allocator,
-};
-pub(crate) use current::{current_pinned_allocator, thread_allocator};
-pub(crate) use memory_pool::default_pool_of;
-pub use memory_pool::{GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolLimit, default_memory_pool};
+pub(crate) use default::default_pool_of;
+pub use default::{default_memory_pool, default_pinned_memory_pool, get_allocator, release_default_pools};
+pub use memory_pool::{GPU_MEMORY_LIMIT_ENV, MemoryPool, PoolLimit};
 pub use pinned::PinnedMemoryPool;
 pub use report_hooks::{DebugPrintHook, LineProfileHook, LineUsage};
-pub use upstream::{AsyncAllocator, DeviceAllocator, HostAllocator, ManagedAllocator};
 
 #[cfg(test)]
 mod tests;

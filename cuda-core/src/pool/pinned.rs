@@ -1,9 +1,9 @@
 //! [`PinnedMemoryPool`]: CuPy's pool of page-locked host memory.
 
-use super::allocator::{PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
 use super::core::round_size;
 use super::hooks::{self, HookEvent, MemoryKind, Point};
-use super::upstream::{DriverEvents, HostAllocator, recorded_work_is_over};
+use crate::alloc::{DriverEvents, HostAllocator, recorded_work_is_over};
+use crate::alloc::{PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
 use crate::{Context, Error, Event, Result};
 use cuda_driver_sys as sys;
 use std::panic::Location;
@@ -380,5 +380,33 @@ impl Drop for PinnedMemoryPool {
         for e in std::mem::take(&mut self.lock().idle_events) {
             self.events.destroy(e);
         }
+    }
+}
+
+// SAFETY: the pool hands out each upstream buffer (exclusively owned page-locked memory of at
+// least the size asked, by the upstream's own contract) to one caller at a time: a buffer is
+// reused only after it was given back and, when given back behind streams or copies, only once
+// their events report completion (`StreamEvents`'s contract, or `cuEventQuery` on the copies'
+// own event).
+unsafe impl PinnedAllocator for PinnedMemoryPool {
+    #[track_caller]
+    fn allocate(&self, size: usize) -> Result<PinnedAllocation> {
+        self.allocate_raw(size)
+    }
+
+    #[track_caller]
+    unsafe fn deallocate(&self, allocation: PinnedAllocation) -> Result<()> {
+        self.give_back(allocation, &[])
+    }
+
+    #[track_caller]
+    unsafe fn deallocate_after(&self, allocation: PinnedAllocation, copies: Event) -> Result<()> {
+        // The copies' own event covers them wherever they ran; reuse waits for it. Recording
+        // an event of the pool's now, on a stream handle resolved on this thread, would not.
+        self.give_back_after(allocation, copies)
+    }
+
+    fn context(&self) -> Option<&Context> {
+        self.upstream_context()
     }
 }

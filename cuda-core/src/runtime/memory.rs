@@ -4,12 +4,12 @@
 
 use super::copy::{CopyDestination, DeviceResident, finished};
 use super::{defer, ordinal};
+use crate::alloc::{Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamRef};
 use crate::context::Context;
 use crate::error::{Error, Result, check_runtime};
 use crate::memory::{
     DeviceBuffer, HostAllocFlags, HostRegisterFlags, Managed, ManagedBuffer, PinnedBuffer, checked_bytes,
 };
-use crate::pool::{Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamRef};
 use bytemuck::Pod;
 use cudart_sys as rt;
 use std::ffi::c_void;

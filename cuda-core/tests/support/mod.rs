@@ -4,13 +4,13 @@
 //!
 //! One file serves both sides. The unit tests in `src/pool/` include it as `crate::pool::fake`
 //! (they test crate-private parts of the pools against it); each integration test here includes
-//! it as `mod support;` and brings `cuda_core::{pool, Error, Result}` into its crate root, so that
+//! it as `mod support;` and brings `cuda_core::{alloc, pool, Error, Result}` into its crate root, so that
 //! the `crate::` paths below name the same items in both.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use crate::alloc::{Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
 use crate::pool::hooks::{HookEvent, MemoryHook};
-use crate::pool::{Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
 use crate::{Error, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;

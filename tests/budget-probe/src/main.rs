@@ -20,7 +20,9 @@
 //! * `memory-pool`: a `MemoryPool` of the probe's own, `allocate` + `deallocate` through the
 //!   `Allocator` trait.
 
-use cuda_core::pool::{self, Allocator, MemoryPool, PinnedAllocator, StreamRef};
+use cuda_core::alloc;
+use cuda_core::alloc::{Allocator, PinnedAllocator, StreamRef};
+use cuda_core::pool::{self, MemoryPool};
 use cuda_core::{Context, Device, DeviceBuffer, PinnedBuffer, Result, Stream, StreamFlags};
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -69,8 +71,8 @@ fn run(side: &str, iterations: u64) -> Result<(), String> {
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING).map_err(words)?;
     // No allocator set on this thread: `DeviceBuffer::new` and `PinnedBuffer::new_uninit` take
     // the default pools, whose own calls are the references.
-    pool::set_allocator(None);
-    pool::set_pinned_memory_allocator(None);
+    alloc::set_allocator(None);
+    alloc::set_pinned_memory_allocator(None);
     match side {
         "buffer" => {
             let default = pool::default_memory_pool(&ctx.device()).map_err(words)?;

@@ -7,8 +7,9 @@
 //! holes of the same findings, F1–F4, are `compile_fail` doctests on `cuda_core::pool`'s
 //! traits.)
 
+use cuda_core::alloc::{DeviceAllocator, PinnedAllocator};
 use cuda_core::graph::{CaptureMode, Graph, InstantiateFlags};
-use cuda_core::pool::{DeviceAllocator, MemoryPool, PinnedAllocator, PinnedMemoryPool};
+use cuda_core::pool::{MemoryPool, PinnedMemoryPool};
 use cuda_core::{
     Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, PinnedBuffer, Stream, StreamFlags,
 };

@@ -423,7 +423,7 @@ fn cross_context_copy() -> TestResult {
 /// allocator's context works.
 fn allocator_refuses_foreign_default_stream() -> TestResult {
     let (device, primary, stream) = device_zero()?;
-    let allocator = Arc::new(cuda_core::pool::AsyncAllocator::new(&primary));
+    let allocator = Arc::new(cuda_core::mempool::AsyncAllocator::new(&primary));
     let other = Context::create(&device, ContextFlags::empty())?;
     let refused = DeviceBuffer::<u32>::new_in(&Stream::legacy(&other), 16, allocator.clone());
     ensure!(

@@ -1,11 +1,11 @@
 //! [`ExternalMemory`]: a memory object of another API, mapped as buffers and mipmapped arrays.
 
 use super::{Raw, Refused, Win32Handle, fd_raw, settle, unsupported_win32};
+use crate::alloc::{Allocator, DeviceAllocation, StreamRef};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::flags::flags;
 use crate::memory::{ArrayDescriptor, MipmappedArray, checked_bytes};
-use crate::pool::{Allocator, DeviceAllocation, StreamRef};
 use crate::{DeviceBuffer, Stream};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;

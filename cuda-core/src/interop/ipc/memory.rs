@@ -2,10 +2,10 @@
 //! allocation the driver's handle names.
 
 use super::{handle_bytes, handle_chars, strip_magic};
+use crate::alloc::{Allocator, DeviceAllocation, StreamRef};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceView, address_range, checked_bytes};
-use crate::pool::{Allocator, DeviceAllocation, StreamRef};
 use crate::{DeviceBuffer, Stream};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;

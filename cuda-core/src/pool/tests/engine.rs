@@ -5,7 +5,7 @@
 
 use super::fake::{CountingUpstream, ManualEvents};
 use crate::Error;
-use crate::pool::allocator::DeviceAllocation;
+use crate::alloc::DeviceAllocation;
 use crate::pool::core::{ALLOCATION_UNIT as UNIT, PoolCore, round_size};
 use cuda_driver_sys as sys;
 use std::sync::Arc;

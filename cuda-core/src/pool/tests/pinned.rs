@@ -7,6 +7,7 @@
 
 use super::fake::{CountingPinned, HeapPinned, ManualEvents, Tape};
 use crate::PinnedBuffer;
+use crate::alloc::*;
 use crate::pool::*;
 use std::rc::Rc;
 use std::sync::Arc;

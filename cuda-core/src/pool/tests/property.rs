@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::fake::{CountingUpstream, ManualEvents};
-use crate::pool::allocator::DeviceAllocation;
+use crate::alloc::DeviceAllocation;
 use crate::pool::core::{ALLOCATION_UNIT as UNIT, PoolCore};
 use cuda_driver_sys as sys;
 use proptest::prelude::*;

@@ -7,7 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::fake::{CountingPinned, ManualEvents};
-use crate::pool::allocator::{DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamRef};
+use crate::alloc::*;
+use crate::alloc::{DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamRef};
 use crate::pool::core::ALLOCATION_UNIT as UNIT;
 use crate::pool::*;
 use crate::{Context, DeviceBuffer, Error, PinnedBuffer, Result, Stream};

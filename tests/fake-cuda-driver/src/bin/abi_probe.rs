@@ -5,8 +5,9 @@
 //! `cuda-core` chooses an ABI once per process, so `tests/abi_versions.rs` runs this probe
 //! once per emulated version.
 
+use cuda_core::alloc::MemAttach;
 use cuda_core::driver_sys as sys;
-use cuda_core::memory::{ManagedBuffer, MemAdvice, MemAttach, MemLocation};
+use cuda_core::memory::{ManagedBuffer, MemAdvice, MemLocation};
 use cuda_core::module::{Function, JitOptions, Library, Module};
 use cuda_core::vmm::{
     AllocationProperties, Granularity, HandleTypes, MulticastObject, MulticastProperties, PhysicalMemory,

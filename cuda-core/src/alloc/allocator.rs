@@ -1,13 +1,14 @@
 //! The [`Allocator`] and [`PinnedAllocator`] traits, and the events a pool defers reuse on.
 //!
-//! An allocator hands out raw device (or pinned host) memory. A [`MemoryPool`] is one, and is
-//! built on top of another (its *upstream*): the plain, managed and stream-ordered allocators of
-//! [`upstream`](super::upstream), or any type of the user's.
-//!
-//! [`MemoryPool`]: super::MemoryPool
+//! An allocator hands out raw device (or pinned host) memory. The caching pool
+//! (`pool::MemoryPool`) is one, and is built on top of another (its *upstream*): the plain and
+//! managed allocators of this module, the stream-ordered `mempool::AsyncAllocator`, or any type
+//! of the user's.
 
 use crate::context::Context;
-use crate::{Event, Result, Stream};
+use crate::error::Result;
+use crate::event::Event;
+use crate::stream::Stream;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
 
@@ -94,8 +95,8 @@ pub struct DeviceAllocation {
 
 /// A source of device memory.
 ///
-/// Implement it to give a [`MemoryPool`](super::MemoryPool) your own upstream, or to make
-/// your type the current allocator ([`set_allocator`](super::set_allocator)). The stream is
+/// Implement it to give a `pool::MemoryPool` your own upstream, or to make your type the
+/// current allocator ([`set_allocator`](super::set_allocator)). The stream is
 /// the one the memory will first be used on; allocators that are not stream-ordered may
 /// ignore it.
 ///
@@ -113,9 +114,9 @@ pub struct DeviceAllocation {
 /// * spans at least `size` bytes from `allocation.ptr`, and `allocation.size` is no more than
 ///   what it really spans (a zero-byte request may return address 0);
 /// * is of the kind the buffer expects: device memory usable in the context of `stream`
-///   (where the allocator is behind a [`DeviceBuffer`](crate::DeviceBuffer)), and managed
+///   (where the allocator is behind a `DeviceBuffer`), and managed
 ///   memory (`cuMemAllocManaged`) where the buffer is a
-///   [`ManagedBuffer`](crate::memory::ManagedBuffer) that the host reads;
+///   `ManagedBuffer` that the host reads;
 /// * is aligned at least as `cuMemAlloc` aligns (256 bytes), so that every element type and
 ///   vectorised kernel access is aligned;
 ///
@@ -123,7 +124,7 @@ pub struct DeviceAllocation {
 /// are told about (queued on `stream`, and on `recorded`) has passed.
 ///
 /// ```compile_fail,E0200
-/// use cuda_core::pool::{Allocator, DeviceAllocation, StreamRef};
+/// use cuda_core::alloc::{Allocator, DeviceAllocation, StreamRef};
 ///
 /// // Without `unsafe impl`, the promises above are not made, and the compiler refuses it.
 /// struct Liar;
@@ -139,7 +140,7 @@ pub struct DeviceAllocation {
 pub unsafe trait Allocator: Send + Sync {
     /// Allocates at least `size` bytes for use on `stream`.
     ///
-    /// An allocator that ran out of memory returns [`Error::OutOfMemory`](crate::Error) or the
+    /// An allocator that ran out of memory returns [`Error::OutOfMemory`](crate::error::Error::OutOfMemory) or the
     /// driver's `CUDA_ERROR_OUT_OF_MEMORY`; a pool on top of it then releases its cache and
     /// retries once.
     #[track_caller]
@@ -216,7 +217,7 @@ unsafe impl Sync for PinnedAllocation {}
 ///
 /// # Safety
 ///
-/// [`PinnedBuffer`](crate::PinnedBuffer) writes through what [`allocate`](Self::allocate)
+/// `PinnedBuffer` writes through what [`allocate`](Self::allocate)
 /// returns and lends it out as `&[T]` and `&mut [T]`. An implementation promises that every
 /// `Ok(allocation)` it returns for a request of `size` bytes
 ///
@@ -232,7 +233,7 @@ unsafe impl Sync for PinnedAllocation {}
 /// have completed.
 ///
 /// ```compile_fail,E0200
-/// use cuda_core::pool::{PinnedAllocation, PinnedAllocator};
+/// use cuda_core::alloc::{PinnedAllocation, PinnedAllocator};
 ///
 /// // Without `unsafe impl`, the promises above are not made, and the compiler refuses it.
 /// struct Evil(usize);
@@ -248,7 +249,7 @@ unsafe impl Sync for PinnedAllocation {}
 pub unsafe trait PinnedAllocator: Send + Sync {
     /// Allocates at least `size` bytes of page-locked host memory.
     ///
-    /// An allocator that cannot lock that much memory returns [`Error::OutOfMemory`](crate::Error)
+    /// An allocator that cannot lock that much memory returns [`Error::OutOfMemory`](crate::error::Error::OutOfMemory)
     /// or the driver's `CUDA_ERROR_OUT_OF_MEMORY`.
     #[track_caller]
     fn allocate(&self, size: usize) -> Result<PinnedAllocation>;
@@ -267,7 +268,7 @@ pub unsafe trait PinnedAllocator: Send + Sync {
 
     /// Gives `allocation` back once the copies that use it have completed: every copy still in
     /// flight was queued, on whatever stream, before `copies` was recorded. This is what a
-    /// [`PinnedBuffer`](crate::PinnedBuffer) dropped with copies in flight calls, with the event
+    /// `PinnedBuffer` dropped with copies in flight calls, with the event
     /// its copy tracker recorded after them (in the context of the last copy's stream).
     ///
     /// The default waits for `copies` on the host
@@ -293,7 +294,7 @@ pub unsafe trait PinnedAllocator: Send + Sync {
     }
 
     /// The context whose deferred errors keep a failure to give memory back in a `Drop`
-    /// (a [`PinnedBuffer`](crate::PinnedBuffer) dropped with no copy in flight), where
+    /// (a `PinnedBuffer` dropped with no copy in flight), where
     /// [`Context::take_deferred_errors`] shows it. The default, `None`, prints such errors
     /// to standard error instead; the crate's allocators name the context they allocate in.
     fn context(&self) -> Option<&Context> {
@@ -306,9 +307,8 @@ pub unsafe trait PinnedAllocator: Send + Sync {
 /// Events are identified by a raw handle (`CUevent` as an integer, or any number the
 /// implementation chooses); a pool reuses completed events and never creates one on the path of
 /// an allocation served from its cache. The pools of this crate make their own (driver events
-/// in the pool's context) with [`MemoryPool::new`](super::MemoryPool::new) and
-/// [`MemoryPool::with_allocator`](super::MemoryPool::with_allocator); implement this trait only
-/// to run a pool on events of your own ([`MemoryPool::with_parts`](super::MemoryPool::with_parts)).
+/// in the pool's context) with `MemoryPool::new` and `MemoryPool::with_allocator`; implement
+/// this trait only to run a pool on events of your own (`MemoryPool::with_parts`).
 ///
 /// # Safety
 ///
@@ -327,7 +327,7 @@ pub unsafe trait PinnedAllocator: Send + Sync {
 ///   private) may rely on that.
 ///
 /// ```compile_fail,E0200
-/// use cuda_core::pool::{StreamEvents, StreamRef};
+/// use cuda_core::alloc::{StreamEvents, StreamRef};
 ///
 /// // Without `unsafe impl`, the promises above are not made, and the compiler refuses it.
 /// struct Liar;
@@ -343,7 +343,7 @@ pub unsafe trait PinnedAllocator: Send + Sync {
 /// handles, which safe code could forge or destroy twice.
 ///
 /// ```compile_fail,E0432
-/// use cuda_core::pool::DriverEvents;
+/// use cuda_core::alloc::DriverEvents;
 /// ```
 pub unsafe trait StreamEvents: Send + Sync {
     /// Creates an event (without timing); an error when the driver cannot make one.

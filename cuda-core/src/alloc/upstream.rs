@@ -9,8 +9,30 @@
 use super::allocator::{
     Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
 };
-use crate::{Context, Result};
+use crate::context::Context;
+use crate::error::Result;
 use cuda_driver_sys as sys;
+
+/// Which streams may access managed memory (`CUmemAttach_flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemAttach {
+    /// `CU_MEM_ATTACH_GLOBAL`: any stream on any device.
+    Global,
+    /// `CU_MEM_ATTACH_HOST`: the host only, until attached to a stream.
+    Host,
+    /// `CU_MEM_ATTACH_SINGLE`: one stream (`ManagedBuffer::attach_async` only).
+    Single,
+}
+
+impl MemAttach {
+    pub(crate) fn bits(self) -> u32 {
+        match self {
+            MemAttach::Global => sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0,
+            MemAttach::Host => sys::CUmemAttach_flags::CU_MEM_ATTACH_HOST.0,
+            MemAttach::Single => sys::CUmemAttach_flags::CU_MEM_ATTACH_SINGLE.0,
+        }
+    }
+}
 
 /// Plain device memory from
 /// [`cuMemAlloc`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html), freed
@@ -61,17 +83,17 @@ unsafe impl Allocator for DeviceAllocator {
 #[derive(Clone, Debug)]
 pub struct ManagedAllocator {
     context: Context,
-    attach: crate::memory::MemAttach,
+    attach: MemAttach,
 }
 
 impl ManagedAllocator {
     /// Allocates in `context`, attached globally.
     pub fn new(context: &Context) -> Self {
-        ManagedAllocator::with_attach(context, crate::memory::MemAttach::Global)
+        ManagedAllocator::with_attach(context, MemAttach::Global)
     }
 
     /// Allocates in `context`, attached as `attach` says (`Global` or `Host`).
-    pub fn with_attach(context: &Context, attach: crate::memory::MemAttach) -> Self {
+    pub fn with_attach(context: &Context, attach: MemAttach) -> Self {
         ManagedAllocator { context: context.clone(), attach }
     }
 }
@@ -101,81 +123,6 @@ unsafe impl Allocator for ManagedAllocator {
 
     fn name(&self) -> &'static str {
         "cuMemAllocManaged"
-    }
-}
-
-/// Stream-ordered memory from
-/// [`cuMemAllocAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html)
-/// (the device's current pool) or `cuMemAllocFromPoolAsync` (a given pool), freed with
-/// `cuMemFreeAsync` on the stream it is given back on.
-#[derive(Debug)]
-pub struct AsyncAllocator {
-    context: Context,
-    pool: Option<crate::mempool::MemPool>,
-}
-
-impl AsyncAllocator {
-    /// Allocates from the device's current memory pool.
-    pub fn new(context: &Context) -> Self {
-        AsyncAllocator { context: context.clone(), pool: None }
-    }
-
-    /// Allocates from `pool`, which stays alive as long as this allocator.
-    pub fn from_pool(context: &Context, pool: crate::mempool::MemPool) -> Self {
-        AsyncAllocator { context: context.clone(), pool: Some(pool) }
-    }
-}
-
-// SAFETY: `cuMemAllocAsync`/`cuMemAllocFromPoolAsync` return device memory of the context's
-// device, of the size asked, aligned as `cuMemAlloc` aligns, usable in stream order on the
-// stream given and owned by the caller until `cuMemFreeAsync`, which is ordered after the work
-// queued on the stream it is given back on (and after all of the context's work when given back
-// without a stream).
-unsafe impl Allocator for AsyncAllocator {
-    fn context(&self) -> Option<&Context> {
-        Some(&self.context)
-    }
-
-    fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<DeviceAllocation> {
-        if let Some(p) = self.pool.as_ref().filter(|p| !p.holds_device_memory()) {
-            return Err(crate::Error::invalid(
-                "AsyncAllocator::allocate",
-                format!(
-                    "pool {:p} holds host or managed memory, and device buffers need device memory; \
-                     allocate from a device's pool (MemPool::create, MemPool::device_default)",
-                    p.as_raw()
-                ),
-            ));
-        }
-        self.context.enter()?;
-        let mut ptr = 0;
-        match &self.pool {
-            // SAFETY: one out-parameter; the stream belongs to the current context (the
-            // caller's contract on `stream`), the pool is alive.
-            Some(p) => {
-                unsafe { driver!(cuMemAllocFromPoolAsync(&mut ptr, size, p.as_raw(), stream.as_raw())) }?
-            }
-            // SAFETY: as above.
-            None => unsafe { driver!(cuMemAllocAsync(&mut ptr, size, stream.as_raw())) }?,
-        }
-        Ok(DeviceAllocation { ptr, size, token: 0 })
-    }
-
-    unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> Result<()> {
-        // A release: a deferred error pending in the context must neither skip the wait nor the
-        // free.
-        self.context.make_current()?;
-        if stream.as_raw().is_null() {
-            // Given back without a stream (a pool releasing its cache, the C interface): work on
-            // streams that do not synchronize with the legacy stream may still use it, so wait.
-            stream.wait_for_users(&self.context)?;
-        }
-        // SAFETY: the caller gives back an allocation of this allocator, once, ordered on `stream`.
-        unsafe { driver!(cuMemFreeAsync(allocation.ptr, stream.as_raw())) }
-    }
-
-    fn name(&self) -> &'static str {
-        "cuMemAllocAsync"
     }
 }
 
