@@ -114,10 +114,10 @@ mod keep;
 mod kernel;
 mod memops;
 mod memory;
+mod memory_usage;
 mod node;
 mod params;
 mod pinned_copy;
-mod pool;
 mod user_object;
 
 pub use crate::memory::{PinnedSlice, PinnedSliceMut};
@@ -131,10 +131,10 @@ pub use exec::{GraphExec, InstantiateFlags};
 pub use external_edit::SemaphoreNodeEntry;
 pub use kernel::NodeKernel;
 pub use memory::GraphSlice;
+pub use memory_usage::{GraphMemoryUsage, memory_usage, reset_memory_high_watermarks, trim_memory};
 pub use node::{EdgeKind, GraphNode, NodeType};
 pub use params::{HostNodeParams, KernelNodeParams, MemAllocNodeParams, MemcpyNodeParams, MemsetNodeParams};
 pub use pinned_copy::SharedPinnedBuffer;
-pub use pool::{GraphMemoryUsage, memory_usage, reset_memory_high_watermarks, trim_memory};
 pub use user_object::UserObject;
 
 use crate::context::Context;
