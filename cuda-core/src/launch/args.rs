@@ -5,7 +5,6 @@ use crate::error::Result;
 use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
 use std::ffi::c_void;
 use std::mem::size_of;
 
@@ -17,12 +16,12 @@ use std::mem::size_of;
 /// * `&T` where `T` is [`Pod`]: a scalar (`u32`, `f32`, a `u64` device address...) or a
 ///   plain-data struct, passed by value as its `size_of::<T>()` bytes;
 /// * `&DeviceBuffer<T>`, `&mut DeviceBuffer<T>`, `DeviceView<T>`, `&DeviceView<T>`,
-///   `DeviceViewMut<T>`, `&DeviceViewMut<T>`, `&mut DeviceViewMut<T>`, and
-///   `&GrowableBuffer<T>` and `&mut GrowableBuffer<T>` ([`crate::vmm`]): passed as the
+///   `DeviceViewMut<T>`, `&DeviceViewMut<T>`, `&mut DeviceViewMut<T>`, and `vmm`'s
+///   `&GrowableBuffer<T>` and `&mut GrowableBuffer<T>`: passed as the
 ///   8-byte device address of their first element, for a `T*` parameter. Pass a buffer by
 ///   `&mut` (or a [`DeviceViewMut`]) where the kernel writes through the pointer, so that the
 ///   borrow checker sees the write;
-/// * `&TextureObject` and `&SurfaceObject` ([`texture`](crate::texture)): their 64-bit handle,
+/// * `&TextureObject` and `&SurfaceObject` (of `texture`): their 64-bit handle,
 ///   for a `.u64` parameter;
 /// * `&TensorMap`: its 128 bytes by value, for a `const __grid_constant__ CUtensorMap`
 ///   (`.param .align 64 .b8 name[128]`).
@@ -48,7 +47,7 @@ pub unsafe trait KernelArg {
     /// gives the memory back. Nothing to do for plain values (the default), nor for a buffer
     /// on its own stream.
     ///
-    /// Fails with an [`Error::InvalidArgument`](crate::Error::InvalidArgument) where `stream`
+    /// Fails with an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) where `stream`
     /// is a default stream that names another stream than the one meant (of another thread or
     /// context); the launch is then not made.
     #[inline]
@@ -72,34 +71,34 @@ unsafe impl<T: Pod> KernelArg for &T {
     }
 }
 
-/// The argument size of every buffer and view: one device address.
-const ADDRESS: usize = size_of::<sys::CUdeviceptr>();
-
 /// Implements [`KernelArg`] for buffers and views, by value and behind the given references:
-/// the argument is their device address.
+/// the argument is their device address, the field `ptr` of the type, and a launch on another
+/// stream than the buffer's own notes that stream (`used_on`). The types of other modules
+/// (`vmm`'s growable buffer) invoke it beside their definition.
 macro_rules! address_arg {
     ($([$($generics:tt)*] $arg:ty),+ $(,)?) => {$(
         // SAFETY: the pointer is to the address field of the buffer or view: inside `self` for
         // a view held by value (valid while `self` stays where it is), inside the borrowed
         // buffer or view otherwise. Nothing changes the field while it is borrowed.
-        unsafe impl<$($generics)*> KernelArg for $arg {
+        unsafe impl<$($generics)*> $crate::launch::KernelArg for $arg {
             #[inline]
-            fn arg_ptr(&self) -> *mut c_void {
-                (&self.ptr as *const sys::CUdeviceptr).cast_mut().cast()
+            fn arg_ptr(&self) -> *mut ::std::ffi::c_void {
+                (&self.ptr as *const ::cuda_driver_sys::CUdeviceptr).cast_mut().cast()
             }
 
             #[inline]
             fn arg_size(&self) -> usize {
-                ADDRESS
+                ::std::mem::size_of::<::cuda_driver_sys::CUdeviceptr>()
             }
 
             #[inline]
-            fn note_launch(&self, stream: &Stream) -> Result<()> {
+            fn note_launch(&self, stream: &$crate::stream::Stream) -> $crate::error::Result<()> {
                 self.used_on(stream.context(), stream)
             }
         }
     )+};
 }
+pub(crate) use address_arg;
 
 address_arg!(
     [T: Pod, S: MemorySpace] &DeviceBuffer<T, S>,
@@ -109,8 +108,6 @@ address_arg!(
     [T: Pod] DeviceViewMut<'_, T>,
     [T: Pod] &DeviceViewMut<'_, T>,
     [T: Pod] &mut DeviceViewMut<'_, T>,
-    [T: Pod] &crate::vmm::GrowableBuffer<T>,
-    [T: Pod] &mut crate::vmm::GrowableBuffer<T>,
 );
 
 /// The arguments of a kernel launch: a tuple of up to 16 [`KernelArg`]s, one per parameter of
@@ -220,15 +217,15 @@ mod tests {
             &self,
             size: usize,
             _: crate::alloc::StreamRef<'_>,
-        ) -> crate::Result<crate::alloc::DeviceAllocation> {
-            Err(crate::Error::invalid("NoMemory", format!("{size} bytes: this allocator has none")))
+        ) -> crate::error::Result<crate::alloc::DeviceAllocation> {
+            Err(crate::error::Error::invalid("NoMemory", format!("{size} bytes: this allocator has none")))
         }
 
         unsafe fn deallocate(
             &self,
             _: crate::alloc::DeviceAllocation,
             _: crate::alloc::StreamRef<'_>,
-        ) -> crate::Result<()> {
+        ) -> crate::error::Result<()> {
             Ok(())
         }
     }
@@ -236,7 +233,7 @@ mod tests {
     /// A buffer around a made-up address, on the default stream of a detached context; dropping
     /// it calls no driver.
     fn fake_buffer<T: Pod>(ctx: &Context, address: u64, len: usize) -> DeviceBuffer<T> {
-        let stream = crate::Stream::legacy(ctx);
+        let stream = crate::stream::Stream::legacy(ctx);
         let allocation =
             crate::alloc::DeviceAllocation { ptr: address, size: len * size_of::<T>(), token: 0 };
         // SAFETY: the buffer is never used for memory access; its allocator frees nothing.

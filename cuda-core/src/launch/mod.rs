@@ -48,6 +48,7 @@ mod attributes_events;
 mod attributes_policy;
 
 use crate::module::ParamLayout;
+pub(crate) use args::address_arg;
 pub use args::{KernelArg, KernelArgs};
 pub use attributes_events::ProgrammaticEvent;
 pub use attributes_policy::MemSyncDomainMap;

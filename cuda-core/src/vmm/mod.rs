@@ -1,6 +1,6 @@
 //! Virtual memory management: physical allocations, reserved address ranges, mappings and
 //! their access, shareable handles, and what is built on them — a buffer that grows in place
-//! ([`GrowableBuffer`]) and an allocator for any [`DeviceBuffer`](crate::DeviceBuffer)
+//! ([`GrowableBuffer`]) and an allocator for any [`DeviceBuffer`](crate::memory::DeviceBuffer)
 //! ([`VmmAllocator`]).
 //!
 //! See the [Virtual Memory Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
@@ -37,7 +37,7 @@
 //!
 //! Sizes and offsets of physical allocations and mappings against the granularity (the
 //! error names it), mappings past the end of their range or physical allocation, and exports
-//! as a handle type the allocation was not made with, are [`crate::Error::InvalidArgument`]s
+//! as a handle type the allocation was not made with, are [`crate::error::Error::InvalidArgument`]s
 //! before any call. What only the driver knows (a handle type or feature the system lacks, a
 //! descriptor that is not an exported allocation) is the driver's status, by name.
 //!
@@ -81,3 +81,11 @@ pub use properties::{AllocationProperties, Granularity, HandleTypes, VmmSupport}
 pub use range::AddressRange;
 pub use span::MappedSpan;
 pub use sparse::{SparseArray, SparseMipmappedArray, SparseRegion};
+
+// A growable buffer is a kernel argument as a device buffer is: its device address, for a `T*`
+// parameter; a launch on another stream than the buffer's own notes that stream. (Here rather
+// than in `growable.rs`, which holds no unsafe code.)
+crate::launch::address_arg!(
+    [T: bytemuck::Pod] &GrowableBuffer<T>,
+    [T: bytemuck::Pod] &mut GrowableBuffer<T>,
+);
