@@ -352,7 +352,7 @@ pub(crate) fn driver_error(call: &'static str, status: sys::CUresult) -> Error {
 /// Reports `e`, met in a `Drop` of a value tied to no context, on standard error as
 /// `cuda-core: {what}: {e}`: `what` names the value and what became of it. Errors met in a
 /// `Drop` with a context are kept in it instead, for the next call through it to return
-/// ([`Context::take_deferred_errors`](crate::Context::take_deferred_errors)).
+/// ([`Context::take_deferred_errors`](crate::context::Context::take_deferred_errors)).
 #[cold]
 pub(crate) fn report_from_drop(what: &str, e: &Error) {
     let line = format!("cuda-core: {what}: {e}");
@@ -444,7 +444,10 @@ pub(crate) fn nccl_error(call: &'static str, status: nccl::ncclResult_t) -> Erro
     Error::Nccl { call, status }
 }
 
+/// The guide's error chapter against the errors the crate makes (a test of the whole crate, with
+/// the tests of the pools in `pool/tests/`).
 #[cfg(test)]
+#[path = "error/tests/guide.rs"]
 mod guide;
 
 #[cfg(test)]

@@ -4,19 +4,19 @@
 #![forbid(unsafe_code)]
 
 use super::Error;
-use crate::Device;
+use crate::device::Device;
 use crate::memory::{range_of, same_len};
 use crate::module::ParamLayout;
 use cuda_driver_sys as sys;
 
-const CHAPTER: &str = include_str!("../../../docs/src/errors.md");
+const CHAPTER: &str = include_str!("../../../../docs/src/errors.md");
 
 fn shown(error: &Error) -> Result<(), String> {
     let text = error.to_string();
     if CHAPTER.contains(&text) { Ok(()) } else { Err(format!("docs/src/errors.md does not show `{text}`")) }
 }
 
-fn refusal(result: crate::Result<impl std::fmt::Debug>) -> Result<Error, String> {
+fn refusal(result: crate::error::Result<impl std::fmt::Debug>) -> Result<Error, String> {
     match result {
         Err(e) => Ok(e),
         Ok(v) => Err(format!("expected an error, got {v:?}")),
