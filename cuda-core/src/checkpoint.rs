@@ -164,7 +164,7 @@ pub fn restore_thread_id(pid: u32) -> Result<i32> {
 
 /// One GPU of a restore's remapping (`CUcheckpointGpuPair`): the process's memory that was on
 /// GPU `old` when it was checkpointed goes to GPU `new`, which has the same chip and enough
-/// memory ([`Device::uuid`](crate::Device::uuid) gives both).
+/// memory ([`Device::uuid`](crate::device::Device::uuid) gives both).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GpuPair {
     /// The GPU the process was checkpointed on.

@@ -3,8 +3,8 @@
 //!
 //! See [Peer Context Memory Access](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PEER__ACCESS.html).
 //! These are methods of [`Device`] and [`Context`]. Copies between contexts or devices are the
-//! buffers' and views' own copies ([`DeviceBuffer::copy_from_device`](crate::DeviceBuffer::copy_from_device),
-//! [`DeviceViewMut::copy_from_device_async`](crate::DeviceViewMut::copy_from_device_async)), which
+//! buffers' and views' own copies ([`DeviceBuffer::copy_from_device`](crate::memory::DeviceBuffer::copy_from_device),
+//! [`DeviceViewMut::copy_from_device_async`](crate::memory::DeviceViewMut::copy_from_device_async)), which
 //! use `cuMemcpyPeer` when the contexts differ.
 
 use crate::context::Context;

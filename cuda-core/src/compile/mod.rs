@@ -32,7 +32,7 @@
 //! Libraries: NVRTC (`libnvrtc.so.13` or `.12`) and nvJitLink (`libnvJitLink.so.13` or
 //! `.12`) are loaded on first use, from the CUDA toolkit or NVIDIA's pip wheels
 //! (`NVRTC_LIBRARY_PATH`, `NVJITLINK_LIBRARY_PATH` name a file); a missing one is an
-//! [`Error::Load`](crate::Error::Load) that says what was tried and what to install.
+//! [`Error::Load`](crate::error::Error::Load) that says what was tried and what to install.
 
 mod cache;
 mod checksum;
@@ -80,7 +80,7 @@ pub struct Diagnostic {
     pub message: String,
 }
 
-/// The diagnostics of an NVRTC log (from [`Error::Nvrtc`](crate::Error::Nvrtc) or
+/// The diagnostics of an NVRTC log (from [`Error::Nvrtc`](crate::error::Error::Nvrtc) or
 /// [`Compiled::log`]), one per line of the form `file(line): severity: message`; other lines
 /// (the source excerpts NVRTC prints) are left out.
 pub fn diagnostics(log: &str) -> Vec<Diagnostic> {

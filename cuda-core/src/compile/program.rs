@@ -82,7 +82,7 @@ impl Program {
     /// process-wide cache ([`CompileCache::global`]).
     ///
     /// Fails as [`compile_with_cache`](Self::compile_with_cache) does.
-    pub fn compile_for(&self, device: crate::Device, options: &CompileOptions) -> Result<Compiled> {
+    pub fn compile_for(&self, device: crate::device::Device, options: &CompileOptions) -> Result<Compiled> {
         let arch = match options.arch {
             Some(a) => a,
             None => Arch::of(&device)?,

@@ -73,7 +73,7 @@ impl Drop for GreenHandle {
     }
 }
 
-/// The green contexts this crate owns, by raw handle, so that [`Stream::green_context`](crate::Stream::green_context) can
+/// The green contexts this crate owns, by raw handle, so that [`Stream::green_context`](crate::stream::Stream::green_context) can
 /// hand out the value that owns one rather than a second owner.
 static REGISTRY: Mutex<Vec<(usize, Weak<GreenHandle>)>> = Mutex::new(Vec::new());
 

@@ -535,7 +535,7 @@ impl<'a> CopyBatch<'a> {
     /// (`CUDA_ERROR_INVALID_VALUE`), or a batch captured where the driver does not support it.
     /// When the call fails, the pinned memory still records the batch, in case some of its
     /// copies were queued. A [`PinnedChunk`](crate::memory::PinnedChunk) in a batch submitted on a
-    /// capturing stream is an [`Error::InvalidArgument`](crate::Error::InvalidArgument), with
+    /// capturing stream is an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument), with
     /// nothing queued or handed to the capture.
     pub fn submit(mut self) -> Result<()> {
         if self.sizes.is_empty() {

@@ -57,7 +57,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// ([`cuMemcpyDtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html),
     /// [`cuMemcpyPeerAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
-    /// Lengths that differ are an [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+    /// Lengths that differ are an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument),
     /// checked before any call; a failed copy, or a fault of earlier work on either stream,
     /// comes back as the driver's status.
     pub fn copy_from_device(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
@@ -85,7 +85,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// never touches freed memory. The copy is ordered only on `stream`: order other work on
     /// the two views after it with events or the same stream.
     ///
-    /// Lengths that differ are an [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+    /// Lengths that differ are an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument),
     /// checked before any call, and so is a default stream of another context or thread.
     #[inline]
     pub fn copy_from_device_async(&mut self, src: &DeviceView<'_, T>, stream: &Stream) -> Result<()> {
@@ -187,7 +187,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// noted on the buffer behind the view, which is not given back before it is done.
     ///
     /// Lengths that differ, or a default stream of another context or thread, are an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
     #[inline]
     pub fn copy_from_pinned_async(&mut self, src: &impl PinnedHost<T>, stream: &Stream) -> Result<()> {
         let crate::memory::pinned_chunk::sealed::Tracked { ptr: host, len, uses } = src.tracked()?;
@@ -216,7 +216,7 @@ impl<T: Pod> DeviceView<'_, T> {
     /// done.
     ///
     /// Lengths that differ, or a default stream of another context or thread, are an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
     #[inline]
     pub fn copy_to_pinned_async(&self, dst: &mut impl PinnedHost<T>, stream: &Stream) -> Result<()> {
         let crate::memory::pinned_chunk::sealed::Tracked { ptr: host, len, uses } = dst.tracked()?;

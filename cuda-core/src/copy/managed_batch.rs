@@ -211,7 +211,7 @@ fn ready(calls: &AbiVersions, operation: &'static str, stream: &Stream) -> Resul
 /// Each prefetch behaves as [`ManagedBuffer::prefetch_async`]; the batch as a whole runs in
 /// stream order, its prefetches in no particular order among themselves. The driver needs
 /// every device of the system to have concurrent managed access
-/// ([`Device::concurrent_managed_access`](crate::Device::concurrent_managed_access)) and
+/// ([`Device::concurrent_managed_access`](crate::device::Device::concurrent_managed_access)) and
 /// refuses the batch otherwise.
 ///
 /// ```no_run
@@ -335,7 +335,7 @@ impl<'a> PrefetchBatch<'a> {
     ///
     /// An [`Error::InvalidArgument`], with nothing added, for a range past the end of the
     /// buffer, or a default stream that would not name the same stream for the buffer (see
-    /// [`DeviceBuffer::record_stream`](crate::DeviceBuffer::record_stream)).
+    /// [`DeviceBuffer::record_stream`](crate::memory::DeviceBuffer::record_stream)).
     pub fn prefetch<T: Pod>(
         &mut self,
         buffer: &'a ManagedBuffer<T>,
@@ -482,7 +482,7 @@ impl<'a> DiscardPrefetchBatch<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Device;
+    use crate::device::Device;
 
     #[test]
     fn locations_run_over_consecutive_ranges() {

@@ -1,5 +1,5 @@
 //! The operands of 3D copies ([`CopyBatch3D`](super::CopyBatch3D) and
-//! [`Stream::copy_3d_peer`](crate::Stream::copy_3d_peer)) and the boxes copied between them.
+//! [`Stream::copy_3d_peer`](crate::stream::Stream::copy_3d_peer)) and the boxes copied between them.
 //!
 //! A 3D operand has an extent `[width, height, depth]`: elements per row, rows per layer,
 //! layers. An [`Array`] has its own; a [`PitchedBuffer`] is `width` × `height` × 1; any other

@@ -77,7 +77,7 @@ pub enum FlushGpuDirectRdmaWritesScope {
 /// Makes GPUDirect RDMA writes to the current context's memory visible to later CUDA work
 /// ([`cuFlushGPUDirectRDMAWrites`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
 ///
-/// Bind a context first ([`crate::Context::bind_to_thread`]). Check
+/// Bind a context first ([`crate::context::Context::bind_to_thread`]). Check
 /// [`Device::gpu_direct_rdma_flush_writes_options`] for support: a device or scope without it
 /// fails with the driver's status, as does a thread with no current context
 /// (`CUDA_ERROR_INVALID_CONTEXT`).
@@ -102,7 +102,7 @@ pub fn flush_gpu_direct_rdma_writes(scope: FlushGpuDirectRdmaWritesScope) -> Res
 /// A CUDA device, identified by its ordinal.
 ///
 /// A `Device` is a plain handle: copying it is free and it owns nothing. Use
-/// [`crate::Context::primary`] to get a context on it.
+/// [`crate::context::Context::primary`] to get a context on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Device {
     raw: sys::CUdevice,
@@ -265,7 +265,7 @@ impl Device {
     }
 
     /// Whether contexts on this device may be given an SM-count execution affinity
-    /// ([`Context::create_with_affinity`](crate::Context::create_with_affinity))
+    /// ([`Context::create_with_affinity`](crate::context::Context::create_with_affinity))
     /// ([`cuDeviceGetExecAffinitySupport`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html)).
     pub fn exec_affinity_supported(&self) -> Result<bool> {
         let mut v = 0;

@@ -11,7 +11,7 @@
 //!   consumers take, [`DLTensor`], [`DLDevice`], [`DLDataType`], [`DLPackVersion`].
 //! * [`DlpackDtype`] maps element types to their [`DLDataType`].
 //! * **Export.** [`ManagedTensor::from_buffer`] (or [`ManagedTensor::from_buffer_with_shape`])
-//!   moves a [`DeviceBuffer`](crate::DeviceBuffer) into a managed tensor on `kDLCUDA`; the shape
+//!   moves a [`DeviceBuffer`](crate::memory::DeviceBuffer) into a managed tensor on `kDLCUDA`; the shape
 //!   and strides are checked against the buffer's length first. `into_raw()` hands the
 //!   `*mut DLManagedTensorVersioned` (or, with `into_raw_legacy()`, a `*mut DLManagedTensor`)
 //!   to the consumer, which calls the deleter when done; the deleter drops the buffer, freeing
@@ -19,14 +19,14 @@
 //!   tensor frees itself.
 //! * **Import.** [`ImportedTensor::from_raw`] (or [`ImportedTensor::from_raw_legacy`]) takes a
 //!   producer's tensor; its getters read the shape, strides, data type and device, and
-//!   [`ImportedTensor::view`] lends it as a [`DeviceView`](crate::DeviceView) once the device,
+//!   [`ImportedTensor::view`] lends it as a [`DeviceView`](crate::memory::DeviceView) once the device,
 //!   data type, contiguity and alignment are checked. Dropping it calls the producer's deleter.
 //!
 //! # Why only owned buffers are exported
 //!
 //! A consumer keeps a DLPack tensor as long as it likes (a PyTorch tensor lives until Python
 //! collects it) and tells the producer only through the deleter, at a time no Rust lifetime can
-//! describe. A borrowed [`DeviceView`](crate::DeviceView) could be freed under the consumer, so
+//! describe. A borrowed [`DeviceView`](crate::memory::DeviceView) could be freed under the consumer, so
 //! exporting one safely is not possible; the owned buffer moves into the tensor instead and is
 //! freed when the consumer lets go. (To keep using the memory on the Rust side, import the
 //! tensor back, or take a view before handing it over and stop using it when the deleter runs.)
@@ -86,7 +86,7 @@ use crate::flags::flags;
 /// Checks a layout as [`ManagedTensor::from_buffer_with_shape`] does, without a buffer: that
 /// `shape` (with `strides`, in elements, if given) stays within `len` elements, with no negative
 /// extent or stride and as many strides as extents. A mismatch is an
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) that names it.
+/// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) that names it.
 pub fn check_layout(shape: &[i64], strides: Option<&[i64]>, len: usize) -> Result<()> {
     layout::check_fits("dlpack::check_layout", shape, strides, len)
 }

@@ -77,7 +77,7 @@ impl GraphMemory {
 ///
 /// It is passed to kernels (of the graph's kernel nodes, or of launches ordered after a
 /// launch) as the device address of its first element (`&buffer` or `&mut buffer`, like a
-/// [`DeviceBuffer`](crate::DeviceBuffer)). It is freed in one of two ways:
+/// [`DeviceBuffer`](crate::memory::DeviceBuffer)). It is freed in one of two ways:
 ///
 /// * by a free node of the graph ([`Graph::add_buffer_free_node`]): every launch allocates and
 ///   frees it;

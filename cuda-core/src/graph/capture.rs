@@ -118,7 +118,7 @@ impl Capture {
 
     /// Ends the capture ([`cuStreamEndCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html))
     /// and returns the graph of the captured work. Hand it what the work uses
-    /// ([`Graph::keep`]); its list holds only the trackers of the [`PinnedBuffer`](crate::PinnedBuffer)s
+    /// ([`Graph::keep`]); its list holds only the trackers of the [`PinnedBuffer`](crate::memory::PinnedBuffer)s
     /// that captured copies used, through which its executable graphs' launches are ordered
     /// after the buffers' copies in flight and waited for by the host before it reads or writes
     /// them (the buffers themselves must be kept alive as the capture's contract says).

@@ -223,11 +223,11 @@ impl GraphExec {
     /// ([`cuGraphLaunch`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)).
     /// The stream must belong to the graph's context.
     ///
-    /// When copies captured into the graph use [`PinnedBuffer`](crate::PinnedBuffer)s, the
+    /// When copies captured into the graph use [`PinnedBuffer`](crate::memory::PinnedBuffer)s, the
     /// launch is ordered after those buffers' copies in flight on other streams and recorded on
-    /// each buffer as one more copy: [`PinnedBuffer::as_slice`](crate::PinnedBuffer::as_slice)
+    /// each buffer as one more copy: [`PinnedBuffer::as_slice`](crate::memory::PinnedBuffer::as_slice)
     /// waits for the launches that write the buffer, and
-    /// [`as_mut_slice`](crate::PinnedBuffer::as_mut_slice) for every launch that uses it, so
+    /// [`as_mut_slice`](crate::memory::PinnedBuffer::as_mut_slice) for every launch that uses it, so
     /// the host reads results and writes new inputs between launches safely. A graph without
     /// such buffers costs nothing more.
     ///

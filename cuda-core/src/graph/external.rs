@@ -13,7 +13,7 @@ impl Graph {
     /// the graph keeps the semaphores alive.
     ///
     /// None, semaphores of another context, or parameters that do not fit a semaphore's kind
-    /// are an [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    /// are an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
     pub fn add_external_signal_node(
         &self,
         dependencies: &[GraphNode<'_>],

@@ -90,7 +90,7 @@ impl Graph {
     /// the graph keeps the semaphores alive.
     ///
     /// Errors as for [`add_external_signal_node`](Self::add_external_signal_node); a node of
-    /// another graph is an [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    /// another graph is an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
     pub fn set_external_signal_node(
         &self,
         node: GraphNode<'_>,

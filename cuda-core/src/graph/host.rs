@@ -29,7 +29,7 @@ unsafe extern "C" fn trampoline(data: *mut c_void) {
 impl HostFunction {
     /// The closure, boxed where the driver can reach it, and the raw parameters naming it.
     pub(crate) fn params(
-        ctx: &crate::Context,
+        ctx: &crate::context::Context,
         f: impl Fn() + Send + Sync + 'static,
     ) -> (Arc<HostFunction>, sys::CUDA_HOST_NODE_PARAMS) {
         let host = Arc::new(HostFunction { f: Box::new(f), ctx: Arc::downgrade(ctx.inner()) });
@@ -48,7 +48,7 @@ impl Graph {
     ///
     /// `f` runs at every launch, possibly from several executable graphs at once; the graph
     /// keeps it alive. It must not call CUDA (the driver forbids it in host functions). A panic
-    /// in `f` is caught and reported as [`Error::CallbackPanicked`](crate::Error::CallbackPanicked)
+    /// in `f` is caught and reported as [`Error::CallbackPanicked`](crate::error::Error::CallbackPanicked)
     /// by the next call through the graph's context (for instance a stream synchronize).
     pub fn add_host_node(
         &self,
@@ -73,7 +73,7 @@ mod tests {
 
     #[test]
     fn the_trampoline_runs_the_closure_and_reports_panics_to_the_context() {
-        let ctx = crate::Context::detached_for_tests();
+        let ctx = crate::context::Context::detached_for_tests();
         let count = Arc::new(AtomicU32::new(0));
         let seen = count.clone();
         let (host, params) = HostFunction::params(&ctx, move || {
@@ -91,7 +91,7 @@ mod tests {
         assert_eq!(count.load(Ordering::SeqCst), 2);
         let errors = ctx.take_deferred_errors();
         assert!(
-            matches!(&errors[..], [crate::Error::CallbackPanicked { message }] if message == "second run fails"),
+            matches!(&errors[..], [crate::error::Error::CallbackPanicked { message }] if message == "second run fails"),
             "{errors:?}"
         );
         drop(host);

@@ -23,7 +23,7 @@ impl Stream {
     /// as for [`launch_host_func`](Self::launch_host_func); later launches run `f` again.
     ///
     /// `f` must not call CUDA (the driver forbids it in host functions), nor wait for work
-    /// queued after it (a [`PinnedBuffer`](crate::PinnedBuffer)'s `as_slice`, for instance).
+    /// queued after it (a [`PinnedBuffer`](crate::memory::PinnedBuffer)'s `as_slice`, for instance).
     ///
     /// On a stream that is not being captured by a capture begun through this crate
     /// ([`begin_capture`](Self::begin_capture), or a stream that joined one) this is refused

@@ -2,7 +2,7 @@
 //! [`Graph::to_dot`](crate::graph::Graph::to_dot) prints and profilers report.
 //!
 //! Built where the bindings come from CUDA 13.1 headers or newer. On a driver older than 13.1
-//! each call is an [`Error::Load`](crate::Error::Load) naming the version needed and the one
+//! each call is an [`Error::Load`](crate::error::Error::Load) naming the version needed and the one
 //! installed.
 
 use super::Graph;

@@ -121,7 +121,7 @@ impl Graph {
     /// The arguments are copied into the node: later changes to `args` do not reach it. They
     /// are checked as a launch checks them (zero dimensions, block size, the kernel's parameter
     /// layout where the driver reports it): a mismatch is an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) before any call.
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) before any call.
     ///
     /// # Safety
     ///

@@ -1,5 +1,5 @@
 //! Batch memory-operation nodes: waits on and writes of 32- and 64-bit values in device
-//! memory, as [`Stream::batch_mem_ops`](crate::Stream::batch_mem_ops) queues them.
+//! memory, as [`Stream::batch_mem_ops`](crate::stream::Stream::batch_mem_ops) queues them.
 
 use super::{Graph, GraphExec, GraphNode};
 use crate::error::{Error, Result};
@@ -49,8 +49,8 @@ impl Graph {
     /// # Safety
     ///
     /// Every address must satisfy the contract of
-    /// [`Stream::wait_value_32`](crate::Stream::wait_value_32) or
-    /// [`Stream::write_value_32`](crate::Stream::write_value_32) (or their 64-bit forms) for its
+    /// [`Stream::wait_value_32`](crate::stream::Stream::wait_value_32) or
+    /// [`Stream::write_value_32`](crate::stream::Stream::write_value_32) (or their 64-bit forms) for its
     /// operation, at every launch of the graph: the memory stays allocated as long as the graph
     /// and its executable graphs may run, and a wait is eventually satisfied.
     pub unsafe fn add_batch_mem_op_node(

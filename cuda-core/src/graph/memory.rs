@@ -84,7 +84,7 @@ impl<T: Pod> GraphSlice<T> {
     /// 4-byte values over a buffer of wider or narrower elements, for instance.
     ///
     /// An address not aligned for `U`, or a size that is not a whole number of `U`s, is an
-    /// [`Error::InvalidArgument`], as for [`DeviceView::cast`](crate::DeviceView::cast).
+    /// [`Error::InvalidArgument`], as for [`DeviceView::cast`](crate::memory::DeviceView::cast).
     pub fn cast<U: Pod>(&self) -> Result<GraphSlice<U>> {
         let len = crate::memory::cast_check::<T, U>("GraphSlice::cast", self.ptr, self.len)?;
         Ok(GraphSlice { ptr: self.ptr, len, owner: self.owner.clone(), _element: PhantomData })

@@ -5,7 +5,7 @@
 //! and [Stream Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)
 //! sections of the driver API.
 //!
-//! * **Capture** ([`Stream::begin_capture`](crate::Stream::begin_capture)): the work queued on
+//! * **Capture** ([`Stream::begin_capture`](crate::stream::Stream::begin_capture)): the work queued on
 //!   a stream between the start and [`Capture::end`] becomes a [`Graph`] instead of running.
 //! * **Explicit construction** ([`Graph::new`]): nodes of every kind — kernel, memcpy, memset,
 //!   host closure, child graph, empty, event record and wait, external-semaphore signal and
@@ -13,7 +13,7 @@
 //!   memory operations, and conditional (IF, IF/ELSE, WHILE, SWITCH) — each added after the nodes it depends on.
 //! * **Executable graphs** ([`Graph::instantiate`] → [`GraphExec`]): launched on a stream,
 //!   uploaded ahead of time, updated as a whole from another graph of the same shape
-//!   ([`GraphExec::update`], whose refusal is [`Error::GraphUpdate`](crate::Error::GraphUpdate))
+//!   ([`GraphExec::update`], whose refusal is [`Error::GraphUpdate`](crate::error::Error::GraphUpdate))
 //!   or node by node (kernel arguments, memsets, memcpys, events, enabling and disabling).
 //! * **Graph memory**: what allocation nodes use and hold per device ([`memory_usage`]), and
 //!   [`trim_memory`] to give the cached part back.

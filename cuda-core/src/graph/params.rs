@@ -240,7 +240,7 @@ impl<'g> GraphNode<'g> {
 
     /// The event an event record node records
     /// ([`cuGraphEventRecordNodeGetEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)),
-    /// compare with [`Event::as_raw`](crate::Event::as_raw).
+    /// compare with [`Event::as_raw`](crate::event::Event::as_raw).
     ///
     /// Another kind of node fails with the driver's status.
     pub fn recorded_event(&self) -> Result<sys::CUevent> {
@@ -252,7 +252,7 @@ impl<'g> GraphNode<'g> {
 
     /// The event an event wait node waits for
     /// ([`cuGraphEventWaitNodeGetEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html)),
-    /// compare with [`Event::as_raw`](crate::Event::as_raw).
+    /// compare with [`Event::as_raw`](crate::event::Event::as_raw).
     ///
     /// Another kind of node fails with the driver's status.
     pub fn awaited_event(&self) -> Result<sys::CUevent> {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 ///
 /// The host's slices are guards: while one from `as_slice` lives, a launch that writes the
 /// buffer is refused, and while one from `as_mut_slice` lives, any launch that uses it is, with
-/// an [`Error::InvalidArgument`](crate::Error::InvalidArgument) and nothing queued. So the
+/// an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) and nothing queued. So the
 /// device never writes memory the host is reading, nor reads memory the host is writing.
 ///
 /// ```no_run

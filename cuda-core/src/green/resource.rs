@@ -60,7 +60,7 @@ fn detached(mut raw: sys::CUdevResource) -> sys::CUdevResource {
 /// so that it can be split or given to [`GreenContext::create`](super::GreenContext::create).
 /// It is a plain value: copying it is free, and it owns nothing.
 ///
-/// [`Stream::sm_resource`](crate::Stream::sm_resource) (CUDA 13.1) reports the counts of a
+/// [`Stream::sm_resource`](crate::stream::Stream::sm_resource) (CUDA 13.1) reports the counts of a
 /// stream's SMs only, as a summary that cannot be split.
 #[derive(Clone, Copy)]
 pub struct SmResource {

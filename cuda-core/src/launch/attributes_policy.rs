@@ -13,7 +13,7 @@ use cuda_driver_sys as sys;
 /// ([`MemSyncDomain`](super::MemSyncDomain)) of the kernel uses (`CUlaunchMemSyncDomainMap`).
 ///
 /// Domain IDs are below the device's
-/// [`mem_sync_domain_count`](crate::Device::mem_sync_domain_count) (4 on compute capability
+/// [`mem_sync_domain_count`](crate::device::Device::mem_sync_domain_count) (4 on compute capability
 /// 9.0); a launch with a larger one is an [`Error::InvalidArgument`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct MemSyncDomainMap {
@@ -106,7 +106,7 @@ impl LaunchConfig<'_> {
     /// Sets the L2 access-policy window of this launch (`CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW`;
     /// [`AccessPolicyWindow::over`] makes one from a view). Checked at launch: the hit ratio
     /// in `[0, 1]`, misses not `Persisting`; a window larger than
-    /// [`Device::max_access_policy_window_size`](crate::Device::max_access_policy_window_size)
+    /// [`Device::max_access_policy_window_size`](crate::device::Device::max_access_policy_window_size)
     /// is refused by the driver.
     pub fn access_policy_window(mut self, window: AccessPolicyWindow) -> Self {
         self.access_policy_window = Some(window);

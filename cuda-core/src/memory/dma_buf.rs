@@ -34,7 +34,7 @@ impl<T> DeviceView<'_, T> {
     /// with `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`), owned by the caller and closed when dropped.
     ///
     /// The device must support dma-buf
-    /// ([`Device::dma_buf_supported`](crate::Device::dma_buf_supported)), and the view must
+    /// ([`Device::dma_buf_supported`](crate::device::Device::dma_buf_supported)), and the view must
     /// start and end on host page boundaries; otherwise the driver refuses with its status
     /// (`CUDA_ERROR_NOT_SUPPORTED`, `CUDA_ERROR_INVALID_VALUE`).
     ///
@@ -57,7 +57,7 @@ impl<T> DeviceView<'_, T> {
             ))
         }?;
         if fd < 0 {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 "DeviceView::export_dma_buf",
                 format!("the driver reported success with descriptor {fd}"),
             ));

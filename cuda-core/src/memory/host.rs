@@ -56,7 +56,7 @@ pub struct RegisteredHostMemory<'a, T: Pod> {
 
 impl<'a, T: Pod> RegisteredHostMemory<'a, T> {
     /// Page-locks `slice` (the driver rounds to whole pages). A slice of no bytes is an
-    /// [`crate::Error::InvalidArgument`].
+    /// [`crate::error::Error::InvalidArgument`].
     pub fn register(ctx: &Context, slice: &'a mut [T], flags: HostRegisterFlags) -> Result<Self> {
         let bytes = checked_bytes::<T>("RegisteredHostMemory::register", slice.len())?;
         ctx.enter()?;

@@ -35,7 +35,7 @@
 //!
 //! Lengths, bounds and alignment are checked before every call: a zero-length or overflowing
 //! allocation, a copy between views of different lengths, a view past the end of its buffer
-//! and a cast to a type the address is not aligned for are [`crate::Error::InvalidArgument`]s.
+//! and a cast to a type the address is not aligned for are [`crate::error::Error::InvalidArgument`]s.
 //!
 //! # Synchronous copies and memsets
 //!
@@ -144,11 +144,11 @@ macro_rules! device_views {
         }
 
         /// A shared view of `range`; past the end is an
-        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+        /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
         pub fn slice(
             &self,
             range: impl std::ops::RangeBounds<usize>,
-        ) -> $crate::Result<$crate::memory::DeviceView<'_, T>> {
+        ) -> $crate::error::Result<$crate::memory::DeviceView<'_, T>> {
             let (start, end) = $crate::memory::range_of(concat!($name, "::slice"), range, self.len)?;
             Ok($crate::memory::DeviceView::tracked(
                 self.element(start),
@@ -159,11 +159,11 @@ macro_rules! device_views {
         }
 
         /// An exclusive view of `range`; past the end is an
-        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+        /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
         pub fn slice_mut(
             &mut self,
             range: impl std::ops::RangeBounds<usize>,
-        ) -> $crate::Result<$crate::memory::DeviceViewMut<'_, T>> {
+        ) -> $crate::error::Result<$crate::memory::DeviceViewMut<'_, T>> {
             let (start, end) = $crate::memory::range_of(concat!($name, "::slice_mut"), range, self.len)?;
             Ok($crate::memory::DeviceViewMut::tracked(
                 self.element(start),

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 /// Taking it waited for the copies in flight that write the buffer. While it lives, no copy
 /// that writes the buffer can be queued: a stream-ordered one needs the buffer borrowed
 /// mutably, and a launch of a graph whose captured copies or memcpy nodes write it is refused
-/// with an [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+/// with an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
 ///
 /// [`PinnedBuffer::as_slice`]: super::PinnedBuffer::as_slice
 /// [`SharedPinnedBuffer::as_slice`]: crate::graph::SharedPinnedBuffer::as_slice
@@ -30,7 +30,7 @@ pub struct PinnedSlice<'a, T: Pod> {
 /// Taking it waited for every copy in flight that uses the buffer. While it lives, no copy
 /// that uses the buffer can be queued: a stream-ordered one needs the buffer borrowed, and a
 /// launch of a graph whose captured copies or memcpy nodes use it is refused with an
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+/// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
 ///
 /// [`PinnedBuffer::as_mut_slice`]: super::PinnedBuffer::as_mut_slice
 /// [`SharedPinnedBuffer::as_mut_slice`]: crate::graph::SharedPinnedBuffer::as_mut_slice

@@ -135,7 +135,7 @@ pub fn set_sync_memops(ptr: sys::CUdeviceptr, enabled: bool) -> Result<()> {
 
 /// The base address and size of the allocation holding `ptr`
 /// ([`cuMemGetAddressRange`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
-/// A context must be current (any call through a [`crate::Context`] makes it so).
+/// A context must be current (any call through a [`crate::context::Context`] makes it so).
 pub fn address_range(ptr: sys::CUdeviceptr) -> Result<(sys::CUdeviceptr, usize)> {
     let (mut base, mut size) = (0, 0);
     // SAFETY: two out-parameters; the driver validates the address.

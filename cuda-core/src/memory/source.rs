@@ -1,9 +1,10 @@
 //! Where a [`DeviceBuffer`](super::DeviceBuffer)'s memory comes from and goes back to.
 
 use crate::alloc::{Allocator, DeviceAllocation, StreamRef, thread_allocator};
+use crate::error::Result;
 use crate::pool::{MemoryPool, default_pool_of};
+use crate::stream::Stream;
 use crate::track::HeldStream;
-use crate::{Result, Stream};
 use std::sync::Arc;
 
 /// The allocator a buffer's memory came from.
@@ -47,7 +48,7 @@ impl Source {
     /// calls `make` itself, so that the buffer is written once, where it is returned.
     ///
     /// An allocator that returns fewer bytes than asked is refused with an
-    /// [`Error::InvalidArgument`](crate::Error) naming it, and the short allocation is given
+    /// [`Error::InvalidArgument`](crate::error::Error) naming it, and the short allocation is given
     /// back to it (a failure to give it back is kept in `stream`'s context).
     #[inline]
     #[track_caller]
@@ -82,7 +83,7 @@ impl Source {
     /// Keeps `e`, met while giving memory back after the buffer's hold on its stream may have
     /// ended, in the context of the source (a default pool's) or prints it.
     #[cold]
-    pub(crate) fn defer(&self, e: crate::Error) {
+    pub(crate) fn defer(&self, e: crate::error::Error) {
         match self {
             Source::DefaultPool(pool) => pool.defer(e),
             Source::Shared(a) => eprintln!("cuda-core: {}: {e}", a.name()),
@@ -147,8 +148,8 @@ impl Source {
 
 /// The refusal of a default stream of another context than the allocator's.
 #[cold]
-fn foreign_default_stream(allocator: &str) -> crate::Error {
-    crate::Error::invalid(
+fn foreign_default_stream(allocator: &str) -> crate::error::Error {
+    crate::error::Error::invalid(
         "DeviceBuffer::new",
         format!(
             "the allocator {allocator:?} works in another context than this default stream's, and the driver \
@@ -166,12 +167,12 @@ fn short_allocation(
     allocation: DeviceAllocation,
     bytes: usize,
     stream: &Stream,
-) -> crate::Error {
+) -> crate::error::Error {
     // SAFETY: just allocated by this allocator on `stream`, never used, given back once.
     if let Err(e) = unsafe { allocator.deallocate(allocation, StreamRef::from(stream)) } {
         stream.context().defer(e);
     }
-    crate::Error::invalid(
+    crate::error::Error::invalid(
         "DeviceBuffer::new",
         format!(
             "the allocator {:?} returned {} bytes for a request of {bytes}; fix its `allocate` to return at \

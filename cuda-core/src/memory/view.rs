@@ -185,7 +185,7 @@ macro_rules! common {
 
             #[cfg(feature = "nccl")]
             /// Notes that a call inside the open NCCL group `group` uses the view's memory
-            /// (see [`DeviceBuffer::taken_by_group`](crate::DeviceBuffer)).
+            /// (see [`DeviceBuffer::taken_by_group`](crate::memory::DeviceBuffer)).
             #[inline]
             pub(crate) fn taken_by_group(&self, group: u64) {
                 if let Some(t) = self.track {

@@ -14,8 +14,11 @@
 use super::MemPool;
 use super::allocator::free_async;
 use crate::alloc::{Allocator, DeviceAllocation, StreamRef};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::memory::DeviceBuffer;
 use crate::memory::checked_bytes;
-use crate::{Context, DeviceBuffer, Error, Result, Stream};
+use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::sync::Arc;

@@ -7,7 +7,8 @@
 //! these, and share their record of which pool is current where.
 
 use super::MemPool;
-use crate::{Device, Error, Result};
+use crate::device::Device;
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

@@ -3,7 +3,7 @@
 //!
 //! [`MemPool`] wraps a `CUmemoryPool`: the device's default pool, its current pool, or one
 //! created with [`MemPoolProps`]. Memory comes from it as the crate's
-//! [`DeviceBuffer`](crate::DeviceBuffer), through the stream-ordered allocator
+//! [`DeviceBuffer`](crate::memory::DeviceBuffer), through the stream-ordered allocator
 //! [`AsyncAllocator::from_pool`] (or [`MemPool::allocator`]): allocated with
 //! `cuMemAllocFromPoolAsync` on the buffer's stream, given back with `cuMemFreeAsync` in that
 //! stream's order. The allocator can also be the upstream of a
@@ -32,7 +32,9 @@ pub use allocator::AsyncAllocator;
 pub use location::{PoolKind, PoolLocation};
 
 use crate::alloc::Allocator;
-use crate::{Context, Device, Error, Result};
+use crate::context::Context;
+use crate::device::Device;
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::sync::Arc;
 
@@ -166,7 +168,7 @@ struct PoolHandle {
     raw: sys::CUmemoryPool,
     owned: bool,
     /// Whether the pool hands out device memory (a device's pinned pool), which is what a
-    /// [`DeviceBuffer`](crate::DeviceBuffer) over its allocator must hold; a host or managed
+    /// [`DeviceBuffer`](crate::memory::DeviceBuffer) over its allocator must hold; a host or managed
     /// pool ([`MemPool::default_at`]) does not.
     device_memory: bool,
 }

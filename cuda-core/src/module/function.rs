@@ -302,7 +302,7 @@ impl<'m> Function<'m> {
     /// up to the device's opt-in limit).
     ///
     /// A value past `i32::MAX` is an [`Error::InvalidArgument`]; one past the device's opt-in limit
-    /// ([`Device::max_shared_memory_per_block_optin`](crate::Device::max_shared_memory_per_block_optin)) is
+    /// ([`Device::max_shared_memory_per_block_optin`](crate::device::Device::max_shared_memory_per_block_optin)) is
     /// refused by the driver (`CUDA_ERROR_INVALID_VALUE`).
     pub fn set_max_dynamic_shared_size_bytes(&mut self, bytes: u32) -> Result<()> {
         let value = i32::try_from(bytes).map_err(|_| {

@@ -6,7 +6,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::ffi::CString;
 
 /// What an image is.

@@ -6,7 +6,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
 

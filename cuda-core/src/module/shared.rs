@@ -72,7 +72,7 @@ impl Module {
     /// attributes and parameter layout read then.
     ///
     /// Fails as [`Module::function`] does: a name that is not a kernel of the module is an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming it.
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) naming it.
     pub fn shared_function(self: &Arc<Module>, name: &str) -> Result<SharedFunction> {
         let function = self.function(name)?;
         // SAFETY: the handle holds the module, so the function stays loaded for as long as the

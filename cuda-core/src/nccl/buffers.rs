@@ -10,7 +10,9 @@ use bytemuck::Pod;
 use cuda_driver_sys as sys;
 
 pub(crate) mod sealed {
-    use crate::{Context, Result, Stream};
+    use crate::context::Context;
+    use crate::error::Result;
+    use crate::stream::Stream;
 
     pub trait Sealed {
         /// Notes that an NCCL call on `stream`, with `current` current, uses the memory: its

@@ -137,9 +137,9 @@ impl Communicator {
     /// [`all_reduce_in_place`](Self::all_reduce_in_place)).
     ///
     /// Lengths that differ, overlapping memory, or memory or a stream of another device are an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) ([what is checked before a
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) ([what is checked before a
     /// call](crate::nccl#what-is-checked-before-a-call)); what NCCL itself refuses is an
-    /// [`Error::Nccl`](crate::Error::Nccl).
+    /// [`Error::Nccl`](crate::error::Error::Nccl).
     pub fn all_reduce<T: DataType>(
         &self,
         send: impl Input<T>,
@@ -182,7 +182,7 @@ impl Communicator {
     /// with nothing to send use [`broadcast_in_place`](Self::broadcast_in_place).
     ///
     /// A `root` past the last rank, lengths that differ, overlapping memory, or memory of
-    /// another device are an [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// another device are an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument)
     /// ([what is checked before a call](crate::nccl#what-is-checked-before-a-call)).
     pub fn broadcast<T: DataType>(
         &self,
@@ -204,7 +204,7 @@ impl Communicator {
     /// others receive into it.
     ///
     /// A `root` past the last rank, or a buffer or stream of another device, is an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) ([what is checked before a
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) ([what is checked before a
     /// call](crate::nccl#what-is-checked-before-a-call)).
     pub fn broadcast_in_place<T: DataType>(
         &self,
@@ -225,7 +225,7 @@ impl Communicator {
     /// `recv` is written on the root only. Same length, no overlap.
     ///
     /// A `root` past the last rank, lengths that differ, overlapping memory, or memory of
-    /// another device are an [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// another device are an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument)
     /// ([what is checked before a call](crate::nccl#what-is-checked-before-a-call)).
     pub fn reduce<T: DataType>(
         &self,
@@ -247,7 +247,7 @@ impl Communicator {
     /// [`reduce`](Self::reduce) with `buffer` as both memories (the root's holds the result).
     ///
     /// A `root` past the last rank, a buffer or stream of another device, or an operation of
-    /// another communicator is an [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// another communicator is an [`Error::InvalidArgument`](crate::error::Error::InvalidArgument)
     /// ([what is checked before a call](crate::nccl#what-is-checked-before-a-call)).
     pub fn reduce_in_place<T: DataType>(
         &self,
@@ -271,7 +271,7 @@ impl Communicator {
     /// [`all_gather_in_place`](Self::all_gather_in_place)).
     ///
     /// A `recv` of another length, overlapping memory, or memory of another device is an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) ([what is checked before a
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) ([what is checked before a
     /// call](crate::nccl#what-is-checked-before-a-call)).
     pub fn all_gather<T: DataType>(
         &self,
@@ -307,7 +307,7 @@ impl Communicator {
     /// [`reduce_scatter_in_place`](Self::reduce_scatter_in_place)).
     ///
     /// A `send` of another length, overlapping memory, or memory of another device is an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) ([what is checked before a
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) ([what is checked before a
     /// call](crate::nccl#what-is-checked-before-a-call)).
     pub fn reduce_scatter<T: DataType>(
         &self,

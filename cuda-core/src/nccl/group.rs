@@ -82,7 +82,7 @@ fn end_level() -> nccl::ncclResult_t {
 /// communicator with [`Communicator::wait`](super::Communicator::wait).
 ///
 /// Memory a call in the group uses may be dropped before the group ends: NCCL queues the call
-/// only at the end, so a [`DeviceBuffer`](crate::DeviceBuffer) is then given back after the
+/// only at the end, so a [`DeviceBuffer`](crate::memory::DeviceBuffer) is then given back after the
 /// group has queued its calls, in the order of the streams they run on; other owners of device
 /// memory (a VMM [`Mapping`](crate::vmm::Mapping), a
 /// [`GrowableBuffer`](crate::vmm::GrowableBuffer)) keep (leak) it and report why in their
@@ -125,7 +125,7 @@ impl Group {
     /// ([`ncclGroupSimulateEnd`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/group.html#ncclgroupsimulateend),
     /// NCCL 2.22).
     ///
-    /// An NCCL older than 2.22 is an [`Error::Load`](crate::Error::Load) naming both versions;
+    /// An NCCL older than 2.22 is an [`Error::Load`](crate::error::Error::Load) naming both versions;
     /// the guard then drops, and its `ncclGroupEnd` issues the group's calls.
     pub fn simulate_end(mut self) -> Result<f32> {
         require("ncclGroupSimulateEnd", since::SIMULATE)?;

@@ -27,7 +27,7 @@ impl UniqueId {
     ///
     /// NCCL's status is returned when it cannot open that socket (no usable network
     /// interface, for instance; `NCCL_DEBUG=INFO` says why), and an
-    /// [`Error::Load`](crate::Error::Load) when no NCCL is installed.
+    /// [`Error::Load`](crate::error::Error::Load) when no NCCL is installed.
     pub fn new() -> Result<UniqueId> {
         let mut raw = nccl::ncclUniqueId::default();
         // SAFETY: one out-parameter of the type NCCL writes.

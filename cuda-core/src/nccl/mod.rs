@@ -21,7 +21,7 @@
 //!   [`reduce`](Communicator::reduce), [`all_gather`](Communicator::all_gather),
 //!   [`reduce_scatter`](Communicator::reduce_scatter), [`all_to_all`](Communicator::all_to_all))
 //!   and point-to-point calls ([`send`](Communicator::send), [`recv`](Communicator::recv)) over
-//!   the crate's buffers and views, on an explicit [`Stream`](crate::Stream). The element type
+//!   the crate's buffers and views, on an explicit [`Stream`](crate::stream::Stream). The element type
 //!   is the NCCL datatype ([`DataType`]); the operation is a [`ReduceOp`] or a [`PreMulSum`].
 //! * [`Group`]: `ncclGroupStart`/`ncclGroupEnd` as a guard, and [`group`] for a closure. One
 //!   thread that drives several communicators (as after `init_all`) must issue their calls in
@@ -34,8 +34,8 @@
 //! Element counts (equal, or a multiple of the number of ranks where the collective says so),
 //! overlap of the send and receive memory other than the in-place forms NCCL defines, that
 //! buffers and stream belong to the communicator's device, root and peer ranks, and that the
-//! loaded NCCL is new enough for the function (an [`Error::Load`](crate::Error::Load) that names
-//! the version needed and the one installed). These are [`Error::InvalidArgument`](crate::Error::InvalidArgument)s, made
+//! loaded NCCL is new enough for the function (an [`Error::Load`](crate::error::Error::Load) that names
+//! the version needed and the one installed). These are [`Error::InvalidArgument`](crate::error::Error::InvalidArgument)s, made
 //! before NCCL is called.
 //!
 //! # Non-blocking communicators

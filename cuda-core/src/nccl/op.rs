@@ -88,7 +88,7 @@ pub struct PreMulSum<'a, T: DataType> {
 impl<'a, T: DataType> PreMulSum<'a, T> {
     /// A pre-multiplied sum whose scalar is `scalar` (`ncclScalarHostImmediate`).
     ///
-    /// An NCCL older than 2.11, or too old for `T`, is an [`Error::Load`](crate::Error::Load)
+    /// An NCCL older than 2.11, or too old for `T`, is an [`Error::Load`](crate::error::Error::Load)
     /// naming both versions; an error the communicator kept from an earlier call is returned
     /// first.
     pub fn new(comm: &'a Communicator, scalar: T) -> Result<PreMulSum<'a, T>> {

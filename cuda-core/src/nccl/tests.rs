@@ -2,7 +2,7 @@
 
 use super::version::too_old;
 use super::*;
-use crate::Error;
+use crate::error::Error;
 use nccl_sys as nccl;
 
 #[test]
@@ -100,7 +100,7 @@ fn datatypes_and_ops_map_to_nccl_values() {
 fn overlap_and_ranks_are_checked() {
     use super::collective::{disjoint, valid_rank};
     use crate::memory::DeviceView;
-    let ctx = crate::Context::detached_for_tests();
+    let ctx = crate::context::Context::detached_for_tests();
     // SAFETY: the views are only compared, never read.
     let view = |ptr: u64, len: usize| unsafe { DeviceView::<f32>::from_raw(&ctx, ptr, len) };
     assert!(disjoint::<f32>("t", &view(0x1000, 4), &view(0x1010, 4)).is_ok());

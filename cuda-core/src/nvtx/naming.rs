@@ -4,7 +4,10 @@
 //! (`nvToolsExtCuda.h`).
 
 use super::Text;
-use crate::{Context, Device, Event, Stream};
+use crate::context::Context;
+use crate::device::Device;
+use crate::event::Event;
+use crate::stream::Stream;
 use nvtx_sys as sys;
 
 /// Names a device (`nvtxNameCuDeviceA`).

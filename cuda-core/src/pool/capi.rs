@@ -24,8 +24,8 @@
 //!
 //! [`get_allocator`]: super::get_allocator
 
-use crate::Error;
 use crate::alloc::{Allocator, DeviceAllocation, StreamRef};
+use crate::error::Error;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};

@@ -11,7 +11,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::panic::Location;
 use std::rc::Rc;

@@ -3,7 +3,10 @@
 use super::core::PoolCore;
 use crate::alloc::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
 use crate::alloc::{DeviceAllocator, DriverEvents};
-use crate::{Context, Device, Error, Result, Stream};
+use crate::context::Context;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::stream::Stream;
 use cuda_driver_sys as sys;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -65,7 +68,7 @@ impl PoolLimit {
 /// stream they are made on, splitting larger blocks; freed blocks merge with free neighbours and
 /// are reused by that stream at once, which is safe because work on one stream runs in order.
 /// A buffer used on another stream is kept from reuse until that stream has passed the point
-/// of use ([`DeviceBuffer::record_stream`](crate::DeviceBuffer::record_stream)).
+/// of use ([`DeviceBuffer::record_stream`](crate::memory::DeviceBuffer::record_stream)).
 ///
 /// When the limit would be passed, or the upstream allocator is out of memory, the pool gives
 /// back all its wholly free blocks and retries once before failing with

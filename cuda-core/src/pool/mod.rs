@@ -1,7 +1,7 @@
 //! Memory pools, as CuPy's `cupy.cuda` offers them: caches of device and pinned memory on top
 //! of the allocators of [`alloc`](crate::alloc).
 //!
-//! Buffers ([`DeviceBuffer`](crate::DeviceBuffer), [`PinnedBuffer`](crate::memory::PinnedBuffer))
+//! Buffers ([`DeviceBuffer`](crate::memory::DeviceBuffer), [`PinnedBuffer`](crate::memory::PinnedBuffer))
 //! get their memory from these pools unless they are given another allocator:
 //!
 //! * [`MemoryPool`]: a per-device cache of device memory, the default allocator of
@@ -9,7 +9,7 @@
 //!   arena of the stream they are made on; freed blocks merge with free neighbours and are
 //!   reused by the same stream at once. A block used on another stream is kept from reuse until
 //!   that stream has passed the point of use
-//!   ([`DeviceBuffer::record_stream`](crate::DeviceBuffer::record_stream)).
+//!   ([`DeviceBuffer::record_stream`](crate::memory::DeviceBuffer::record_stream)).
 //! * [`PinnedMemoryPool`]: page-locked host memory in power-of-two size classes, the default
 //!   allocator of `PinnedBuffer::new`.
 //! * The default pools, one [`MemoryPool`] per device ([`default_memory_pool`]) and one

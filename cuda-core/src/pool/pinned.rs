@@ -4,7 +4,9 @@ use super::core::round_size;
 use super::hooks::{self, HookEvent, MemoryKind, Point};
 use crate::alloc::{DriverEvents, HostAllocator, recorded_work_is_over};
 use crate::alloc::{PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
-use crate::{Context, Error, Event, Result};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::event::Event;
 use cuda_driver_sys as sys;
 use std::panic::Location;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,7 +18,7 @@ const CLASSES: usize = usize::BITS as usize;
 enum Done {
     /// An event of the pool's [`StreamEvents`], recorded on a stream when the buffer came back.
     Recorded(u64),
-    /// The event a [`PinnedBuffer`](crate::PinnedBuffer)'s copy tracker recorded after the
+    /// The event a [`PinnedBuffer`](crate::memory::PinnedBuffer)'s copy tracker recorded after the
     /// buffer's copies, handed over with it: it covers those copies whatever stream, thread or
     /// context they ran on. Destroyed once complete.
     Copies(Event),
@@ -103,7 +105,7 @@ pub(crate) fn pinned_size(size: usize) -> Option<usize> {
 /// Sizes are rounded up to 512 bytes and then to a power of two; a freed buffer is reused for
 /// requests of exactly its size class (no split or merge). A buffer that an asynchronous copy
 /// reads or writes is kept from reuse until the copy is done:
-/// [`PinnedBuffer`](crate::PinnedBuffer)s record their copies themselves, with an event in the
+/// [`PinnedBuffer`](crate::memory::PinnedBuffer)s record their copies themselves, with an event in the
 /// context of the copy's stream, and hand that event to the pool when they are dropped
 /// ([`PinnedAllocator::deallocate_after`]); the pool keeps the buffer until the event has
 /// completed, without waiting, whatever device, context or thread the copies ran on.
@@ -134,7 +136,7 @@ impl PinnedMemoryPool {
     /// A pool on `upstream`, with events from `events`: for event sources of your own.
     ///
     /// `events` serve memory given back behind streams (the pool records one of them on each
-    /// stream); memory a [`PinnedBuffer`](crate::PinnedBuffer) gives back with copies in
+    /// stream); memory a [`PinnedBuffer`](crate::memory::PinnedBuffer) gives back with copies in
     /// flight comes with the copies' own event
     /// ([`PinnedAllocator::deallocate_after`]), which the pool queries with the driver.
     pub fn with_parts(upstream: Arc<dyn PinnedAllocator>, events: Arc<dyn StreamEvents>) -> PinnedMemoryPool {

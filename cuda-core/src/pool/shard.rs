@@ -6,7 +6,7 @@
 //! by size, each bin an intrusive list through the chunk slab, so that best fit is a binary
 //! search and no step of a steady-state allocate/free allocates on the heap.
 
-use crate::Stream;
+use crate::stream::Stream;
 use std::mem::ManuallyDrop;
 
 /// No chunk.

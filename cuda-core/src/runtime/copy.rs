@@ -5,7 +5,7 @@
 //! pitches are checked against both sides before any call.
 //!
 //! A copy takes the crate's memory: device buffers of any memory space
-//! ([`DeviceBuffer`], [`ManagedBuffer`](crate::ManagedBuffer)) and their views
+//! ([`DeviceBuffer`], [`ManagedBuffer`](crate::memory::ManagedBuffer)) and their views
 //! ([`DeviceView`], [`DeviceViewMut`]), pinned host buffers ([`PinnedBuffer`]), registered host
 //! memory ([`HostRegistration`]) and host slices.
 //!
@@ -75,7 +75,7 @@ pub unsafe trait DeviceResident {
     /// Fails with an [`Error::InvalidArgument`] for a default stream that would name another
     /// stream than the one meant (a per-thread default stream of another thread, a default
     /// stream of another context than the memory's).
-    fn note_stream(&self, stream: &crate::Stream) -> Result<()>;
+    fn note_stream(&self, stream: &crate::stream::Stream) -> Result<()>;
 }
 
 /// Memory a safe stream-ordered copy can read: device memory, or a [`PinnedBuffer`], which
@@ -94,7 +94,7 @@ pub unsafe trait AsyncSource<T: Pod>: CopySource<T> {
     /// event that cannot be made or recorded).
     fn read_on(
         &self,
-        stream: &crate::Stream,
+        stream: &crate::stream::Stream,
         enqueue: impl FnOnce(*const c_void) -> Result<()>,
     ) -> Result<()>;
 }
@@ -114,7 +114,7 @@ pub unsafe trait AsyncDestination<T: Pod>: CopyDestination<T> {
     /// Returns `enqueue`'s error, or the driver's status when the work cannot be recorded.
     fn write_on(
         &mut self,
-        stream: &crate::Stream,
+        stream: &crate::stream::Stream,
         enqueue: impl FnOnce(*mut c_void) -> Result<()>,
     ) -> Result<()>;
 }
@@ -164,7 +164,7 @@ unsafe impl<T: Pod> CopyDestination<T> for HostRegistration<'_, T> {
 /// `as_mut_slice` instead, which keeps such launches out).
 fn refuse_graph_shared<T: Pod>(buffer: &PinnedBuffer<T>) -> Result<()> {
     if buffer.uses()?.is_shared() {
-        return Err(crate::Error::invalid(
+        return Err(crate::error::Error::invalid(
             "runtime copy",
             "copies captured into a graph use this pinned buffer, and a launch of the graph could use it \
              during this copy; copy from `&*buffer.as_slice()?` or to `&mut *buffer.as_mut_slice()?`, \
@@ -203,7 +203,7 @@ unsafe impl<T: Pod> CopyDestination<T> for PinnedBuffer<T> {
 unsafe impl<T: Pod> AsyncSource<T> for PinnedBuffer<T> {
     fn read_on(
         &self,
-        stream: &crate::Stream,
+        stream: &crate::stream::Stream,
         enqueue: impl FnOnce(*const c_void) -> Result<()>,
     ) -> Result<()> {
         let ptr = self.as_ptr().cast::<c_void>();
@@ -216,7 +216,7 @@ unsafe impl<T: Pod> AsyncSource<T> for PinnedBuffer<T> {
 unsafe impl<T: Pod> AsyncDestination<T> for PinnedBuffer<T> {
     fn write_on(
         &mut self,
-        stream: &crate::Stream,
+        stream: &crate::stream::Stream,
         enqueue: impl FnOnce(*mut c_void) -> Result<()>,
     ) -> Result<()> {
         let ptr = self.as_mut_ptr_unchecked().cast::<c_void>();
@@ -249,7 +249,7 @@ macro_rules! device_source {
                 self.context()
             }
 
-            fn note_stream(&self, stream: &crate::Stream) -> Result<()> {
+            fn note_stream(&self, stream: &crate::stream::Stream) -> Result<()> {
                 self.used_on(stream.context(), stream)
             }
         }
@@ -260,7 +260,7 @@ macro_rules! device_source {
         unsafe impl<$($generics)*> AsyncSource<T> for $ty {
             fn read_on(
                 &self,
-                stream: &crate::Stream,
+                stream: &crate::stream::Stream,
                 enqueue: impl FnOnce(*const c_void) -> Result<()>,
             ) -> Result<()> {
                 self.note_stream(stream)?;
@@ -286,7 +286,7 @@ macro_rules! device_destination {
         unsafe impl<$($generics)*> AsyncDestination<T> for $ty {
             fn write_on(
                 &mut self,
-                stream: &crate::Stream,
+                stream: &crate::stream::Stream,
                 enqueue: impl FnOnce(*mut c_void) -> Result<()>,
             ) -> Result<()> {
                 self.note_stream(stream)?;
@@ -357,10 +357,10 @@ pub fn memcpy<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Sized>
 /// when it is not its own, and is not given back before `stream` has passed the copy. For
 /// plain host slices, see [`memcpy_async_unchecked`].
 ///
-/// `stream` may be a runtime [`Stream`](super::Stream) or any [`crate::Stream`].
+/// `stream` may be a runtime [`Stream`](super::Stream) or any [`crate::stream::Stream`].
 ///
 /// Lengths that differ are an [`Error::InvalidArgument`], checked before any call.
-pub fn memcpy_async<T, D, S>(dst: &mut D, src: &S, stream: &crate::Stream) -> Result<()>
+pub fn memcpy_async<T, D, S>(dst: &mut D, src: &S, stream: &crate::stream::Stream) -> Result<()>
 where
     T: Pod,
     D: AsyncDestination<T> + ?Sized,
@@ -397,7 +397,11 @@ where
 /// Pageable host memory is staged by the runtime, which makes the call partly synchronous, but
 /// the rule above is what is guaranteed. Lengths that differ are an
 /// [`Error::InvalidArgument`], checked before any call.
-pub unsafe fn memcpy_async_unchecked<T, D, S>(dst: &mut D, src: &S, stream: &crate::Stream) -> Result<()>
+pub unsafe fn memcpy_async_unchecked<T, D, S>(
+    dst: &mut D,
+    src: &S,
+    stream: &crate::stream::Stream,
+) -> Result<()>
 where
     T: Pod,
     D: CopyDestination<T> + ?Sized,
@@ -440,7 +444,7 @@ where
 
 /// [`memcpy_peer`] queued on `stream`
 /// ([`cudaMemcpyPeerAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
-pub fn memcpy_peer_async<T, D, S>(dst: &mut D, src: &S, stream: &crate::Stream) -> Result<()>
+pub fn memcpy_peer_async<T, D, S>(dst: &mut D, src: &S, stream: &crate::stream::Stream) -> Result<()>
 where
     T: Pod,
     D: CopyDestination<T> + DeviceResident + ?Sized,

@@ -3,7 +3,7 @@
 //! their result is visible to any stream. The stream-ordered forms take device memory and [`PinnedBuffer`]s
 //! (which record the copy), as [`memcpy_async`](super::memcpy_async) does.
 //!
-//! [`PinnedBuffer`]: crate::PinnedBuffer
+//! [`PinnedBuffer`]: crate::memory::PinnedBuffer
 
 use super::copy::finished;
 use super::{Array, AsyncDestination, AsyncSource, CopyDestination, CopySource};
@@ -72,7 +72,7 @@ pub fn memcpy_2d<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Siz
 /// A pitch smaller than the row width, or rows that do not fit in either side, is an
 /// [`Error::InvalidArgument`], checked before the copy.
 ///
-/// [`PinnedBuffer`]: crate::PinnedBuffer
+/// [`PinnedBuffer`]: crate::memory::PinnedBuffer
 pub fn memcpy_2d_async<T, D, S>(
     dst: &mut D,
     dpitch: usize,
@@ -80,7 +80,7 @@ pub fn memcpy_2d_async<T, D, S>(
     spitch: usize,
     width_bytes: usize,
     height: usize,
-    stream: &crate::Stream,
+    stream: &crate::stream::Stream,
 ) -> Result<()>
 where
     T: Pod,
@@ -178,7 +178,7 @@ pub fn memcpy_2d_to_array<T: Pod, S: CopySource<T> + ?Sized>(
 /// A window outside the array or not on whole elements, or rows that do not fit in the
 /// linear side, is an [`Error::InvalidArgument`], checked before the copy.
 ///
-/// [`PinnedBuffer`]: crate::PinnedBuffer
+/// [`PinnedBuffer`]: crate::memory::PinnedBuffer
 #[allow(clippy::too_many_arguments)]
 pub fn memcpy_2d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
     dst: &mut Array,
@@ -188,7 +188,7 @@ pub fn memcpy_2d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
     spitch: usize,
     width_bytes: usize,
     height: usize,
-    stream: &crate::Stream,
+    stream: &crate::stream::Stream,
 ) -> Result<()> {
     let op = "runtime::memcpy_2d_to_array_async";
     check_window(op, dst, x, y, width_bytes, height)?;
@@ -263,7 +263,7 @@ pub fn memcpy_2d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(
 /// A window outside the array or not on whole elements, or rows that do not fit in the
 /// linear side, is an [`Error::InvalidArgument`], checked before the copy.
 ///
-/// [`PinnedBuffer`]: crate::PinnedBuffer
+/// [`PinnedBuffer`]: crate::memory::PinnedBuffer
 #[allow(clippy::too_many_arguments)]
 pub fn memcpy_2d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
     dst: &mut D,
@@ -273,7 +273,7 @@ pub fn memcpy_2d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
     y: usize,
     width_bytes: usize,
     height: usize,
-    stream: &crate::Stream,
+    stream: &crate::stream::Stream,
 ) -> Result<()> {
     let op = "runtime::memcpy_2d_from_array_async";
     check_window(op, src, x, y, width_bytes, height)?;
@@ -386,11 +386,11 @@ pub fn memcpy_3d_to_array<T: Pod, S: CopySource<T> + ?Sized>(dst: &mut Array, sr
 /// A linear side whose size is not exactly the array's is an [`Error::InvalidArgument`],
 /// checked before the copy.
 ///
-/// [`PinnedBuffer`]: crate::PinnedBuffer
+/// [`PinnedBuffer`]: crate::memory::PinnedBuffer
 pub fn memcpy_3d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
     dst: &mut Array,
     src: &S,
-    stream: &crate::Stream,
+    stream: &crate::stream::Stream,
 ) -> Result<()> {
     let bytes = src.source_len() * std::mem::size_of::<T>();
     let copy = WholeArray::new("runtime::memcpy_3d_to_array_async", dst, ArraySide::Destination, bytes)?;
@@ -420,11 +420,11 @@ pub fn memcpy_3d_from_array<T: Pod, D: CopyDestination<T> + ?Sized>(dst: &mut D,
 /// [`memcpy_3d_from_array`] queued on `stream`, into device memory or a [`PinnedBuffer`]
 /// ([`cudaMemcpy3DAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
 ///
-/// [`PinnedBuffer`]: crate::PinnedBuffer
+/// [`PinnedBuffer`]: crate::memory::PinnedBuffer
 pub fn memcpy_3d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
     dst: &mut D,
     src: &Array,
-    stream: &crate::Stream,
+    stream: &crate::stream::Stream,
 ) -> Result<()> {
     let bytes = dst.destination_len() * std::mem::size_of::<T>();
     let copy = WholeArray::new("runtime::memcpy_3d_from_array_async", src, ArraySide::Source, bytes)?;

@@ -187,11 +187,11 @@ unsafe impl PinnedAllocator for RuntimeHostAllocator {
 /// The contents are whatever the memory held (any bit pattern is a valid `T`).
 ///
 /// `stream` may be a runtime [`Stream`](super::Stream) (`&stream` dereferences to the driver
-/// stream it is) or any [`crate::Stream`]. A length of 0, or one whose byte size overflows, is
+/// stream it is) or any [`crate::stream::Stream`]. A length of 0, or one whose byte size overflows, is
 /// an [`Error::InvalidArgument`]; the runtime's out-of-memory is
 /// [`Error::Runtime`] with `cudaErrorMemoryAllocation`.
 #[track_caller]
-pub fn malloc<T: Pod>(stream: &crate::Stream, len: usize) -> Result<DeviceBuffer<T>> {
+pub fn malloc<T: Pod>(stream: &crate::stream::Stream, len: usize) -> Result<DeviceBuffer<T>> {
     DeviceBuffer::new_in(stream, len, Arc::new(RuntimeAllocator::new(stream.context())))
 }
 
@@ -204,7 +204,7 @@ pub fn malloc<T: Pod>(stream: &crate::Stream, len: usize) -> Result<DeviceBuffer
 /// A length of 0, or one whose byte size overflows, is an [`Error::InvalidArgument`].
 #[track_caller]
 pub fn malloc_managed<T: Pod>(
-    stream: &crate::Stream,
+    stream: &crate::stream::Stream,
     len: usize,
     attach: ManagedAttach,
 ) -> Result<ManagedBuffer<T>> {
@@ -292,7 +292,7 @@ impl<T: Pod> Drop for HostRegistration<'_, T> {
 }
 
 /// Sets every byte of `dst` (device memory: a [`DeviceBuffer`] of any memory space or a
-/// [`DeviceViewMut`](crate::DeviceViewMut)) to `value`, in its context
+/// [`DeviceViewMut`](crate::memory::DeviceViewMut)) to `value`, in its context
 /// ([`cudaMemset`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
 /// Like `cudaMemset`, it runs on the default stream: work queued on non-blocking streams that
 /// uses `dst` must be waited for first. It then waits for the default stream (the C call may
@@ -311,11 +311,11 @@ pub fn memset<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(dst: &mut
 /// passed the memset, so the memset never writes memory given back.
 ///
 /// A default stream of another thread or context is an
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+/// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
 pub fn memset_async<T: Pod, D: CopyDestination<T> + DeviceResident + ?Sized>(
     dst: &mut D,
     value: u8,
-    stream: &crate::Stream,
+    stream: &crate::stream::Stream,
 ) -> Result<()> {
     let bytes = dst.destination_len() * std::mem::size_of::<T>();
     stream.context().enter()?;
@@ -366,7 +366,7 @@ impl MemLocation {
 pub fn mem_prefetch_async<T: Pod>(
     memory: &ManagedBuffer<T>,
     location: MemLocation,
-    stream: &crate::Stream,
+    stream: &crate::stream::Stream,
 ) -> Result<()> {
     let loc = location.to_raw("runtime::mem_prefetch_async")?;
     stream.context().enter()?;

@@ -4,16 +4,16 @@
 //! Built with the `runtime` feature, which is on by default.
 //!
 //! The runtime works in each device's primary context, the same one
-//! [`Context::primary`](crate::Context::primary) retains: memory, streams and events made here
+//! [`Context::primary`](crate::context::Context::primary) retains: memory, streams and events made here
 //! are usable by driver code in that context and the other way round (through `as_raw`).
 //! Devices are named by ordinal, as the runtime does.
 //!
 //! Memory is the crate's: [`malloc`], [`malloc_managed`] and [`host_alloc`] return a
-//! [`DeviceBuffer`](crate::DeviceBuffer), a [`ManagedBuffer`](crate::ManagedBuffer) and a
-//! [`PinnedBuffer`](crate::PinnedBuffer) whose memory comes from the runtime's allocators
+//! [`DeviceBuffer`](crate::memory::DeviceBuffer), a [`ManagedBuffer`](crate::memory::ManagedBuffer) and a
+//! [`PinnedBuffer`](crate::memory::PinnedBuffer) whose memory comes from the runtime's allocators
 //! ([`RuntimeAllocator`], [`RuntimeManagedAllocator`], [`RuntimeHostAllocator`]), and the
 //! copies, memsets, prefetches and advice take those buffers, their views, registered host
-//! memory and host slices. A runtime [`Stream`] is also a driver [`crate::Stream`], which
+//! memory and host slices. A runtime [`Stream`] is also a driver [`crate::stream::Stream`], which
 //! buffers are allocated on.
 //!
 //! ```no_run
@@ -40,7 +40,7 @@
 //! Freeing an array or destroying an event can fail after a kernel faulted. Those errors, and
 //! panics of stream callbacks, are kept and returned by [`take_deferred_errors`]. Buffers and
 //! streams keep theirs in their context, as everywhere in the crate
-//! ([`Context::take_deferred_errors`](crate::Context::take_deferred_errors)).
+//! ([`Context::take_deferred_errors`](crate::context::Context::take_deferred_errors)).
 
 mod array;
 mod copy;
@@ -85,9 +85,9 @@ pub fn take_deferred_errors() -> Vec<Error> {
 }
 
 /// The primary context of the runtime's current device, where runtime streams are made.
-pub(crate) fn current_context() -> Result<crate::Context> {
-    let device = crate::Device::get(get_device()?)?;
-    crate::Context::primary(&device)
+pub(crate) fn current_context() -> Result<crate::context::Context> {
+    let device = crate::device::Device::get(get_device()?)?;
+    crate::context::Context::primary(&device)
 }
 
 /// A device ordinal as the runtime's `int`, rejecting one that does not fit.

@@ -13,13 +13,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 /// makes; destroyed when dropped (work already queued still runs).
 ///
 /// It is made through the driver (`cuStreamCreate` in the primary context the runtime uses), so
-/// it is also a driver [`crate::Stream`] and dereferences to one: the crate's buffers are
+/// it is also a driver [`crate::stream::Stream`] and dereferences to one: the crate's buffers are
 /// allocated on it ([`malloc`](super::malloc)`(&stream, n)`, `DeviceBuffer::new(&stream, n)`),
 /// and every call that takes a `&cuda_core::Stream` takes `&stream`. Buffers allocated on it
 /// keep it alive. `as_raw` gives the handle both APIs use.
 #[derive(Debug)]
 pub struct Stream {
-    inner: crate::Stream,
+    inner: crate::stream::Stream,
 }
 
 impl Stream {
@@ -40,7 +40,7 @@ impl Stream {
     /// context cannot be retained, or with the driver's status when the stream cannot be made.
     pub fn with_flags(flags: StreamFlags) -> Result<Stream> {
         let ctx = super::current_context()?;
-        Ok(Stream { inner: crate::Stream::new(&ctx, flags)? })
+        Ok(Stream { inner: crate::stream::Stream::new(&ctx, flags)? })
     }
 
     /// The raw `cudaStream_t` (also the driver's `CUstream`).
@@ -48,8 +48,8 @@ impl Stream {
         self.inner.as_raw().cast()
     }
 
-    /// The stream as a driver [`crate::Stream`] (what `Deref` gives too).
-    pub fn as_stream(&self) -> &crate::Stream {
+    /// The stream as a driver [`crate::stream::Stream`] (what `Deref` gives too).
+    pub fn as_stream(&self) -> &crate::stream::Stream {
         &self.inner
     }
 
@@ -98,15 +98,15 @@ impl Stream {
 }
 
 impl std::ops::Deref for Stream {
-    type Target = crate::Stream;
+    type Target = crate::stream::Stream;
 
-    fn deref(&self) -> &crate::Stream {
+    fn deref(&self) -> &crate::stream::Stream {
         &self.inner
     }
 }
 
-impl AsRef<crate::Stream> for Stream {
-    fn as_ref(&self) -> &crate::Stream {
+impl AsRef<crate::stream::Stream> for Stream {
+    fn as_ref(&self) -> &crate::stream::Stream {
         &self.inner
     }
 }

@@ -156,7 +156,7 @@ impl Stream {
     ///
     /// A `hit_ratio` outside `[0, 1]` is an [`Error::InvalidArgument`]; a window larger than
     /// the device allows
-    /// ([`Device::max_access_policy_window_size`](crate::Device::max_access_policy_window_size))
+    /// ([`Device::max_access_policy_window_size`](crate::device::Device::max_access_policy_window_size))
     /// is refused by the driver.
     pub fn set_access_policy_window(&self, window: &AccessPolicyWindow) -> Result<()> {
         if !(0.0..=1.0).contains(&window.hit_ratio) {

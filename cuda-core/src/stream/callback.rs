@@ -40,7 +40,7 @@ impl Stream {
     ///
     /// `f` must not call CUDA: the driver forbids it in host functions, and such a call may
     /// fail or deadlock. That includes this crate's calls that wait for the device, such as
-    /// reading a [`PinnedBuffer`](crate::PinnedBuffer) (`as_slice` waits for its copies, which
+    /// reading a [`PinnedBuffer`](crate::memory::PinnedBuffer) (`as_slice` waits for its copies, which
     /// may be queued after `f`): such a wait never ends. If `f` panics, the panic is caught and reported as
     /// [`Error::CallbackPanicked`] by the next call through this context (for instance
     /// [`Stream::synchronize`]).

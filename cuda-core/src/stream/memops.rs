@@ -176,7 +176,7 @@ impl Stream {
     /// Makes later work on the stream wait until the 32-bit value at `addr` satisfies the
     /// comparison with `value` (by default `*addr >= value`, wrapping)
     /// ([`cuStreamWaitValue32`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEMOP.html)).
-    /// Check [`crate::Device::can_use_stream_mem_ops_v1`] or newer equivalents for support.
+    /// Check [`crate::device::Device::can_use_stream_mem_ops_v1`] or newer equivalents for support.
     ///
     /// # Safety
     ///
@@ -256,7 +256,7 @@ impl Stream {
     /// [`Stream::write_value_32`] (or their 64-bit forms) for its operation.
     pub unsafe fn batch_mem_ops(&self, ops: &[StreamMemOp]) -> Result<()> {
         if ops.is_empty() || ops.len() > MAX_BATCH_MEM_OPS {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 "Stream::batch_mem_ops",
                 format!("{} operations; give between 1 and {MAX_BATCH_MEM_OPS}", ops.len()),
             ));

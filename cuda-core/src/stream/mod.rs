@@ -118,7 +118,7 @@ impl Stream {
     ///
     /// The value names *this* thread's stream: it may be moved to and dropped on another
     /// thread, but work queued through it from another thread is refused with an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) (there the handle would name
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) (there the handle would name
     /// that thread's stream, not this one), and it compares equal only to per-thread streams
     /// of the same context made on the same thread.
     pub fn per_thread(ctx: &Context) -> Stream {
@@ -326,7 +326,7 @@ impl Stream {
 
     /// The device the stream belongs to, as the driver reports it
     /// ([`cuStreamGetDevice`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html),
-    /// CUDA 12.8). On an older driver this is an [`Error::Load`](crate::Error::Load) naming
+    /// CUDA 12.8). On an older driver this is an [`Error::Load`](crate::error::Error::Load) naming
     /// the version needed; [`context`](Self::context)`().device()` is the same device without
     /// a call.
     pub fn device(&self) -> Result<Device> {
@@ -356,8 +356,8 @@ impl Stream {
 /// The refusal of work through a per-thread default stream on a thread other than the one
 /// that made it.
 #[cold]
-pub(crate) fn other_threads_stream() -> crate::Error {
-    crate::Error::invalid(
+pub(crate) fn other_threads_stream() -> crate::error::Error {
+    crate::error::Error::invalid(
         "stream",
         "this per-thread default stream was made on another thread, where its handle names that thread's \
          stream; make one with Stream::per_thread on this thread",

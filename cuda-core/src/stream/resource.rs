@@ -21,7 +21,7 @@ pub struct SmResource {
 impl Stream {
     /// The SMs work queued on this stream may use
     /// ([`cuStreamGetDevResource`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GREEN__CONTEXTS.html),
-    /// CUDA 13.1). On a driver older than 13.1 this is an [`Error::Load`](crate::Error::Load)
+    /// CUDA 13.1). On a driver older than 13.1 this is an [`Error::Load`](crate::error::Error::Load)
     /// naming the version needed and the one installed.
     pub fn sm_resource(&self) -> Result<SmResource> {
         self.bind_if_default()?;

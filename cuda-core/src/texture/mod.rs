@@ -19,7 +19,7 @@
 //!   9.0 and later; it passes to kernels by value.
 //!
 //! Every mistake that can be seen before the call is an
-//! [`Error::InvalidArgument`](crate::Error::InvalidArgument) whose message names the
+//! [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) whose message names the
 //! descriptor field at fault. The deprecated texture and surface references are left to the
 //! raw crate ([`cuda_driver_sys`]).
 //!
@@ -88,12 +88,12 @@ macro_rules! raw_enum {
         }
 
         impl TryFrom<$raw> for $name {
-            type Error = crate::Error;
-            fn try_from(raw: $raw) -> crate::Result<$name> {
+            type Error = crate::error::Error;
+            fn try_from(raw: $raw) -> crate::error::Result<$name> {
                 $(if raw == <$raw>::$value {
                     return Ok($name::$variant);
                 })+
-                Err(crate::Error::invalid(
+                Err(crate::error::Error::invalid(
                     concat!(stringify!($name), "::try_from"),
                     format!("unknown value {}; a newer driver may know it", raw.0),
                 ))

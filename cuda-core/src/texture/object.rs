@@ -197,7 +197,7 @@ unsafe impl KernelArg for &TextureObject<'_> {
     }
 
     #[inline]
-    fn note_launch(&self, stream: &crate::Stream) -> Result<()> {
+    fn note_launch(&self, stream: &crate::stream::Stream) -> Result<()> {
         self.resource.note_launch(stream)
     }
 }
@@ -215,7 +215,7 @@ unsafe impl KernelArg for &SurfaceObject {
     }
 
     #[inline]
-    fn note_launch(&self, stream: &crate::Stream) -> Result<()> {
+    fn note_launch(&self, stream: &crate::stream::Stream) -> Result<()> {
         self.resource.note_launch(stream)
     }
 }

@@ -1,5 +1,5 @@
 //! [`VmmAllocator`]: an [`Allocator`] whose allocations are physical memory mapped into
-//! address ranges of their own, so that any [`DeviceBuffer`](crate::DeviceBuffer) can live
+//! address ranges of their own, so that any [`DeviceBuffer`](crate::memory::DeviceBuffer) can live
 //! in VMM memory.
 
 use super::mapping::{AccessGrant, Mapping};

@@ -35,7 +35,7 @@ use std::marker::PhantomData;
 /// were used on, then unmaps and releases everything; if that wait fails the memory stays
 /// mapped (leaked) rather than unmapped under running work. Errors there are kept in the
 /// context (see
-/// [`Context::take_deferred_errors`](crate::Context::take_deferred_errors)).
+/// [`Context::take_deferred_errors`](crate::context::Context::take_deferred_errors)).
 ///
 /// ```no_run
 /// use cuda_core::vmm::GrowableBuffer;
@@ -254,7 +254,7 @@ impl<T: Pod> GrowableBuffer<T> {
     /// Notes that work touching the buffer is about to be queued on `stream` with `current`
     /// made current; nothing to do on the buffer's own stream.
     #[inline]
-    pub(crate) fn used_on(&self, current: &crate::Context, stream: &Stream) -> Result<()> {
+    pub(crate) fn used_on(&self, current: &crate::context::Context, stream: &Stream) -> Result<()> {
         self.uses.note(current, Some(&self.stream), stream)
     }
 

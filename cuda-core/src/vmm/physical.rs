@@ -147,7 +147,7 @@ impl PhysicalMemory {
     /// ([`AddressRange::map`](super::AddressRange::map)) gives views of the same bytes. So
     /// while the result, a clone of it or a mapping of it is alive, the memory at `address` must
     /// not be reached through anything that expects exclusive access to it (a
-    /// [`DeviceBuffer`](crate::DeviceBuffer) from [`VmmAllocator`](super::VmmAllocator), a
+    /// [`DeviceBuffer`](crate::memory::DeviceBuffer) from [`VmmAllocator`](super::VmmAllocator), a
     /// [`GrowableBuffer`](super::GrowableBuffer), a `view_mut` of another [`Mapping`])
     /// except in an order that makes the accesses not overlap (for instance, only after that
     /// owner is dropped, as the memory then stays alive through the result). Where the
@@ -360,7 +360,7 @@ impl PhysicalMemory {
     /// ([`cuMemGetAllocationPropertiesFromHandle`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)).
     ///
     /// Fails with the driver's status when it refuses the query, and with an
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a location type this crate
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) for a location type this crate
     /// does not know.
     pub fn properties(&self) -> Result<AllocationProperties> {
         self.inner.context.enter()?;

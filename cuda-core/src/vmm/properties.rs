@@ -222,7 +222,7 @@ pub struct VmmSupport {
 impl VmmSupport {
     /// Reads the attributes of `device`. An attribute an older driver does not know counts as
     /// unsupported, not as an error; any other failure of
-    /// [`Device::attribute`](crate::Device::attribute) is returned.
+    /// [`Device::attribute`](crate::device::Device::attribute) is returned.
     pub fn of(device: &Device) -> Result<VmmSupport> {
         use sys::CUdevice_attribute as A;
         let flag = |attribute: A| -> Result<bool> {

@@ -3,7 +3,7 @@
 //! Vulkan (`VK_KHR_external_memory_fd`, `VK_KHR_external_semaphore_fd`), Direct3D 11 and 12,
 //! NvSci and other CUDA processes export memory objects and synchronisation primitives as
 //! operating-system handles. [`ExternalMemory::import`] takes one in and maps ranges of it as
-//! [`DeviceBuffer`](crate::DeviceBuffer)s or whole [`MipmappedArray`](crate::memory::MipmappedArray)s;
+//! [`DeviceBuffer`](crate::memory::DeviceBuffer)s or whole [`MipmappedArray`](crate::memory::MipmappedArray)s;
 //! [`ExternalSemaphore::import`] takes a semaphore in, to be signalled and waited on in a
 //! stream's order, with fence values for timeline semaphores.
 //!

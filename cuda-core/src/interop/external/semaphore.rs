@@ -2,9 +2,9 @@
 //! stream's order.
 
 use super::{Raw, Refused, Win32Handle, fd_raw, settle, unsupported_win32};
-use crate::Stream;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
+use crate::stream::Stream;
 use cuda_driver_sys as sys;
 use std::ffi::c_void;
 use std::os::fd::OwnedFd;

@@ -4,8 +4,9 @@
 use super::{GraphicsResource, MapFlags, ReadOnlyArray};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
+use crate::event::{Event, EventFlags};
 use crate::memory::{Array, ArrayDescriptor, ArrayFlags, BorrowedArray, DeviceView};
-use crate::{Event, EventFlags, Stream};
+use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::ffi::c_void;

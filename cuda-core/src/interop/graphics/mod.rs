@@ -58,13 +58,13 @@ pub use egl::{
 };
 pub use gl::{GlDeviceList, GlImageTarget, gl_devices};
 
-use crate::Stream;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::flags::flags;
 use crate::memory::{
     Array, BorrowedArray, BorrowedMipmappedArray, DeviceView, DeviceViewMut, MipmappedArray,
 };
+use crate::stream::Stream;
 use crate::track::{StreamUses, order_after};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
@@ -283,7 +283,7 @@ pub fn map_all<'a>(
 /// work enqueued on its stream by then
 /// ([`cuGraphicsUnmapResources`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPHICS.html)).
 /// An error while unmapping on drop is kept by the context (see
-/// [`Context::deferred_error`](crate::Context::deferred_error)); [`unmap`](Self::unmap) returns it.
+/// [`Context::deferred_error`](crate::context::Context::deferred_error)); [`unmap`](Self::unmap) returns it.
 #[derive(Debug)]
 pub struct Mapped<'a> {
     raw: Vec<sys::CUgraphicsResource>,
@@ -467,7 +467,7 @@ impl Mapped<'_> {
     /// of being deferred.
     ///
     /// An error kept from elsewhere in the context (see
-    /// [`Context::deferred_error`](crate::Context::deferred_error)) is neither reported nor a
+    /// [`Context::deferred_error`](crate::context::Context::deferred_error)) is neither reported nor a
     /// reason to skip the unmap, and if the context cannot be made current here, the guard
     /// still unmaps as its drop does (that error is kept by the context). Only when the work
     /// queued through the mapping cannot be waited for at all (a failed context) do the

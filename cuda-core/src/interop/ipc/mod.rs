@@ -6,9 +6,9 @@
 //!   a block inside a larger allocation (a buffer of a [`MemoryPool`](crate::pool::MemoryPool)):
 //!   the driver's handle names the whole allocation, and the handle carries the view's offset
 //!   into it and its size. [`IpcMemHandle::open`] in another process gives a
-//!   [`DeviceBuffer`](crate::DeviceBuffer) at the same bytes; dropping it closes the handle.
+//!   [`DeviceBuffer`](crate::memory::DeviceBuffer) at the same bytes; dropping it closes the handle.
 //! * [`IpcEventHandle`] names an event made with
-//!   [`EventFlags::INTERPROCESS`](crate::EventFlags::INTERPROCESS); the other process records
+//!   [`EventFlags::INTERPROCESS`](crate::event::EventFlags::INTERPROCESS); the other process records
 //!   it or waits on it.
 //!
 //! Both turn into bytes and back ([`IpcMemHandle::to_bytes`], [`IpcMemHandle::from_bytes`]),

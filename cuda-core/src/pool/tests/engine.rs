@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::fake::{CountingUpstream, ManualEvents};
-use crate::Error;
 use crate::alloc::DeviceAllocation;
+use crate::error::Error;
 use crate::pool::core::{ALLOCATION_UNIT as UNIT, PoolCore, round_size};
 use cuda_driver_sys as sys;
 use std::sync::Arc;

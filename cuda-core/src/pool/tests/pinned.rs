@@ -6,8 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::fake::{CountingPinned, HeapPinned, ManualEvents, Tape};
-use crate::PinnedBuffer;
 use crate::alloc::*;
+use crate::memory::PinnedBuffer;
 use crate::pool::*;
 use std::rc::Rc;
 use std::sync::Arc;

@@ -9,9 +9,12 @@
 use super::fake::{CountingPinned, ManualEvents};
 use crate::alloc::*;
 use crate::alloc::{DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamRef};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::memory::{DeviceBuffer, PinnedBuffer};
 use crate::pool::core::ALLOCATION_UNIT as UNIT;
 use crate::pool::*;
-use crate::{Context, DeviceBuffer, Error, PinnedBuffer, Result, Stream};
+use crate::stream::Stream;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

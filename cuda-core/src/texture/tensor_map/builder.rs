@@ -261,7 +261,7 @@ impl<'a> TensorMapBuilder<'a> {
     ///
     /// A rank under 3, corners outside the range the rank allows, or counts out of range are
     /// an [`Error::InvalidArgument`] naming the field; a driver before 12.8 is an
-    /// [`Error::Load`](crate::Error::Load), and a device before 10.0 is refused by the driver.
+    /// [`Error::Load`](crate::error::Error::Load), and a device before 10.0 is refused by the driver.
     pub fn im2col_wide(
         &self,
         lower_corner_width: i32,

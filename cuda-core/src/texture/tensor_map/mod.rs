@@ -4,7 +4,7 @@
 //! See [Tensor Map Object Management](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TENSOR__MEMORY.html).
 //! A [`TensorMapBuilder`] describes the tensor (data type, dimensions, strides) and encodes a
 //! [`TensorMap`] in tiled, im2col or wide im2col mode, after checking every requirement the
-//! driver documents, so that a mistake is an [`Error::InvalidArgument`](crate::Error) naming
+//! driver documents, so that a mistake is an [`Error::InvalidArgument`](crate::error::Error) naming
 //! the field rather than a bare `CUDA_ERROR_INVALID_VALUE`.
 
 mod builder;

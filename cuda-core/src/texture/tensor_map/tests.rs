@@ -12,7 +12,7 @@ fn view(ctx: &Context, address: u64, len: usize) -> DeviceView<'_, f32> {
 
 fn refused(r: Result<TensorMap<'_>>) -> String {
     match r {
-        Err(crate::Error::InvalidArgument { message, .. }) => message,
+        Err(crate::error::Error::InvalidArgument { message, .. }) => message,
         other => panic!("expected an InvalidArgument, got {other:?}"),
     }
 }
