@@ -342,7 +342,7 @@ pub unsafe trait PinnedAllocator: Send + Sync {
 /// The driver's events that the pools use are private to the crate: their methods take raw
 /// handles, which safe code could forge or destroy twice.
 ///
-/// ```compile_fail,E0432
+/// ```compile_fail,E0603
 /// use cuda_core::alloc::DriverEvents;
 /// ```
 pub unsafe trait StreamEvents: Send + Sync {
