@@ -67,6 +67,27 @@ pub enum Error {
         /// What is missing, and what to use instead.
         message: String,
     },
+    /// A wait that has a deadline ran past it: a peer that never came, work that never ended.
+    /// What was waited for was given up (an NCCL communicator aborted, say); `message` says what
+    /// was still missing and what to check.
+    Timeout {
+        /// The operation that gave up, e.g. `Communicator::init_rank_within`.
+        operation: &'static str,
+        /// How long it waited.
+        waited: std::time::Duration,
+        /// What did not happen in time, and what to check.
+        message: String,
+    },
+    /// Ranks could not exchange what they need to form an NCCL communicator (the unique id,
+    /// over TCP): a connection failed, or a peer of another job, protocol or rank count
+    /// answered and was refused. `message` names the peer and what to fix.
+    #[cfg(feature = "nccl")]
+    Rendezvous {
+        /// The operation that failed, e.g. `Bootstrap::unique_id`.
+        operation: &'static str,
+        /// What went wrong, with the address and the rank concerned.
+        message: String,
+    },
     /// A memory pool or allocator could not satisfy a request, even after releasing its cache.
     OutOfMemory {
         /// The bytes asked for.
@@ -180,6 +201,11 @@ impl fmt::Display for Error {
             Error::InvalidArgument { operation, message } | Error::Unsupported { operation, message } => {
                 return write!(f, "{operation}: {message}");
             }
+            Error::Timeout { operation, waited, message } => {
+                return write!(f, "{operation} gave up after {:.1} s: {message}", waited.as_secs_f64());
+            }
+            #[cfg(feature = "nccl")]
+            Error::Rendezvous { operation, message } => return write!(f, "{operation}: {message}"),
             Error::OutOfMemory { requested, held, limit } => out_of_memory_text(*requested, *held, *limit),
             Error::CallbackPanicked { message } => return write!(f, "a stream callback panicked: {message}"),
             Error::GraphInstantiate { result, status, node } => {

@@ -30,7 +30,8 @@ pub enum Progress {
 /// used from two at once (`Send`, not `Sync`), as NCCL requires.
 ///
 /// Dropping it destroys it (`ncclCommDestroy`), after the work queued on it; an error there is
-/// kept in its context (see [`Context::take_deferred_errors`]).
+/// kept in its context (see [`Context::take_deferred_errors`]). One whose wait failed or ran out
+/// of time ([`is_faulted`](Self::is_faulted)) is aborted instead, as its work may never end.
 /// [`finalize`](Self::finalize) does the same and returns the error instead, and
 /// [`abort`](Self::abort) stops the communicator without waiting for its work.
 #[derive(Debug)]
@@ -44,6 +45,9 @@ pub struct Communicator {
     rank: Cell<Option<usize>>,
     /// The configuration it was made with, whose names NCCL may keep pointers to.
     config: Arc<Config>,
+    /// Whether a deadline passed or an error showed while waiting on it: it is aborted, not
+    /// destroyed, when dropped (destroying waits for work that may never end).
+    faulted: Cell<bool>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -75,7 +79,7 @@ fn blocking_by_default() -> bool {
 }
 
 impl Communicator {
-    fn wrap(raw: nccl::ncclComm_t, ctx: Context, blocking: bool) -> Communicator {
+    pub(super) fn wrap(raw: nccl::ncclComm_t, ctx: Context, blocking: bool) -> Communicator {
         Communicator {
             raw,
             ctx,
@@ -83,8 +87,27 @@ impl Communicator {
             ranks: Cell::new(0),
             rank: Cell::new(None),
             config: Arc::default(),
+            faulted: Cell::new(false),
             _not_sync: PhantomData,
         }
+    }
+
+    /// Keeps the configuration a communicator was made with (NCCL may keep pointers to its
+    /// names).
+    pub(super) fn keep_config(&mut self, config: Arc<Config>) {
+        self.config = config;
+    }
+
+    /// Notes that a wait on the communicator failed or ran out of time: dropping it then
+    /// aborts it rather than destroying it.
+    pub(super) fn mark_faulted(&self) {
+        self.faulted.set(true);
+    }
+
+    /// Whether a wait on the communicator failed or ran out of time
+    /// ([`synchronize`](Self::synchronize)); such a communicator is aborted when dropped.
+    pub fn is_faulted(&self) -> bool {
+        self.faulted.get()
     }
 
     /// Makes one communicator per device of `devices`, all of one clique, in this process
@@ -386,8 +409,18 @@ impl Communicator {
     /// communicators finalizes them with [`finalize_all`](Self::finalize_all). Inside a
     /// [`Group`](super::Group) (where NCCL would flush only when the group ends) this is an
     /// [`Error::InvalidArgument`], and the communicator is destroyed as by `Drop`.
+    ///
+    /// A [faulted](Self::is_faulted) communicator is aborted instead (its flush could wait
+    /// forever), and this returns an [`Error::InvalidArgument`] saying so.
     pub fn finalize(self) -> Result<()> {
         refuse_in_group("Communicator::finalize")?;
+        if self.faulted.get() {
+            self.abort()?;
+            return Err(Error::invalid(
+                "Communicator::finalize",
+                "a wait on this communicator failed or timed out, so it was aborted rather than finalized; abort faulted communicators",
+            ));
+        }
         let this = std::mem::ManuallyDrop::new(self);
         let flushed = (|| {
             if !at_least(since::CONFIG)? {
@@ -478,10 +511,17 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
-        // SAFETY: a live communicator, destroyed once.
-        let status = unsafe { nccl::ncclCommDestroy(self.raw) };
+        // A faulted communicator's work may wait for a peer that is gone, and destroying it
+        // would wait for that work: abort it instead.
+        let (call, status) = if self.faulted.get() {
+            // SAFETY: a live communicator, freed once.
+            ("ncclCommAbort", unsafe { nccl::ncclCommAbort(self.raw) })
+        } else {
+            // SAFETY: a live communicator, destroyed once.
+            ("ncclCommDestroy", unsafe { nccl::ncclCommDestroy(self.raw) })
+        };
         if status != nccl::ncclResult_t::ncclSuccess && status != nccl::ncclResult_t::ncclInProgress {
-            self.ctx.defer(nccl_error("ncclCommDestroy", status));
+            self.ctx.defer(nccl_error(call, status));
         }
     }
 }

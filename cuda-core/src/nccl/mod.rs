@@ -11,6 +11,10 @@
 //!
 //! * [`UniqueId`]: made by one rank ([`UniqueId::new`]) and handed to the others as 128 bytes
 //!   over any transport (a socket, a file, MPI, a pipe).
+//! * [`Bootstrap`]: a rank's place in a job as cluster launchers describe it (`torchrun`'s
+//!   `RANK`/`WORLD_SIZE`/`LOCAL_RANK`/`MASTER_ADDR`/`MASTER_PORT`, Slurm's `SLURM_PROCID`/
+//!   `SLURM_NTASKS`/`SLURM_LOCALID`, Open MPI's, or explicit numbers and an address), which
+//!   exchanges the unique id over TCP and forms the communicator, every wait with a deadline.
 //! * [`Communicator`]: one rank of a clique on one device. [`Communicator::init_all`] makes a
 //!   clique over several devices of this process; [`Communicator::init_rank`] makes one rank
 //!   (one per process or thread) with a [`Config`] (blocking or not, CTA counts, network,
@@ -44,6 +48,28 @@
 //! still works in the background. [`Communicator::poll`] says whether it is done and
 //! [`Communicator::wait`] waits for it with a timeout, sleeping between queries. Wait before
 //! reading results or issuing the next call on such a communicator.
+//!
+//! # When a rank fails
+//!
+//! A rank that dies or never comes leaves NCCL's work on the others waiting without end. Every
+//! wait of [`Bootstrap`] and [`Communicator::init_rank_within`] has a deadline, and
+//! [`Communicator::synchronize`] waits for a stream while watching the communicator's errors,
+//! up to a deadline; each ends in an [`Error::Timeout`](crate::Error::Timeout) or NCCL's error,
+//! and marks the communicator [faulted](Communicator::is_faulted). Then:
+//!
+//! 1. Learn which ranks are gone (from the launcher, or a side channel of the job's own).
+//! 2. Where NCCL has it (2.27+), [`shrink`](Communicator::shrink) to the others with
+//!    [`ShrinkMode::Abort`]; every remaining rank makes the same call, with a deadline.
+//! 3. [`abort`](Communicator::abort) the failed communicator (dropping a faulted one aborts
+//!    it too). Its kernels end and its streams move on.
+//! 4. Drop the buffers and streams the failed work used: they are given back in stream order
+//!    after that work, as always, so this is safe before or after the abort, but memory whose
+//!    release waits on the host (an [`NcclAllocator`] buffer) waits for the work to end: abort
+//!    first. What the aborted collectives wrote is undefined: redo the step from data that
+//!    was complete before it.
+//! 5. If the shrink failed (NCCL older than 2.27, or it refused a communicator that reported an
+//!    error) or ran out of time, make a new communicator of the remaining ranks: a new
+//!    [`Bootstrap`] with their new numbers ([`rank_after_shrink`]) and a new port.
 //!
 //! # NVLink SHARP
 //!
@@ -81,24 +107,29 @@
 //! ```
 
 mod alloc;
+mod bootstrap;
 mod buffers;
 mod call;
 mod collective;
 mod comm;
 mod config;
 mod datatype;
+mod fault;
 mod group;
 mod id;
 mod op;
 mod p2p;
 mod register;
+mod rendezvous;
 mod version;
 
 pub use alloc::NcclAllocator;
+pub use bootstrap::{Bootstrap, DEFAULT_TIMEOUT, Launcher};
 pub use buffers::{Input, Output};
 pub use comm::{Communicator, Progress};
 pub use config::{Config, CtaPolicy};
 pub use datatype::{DataType, Float8E4M3, Float8E5M2};
+pub use fault::{ShrinkMode, rank_after_shrink};
 pub(crate) use group::current_group;
 pub use group::{Group, group, take_deferred_group_error};
 #[cfg(feature = "half")]

@@ -110,6 +110,8 @@ pub(crate) mod since {
     pub(crate) const FP8: i32 = 22400;
     /// `ncclCommWindowRegister`, `ncclConfig_t::CTAPolicy`.
     pub(crate) const WINDOW: i32 = 22700;
+    /// `ncclCommShrink`.
+    pub(crate) const SHRINK: i32 = 22700;
     /// `ncclAlltoAll`, `ncclGather`, `ncclScatter`.
     pub(crate) const ALL_TO_ALL: i32 = 22800;
 }
