@@ -122,12 +122,10 @@ impl Communicator {
         let deadline = Instant::now() + timeout;
         let mut backoff = Backoff::new();
         loop {
-            let done = stream.query().inspect_err(|_| self.mark_faulted())?;
-            if let Some(e) = self.async_error().inspect_err(|_| self.mark_faulted())? {
-                self.mark_faulted();
-                return Err(e);
-            }
-            if done {
+            // First the communicator: a non-blocking one may still be queueing the work (a
+            // group's calls after its end), and until it has, an idle stream means nothing.
+            let queued = self.poll().inspect_err(|_| self.mark_faulted())? == super::Progress::Done;
+            if queued && stream.query().inspect_err(|_| self.mark_faulted())? {
                 return Ok(());
             }
             if Instant::now() >= deadline {
