@@ -75,6 +75,9 @@ pub mod dlpack;
 pub mod error;
 pub mod event;
 mod flags;
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub mod future;
 pub mod graph;
 #[cfg(feature = "green")]
 #[cfg_attr(docsrs, doc(cfg(feature = "green")))]
