@@ -183,3 +183,53 @@ pub const PTX_DOUBLE_ALL: &str = r#"
     ret;
 }
 "#;
+
+/// `spin_fill(u32* out, u32 n, u32 value, u64 ns)`: waits `ns` nanoseconds of the GPU's
+/// clock (`%globaltimer`), then writes `value` to `out[i]` for `i < n`: a kernel of a known
+/// length, for the futures' tests and the wake-up benchmark. `store_to(u64 addr)`: writes 1
+/// there (to fault).
+pub const SPIN_PTX: &str = r#"
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry spin_fill(.param .u64 out, .param .u32 n, .param .u32 value, .param .u64 ns)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<7>;
+    .reg .b64 %rd<9>;
+
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r1, [n];
+    ld.param.u32 %r2, [value];
+    ld.param.u64 %rd2, [ns];
+    mov.u64 %rd3, %globaltimer;
+SPIN:
+    mov.u64 %rd4, %globaltimer;
+    sub.u64 %rd5, %rd4, %rd3;
+    setp.lt.u64 %p1, %rd5, %rd2;
+    @%p1 bra SPIN;
+    mov.u32 %r3, %ctaid.x;
+    mov.u32 %r4, %ntid.x;
+    mov.u32 %r5, %tid.x;
+    mad.lo.s32 %r6, %r3, %r4, %r5;
+    setp.ge.u32 %p2, %r6, %r1;
+    @%p2 bra DONE;
+    cvta.to.global.u64 %rd6, %rd1;
+    mul.wide.u32 %rd7, %r6, 4;
+    add.s64 %rd8, %rd6, %rd7;
+    st.global.u32 [%rd8], %r2;
+DONE:
+    ret;
+}
+
+.visible .entry store_to(.param .u64 addr)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [addr];
+    mov.u32 %r1, 1;
+    st.global.u32 [%rd1], %r1;
+    ret;
+}
+"#;
