@@ -155,6 +155,8 @@ mod guide {
         Memory = "memory.md";
         Pools = "pools.md";
         Streams = "streams.md";
+        #[cfg(feature = "async")]
+        Async = "async.md";
         #[cfg(feature = "green")]
         Green = "green.md";
         Kernels = "kernels.md";

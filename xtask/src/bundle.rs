@@ -192,16 +192,20 @@ pub fn gpu_bundle(root: &Path) -> Result<(), String> {
     // Its symbols are a fifth of it, and the bundle travels to the GPU host: drop them where
     // `strip` is installed.
     let _ = Command::new("strip").arg(out.join("cargo-nextest")).status();
-    let json = run(Command::new(&cargo).current_dir(root).args([
-        "build",
-        "--profile",
-        "gpu",
-        "--package",
-        "cuda-core",
-        "--examples",
-        "--message-format=json",
-    ]))?;
-    copy_into(&executables(&json, "example"), &out.join("examples"))?;
+    // The crate's examples, and those of the tests crate (the async service, whose executors
+    // are dev-dependencies there only).
+    for package in ["cuda-core", "cuda-tests"] {
+        let json = run(Command::new(&cargo).current_dir(root).args([
+            "build",
+            "--profile",
+            "gpu",
+            "--package",
+            package,
+            "--examples",
+            "--message-format=json",
+        ]))?;
+        copy_into(&executables(&json, "example"), &out.join("examples"))?;
+    }
     // The examples are most of a megabyte each and mostly the same code: packed with xz they
     // take a tenth of the room, which keeps the bundle under what travels to a GPU host.
     run(Command::new("tar")

@@ -164,7 +164,7 @@ impl Stream {
     /// `async`; see [`future`](crate::future) for how it is woken and what a drop does.
     ///
     /// Queues one marker at the stream's tail now (an event, or with
-    /// [`Waking::HostFunc`](crate::future::Waking::HostFunc) a host function and an event); the
+    /// [`Waking::HostFunc`](crate::future::Waking) a host function and an event); the
     /// future resolves with the driver's error when the work before it failed or the context
     /// did, and reports an error kept in the context as `synchronize` does. Work queued on the
     /// stream after this call is not waited for.

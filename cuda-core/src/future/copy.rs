@@ -73,7 +73,7 @@ impl<'a, T: Pod> DeviceView<'a, T> {
     /// after it; the future copies the staging buffer into the `Vec` once the GPU is past the
     /// marker. On a stream other than the view's own, the copy first waits for the work queued
     /// so far on the view's stream, and the view's buffer is given back only after the copy
-    /// (the stream rule, [`track`](crate::track)); work queued afterwards on the view's own
+    /// (the stream rule, see [`DeviceBuffer`]); work queued afterwards on the view's own
     /// stream is not ordered with the copy.
     ///
     /// A default stream of another context or thread, or a stream being captured, is an

@@ -67,13 +67,14 @@
 //! Every future here is *cancel-safe* in the sense that matters on a GPU: dropping one while
 //! it is pending never frees, reuses or hands back memory that queued work still uses. Only
 //! the wait is cancelled, never the work: the queued work runs to the end either way. What
-//! the future held follows the [stream rule](crate::track) as if the future had never existed:
+//! the future held follows the stream rule (see [`DeviceBuffer`]'s *Stream order*) as if the future
+//! had never existed:
 //!
-//! * the pinned staging buffer of [`to_vec_async`](DeviceView::to_vec_async) is a
+//! * the pinned staging buffer of [`to_vec_async`](crate::DeviceView::to_vec_async) is a
 //!   [`PinnedBuffer`]; its copy is recorded on it, and dropping it gives the memory back to
 //!   the pinned pool only after that copy (the pool keeps the block until the copy's event
 //!   has completed);
-//! * the pinned buffer that [`to_pinned_async`](DeviceView::to_pinned_async) fills is
+//! * the pinned buffer that [`to_pinned_async`](crate::DeviceView::to_pinned_async) fills is
 //!   borrowed mutably until the future resolves or is dropped; after a drop the copy is still
 //!   recorded on it, so [`PinnedBuffer::as_slice`] waits for it, and dropping the buffer
 //!   defers its release as above;
@@ -103,6 +104,7 @@
 //! [`DeviceView::to_vec_async`]: crate::DeviceView::to_vec_async
 //! [`DeviceView::to_pinned_async`]: crate::DeviceView::to_pinned_async
 //! [`DeviceView`]: crate::DeviceView
+//! [`DeviceBuffer`]: crate::DeviceBuffer
 //! [`PinnedBuffer`]: crate::PinnedBuffer
 //! [`PinnedBuffer::as_slice`]: crate::PinnedBuffer::as_slice
 //! [`Error`]: crate::Error

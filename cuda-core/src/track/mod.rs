@@ -40,6 +40,13 @@
 //! guard: while the host holds one, a launch of a graph whose captured copies would race with
 //! it is refused ([`launch_tracked`]).
 //!
+//! # Futures
+//!
+//! A future of `crate::future` (feature `async`) that waits for queued work owns or
+//! borrows only values that follow this rule by themselves (a pinned staging buffer records its
+//! copy; a device buffer notes the copy's stream): dropping it while the work runs cancels the
+//! wait, never the rule, so nothing is freed or handed back early.
+//!
 //! # Where it is checked
 //!
 //! The GPU suite's soundness tests (`tests/tests/soundness.rs`) hold each case in the shape a
