@@ -45,7 +45,10 @@
 //!   is made. *Latency:* a few microseconds after the GPU finishes while spinning (one turn:
 //!   the queries of the futures pending, about 0.1–0.5 µs each), up to `max_sleep` after a long
 //!   quiet spell. *CPU:* up to one core while futures are pending and the GPU is busy, none
-//!   when idle. *Stream:* one `cuEventRecord`, nothing that holds the stream back.
+//!   when idle. *Stream:* one `cuEventRecord`, nothing that holds the stream back. Marker
+//!   events of primary contexts are kept for reuse (up to 4,096, for the life of the
+//!   process, which keeps those contexts retained); those of created contexts are destroyed
+//!   once their future is done, so that the context goes when its user drops it.
 //! * [`Waking::HostFunc`]: the marker is a host function (`cuLaunchHostFunc`) that wakes the
 //!   task from the driver's thread, followed by an event that the poller queries once a
 //!   millisecond only to see errors (the driver never calls a host function after its context

@@ -93,8 +93,13 @@ impl Poller {
     }
 
     /// Keeps `event` for reuse. Reusing one still in flight is sound: only the poller queries
-    /// marker events, and a new recording replaces what the query reads.
+    /// marker events, and a new recording replaces what the query reads. Only events of
+    /// primary contexts are kept: a kept event holds its context, and a created context must
+    /// be destroyed when its user drops it.
     pub(crate) fn recycle(&self, event: Event) {
+        if !event.context().is_primary() {
+            return;
+        }
         let mut free = lock(&self.free);
         if free.len() < FREE_EVENTS {
             free.push(event);
@@ -132,11 +137,13 @@ impl Poller {
                 checked == Checked::Pending
             });
             if !finished.is_empty() {
+                // As `recycle`: events of created contexts, and those beyond the free list's
+                // room, are destroyed here, outside its lock.
+                finished.retain(|e| e.context().is_primary());
                 let mut free = lock(&self.free);
                 let keep = FREE_EVENTS.saturating_sub(free.len()).min(finished.len());
                 free.extend(finished.drain(..keep));
                 drop(free);
-                // Those beyond the free list's room are destroyed here, outside its lock.
                 finished.clear();
             }
             if arrived || active.len() < before {
