@@ -151,7 +151,6 @@ fn a_pinned_buffer_filled_by_a_future_reads_the_copy() {
     let b = filled(&streams[0], 256, 7);
     let mut host = PinnedBuffer::<u32>::new(256).unwrap();
     let slice = block_on(b.to_pinned_async(&mut host, &streams[1]).unwrap()).unwrap();
-    (Sim::get().host_access)(slice.as_ptr() as u64, 1024, 0);
     assert!(slice.iter().all(|&x| x == 7));
     drop(slice);
     let e = cuda_core::Event::new(&_ctx, cuda_core::EventFlags::DISABLE_TIMING).unwrap();
@@ -160,8 +159,8 @@ fn a_pinned_buffer_filled_by_a_future_reads_the_copy() {
     assert_no_reports();
 }
 
-/// Tells the simulator of each block a pool hands out (a new owner of those bytes), and
-/// counts the pinned blocks handed out.
+/// Counts the pinned blocks a pool hands out (the pool tells the simulator of each new owner
+/// itself).
 struct NewOwners(Rc<std::cell::Cell<Vec<u64>>>);
 
 impl MemoryHook for NewOwners {
@@ -170,7 +169,6 @@ impl MemoryHook for NewOwners {
     }
 
     fn malloc_postprocess(&self, event: &HookEvent) {
-        (Sim::get().new_owner)(event.mem_ptr, event.mem_size as u64);
         let mut seen = self.0.take();
         seen.push(event.mem_ptr);
         self.0.set(seen);
@@ -193,7 +191,6 @@ fn a_copy_future_dropped_while_pending_keeps_its_staging_memory_until_the_copy()
         // were the staging block and the copy still ran, the checker would see the race.
         let mut next = PinnedBuffer::<u32>::new(256).unwrap();
         let mut slice = next.as_mut_slice().unwrap();
-        (Sim::get().host_access)(slice.as_ptr() as u64, 1024, 1);
         slice.fill(round);
         drop(slice);
         drop(next);
