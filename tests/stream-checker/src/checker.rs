@@ -35,6 +35,11 @@
 //! * [`Category::UserRace`] (d): same owner, two streams: a race in the program itself, which
 //!   the crate does not promise to prevent, counted apart.
 //!
+//! Work issued for memory but queued only later (NCCL queues a group's calls when the group
+//! ends) is checked [as of](Checker::access_as_of) the owners of when it was issued: a range
+//! that has had a new owner in between is an (a) report too, since that work, ordered or not,
+//! comes after the next owner took the memory.
+//!
 //! A release to the driver (`cuMemFreeAsync`, `cuMemFreeHost`) is checked against every access
 //! to the memory: one not ordered before it is [`Category::ReleaseUnderWork`] (b). `cuMemFree`
 //! waits for the device, as the driver's does, so it is ordered after everything.
@@ -206,6 +211,13 @@ impl Owners {
         }
     }
 
+    /// The newest epoch among the owners of the bytes of `range` (0 for bytes nobody took).
+    fn newest_in(&self, range: Range) -> u64 {
+        let first = self.spans.range(..=range.start).next_back().filter(|&(_, &(end, _))| end > range.start);
+        let inside = self.spans.range(range.start..range.end).filter(|&(&s, _)| s > range.start);
+        first.into_iter().chain(inside).map(|(_, &(_, epoch))| epoch).max().unwrap_or(0)
+    }
+
     fn epoch_of(&self, addr: u64) -> u64 {
         match self.spans.range(..=addr).next_back() {
             Some((_, &(end, epoch))) if addr < end => epoch,
@@ -333,6 +345,13 @@ impl Checker {
         self.owners.set(range, self.next_epoch);
     }
 
+    /// The newest owner epoch: the one the last [`new_owner`](Self::new_owner) started. Work
+    /// issued now and queued later (an NCCL group's calls, queued when the group ends) is
+    /// checked against it with [`access_as_of`](Self::access_as_of).
+    pub fn epoch(&self) -> u64 {
+        self.next_epoch
+    }
+
     /// The end of the block of the owner of `addr` (the bytes the same owner took with it).
     pub fn owner_end(&self, addr: u64) -> Option<u64> {
         self.owners.end_of(addr)
@@ -374,6 +393,32 @@ impl Checker {
         if self.collect_every != 0 && self.since_collect >= self.collect_every {
             self.collect();
         }
+    }
+
+    /// [`access`](Self::access) for work issued for the owners of memory when the newest epoch
+    /// was `as_of` ([`epoch`](Self::epoch) then), and queued only now: an NCCL group's calls,
+    /// which NCCL queues when the group ends. The memory must still belong to the owners the
+    /// work was issued for. A byte of `range` that has had a new owner since is a
+    /// [`Category::OwnerOverlap`] report, whatever orders the two: the earlier owner's work is
+    /// not ordered before the next owner's, it comes after it.
+    pub fn access_as_of(&mut self, at: Stamp, range: Range, write: bool, site: Site, as_of: u64) {
+        if range.start == range.end {
+            return;
+        }
+        let newest = self.owners.newest_in(range);
+        if newest > as_of {
+            let text = format!(
+                "  issued for the owner of {:#x}..{:#x} (newest owner then: {as_of}), queued only later: {} by {} at {}\n  \
+                 the memory had a new owner (owner {newest}) in between",
+                range.start,
+                range.end,
+                if write { "write" } else { "read" },
+                self.names[at.agent],
+                self.describe_site(&site),
+            );
+            self.report(Category::OwnerOverlap, text);
+        }
+        self.access(at, range, write, site);
     }
 
     /// Drops the accesses that every live agent has seen: nothing can race with them any more.
@@ -490,9 +535,9 @@ impl Checker {
     }
 }
 
-/// Frames of the checker itself, the drivers, the standard library and the test harness: not
+/// Frames of the checker itself, the drivers (and the simulated NCCL), the standard library and the test harness: not
 /// what a reader wants to see of a site.
-const HIDDEN: [&str; 16] = [
+const HIDDEN: [&str; 17] = [
     "std::",
     "core::",
     "alloc::",
@@ -502,6 +547,7 @@ const HIDDEN: [&str; 16] = [
     "stream_checker::",
     "<stream_checker::",
     "sim_cuda_driver::",
+    "sim_nccl::",
     "checked_cuda_driver::",
     "cuda_driver_sys::",
     "cuda_loader::",
@@ -519,8 +565,9 @@ fn caller_frames(trace: &Backtrace) -> String {
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         let Some((_, function)) = line.trim_start().split_once(": ") else { continue };
-        // Driver entry points (the wrappers and the `-sys` functions) name no path.
-        let entry_point = function.starts_with("cu") && !function.contains("::");
+        // Driver and NCCL entry points (the wrappers and the `-sys` functions) name no path.
+        let entry_point =
+            (function.starts_with("cu") || function.starts_with("nccl")) && !function.contains("::");
         let hidden = HIDDEN.iter().any(|p| function.starts_with(p))
             || function.contains("harness::")
             || entry_point
@@ -637,6 +684,43 @@ mod more_tests {
         );
         o.set(Range::new(0x0800, 0x1000), 3);
         assert_eq!([0x07ff, 0x0800, 0x1400, 0x17ff, 0x1800].map(|a| o.epoch_of(a)), [0, 3, 3, 3, 1]);
+    }
+
+    #[test]
+    fn work_queued_after_its_memory_changed_owner_is_category_a_even_when_ordered() {
+        let mut c = Checker::default();
+        let s1 = c.new_agent("s1".into(), false);
+        let (block, other) = (Range::new(0x1000, 256), Range::new(0x2000, 256));
+        c.new_owner(block);
+        c.new_owner(other);
+        let issued = c.epoch();
+        // Another block changing owner, and the same block still with its owner: no report.
+        c.new_owner(Range::new(0x3000, 64));
+        let a = c.tick(s1);
+        c.access_as_of(a, block, true, site(), issued);
+        assert!(c.reports().is_empty(), "{}", c.reports_text());
+        // The block has a new owner, whose write comes first on the same stream: the late
+        // write of the earlier owner's call is ordered after it, and still a report.
+        c.new_owner(Range::new(0x2080, 64));
+        let b = c.tick(s1);
+        c.access(b, Range::new(0x2080, 64), true, site());
+        let late = c.tick(s1);
+        c.access_as_of(late, other, false, site(), issued);
+        assert_eq!(c.reports().len(), 1, "{}", c.reports_text());
+        assert_eq!(c.reports()[0].category, Category::OwnerOverlap);
+        assert!(c.reports()[0].text.contains("had a new owner"), "{}", c.reports()[0].text);
+    }
+
+    #[test]
+    fn the_newest_owner_of_a_range_looks_at_every_byte() {
+        let mut o = Owners::default();
+        o.set(Range::new(0x1000, 0x100), 4);
+        o.set(Range::new(0x1080, 0x10), 9);
+        assert_eq!(o.newest_in(Range::new(0x1000, 0x80)), 4);
+        assert_eq!(o.newest_in(Range::new(0x1000, 0x81)), 9);
+        assert_eq!(o.newest_in(Range::new(0x1085, 0x100)), 9);
+        assert_eq!(o.newest_in(Range::new(0x1090, 0x10)), 4);
+        assert_eq!(o.newest_in(Range::new(0x5000, 0x10)), 0);
     }
 
     #[test]
