@@ -33,6 +33,22 @@ pub extern "C" fn sim_new_owner(ptr: u64, size: u64) {
     with_sim(|s| s.checker.new_owner(Range::new(ptr, size)));
 }
 
+/// The newest owner epoch: what work issued now and queued later (an NCCL group's calls,
+/// queued when the group ends) passes to [`sim_queue_as_of`] when it is queued.
+#[unsafe(no_mangle)]
+pub extern "C" fn sim_owner_epoch() -> u64 {
+    with_sim(|s| s.checker.epoch())
+}
+
+/// The work the calling thread queues from now on was issued when the newest owner epoch was
+/// `reads` (for the memory it reads) and `writes` (for the memory it writes), as
+/// [`sim_owner_epoch`] said then: memory that has had a new owner since is a report of category
+/// (a). `sim_queue_as_of(0, 0)` goes back to work issued as it is queued.
+#[unsafe(no_mangle)]
+pub extern "C" fn sim_queue_as_of(reads: u64, writes: u64) {
+    crate::engine::queue_as_of(reads, writes);
+}
+
 /// The calling thread reads (or, with `write` non-zero, writes) the `len` bytes of pinned
 /// memory at `ptr` now, through a slice the crate handed out.
 #[unsafe(no_mangle)]

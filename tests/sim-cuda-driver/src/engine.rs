@@ -91,6 +91,17 @@ const PER_THREAD: u64 = 2;
 thread_local! {
     /// This thread's agent, once it made a call.
     static HOST_AGENT: Cell<Option<usize>> = const { Cell::new(None) };
+    /// The owner epochs that the reads and the writes of the work this thread queues are
+    /// checked as of (see [`queue_as_of`]); 0: now.
+    static AS_OF: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// The work the calling thread queues from now on was issued earlier, when the newest owner
+/// epoch was `reads` for the memory it reads and `writes` for the memory it writes (an NCCL
+/// group's calls, queued when the group ends); `(0, 0)` goes back to work issued as it is
+/// queued. See [`Checker::access_as_of`].
+pub fn queue_as_of(reads: u64, writes: u64) {
+    AS_OF.with(|a| a.set((reads, writes)));
 }
 
 /// The whole simulated driver.
@@ -308,8 +319,13 @@ impl Sim {
     }
 
     fn record(&mut self, stamp: Stamp, range: Range, write: bool, site: &Site) {
-        if self.memory.is_tracked(range.start, range.end - range.start) {
-            self.checker.access(stamp, range, write, site.clone());
+        if !self.memory.is_tracked(range.start, range.end - range.start) {
+            return;
+        }
+        let (reads, writes) = AS_OF.with(Cell::get);
+        match if write { writes } else { reads } {
+            0 => self.checker.access(stamp, range, write, site.clone()),
+            as_of => self.checker.access_as_of(stamp, range, write, site.clone(), as_of),
         }
     }
 

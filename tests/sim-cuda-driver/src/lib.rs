@@ -24,12 +24,18 @@
 //! * **Every operation is checked** ([`checker`], the model the checking driver of
 //!   `tests/checked-cuda-driver` shares): vector clocks per stream and host thread, and the
 //!   address ranges each operation reads and writes, give the reports (a)–(d).
+//! * **NCCL** is simulated by `tests/sim-nccl` (`NCCL_LIBRARY_PATH`), which queues its calls
+//!   on this library as `cuMemcpyDtoDAsync` copies, checked like any other. A group's calls
+//!   are queued only when the group ends, so it tells the checker the owner epoch of when each
+//!   call was made ([`sim_owner_epoch`]) and queues the call as of it ([`sim_queue_as_of`]):
+//!   memory that had a new owner in between is reported in (a).
 //! * Functions the generated ABI table lists but the simulator does not implement are handed
 //!   out as a stub that returns `CUDA_ERROR_NOT_SUPPORTED`, so that the crate's error paths
 //!   meet them; [`sim_unsupported`] lists the ones looked up.
 //!
-//! The `sim_*` functions are for the test program: resetting between programs, telling the
-//! step, the owners of pool blocks and host accesses to pinned memory, reading the reports.
+//! The `sim_*` functions are for the test program (and the simulated NCCL): resetting between
+//! programs, telling the step, the owners of pool blocks and host accesses to pinned memory,
+//! queueing work issued earlier, reading the reports.
 //! The library emulates driver version 12.4 (`cuDriverGetVersion` = 12040).
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
