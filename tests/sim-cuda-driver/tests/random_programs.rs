@@ -1,5 +1,6 @@
-//! Random safe programs of `cuda-core` calls against the simulated driver, with the
-//! happens-before checker watching: no program may make a report in categories (a)–(c).
+//! Random safe programs of `cuda-core` calls against the simulated driver (and the simulated
+//! NCCL), with the happens-before checker watching: no program may make a report in
+//! categories (a)–(c).
 //!
 //! `SIM_CASES` (default 10,000) programs are run from seed `SIM_SEED` (default fixed, so a
 //! run replays); a failing program is shrunk, printed as Rust source for a regression test,
@@ -149,4 +150,118 @@ fn f9_a_mapping_is_unmapped_after_the_work_queued_through_its_views() {
     ];
     let out = run_program(PROGRAM);
     assert!(!out.fails(), "{out:?}");
+}
+
+/// F7: a buffer received into inside an NCCL group, dropped and replaced (the pool would hand
+/// out the same block) before the group ends, that is before NCCL queues the receive. The
+/// buffer is given back only once the group has queued its calls; taken out, the late receive
+/// writes the new buffer's block, and the checker, which queues the group's calls as of the
+/// owners of when they were made, reports it in category (a).
+#[test]
+fn f7_a_buffer_dropped_inside_an_nccl_group_goes_back_after_the_group_is_queued() {
+    for (stream, nested, drop) in [(0, false, 1), (1, true, 1), (0, false, 2), (2, true, 2)] {
+        let program = [
+            (0, Step::Alloc { slot: 0, stream: 0, big: false, zeroed: true }),
+            (0, Step::Alloc { slot: 1, stream: 0, big: false, zeroed: true }),
+            (0, Step::NcclGroup { kind: 0, dst: 1, src: 0, stream, nested, drop }),
+            (0, Step::Download { slot: 1 }),
+        ];
+        let out = run_program(&program);
+        assert!(!out.fails(), "stream {stream}, nested {nested}, drop {drop}: {out:?}");
+    }
+}
+
+/// The checker sees what the crate's fix of F7 prevents: raw NCCL calls, which tell no buffer
+/// of the group, receive into a buffer that is then dropped and whose block the pool hands
+/// out again before the group ends. The receive is queued after the new owner took the block:
+/// category (a), although it is ordered after the new owner's memset on the same stream.
+#[test]
+fn raw_nccl_calls_into_a_block_reused_inside_the_group_are_reported() {
+    use cuda_core::nccl_sys as nccl;
+    use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+    let guard = harness();
+    let sim = harness::sim::Sim::get();
+    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap();
+    let comm = cuda_core::nccl::Communicator::init_all(&[Device::get(0).unwrap()]).unwrap().pop().unwrap();
+    for late in [false, true] {
+        (sim.reset)(1);
+        let source = DeviceBuffer::<u32>::from_slice(&stream, &[3; 256]).unwrap();
+        let target = DeviceBuffer::<u32>::zeroed(&stream, 256).unwrap();
+        let (s, r) = (source.as_raw() as usize as *mut std::ffi::c_void, target.as_raw());
+        let raw = |f: unsafe fn() -> nccl::ncclResult_t| {
+            // SAFETY: group calls take no arguments.
+            assert_eq!(unsafe { f() }, nccl::ncclResult_t::ncclSuccess);
+        };
+        raw(nccl::ncclGroupStart);
+        let (u32_type, st) = (nccl::ncclDataType_t::ncclUint32, stream.as_raw().cast());
+        // SAFETY: live device memory of 256 elements each, a live communicator and stream; the
+        // target is dropped before the group ends when `late`: what this test shows the
+        // checker reporting.
+        unsafe {
+            assert_eq!(
+                nccl::ncclSend(s, 256, u32_type, 0, comm.as_raw(), st),
+                nccl::ncclResult_t::ncclSuccess
+            );
+            assert_eq!(
+                nccl::ncclRecv(r as usize as *mut _, 256, u32_type, 0, comm.as_raw(), st),
+                nccl::ncclResult_t::ncclSuccess
+            );
+        }
+        let successor = if late {
+            drop(target);
+            let successor = DeviceBuffer::<u32>::zeroed(&stream, 256).unwrap();
+            assert_eq!(successor.as_raw(), r, "the pool did not hand the block out again");
+            Some(successor)
+        } else {
+            None
+        };
+        raw(nccl::ncclGroupEnd);
+        stream.synchronize().unwrap();
+        let (bugs, _) = sim.counts();
+        assert_eq!(bugs, [u64::from(late), 0, 0], "late {late}: {}", sim.reports());
+        if late {
+            assert!(sim.reports().contains("had a new owner"), "{}", sim.reports());
+            assert_eq!(successor.unwrap().to_vec().unwrap(), vec![3; 256], "the late receive landed");
+        }
+        drop(source);
+    }
+    (sim.reset)(1);
+    drop(guard);
+}
+
+/// The simulated NCCL moves the bytes: a send received by the same rank in a group, and the
+/// collectives of one rank, which copy their send memory.
+#[test]
+fn the_simulated_nccl_delivers_sends_and_collectives() {
+    use cuda_core::nccl::{Communicator, ReduceOp, group};
+    use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+    let guard = harness();
+    let sim = harness::sim::Sim::get();
+    (sim.reset)(1);
+    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
+    let (s0, s1) = (
+        Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap(),
+        Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap(),
+    );
+    let comm = Communicator::init_all(&[Device::get(0).unwrap()]).unwrap().pop().unwrap();
+    assert_eq!((comm.count().unwrap(), comm.rank().unwrap()), (1, 0));
+    assert_eq!(cuda_core::nccl::version().unwrap().to_string(), "2.28.0");
+    let source = DeviceBuffer::<u32>::from_slice(&s0, &[5; 64]).unwrap();
+    let mut received = DeviceBuffer::<u32>::zeroed(&s1, 64).unwrap();
+    group(|| {
+        comm.send(&source, 0, &s0)?;
+        comm.recv(&mut received, 0, &s1)
+    })
+    .unwrap();
+    assert_eq!(received.to_vec().unwrap(), vec![5; 64]);
+    let mut reduced = DeviceBuffer::<u32>::zeroed(&s0, 64).unwrap();
+    comm.all_reduce(&source, &mut reduced, ReduceOp::Sum, &s0).unwrap();
+    let mut gathered = DeviceBuffer::<u32>::zeroed(&s0, 64).unwrap();
+    comm.all_gather(&reduced, &mut gathered, &s0).unwrap();
+    assert_eq!(gathered.to_vec().unwrap(), vec![5; 64]);
+    assert_eq!(sim.counts(), ([0, 0, 0], 0), "{}", sim.reports());
+    drop((source, received, reduced, gathered));
+    (sim.reset)(1);
+    drop(guard);
 }

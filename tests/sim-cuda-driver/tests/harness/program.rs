@@ -1,5 +1,6 @@
 //! Random safe programs: steps over four buffer slots, two pinned slots, three streams, two
-//! events and two host threads, generated from a seed and shrunk by deleting steps.
+//! events, two host threads and an NCCL communicator of one rank, generated from a seed and
+//! shrunk by deleting steps.
 
 use sim_cuda_driver::rng::Rng;
 
@@ -71,6 +72,17 @@ pub enum Step {
     VmmCopy { vmm: u8, slot: u8, stream: u8, to_mapping: bool },
     /// Drops the mapping (it unmaps).
     VmmDrop { vmm: u8 },
+    /// An NCCL collective of one rank, outside any group, on a stream: `kind` 0 all-reduce of
+    /// `src` into `dst`, 1 all-reduce of `dst` in place, 2 broadcast, 3 reduce, 4 all-gather,
+    /// 5 reduce-scatter (over the common prefix of the two buffers).
+    Collective { kind: u8, dst: u8, src: u8, stream: u8 },
+    /// An NCCL group of one rank on a stream (with `nested`, the calls inside an inner group
+    /// too): `kind` 0 sends `src` to this rank and receives it into `dst`, 1 all-reduces `src`
+    /// into `dst`, 2 all-reduces `dst` in place; then, before the group ends (and so before
+    /// NCCL queues the calls), drops the buffer `drop` names (0 none, 1 `dst`, 2 `src`) and
+    /// takes a new zeroed one of its length on its own stream into the slot, which the pool
+    /// may hand out at the same address.
+    NcclGroup { kind: u8, dst: u8, src: u8, stream: u8, nested: bool, drop: u8 },
 }
 
 /// A program: each step with the thread (0 or 1) that runs it when no buffer decides.
@@ -95,7 +107,7 @@ fn random_step(rng: &mut Rng) -> Step {
     let (slot, stream, pinned, event) = (pick(SLOTS), pick(STREAMS), pick(PINNED), pick(EVENTS));
     let (flag, other, value) = (pick(2) == 1, pick(SLOTS), u32::from(pick(250)) + 1);
     let (graph, vmm) = (pick(GRAPHS), pick(VMMS));
-    match pick(133) {
+    match pick(143) {
         0..15 => Step::Alloc { slot, stream, big: flag, zeroed: pick(2) == 1 },
         15..23 => Step::Drop { slot },
         23..26 => Step::Upload { slot, value },
@@ -122,7 +134,9 @@ fn random_step(rng: &mut Rng) -> Step {
         123..126 => Step::VmmMap { vmm },
         126..129 => Step::VmmMemset { vmm, stream, value },
         129..132 => Step::VmmCopy { vmm, slot, stream, to_mapping: flag },
-        _ => Step::VmmDrop { vmm },
+        132 => Step::VmmDrop { vmm },
+        133..138 => Step::Collective { kind: pick(6), dst: slot, src: other, stream },
+        _ => Step::NcclGroup { kind: pick(3), dst: slot, src: other, stream, nested: flag, drop: pick(3) },
     }
 }
 

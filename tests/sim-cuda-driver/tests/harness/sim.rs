@@ -1,18 +1,20 @@
 //! The simulator as the test program sees it: the built library loaded as `libcuda` (through
-//! `CUDA_DRIVER_LIBRARY_PATH`, before the first driver call) and its `sim_*` functions.
+//! `CUDA_DRIVER_LIBRARY_PATH`, before the first driver call) and its `sim_*` functions, and the
+//! simulated NCCL (`tests/sim-nccl`, through `NCCL_LIBRARY_PATH`) whose calls it queues.
 
 use std::ffi::{CStr, c_char, c_int};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The built simulator: `cargo test` builds the library's cdylib into `deps/`, next to the
-/// test binary; one next to the binaries may be left from an earlier `cargo build`.
-fn library_path() -> PathBuf {
+/// A built simulator library (`sim_cuda_driver`, `sim_nccl`): `cargo test` builds the cdylibs
+/// into `deps/`, next to the test binary; one next to the binaries may be left from an
+/// earlier `cargo build`.
+fn library_path(crate_name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap().to_path_buf();
-    let name = if cfg!(windows) { "sim_cuda_driver.dll" } else { "libsim_cuda_driver.so" };
+    let name = format!("{}{crate_name}{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
     let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let (in_deps, above) = (deps.join(name), deps.parent().unwrap().join(name));
+    let (in_deps, above) = (deps.join(&name), deps.parent().unwrap().join(&name));
     if modified(&above) > modified(&in_deps) { above } else { in_deps }
 }
 
@@ -36,11 +38,16 @@ impl Sim {
     }
 
     fn load() -> Sim {
-        let path = library_path();
+        let path = library_path("sim_cuda_driver");
         assert!(path.exists(), "{} missing: build the sim-cuda-driver crate", path.display());
-        // SAFETY: set once, before the first driver call of the process (the loader reads it
-        // then), while no other thread of this program reads the environment.
-        unsafe { std::env::set_var("CUDA_DRIVER_LIBRARY_PATH", &path) };
+        let nccl = library_path("sim_nccl");
+        assert!(nccl.exists(), "{} missing: build the sim-nccl crate", nccl.display());
+        // SAFETY: set once, before the first driver and NCCL call of the process (the loaders
+        // read them then), while no other thread of this program reads the environment.
+        unsafe {
+            std::env::set_var("CUDA_DRIVER_LIBRARY_PATH", &path);
+            std::env::set_var("NCCL_LIBRARY_PATH", &nccl);
+        }
         // SAFETY: the simulator's initialisers only set up Rust statics; the symbols below
         // have these signatures (see its `control` module), and the library stays loaded for
         // the life of the process (the driver loader opens the same file again).

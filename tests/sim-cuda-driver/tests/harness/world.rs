@@ -3,6 +3,7 @@
 use super::program::{EVENTS, GRAPHS, PINNED, SLOTS, STREAMS, Step, VMMS};
 use cuda_core::graph::{CaptureMode, Graph, GraphExec, InstantiateFlags};
 use cuda_core::mempool::Access;
+use cuda_core::nccl::{Communicator, Group, ReduceOp};
 use cuda_core::vmm::{AccessGrant, AddressRange, AllocationProperties, Granularity, Mapping, PhysicalMemory};
 use cuda_core::{
     Context, Device, DeviceBuffer, Event, EventFlags, LaunchConfig, Module, PinnedBuffer, Stream, StreamFlags,
@@ -49,6 +50,8 @@ pub struct World {
     /// A reserved range per mapping slot, and what is mapped at its start.
     ranges: Vec<AddressRange>,
     vmm: [Option<Mapping>; VMMS],
+    /// A communicator of one rank (on the simulated NCCL).
+    comm: Communicator,
     /// Errors the crate returned: none is expected.
     pub errors: Vec<String>,
     /// Graph launches the crate refused while the host held a guard of their pinned buffer.
@@ -73,6 +76,7 @@ impl World {
             props,
             granule,
             module: Module::from_ptx(&ctx, KERNELS).unwrap(),
+            comm: Communicator::init_all(&[Device::get(0).unwrap()]).unwrap().pop().unwrap(),
             streams: (0..STREAMS).map(|_| stream()).collect(),
             events: (0..EVENTS).map(|_| event()).collect(),
             scratch: event(),
@@ -112,7 +116,9 @@ impl World {
             | Step::PinnedUpload { slot, .. }
             | Step::PinnedDownload { slot, .. }
             | Step::Capture { slot, .. }
-            | Step::VmmCopy { slot, .. } => slot,
+            | Step::VmmCopy { slot, .. }
+            | Step::Collective { dst: slot, .. }
+            | Step::NcclGroup { dst: slot, .. } => slot,
             Step::GraphLaunch { graph, .. } | Step::GraphHold { graph, .. } | Step::GraphDrop { graph } => {
                 match &self.graphs[usize::from(graph)] {
                     Some(g) => g.slot as u8,
@@ -241,6 +247,12 @@ impl World {
                 self.fill(ix(dst), ix(stream), part, value)?
             }
             Step::Launch { add: true, dst, src, stream, .. } => self.add(ix(dst), ix(src), ix(stream))?,
+            Step::Collective { kind, dst, src, stream } => {
+                self.collective(kind, ix(dst), ix(src), ix(stream))?
+            }
+            Step::NcclGroup { kind, dst, src, stream, nested, drop } => {
+                self.nccl_group(thread, kind, ix(dst), ix(src), ix(stream), nested, drop)?
+            }
         }
         Ok(())
     }
@@ -316,6 +328,78 @@ impl World {
             // buffers allocated until the kernel has run.
             unsafe { f.launch(&w.streams[stream], &config, (to, from, &count)) }
         })
+    }
+
+    /// An NCCL collective outside any group (see [`Step::Collective`]).
+    fn collective(&mut self, kind: u8, dst: usize, src: usize, stream: usize) -> cuda_core::Result<()> {
+        if kind == 1 {
+            return self.all_reduce_in_place(dst, stream);
+        }
+        self.on_pair(dst, src, stream, |d, s, n, w| {
+            let (mut to, from) = (d.buffer.view_mut(), s.buffer.view());
+            let (to, from, st) = (to.slice_mut(..n)?, from.slice(..n)?, &w.streams[stream]);
+            match kind {
+                0 => w.comm.all_reduce(from, to, ReduceOp::Sum, st),
+                2 => w.comm.broadcast(from, to, 0, st),
+                3 => w.comm.reduce(from, to, ReduceOp::Sum, 0, st),
+                4 => w.comm.all_gather(from, to, st),
+                _ => w.comm.reduce_scatter(from, to, ReduceOp::Sum, st),
+            }
+        })
+    }
+
+    fn all_reduce_in_place(&mut self, slot: usize, stream: usize) -> cuda_core::Result<()> {
+        if self.slots[slot].is_none() {
+            return Ok(());
+        }
+        self.first_use(slot, stream)?;
+        let Some(b) = &mut self.slots[slot] else { return Ok(()) };
+        self.comm.all_reduce_in_place(&mut b.buffer, ReduceOp::Sum, &self.streams[stream])
+    }
+
+    /// An NCCL group whose buffer may be dropped and replaced before it ends (see
+    /// [`Step::NcclGroup`]). Every part runs; the first error is returned.
+    #[allow(clippy::too_many_arguments)]
+    fn nccl_group(
+        &mut self,
+        thread: u8,
+        kind: u8,
+        dst: usize,
+        src: usize,
+        stream: usize,
+        nested: bool,
+        drop: u8,
+    ) -> cuda_core::Result<()> {
+        let group = Group::start()?;
+        let inner = if nested { Some(Group::start()) } else { None };
+        let issued = match kind {
+            0 => self.on_pair(dst, src, stream, |d, s, n, w| {
+                let st = &w.streams[stream];
+                w.comm.send(s.buffer.view().slice(..n)?, 0, st)?;
+                w.comm.recv(d.buffer.view_mut().slice_mut(..n)?, 0, st)
+            }),
+            1 => self.collective(0, dst, src, stream),
+            _ => self.all_reduce_in_place(dst, stream),
+        };
+        let inner = inner.map_or(Ok(()), |g| g.and_then(Group::end));
+        let renewed = match drop {
+            1 => self.renew(thread, dst),
+            2 => self.renew(thread, src),
+            _ => Ok(()),
+        };
+        let ended = group.end();
+        issued.and(inner).and(renewed).and(ended)
+    }
+
+    /// Drops the buffer of `slot` and takes a new zeroed one of its length on its own stream.
+    fn renew(&mut self, thread: u8, slot: usize) -> cuda_core::Result<()> {
+        self.forget_graphs(|g| g.slot == slot);
+        let Some(old) = self.slots[slot].take() else { return Ok(()) };
+        let (own, len) = (old.own, old.buffer.len());
+        drop(old);
+        let buffer = DeviceBuffer::zeroed(&self.streams[own], len)?;
+        self.slots[slot] = Some(Slot { buffer, home: thread, own, used: Vec::new() });
+        Ok(())
     }
 
     fn pinned_copy(
