@@ -118,7 +118,7 @@ fn too_many_threads_per_block_is_refused() -> TestResult {
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
     let empty = module.function("empty")?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let max = empty.max_threads_per_block();
+    let max = empty.max_threads_per_block()?;
     // SAFETY: empty takes no parameters.
     let refused = unsafe { empty.launch(&stream, &LaunchConfig::new(1, (max, 2, 1)), ()) };
     match refused {

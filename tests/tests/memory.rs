@@ -206,6 +206,7 @@ fn main() {
         gpu("checked_3d_copies_between_two_contexts", checked_3d_copies_between_two_contexts),
         gpu("pointer_attributes_and_address_ranges", pointer_attributes_and_address_ranges),
         multi_gpu("peer_copies_between_devices", 2, peer_copies_between_devices),
+        gpu("clone_on_another_stream_copies_what_the_owner_wrote", clone_on_another_stream),
     ]);
 }
 
@@ -1217,4 +1218,30 @@ fn peer_copies_between_devices() -> TestResult {
     s.synchronize()?;
     ensure_eq!(c.to_vec()?, a.to_vec()?);
     Ok(())
+}
+
+/// `DeviceBuffer::clone_on` on a stream other than the source's. First, the copy waits for a
+/// write queued late on the source's stream (it holds fives, not the threes the memory held
+/// before). Then, with the copy's stream held back, the source is dropped at once and a
+/// successor of sevens taken on its stream: the late copy still reads the fives (the release
+/// waited for it), and the successor keeps its sevens.
+fn clone_on_another_stream() -> TestResult {
+    const N: usize = 1 << 22;
+    let (_device, ctx, owner) = cuda_tests::device_zero()?;
+    let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let mut source = DeviceBuffer::<u32>::from_slice(&owner, &vec![3; N])?;
+    cuda_tests::hold(&owner, 300)?;
+    source.view_mut().memset_d32_async(5, &owner)?;
+    let first = source.clone_on(&other)?;
+    ensure!(first.stream() == &other, "the clone belongs to the stream it was made on");
+    other.synchronize()?;
+    ensure_eq!(first.to_vec()?.iter().filter(|&&v| v != 5).count(), 0, "words of the clone not written");
+    cuda_tests::hold(&other, 300)?;
+    let late = source.clone_on(&other)?;
+    drop(source);
+    let successor = DeviceBuffer::<u32>::from_slice(&owner, &vec![7; N])?;
+    other.synchronize()?;
+    ensure_eq!(late.to_vec()?.iter().filter(|&&v| v != 5).count(), 0, "words of the late clone not fives");
+    ensure_eq!(successor.to_vec()?.iter().filter(|&&v| v != 7).count(), 0, "words of the successor changed");
+    cuda_tests::no_deferred(&ctx)
 }

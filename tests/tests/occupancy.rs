@@ -58,7 +58,7 @@ fn block_size_calculator_with_fixed_shared_memory() -> TestResult {
     let saxpy = module.function("saxpy")?;
     let best = saxpy.max_potential_block_size(0, 0, OccupancyFlags::empty())?;
     let sms = ctx.device().attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-    ensure!(best.block_size > 0 && best.block_size <= saxpy.max_threads_per_block(), "{best:?}");
+    ensure!(best.block_size > 0 && best.block_size <= saxpy.max_threads_per_block()?, "{best:?}");
     ensure!(best.min_grid_size >= sms, "{best:?} on {sms} SMs");
     let limited = saxpy.max_potential_block_size(0, 96, OccupancyFlags::empty())?;
     ensure!(limited.block_size <= 96 && limited.block_size > 0, "{limited:?}");

@@ -233,3 +233,50 @@ impl<T: Pod> DeviceView<'_, T> {
         })
     }
 }
+
+impl<T: Pod> DeviceView<'_, T> {
+    /// A new buffer owned by `stream`, holding a copy of this view made on the device in
+    /// `stream`'s order
+    /// ([`cuMemcpyDtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html),
+    /// or a peer copy from another context): it returns without waiting, as
+    /// [`copy_from_device_async`](DeviceViewMut::copy_from_device_async) does.
+    ///
+    /// The copy is ordered as every use on a stream is (see [the stream rule](crate::track)):
+    /// on a stream other than the view's own it first waits for the work queued so far on the
+    /// view's stream, and the memory behind the view is not given back before the copy has
+    /// run. Work queued on the view's own stream *after* this call is not ordered before the
+    /// copy: a write to the source there must wait for `stream` (an event) first. The new
+    /// buffer belongs to `stream`, so work on `stream` sees the copy with no wait at all.
+    ///
+    /// # Errors
+    ///
+    /// An empty view is an [`Error::InvalidArgument`](crate::Error::InvalidArgument) (no
+    /// buffer has zero elements), and so is a default stream of another context or thread;
+    /// otherwise it fails as [`DeviceBuffer::new`](crate::DeviceBuffer::new) does or with the
+    /// copy's status.
+    pub fn clone_on(&self, stream: &Stream) -> Result<crate::DeviceBuffer<T>> {
+        let mut copy = crate::DeviceBuffer::new(stream, self.len)?;
+        copy.view_mut().copy_from_device_async(self, stream)?;
+        Ok(copy)
+    }
+}
+
+impl<T: Pod, S: crate::memory::MemorySpace> crate::DeviceBuffer<T, S> {
+    /// A new buffer owned by `stream` with a copy of this one, made on the device in `stream`'s
+    /// order and returned without waiting: cudarc's `CudaSlice::clone`, with the stream named.
+    /// See [`DeviceView::clone_on`] for how the copy is ordered; it fails as that does.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+    /// let ctx = Context::primary(&Device::get(0)?)?;
+    /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    /// let a = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0, 3.0])?;
+    /// let b = a.clone_on(&stream)?; // queued after everything on `stream` so far
+    /// assert_eq!(b.to_vec()?, [1.0, 2.0, 3.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn clone_on(&self, stream: &Stream) -> Result<crate::DeviceBuffer<T>> {
+        self.view().clone_on(stream)
+    }
+}

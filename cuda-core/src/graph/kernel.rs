@@ -44,7 +44,7 @@ mod sealed {
                 func: self.as_raw(),
                 kern: std::ptr::null_mut(),
                 ctx: std::ptr::null_mut(),
-                max_threads: self.max_threads_per_block(),
+                max_threads: self.launch_limit(),
                 params: *self.param_layout(),
             })
         }

@@ -602,7 +602,7 @@ impl Function<'_> {
             launch_raw(
                 "Function::launch",
                 self.as_raw(),
-                self.max_threads_per_block(),
+                self.launch_limit(),
                 self.param_layout(),
                 stream,
                 config,

@@ -42,9 +42,11 @@ pub enum FunctionAttribute {
     LocalSizeBytes,
     /// `CU_FUNC_ATTRIBUTE_NUM_REGS`: registers per thread.
     NumRegs,
-    /// `CU_FUNC_ATTRIBUTE_PTX_VERSION`: PTX virtual architecture, major*10+minor.
+    /// `CU_FUNC_ATTRIBUTE_PTX_VERSION`: the virtual architecture the function's PTX was
+    /// compiled for, major*10+minor (90 for `compute_90`); not the PTX ISA version.
     PtxVersion,
-    /// `CU_FUNC_ATTRIBUTE_BINARY_VERSION`: binary architecture, major*10+minor.
+    /// `CU_FUNC_ATTRIBUTE_BINARY_VERSION`: the real architecture of the binary that runs,
+    /// major*10+minor (90 for `sm_90`).
     BinaryVersion,
     /// `CU_FUNC_ATTRIBUTE_CACHE_MODE_CA`: compiled with `-Xptxas --dlcm=ca`.
     CacheModeCa,
@@ -219,10 +221,36 @@ impl<'m> Function<'m> {
         self.raw
     }
 
-    /// The largest block this function launches with, read when it was looked up; 0 when it
-    /// was not loaded then (lazy loading), in which case the driver checks launches.
+    /// The largest block this function launches with
+    /// ([`cuFuncGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)
+    /// with `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`): the value read when the function was
+    /// looked up, without a call; for a function that lazy loading had not loaded then (one
+    /// enumerated from a module), the function is loaded now and the driver asked.
+    ///
+    /// # Errors
+    ///
+    /// As [`Function::attribute`]: the driver's status when the function cannot be loaded or
+    /// the query is refused.
     #[inline]
-    pub fn max_threads_per_block(&self) -> u32 {
+    pub fn max_threads_per_block(&self) -> Result<u32> {
+        match self.max_threads_per_block {
+            0 => self.max_threads_per_block_loaded(),
+            known => Ok(known),
+        }
+    }
+
+    #[cold]
+    fn max_threads_per_block_loaded(&self) -> Result<u32> {
+        let value = self.attribute(FunctionAttribute::MaxThreadsPerBlock)?;
+        u32::try_from(value).map_err(|_| {
+            Error::invalid("Function::max_threads_per_block", format!("the driver reports {value} threads"))
+        })
+    }
+
+    /// The block-size limit read when the function was looked up (0: not loaded then, the
+    /// driver checks the launch), for the launch check, which makes no driver call.
+    #[inline]
+    pub(crate) fn launch_limit(&self) -> u32 {
         self.max_threads_per_block
     }
 
@@ -280,14 +308,17 @@ impl<'m> Function<'m> {
         self.attribute(FunctionAttribute::ConstSizeBytes)
     }
 
-    /// PTX version (major*10+minor) the function was compiled from; fails as
+    /// The virtual architecture the function's PTX was compiled for, as major*10+minor: 90
+    /// for code compiled for `compute_90` (NVRTC's `--gpu-architecture`, nvcc's `-arch`). This
+    /// is what the driver returns for `CU_FUNC_ATTRIBUTE_PTX_VERSION`: a target architecture,
+    /// not the PTX ISA version (the `.version 8.x` line of the PTX). Fails as
     /// [`Function::attribute`] does.
     pub fn ptx_version(&self) -> Result<i32> {
         self.attribute(FunctionAttribute::PtxVersion)
     }
 
-    /// Binary architecture version (major*10+minor) it runs as; fails as
-    /// [`Function::attribute`] does.
+    /// The real architecture of the binary the driver runs (loaded from a CUBIN or compiled from
+    /// PTX), as major*10+minor: 90 for `sm_90`. Fails as [`Function::attribute`] does.
     pub fn binary_version(&self) -> Result<i32> {
         self.attribute(FunctionAttribute::BinaryVersion)
     }
