@@ -25,17 +25,15 @@ const CANDIDATES: &[&str] = &[
 #[cfg(windows)]
 const CANDIDATES: &[&str] = &["nvJitLink_130_0.dll", "nvJitLink_120_0.dll"];
 
-static NVJITLINK: Library<NvJitLink> = Library::new(
-    LIBRARY_NAME,
-    "NVJITLINK_LIBRARY_PATH",
-    CANDIDATES,
-    "install nvJitLink: the CUDA toolkit (the libnvjitlink-13-0 package puts libnvJitLink.so.13 \
+/// What to install; the loader's message adds that the variable may name the file (a wheel's
+/// library is not on the loader's path), so this does not say it again.
+const INSTALL_HINT: &str = "install nvJitLink: the CUDA toolkit (the libnvjitlink-13-0 package puts libnvJitLink.so.13 \
      in /usr/local/cuda/lib64), or `pip install nvidia-nvjitlink` (CUDA 13: \
      site-packages/nvidia/cu13/lib/libnvJitLink.so.13) or `pip install nvidia-nvjitlink-cu12` \
-     (site-packages/nvidia/nvjitlink/lib/libnvJitLink.so.12), then set NVJITLINK_LIBRARY_PATH \
-     to the file where it is not on the loader's path",
-    open_nvjitlink,
-);
+     (site-packages/nvidia/nvjitlink/lib/libnvJitLink.so.12), whose files are not on the loader's path";
+
+static NVJITLINK: Library<NvJitLink> =
+    Library::new(LIBRARY_NAME, "NVJITLINK_LIBRARY_PATH", CANDIDATES, INSTALL_HINT, open_nvjitlink);
 
 fn open_nvjitlink(lib: &'static libloading::Library, file: &str) -> Result<NvJitLink, LoadError> {
     let unusable = |reason: &str| LoadError {
@@ -85,5 +83,23 @@ pub(crate) trait OnLoadFailure {
 impl OnLoadFailure for nvJitLinkResult {
     fn on_load_failure(_: Failure) -> Self {
         nvJitLinkResult::NVJITLINK_ERROR_INTERNAL
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message of a library not found names the variable once, where the loader adds it.
+    #[test]
+    fn the_variable_is_named_once() {
+        let kind = LoadErrorKind::LibraryNotFound {
+            tried: std::vec::Vec::new(),
+            env_var: "NVJITLINK_LIBRARY_PATH",
+            install_hint: INSTALL_HINT,
+        };
+        let text = LoadError { library: LIBRARY_NAME, kind }.to_string();
+        assert_eq!(text.matches("NVJITLINK_LIBRARY_PATH").count(), 1, "{text}");
+        assert!(text.contains("pip install") && text.contains("libnvJitLink.so.13"), "{text}");
     }
 }

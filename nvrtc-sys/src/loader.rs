@@ -25,17 +25,17 @@ const CANDIDATES: &[&str] = &[
 #[cfg(windows)]
 const CANDIDATES: &[&str] = &["nvrtc64_130_0.dll", "nvrtc64_120_0.dll"];
 
-static NVRTC: Library<Nvrtc> = Library::new(
-    LIBRARY_NAME,
-    "NVRTC_LIBRARY_PATH",
-    CANDIDATES,
-    "install NVRTC: the CUDA toolkit (the cuda-nvrtc-13-0 package puts libnvrtc.so.13 in \
+/// What to install; the loader's message adds that the variable may name the file (a wheel's
+/// library is not on the loader's path), so this does not say it again. NVRTC finds
+/// `libnvrtc-builtins` beside the file it is loaded from, where both the toolkit and the wheels
+/// put it.
+const INSTALL_HINT: &str = "install NVRTC: the CUDA toolkit (the cuda-nvrtc-13-0 package puts libnvrtc.so.13 in \
      /usr/local/cuda/lib64), or `pip install nvidia-cuda-nvrtc` (CUDA 13: \
      site-packages/nvidia/cu13/lib/libnvrtc.so.13) or `pip install nvidia-cuda-nvrtc-cu12` \
-     (site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12), then set NVRTC_LIBRARY_PATH to the \
-     file where it is not on the loader's path",
-    open_nvrtc,
-);
+     (site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12), whose files are not on the loader's path";
+
+static NVRTC: Library<Nvrtc> =
+    Library::new(LIBRARY_NAME, "NVRTC_LIBRARY_PATH", CANDIDATES, INSTALL_HINT, open_nvrtc);
 
 fn open_nvrtc(lib: &'static libloading::Library, file: &str) -> Result<Nvrtc, LoadError> {
     let unusable = |reason: &str| LoadError {
@@ -91,5 +91,23 @@ impl OnLoadFailure for nvrtcResult {
 impl OnLoadFailure for *const c_char {
     fn on_load_failure(_: Failure) -> Self {
         c"NVRTC could not be loaded; see nvrtc_sys::load_error".as_ptr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message of a library not found names the variable once, where the loader adds it.
+    #[test]
+    fn the_variable_is_named_once() {
+        let kind = LoadErrorKind::LibraryNotFound {
+            tried: std::vec::Vec::new(),
+            env_var: "NVRTC_LIBRARY_PATH",
+            install_hint: INSTALL_HINT,
+        };
+        let text = LoadError { library: LIBRARY_NAME, kind }.to_string();
+        assert_eq!(text.matches("NVRTC_LIBRARY_PATH").count(), 1, "{text}");
+        assert!(text.contains("pip install") && text.contains("libnvrtc.so.13"), "{text}");
     }
 }

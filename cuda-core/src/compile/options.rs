@@ -119,6 +119,11 @@ pub struct CompileOptions {
     line_info: bool,
     fast_math: bool,
     debug: bool,
+    ftz: Option<bool>,
+    prec_div: Option<bool>,
+    prec_sqrt: Option<bool>,
+    fmad: Option<bool>,
+    max_registers: Option<u32>,
     raw: Vec<String>,
 }
 
@@ -188,7 +193,44 @@ impl CompileOptions {
         self
     }
 
-    /// Any other NVRTC option, passed as written (`"-maxrregcount=32"`).
+    /// `--ftz=true|false`: flush single-precision denormals to zero (`true`) or keep them
+    /// (`false`, NVRTC's default). Unset, NVRTC's default applies (and
+    /// [`fast_math`](Self::fast_math) turns it on).
+    pub fn ftz(mut self, on: bool) -> CompileOptions {
+        self.ftz = Some(on);
+        self
+    }
+
+    /// `--prec-div=true|false`: IEEE round-to-nearest single-precision division (`true`,
+    /// NVRTC's default) or a faster approximation (`false`).
+    pub fn prec_div(mut self, on: bool) -> CompileOptions {
+        self.prec_div = Some(on);
+        self
+    }
+
+    /// `--prec-sqrt=true|false`: IEEE round-to-nearest single-precision square root (`true`,
+    /// NVRTC's default) or a faster approximation (`false`).
+    pub fn prec_sqrt(mut self, on: bool) -> CompileOptions {
+        self.prec_sqrt = Some(on);
+        self
+    }
+
+    /// `--fmad=true|false`: contract multiplies and adds into fused multiply-adds (`true`,
+    /// NVRTC's default) or not (`false`, for results that match a CPU's rounding step by step).
+    pub fn fmad(mut self, on: bool) -> CompileOptions {
+        self.fmad = Some(on);
+        self
+    }
+
+    /// `--maxrregcount=N`: at most `registers` registers per thread (cudarc's `maxrregcount`);
+    /// the rest spills to local memory. The driver's JIT has the same limit for PTX it
+    /// compiles: [`JitOptions::max_registers`](crate::module::JitOptions::max_registers).
+    pub fn max_registers(mut self, registers: u32) -> CompileOptions {
+        self.max_registers = Some(registers);
+        self
+    }
+
+    /// Any other NVRTC option, passed as written (`"--extra-device-vectorization"`).
     ///
     /// An option that names a file or directory NVRTC reads (`-I`, `--include-path`,
     /// `-include`, `--pre-include`, and the precompiled-header options `-pch`, `--create-pch`,
@@ -260,6 +302,15 @@ impl CompileOptions {
         if self.debug {
             args.push("-G".into());
         }
+        let switches = [("--ftz", self.ftz), ("--prec-div", self.prec_div), ("--prec-sqrt", self.prec_sqrt)];
+        for (name, value) in switches.into_iter().chain([("--fmad", self.fmad)]) {
+            if let Some(on) = value {
+                args.push(format!("{name}={on}"));
+            }
+        }
+        if let Some(registers) = self.max_registers {
+            args.push(format!("--maxrregcount={registers}"));
+        }
         args.extend(self.raw.iter().cloned());
         args
     }
@@ -321,6 +372,58 @@ mod tests {
         ];
         for option in naming {
             assert!(CompileOptions::new().raw(option).reads_files(), "{option}");
+        }
+    }
+
+    #[test]
+    fn floating_point_switches_and_the_register_limit_render_after_the_others() {
+        let o = CompileOptions::new()
+            .fast_math(true)
+            .ftz(false)
+            .prec_div(false)
+            .prec_sqrt(true)
+            .fmad(false)
+            .max_registers(32)
+            .raw("--extra-device-vectorization");
+        assert_eq!(
+            o.to_args(Arch::new(8, 0)),
+            [
+                "--gpu-architecture=sm_80",
+                "--use_fast_math",
+                "--ftz=false",
+                "--prec-div=false",
+                "--prec-sqrt=true",
+                "--fmad=false",
+                "--maxrregcount=32",
+                "--extra-device-vectorization"
+            ]
+        );
+        // Unset switches pass nothing: NVRTC's defaults apply.
+        assert_eq!(
+            CompileOptions::new().fmad(true).to_args(Arch::new(8, 0)),
+            ["--gpu-architecture=sm_80", "--fmad=true"]
+        );
+    }
+
+    /// Each typed option changes the options' value, and so the command line a cache key is
+    /// made of: no two of these compile to the same key.
+    #[test]
+    fn typed_options_are_part_of_what_a_key_covers() {
+        let all = [
+            CompileOptions::new(),
+            CompileOptions::new().ftz(true),
+            CompileOptions::new().ftz(false),
+            CompileOptions::new().prec_div(false),
+            CompileOptions::new().prec_sqrt(false),
+            CompileOptions::new().fmad(false),
+            CompileOptions::new().max_registers(32),
+            CompileOptions::new().max_registers(64),
+        ];
+        let lines: Vec<Vec<String>> = all.iter().map(|o| o.to_args(Arch::new(9, 0))).collect();
+        for (i, a) in lines.iter().enumerate() {
+            for b in &lines[i + 1..] {
+                assert_ne!(a, b);
+            }
         }
     }
 

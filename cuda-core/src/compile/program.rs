@@ -465,7 +465,27 @@ fn nvrtc_error(call: &'static str, status: nvrtc::nvrtcResult, log: String) -> E
     if let Some(source) = nvrtc::load_error(call).or_else(nvrtc::library_error) {
         return Error::Load { call, source };
     }
+    let log = with_builtins_hint(status, log, nvrtc::library_path());
     Error::Nvrtc { call, status, log }
+}
+
+/// `log`, followed where NVRTC could not open its builtins library by where that library must
+/// be: NVRTC opens `libnvrtc-builtins` by its file name, which the loader finds beside the
+/// `libnvrtc` loaded (the toolkit's and NVIDIA's wheels' `libnvrtc` have the run path
+/// `$ORIGIN`), or on the loader's path. A `libnvrtc` copied away from it fails here.
+fn with_builtins_hint(status: nvrtc::nvrtcResult, mut log: String, loaded: Option<String>) -> String {
+    if status != nvrtc::nvrtcResult::NVRTC_ERROR_BUILTIN_OPERATION_FAILURE {
+        return log;
+    }
+    let from = loaded.map_or_else(String::new, |file| format!(" (NVRTC was loaded from {file})"));
+    if !log.is_empty() && !log.ends_with('\n') {
+        log.push('\n');
+    }
+    log.push_str(&format!(
+        "libnvrtc-builtins must be in the directory of the libnvrtc that was loaded{from}, as the CUDA \
+         toolkit and NVIDIA's wheels install it, or on the loader's path (LD_LIBRARY_PATH)"
+    ));
+    log
 }
 
 #[cfg(test)]
@@ -505,6 +525,30 @@ mod tests {
         assert_ne!(base, p.clone().name_expression("k").cache_key(&args, Output::Cubin, 13000));
         assert_ne!(base, p.clone().named("other.cu").cache_key(&args, Output::Cubin, 13000));
         assert_ne!(base, Program::new("__global__ void k(){}").cache_key(&args, Output::Cubin, 13000));
+        let typed = |o: CompileOptions| p.cache_key(&o.to_args(Arch::new(9, 0)), Output::Cubin, 13000);
+        assert_eq!(base, typed(CompileOptions::new()));
+        assert_ne!(typed(CompileOptions::new().ftz(true)), typed(CompileOptions::new().ftz(false)));
+        assert_ne!(base, typed(CompileOptions::new().prec_div(false)));
+        assert_ne!(base, typed(CompileOptions::new().prec_sqrt(false)));
+        assert_ne!(base, typed(CompileOptions::new().fmad(false)));
+        assert_ne!(
+            typed(CompileOptions::new().max_registers(32)),
+            typed(CompileOptions::new().max_registers(40))
+        );
+    }
+
+    #[test]
+    fn a_missing_builtins_library_is_explained() {
+        let status = nvrtc::nvrtcResult::NVRTC_ERROR_BUILTIN_OPERATION_FAILURE;
+        let log = with_builtins_hint(
+            status,
+            "nvrtc: error: failed to open".into(),
+            Some("/x/libnvrtc.so.13".into()),
+        );
+        assert!(log.starts_with("nvrtc: error: failed to open\n"), "{log}");
+        assert!(log.contains("libnvrtc-builtins") && log.contains("/x/libnvrtc.so.13"), "{log}");
+        let other = with_builtins_hint(nvrtc::nvrtcResult::NVRTC_ERROR_COMPILATION, "e".into(), None);
+        assert_eq!(other, "e");
     }
 
     /// H6: a header named `--` does not pass for a name expression, nor an expression for an
