@@ -125,6 +125,10 @@ pub use memory::{DeviceBuffer, DeviceView, DeviceViewMut, ManagedBuffer, PinnedB
 pub use module::{Function, Kernel, Library, Module};
 pub use stream::{Stream, StreamFlags, SyncPolicy};
 
+/// The plain-data traits element types and kernel arguments use ([`bytemuck::Pod`]), for
+/// `#[derive(bytemuck::Pod, bytemuck::Zeroable)]` (with bytemuck's `derive` feature) without a
+/// version to keep in step.
+pub use bytemuck;
 pub use cuda_driver_sys as driver_sys;
 #[cfg(feature = "runtime")]
 #[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]

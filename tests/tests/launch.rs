@@ -75,6 +75,7 @@ fn main() {
             "bad_attribute_values_are_refused_before_the_launch",
             bad_attribute_values_are_refused_before_the_launch,
         ),
+        gpu("a_padded_struct_passes_by_value", a_padded_struct_passes_by_value),
     ]);
 }
 
@@ -882,5 +883,83 @@ fn bad_attribute_values_are_refused_before_the_launch() -> TestResult {
     ensure!(matches!(node, Err(Error::InvalidArgument { .. })), "an event in a graph node: {node:?}");
     stream.synchronize()?;
     s.check(a, 0)?;
+    Ok(())
+}
+
+cuda_core::kernel_arg_struct! {
+    /// The kernel's `struct Affine { float a; unsigned long long b; unsigned char c; }`: 4 bytes
+    /// of padding after `a` and 7 after `c`, 24 bytes; not `Pod`.
+    struct Affine {
+        a: f32,
+        b: u64,
+        c: u8,
+    }
+}
+
+/// `affine(Affine p, float *out, unsigned n)`: `out[i] = p.a * i + p.b + p.c`, with the struct
+/// a 24-byte, 8-aligned parameter read at offsets 0, 8 and 16.
+const AFFINE_PTX: &str = r#"
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry affine(
+    .param .align 8 .b8 affine_param_0[24],
+    .param .u64 affine_param_1,
+    .param .u32 affine_param_2
+)
+{
+    .reg .pred %p<2>;
+    .reg .b16 %rs<2>;
+    .reg .b32 %r<6>;
+    .reg .f32 %f<8>;
+    .reg .b64 %rd<6>;
+
+    ld.param.f32 %f1, [affine_param_0];
+    ld.param.u64 %rd1, [affine_param_0+8];
+    ld.param.u8 %rs1, [affine_param_0+16];
+    ld.param.u64 %rd2, [affine_param_1];
+    ld.param.u32 %r1, [affine_param_2];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mad.lo.s32 %r5, %r2, %r3, %r4;
+    setp.ge.u32 %p1, %r5, %r1;
+    @%p1 bra DONE;
+    cvt.rn.f32.u32 %f2, %r5;
+    cvt.rn.f32.u64 %f3, %rd1;
+    cvt.rn.f32.u16 %f4, %rs1;
+    mul.rn.f32 %f5, %f1, %f2;
+    add.rn.f32 %f6, %f5, %f3;
+    add.rn.f32 %f7, %f6, %f4;
+    cvta.to.global.u64 %rd3, %rd2;
+    mul.wide.u32 %rd4, %r5, 4;
+    add.s64 %rd5, %rd3, %rd4;
+    st.global.f32 [%rd5], %f7;
+DONE:
+    ret;
+}
+"#;
+
+/// A `#[repr(C)]` struct with padding, declared with `kernel_arg_struct!` (no `unsafe` but the
+/// launch's), passes by value: the kernel reads each field at its C offset. Where the driver
+/// reports the layout, the struct's 24 bytes also match the parameter's size (without
+/// `#[repr(C)]` Rust would reorder the fields into 16 bytes, and the launch would be refused).
+fn a_padded_struct_passes_by_value() -> TestResult {
+    let ctx = context()?;
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
+    let module = Module::from_ptx(&ctx, AFFINE_PTX)?;
+    let affine = module.function("affine")?;
+    if layout_is_reported(affine.param_info(0))? {
+        ensure_eq!(affine.param_info(0)?, Some((0, std::mem::size_of::<Affine>())));
+    }
+    let n = 4096u32;
+    let mut out = DeviceBuffer::<f32>::zeroed(&stream, n as usize)?;
+    let params = Affine { a: 0.5, b: 1000, c: 7 };
+    // SAFETY: affine(Affine, float*, unsigned) writes n floats of `out`.
+    unsafe { affine.launch(&stream, &LaunchConfig::for_elements(n, 256), (&params, &mut out, &n))? };
+    let seen = out.to_vec()?;
+    let wrong = (0..n as usize).filter(|&i| seen[i] != 0.5 * i as f32 + 1007.0).count();
+    ensure_eq!(wrong, 0, "elements not a * i + b + c (first: {:?})", &seen[..4]);
     Ok(())
 }

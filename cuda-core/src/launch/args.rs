@@ -1,6 +1,7 @@
 //! Typed kernel arguments without heap allocation: scalars and plain-data structs by
 //! reference, device buffers and views by their device address.
 
+use super::DeviceRepr;
 use crate::error::Result;
 use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace};
 use crate::stream::Stream;
@@ -13,8 +14,10 @@ use std::mem::size_of;
 ///
 /// Implemented for:
 ///
-/// * `&T` where `T` is [`Pod`]: a scalar (`u32`, `f32`, a `u64` device address...) or a
-///   plain-data struct, passed by value as its `size_of::<T>()` bytes;
+/// * `&T` where `T` is [`DeviceRepr`]: a scalar (`u32`, `f32`, a `u64` device address...), a
+///   plain-data ([`Pod`]) struct, or a `#[repr(C)]` struct with padding declared with
+///   [`kernel_arg_struct!`](crate::kernel_arg_struct), passed by value as its
+///   `size_of::<T>()` bytes;
 /// * `&DeviceBuffer<T>`, `&mut DeviceBuffer<T>`, `DeviceView<T>`, `&DeviceView<T>`,
 ///   `DeviceViewMut<T>`, `&DeviceViewMut<T>`, `&mut DeviceViewMut<T>`, and `vmm`'s
 ///   `&GrowableBuffer<T>` and `&mut GrowableBuffer<T>`: passed as the
@@ -30,6 +33,10 @@ use std::mem::size_of;
 /// launched on a stream other than its own notes that stream
 /// ([`note_launch`](KernelArg::note_launch)), so its memory is not given back before the
 /// kernel has run.
+///
+/// The bytes may include a struct's padding, which is uninitialised: they go to the driver as
+/// they are, and no code may read them as Rust values (a `&[u8]` over them would be undefined
+/// behaviour).
 ///
 /// # Safety
 ///
@@ -59,7 +66,7 @@ pub unsafe trait KernelArg {
 
 // SAFETY: the pointer is to the referenced value, which outlives the reference, and has
 // `size_of::<T>()` bytes.
-unsafe impl<T: Pod> KernelArg for &T {
+unsafe impl<T: DeviceRepr> KernelArg for &T {
     #[inline]
     fn arg_ptr(&self) -> *mut c_void {
         (*self as *const T).cast_mut().cast()

@@ -13,7 +13,8 @@
 //! # Arguments
 //!
 //! The arguments are a tuple with one [`KernelArg`] per kernel parameter: scalars and
-//! plain-data structs by reference (`&n`), device buffers and views as themselves (`&x`,
+//! plain-data structs by reference (`&n`; a `#[repr(C)]` struct with padding is declared with
+//! [`kernel_arg_struct!`](crate::kernel_arg_struct), see [`DeviceRepr`]), device buffers and views as themselves (`&x`,
 //! `&mut y`, `y.view_mut()`), which pass their device address. Where the driver reports the
 //! kernel's parameter layout
 //! ([`cuFuncGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html),
@@ -46,12 +47,14 @@
 mod args;
 mod attributes_events;
 mod attributes_policy;
+mod by_value;
 
 use crate::module::ParamLayout;
 pub(crate) use args::address_arg;
 pub use args::{KernelArg, KernelArgs};
 pub use attributes_events::ProgrammaticEvent;
 pub use attributes_policy::MemSyncDomainMap;
+pub use by_value::DeviceRepr;
 
 use crate::error::{Error, Result, check};
 use crate::event::Event;
