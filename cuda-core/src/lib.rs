@@ -68,6 +68,9 @@ pub mod copy;
 #[cfg(feature = "coredump")]
 #[cfg_attr(docsrs, doc(cfg(feature = "coredump")))]
 pub mod coredump;
+#[cfg(feature = "cudarc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
+pub mod cudarc;
 pub mod device;
 #[cfg(feature = "dlpack")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dlpack")))]

@@ -87,6 +87,13 @@ enum Ownership {
     Green(Arc<GreenHandle>),
     /// Someone else's: nothing to do on drop.
     Borrowed,
+    /// Another library's value that keeps the context alive (a cudarc `CudaContext`): held
+    /// while this context is, released by that library when it drops it.
+    #[cfg(feature = "cudarc")]
+    Kept(
+        #[allow(dead_code, reason = "held, never read: it keeps the context alive")]
+        Arc<dyn std::any::Any + Send + Sync>,
+    ),
 }
 
 #[derive(Debug)]
@@ -284,6 +291,17 @@ impl Context {
             got?;
         }
         Ok(Context::wrap(raw, Device::from_raw(dev), Ownership::Borrowed))
+    }
+
+    /// A context whose handle `raw` (of `device`) stays valid while `keeper` lives, which the
+    /// value holds: another library's context object.
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn kept_by(
+        raw: sys::CUcontext,
+        device: Device,
+        keeper: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Context {
+        Context::wrap(raw, device, Ownership::Kept(keeper))
     }
 
     /// A context value around a made-up handle, owning nothing and touching no driver, for
@@ -557,6 +575,9 @@ impl Drop for ContextInner {
             #[cfg(feature = "green")]
             Ownership::Green(_) => {}
             Ownership::Borrowed => {}
+            // The other library releases the context when its last value goes, after this.
+            #[cfg(feature = "cudarc")]
+            Ownership::Kept(_) => {}
         }
     }
 }

@@ -64,6 +64,30 @@ struct StreamInner {
     /// (`ctx` is then the device's primary context, which the green context shares).
     #[cfg(feature = "green")]
     green: Option<Arc<GreenHandle>>,
+    /// Another library's value that keeps the stream alive (a cudarc `CudaStream`), held
+    /// while this stream is.
+    #[cfg(feature = "cudarc")]
+    keeper: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl StreamInner {
+    /// The stream `raw` of `ctx`, destroyed on drop if `owned`; a default-stream handle is
+    /// recognised, and a per-thread one remembers the calling thread.
+    fn new(ctx: &Context, raw: sys::CUstream, owned: bool) -> StreamInner {
+        let per_thread =
+            raw == sys::CU_STREAM_PER_THREAD || (raw.is_null() && sys::per_thread_default_stream());
+        StreamInner {
+            raw,
+            ctx: ctx.clone(),
+            owned,
+            default: is_default_handle(raw),
+            thread: per_thread.then(|| std::thread::current().id()),
+            #[cfg(feature = "green")]
+            green: None,
+            #[cfg(feature = "cudarc")]
+            keeper: None,
+        }
+    }
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver synchronizes access to it.
@@ -155,21 +179,20 @@ impl Stream {
     }
 
     fn wrap(ctx: &Context, raw: sys::CUstream, owned: bool) -> Stream {
-        let default = is_default_handle(raw);
-        let per_thread =
-            raw == sys::CU_STREAM_PER_THREAD || (raw.is_null() && sys::per_thread_default_stream());
-        let thread = per_thread.then(|| std::thread::current().id());
-        Stream {
-            inner: Arc::new(StreamInner {
-                raw,
-                ctx: ctx.clone(),
-                owned,
-                default,
-                thread,
-                #[cfg(feature = "green")]
-                green: None,
-            }),
-        }
+        Stream { inner: Arc::new(StreamInner::new(ctx, raw, owned)) }
+    }
+
+    /// A stream of `ctx` whose handle `raw` stays valid while `keeper` lives, which the value
+    /// holds: another library's stream object. Not owned: never destroyed here.
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn kept_by(
+        ctx: &Context,
+        raw: sys::CUstream,
+        keeper: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Stream {
+        let mut inner = StreamInner::new(ctx, raw, false);
+        inner.keeper = Some(keeper);
+        Stream { inner: Arc::new(inner) }
     }
 
     /// Takes a stream `cuGreenCtxStreamCreate` made on `green`, owned, with `ctx` the primary
@@ -184,6 +207,8 @@ impl Stream {
                 default: false,
                 thread: None,
                 green: Some(green),
+                #[cfg(feature = "cudarc")]
+                keeper: None,
             }),
         }
     }
