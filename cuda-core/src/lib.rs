@@ -192,6 +192,8 @@ mod guide {
         Safety = "safety.md";
         SysCrates = "sys-crates.md";
         GpuTesting = "gpu-testing.md";
+        // Its cudarc section shows the bridge (the `cudarc` feature) and NVRTC.
+        #[cfg(all(feature = "cudarc", feature = "compile"))]
         ComingFrom = "coming-from.md";
     }
 }
