@@ -241,7 +241,7 @@ impl<T: Pod> DeviceView<'_, T> {
     /// or a peer copy from another context): it returns without waiting, as
     /// [`copy_from_device_async`](DeviceViewMut::copy_from_device_async) does.
     ///
-    /// The copy is ordered as every use on a stream is (see [the stream rule](crate::track)):
+    /// The copy is ordered as every use on a stream is (see the crate documentation, *Streams*):
     /// on a stream other than the view's own it first waits for the work queued so far on the
     /// view's stream, and the memory behind the view is not given back before the copy has
     /// run. Work queued on the view's own stream *after* this call is not ordered before the

@@ -29,7 +29,7 @@
 //! cudarc orders each slice's uses on several streams with two events per slice (a read and a
 //! write event, recorded after each use and waited for before the next conflicting one) once
 //! its context has more than one stream (`CudaContext::is_managing_stream_synchronization`).
-//! This crate orders memory by [its stream rule](crate::track): uses on the memory's own stream
+//! This crate orders memory by its stream rule (the crate documentation, *Streams*): uses on the memory's own stream
 //! need nothing, the first use on another stream waits for the own stream, and the release
 //! waits for every stream that used it. The bridge joins the two at its edges:
 //!
@@ -45,7 +45,7 @@
 //!   that stream, after it. Without cudarc's tracking (one stream, or tracking switched off)
 //!   cudarc orders nothing itself, and the bridge orders this crate's work against the slice's
 //!   stream only, as cudarc would.
-//! * **A buffer of this crate lent to cudarc** ([`DeviceBuffer::lend_to_cudarc`],
+//! * **A buffer of this crate lent to cudarc** ([`DeviceBuffer::lend_to_cudarc`](crate::DeviceBuffer::lend_to_cudarc),
 //!   [`lend_to_cudarc_mut`](crate::DeviceBuffer::lend_to_cudarc_mut)) is a cudarc slice on
 //!   the cudarc stream named when lending. That stream first waits for the work queued so far
 //!   on the buffer's own stream, and the slice's write event is recorded there, so cudarc's
