@@ -231,8 +231,9 @@ impl Bootstrap {
                 lookup("TORCHELASTIC_RUN_ID").unwrap_or_default(),
             )
         } else if lookup("SLURM_PROCID").is_some() {
-            let address = match master(lookup)? {
-                Some(a) => a,
+            // Without MASTER_ADDR, rank 0 is on the step's first node, at MASTER_PORT if set.
+            let address = match lookup("MASTER_ADDR") {
+                Some(_) => master(lookup)?.unwrap_or_default(),
                 None => slurm_address(lookup)?,
             };
             let job = match (lookup("SLURM_JOB_ID"), lookup("SLURM_STEP_ID")) {

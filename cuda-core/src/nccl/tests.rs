@@ -211,6 +211,10 @@ mod launchers {
             from(&with_master).map(|b| b.address().to_string()).ok().as_deref(),
             Some("10.0.0.1:29400")
         );
+        // MASTER_PORT alone: rank 0 is on the step's first node, at that port.
+        let mut with_port = slurm.to_vec();
+        with_port.push(("MASTER_PORT", "29500"));
+        assert_eq!(from(&with_port).map(|b| b.address().to_string()).ok().as_deref(), Some("gpu07:29500"));
     }
 
     #[test]

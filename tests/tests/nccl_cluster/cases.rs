@@ -57,7 +57,13 @@ pub fn four_processes_from_slurm_variables() -> TestResult {
 
 pub fn four_processes_over_sockets() -> TestResult {
     let mut env = SOCKETS.to_vec();
-    env.extend([("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET,P2P,SHM")]);
+    // NCCL's log goes to stderr, so that its lines, written from its own threads, cannot run
+    // into the ranks' reports on stdout.
+    env.extend([
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_DEBUG_SUBSYS", "INIT,NET,P2P,SHM"),
+        ("NCCL_DEBUG_FILE", "/dev/stderr"),
+    ]);
     let mut ranks = four_processes(Launch::Torchrun, "collectives bandwidth", &env)?;
     let busbw = ranks.expect(&ALL, "busbw", Duration::from_secs(60))?;
     ranks.finish(&ALL, Duration::from_secs(30))?;
