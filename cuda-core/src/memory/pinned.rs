@@ -87,18 +87,32 @@ impl PinnedSource {
 /// [`chunks_mut`](Self::chunks_mut) splits it into disjoint [`PinnedChunk`]s that copy on
 /// different streams at once, each recording its own copies.
 pub struct PinnedBuffer<T: Pod> {
-    ptr: *mut T,
-    len: usize,
+    /// The memory, at least `len` elements of `T`, aligned for them.
     allocation: PinnedAllocation,
+    len: usize,
     source: PinnedSource,
     uses: HostUses,
-    /// The trackers of the chunks of the last split, folded into `uses` before the buffer is
-    /// used whole again (the chunks only borrow them, so a forgotten chunk loses nothing).
-    parts: Mutex<Vec<HostUses>>,
-    /// Whether `parts` may hold trackers: set by a split, cleared once they are all folded;
-    /// spares the lock on every copy and drop of a buffer never split.
-    split: AtomicBool,
+    /// The trackers of the chunks, from the first split on (a buffer never split has none).
+    parts: Option<Box<Parts>>,
     _marker: PhantomData<T>,
+}
+
+/// The trackers of the chunks of a buffer's last split, folded into the buffer's own before it
+/// is used whole again (the chunks only borrow them, so a forgotten chunk loses nothing).
+#[derive(Default)]
+struct Parts {
+    trackers: Mutex<Vec<HostUses>>,
+    /// Whether `trackers` may hold trackers: set by a split, cleared once they are all folded;
+    /// spares the lock on every whole use after.
+    unfolded: AtomicBool,
+}
+
+impl Parts {
+    /// Whether copies of the chunks that are not folded yet may still be in flight.
+    fn have_copies_in_flight(&self) -> bool {
+        self.unfolded.load(Ordering::Acquire)
+            && self.trackers.lock().unwrap_or_else(PoisonError::into_inner).iter().any(HostUses::is_pending)
+    }
 }
 
 // SAFETY: the buffer owns its host memory; T is plain data; the copy tracker is Send + Sync.
@@ -109,7 +123,7 @@ unsafe impl<T: Pod> Sync for PinnedBuffer<T> {}
 impl<T: Pod> std::fmt::Debug for PinnedBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PinnedBuffer")
-            .field("ptr", &self.ptr)
+            .field("ptr", &self.ptr())
             .field("len", &self.len)
             .field("copies_in_flight", &self.uses.is_pending())
             .finish()
@@ -159,7 +173,7 @@ impl<T: Pod> PinnedBuffer<T> {
         let b = unsafe { PinnedBuffer::new_uninit(src.len())? };
         // SAFETY: `len` elements of fresh memory that nothing else uses; `src` is another
         // allocation of the same length.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), b.ptr, src.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), b.ptr(), src.len()) };
         Ok(b)
     }
 
@@ -174,7 +188,7 @@ impl<T: Pod> PinnedBuffer<T> {
         let b = unsafe { PinnedBuffer::<T>::new_uninit(len)? };
         for i in 0..len {
             // SAFETY: `i < len`, inside the allocation, which nothing else uses yet.
-            unsafe { b.ptr.add(i).write(f(i)) };
+            unsafe { b.ptr().add(i).write(f(i)) };
         }
         Ok(b)
     }
@@ -195,6 +209,7 @@ impl<T: Pod> PinnedBuffer<T> {
     /// [`copy_from_slice`](Self::copy_from_slice) (it goes through `as_mut_slice`),
     /// [`to_vec`](Self::to_vec), a copy to the device, or the runtime copies that take the
     /// buffer; each would read or expose uninitialised memory.
+    #[inline]
     #[track_caller]
     pub unsafe fn new_uninit(len: usize) -> Result<PinnedBuffer<T>> {
         let source = match current_pinned_allocator() {
@@ -209,61 +224,50 @@ impl<T: Pod> PinnedBuffer<T> {
     /// data race: wait for the copies first ([`synchronize`](Self::synchronize)).
     #[inline]
     pub fn as_mut_ptr(&mut self) -> *mut T {
-        self.ptr
+        self.ptr()
     }
 
     #[track_caller]
     fn allocate(source: PinnedSource, len: usize) -> Result<PinnedBuffer<T>> {
         let b = PinnedBuffer::allocate_uninit(source, len)?;
         // SAFETY: `len` elements owned by this buffer; zero bytes are a valid `T` (Pod).
-        unsafe { std::ptr::write_bytes(b.ptr, 0, len) };
+        unsafe { std::ptr::write_bytes(b.ptr(), 0, len) };
         Ok(b)
     }
 
     /// A buffer over fresh memory whose elements are not written.
+    #[inline]
     #[track_caller]
     fn allocate_uninit(source: PinnedSource, len: usize) -> Result<PinnedBuffer<T>> {
         let bytes = checked_bytes::<T>("PinnedBuffer::new", len)?;
         let allocation = source.allocate(bytes)?;
         if allocation.size < bytes || (allocation.ptr as usize) % std::mem::align_of::<T>() != 0 {
             // SAFETY: just allocated by this allocator and never used.
-            let _ = unsafe { source.deallocate(allocation) };
-            return Err(Error::invalid(
-                "PinnedBuffer::new",
-                format!(
-                    "the pinned allocator returned {} bytes at {:p} for {bytes} bytes aligned to {}",
-                    allocation.size,
-                    allocation.ptr,
-                    std::mem::align_of::<T>()
-                ),
-            ));
+            return Err(unsafe { misfit(&source, allocation, bytes, std::mem::align_of::<T>()) });
         }
-        Ok(PinnedBuffer {
-            ptr: allocation.ptr.cast(),
-            len,
-            allocation,
-            source,
-            uses: HostUses::new(),
-            parts: Mutex::new(Vec::new()),
-            split: AtomicBool::new(false),
-            _marker: PhantomData,
-        })
+        Ok(PinnedBuffer { len, allocation, source, uses: HostUses::new(), parts: None, _marker: PhantomData })
     }
 
     super::element_count!();
+
+    /// The first element.
+    #[inline]
+    fn ptr(&self) -> *mut T {
+        self.allocation.ptr.cast()
+    }
 
     /// The host address of the first element (also its device address, under unified
     /// addressing). Reading through it while a copy writes the memory is a data race.
     #[inline]
     pub fn as_ptr(&self) -> *const T {
-        self.ptr
+        self.ptr()
     }
 
     #[cfg(feature = "runtime")]
     /// The host address for a copy that this buffer records.
     #[inline]
     pub(crate) fn as_mut_ptr_unchecked(&mut self) -> *mut T {
-        self.ptr
+        self.ptr()
     }
 
     /// The copy tracker of the whole buffer, for the copies that record themselves, covering
@@ -278,21 +282,17 @@ impl<T: Pod> PinnedBuffer<T> {
     /// copies could neither be ordered nor waited for) stays, with the error returned.
     #[inline]
     fn fold_parts(&self) -> Result<()> {
-        if !self.split.load(Ordering::Acquire) {
-            return Ok(());
+        match &self.parts {
+            Some(parts) if parts.unfolded.load(Ordering::Acquire) => self.fold(parts),
+            _ => Ok(()),
         }
-        self.fold_parts_slow()
     }
 
     #[cold]
-    fn fold_parts_slow(&self) -> Result<()> {
-        let mut parts = self.parts.lock().unwrap_or_else(PoisonError::into_inner);
-        if parts.is_empty() {
-            self.split.store(false, Ordering::Release);
-            return Ok(());
-        }
+    fn fold(&self, parts: &Parts) -> Result<()> {
+        let mut trackers = parts.trackers.lock().unwrap_or_else(PoisonError::into_inner);
         let mut result = Ok(());
-        parts.retain(|part| match self.uses.absorb(part) {
+        trackers.retain(|part| match self.uses.absorb(part) {
             Ok(()) => false,
             Err(e) => {
                 if result.is_ok() {
@@ -301,8 +301,8 @@ impl<T: Pod> PinnedBuffer<T> {
                 true
             }
         });
-        if parts.is_empty() {
-            self.split.store(false, Ordering::Release);
+        if trackers.is_empty() {
+            parts.unfolded.store(false, Ordering::Release);
         }
         result
     }
@@ -333,13 +333,14 @@ impl<T: Pod> PinnedBuffer<T> {
             ));
         }
         self.synchronize()?;
-        *self.split.get_mut() = true;
-        let parts = self.parts.get_mut().unwrap_or_else(PoisonError::into_inner);
-        parts.clear();
-        let count = self.len.div_ceil(chunk_len);
-        parts.extend((0..count).map(|_| HostUses::part()));
-        let (ptr, len) = (self.ptr, self.len);
-        Ok(parts
+        let (ptr, len) = (self.ptr(), self.len);
+        let parts = self.parts.get_or_insert_default();
+        *parts.unfolded.get_mut() = true;
+        let trackers = parts.trackers.get_mut().unwrap_or_else(PoisonError::into_inner);
+        trackers.clear();
+        let count = len.div_ceil(chunk_len);
+        trackers.extend((0..count).map(|_| HostUses::part()));
+        Ok(trackers
             .iter()
             .enumerate()
             .map(|(i, uses)| {
@@ -368,7 +369,7 @@ impl<T: Pod> PinnedBuffer<T> {
         // `&mut self`, and launches that write them are refused while the borrow is held
         // (memory no capture took has no launches: a capture that takes it from now on only
         // reads it, since one that writes it needs `&mut self`).
-        let slice = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
+        let slice = unsafe { std::slice::from_raw_parts(self.ptr(), self.len) };
         Ok(PinnedSlice::new(slice, borrow))
     }
 
@@ -386,7 +387,7 @@ impl<T: Pod> PinnedBuffer<T> {
         // SAFETY: as in `as_slice`, exclusively: no queued copy or launch reads or writes
         // them, `&mut self` keeps new copies and captures out, and launches are refused while
         // the borrow is held.
-        let slice = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) };
+        let slice = unsafe { std::slice::from_raw_parts_mut(self.ptr(), self.len) };
         Ok(PinnedSliceMut::new(slice, borrow))
     }
 
@@ -417,7 +418,7 @@ impl<T: Pod> PinnedBuffer<T> {
     pub fn driver_flags(&self) -> Result<HostAllocFlags> {
         let mut f = 0;
         // SAFETY: the pointer is a live pinned allocation; one out-parameter.
-        unsafe { driver!(cuMemHostGetFlags(&mut f, self.ptr.cast())) }?;
+        unsafe { driver!(cuMemHostGetFlags(&mut f, self.ptr().cast())) }?;
         Ok(HostAllocFlags::from_bits_retain(f))
     }
 
@@ -427,14 +428,42 @@ impl<T: Pod> PinnedBuffer<T> {
     /// Memory not mapped into `ctx` (allocated without `DEVICEMAP` on a device without unified
     /// addressing) is refused by the driver with its status.
     pub fn device_ptr(&self, ctx: &Context) -> Result<sys::CUdeviceptr> {
-        super::host::host_device_ptr(ctx, self.ptr.cast())
+        super::host::host_device_ptr(ctx, self.ptr().cast())
     }
 
     /// Whether copies that use the buffer (or its chunks) may still be in flight.
     pub fn has_copies_in_flight(&self) -> bool {
-        self.uses.is_pending()
-            || (self.split.load(Ordering::Acquire)
-                && self.parts.lock().unwrap_or_else(PoisonError::into_inner).iter().any(HostUses::is_pending))
+        self.uses.is_pending() || self.parts.as_ref().is_some_and(|parts| parts.have_copies_in_flight())
+    }
+}
+
+/// The error of an allocation too small or misaligned for the buffer asked for, given back.
+///
+/// # Safety
+///
+/// `allocation` was just allocated by `source` and never used.
+#[cold]
+#[inline(never)]
+unsafe fn misfit(source: &PinnedSource, allocation: PinnedAllocation, bytes: usize, align: usize) -> Error {
+    // SAFETY: the caller's contract.
+    let _ = unsafe { source.deallocate(allocation) };
+    Error::invalid(
+        "PinnedBuffer::new",
+        format!(
+            "the pinned allocator returned {} bytes at {:p} for {bytes} bytes aligned to {align}",
+            allocation.size, allocation.ptr
+        ),
+    )
+}
+
+/// Keeps the error of a drop in `allocator`'s context, or prints it (after `what`, what
+/// became of the memory) when the allocator names none.
+#[cold]
+#[inline(never)]
+fn keep_drop_error(allocator: &dyn PinnedAllocator, what: &str, e: Error) {
+    match allocator.context() {
+        Some(ctx) => ctx.defer(e),
+        None => eprintln!("cuda-core: PinnedBuffer drop: {what}{e}"),
     }
 }
 
@@ -451,16 +480,12 @@ impl<T: Pod> Drop for PinnedBuffer<T> {
     ///
     /// When copies of a chunk can neither be ordered before the release nor waited for, the
     /// memory is kept (leaked) rather than given back under them, and the error is reported.
+    #[inline]
     #[track_caller]
     fn drop(&mut self) {
-        let allocator = self.source.allocator();
         if let Err(e) = self.fold_parts() {
             // Kept, not given back: copies of a chunk may still use it.
-            match allocator.context() {
-                Some(ctx) => ctx.defer(e),
-                None => eprintln!("cuda-core: PinnedBuffer drop: the memory is kept: {e}"),
-            }
-            return;
+            return keep_drop_error(self.source.allocator(), "the memory is kept: ", e);
         }
         match self.uses.take_in_flight() {
             Some(copies) => {
@@ -468,17 +493,14 @@ impl<T: Pod> Drop for PinnedBuffer<T> {
                 // SAFETY: the allocation came from this allocator and is given back once; the
                 // copies still in flight were all queued before `copies` was recorded, and the
                 // tracker records it no more (it handed it over).
-                if let Err(e) = unsafe { allocator.deallocate_after(self.allocation, copies) } {
+                if let Err(e) = unsafe { self.source.allocator().deallocate_after(self.allocation, copies) } {
                     ctx.defer(e);
                 }
             }
             None => {
                 // SAFETY: as above, with no copy in flight.
                 if let Err(e) = unsafe { self.source.deallocate(self.allocation) } {
-                    match allocator.context() {
-                        Some(ctx) => ctx.defer(e),
-                        None => eprintln!("cuda-core: PinnedBuffer drop: {e}"),
-                    }
+                    keep_drop_error(self.source.allocator(), "", e);
                 }
             }
         }

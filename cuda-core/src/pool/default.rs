@@ -104,11 +104,18 @@ pub fn get_allocator() -> Result<Arc<dyn Allocator>> {
 ///
 /// The first call fails when there is no device 0, or its primary context cannot be retained
 /// (see [`Context::primary`]); later calls do not fail.
+#[inline]
 pub fn default_pinned_memory_pool() -> Result<&'static PinnedMemoryPool> {
-    static INIT: Mutex<()> = Mutex::new(());
-    if let Some(p) = DEFAULT_PINNED.get() {
-        return Ok(p);
+    match DEFAULT_PINNED.get() {
+        Some(p) => Ok(p),
+        None => make_default_pinned_memory_pool(),
     }
+}
+
+/// The default pinned pool, made by the first caller.
+#[cold]
+fn make_default_pinned_memory_pool() -> Result<&'static PinnedMemoryPool> {
+    static INIT: Mutex<()> = Mutex::new(());
     let _once = INIT.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(p) = DEFAULT_PINNED.get() {
         return Ok(p);

@@ -25,8 +25,9 @@ pub(crate) struct Uses {
     /// The stream of the last copy.
     stream: Option<Stream>,
     pending: Pending,
-    /// Set on the buffer's own state once it moved to the shared one (see `HostUses::share`).
-    moved: bool,
+    /// Whether a capture took the memory, so that launches of graphs may use it from now on
+    /// (see `HostUses::share`).
+    captured: bool,
     /// Slices the host holds through a guard ([`begin_borrow`]): launches
     /// that write the memory are refused while any is held.
     host_readers: usize,
@@ -41,7 +42,7 @@ impl Uses {
             event: None,
             stream: None,
             pending: Pending::None,
-            moved: false,
+            captured: false,
             host_readers: 0,
             host_writer: false,
         }
@@ -133,7 +134,7 @@ fn record(event: &Event, stream: &Stream) -> Result<()> {
 /// a read). A write while the host holds anything, or a read while it writes, is an
 /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument).
 pub(crate) fn begin_borrow(uses: &Mutex<Uses>, write: bool) -> Result<()> {
-    let mut u = uses.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut u = lock(uses);
     if u.host_writer || (write && u.host_readers > 0) {
         return Err(Error::invalid(
             "pinned buffer borrow",
@@ -151,7 +152,7 @@ pub(crate) fn begin_borrow(uses: &Mutex<Uses>, write: bool) -> Result<()> {
 
 /// Ends a borrow begun by [`begin_borrow`].
 pub(crate) fn end_borrow(uses: &Mutex<Uses>, write: bool) {
-    let mut u = uses.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut u = lock(uses);
     if write {
         u.host_writer = false;
     } else {
@@ -177,7 +178,7 @@ impl HostAccess {
     }
 
     fn lock(&self) -> MutexGuard<'_, Uses> {
-        self.uses.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.uses)
     }
 
     /// Queues `enqueue` on `stream` after the uses in flight on other streams, and records it
@@ -199,8 +200,7 @@ pub(crate) fn launch_tracked(
     stream: &Stream,
     launch: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    let mut guards: Vec<MutexGuard<'_, Uses>> =
-        accesses.iter().map(|a| a.uses.lock().unwrap_or_else(PoisonError::into_inner)).collect();
+    let mut guards: Vec<MutexGuard<'_, Uses>> = accesses.iter().map(|a| lock(&a.uses)).collect();
     for (u, access) in guards.iter().zip(accesses) {
         if u.host_writer || (access.writes && u.host_readers > 0) {
             return Err(Error::invalid(
@@ -237,8 +237,8 @@ pub(crate) fn launch_tracked(
 /// event has completed.
 ///
 /// A copy queued on a stream that is being captured into a graph records nothing: it runs at
-/// every launch of the graph, not now. The buffer's state then moves to one shared with the
-/// graph ([`HostAccess`]), and each launch of an executable graph made from it waits for the
+/// every launch of the graph, not now. The buffer's state is then marked as captured and
+/// shared with the graph ([`HostAccess`]), and each launch of an executable graph made from it waits for the
 /// uses in flight and is recorded as a use, so that the host reads after a launch, and writes
 /// between launches, safely.
 ///
@@ -247,22 +247,28 @@ pub(crate) fn launch_tracked(
 /// copies. The buffer folds its chunks' trackers into its own ([`absorb`](Self::absorb)).
 #[derive(Debug)]
 pub(crate) struct HostUses {
-    /// The state while no graph shares it: no reference count, no allocation.
-    local: Mutex<Uses>,
-    /// The state once a capture took the buffer.
-    shared: OnceLock<Arc<Mutex<Uses>>>,
+    /// The state, made by the first copy (memory never copied allocates none, and gives its
+    /// memory back without a lock); the graphs whose captured copies use the memory hold it too.
+    state: OnceLock<Arc<Mutex<Uses>>>,
     /// Whether copies on a capturing stream are allowed (not for chunks).
     capturable: bool,
 }
 
+/// Locks a tracker's state; a panic while it was held leaves it consistent (each change is one
+/// assignment).
+fn lock(uses: &Mutex<Uses>) -> MutexGuard<'_, Uses> {
+    uses.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl HostUses {
-    pub(crate) fn new() -> HostUses {
-        HostUses { local: Mutex::new(Uses::new()), shared: OnceLock::new(), capturable: true }
+    #[inline]
+    pub(crate) const fn new() -> HostUses {
+        HostUses { state: OnceLock::new(), capturable: true }
     }
 
     /// The tracker of one chunk of a buffer: it refuses copies on capturing streams.
-    pub(crate) fn part() -> HostUses {
-        HostUses { capturable: false, ..HostUses::new() }
+    pub(crate) const fn part() -> HostUses {
+        HostUses { state: OnceLock::new(), capturable: false }
     }
 
     /// Whether copies of the memory may be captured into a graph (not for chunks).
@@ -271,9 +277,19 @@ impl HostUses {
         self.capturable
     }
 
+    /// The state, made on first use.
+    fn state(&self) -> &Arc<Mutex<Uses>> {
+        self.state.get_or_init(|| Arc::new(Mutex::new(Uses::new())))
+    }
+
+    /// The state locked, made on first use.
+    fn lock(&self) -> MutexGuard<'_, Uses> {
+        lock(self.state())
+    }
+
     /// Whether a capture took the memory, so that launches of graphs may use it from now on.
     pub(crate) fn is_shared(&self) -> bool {
-        self.shared.get().is_some() || self.local.lock().unwrap_or_else(PoisonError::into_inner).moved
+        self.shared().is_some()
     }
 
     /// Makes this tracker cover the copies in flight of `part` (a chunk's tracker, which then
@@ -282,7 +298,11 @@ impl HostUses {
     /// When that cannot be queued, waits for the part's copies instead; when that fails too,
     /// returns the error and leaves `part` pending (the memory must then be kept).
     pub(crate) fn absorb(&self, part: &HostUses) -> Result<()> {
-        let mut p = part.lock();
+        let Some(part) = part.state.get() else {
+            // The chunk was never copied.
+            return Ok(());
+        };
+        let mut p = lock(part);
         if p.pending == Pending::None {
             return Ok(());
         }
@@ -309,36 +329,10 @@ impl HostUses {
         Ok(())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Uses> {
-        if let Some(shared) = self.shared.get() {
-            return shared.lock().unwrap_or_else(PoisonError::into_inner);
-        }
-        let local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
-        if !local.moved {
-            return local;
-        }
-        drop(local);
-        self.published().lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// The state shared with graphs, once a capture took the memory.
     fn shared(&self) -> Option<&Mutex<Uses>> {
-        if let Some(shared) = self.shared.get() {
-            return Some(shared);
-        }
-        let moved = self.local.lock().unwrap_or_else(PoisonError::into_inner).moved;
-        moved.then(|| self.published())
-    }
-
-    /// The shared state of memory whose own state moved: it is being published, and is there
-    /// in a moment.
-    fn published(&self) -> &Mutex<Uses> {
-        loop {
-            if let Some(shared) = self.shared.get() {
-                return shared;
-            }
-            std::thread::yield_now();
-        }
+        let state = self.state.get()?;
+        lock(state).captured.then_some(&**state)
     }
 
     /// The buffer as a graph node that copies to it (`writes`) or from it sees it.
@@ -346,15 +340,11 @@ impl HostUses {
         HostAccess { uses: self.share(), writes }
     }
 
-    /// The state shared with graphs, made from the buffer's own on first use.
+    /// The state, marked as taken by a capture and shared with its graph.
     fn share(&self) -> Arc<Mutex<Uses>> {
-        self.shared
-            .get_or_init(|| {
-                let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
-                let state = std::mem::replace(&mut *local, Uses { moved: true, ..Uses::new() });
-                Arc::new(Mutex::new(state))
-            })
-            .clone()
+        let state = self.state();
+        lock(state).captured = true;
+        Arc::clone(state)
     }
 
     /// Queues a copy with `enqueue` on `stream` and records it: `writes` when the copy writes
@@ -388,7 +378,10 @@ impl HostUses {
 
     /// Waits until the host may read (`write == false`) or write the memory.
     pub(crate) fn wait(&self, write: bool) -> Result<()> {
-        self.lock().wait(write)
+        match self.state.get() {
+            Some(state) => lock(state).wait(write),
+            None => Ok(()),
+        }
     }
 
     /// Waits as [`wait`](Self::wait) does and, once a capture took the memory (so that
@@ -407,7 +400,7 @@ impl HostUses {
 
     /// Whether copies that use the memory may still be in flight.
     pub(crate) fn is_pending(&self) -> bool {
-        self.lock().pending != Pending::None
+        self.state.get().is_some_and(|state| lock(state).pending != Pending::None)
     }
 
     /// For a buffer being given back: the event recorded after the copies in flight, if any,
@@ -415,14 +408,12 @@ impl HostUses {
     /// memory was queued before its last recording, whatever stream, thread or context it ran
     /// on.
     ///
-    /// The buffer being dropped owns its tracker: unless a graph shares it, no lock is taken.
+    /// The buffer being dropped owns its tracker: when no copy made its state, nothing is
+    /// locked.
+    #[inline]
     pub(crate) fn take_in_flight(&mut self) -> Option<Event> {
-        // No `share` can run meanwhile (`&mut self`): the shared state exists exactly when the
-        // local one was moved into it.
-        if let Some(shared) = self.shared.get() {
-            return Self::take_pending(&mut shared.lock().unwrap_or_else(PoisonError::into_inner));
-        }
-        Self::take_pending(self.local.get_mut().unwrap_or_else(PoisonError::into_inner))
+        let state = self.state.get_mut()?;
+        Self::take_pending(&mut lock(state))
     }
 
     /// The event after the copies in flight in `u`, taken; `None` when none is in flight.
