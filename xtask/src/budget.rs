@@ -29,9 +29,10 @@
 //! * `DeviceBuffer::new` + drop of 1 MiB from the default pool, on one stream, against that
 //!   pool's own `allocate` + `deallocate`: what a buffer adds over its allocator is bookkeeping
 //!   that must stay small. The goal is 1.05 (the wall-clock ratio the GPU benchmark reaches);
-//!   in instructions the buffer costs 500 against the pool's 420 (1.19) today, as it did
-//!   before this budget existed, so the budget holds that (1.22) until the buffer's release
-//!   path is reworked to meet the goal, which then lowers it.
+//!   in instructions the buffer cost 500 against the pool's 418 (1.20) when this budget was
+//!   set, and costs 441 against 370 (1.19) now that the pool's steady state is cheaper, so the
+//!   budget holds that (1.22) until the buffer's release path is reworked to meet the goal,
+//!   which then lowers it.
 //! * `PinnedBuffer::new_uninit` + drop against the default pinned pool's own pair, and a
 //!   `MemoryPool`'s allocate + deallocate alone (in instructions): budgets about a tenth above
 //!   what the code cost when they were set, to catch regressions. A change that makes these
@@ -84,8 +85,8 @@ const CHECKS: [Check; 3] = [
         name: "MemoryPool allocate+deallocate",
         ours: "memory-pool",
         reference: None,
-        // 422 when set.
-        bound: Bound::Instructions(465.0),
+        // 422 when set; 372 once the pool's own steady-state path was trimmed.
+        bound: Bound::Instructions(390.0),
     },
 ];
 

@@ -79,6 +79,16 @@ fn unpack(token: u64) -> (usize, u32, u32) {
     ((token >> 56) as usize, ((token >> 32) as u32) & GENERATION_MASK, token as u32)
 }
 
+/// The error of a free of `ptr`, which is no allocation of the pool in use.
+#[cold]
+#[inline(never)]
+fn stale(ptr: sys::CUdeviceptr) -> Error {
+    Error::invalid(
+        "MemoryPool::free",
+        format!("{ptr:#x} is not an allocation of this pool that is in use (double free?)"),
+    )
+}
+
 /// Whether an upstream error means "no memory", which a release of the cache may cure.
 pub(crate) fn is_out_of_memory(e: &Error) -> bool {
     match e {
@@ -192,7 +202,7 @@ impl PoolCore {
         Ok((a, kept))
     }
 
-    #[inline]
+    #[inline(always)]
     fn malloc_inner(
         &self,
         size: usize,
@@ -360,12 +370,7 @@ impl PoolCore {
             return Ok(());
         }
         let (s, generation, i) = unpack(token);
-        let stale = || {
-            Error::invalid(
-                "MemoryPool::free",
-                format!("{:#x} is not an allocation of this pool that is in use (double free?)", ptr),
-            )
-        };
+        let stale = || stale(ptr);
         if s >= SHARDS {
             return Err(stale());
         }
@@ -377,8 +382,21 @@ impl PoolCore {
             return shard.release(i, generation).map_err(|_| stale());
         }
         shard.check_in_use(i, generation).map_err(|_| stale())?;
-        // Every event is recorded before the block is deferred on any: if one cannot be, the
-        // block stays in use (kept, not reused) rather than be freed after only some streams.
+        self.defer_behind(&mut shard, i, generation, recorded).map_err(|e| e.unwrap_or_else(stale))
+    }
+
+    /// Keeps the in-use chunk `i` of `shard` from reuse until an event recorded now on each of
+    /// `recorded` has completed. Every event is recorded before the block is deferred on any:
+    /// if one cannot be, the block stays in use (kept, not reused) rather than be freed after
+    /// only some streams, and the error is returned; `Err(None)` is a stale chunk.
+    #[inline(never)]
+    fn defer_behind(
+        &self,
+        shard: &mut Shard,
+        i: u32,
+        generation: u32,
+        recorded: &[sys::CUstream],
+    ) -> Result<(), Option<Error>> {
         let mut events = Vec::with_capacity(recorded.len());
         for &stream in recorded {
             let made = match shard.idle_events.pop() {
@@ -399,12 +417,12 @@ impl PoolCore {
                 Ok(event) => events.push(event),
                 Err(e) => {
                     shard.idle_events.extend(events);
-                    return Err(e);
+                    return Err(Some(e));
                 }
             }
         }
         for event in events {
-            shard.defer(i, generation, event).map_err(|_| stale())?;
+            shard.defer(i, generation, event).map_err(|_| None)?;
         }
         Ok(())
     }

@@ -90,6 +90,17 @@ pub(crate) struct Shard {
     pub(crate) free_chunks: usize,
 }
 
+/// Removes the bin at `at`. The last bin (in the steady state of one size, the only one) is
+/// popped: `Vec::remove` would call `memmove` to shift the no bins after it.
+#[inline]
+fn remove_bin(bins: &mut Vec<Bin>, at: usize) {
+    if at + 1 == bins.len() {
+        bins.pop();
+    } else {
+        bins.remove(at);
+    }
+}
+
 impl Shard {
     #[inline]
     fn arena(&self, stream: u64) -> Option<usize> {
@@ -168,7 +179,7 @@ impl Shard {
             let bins = &mut self.arenas[arena].bins;
             let at = bins.partition_point(|b| b.size < size);
             if ln == NIL {
-                bins.remove(at);
+                remove_bin(bins, at);
             } else {
                 bins[at].head = ln;
             }
@@ -188,7 +199,7 @@ impl Shard {
         // Pop the head of the bin found (what `bin_remove` would do, without searching again).
         let after = self.chunks[i as usize].link_next;
         if after == NIL {
-            bins.remove(at);
+            remove_bin(bins, at);
         } else {
             bins[at].head = after;
             self.chunks[after as usize].link_prev = NIL;
@@ -264,6 +275,7 @@ impl Shard {
     }
 
     /// Checks that slot `i` holds an in-use chunk of this generation.
+    #[inline]
     pub(crate) fn check_in_use(&self, i: u32, generation: u32) -> Result<(), Stale> {
         match self.chunks.get(i as usize) {
             Some(c) if c.state == State::Used && c.generation & GENERATION_MASK == generation => Ok(()),
@@ -272,6 +284,7 @@ impl Shard {
     }
 
     /// Gives an in-use chunk back to its arena, merging it with free neighbours.
+    #[inline]
     pub(crate) fn release(&mut self, i: u32, generation: u32) -> Result<(), Stale> {
         self.check_in_use(i, generation)?;
         self.used -= self.chunks[i as usize].size;
