@@ -15,6 +15,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// ([`cuMemcpyHtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         same_len("copy_from_host", self.len, src.len())?;
+        self.check_sync()?;
         if self.len == 0 {
             return Ok(());
         }
@@ -62,6 +63,8 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// comes back as the driver's status.
     pub fn copy_from_device(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         same_len("copy_from_device", self.len, src.len)?;
+        self.check_sync()?;
+        src.check_sync()?;
         if self.len == 0 {
             return Ok(());
         }
@@ -129,6 +132,7 @@ impl<T: Pod> DeviceView<'_, T> {
     /// ([`cuMemcpyDtoHAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         same_len("copy_to_host", dst.len(), self.len)?;
+        self.check_sync()?;
         if self.len == 0 {
             return Ok(());
         }

@@ -24,6 +24,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// ([`cuMemsetD8Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
     /// in the order of the view's stream; returns when it is done).
     pub fn memset_d8(&mut self, value: u8) -> Result<()> {
+        self.check_sync()?;
         let n = self.units("memset_d8", 1)?;
         let own = self.sync_stream()?;
         self.ctx.enter()?;
@@ -36,6 +37,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// ([`cuMemsetD16Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
     /// in the order of the view's stream; returns when it is done).
     pub fn memset_d16(&mut self, value: u16) -> Result<()> {
+        self.check_sync()?;
         let n = self.units("memset_d16", 2)?;
         let own = self.sync_stream()?;
         self.ctx.enter()?;
@@ -48,6 +50,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// ([`cuMemsetD32Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
     /// in the order of the view's stream; returns when it is done).
     pub fn memset_d32(&mut self, value: u32) -> Result<()> {
+        self.check_sync()?;
         let n = self.units("memset_d32", 4)?;
         let own = self.sync_stream()?;
         self.ctx.enter()?;

@@ -128,12 +128,14 @@ impl Capture {
     /// so does ending on a stream that work of other streams joined but did not rejoin
     /// (`CUDA_ERROR_STREAM_CAPTURE_UNJOINED`). The stream is no longer capturing either way.
     pub fn end(mut self) -> Result<Graph> {
+        let freed = self.active.free_allocations();
         let (raw, taken) = self.active.end();
         let graph = Graph::adopt(self.active.stream.context(), raw?, Arc::new(KeepAlive::default()));
         for item in taken {
             graph.keep.push(item);
         }
-        Ok(graph)
+        // A graph whose memory could not all be freed in it is dropped (never launched).
+        freed.map(|()| graph)
     }
 }
 
@@ -159,8 +161,10 @@ impl CaptureToGraph<'_> {
     /// not allowed during capture broke it, or `CUDA_ERROR_STREAM_CAPTURE_UNJOINED` when other
     /// streams' work joined and did not rejoin. The stream is no longer capturing either way.
     pub fn end(mut self) -> Result<()> {
+        let freed = self.active.free_allocations();
         let (raw, taken) = self.active.end();
         raw?;
+        freed?;
         for item in taken {
             self.graph.keep.push(item);
         }
@@ -242,6 +246,14 @@ struct Active {
 }
 
 impl Active {
+    /// Frees, in the graph, the memory the capture allocated and that is still allocated: a
+    /// free node on the stream of each allocation, joined into the capture's stream (see
+    /// [the rule](crate::track)). Tries each and returns the first failure.
+    fn free_allocations(&self) -> Result<()> {
+        let allocations = capturing::allocations_of(self.id);
+        allocations.iter().map(|a| a.free_at_end(&self.stream)).fold(Ok(()), Result::and)
+    }
+
     /// Ends the capture of the stream and returns the driver's graph handle, and the pinned
     /// buffers the captured copies took.
     fn end(&mut self) -> (Result<sys::CUgraph>, Vec<Taken>) {

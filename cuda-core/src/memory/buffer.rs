@@ -8,8 +8,8 @@ use crate::alloc::{Allocator, DeviceAllocation};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
-use crate::track::HeldStream;
-use crate::track::{StreamUses, scopes};
+use crate::stream::capturing;
+use crate::track::{HeldStream, OwnStream, Retained, StreamUses, scopes};
 use bytemuck::Pod;
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
@@ -162,9 +162,9 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             size: allocation.size,
             token: allocation.token,
             source,
-            careful: held.is_per_thread(),
+            careful: held.is_careful(),
+            uses: ManuallyDrop::new(held.uses()),
             stream: held,
-            uses: ManuallyDrop::new(StreamUses::new()),
             released: false,
             moved: false,
             _marker: PhantomData,
@@ -261,6 +261,13 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         if *stream == *self.stream {
             return Ok(());
         }
+        if let HeldStream::Captured(_) = self.stream {
+            return Err(Error::invalid(
+                "DeviceBuffer::set_stream",
+                "the buffer was allocated in a stream capture: its memory node's free is captured on the \
+                 stream it was allocated on, so it stays there; use it on other streams of the capture directly",
+            ));
+        }
         crate::track::nameable(self.stream.context(), stream)?;
         // Work queued on the new stream from now on runs after what is queued on the old one
         // (the buffer's own work, and that of the block's earlier owners). A stream being
@@ -305,7 +312,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// buffer's own stream.
     #[inline]
     pub(crate) fn used_on(&self, current: &Context, stream: &Stream) -> Result<()> {
-        self.uses.note(current, Some(&self.stream), stream)
+        self.uses.note(current, self.stream.own(), stream)
     }
 
     #[cfg(feature = "nccl")]
@@ -400,7 +407,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     #[inline]
     #[track_caller]
     fn give_back(&mut self) -> Result<()> {
-        if !self.careful && self.uses.is_untouched() {
+        if !self.careful && self.uses.is_untouched() && !capturing::any() {
             return self.give_back_alone();
         }
         self.give_back_noted()
@@ -422,6 +429,25 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     #[cold]
     #[track_caller]
     fn give_back_noted(&mut self) -> Result<()> {
+        if let HeldStream::Captured(alloc) = &self.stream {
+            return alloc.free_on_drop();
+        }
+        // Captured work used the memory: the graphs that hold it release it once they are gone.
+        if let Some(cell) = self.uses.take_retained() {
+            cell.deposit(self.late_release());
+            return Ok(());
+        }
+        // Its stream is being captured: the release cannot be queued there now. The capture's
+        // graph holds it, and it runs once the graph is gone (at once if the capture is
+        // discarded).
+        if capturing::any() {
+            if let Some(capture) = capturing::capture_of(&self.stream)? {
+                let cell = Retained::default();
+                cell.deposit(self.late_release());
+                capture.note(std::sync::Arc::new(cell));
+                return Ok(());
+            }
+        }
         if self.uses.pending_group().is_none() {
             // SAFETY: the allocation came from `source` and is given back once (`released` is
             // set by the callers); `uses` holds every other stream that may use it.
@@ -429,15 +455,21 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
                 release(&self.source, self.allocation(), &self.stream, &mut self.uses, self.moved)
             };
         }
-        LateRelease {
+        self.late_release()();
+        Ok(())
+    }
+
+    /// The buffer's release, handed over to run later (once NCCL groups or graphs that use
+    /// the memory are done with it).
+    fn late_release(&mut self) -> Box<dyn FnOnce() + Send> {
+        let late = LateRelease {
             source: self.source.clone(),
             allocation: self.allocation(),
             stream: Stream::clone(&self.stream),
             uses: std::mem::take(&mut *self.uses),
             moved: self.moved,
-        }
-        .run(true);
-        Ok(())
+        };
+        Box::new(move || late.run(true))
     }
 }
 
@@ -512,7 +544,7 @@ impl<T: Pod, S: MemorySpace> Drop for DeviceBuffer<T, S> {
     fn drop(&mut self) {
         // The common buffer, used on its own created stream only, makes one check of its stream
         // uses: with no list, nothing else used the memory.
-        if !self.careful && !self.uses.holds_list() {
+        if !self.careful && !self.uses.holds_list() && !capturing::any() {
             if !self.released {
                 if let Err(e) = self.give_back_alone() {
                     self.keep_drop_error(e);
@@ -548,6 +580,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     fn keep_drop_error(&self, e: Error) {
         match &self.stream {
             HeldStream::Counted(stream) => stream.context().defer(e),
+            HeldStream::Captured(alloc) => alloc.stream().context().defer(e),
             // The allocation is back: the borrowed handle may be gone.
             HeldStream::Kept(_) => self.source.defer(e),
         }

@@ -134,13 +134,25 @@ macro_rules! device_views {
         /// A shared view of the whole buffer.
         #[inline]
         pub fn view(&self) -> $crate::memory::DeviceView<'_, T> {
-            $crate::memory::DeviceView::tracked(self.ptr, self.len, &self.stream, &self.uses)
+            $crate::memory::DeviceView::tracked(
+                self.ptr,
+                self.len,
+                &self.stream,
+                $crate::track::OwnStream::own(&self.stream),
+                &self.uses,
+            )
         }
 
         /// An exclusive view of the whole buffer.
         #[inline]
         pub fn view_mut(&mut self) -> $crate::memory::DeviceViewMut<'_, T> {
-            $crate::memory::DeviceViewMut::tracked(self.ptr, self.len, &self.stream, &self.uses)
+            $crate::memory::DeviceViewMut::tracked(
+                self.ptr,
+                self.len,
+                &self.stream,
+                $crate::track::OwnStream::own(&self.stream),
+                &self.uses,
+            )
         }
 
         /// A shared view of `range`; past the end is an
@@ -154,6 +166,7 @@ macro_rules! device_views {
                 self.element(start),
                 end - start,
                 &self.stream,
+                $crate::track::OwnStream::own(&self.stream),
                 &self.uses,
             ))
         }
@@ -169,6 +182,7 @@ macro_rules! device_views {
                 self.element(start),
                 end - start,
                 &self.stream,
+                $crate::track::OwnStream::own(&self.stream),
                 &self.uses,
             ))
         }

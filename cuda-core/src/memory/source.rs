@@ -58,6 +58,11 @@ impl Source {
         stream: &Stream,
         make: impl FnOnce(Source, DeviceAllocation, HeldStream) -> R,
     ) -> Result<R> {
+        if crate::stream::capturing::any() {
+            if let Some(capture) = crate::stream::capture_of(stream)? {
+                return Source::allocate_captured(bytes, stream, capture, make);
+            }
+        }
         match &self {
             &Source::DefaultPool(pool) if bytes > 0 => {
                 let (allocation, kept) = pool.allocate_kept(bytes, stream)?;
@@ -78,6 +83,24 @@ impl Source {
                 Ok(make(self, allocation, HeldStream::Counted(stream.clone())))
             }
         }
+    }
+
+    /// [`allocate`](Self::allocate) on a stream being captured, whatever the allocator: a graph
+    /// memory node of the capture (`cuMemAllocAsync`, which the driver records during
+    /// capture), freed in the capture (see [the rule](crate::track)).
+    #[cold]
+    #[inline(never)]
+    fn allocate_captured<R>(
+        bytes: usize,
+        stream: &Stream,
+        capture: crate::stream::capturing::CaptureRef,
+        make: impl FnOnce(Source, DeviceAllocation, HeldStream) -> R,
+    ) -> Result<R> {
+        let alloc = crate::track::GraphAlloc::allocate(stream, capture, bytes)?;
+        let allocation = DeviceAllocation { ptr: alloc.ptr(), size: bytes, token: 0 };
+        // Names the memory's origin; the buffer frees graph memory itself, never through it.
+        let source = Source::Shared(Arc::new(crate::pool::AsyncAllocator::new(stream.context())));
+        Ok(make(source, allocation, HeldStream::Captured(alloc)))
     }
 
     /// Keeps `e`, met while giving memory back after the buffer's hold on its stream may have

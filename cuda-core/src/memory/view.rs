@@ -148,9 +148,10 @@ macro_rules! common {
                 ptr: sys::CUdeviceptr,
                 len: usize,
                 stream: &'a Stream,
+                own: Option<&'a Stream>,
                 uses: &'a StreamUses,
             ) -> Self {
-                let track = Some(Track { own: Some(stream), uses });
+                let track = Some(Track { own, uses });
                 $name { ptr, len, ctx: stream.context(), stream: Some(stream), track, _marker: PhantomData }
             }
 
@@ -180,6 +181,17 @@ macro_rules! common {
                 match self.track {
                     Some(t) => t.uses.note(current, t.own, stream),
                     None => Ok(()),
+                }
+            }
+
+            /// Refuses a synchronous copy or memset of memory that exists only inside a
+            /// graph's launches (allocated in a stream capture, see
+            /// [the rule](crate::track)); free for memory ordered on a stream.
+            #[inline]
+            pub(crate) fn check_sync(&self) -> Result<()> {
+                match self.track {
+                    Some(t) if t.own.is_none() => t.uses.check_sync(),
+                    _ => Ok(()),
                 }
             }
 

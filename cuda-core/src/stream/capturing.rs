@@ -1,13 +1,15 @@
-//! Which streams are being captured into a graph, and what copies captured there took: work
+//! Which streams are being captured into a graph, and what the work captured there uses: work
 //! queued on a capturing stream runs at the graph's launches, not now, so what tracks work in
-//! flight (pinned buffers, the cross-stream rule) must not record it as queued.
+//! flight (device and pinned buffers, the cross-stream rule) must not record it as queued, and
+//! what it uses is handed to the graph the capture makes (see [the rule](crate::track)).
 
 use super::Stream;
 use crate::error::{Error, Result};
+use crate::event::{Event, EventFlags};
 use cuda_driver_sys as sys;
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Something captured work uses, handed to the capture's graph when the capture ends (the
 /// graph keeps it, and looks into it at instantiation).
@@ -17,27 +19,118 @@ pub(crate) type Taken = Arc<dyn Any + Send + Sync>;
 /// asked whether it is capturing (one atomic load on the copy path).
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
-/// What copies captured so far took, by capture id, until their capture ends.
-static TAKEN: Mutex<Vec<(u64, Taken)>> = Mutex::new(Vec::new());
+/// The captures under way, by id, until they end.
+static CAPTURES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+/// One capture under way.
+struct Entry {
+    id: u64,
+    /// The stream it was begun on (its raw handle, as an address).
+    origin: usize,
+    /// An event recorded on the origin stream just before the capture began: the work queued
+    /// there before, which captured work on memory of that stream must wait for at each launch.
+    before: Option<Arc<Event>>,
+    /// What the captured work took so far.
+    taken: Vec<Taken>,
+    /// The memory allocated by the capture (graph memory nodes), to free in the graph when it
+    /// ends ([`GraphAlloc`](crate::track::GraphAlloc)s, held weakly).
+    allocations: Vec<std::sync::Weak<crate::track::GraphAlloc>>,
+}
+
+fn captures() -> MutexGuard<'static, Vec<Entry>> {
+    CAPTURES.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// A capture under way, as work queued on one of its streams sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CaptureRef(u64);
 
 impl CaptureRef {
+    /// The capture's process-unique id.
+    #[inline]
+    pub(crate) fn id(self) -> u64 {
+        self.0
+    }
+
     /// Hands `item` to the graph the capture makes.
     pub(crate) fn note(&self, item: Taken) {
-        TAKEN.lock().unwrap_or_else(PoisonError::into_inner).push((self.0, item));
+        if let Some(entry) = captures().iter_mut().find(|e| e.id == self.0) {
+            entry.taken.push(item);
+        } else {
+            // The capture ended meanwhile (another thread ended it): the work queued on its
+            // stream since is real, and what it uses is kept for good rather than let go early.
+            std::mem::forget(item);
+        }
     }
+
+    /// Registers memory allocated by the capture, to be freed in the graph at its end if it is
+    /// still allocated then.
+    pub(crate) fn note_allocation(&self, alloc: &Arc<crate::track::GraphAlloc>) {
+        if let Some(entry) = captures().iter_mut().find(|e| e.id == self.0) {
+            entry.allocations.retain(|a| a.strong_count() > 0);
+            entry.allocations.push(Arc::downgrade(alloc));
+        }
+    }
+
+    /// Whether `stream` is the stream the capture was begun on.
+    pub(crate) fn is_origin(&self, stream: &Stream) -> bool {
+        captures().iter().any(|e| e.id == self.0 && e.origin == stream.as_raw() as usize)
+    }
+
+    /// Makes the work captured on `stream` from now on wait, at each launch, for the work queued
+    /// on the capture's origin stream before the capture began: an external event wait node
+    /// (`CU_EVENT_WAIT_EXTERNAL`) on the event recorded then, which the graph keeps.
+    pub(crate) fn wait_before(&self, stream: &Stream) -> Result<()> {
+        let before = captures().iter().find(|e| e.id == self.0).and_then(|e| e.before.clone());
+        let Some(before) = before else {
+            return Err(Error::invalid("capture", "the capture ended while work was being queued on it"));
+        };
+        let external = sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL.0;
+        stream.bind_if_default()?;
+        // SAFETY: both handles are live; the graph keeps the event (noted below).
+        unsafe { driver!(cuStreamWaitEvent(stream.as_raw(), before.as_raw(), external)) }?;
+        self.note(before);
+        Ok(())
+    }
+}
+
+/// Whether any capture begun through this crate is under way, in the process: one atomic load.
+#[inline]
+pub(crate) fn any() -> bool {
+    ACTIVE.load(Ordering::Acquire) != 0
+}
+
+/// The memory the capture `id` allocated that is still alive.
+pub(crate) fn allocations_of(id: u64) -> Vec<Arc<crate::track::GraphAlloc>> {
+    captures()
+        .iter()
+        .find(|e| e.id == id)
+        .map(|e| e.allocations.iter().filter_map(std::sync::Weak::upgrade).collect())
+        .unwrap_or_default()
+}
+
+/// Whether the capture `id` is still under way.
+pub(crate) fn is_active(id: u64) -> bool {
+    captures().iter().any(|e| e.id == id)
 }
 
 /// The capture `stream` takes part in, if any: one begun through this crate (captures begun
 /// through raw calls are not seen). Costs one atomic load while no capture is under way.
 #[inline]
 pub(crate) fn capture_of(stream: &Stream) -> Result<Option<CaptureRef>> {
-    if ACTIVE.load(Ordering::Acquire) == 0 {
+    if !any() {
         return Ok(None);
     }
-    Ok(capture_id(stream)?.map(CaptureRef))
+    ours(stream)
+}
+
+/// [`capture_of`] while some capture is under way.
+#[cold]
+#[inline(never)]
+fn ours(stream: &Stream) -> Result<Option<CaptureRef>> {
+    let Some(id) = capture_id(stream)? else { return Ok(None) };
+    // A capture begun by a raw call is not ours: its contract is its caller's.
+    Ok(captures().iter().any(|e| e.id == id).then_some(CaptureRef(id)))
 }
 
 /// The id of the capture `stream` takes part in, if it is capturing.
@@ -63,26 +156,52 @@ fn capture_id(stream: &Stream) -> Result<Option<u64>> {
 
 /// Begins a capture with `begin` (a `cuStreamBeginCapture` call on `stream`), counted as under
 /// way from before the call, and returns its id. Each success is matched by one [`ended`].
+///
+/// An event is recorded on `stream` just before: captured work on memory ordered on `stream`
+/// waits for it at each launch (the work queued there before the capture, which a launch on
+/// another stream would not otherwise follow).
 pub(crate) fn begin(stream: &Stream, begin: impl FnOnce() -> Result<()>) -> Result<u64> {
+    let before = Event::new(stream.context(), EventFlags::DISABLE_TIMING)
+        .and_then(|e| e.record(stream).map(|()| Arc::new(e)))?;
     ACTIVE.fetch_add(1, Ordering::AcqRel);
-    match begin().and_then(|()| capture_id(stream)) {
-        Ok(Some(id)) => Ok(id),
+    let begun = begin().and_then(|()| capture_id(stream));
+    let id = match begun {
+        Ok(Some(id)) => id,
         Ok(None) => {
             ACTIVE.fetch_sub(1, Ordering::AcqRel);
-            Err(Error::invalid("begin_capture", "the stream is not capturing after cuStreamBeginCapture"))
+            return Err(Error::invalid(
+                "begin_capture",
+                "the stream is not capturing after cuStreamBeginCapture",
+            ));
         }
         Err(e) => {
             ACTIVE.fetch_sub(1, Ordering::AcqRel);
-            Err(e)
+            return Err(e);
         }
-    }
+    };
+    captures().push(Entry {
+        id,
+        origin: stream.as_raw() as usize,
+        before: Some(before),
+        taken: Vec::new(),
+        allocations: Vec::new(),
+    });
+    Ok(id)
 }
 
-/// The capture `id`, begun with [`begin`], has ended (or failed): returns what its copies took.
+/// The capture `id`, begun with [`begin`], has ended (or failed): returns what its work took.
+/// The memory it allocated that no free node frees is marked as gone from the buffers that
+/// hold it: it exists only within the graph's launches.
 pub(crate) fn ended(id: u64) -> Vec<Taken> {
+    let entry = {
+        let mut all = captures();
+        let found = all.iter().position(|e| e.id == id);
+        found.map(|i| all.swap_remove(i))
+    };
     ACTIVE.fetch_sub(1, Ordering::AcqRel);
-    let mut taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
-    let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *taken).into_iter().partition(|(i, _)| *i == id);
-    *taken = rest;
-    mine.into_iter().map(|(_, item)| item).collect()
+    let Some(entry) = entry else { return Vec::new() };
+    for alloc in entry.allocations.iter().filter_map(std::sync::Weak::upgrade) {
+        alloc.capture_ended();
+    }
+    entry.taken
 }

@@ -27,10 +27,42 @@
 //!    Memory such a call uses is noted with the scope ([`scopes`]); given back while the scope
 //!    is open, its release waits until the scope has queued its work.
 //!
-//! Captures are part of the rule: work on a stream being captured runs at the graph's launches,
-//! not now, so it is neither noted nor waited for (the capture's contract keeps what it uses
-//! alive while its graphs may run), and a release that would have to wait for a stream being
-//! captured keeps the memory (a leak, reported) instead.
+//! # Capture
+//!
+//! Work queued on a stream being captured into a graph (by a capture begun through this crate,
+//! [`Stream::begin_capture`](crate::Stream::begin_capture), or a stream that joined one) runs at
+//! the graph's launches, not now, on whatever stream they are made on. The rule follows it
+//! there ([`captured`]):
+//!
+//! 4. **Memory used by captured work belongs to the graph too.** The first captured use of a
+//!    piece of memory hands the capture a cell that the graph, its clones and child copies and
+//!    its executable graphs hold; the memory's release, whenever it is dropped, is handed to
+//!    that cell and runs once the last of them is gone (an executable graph that was launched
+//!    waits for its launches first). The first captured use on each stream also waits, at
+//!    every launch, for the work queued on the memory's own stream before the capture (an
+//!    external event wait node on an event recorded there, or on the one recorded on the
+//!    capture's first stream as it began), so a launch on any stream comes after the memory's
+//!    earlier owners. Memory whose own stream joined the capture later, or is in another
+//!    capture, cannot be ordered so: its captured use is refused.
+//! 5. **Memory allocated on a capturing stream is graph memory**, whatever the allocator: an
+//!    allocation node (`cuMemAllocAsync`, which the driver records). It exists only inside the
+//!    graph's launches, so it may be used only by work captured in that capture, on any of its
+//!    streams (the first use on another stream is ordered after the allocation by a graph
+//!    edge). Dropped inside the capture, it becomes a free node, ordered after every stream of
+//!    the capture that used it (events recorded there and waited for on its stream, both
+//!    captured: graph edges, which also join those streams back). Still alive when the capture
+//!    ends, it is freed by a free node added then; every launch allocates and frees it, at the
+//!    same address each time. Outside its capture the buffer has no memory: every safe use of
+//!    it (a copy, a memset, a kernel argument, `record_stream`, `set_stream`) is an
+//!    [`Error::InvalidArgument`](crate::Error::InvalidArgument), and dropping it does nothing.
+//! 6. **A release on a capturing stream** of memory the capture did not allocate cannot be
+//!    queued there now: the capture's graph holds it, and it runs once the graph is gone (at
+//!    once if the capture is discarded). A release that would have to wait for a stream being
+//!    captured by another capture, or by one this crate did not begin, keeps the memory (a
+//!    leak, reported) instead.
+//!
+//! What other handles captured work refers to (modules, pinned buffers, events) is covered by
+//! [`Stream::begin_capture`](crate::Stream::begin_capture)'s contract.
 //!
 //! # Pinned host memory
 //!
@@ -56,12 +88,14 @@
 //! sits between the program and NVIDIA's driver, and the crate tells it what no driver call
 //! shows ([`checker`]).
 
+mod captured;
 pub(crate) mod checker;
 mod held;
 mod host_uses;
 pub(crate) mod scopes;
 mod stream_uses;
 
-pub(crate) use held::HeldStream;
+pub(crate) use captured::{GraphAlloc, Retained};
+pub(crate) use held::{HeldStream, OwnStream};
 pub(crate) use host_uses::{HostAccess, HostUses, Uses, begin_borrow, end_borrow, launch_tracked};
 pub(crate) use stream_uses::{Ordered, StreamUses, nameable, order_after, wait_for};

@@ -8,11 +8,13 @@
 //! after them ([`order_after`]), or waits for them on the host
 //! ([`StreamUses::synchronize_for_release`]).
 
+use super::captured::{GraphAlloc, Retained, order_captured_use};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::stream::capturing::{self, CaptureRef};
 use crate::stream::{Stream, capture_of, other_threads_stream};
 use cuda_driver_sys as sys;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// The foreign streams that work touching one piece of memory was queued on.
 ///
@@ -29,12 +31,27 @@ struct Noted {
     /// The scopes (NCCL groups, see [`scopes`](super::scopes)) whose work uses the memory
     /// and is queued only when they end; closed ones are dropped as new ones come.
     groups: Vec<u64>,
+    /// For memory allocated in a capture (a graph memory node): its allocation, which says
+    /// where the memory may be used.
+    graph: Option<Arc<GraphAlloc>>,
+    /// For memory allocated outside: the cell that the graphs of the captures that used it
+    /// hold, to which the release is handed (see [`captured`](super::captured)).
+    retained: Option<Arc<Retained>>,
+    /// The (capture, stream) pairs whose first captured use was ordered; pairs of captures
+    /// that ended are dropped as new ones come.
+    captured: Vec<(u64, usize)>,
 }
 
 impl StreamUses {
     /// No stream noted.
     pub(crate) const fn new() -> StreamUses {
         StreamUses { inner: Mutex::new(None) }
+    }
+
+    /// The uses of memory allocated in a capture: `alloc` says where it may be used.
+    pub(crate) fn graph(alloc: Arc<GraphAlloc>) -> StreamUses {
+        let noted = Noted { graph: Some(alloc), ..Noted::default() };
+        StreamUses { inner: Mutex::new(Some(Box::new(noted))) }
     }
 
     #[inline]
@@ -57,7 +74,25 @@ impl StreamUses {
     /// its own stream only checks this and nothing more.
     #[inline]
     pub(crate) fn is_untouched(&mut self) -> bool {
-        self.noted().is_none_or(|n| n.streams.is_empty() && n.groups.is_empty())
+        self.noted().is_none_or(|n| {
+            n.streams.is_empty() && n.groups.is_empty() && n.retained.is_none() && n.graph.is_none()
+        })
+    }
+
+    /// Takes the cell that graphs which captured work on the memory hold, if any: the release
+    /// is handed to it.
+    pub(crate) fn take_retained(&mut self) -> Option<Arc<Retained>> {
+        self.noted()?.retained.take()
+    }
+
+    /// Refuses a synchronous copy or memset of memory allocated in a capture: outside it the
+    /// memory does not exist, and inside it a synchronous call would break the capture.
+    #[cold]
+    pub(crate) fn check_sync(&self) -> Result<()> {
+        match self.lock().as_ref().is_some_and(|n| n.graph.is_some()) {
+            true => Err(super::captured::outside_capture()),
+            false => Ok(()),
+        }
     }
 
     #[cfg(feature = "nccl")]
@@ -100,10 +135,15 @@ impl StreamUses {
     /// Refuses a stream whose handle would not name the stream it stands for here: a
     /// per-thread default stream made on another thread, or a default stream of a context
     /// other than `ctx` (the driver reads such handles through the current context).
+    ///
+    /// While a capture is under way anywhere in the process, every use is looked at (see
+    /// [`note_captured`](Self::note_captured)); otherwise the own stream costs one comparison.
     #[inline]
     pub(crate) fn note(&self, ctx: &Context, own: Option<&Stream>, stream: &Stream) -> Result<()> {
         match own {
-            Some(own) if own.as_raw() == stream.as_raw() && !stream.is_default() => Ok(()),
+            Some(own) if own.as_raw() == stream.as_raw() && !stream.is_default() && !capturing::any() => {
+                Ok(())
+            }
             _ => self.note_foreign(ctx, own, stream),
         }
     }
@@ -111,12 +151,15 @@ impl StreamUses {
     #[cold]
     fn note_foreign(&self, ctx: &Context, own: Option<&Stream>, stream: &Stream) -> Result<()> {
         nameable(ctx, stream)?;
-        if own == Some(stream) {
-            return Ok(());
+        // Work captured into a graph is not queued: it runs at the graph's launches. The
+        // graph keeps the memory, and its launches wait for the memory's earlier work.
+        if let Some(capture) = capture_of(stream)? {
+            return self.note_captured(own, stream, capture);
         }
-        // Work captured into a graph is not queued: it runs at the graph's launches, and the
-        // capture's contract keeps the memory alive for as long as they may run.
-        if capture_of(stream)?.is_some() {
+        if self.lock().as_ref().is_some_and(|n| n.graph.is_some()) {
+            return Err(super::captured::outside_capture());
+        }
+        if own == Some(stream) {
             return Ok(());
         }
         // The first use on `stream` waits for what is queued on the memory's own stream: the
@@ -139,6 +182,38 @@ impl StreamUses {
         if !noted.streams.contains(stream) {
             noted.streams.push(stream.clone());
         }
+        Ok(())
+    }
+
+    /// Notes that work using the memory is about to be captured on `stream` by `capture`.
+    ///
+    /// Memory allocated in a capture may be used there only (see
+    /// [`GraphAlloc::use_on`](super::captured::GraphAlloc)). Other memory is held by the
+    /// capture's graph: the first captured use hands the graph the memory's [`Retained`] cell
+    /// (made then), so that the release waits for the graph and its executable graphs, and
+    /// the first use on each captured stream waits, at each launch, for the work queued on the
+    /// memory's own stream before ([`order_captured_use`]).
+    #[cold]
+    fn note_captured(&self, own: Option<&Stream>, stream: &Stream, capture: CaptureRef) -> Result<()> {
+        let mut guard = self.lock();
+        let noted = guard.get_or_insert_with(Box::default);
+        if let Some(alloc) = &noted.graph {
+            return alloc.use_on(stream, Some(capture));
+        }
+        let pair = (capture.id(), stream.as_raw() as usize);
+        if noted.captured.contains(&pair) {
+            return Ok(());
+        }
+        if let Some(own) = own {
+            order_captured_use(stream, own, capture)?;
+        }
+        let held = noted.captured.iter().any(|&(id, _)| id == capture.id());
+        let cell = noted.retained.get_or_insert_with(Arc::default);
+        if !held {
+            capture.note(cell.clone());
+        }
+        noted.captured.retain(|&(id, _)| capturing::is_active(id));
+        noted.captured.push(pair);
         Ok(())
     }
 

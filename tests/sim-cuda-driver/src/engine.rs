@@ -383,15 +383,17 @@ impl Sim {
     }
 
     /// Makes stream `handle` wait for `event`'s last record. A capturing stream may wait only
-    /// for a record of its own capture (linear: nothing to add); a stream that is not
+    /// for a record of its own capture (linear: nothing to add), or, `external`, for one made
+    /// outside any capture (a node waiting for it at each launch); a stream that is not
     /// capturing cannot join a capture here.
-    pub fn wait_event(&mut self, handle: u64, event: u64) -> i32 {
+    pub fn wait_event(&mut self, handle: u64, event: u64, external: bool) -> i32 {
         let Some(e) = self.events.get(&event) else { return crate::INVALID_HANDLE };
         let (also, captured) = (e.recorded.clone(), e.captured);
         match (self.capture_of(handle), captured) {
             (None, _) => crate::INVALID_HANDLE,
             (Some(Some(c)), _) if c.invalid => crate::graphs::CAPTURE_INVALIDATED,
             (Some(Some(c)), Some(id)) if c.id == id => crate::SUCCESS,
+            (Some(Some(_)), None) if external => self.capture_wait(handle, also),
             (Some(Some(_)), _) => {
                 self.refuse_if_capturing(handle);
                 CAPTURE_ISOLATION

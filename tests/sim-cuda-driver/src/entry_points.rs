@@ -337,8 +337,9 @@ unsafe extern "C" fn cuStreamQuery(stream: Handle) -> c_int {
     SUCCESS
 }
 
-unsafe extern "C" fn cuStreamWaitEvent(stream: Handle, event: Handle, _flags: c_uint) -> c_int {
-    with_sim(|s| s.wait_event(stream as u64, event as u64))
+unsafe extern "C" fn cuStreamWaitEvent(stream: Handle, event: Handle, flags: c_uint) -> c_int {
+    // CU_EVENT_WAIT_EXTERNAL
+    with_sim(|s| s.wait_event(stream as u64, event as u64, flags & 1 != 0))
 }
 
 unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> c_int {
@@ -426,8 +427,13 @@ unsafe extern "C" fn cuMemFree(ptr: u64) -> c_int {
 unsafe extern "C" fn cuMemAllocAsync(ptr: *mut u64, bytes: usize, stream: Handle) -> c_int {
     match with_sim(|s| s.capture_of(stream as u64).map(|c| c.is_some())) {
         None => return INVALID_VALUE,
-        // Allocation nodes are not simulated.
-        Some(true) => return NOT_SUPPORTED,
+        // An allocation node: the memory is made now and stays (a node that does nothing).
+        Some(true) => {
+            let recorded = with_sim(|s| s.capture_wait(stream as u64, None));
+            if recorded != SUCCESS {
+                return recorded;
+            }
+        }
         Some(false) => {}
     }
     // Fresh addresses: nothing queued anywhere touches them, so no ordering is needed.
@@ -438,8 +444,8 @@ unsafe extern "C" fn cuMemFreeAsync(ptr: u64, stream: Handle) -> c_int {
     with_sim(|s| {
         let Some(size) = s.memory.device_size(ptr) else { return INVALID_VALUE };
         if s.capture_of(stream as u64).is_some_and(|c| c.is_some()) {
-            // Free nodes are not simulated.
-            return NOT_SUPPORTED;
+            // A free node: does nothing; the memory stays for the graph's launches.
+            return s.capture_wait(stream as u64, None);
         }
         let Some((_, at)) = s.enqueue(stream as u64, Work::Mark, None, "cuMemFreeAsync", &[], &[]) else {
             return INVALID_HANDLE;

@@ -4,6 +4,10 @@
 //! capture recorded them, each checked as the work it stands for.
 //!
 //! A capture is linear (one stream; a stream joining it through an event is not supported).
+//! An external event wait (`CU_EVENT_WAIT_EXTERNAL`) of an event recorded outside the capture
+//! is a node that waits, at each launch, for that record. Allocation and free nodes
+//! (`cuMemAllocAsync`, `cuMemFreeAsync` while capturing) are nodes that do nothing: the memory
+//! is allocated when the allocation node is captured and stays allocated.
 //! What the driver refuses while capturing is refused here too, with its status: a
 //! synchronization of the capturing stream (which also invalidates the capture), a wait for an
 //! event recorded outside the capture (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`), and, from a
@@ -53,6 +57,11 @@ pub struct Node {
     pub reads: Vec<Range>,
     /// The ranges it writes.
     pub writes: Vec<Range>,
+    /// The record an external event wait node waits for at each launch.
+    pub after: Option<(usize, crate::clock::VectorClock)>,
+    /// The owner (epoch) of each range of `reads` then `writes` when the work was captured:
+    /// a launch checks that the memory still has that owner.
+    pub epochs: Vec<u64>,
 }
 
 /// A capture under way on a stream.
@@ -121,9 +130,25 @@ impl Sim {
         }
         capture.deps[0] = node_id;
         let graph = capture.graph;
-        let node = Node { work, reads: reads.to_vec(), writes: writes.to_vec() };
+        let epochs = reads.iter().chain(writes).map(|r| self.checker.epoch_of(r.start)).collect();
+        let node = Node { work, reads: reads.to_vec(), writes: writes.to_vec(), after: None, epochs };
         self.graphs.entry(graph).or_default().push(node);
         Taken::Done(crate::SUCCESS)
+    }
+
+    /// Records into the capture of stream `handle` a node that waits, at each launch, for
+    /// `after` (an external event wait); refused when the stream is not capturing.
+    pub fn capture_wait(&mut self, handle: u64, after: Option<(usize, crate::clock::VectorClock)>) -> i32 {
+        match self.capture_work(handle, Work::Mark, &[], &[]) {
+            Taken::Done(crate::SUCCESS) => {}
+            Taken::Done(status) => return status,
+            Taken::Queue => return ILLEGAL_STATE,
+        }
+        let graph = self.stream_mut(handle).and_then(|s| s.capture.as_ref()).map(|c| c.graph);
+        if let Some(node) = graph.and_then(|g| self.graphs.get_mut(&g)).and_then(|nodes| nodes.last_mut()) {
+            node.after = after;
+        }
+        crate::SUCCESS
     }
 
     /// Refuses a call that waits (or would make the stream wait) while it captures, and
@@ -183,7 +208,24 @@ impl Sim {
             return crate::INVALID_HANDLE;
         }
         for node in nodes {
-            let status = self.submit(handle, node.work, "cuGraphLaunch", &node.reads, &node.writes);
+            let ranges = node.reads.iter().chain(&node.writes);
+            for (&range, &captured) in ranges.zip(&node.epochs) {
+                let tracked = self.memory.is_tracked(range.start, range.end - range.start);
+                if tracked && self.checker.epoch_of(range.start) != captured {
+                    let host = self.host();
+                    let site = self.checker.site(host, "cuGraphLaunch");
+                    self.checker.stale_graph_access(range, captured, &site);
+                }
+            }
+            let status = match node.after {
+                Some(after) => {
+                    match self.enqueue(handle, node.work, Some(after), "cuGraphLaunch", &[], &[]) {
+                        Some(_) => crate::SUCCESS,
+                        None => crate::INVALID_HANDLE,
+                    }
+                }
+                None => self.submit(handle, node.work, "cuGraphLaunch", &node.reads, &node.writes),
+            };
             if status != crate::SUCCESS {
                 return status;
             }

@@ -114,6 +114,47 @@ fn unordered_launches_on_two_streams_are_the_programs_race() {
     assert!(out.races > 0, "the two launches touch slot 0 unordered: {out:?}");
 }
 
+/// Capture: a buffer dropped while a graph that captured work on it lives is given back once
+/// the graph is gone. Taken out, the block goes back to the pool at the drop, the next buffer
+/// on the stream takes it, and the launch writes the new owner's memory (category (a)).
+#[test]
+fn capture_a_buffer_dropped_while_its_graph_lives_is_given_back_after_the_graph() {
+    let program: Program = vec![
+        (0, Step::Alloc { slot: 0, stream: 0, big: false, zeroed: true }),
+        (0, Step::PinnedNew { pinned: 0, big: false }),
+        (0, Step::Capture { graph: 0, slot: 0, pinned: 0, stream: 0, kind: 1, value: 0 }),
+        (0, Step::Drop { slot: 0 }),
+        (0, Step::Alloc { slot: 1, stream: 0, big: false, zeroed: true }),
+        (0, Step::GraphLaunch { graph: 0, stream: 0 }),
+        (0, Step::GraphDrop { graph: 0 }),
+        (0, Step::Download { slot: 1 }),
+    ];
+    let mut guard = harness();
+    let h = guard.as_mut().unwrap();
+    let out = h.run(&program, 1, false);
+    assert!(!out.fails(), "{out:?}");
+}
+
+/// Capture: the first captured use of a buffer waits, at each launch, for the work queued on
+/// its own stream before (its earlier owner's included). Taken out, a launch on a third stream
+/// writes the reused block while its old owner's memset may still run (category (a)).
+#[test]
+fn capture_a_launch_waits_for_the_work_queued_on_the_buffer_before_the_capture() {
+    let program: Program = vec![
+        (0, Step::Alloc { slot: 0, stream: 0, big: false, zeroed: true }),
+        (0, Step::Alloc { slot: 0, stream: 0, big: false, zeroed: false }),
+        (0, Step::PinnedNew { pinned: 0, big: false }),
+        (0, Step::Capture { graph: 0, slot: 0, pinned: 0, stream: 1, kind: 1, value: 0 }),
+        (0, Step::GraphLaunch { graph: 0, stream: 2 }),
+        (0, Step::Capture { graph: 1, slot: 0, pinned: 0, stream: 0, kind: 2, value: 9 }),
+        (0, Step::GraphLaunch { graph: 1, stream: 2 }),
+    ];
+    let mut guard = harness();
+    let h = guard.as_mut().unwrap();
+    let out = h.run(&program, 1, false);
+    assert!(!out.fails(), "{out:?}");
+}
+
 /// H2: a guard of a pinned buffer held while a graph whose captured copy writes it (or, for a
 /// write guard, reads it) is launched. The launch is refused; taken out, the copy's late write
 /// lands under the guard, and the host access told before the guard drops is category (c).

@@ -357,6 +357,11 @@ impl Checker {
         self.owners.end_of(addr)
     }
 
+    /// The owner (epoch) of the byte at `addr` now.
+    pub fn epoch_of(&self, addr: u64) -> u64 {
+        self.owners.epoch_of(addr)
+    }
+
     /// Checks and records an access to `range` by the point `at` of its agent (whose present
     /// clock is the access's), made at `site`.
     pub fn access(&mut self, at: Stamp, range: Range, write: bool, site: Site) {
@@ -432,6 +437,20 @@ impl Checker {
     /// How many accesses are kept.
     pub fn kept(&self) -> usize {
         self.accesses.len()
+    }
+
+    /// Reports a graph launch's access to `range`, which belonged to owner `captured` when the
+    /// work was captured and has another owner now: the graph uses memory given back since.
+    pub fn stale_graph_access(&mut self, range: Range, captured: u64, site: &Site) {
+        let text = format!(
+            "  a graph launch at {} uses {:#x}..{:#x}, captured while owner {} had it; owner {} has it now",
+            describe_site(site),
+            range.start,
+            range.end,
+            captured,
+            self.epoch_of(range.start)
+        );
+        self.report(Category::OwnerOverlap, text);
     }
 
     /// Checks a release of `range` to the driver at the point `at`: every access to it must

@@ -371,7 +371,7 @@ impl Mapped<'_> {
     /// the driver's `CUDA_ERROR_NOT_MAPPED_AS_POINTER`.
     pub fn buffer<T: Pod>(&self, index: usize) -> Result<DeviceView<'_, T>> {
         let (ptr, len) = self.elements::<T>("Mapped::buffer", index)?;
-        Ok(DeviceView::tracked(ptr, len, &self.stream, &self.uses))
+        Ok(DeviceView::tracked(ptr, len, &self.stream, Some(&self.stream), &self.uses))
     }
 
     /// Mapped buffer `index` as an exclusive view of `T`s (for kernels that write it).
@@ -381,7 +381,7 @@ impl Mapped<'_> {
     pub fn buffer_mut<T: Pod>(&mut self, index: usize) -> Result<DeviceViewMut<'_, T>> {
         self.writable_resource("Mapped::buffer_mut", index)?;
         let (ptr, len) = self.elements::<T>("Mapped::buffer_mut", index)?;
-        Ok(DeviceViewMut::tracked(ptr, len, &self.stream, &self.uses))
+        Ok(DeviceViewMut::tracked(ptr, len, &self.stream, Some(&self.stream), &self.uses))
     }
 
     fn raw_array(

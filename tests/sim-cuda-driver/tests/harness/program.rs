@@ -54,8 +54,7 @@ pub enum Step {
     /// 1 a host-to-device copy, 2 a memset of the buffer then a device-to-host copy; then
     /// instantiates the graph.
     Capture { graph: u8, slot: u8, pinned: u8, stream: u8, kind: u8, value: u32 },
-    /// `GraphExec::launch` on a stream (the buffer of the graph recorded there first, as a
-    /// program keeps the capture's contract).
+    /// `GraphExec::launch` on a stream (the graph holds its device buffer by itself).
     GraphLaunch { graph: u8, stream: u8 },
     /// Takes a guard of the graph's pinned buffer (`as_slice`, or with `write` `as_mut_slice`),
     /// launches the graph while it is held (a refusal is what the crate promises), and drops it.

@@ -25,9 +25,9 @@ pub struct Slot {
 }
 
 /// An executable graph and its graph, made by capturing copies between the buffer of `slot`
-/// and the pinned buffer of `pinned`. The program keeps the capture's contract: it drops the
-/// graph before either buffer goes, and records the buffer on every stream it launches the
-/// graph on (so that its memory is given back after those launches).
+/// and the pinned buffer of `pinned`. The graph holds the device buffer by itself (it may be
+/// dropped, or its slot given a new buffer, while the graph lives); the program drops the
+/// graph before the pinned buffer goes.
 pub struct GraphSlot {
     exec: GraphExec,
     _graph: Graph,
@@ -141,17 +141,13 @@ impl World {
         let ix = usize::from;
         match step {
             Step::Alloc { slot, stream, big, zeroed } => {
-                self.forget_graphs(|g| g.slot == ix(slot));
                 self.slots[ix(slot)] = None;
                 let (s, len) = (&self.streams[ix(stream)], if big { 1024 } else { 256 });
                 let buffer = if zeroed { DeviceBuffer::zeroed(s, len)? } else { DeviceBuffer::new(s, len)? };
                 let own = ix(stream);
                 self.slots[ix(slot)] = Some(Slot { buffer, home: thread, own, used: Vec::new() });
             }
-            Step::Drop { slot } => {
-                self.forget_graphs(|g| g.slot == ix(slot));
-                self.slots[ix(slot)] = None;
-            }
+            Step::Drop { slot } => self.slots[ix(slot)] = None,
             Step::Upload { slot, value } => {
                 if let Some(b) = &mut self.slots[ix(slot)] {
                     b.buffer.copy_from(&vec![value; b.buffer.len()])?;
@@ -468,11 +464,10 @@ impl World {
             return Ok(None);
         }
         let s = &self.streams[stream];
-        // SAFETY: the captured work uses the buffer and the pinned buffer; the program drops
-        // this graph and its executable graph before either of them (`forget_graphs`), records
-        // the buffer on every stream it launches the graph on (so that its memory is given back
-        // only after those launches), and the pinned buffer waits for the launches recorded on
-        // it before it is freed.
+        // SAFETY: the captured work uses the buffer, which the graph keeps by itself, and the
+        // pinned buffer: the program drops this graph and its executable graph before it
+        // (`forget_graphs`), and the pinned buffer waits for the launches recorded on it before
+        // it is freed.
         let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
         let captured = match kind {
             0 => b.buffer.copy_to_pinned_async(p, s),
@@ -490,22 +485,18 @@ impl World {
         Ok(Some(GraphSlot { exec, _graph: graph, slot, pinned }))
     }
 
-    /// Launches graph `graph` on `stream`, its buffer recorded there first.
+    /// Launches graph `graph` on `stream`.
     fn graph_launch(&mut self, graph: usize, stream: usize) -> cuda_core::Result<()> {
-        self.record_graph_buffer(graph, stream)?;
+        self.emulate_graph_first_use(graph, stream)?;
         let Some(g) = &self.graphs[graph] else { return Ok(()) };
         g.exec.launch(&self.streams[stream])
     }
 
-    /// Records the buffer that graph `graph` uses on `stream`, before a launch there.
-    fn record_graph_buffer(&mut self, graph: usize, stream: usize) -> cuda_core::Result<()> {
+    /// With [`emulate_h1_fix`](Self::emulate_h1_fix), orders a launch of graph `graph` on
+    /// `stream` after the own stream of the buffer now in its slot.
+    fn emulate_graph_first_use(&mut self, graph: usize, stream: usize) -> cuda_core::Result<()> {
         let Some(g) = &self.graphs[graph] else { return Ok(()) };
-        let slot = g.slot;
-        self.first_use(slot, stream)?;
-        match &self.slots[slot] {
-            Some(b) => b.buffer.record_stream(&self.streams[stream]),
-            None => Ok(()),
-        }
+        self.first_use(g.slot, stream)
     }
 
     /// Launches graph `graph` on `stream` while a guard of its pinned buffer is held (the crate
@@ -514,7 +505,7 @@ impl World {
         if self.graphs[graph].is_none() {
             return Ok(());
         }
-        self.record_graph_buffer(graph, stream)?;
+        self.emulate_graph_first_use(graph, stream)?;
         let Some(g) = &self.graphs[graph] else { return Ok(()) };
         let Some(p) = &mut self.pinned[g.pinned] else { return Ok(()) };
         let s = &self.streams[stream];
