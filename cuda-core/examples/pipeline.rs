@@ -165,9 +165,7 @@ fn run(chunks: usize, len: usize) -> cuda_core::Result<()> {
     let joins = (1..p.streams.len())
         .map(|_| Event::new(&ctx, EventFlags::DISABLE_TIMING))
         .collect::<cuda_core::Result<Vec<_>>>()?;
-    // SAFETY: the captured work uses the chunks' buffers, the kernel and the events, all of
-    // which live in `p` or here until after the graph and its executable are dropped.
-    let capture = unsafe { p.streams[0].begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = p.streams[0].begin_capture(CaptureMode::ThreadLocal)?;
     fork.record(&p.streams[0])?;
     for stream in &p.streams[1..] {
         stream.wait_event(&fork)?;

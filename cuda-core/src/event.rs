@@ -113,9 +113,18 @@ impl Event {
     /// [`Event::record`] with flags
     /// ([`cuEventRecordWithFlags`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)).
     #[inline]
+    ///
+    /// [`EXTERNAL`](EventRecordFlags::EXTERNAL) on a stream being captured is refused with
+    /// [`Error::InvalidArgument`]: the graph would record this event at every launch, and the
+    /// event is not the graph's to keep alive; add an event record node
+    /// ([`Graph::add_event_record_node`](crate::graph::Graph::add_event_record_node)), which
+    /// holds the event, instead.
     pub fn record_with_flags(&self, stream: &Stream, flags: EventRecordFlags) -> Result<()> {
         self.ctx.take_deferred()?;
         stream.bind_if_default()?;
+        if flags.contains(EventRecordFlags::EXTERNAL) {
+            refuse_external_in_capture("Event::record_with_flags", stream)?;
+        }
         // SAFETY: both handles are alive while their owners are borrowed.
         unsafe { driver!(cuEventRecordWithFlags(self.raw, stream.as_raw(), flags.bits())) }
     }
@@ -185,12 +194,34 @@ impl Stream {
     /// [`Stream::wait_event`] with flags
     /// ([`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
     #[inline]
+    ///
+    /// [`EXTERNAL`](EventWaitFlags::EXTERNAL) on a stream being captured is refused with
+    /// [`Error::InvalidArgument`], as [`Event::record_with_flags`] refuses it; add an event wait
+    /// node ([`Graph::add_event_wait_node`](crate::graph::Graph::add_event_wait_node)) instead.
     pub fn wait_event_with_flags(&self, event: &Event, flags: EventWaitFlags) -> Result<()> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
+        if flags.contains(EventWaitFlags::EXTERNAL) {
+            refuse_external_in_capture("Stream::wait_event_with_flags", self)?;
+        }
         // SAFETY: both handles are alive while their owners are borrowed.
         unsafe { driver!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), flags.bits())) }
     }
+}
+
+/// Refuses an external event node on a stream being captured: the graph would name the event
+/// at every launch, and nothing would keep the event alive for it.
+#[cold]
+fn refuse_external_in_capture(operation: &'static str, stream: &Stream) -> Result<()> {
+    if stream.capture_status()? != crate::stream::CaptureStatus::None {
+        return Err(Error::invalid(
+            operation,
+            "EXTERNAL on a stream being captured makes an event node of the graph that names this event at every \
+             launch, which the graph cannot keep alive; add an event record or wait node to the graph \
+             (Graph::add_event_record_node, Graph::add_event_wait_node), which holds an Arc<Event>",
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for Event {

@@ -106,14 +106,13 @@ fn capture_records_work_that_each_launch_replays() -> TestResult {
     let mut data = DeviceBuffer::from_slice(&s, &range(N))?;
     let config = LaunchConfig::for_elements(N, 128);
     let (n, two) = (N, 2u32);
-    // SAFETY: add_u32 takes (u32*, u32, u32) and `data` holds N words; the graph keeps the
-    // module and the buffer.
-    let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = s.begin_capture(CaptureMode::ThreadLocal)?;
     let info = s.capture_info()?;
     ensure_eq!(info.status, CaptureStatus::Active);
     ensure!(info.id.is_some(), "a capture has an id: {info:?}");
     ensure_eq!(s.capture_status()?, CaptureStatus::Active);
-    // SAFETY: as above.
+    // SAFETY: add_u32 takes (u32*, u32, u32) and `data` holds N words; the graph holds the
+    // buffer, and the module outlives the graph and its executable (declared before them).
     unsafe { add.launch(&s, &config, (&mut data, &n, &two))? };
     // SAFETY: as above.
     unsafe { add.launch(&s, &config, (&mut data, &n, &two))? };
@@ -179,9 +178,9 @@ fn invalidated_capture_is_an_error_and_the_context_stays_usable() -> TestResult 
     let mut data = DeviceBuffer::from_slice(&s, &range(N))?;
     let config = LaunchConfig::for_elements(N, 256);
     let (n, one) = (N, 1u32);
-    // SAFETY: nothing captured is ever launched.
-    let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
-    // SAFETY: as above.
+    let capture = s.begin_capture(CaptureMode::ThreadLocal)?;
+    // SAFETY: add_u32 takes (u32*, u32, u32) and `data` holds N words; nothing captured is
+    // ever launched.
     unsafe { add.launch(&s, &config, (&mut data, &n, &one))? };
     // Waiting for a stream being captured is not allowed, and breaks the capture.
     let refused = s.synchronize();
@@ -200,8 +199,7 @@ fn invalidated_capture_is_an_error_and_the_context_stays_usable() -> TestResult 
     ensure_eq!(data.to_vec()?, (0..N).map(|i| i + 1).collect::<Vec<_>>());
     // A capture dropped without `end` ends too.
     {
-        // SAFETY: nothing is captured.
-        let _dropped = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
+        let _dropped = s.begin_capture(CaptureMode::ThreadLocal)?;
     }
     ensure_eq!(s.capture_status()?, CaptureStatus::None);
     Ok(())
@@ -215,8 +213,7 @@ fn capture_into_an_existing_graph_adds_its_nodes() -> TestResult {
     s.synchronize()?;
     let graph = Graph::new(&ctx)?;
     let first = graph.add_memset_node(&[], &GraphSlice::whole(&data), 4u32)?;
-    // SAFETY: the captured memset uses `other`, which the graph keeps below.
-    let capture = unsafe { s.begin_capture_to_graph(&graph, &[first], CaptureMode::ThreadLocal)? };
+    let capture = s.begin_capture_to_graph(&graph, &[first], CaptureMode::ThreadLocal)?;
     other.view_mut().memset_d32_async(5, &s)?;
     capture.end()?;
     ensure_eq!(graph.nodes()?.len(), 2);
@@ -249,8 +246,7 @@ fn capture_dependencies_are_added_and_replaced() -> TestResult {
     let mut both = vec![a, b];
     both.sort_by_key(|n| n.as_raw() as usize);
     // Added: the captured memset depends on the node the capture began after, and on `b`.
-    // SAFETY: the captured memset uses `other`, which the graph keeps below.
-    let capture = unsafe { s.begin_capture_to_graph(&graph, &[a], CaptureMode::ThreadLocal)? };
+    let capture = s.begin_capture_to_graph(&graph, &[a], CaptureMode::ThreadLocal)?;
     capture.add_dependencies(&[b])?;
     other.view_mut().memset_d32_async(5, &s)?;
     capture.end()?;
@@ -259,8 +255,7 @@ fn capture_dependencies_are_added_and_replaced() -> TestResult {
     // Replaced: it depends on `b` only.
     let mut third = DeviceBuffer::<u32>::zeroed(&s, N as usize)?;
     s.synchronize()?;
-    // SAFETY: as above; the memset writes `third` only, which nothing else in the graph uses.
-    let capture = unsafe { s.begin_capture_to_graph(&graph, &[a], CaptureMode::ThreadLocal)? };
+    let capture = s.begin_capture_to_graph(&graph, &[a], CaptureMode::ThreadLocal)?;
     unsafe { capture.set_dependencies(&[b])? };
     third.view_mut().memset_d32_async(6, &s)?;
     capture.end()?;
@@ -268,8 +263,7 @@ fn capture_dependencies_are_added_and_replaced() -> TestResult {
     // A node of another graph is refused before the call, and the capture goes on.
     let stranger = Graph::new(&ctx)?;
     let foreign = stranger.add_memset_node(&[], &GraphSlice::whole(&data), 3u32)?;
-    // SAFETY: nothing is captured.
-    let capture = unsafe { s.begin_capture_to_graph(&graph, &[], CaptureMode::ThreadLocal)? };
+    let capture = s.begin_capture_to_graph(&graph, &[], CaptureMode::ThreadLocal)?;
     match capture.add_dependencies(&[foreign]) {
         Err(Error::InvalidArgument { .. }) => {}
         other => return Err(format!("a node of another graph: {other:?}").into()),
@@ -1055,9 +1049,7 @@ impl Step {
     }
 
     fn record(&mut self) -> Result<Graph, Error> {
-        // SAFETY: the captured memset uses `self.data`, which outlives the graph (the test
-        // drops the graph first).
-        let capture = unsafe { self.stream.begin_capture(CaptureMode::ThreadLocal)? };
+        let capture = self.stream.begin_capture(CaptureMode::ThreadLocal)?;
         self.enqueue(9)?;
         capture.end()
     }

@@ -294,8 +294,7 @@ fn captured_host_function_runs_at_each_launch_and_lives_with_the_graph() -> Test
         is_invalid_argument(&s.launch_replayable_host_func(|| {})),
         "a stream that is not capturing is refused"
     );
-    // SAFETY: the captured work uses nothing but the closure, which the graph owns.
-    let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = s.begin_capture(CaptureMode::ThreadLocal)?;
     s.launch_replayable_host_func(move || {
         counter.fetch_add(1, Ordering::SeqCst);
     })?;
@@ -323,8 +322,7 @@ fn captured_host_function_runs_at_each_launch_and_lives_with_the_graph() -> Test
     // A panic is reported by the next call through the context, and later launches run again.
     let ran = Arc::new(AtomicU32::new(0));
     let seen = ran.clone();
-    // SAFETY: as above.
-    let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = s.begin_capture(CaptureMode::ThreadLocal)?;
     s.launch_replayable_host_func(move || {
         if seen.fetch_add(1, Ordering::SeqCst) == 0 {
             panic!("first run fails");

@@ -124,8 +124,7 @@ fn pinned_chunks_copy_on_their_own_streams() -> TestResult {
     let mut captured = PinnedBuffer::<u32>::new(1024)?;
     {
         let mut chunks = captured.chunks_mut(512)?;
-        // SAFETY: nothing is launched in the capture; the graph is dropped unlaunched.
-        let capture = unsafe { a.begin_capture(CaptureMode::ThreadLocal)? };
+        let capture = a.begin_capture(CaptureMode::ThreadLocal)?;
         let refused = device.slice(0..512)?.copy_to_pinned_async(&mut chunks[0], &a);
         drop(capture.end()?);
         ensure!(
@@ -133,8 +132,7 @@ fn pinned_chunks_copy_on_their_own_streams() -> TestResult {
             "a chunk's captured copy: {refused:?}"
         );
     }
-    // SAFETY: as above.
-    let capture = unsafe { a.begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = a.begin_capture(CaptureMode::ThreadLocal)?;
     device.slice(0..1024)?.copy_to_pinned_async(&mut captured, &a)?;
     drop(capture.end()?);
     ensure!(

@@ -276,10 +276,18 @@ fn dense(c: &mut sys::CUDA_MEMCPY3D, src: bool, ptr: sys::CUdeviceptr) {
 
 impl Array {
     /// Refuses a stream of another context than the array's: the array's drop waits for its
-    /// own context only, so work queued elsewhere could still run when it is destroyed.
+    /// own context only, so work queued elsewhere could still run when it is destroyed; and a
+    /// stream being captured, whose graph could be launched after the drop.
     /// Another thread's per-thread default stream is refused too: the copy would run on this
     /// thread's, which that thread's waits do not see.
     pub(crate) fn on_own_stream(&self, operation: &'static str, stream: &Stream) -> Result<()> {
+        if stream.capture_status()? != crate::stream::CaptureStatus::None {
+            return Err(Error::invalid(
+                operation,
+                "the stream is being captured into a graph, whose launches would use the array after its \
+                 drop (which waits for its context's work, not for graphs); copy outside the capture",
+            ));
+        }
         if stream.context() != self.context() {
             return Err(Error::invalid(
                 operation,

@@ -99,7 +99,7 @@ impl ImportedTensor {
         if let Err(e) = check_tensor(OP, unsafe { &(*ptr).dl_tensor }) {
             return Err(refuse(ptr, deleter, e));
         }
-        Ok(ImportedTensor { header: Header::Versioned(header), uses: crate::track::StreamUses::new() })
+        Ok(ImportedTensor { header: Header::Versioned(header), uses: crate::track::StreamUses::unretained() })
     }
 
     /// Takes ownership of an unversioned `DLManagedTensor` (from a capsule named `"dltensor"`).
@@ -122,7 +122,7 @@ impl ImportedTensor {
         if let Err(e) = check {
             return Err(refuse(ptr, deleter, e));
         }
-        Ok(ImportedTensor { header: Header::Legacy(header), uses: crate::track::StreamUses::new() })
+        Ok(ImportedTensor { header: Header::Legacy(header), uses: crate::track::StreamUses::unretained() })
     }
 
     /// The tensor's fields, as the producer wrote them.

@@ -96,9 +96,8 @@ pub struct CaptureInfo {
 ///     }
 ///
 ///     fn record(&mut self) -> cuda_core::Result<Graph> {
-///         // SAFETY: the captured memset uses `self.data`, which the caller keeps alive while
-///         // the graph may run.
-///         let capture = unsafe { self.stream.begin_capture(CaptureMode::ThreadLocal)? };
+///         // The graph holds `self.data` for as long as it and its executable graphs live.
+///         let capture = self.stream.begin_capture(CaptureMode::ThreadLocal)?;
 ///         self.enqueue()?;
 ///         capture.end()
 ///     }
@@ -117,11 +116,13 @@ impl Capture {
     }
 
     /// Ends the capture ([`cuStreamEndCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html))
-    /// and returns the graph of the captured work. Hand it what the work uses
-    /// ([`Graph::keep`]); its list holds only the trackers of the [`PinnedBuffer`](crate::memory::PinnedBuffer)s
-    /// that captured copies used, through which its executable graphs' launches are ordered
-    /// after the buffers' copies in flight and waited for by the host before it reads or writes
-    /// them (the buffers themselves must be kept alive as the capture's contract says).
+    /// and returns the graph of the captured work. It holds what the work uses: the device
+    /// buffers (their release waits for the graph), the [`PinnedBuffer`](crate::memory::PinnedBuffer)s
+    /// (through their trackers, its executable graphs' launches are also ordered after the
+    /// buffers' copies in flight and waited for by the host before it reads or writes them),
+    /// host closures, and the events its launches wait for. Memory allocated in the capture and
+    /// still alive is freed by a free node added now: outside the graph's launches such a
+    /// buffer has no memory, and every use of it is refused.
     ///
     /// A capture broken by a call that is not allowed while capturing (for instance
     /// synchronizing the captured stream) fails here with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`;
@@ -141,12 +142,27 @@ impl Capture {
 
 /// A capture into an existing graph, begun by [`Stream::begin_capture_to_graph`].
 /// [`end`](Self::end) ends it, the captured nodes staying in the graph; dropping it ends it
-/// too (the nodes captured so far stay when the capture was valid).
+/// too (the nodes captured so far stay when the capture was valid, and the graph holds what
+/// they use).
 #[derive(Debug)]
 #[must_use = "the capture ends when this is dropped"]
 pub struct CaptureToGraph<'g> {
     active: Active,
     graph: &'g Graph,
+}
+
+impl Drop for CaptureToGraph<'_> {
+    fn drop(&mut self) {
+        if self.active.ended {
+            return;
+        }
+        // Errors are not kept, as for a dropped `Capture`; the nodes that stay are whole.
+        let _ = self.active.free_allocations();
+        let (_, taken) = self.active.end();
+        for item in taken {
+            self.graph.keep.push(item);
+        }
+    }
 }
 
 impl CaptureToGraph<'_> {
@@ -163,12 +179,13 @@ impl CaptureToGraph<'_> {
     pub fn end(mut self) -> Result<()> {
         let freed = self.active.free_allocations();
         let (raw, taken) = self.active.end();
-        raw?;
-        freed?;
+        // Whatever the outcome, nodes captured so far may stay in the graph: it holds what
+        // they use.
         for item in taken {
             self.graph.keep.push(item);
         }
-        Ok(())
+        raw?;
+        freed
     }
 }
 
@@ -289,23 +306,24 @@ impl Stream {
     /// [`Capture::end`]
     /// ([`cuStreamBeginCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
     ///
-    /// Allocate memory before the capture: allocators that call the driver may be refused
-    /// while capturing, and synchronous copies wait, which invalidates the capture.
+    /// Safe: the work is recorded now to run at every launch of the graph, later, and what the
+    /// safe calls made while capturing use is kept alive by the graph and every executable
+    /// graph made from it, and let go once the last of them is gone (after their launches have
+    /// finished): device buffers and views, pinned buffers, host closures
+    /// ([`launch_replayable_host_func`](Stream::launch_replayable_host_func)). Memory allocated
+    /// on a capturing stream is the graph's own (an allocation node), freed in the graph. The
+    /// rule, with what each launch waits for, is stated once in `track` (the crate's stream
+    /// rule; the guide's graphs chapter tells it with examples). What cannot be held is
+    /// refused on a capturing stream with an [`Error::InvalidArgument`](crate::Error): chunks
+    /// of pinned buffers, arrays, VMM mappings and the other owners that wait for streams,
+    /// external-semaphore signals and waits, `EXTERNAL` event records and waits, NCCL calls.
+    /// Kernel launches stay `unsafe`, and their contract covers the module of the kernel and
+    /// what the arguments refer to beyond the crate's buffers and views
+    /// ([`Graph::keep`] holds such things).
     ///
-    /// # Safety
-    ///
-    /// Work is recorded now to run at every launch of the graph, later. Everything the
-    /// captured work refers to (buffers, modules, events, host memory) must stay alive as long
-    /// as the graph and its executable graphs may run: hand it to [`Graph::keep`] on the
-    /// returned graph before cloning it, adding it as a child of another graph, or
-    /// instantiating it. The safe calls made while capturing only promise safety for a run in
-    /// stream order now.
-    ///
-    /// [`Stream::launch_host_func`] refuses a capturing stream (its closure runs once, and a
-    /// captured one would run at every launch): no other thread may call it on this stream, or
-    /// on a stream about to join the capture, while the capture begins or the stream joins,
-    /// where its check could miss the capture. Add host work with [`Graph::add_host_node`].
-    pub unsafe fn begin_capture(&self, mode: CaptureMode) -> Result<Capture> {
+    /// Synchronous copies and other calls that wait break the capture: the driver refuses them
+    /// and [`Capture::end`] then fails; nothing captured so far is left dangling.
+    pub fn begin_capture(&self, mode: CaptureMode) -> Result<Capture> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
         let id = capturing::begin(self, || {
@@ -320,11 +338,9 @@ impl Stream {
     /// ([`cuStreamBeginCaptureToGraph`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html);
     /// driver 12.3 or later).
     ///
-    /// # Safety
-    ///
-    /// As for [`begin_capture`](Self::begin_capture); hand what the work uses to
-    /// [`Graph::keep`] on `graph`.
-    pub unsafe fn begin_capture_to_graph<'g>(
+    /// Safe as [`begin_capture`](Self::begin_capture) is: `graph` holds what the captured work
+    /// uses once the capture ends (by [`CaptureToGraph::end`] or by being dropped).
+    pub fn begin_capture_to_graph<'g>(
         &self,
         graph: &'g Graph,
         dependencies: &[GraphNode<'_>],

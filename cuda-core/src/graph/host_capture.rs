@@ -40,8 +40,7 @@ impl Stream {
     /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     /// let runs = Arc::new(AtomicU32::new(0));
     /// let counter = runs.clone();
-    /// // SAFETY: the captured work uses nothing but the closure, which the graph owns.
-    /// let capture = unsafe { stream.begin_capture(CaptureMode::ThreadLocal)? };
+    /// let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
     /// stream.launch_replayable_host_func(move || {
     ///     counter.fetch_add(1, Ordering::Relaxed);
     /// })?;

@@ -84,8 +84,7 @@
 //!
 //! // By capture: the work queued between begin and end is recorded, not run.
 //! let mut out = DeviceBuffer::<u32>::zeroed(&stream, 1024)?;
-//! // SAFETY: the captured memset uses `out`, which the graph keeps below.
-//! let capture = unsafe { stream.begin_capture(CaptureMode::ThreadLocal)? };
+//! let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
 //! out.view_mut().memset_d32_async(3, &stream)?;
 //! let graph = capture.end()?;
 //! let out = Arc::new(out);

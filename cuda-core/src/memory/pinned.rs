@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Where a pinned buffer's memory came from.
+#[derive(Clone)]
 enum PinnedSource {
     /// The process-wide default [`PinnedMemoryPool`].
     DefaultPool(&'static PinnedMemoryPool),
@@ -487,20 +488,48 @@ impl<T: Pod> Drop for PinnedBuffer<T> {
             // Kept, not given back: copies of a chunk may still use it.
             return keep_drop_error(self.source.allocator(), "the memory is kept: ", e);
         }
-        match self.uses.take_in_flight() {
-            Some(copies) => {
-                let ctx = copies.context().clone();
-                // SAFETY: the allocation came from this allocator and is given back once; the
-                // copies still in flight were all queued before `copies` was recorded, and the
-                // tracker records it no more (it handed it over).
-                if let Err(e) = unsafe { self.source.allocator().deallocate_after(self.allocation, copies) } {
-                    ctx.defer(e);
-                }
+        if self.uses.is_shared() {
+            // Graphs that captured copies of the buffer may launch them later: the release
+            // runs once the last of them lets go of the buffer's state (see the rule's capture
+            // section in `track`).
+            let (source, allocation) = (self.source.clone(), self.allocation);
+            // SAFETY: the release runs once, when the last holder lets go: the allocation is
+            // given back there only (handed over, not given back below), and the event it gets
+            // covers every copy and launch recorded on the buffer.
+            let release = move |copies| unsafe { give_back(&source, allocation, copies) };
+            if self.uses.hand_over(release) {
+                return;
             }
-            None => {
-                // SAFETY: as above, with no copy in flight.
-                if let Err(e) = unsafe { self.source.deallocate(self.allocation) } {
-                    keep_drop_error(self.source.allocator(), "", e);
+        }
+        let copies = self.uses.take_in_flight();
+        // SAFETY: the allocation came from this source and is given back once; the copies still
+        // in flight were all queued before `copies` was recorded, and the tracker records it no
+        // more (it handed it over).
+        unsafe { give_back(&self.source, self.allocation, copies) }
+    }
+}
+
+/// Gives `allocation` back to `source` after `copies` (the event recorded after the copies in
+/// flight, if any); an error is kept in a context, or printed when the allocator names none.
+///
+/// # Safety
+///
+/// `allocation` came from `source` and is given back once; every copy that may still use it
+/// was queued before `copies` was recorded.
+#[inline]
+unsafe fn give_back(source: &PinnedSource, allocation: PinnedAllocation, copies: Option<crate::event::Event>) {
+    match copies {
+        Some(copies) => {
+            let ctx = copies.context().clone();
+            // SAFETY: the caller's contract.
+            if let Err(e) = unsafe { source.allocator().deallocate_after(allocation, copies) } {
+                ctx.defer(e);
+            }
+        }
+        None => {
+            // SAFETY: as above, with no copy in flight.
+            if let Err(e) = unsafe { source.deallocate(allocation) } {
+                keep_drop_error(source.allocator(), "", e);
                 }
             }
         }

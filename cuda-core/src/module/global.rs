@@ -152,7 +152,14 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
             ));
         }
         claims.claim(operation, name, ptr)?;
-        Ok(Global { ptr, len: bytes / size, ctx, claims, uses: StreamUses::new(), _element: PhantomData })
+        Ok(Global {
+            ptr,
+            len: bytes / size,
+            ctx,
+            claims,
+            uses: StreamUses::unretained(),
+            _element: PhantomData,
+        })
     }
 
     /// The number of elements.

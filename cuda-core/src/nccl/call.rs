@@ -52,6 +52,20 @@ impl Call {
     }
 }
 
+/// Refuses a stream being captured (by a capture of this crate): the graph's launches would run
+/// the call with a communicator that nothing keeps alive for them.
+#[inline]
+fn refuse_capture(call: Call, stream: &Stream) -> Result<()> {
+    if crate::stream::capture_of(stream)?.is_some() {
+        return Err(crate::Error::invalid(
+            call.name(),
+            "the stream is being captured into a graph, whose launches would use the communicator after it \
+             may be gone; make the call outside the capture",
+        ));
+    }
+    Ok(())
+}
+
 impl Communicator {
     /// Makes `call` with `count` elements of `T` on `stream` and reads NCCL's answer with
     /// [`status`](Self::status): for a call inside a group, whose end waits for it.
@@ -63,6 +77,7 @@ impl Communicator {
     /// writes there (`count` elements of `T`, or one block per rank for the calls that
     /// gather, scatter or exchange blocks), and is kept alive until the work is queued.
     pub(crate) unsafe fn issue<T: DataType>(&self, call: Call, count: usize, stream: &Stream) -> Result<()> {
+        refuse_capture(call, stream)?;
         // SAFETY: the caller's contract.
         let status = unsafe { self.raw_call::<T>(call, count, stream) };
         self.status(call.name(), status)
@@ -80,6 +95,7 @@ impl Communicator {
         count: usize,
         stream: &Stream,
     ) -> Result<()> {
+        refuse_capture(call, stream)?;
         // SAFETY: the caller's contract.
         let status = unsafe { self.raw_call::<T>(call, count, stream) };
         self.queued(call.name(), status)

@@ -82,7 +82,7 @@ impl Array {
         check_runtime("cudaMallocArray", unsafe {
             rt::cudaMallocArray(&mut raw, &raw_desc, width, height, rt::cudaArrayDefault)
         })?;
-        Ok(Array { raw, desc, extent: (width, height, 0), uses: crate::track::StreamUses::new() })
+        Ok(Array { raw, desc, extent: (width, height, 0), uses: crate::track::StreamUses::unretained() })
     }
 
     /// A 1D, 2D or 3D array; 0 in `height` or `depth` drops that dimension
@@ -98,7 +98,7 @@ impl Array {
         check_runtime("cudaMalloc3DArray", unsafe {
             rt::cudaMalloc3DArray(&mut raw, &raw_desc, extent, rt::cudaArrayDefault)
         })?;
-        Ok(Array { raw, desc, extent: (width, height, depth), uses: crate::track::StreamUses::new() })
+        Ok(Array { raw, desc, extent: (width, height, depth), uses: crate::track::StreamUses::unretained() })
     }
 
     fn check_desc(operation: &'static str, desc: ChannelFormatDesc, width: usize) -> Result<()> {

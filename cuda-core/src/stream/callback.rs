@@ -4,23 +4,28 @@ use super::{CaptureStatus, Stream};
 use crate::context::ContextInner;
 use crate::error::{Error, Result, check};
 use cuda_driver_sys as sys;
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Weak;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError, Weak};
 
-struct Payload<F> {
-    f: F,
-    ctx: Weak<ContextInner>,
-}
+/// A closure queued by [`Stream::launch_host_func`] and not run yet.
+type Pending = Box<dyn FnOnce() + Send>;
 
-unsafe extern "C" fn trampoline<F: FnOnce() + Send + 'static>(data: *mut c_void) {
-    // SAFETY: `data` is the box leaked by `launch_host_func::<F>`, and the driver calls this
-    // function exactly once for it: `launch_host_func` refuses capturing streams, where the call
-    // would become a host node run at every launch of the graph.
-    let payload = unsafe { Box::from_raw(data.cast::<Payload<F>>()) };
-    let Payload { f, ctx } = *payload;
-    if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
-        report_panic(panic, &ctx);
+/// The closures queued and not run yet, by the number the driver gets as user data (never a
+/// pointer): a call that the driver makes more than once (a `cuLaunchHostFunc` captured into a
+/// graph because a capture began on another thread between the check and the call, run at
+/// every launch) finds the closure at the first call only, and nothing is freed twice.
+static PENDING: Mutex<Option<HashMap<usize, Pending>>> = Mutex::new(None);
+/// The next number; 0 is never given.
+static NEXT: AtomicUsize = AtomicUsize::new(1);
+
+unsafe extern "C" fn trampoline(data: *mut c_void) {
+    let id = data as usize;
+    let f = PENDING.lock().unwrap_or_else(PoisonError::into_inner).as_mut().and_then(|m| m.remove(&id));
+    if let Some(f) = f {
+        f();
     }
 }
 
@@ -51,6 +56,9 @@ impl Stream {
     /// run at every launch of the graph, and an `FnOnce` runs once. Capture a closure the graph
     /// owns with [`launch_replayable_host_func`](Self::launch_replayable_host_func) instead, or
     /// add a host node to the graph ([`Graph::add_host_node`](crate::graph::Graph::add_host_node)).
+    /// Should another thread begin a capture of the stream between that check and the call, the
+    /// closure is captured and runs at the graph's first launch only (later launches find it
+    /// gone): it never runs twice.
     ///
     /// ```no_run
     /// # use cuda_core::{Context, Device, Stream, StreamFlags};
@@ -114,12 +122,25 @@ impl Stream {
                  (after the capture ends, or into the graph given to `begin_capture_to_graph`)",
             ));
         }
-        let payload = Box::into_raw(Box::new(Payload { f, ctx: std::sync::Arc::downgrade(ctx.inner()) }));
-        // The trampoline matches `CUhostFn` and takes back the box exactly once.
-        let status = launch(self.as_raw(), Some(trampoline::<F>), payload.cast());
+        let weak: Weak<ContextInner> = std::sync::Arc::downgrade(ctx.inner());
+        let run: Pending = Box::new(move || {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
+                report_panic(panic, &weak);
+            }
+        });
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        PENDING
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(HashMap::new)
+            .insert(id, run);
+        // The trampoline matches `CUhostFn`; it takes the closure out by its number.
+        let status = launch(self.as_raw(), Some(trampoline), id as *mut c_void);
         if status != sys::CUresult::CUDA_SUCCESS {
-            // SAFETY: the driver refused the call, so it will never run the trampoline.
-            drop(unsafe { Box::from_raw(payload) });
+            // The driver refused the call: it will never run the trampoline.
+            let refused =
+                PENDING.lock().unwrap_or_else(PoisonError::into_inner).as_mut().and_then(|m| m.remove(&id));
+            drop(refused);
         }
         check(call, status)
     }

@@ -34,6 +34,32 @@ pub(crate) struct Uses {
     /// Whether the host holds the memory for writing through a guard: every launch that uses
     /// it is refused meanwhile.
     host_writer: bool,
+    /// The buffer's release, handed over when it was dropped while graphs hold this state: run
+    /// with the event after the copies in flight once the last holder lets go.
+    release: LateRelease,
+}
+
+/// A release of pinned memory, run with the event recorded after the copies still in flight.
+type Release = Box<dyn FnOnce(Option<Event>) + Send>;
+
+/// The release a shared state holds until the last graph lets go of it.
+#[derive(Default)]
+struct LateRelease(Option<Release>);
+
+impl std::fmt::Debug for LateRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "LateRelease(held)" } else { "LateRelease(none)" })
+    }
+}
+
+impl Drop for Uses {
+    /// The last holder of a buffer's shared state (the buffer, a graph or an executable graph
+    /// that captured copies of it) is gone: the buffer's release, if it was handed over, runs.
+    fn drop(&mut self) {
+        if let Some(release) = self.release.0.take() {
+            release(HostUses::take_pending(self));
+        }
+    }
 }
 
 impl Uses {
@@ -45,6 +71,7 @@ impl Uses {
             captured: false,
             host_readers: 0,
             host_writer: false,
+            release: LateRelease(None),
         }
     }
 
@@ -401,6 +428,21 @@ impl HostUses {
     /// Whether copies that use the memory may still be in flight.
     pub(crate) fn is_pending(&self) -> bool {
         self.state.get().is_some_and(|state| lock(state).pending != Pending::None)
+    }
+
+    /// For a buffer being given back while graphs that captured copies of it may still hold its
+    /// state: hands `release` to that state, to run (with the event after the copies in flight
+    /// then) once the last of them lets go, and returns `true`. Returns `false`, running
+    /// nothing, when no capture took the memory.
+    #[cold]
+    pub(crate) fn hand_over(&mut self, release: impl FnOnce(Option<Event>) + Send + 'static) -> bool {
+        match self.shared() {
+            Some(shared) => {
+                lock(shared).release = LateRelease(Some(Box::new(release)));
+                true
+            }
+            None => false,
+        }
     }
 
     /// For a buffer being given back: the event recorded after the copies in flight, if any,

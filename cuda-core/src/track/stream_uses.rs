@@ -40,12 +40,24 @@ struct Noted {
     /// The (capture, stream) pairs whose first captured use was ordered; pairs of captures
     /// that ended are dropped as new ones come.
     captured: Vec<(u64, usize)>,
+    /// Set for owners whose release cannot be handed to a graph (mappings, globals, imported
+    /// tensors, graphics resources, arrays): captured work on their memory is refused.
+    unretained: bool,
 }
 
 impl StreamUses {
     /// No stream noted.
     pub(crate) const fn new() -> StreamUses {
         StreamUses { inner: Mutex::new(None) }
+    }
+
+    /// No stream noted, for an owner whose release waits for its noted streams itself and
+    /// cannot be handed to a graph: captured work on its memory is refused (an
+    /// [`Error::InvalidArgument`]). Allocates the list at once (these owners are not made on
+    /// hot paths).
+    pub(crate) fn unretained() -> StreamUses {
+        let noted = Noted { unretained: true, ..Noted::default() };
+        StreamUses { inner: Mutex::new(Some(Box::new(noted))) }
     }
 
     /// The uses of memory allocated in a capture: `alloc` says where it may be used.
@@ -199,6 +211,15 @@ impl StreamUses {
         let noted = guard.get_or_insert_with(Box::default);
         if let Some(alloc) = &noted.graph {
             return alloc.use_on(stream, Some(capture));
+        }
+        if noted.unretained {
+            return Err(Error::invalid(
+                "captured use",
+                "this memory (a VMM mapping, a module global, an imported tensor, a graphics resource or an \
+                 array) cannot be held by a graph: its owner gives it back by waiting for streams, which \
+                 does not cover the graph's launches; use a DeviceBuffer in captured work, or add the work \
+                 to a graph as nodes and keep the owner alive with Graph::keep",
+            ));
         }
         let pair = (capture.id(), stream.as_raw() as usize);
         if noted.captured.contains(&pair) {

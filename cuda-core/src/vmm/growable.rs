@@ -130,7 +130,7 @@ impl<T: Pod> GrowableBuffer<T> {
             grants: grants.to_vec(),
             range,
             stream: stream.clone(),
-            uses: StreamUses::new(),
+            uses: StreamUses::unretained(),
             _marker: PhantomData,
         })
     }

@@ -194,7 +194,7 @@ impl Mapping {
         Mapping {
             ptr,
             size,
-            uses: StreamUses::new(),
+            uses: StreamUses::unretained(),
             physical: ManuallyDrop::new(physical),
             range: ManuallyDrop::new(range),
         }

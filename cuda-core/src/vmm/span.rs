@@ -94,7 +94,7 @@ impl MappedSpan {
         let size =
             usize::try_from(end - ptr).map_err(|_| Error::invalid(OP, "the span is larger than memory"))?;
         let context = first.range().context().clone();
-        Ok(MappedSpan { ptr, size, context, uses: StreamUses::new(), mappings })
+        Ok(MappedSpan { ptr, size, context, uses: StreamUses::unretained(), mappings })
     }
 
     /// The first address.

@@ -33,8 +33,7 @@ fn is_graph_memory_refusal(e: &Error) -> bool {
 #[test]
 fn a_buffer_allocated_and_dropped_in_a_capture_is_graph_memory() {
     with_sim(|stream| {
-        // SAFETY: the captured work uses only memory the capture allocates.
-        let capture = unsafe { stream.begin_capture(CaptureMode::ThreadLocal)? };
+        let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
         let mut scratch = DeviceBuffer::<u32>::zeroed(stream, 256)?;
         assert_eq!(scratch.allocator_name(), "cuMemAllocAsync");
         scratch.view_mut().memset_d32_async(5, stream)?;
@@ -56,8 +55,7 @@ fn a_buffer_allocated_and_dropped_in_a_capture_is_graph_memory() {
 #[test]
 fn a_buffer_that_outlives_its_capture_refuses_every_use() {
     with_sim(|stream| {
-        // SAFETY: as above.
-        let capture = unsafe { stream.begin_capture(CaptureMode::ThreadLocal)? };
+        let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
         let mut kept = DeviceBuffer::<u32>::zeroed(stream, 64)?;
         let graph = capture.end()?;
         let exec = graph.instantiate(InstantiateFlags::empty())?;
@@ -85,8 +83,7 @@ fn an_invalidated_capture_leaves_nothing_dangling() {
     with_sim(|stream| {
         let mut outside = DeviceBuffer::<u32>::zeroed(stream, 256)?;
         let address = outside.as_raw();
-        // SAFETY: as above.
-        let capture = unsafe { stream.begin_capture(CaptureMode::ThreadLocal)? };
+        let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
         outside.view_mut().memset_d32_async(3, stream)?;
         let inside = DeviceBuffer::<u32>::new(stream, 256)?;
         assert!(stream.synchronize().is_err(), "a synchronization breaks the capture");
@@ -108,8 +105,7 @@ fn a_buffer_dropped_while_its_graph_lives_is_kept_until_the_graph_is_gone() {
     with_sim(|stream| {
         let mut data = DeviceBuffer::<u32>::zeroed(stream, 256)?;
         let address = data.as_raw();
-        // SAFETY: the graph keeps `data` by itself.
-        let capture = unsafe { stream.begin_capture(CaptureMode::ThreadLocal)? };
+        let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
         data.view_mut().memset_d32_async(9, stream)?;
         let graph = capture.end()?;
         assert!(graph.kept_count() > 0, "the graph holds the buffer");
@@ -138,8 +134,7 @@ fn a_buffer_dropped_during_a_capture_of_its_stream_goes_back_after_the_graph() {
     with_sim(|stream| {
         let early = DeviceBuffer::<u32>::zeroed(stream, 256)?;
         let address = early.as_raw();
-        // SAFETY: the captured work uses memory the capture allocates only.
-        let capture = unsafe { stream.begin_capture(CaptureMode::ThreadLocal)? };
+        let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
         drop(early);
         let scratch = DeviceBuffer::<u32>::zeroed(stream, 256)?;
         assert_ne!(scratch.as_raw(), address);

@@ -100,8 +100,7 @@ fn set_stream_onto_a_capture() -> TestResult {
     let (_device, ctx, _) = device_zero()?;
     let (old, new) = two_streams(&ctx)?;
     let mut b = DeviceBuffer::<u32>::zeroed(&old, N)?;
-    // SAFETY: nothing is captured (the move below is refused before any call on `new`).
-    let capture = unsafe { new.begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = new.begin_capture(CaptureMode::ThreadLocal)?;
     let refused = b.set_stream(&new);
     drop(capture.end()?);
     ensure!(

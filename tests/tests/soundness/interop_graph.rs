@@ -107,8 +107,7 @@ fn only_the_panic_is_deferred(ctx: &Context) -> TestResult {
 fn f14_host_func_on_a_capturing_stream_is_refused() -> TestResult {
     let (_, ctx, s) = device_zero()?;
     let side = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    // SAFETY: the captured work uses nothing (events recorded and waited on only).
-    let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = s.begin_capture(CaptureMode::ThreadLocal)?;
     let refused = s.launch_host_func(|| {});
     ensure!(
         matches!(&refused, Err(Error::InvalidArgument { message, .. }) if message.contains("add_host_node")),

@@ -26,9 +26,7 @@ fn slice_across_writing_launch() -> TestResult {
     let dev = DeviceBuffer::<u32>::from_slice(&s, &vec![7; N])?;
     let mut host = PinnedBuffer::<u32>::new(N)?;
     host.as_mut_slice()?.fill(1);
-    // SAFETY: `dev` and `host` are declared before the graph and its executable, so they
-    // outlive every launch (the capture's whole contract).
-    let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = s.begin_capture(CaptureMode::ThreadLocal)?;
     dev.copy_to_pinned_async(&mut host, &s)?;
     let graph = capture.end()?;
     let exec = graph.instantiate(InstantiateFlags::empty())?;
@@ -54,8 +52,7 @@ fn mut_slice_across_reading_launch() -> TestResult {
     let (_device, ctx, s) = device_zero()?;
     let mut dev = DeviceBuffer::<u32>::zeroed(&s, N)?;
     let mut host = PinnedBuffer::<u32>::from_slice(&vec![3; N])?;
-    // SAFETY: as above.
-    let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = s.begin_capture(CaptureMode::ThreadLocal)?;
     dev.copy_from_pinned_async(&host, &s)?;
     let graph = capture.end()?;
     let exec = graph.instantiate(InstantiateFlags::empty())?;

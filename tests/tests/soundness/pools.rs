@@ -312,8 +312,7 @@ fn pinned_block_with_captured_event() -> TestResult {
     let pool = PinnedMemoryPool::new(&ctx);
     let first = pool.allocate(BYTES)?;
     let copies = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
-    // SAFETY: the capture records an event only: the graph's nodes use no memory.
-    let capture = unsafe { stream.begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
     let recorded = copies.record(&stream);
     let graph = capture.end()?;
     recorded?;

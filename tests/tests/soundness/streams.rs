@@ -362,9 +362,7 @@ fn pinned_buffers_in_a_replayed_graph() -> TestResult {
         Event::new(&ctx, EventFlags::DISABLE_TIMING)?,
         Event::new(&ctx, EventFlags::DISABLE_TIMING)?,
     );
-    // SAFETY: everything the captured work uses (the four buffers, the events) is declared
-    // before the graph and its executable, so it outlives them.
-    let capture = unsafe { origin.begin_capture(CaptureMode::ThreadLocal)? };
+    let capture = origin.begin_capture(CaptureMode::ThreadLocal)?;
     fork.record(&origin)?;
     b.wait_event(&fork)?;
     staged.copy_from_pinned_async(&input, &b)?; // host -> device on b

@@ -516,6 +516,7 @@ fn enqueue_signals(
     // streams noted) could not name.
     stream.context().take_deferred()?;
     stream.bind_if_default()?;
+    refuse_capture(stream)?;
     let count = params.len().min(handles.len()) as u32;
     // SAFETY: two arrays of at least `count` elements (checked batches hold fewer than 2^32);
     // the semaphores and the stream are alive.
@@ -547,11 +548,27 @@ fn enqueue_waits(
     // streams noted) could not name.
     stream.context().take_deferred()?;
     stream.bind_if_default()?;
+    refuse_capture(stream)?;
     let count = params.len().min(handles.len()) as u32;
     // SAFETY: as in `enqueue_signals`.
     unsafe {
         driver!(cuWaitExternalSemaphoresAsync(handles.as_ptr(), params.as_ptr(), count, stream.as_raw()))
     }
+}
+
+/// Refuses a stream being captured: the signal or wait would become a node of the graph that
+/// names the semaphore, and a semaphore's drop waits for the streams it was used on, not for
+/// the graph's launches. A graph node holds the semaphore instead.
+fn refuse_capture(stream: &Stream) -> Result<()> {
+    if stream.capture_status()? != crate::stream::CaptureStatus::None {
+        return Err(Error::invalid(
+            "external semaphore signal or wait",
+            "the stream is being captured into a graph, which would refer to the semaphore at every launch; \
+             add the signal or wait to the graph as a node (Graph::add_external_signal_node or \
+             Graph::add_external_wait_node), which keeps the semaphore alive",
+        ));
+    }
+    Ok(())
 }
 
 /// The arrays a batched signal or wait (on a stream or in a graph node) passes to the driver.

@@ -272,7 +272,7 @@ pub fn map_all<'a>(
         raw,
         writable,
         stream: stream.clone(),
-        uses: StreamUses::new(),
+        uses: StreamUses::unretained(),
         arrays_lent: AtomicBool::new(false),
         unmapped: false,
         _resources: PhantomData,

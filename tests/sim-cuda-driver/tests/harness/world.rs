@@ -25,9 +25,8 @@ pub struct Slot {
 }
 
 /// An executable graph and its graph, made by capturing copies between the buffer of `slot`
-/// and the pinned buffer of `pinned`. The graph holds the device buffer by itself (it may be
-/// dropped, or its slot given a new buffer, while the graph lives); the program drops the
-/// graph before the pinned buffer goes.
+/// and the pinned buffer of `pinned`. The graph holds both buffers by itself: either may be
+/// dropped, or its slot given a new buffer, while the graph lives.
 pub struct GraphSlot {
     exec: GraphExec,
     _graph: Graph,
@@ -184,7 +183,6 @@ impl World {
                 }
             }
             Step::PinnedNew { pinned, big } => {
-                self.forget_graphs(|g| g.pinned == ix(pinned));
                 self.pinned[ix(pinned)] = None;
                 self.pinned[ix(pinned)] = Some(PinnedBuffer::new(if big { 1024 } else { 256 })?);
             }
@@ -207,7 +205,6 @@ impl World {
                 }
             }
             Step::PinnedDrop { pinned } => {
-                self.forget_graphs(|g| g.pinned == ix(pinned));
                 self.pinned[ix(pinned)] = None;
             }
             Step::Capture { graph, slot, pinned, stream, kind, value } => {
@@ -440,15 +437,6 @@ impl World {
         }
     }
 
-    /// Drops the graphs that `uses` says use a buffer about to go (the capture's contract).
-    fn forget_graphs(&mut self, uses: impl Fn(&GraphSlot) -> bool) {
-        for g in &mut self.graphs {
-            if g.as_ref().is_some_and(&uses) {
-                *g = None;
-            }
-        }
-    }
-
     /// Captures copies between the buffer of `slot` and the pinned buffer `pinned` on
     /// `stream` and instantiates them; `None` when the two are missing or differ in length.
     fn capture(
@@ -464,11 +452,7 @@ impl World {
             return Ok(None);
         }
         let s = &self.streams[stream];
-        // SAFETY: the captured work uses the buffer, which the graph keeps by itself, and the
-        // pinned buffer: the program drops this graph and its executable graph before it
-        // (`forget_graphs`), and the pinned buffer waits for the launches recorded on it before
-        // it is freed.
-        let capture = unsafe { s.begin_capture(CaptureMode::ThreadLocal)? };
+        let capture = s.begin_capture(CaptureMode::ThreadLocal)?;
         let captured = match kind {
             0 => b.buffer.copy_to_pinned_async(p, s),
             1 => b.buffer.copy_from_pinned_async(p, s),
