@@ -264,11 +264,19 @@ struct Active {
 
 impl Active {
     /// Frees, in the graph, the memory the capture allocated and that is still allocated: a
-    /// free node on the stream of each allocation, joined into the capture's stream (see
-    /// [the rule](crate::track)). Tries each and returns the first failure.
+    /// free node on the stream of each allocation, joined into the capture's stream, and joins
+    /// the streams of the free nodes captured earlier (see [the rule](crate::track)). Tries
+    /// each and returns the first failure.
     fn free_allocations(&self) -> Result<()> {
         let allocations = capturing::allocations_of(self.id);
-        allocations.iter().map(|a| a.free_at_end(&self.stream)).fold(Ok(()), Result::and)
+        let freed = allocations.iter().map(|a| a.free_at_end(&self.stream)).fold(Ok(()), Result::and);
+        // The free nodes drops captured on other streams are joined back: the user cannot see
+        // them to join them.
+        let joined = capturing::freed_on(self.id)
+            .iter()
+            .map(|s| crate::track::join(&self.stream, s))
+            .fold(Ok(()), Result::and);
+        freed.and(joined)
     }
 
     /// Ends the capture of the stream and returns the driver's graph handle, and the pinned

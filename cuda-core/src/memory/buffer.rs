@@ -132,13 +132,35 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Allocates a buffer on `stream` holding a copy of `src`; returns once the copy is done.
     ///
+    /// On a stream being captured, the buffer is graph memory (see [`DeviceBuffer::new`]) and
+    /// the copy is captured: `src` is staged in a pinned buffer that the graph holds, and every
+    /// launch fills the buffer with `src` as it was at the call.
+    ///
     /// An empty `src` is an [`Error::InvalidArgument`], as for [`DeviceBuffer::new`]; the
     /// allocation's and the copy's failures are returned.
     #[track_caller]
     pub fn from_slice(stream: &Stream, src: &[T]) -> Result<DeviceBuffer<T>> {
         let mut b = DeviceBuffer::new(stream, src.len())?;
+        if let HeldStream::Captured(_) = b.stream {
+            b.fill_in_capture(src, stream)?;
+            return Ok(b);
+        }
         b.copy_from(src)?;
         Ok(b)
+    }
+
+    /// Captures a copy of `src` into this graph memory on `stream`, through a pinned buffer the
+    /// graph holds (a synchronous copy would break the capture). The staging buffer is
+    /// allocated with the calling thread in relaxed capture mode: a pinned allocation may be
+    /// refused during a capture otherwise, and it does not wait for captured work.
+    #[cold]
+    fn fill_in_capture(&mut self, src: &[T], stream: &Stream) -> Result<()> {
+        use crate::graph::{CaptureMode, exchange_capture_mode};
+        let previous = exchange_capture_mode(CaptureMode::Relaxed)?;
+        let staged = super::PinnedBuffer::from_slice(src);
+        exchange_capture_mode(previous)?;
+        // Captured: the graph holds the pinned buffer's state, and its release once dropped.
+        self.copy_from_pinned_async(&staged?, stream)
     }
 }
 

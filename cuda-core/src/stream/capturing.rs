@@ -35,6 +35,10 @@ struct Entry {
     /// The memory allocated by the capture (graph memory nodes), to free in the graph when it
     /// ends ([`GraphAlloc`](crate::track::GraphAlloc)s, held weakly).
     allocations: Vec<std::sync::Weak<crate::track::GraphAlloc>>,
+    /// The streams other than the origin on which a drop captured a free node: joined back
+    /// into the origin at the end, so that a free the user never sees cannot leave its stream
+    /// unjoined.
+    freed_on: Vec<Stream>,
 }
 
 fn captures() -> MutexGuard<'static, Vec<Entry>> {
@@ -69,6 +73,16 @@ impl CaptureRef {
         if let Some(entry) = captures().iter_mut().find(|e| e.id == self.0) {
             entry.allocations.retain(|a| a.strong_count() > 0);
             entry.allocations.push(Arc::downgrade(alloc));
+        }
+    }
+
+    /// Notes that a free node was captured on `stream`, to be joined back into the capture's
+    /// first stream at the end.
+    pub(crate) fn note_free_on(&self, stream: &Stream) {
+        if let Some(entry) = captures().iter_mut().find(|e| e.id == self.0) {
+            if entry.origin != stream.as_raw() as usize && !entry.freed_on.contains(stream) {
+                entry.freed_on.push(stream.clone());
+            }
         }
     }
 
@@ -107,6 +121,12 @@ pub(crate) fn allocations_of(id: u64) -> Vec<Arc<crate::track::GraphAlloc>> {
         .find(|e| e.id == id)
         .map(|e| e.allocations.iter().filter_map(std::sync::Weak::upgrade).collect())
         .unwrap_or_default()
+}
+
+/// The streams on which drops captured free nodes in the capture `id` (see
+/// [`CaptureRef::note_free_on`]).
+pub(crate) fn freed_on(id: u64) -> Vec<Stream> {
+    captures().iter().find(|e| e.id == id).map(|e| e.freed_on.clone()).unwrap_or_default()
 }
 
 /// Whether the capture `id` is still under way.
@@ -185,6 +205,7 @@ pub(crate) fn begin(stream: &Stream, begin: impl FnOnce() -> Result<()>) -> Resu
         before: Some(before),
         taken: Vec::new(),
         allocations: Vec::new(),
+        freed_on: Vec::new(),
     });
     Ok(id)
 }

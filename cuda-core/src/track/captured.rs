@@ -120,16 +120,17 @@ impl GraphAlloc {
         if state.phase != Phase::Live {
             return Ok(());
         }
-        match capture_of(&self.stream) {
-            Ok(Some(c)) if c.id() == self.capture => {}
+        let capture = match capture_of(&self.stream) {
+            Ok(Some(c)) if c.id() == self.capture => c,
             _ => {
                 // The capture is over (or broken): the end freed the memory in the graph, or
                 // the graph was discarded and the memory never existed.
                 state.phase = Phase::Gone;
                 return Ok(());
             }
-        }
+        };
         let freed = self.free_in_graph(&state.streams);
+        capture.note_free_on(&self.stream);
         // Freed or not (a broken capture), the buffer no longer has memory.
         state.phase = Phase::Freed;
         freed

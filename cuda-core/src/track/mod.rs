@@ -50,9 +50,10 @@
 //!    streams (the first use on another stream is ordered after the allocation by a graph
 //!    edge). Dropped inside the capture, it becomes a free node, ordered after every stream of
 //!    the capture that used it (events recorded there and waited for on its stream, both
-//!    captured: graph edges, which also join those streams back). Still alive when the capture
-//!    ends, it is freed by a free node added then; every launch allocates and frees it, at the
-//!    same address each time. Outside its capture the buffer has no memory: every safe use of
+//!    captured: graph edges, which also join those streams back), and the stream of the free
+//!    node is joined back into the capture's first stream when the capture ends. Still alive
+//!    when the capture ends, it is freed by a free node added then; every launch allocates and
+//!    frees it, at the same address each time. Outside its capture the buffer has no memory: every safe use of
 //!    it (a copy, a memset, a kernel argument, `record_stream`, `set_stream`) is an
 //!    [`Error::InvalidArgument`](crate::Error::InvalidArgument), and dropping it does nothing.
 //! 6. **A release on a capturing stream** of memory the capture did not allocate cannot be
@@ -95,7 +96,7 @@ mod host_uses;
 pub(crate) mod scopes;
 mod stream_uses;
 
-pub(crate) use captured::{GraphAlloc, Retained};
+pub(crate) use captured::{GraphAlloc, Retained, join};
 pub(crate) use held::{HeldStream, OwnStream};
 pub(crate) use host_uses::{HostAccess, HostUses, Uses, begin_borrow, end_borrow, launch_tracked};
 pub(crate) use stream_uses::{Ordered, StreamUses, nameable, order_after, wait_for};

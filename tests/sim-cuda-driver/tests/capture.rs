@@ -148,3 +148,25 @@ fn a_buffer_dropped_during_a_capture_of_its_stream_goes_back_after_the_graph() {
         Ok(())
     });
 }
+
+/// `DeviceBuffer::from_slice` on a capturing stream: graph memory, filled at each launch from a
+/// pinned copy of the slice that the graph holds.
+#[test]
+fn from_slice_in_a_capture_fills_the_graph_memory_at_each_launch() {
+    with_sim(|stream| {
+        let mut out = DeviceBuffer::<u32>::zeroed(stream, 64)?;
+        let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
+        let input = DeviceBuffer::from_slice(stream, &[3u32; 64])?;
+        out.view_mut().copy_from_device_async(&input.view(), stream)?;
+        drop(input);
+        let graph = capture.end()?;
+        let exec = graph.instantiate(InstantiateFlags::empty())?;
+        exec.launch(stream)?;
+        stream.synchronize()?;
+        assert_eq!(out.to_vec()?, vec![3; 64]);
+        out.view_mut().memset_d32_async(0, stream)?;
+        exec.launch(stream)?;
+        assert_eq!(out.to_vec()?, vec![3; 64]);
+        Ok(())
+    });
+}
