@@ -2,8 +2,13 @@
 //! launching a graph of 100 empty kernels (`GraphExec::launch` vs `cuGraphLaunch`), building
 //! and instantiating a 1000-node kernel graph (`Graph::add_kernel_node` + `instantiate` vs
 //! `cuGraphAddKernelNode` + `cuGraphInstantiateWithParams`), and updating one kernel node's
-//! arguments (`GraphExec::set_kernel_node_args` vs `cuGraphExecKernelNodeSetParams`).
+//! arguments (`GraphExec::set_kernel_node_args` vs `cuGraphExecKernelNodeSetParams`); and safe
+//! capture ([`capture`]): a decode step captured and instantiated, one captured safe call,
+//! the launch of a captured graph that holds buffers, and the step's replay against running it
+//! eagerly.
 
+#[path = "graph/capture.rs"]
+mod capture;
 #[path = "../tests/kernels/graph.rs"]
 mod kernels;
 
@@ -213,7 +218,11 @@ fn run() -> cuda_core::Result<()> {
         },
     ));
 
+    let mul = module.function("mul_u32")?;
+    let (capture_rows, replay) = capture::rows(&ctx, module.function("add_u32")?, mul)?;
+    rows.extend(capture_rows);
     print_table("CUDA graphs, host cost (ours = cuda_core::graph)", &rows);
+    print_table("decode step, per step (ours = graph replay, raw = the same step run eagerly)", &replay);
     drop(update);
     drop(graph);
     drop(exec);

@@ -283,6 +283,7 @@ impl Active {
     /// buffers the captured copies took.
     fn end(&mut self) -> (Result<sys::CUgraph>, Vec<Taken>) {
         self.ended = true;
+        capturing::closing(self.id);
         let raw = self.stream.bind_if_default().and_then(|()| {
             let mut raw = std::ptr::null_mut();
             // SAFETY: the stream is live; one out-parameter.

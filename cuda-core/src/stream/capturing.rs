@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
 use cuda_driver_sys as sys;
 use std::any::Any;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Something captured work uses, handed to the capture's graph when the capture ends (the
@@ -18,6 +18,10 @@ pub(crate) type Taken = Arc<dyn Any + Send + Sync>;
 /// How many captures begun through this crate are under way: while none is, no stream is
 /// asked whether it is capturing (one atomic load on the copy path).
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Bumped as each capture ends (before the driver ends it): a use noted in a capture while the
+/// count read the same is still in that capture, so it need not ask the driver again.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// The captures under way, by id, until they end.
 static CAPTURES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
@@ -105,6 +109,21 @@ impl CaptureRef {
         unsafe { driver!(cuStreamWaitEvent(stream.as_raw(), before.as_raw(), external)) }?;
         self.note(before);
         Ok(())
+    }
+}
+
+/// The count of captures that ended (see [`GENERATION`]).
+#[inline]
+pub(crate) fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
+
+/// The capture `id` is about to end: uses noted in it are looked at again from now on, and
+/// the memory it allocated that no free node frees is gone from the buffers that hold it.
+pub(crate) fn closing(id: u64) {
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    for alloc in allocations_of(id) {
+        alloc.capture_ended();
     }
 }
 

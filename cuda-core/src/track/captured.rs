@@ -100,6 +100,14 @@ impl GraphAlloc {
         Ok(())
     }
 
+    /// Whether work using the memory may be captured on `stream` with nothing more to do: the
+    /// memory is still allocated in its capture (which therefore has not ended), and `stream`
+    /// was already seen in it. No driver call.
+    pub(crate) fn known_on(&self, stream: &Stream) -> bool {
+        let state = self.lock();
+        state.phase == Phase::Live && (*stream == self.stream || state.streams.contains(stream))
+    }
+
     /// Refuses a use in `capture` when the memory does not exist there.
     fn usable(&self, state: &AllocState, capture: Option<CaptureRef>) -> Result<()> {
         match state.phase {

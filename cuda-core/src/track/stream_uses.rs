@@ -37,9 +37,11 @@ struct Noted {
     /// For memory allocated outside: the cell that the graphs of the captures that used it
     /// hold, to which the release is handed (see [`captured`](super::captured)).
     retained: Option<Arc<Retained>>,
-    /// The (capture, stream) pairs whose first captured use was ordered; pairs of captures
+    /// The (capture, stream, generation) of each first captured use that was ordered: while
+    /// the count of ended captures ([`capturing::generation`]) still reads the same, the
+    /// stream is still in that capture, and a use there needs nothing more. Entries of captures
     /// that ended are dropped as new ones come.
-    captured: Vec<(u64, usize)>,
+    captured: Vec<(u64, usize, u64)>,
     /// Set for owners whose release cannot be handed to a graph (mappings, globals, imported
     /// tensors, graphics resources, arrays): captured work on their memory is refused.
     unretained: bool,
@@ -163,6 +165,9 @@ impl StreamUses {
     #[cold]
     fn note_foreign(&self, ctx: &Context, own: Option<&Stream>, stream: &Stream) -> Result<()> {
         nameable(ctx, stream)?;
+        if capturing::any() && self.seen_in_capture(stream) {
+            return Ok(());
+        }
         // Work captured into a graph is not queued: it runs at the graph's launches. The
         // graph keeps the memory, and its launches wait for the memory's earlier work.
         if let Some(capture) = capture_of(stream)? {
@@ -221,21 +226,34 @@ impl StreamUses {
                  to a graph as nodes and keep the owner alive with Graph::keep",
             ));
         }
-        let pair = (capture.id(), stream.as_raw() as usize);
-        if noted.captured.contains(&pair) {
+        let raw = stream.as_raw() as usize;
+        if noted.captured.iter().any(|&(id, s, _)| id == capture.id() && s == raw) {
             return Ok(());
         }
         if let Some(own) = own {
             order_captured_use(stream, own, capture)?;
         }
-        let held = noted.captured.iter().any(|&(id, _)| id == capture.id());
+        let held = noted.captured.iter().any(|&(id, _, _)| id == capture.id());
         let cell = noted.retained.get_or_insert_with(Arc::default);
         if !held {
             capture.note(cell.clone());
         }
-        noted.captured.retain(|&(id, _)| capturing::is_active(id));
-        noted.captured.push(pair);
+        noted.captured.retain(|&(id, _, _)| capturing::is_active(id));
+        noted.captured.push((capture.id(), raw, capturing::generation()));
         Ok(())
+    }
+
+    /// Whether captured work on `stream` was already noted here, in a capture that has not
+    /// ended since (the stream is in it still): the common case of a captured step, which then
+    /// asks the driver nothing.
+    fn seen_in_capture(&self, stream: &Stream) -> bool {
+        let guard = self.lock();
+        let Some(noted) = guard.as_ref() else { return false };
+        if let Some(alloc) = &noted.graph {
+            return alloc.known_on(stream);
+        }
+        let (raw, now) = (stream.as_raw() as usize, capturing::generation());
+        noted.captured.iter().any(|&(_, s, g)| s == raw && g == now)
     }
 
     /// Notes on `other` every stream and open scope noted here, for memory that changes
