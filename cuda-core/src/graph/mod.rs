@@ -26,7 +26,10 @@
 //! * Every graph holds a **keep-alive list** of shared values (`Arc`s). Nodes added by safe
 //!   calls put what they refer to on it: the buffers of a memset or memcpy node (given as
 //!   [`GraphSlice`]s of an `Arc<DeviceBuffer>`), the closure of a host node, the event of an
-//!   event node, the list of a child graph. [`Graph::keep`] puts anything else on it.
+//!   event node, the list of a child graph. A capture puts on it what the safe calls captured
+//!   use: the cells through which device and pinned buffers hand it their release when dropped,
+//!   the events its launches wait for, replayable host closures (the rule's capture section in
+//!   `track` says how). [`Graph::keep`] puts anything else on it.
 //! * Every [`GraphExec`] instantiated from a graph (or updated from it) shares its list. A
 //!   clone of a graph, and a graph that holds it as a child, copy its nodes and hold a
 //!   snapshot of its list as it is at that moment: what the copied nodes refer to. (Holding
@@ -46,10 +49,9 @@
 //!   arguments as [`launch`](crate::launch) does: the types cannot be checked, and the memory
 //!   the arguments point to, and the module or library of the kernel, must stay alive as long as the
 //!   graph and its executables may run. Hand them to [`Graph::keep`] (an `Arc<Module>`, an
-//!   `Arc<DeviceBuffer<T>>`) and the graph holds them for exactly that long.
-//! * **Capture** records calls that were made for later: a capture starts `unsafe`, and the
-//!   memory and handles the captured work uses must stay alive as the graph's do (again,
-//!   [`Graph::keep`] holds them).
+//!   `Arc<DeviceBuffer<T>>`) and the graph holds them for exactly that long. The same holds of
+//!   kernels launched on a capturing stream, beyond the crate's buffers and views passed as
+//!   arguments, which the capture holds.
 //! * Raw addresses ([`GraphSlice::from_raw`], the memory of allocation nodes) are the caller's.
 //!
 //! Launching an executable graph is then safe: whatever it refers to is alive.
@@ -82,13 +84,12 @@
 //! stream.synchronize()?;
 //! assert_eq!(copy.to_vec()?, vec![7; 1024]);
 //!
-//! // By capture: the work queued between begin and end is recorded, not run.
+//! // By capture: the work queued between begin and end is recorded, not run; the graph holds
+//! // what it uses.
 //! let mut out = DeviceBuffer::<u32>::zeroed(&stream, 1024)?;
 //! let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
 //! out.view_mut().memset_d32_async(3, &stream)?;
 //! let graph = capture.end()?;
-//! let out = Arc::new(out);
-//! graph.keep(out.clone());
 //! graph.instantiate(InstantiateFlags::empty())?.launch(&stream)?;
 //! stream.synchronize()?;
 //! assert_eq!(out.to_vec()?, vec![3; 1024]);

@@ -97,6 +97,12 @@ impl<T: Pod> DeviceBuffer<T> {
     /// default the [`MemoryPool`](crate::pool::MemoryPool) of the stream's device). The
     /// contents are whatever the memory held.
     ///
+    /// On a stream being captured into a graph, whatever the allocator, the buffer is graph
+    /// memory: an allocation node of the capture, usable by that capture's work only, freed in
+    /// the graph (by a free node when dropped inside the capture, at the end otherwise), and
+    /// refused everywhere else (see the rule's capture section in `track`, and the guide's
+    /// graphs chapter).
+    ///
     /// A length of 0, or one whose byte size overflows, is an [`Error::InvalidArgument`].
     #[inline]
     #[track_caller]

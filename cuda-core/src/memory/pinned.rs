@@ -488,24 +488,31 @@ impl<T: Pod> Drop for PinnedBuffer<T> {
             // Kept, not given back: copies of a chunk may still use it.
             return keep_drop_error(self.source.allocator(), "the memory is kept: ", e);
         }
-        if self.uses.is_shared() {
-            // Graphs that captured copies of the buffer may launch them later: the release
-            // runs once the last of them lets go of the buffer's state (see the rule's capture
-            // section in `track`).
-            let (source, allocation) = (self.source.clone(), self.allocation);
-            // SAFETY: the release runs once, when the last holder lets go: the allocation is
-            // given back there only (handed over, not given back below), and the event it gets
-            // covers every copy and launch recorded on the buffer.
-            let release = move |copies| unsafe { give_back(&source, allocation, copies) };
-            if self.uses.hand_over(release) {
-                return;
-            }
+        if self.uses.is_shared() && self.hand_over_release() {
+            return;
         }
         let copies = self.uses.take_in_flight();
         // SAFETY: the allocation came from this source and is given back once; the copies still
         // in flight were all queued before `copies` was recorded, and the tracker records it no
         // more (it handed it over).
         unsafe { give_back(&self.source, self.allocation, copies) }
+    }
+}
+
+impl<T: Pod> PinnedBuffer<T> {
+    /// For a buffer whose copies a capture took: hands the release to the state the buffer
+    /// shares with the graphs, which may launch those copies later; it runs once the last of
+    /// them lets go (see the rule's capture section in `track`). False when nothing was handed
+    /// over.
+    #[cold]
+    #[inline(never)]
+    fn hand_over_release(&mut self) -> bool {
+        let (source, allocation) = (self.source.clone(), self.allocation);
+        // SAFETY: the release runs once, when the last holder lets go: the allocation is given
+        // back there only (handed over, not given back by the drop), and the event it gets
+        // covers every copy and launch recorded on the buffer.
+        let release = move |copies| unsafe { give_back(&source, allocation, copies) };
+        self.uses.hand_over(release)
     }
 }
 
@@ -516,7 +523,7 @@ impl<T: Pod> Drop for PinnedBuffer<T> {
 ///
 /// `allocation` came from `source` and is given back once; every copy that may still use it
 /// was queued before `copies` was recorded.
-#[inline]
+#[inline(always)]
 unsafe fn give_back(source: &PinnedSource, allocation: PinnedAllocation, copies: Option<crate::event::Event>) {
     match copies {
         Some(copies) => {
@@ -530,7 +537,6 @@ unsafe fn give_back(source: &PinnedSource, allocation: PinnedAllocation, copies:
             // SAFETY: as above, with no copy in flight.
             if let Err(e) = unsafe { source.deallocate(allocation) } {
                 keep_drop_error(source.allocator(), "", e);
-                }
             }
         }
     }

@@ -53,17 +53,23 @@
 //!    captured: graph edges, which also join those streams back), and the stream of the free
 //!    node is joined back into the capture's first stream when the capture ends. Still alive
 //!    when the capture ends, it is freed by a free node added then; every launch allocates and
-//!    frees it, at the same address each time. Outside its capture the buffer has no memory: every safe use of
-//!    it (a copy, a memset, a kernel argument, `record_stream`, `set_stream`) is an
-//!    [`Error::InvalidArgument`](crate::Error::InvalidArgument), and dropping it does nothing.
+//!    frees it, at the same address each time. Outside its capture the buffer has no memory:
+//!    every safe use of it (a copy, a memset, a kernel argument, `record_stream`,
+//!    `set_stream`) is an [`Error::InvalidArgument`](crate::Error::InvalidArgument), and
+//!    dropping it does nothing.
 //! 6. **A release on a capturing stream** of memory the capture did not allocate cannot be
 //!    queued there now: the capture's graph holds it, and it runs once the graph is gone (at
 //!    once if the capture is discarded). A release that would have to wait for a stream being
 //!    captured by another capture, or by one this crate did not begin, keeps the memory (a
 //!    leak, reported) instead.
 //!
-//! What other handles captured work refers to (modules, pinned buffers, events) is covered by
-//! [`Stream::begin_capture`](crate::Stream::begin_capture)'s contract.
+//! Pinned buffers follow the same rule through their trackers ([`HostUses`]: dropped while a
+//! graph holds the tracker's shared state, a buffer hands its release to it). What a graph
+//! cannot hold is refused on a capturing stream (chunks of pinned buffers, arrays, owners that
+//! give memory back by waiting for streams, external semaphores, `EXTERNAL` events, NCCL
+//! calls), and what an `unsafe` kernel launch refers to beyond the crate's buffers and views is
+//! the launch's contract. [`Stream::begin_capture`](crate::Stream::begin_capture) lists the
+//! whole.
 //!
 //! # Pinned host memory
 //!
