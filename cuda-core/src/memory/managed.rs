@@ -111,13 +111,23 @@ impl<T: Pod> DeviceBuffer<T, Managed> {
     /// ([`cuMemAllocManaged`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     ///
     /// [`MemAttach::Single`] is refused: allocate globally or for the host, then attach to one
-    /// stream with [`attach_async`](Self::attach_async).
+    /// stream with [`attach_async`](Self::attach_async). So is a stream being captured (an
+    /// allocation there is graph memory, not managed memory): allocate before the capture.
     pub fn new_managed(stream: &Stream, len: usize, attach: MemAttach) -> Result<ManagedBuffer<T>> {
         let bytes = checked_bytes::<T>("ManagedBuffer::new_managed", len)?;
         if attach == MemAttach::Single {
             return Err(Error::invalid(
                 "ManagedBuffer::new_managed",
                 "allocate with MemAttach::Global or Host; attach to one stream with attach_async",
+            ));
+        }
+        if crate::stream::capture_of(stream)?.is_some() {
+            // On a capturing stream the allocation would be a graph memory node, device memory
+            // that exists only inside the graph's launches, not managed memory.
+            return Err(Error::invalid(
+                "ManagedBuffer::new_managed",
+                "the stream is being captured into a graph, where allocations are graph memory (device \
+                 memory of the graph's launches), not managed memory; allocate it before the capture",
             ));
         }
         let allocator = Arc::new(ManagedAllocator::with_attach(stream.context(), attach));
