@@ -123,6 +123,13 @@ impl ManagedTensor {
         strides: Option<&[i64]>,
     ) -> Result<ManagedTensor> {
         const OP: &str = "ManagedTensor::from_buffer";
+        if buf.is_graph_memory() {
+            return Err(Error::invalid(
+                OP,
+                "the buffer was allocated in a stream capture: its memory exists only inside that graph's \
+                 launches and cannot be lent to another framework",
+            ));
+        }
         if !size_matches::<T>() {
             return Err(Error::invalid(
                 OP,

@@ -17,6 +17,9 @@ pub struct GraphSlice<T> {
     ptr: sys::CUdeviceptr,
     len: usize,
     owner: Option<Arc<dyn Any + Send + Sync>>,
+    /// Whether the buffer is memory a capture allocated (it exists only inside that capture's
+    /// graph, so nodes of this graph are refused).
+    captured: bool,
     _element: PhantomData<fn() -> T>,
 }
 
@@ -37,6 +40,7 @@ impl<T: Pod> GraphSlice<T> {
             ptr: buffer.as_raw(),
             len: buffer.len(),
             owner: Some(buffer.clone()),
+            captured: buffer.is_graph_memory(),
             _element: PhantomData,
         }
     }
@@ -48,6 +52,7 @@ impl<T: Pod> GraphSlice<T> {
             ptr: buffer.as_raw() + (start * std::mem::size_of::<T>()) as u64,
             len: end - start,
             owner: Some(buffer.clone()),
+            captured: buffer.is_graph_memory(),
             _element: PhantomData,
         })
     }
@@ -70,7 +75,7 @@ impl<T: Pod> GraphSlice<T> {
     ///   holding it as a child, and their executable graphs may run (hand its owner to
     ///   [`Graph::keep`]).
     pub unsafe fn from_raw(ptr: sys::CUdeviceptr, len: usize) -> GraphSlice<T> {
-        GraphSlice { ptr, len, owner: None, _element: PhantomData }
+        GraphSlice { ptr, len, owner: None, captured: false, _element: PhantomData }
     }
 
     /// The device address of the first element.
@@ -87,7 +92,13 @@ impl<T: Pod> GraphSlice<T> {
     /// [`Error::InvalidArgument`], as for [`DeviceView::cast`](crate::memory::DeviceView::cast).
     pub fn cast<U: Pod>(&self) -> Result<GraphSlice<U>> {
         let len = crate::memory::cast_check::<T, U>("GraphSlice::cast", self.ptr, self.len)?;
-        Ok(GraphSlice { ptr: self.ptr, len, owner: self.owner.clone(), _element: PhantomData })
+        Ok(GraphSlice {
+            ptr: self.ptr,
+            len,
+            owner: self.owner.clone(),
+            captured: self.captured,
+            _element: PhantomData,
+        })
     }
 }
 
@@ -95,6 +106,19 @@ impl<T> GraphSlice<T> {
     /// What keeps the memory allocated, if anything.
     pub(crate) fn owner(&self) -> Option<Arc<dyn Any + Send + Sync>> {
         self.owner.clone()
+    }
+
+    /// Refuses a buffer a capture allocated: its memory exists only inside the launches of
+    /// that capture's graph, not in a node of another.
+    pub(crate) fn check_node_memory(&self, operation: &'static str) -> Result<()> {
+        if self.captured {
+            return Err(Error::invalid(
+                operation,
+                "the buffer was allocated in a stream capture: its memory exists only inside that graph's \
+                 launches; give the node a buffer allocated outside captures",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -104,6 +128,7 @@ pub(crate) fn memset_params<T: Pod>(
     dst: &GraphSlice<T>,
     value: T,
 ) -> Result<sys::CUDA_MEMSET_NODE_PARAMS> {
+    dst.check_node_memory(operation)?;
     let size = std::mem::size_of::<T>();
     if !matches!(size, 1 | 2 | 4) {
         return Err(Error::invalid(
@@ -136,6 +161,8 @@ pub(crate) fn memcpy_params<T: Pod>(
     src: &GraphSlice<T>,
 ) -> Result<sys::CUDA_MEMCPY3D> {
     crate::memory::same_len(operation, dst.len, src.len)?;
+    dst.check_node_memory(operation)?;
+    src.check_node_memory(operation)?;
     if dst.len == 0 {
         return Err(Error::invalid(operation, "the slices are empty; give at least one element"));
     }
@@ -331,8 +358,13 @@ mod tests {
     #[test]
     fn casts_keep_the_owner_and_check_alignment_and_whole_elements() {
         let owner: Arc<dyn Any + Send + Sync> = Arc::new(0u8);
-        let words =
-            GraphSlice::<u64> { ptr: 0x1000, len: 3, owner: Some(owner.clone()), _element: PhantomData };
+        let words = GraphSlice::<u64> {
+            ptr: 0x1000,
+            len: 3,
+            owner: Some(owner.clone()),
+            captured: false,
+            _element: PhantomData,
+        };
         let bytes = words.cast::<u8>();
         assert_eq!(bytes.as_ref().map(|b| (b.as_raw(), b.len())).ok(), Some((0x1000, 24)));
         assert!(bytes.as_ref().is_ok_and(|b| b.owner().is_some_and(|o| Arc::ptr_eq(&o, &owner))));

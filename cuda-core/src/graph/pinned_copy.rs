@@ -195,6 +195,7 @@ impl Graph {
         to_host: bool,
     ) -> Result<GraphNode<'_>> {
         crate::memory::same_len(operation, pinned.len(), device.len())?;
+        device.check_node_memory(operation)?;
         if device.is_empty() {
             return Err(Error::invalid(operation, "the slice is empty; give at least one element"));
         }

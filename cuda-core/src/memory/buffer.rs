@@ -254,6 +254,13 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         DeviceAllocation { ptr: self.ptr, size: self.size, token: self.token }
     }
 
+    /// Whether the memory was allocated on a stream being captured: graph memory, which
+    /// exists only inside that capture's graph (see the rule's capture section in `track`).
+    #[inline]
+    pub(crate) fn is_graph_memory(&self) -> bool {
+        matches!(self.stream, HeldStream::Captured(_))
+    }
+
     /// The short name of the allocator the memory came from (`MemoryPool`, `cuMemAlloc`, ...).
     pub fn allocator_name(&self) -> &'static str {
         self.source.name()
