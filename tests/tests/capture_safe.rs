@@ -7,7 +7,9 @@
 mod kernels;
 
 use cuda_core::event::EventRecordFlags;
-use cuda_core::graph::{CaptureMode, Graph, InstantiateFlags, NodeType, memory_usage, trim_memory};
+use cuda_core::graph::{
+    CaptureMode, Graph, GraphSlice, InstantiateFlags, NodeType, memory_usage, trim_memory,
+};
 use cuda_core::module::Module;
 use cuda_core::pool::AsyncAllocator;
 use cuda_core::{DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamFlags};
@@ -193,6 +195,12 @@ fn a_buffer_alive_at_the_end_is_freed_in_the_graph() -> TestResult {
             "use {i} was not refused: {refusal:?}"
         );
     }
+    // Nor can a node of another graph name it.
+    let kept = Arc::new(kept);
+    let other = Graph::new(&ctx)?;
+    let node = other.add_memset_node(&[], &GraphSlice::whole(&kept), 0u32);
+    ensure!(matches!(node, Err(Error::InvalidArgument { .. })), "a memset node of graph memory: {node:?}");
+    drop(other);
     drop(kept);
     drop((exec, graph));
     no_deferred(&ctx)
