@@ -252,8 +252,27 @@ impl GraphExec {
         } else {
             self.launch_tracked(stream)?;
         }
+        if crate::stream::capturing::any() {
+            self.hand_to_capture(stream)?;
+        }
         if !self.keep.borrow().retired.is_empty() || !self.keep.borrow().fenced.is_empty() {
             self.fence_retired(stream);
+        }
+        Ok(())
+    }
+
+    /// A launch captured into another graph (a child graph node of that capture's graph): that
+    /// graph's launches use what this one keeps, so the capture is handed what it keeps now (the
+    /// graph's list as it is, and the setters' values).
+    #[cold]
+    fn hand_to_capture(&self, stream: &Stream) -> Result<()> {
+        let Some(capture) = crate::stream::capture_of(stream)? else { return Ok(()) };
+        let keep = self.keep.borrow();
+        if let Some((graph, _)) = &keep.graph {
+            capture.note(graph.snapshot());
+        }
+        for (value, _) in keep.slots.values() {
+            capture.note(value.clone());
         }
         Ok(())
     }
