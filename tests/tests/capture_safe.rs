@@ -46,6 +46,7 @@ fn main() {
             what_a_graph_cannot_hold_is_refused_in_a_capture,
         ),
         gpu("a_graph_launched_into_a_capture_is_held_by_it", a_graph_launched_into_a_capture_is_held_by_it),
+        gpu("a_captured_launch_holds_its_module", a_captured_launch_holds_its_module),
     ];
     cuda_tests::run(tests)
 }
@@ -368,5 +369,27 @@ fn a_graph_launched_into_a_capture_is_held_by_it() -> TestResult {
     ensure_eq!(out.to_vec()?, vec![5; N]);
     ensure_eq!(other.to_vec()?, vec![9; N]);
     drop(outer);
+    no_deferred(&ctx)
+}
+
+/// A kernel launched on a capturing stream: the graph holds the module's code, so the module is
+/// dropped before the launches and they still run its kernel.
+fn a_captured_launch_holds_its_module() -> TestResult {
+    let (_, ctx, s) = device_zero()?;
+    let module = Module::from_ptx(&ctx, kernels::PTX)?;
+    let add = module.function("add_u32")?;
+    let mut data = DeviceBuffer::<u32>::zeroed(&s, N)?;
+    let (n, three) = (N as u32, 3u32);
+    let capture = s.begin_capture(CaptureMode::ThreadLocal)?;
+    // SAFETY: add_u32 takes (u32*, u32, u32) and `data` holds N words; the graph holds the
+    // buffer and the module.
+    unsafe { add.launch(&s, &LaunchConfig::for_elements(n, 256), (&mut data, &n, &three))? };
+    let exec = capture.end()?.instantiate(InstantiateFlags::empty())?;
+    drop(module);
+    for _ in 0..2 {
+        exec.launch(&s)?;
+    }
+    ensure_eq!(data.to_vec()?, vec![6; N]);
+    drop(exec);
     no_deferred(&ctx)
 }

@@ -326,9 +326,11 @@ impl Stream {
     /// refused on a capturing stream with an [`Error::InvalidArgument`](crate::Error): chunks
     /// of pinned buffers, arrays, VMM mappings and the other owners that wait for streams,
     /// external-semaphore signals and waits, `EXTERNAL` event records and waits, NCCL calls.
-    /// Kernel launches stay `unsafe`, and their contract covers the module of the kernel and
-    /// what the arguments refer to beyond the crate's buffers and views
-    /// ([`Graph::keep`] holds such things).
+    /// Kernel launches stay `unsafe` (the arguments' types cannot be checked); the graph holds
+    /// the module of a [`Function`](crate::Function) looked up in a [`Module`](crate::Module),
+    /// and the launch's contract covers the rest: the library of a
+    /// [`Kernel`](crate::Kernel), a function adopted from a raw handle, and what the arguments
+    /// refer to beyond the crate's buffers and views ([`Graph::keep`] holds such things).
     ///
     /// Synchronous copies and other calls that wait break the capture: the driver refuses them
     /// and [`Capture::end`] then fails; nothing captured so far is left dangling.

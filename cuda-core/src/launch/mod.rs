@@ -58,10 +58,12 @@ pub use by_value::DeviceRepr;
 
 use crate::error::{Error, Result, check};
 use crate::event::Event;
+use crate::module::LoadedCode;
 use crate::module::{Function, Kernel};
 use crate::stream::{AccessPolicyWindow, Stream};
 use cuda_driver_sys as sys;
 use std::mem::MaybeUninit;
+use std::sync::Arc;
 
 /// Three dimensions of a grid, block or cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -576,6 +578,17 @@ unsafe fn launch_raw<A: KernelArgs>(
     check("cuLaunchKernelEx", status)
 }
 
+/// A launch on a capturing stream runs at the graph's launches: the graph holds the module's
+/// loaded code (where the function came from a [`Module`](crate::Module)), so the module may be
+/// dropped before them.
+#[cold]
+fn hold_code(stream: &Stream, code: Option<&Arc<LoadedCode>>) -> Result<()> {
+    if let (Some(code), Some(capture)) = (code, crate::stream::capture_of(stream)?) {
+        capture.note_once(code.clone());
+    }
+    Ok(())
+}
+
 impl Function<'_> {
     /// Launches the function on `stream`
     /// ([`cuLaunchKernelEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)).
@@ -591,7 +604,13 @@ impl Function<'_> {
     /// `args` must match the kernel's parameters in number, order and type, and every pointer
     /// among them (buffers and views included) must be valid for what the kernel does with it
     /// until the kernel finishes (the memory must stay allocated, and nothing else may use it
-    /// in a conflicting way). The stream must belong to the function's context.
+    /// in a conflicting way). The stream must belong to the function's context. On a stream
+    /// being captured, "until the kernel finishes" means for as long as the graph and its
+    /// executable graphs may run: the crate's buffers and views passed as arguments, and the
+    /// module of a function looked up in a [`Module`](crate::Module), are held by the graph;
+    /// anything else (the library of a [`Kernel`], a function adopted from a raw handle,
+    /// memory behind raw addresses, textures, surfaces, tensor maps) is the caller's to keep
+    /// alive ([`Graph::keep`](crate::graph::Graph::keep)).
     #[inline]
     pub unsafe fn launch<A: KernelArgs>(
         &self,
@@ -599,6 +618,9 @@ impl Function<'_> {
         config: &LaunchConfig<'_>,
         args: A,
     ) -> Result<()> {
+        if crate::stream::capturing::any() {
+            hold_code(stream, self.loaded_code())?;
+        }
         // SAFETY: the function is live while `self` borrows its module; the caller vouches
         // for the arguments.
         unsafe {

@@ -1,11 +1,13 @@
 //! A kernel in a loaded module: its attributes and cache and shared-memory configuration.
 
+use super::LoadedCode;
 use super::ParamLayout;
 use super::driver_string;
 pub use crate::context::CacheConfig;
 use crate::error::{Error, Result, check};
 use cuda_driver_sys as sys;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// A kernel (`CUfunction`) of a [`Module`](super::Module) or a [`Kernel`](super::Kernel) in one
 /// context. It borrows what it came from, so it cannot outlive the loaded code.
@@ -16,6 +18,9 @@ use std::marker::PhantomData;
 #[derive(Clone, Copy, Debug)]
 pub struct Function<'m> {
     raw: sys::CUfunction,
+    /// The loaded code of the module it was looked up in, which a captured launch hands to the
+    /// capture's graph; none for functions of libraries and functions adopted from raw handles.
+    code: Option<&'m Arc<LoadedCode>>,
     // Read once when the function is looked up so that a launch can check its block size
     // and its arguments without a driver call.
     max_threads_per_block: u32,
@@ -160,8 +165,13 @@ impl<'m> Function<'m> {
         raw: sys::CUfunction,
         count: Option<usize>,
     ) -> Result<Function<'m>> {
-        let mut f =
-            Function { raw, max_threads_per_block: 0, params: ParamLayout::UNKNOWN, _code: PhantomData };
+        let mut f = Function {
+            raw,
+            code: None,
+            max_threads_per_block: 0,
+            params: ParamLayout::UNKNOWN,
+            _code: PhantomData,
+        };
         let mut value = 0;
         // SAFETY: a live function and one out-parameter.
         let status = unsafe {
@@ -188,6 +198,18 @@ impl<'m> Function<'m> {
         Ok(f)
     }
 
+    /// The same function, knowing the loaded code of its module (`code`).
+    pub(crate) fn loaded_from(mut self, code: &'m Arc<LoadedCode>) -> Function<'m> {
+        self.code = Some(code);
+        self
+    }
+
+    /// The loaded code of the module the function was looked up in, if known.
+    #[inline]
+    pub(crate) fn loaded_code(&self) -> Option<&'m Arc<LoadedCode>> {
+        self.code
+    }
+
     /// The same function with its lifetime dropped, for a handle that keeps the code loaded
     /// itself.
     ///
@@ -197,6 +219,9 @@ impl<'m> Function<'m> {
     pub(crate) unsafe fn detached(self) -> Function<'static> {
         Function {
             raw: self.raw,
+            // SAFETY: the caller keeps the code loaded for as long as the result is used; the
+            // handle that does so holds the module, in which the reference points.
+            code: self.code.map(|c| unsafe { &*std::ptr::from_ref(c) }),
             max_threads_per_block: self.max_threads_per_block,
             params: self.params,
             _code: PhantomData,

@@ -40,6 +40,7 @@ use crate::error::{Error, Result, check};
 use cuda_driver_sys as sys;
 use std::ffi::{CString, c_char};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Code loaded into one context
 /// ([`cuModuleLoadDataEx`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html)).
@@ -59,6 +60,9 @@ use std::path::Path;
 pub struct Module {
     raw: sys::CUmodule,
     ctx: Context,
+    /// The loaded code, unloaded when its last holder is gone: this module, and the graphs
+    /// whose captured launches run its kernels.
+    code: Arc<LoadedCode>,
     log: JitLog,
     /// The variables that have a live [`Global`].
     claims: Claims,
@@ -167,7 +171,14 @@ impl Module {
             )
         };
         let log = raw_options.check("cuModuleLoadDataEx", status)?;
-        Ok(Module { raw, ctx: ctx.clone(), log, claims: Claims::default(), ptx_params: Vec::new() })
+        Ok(Module {
+            raw,
+            ctx: ctx.clone(),
+            code: LoadedCode::new(ctx, raw),
+            log,
+            claims: Claims::default(),
+            ptx_params: Vec::new(),
+        })
     }
 
     #[cfg(feature = "compile")]
@@ -188,6 +199,7 @@ impl Module {
         Module {
             raw,
             ctx: ctx.clone(),
+            code: LoadedCode::new(ctx, raw),
             log: JitLog::default(),
             claims: Claims::default(),
             ptx_params: Vec::new(),
@@ -229,7 +241,7 @@ impl Module {
         let count = self.ptx_params.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
         // SAFETY: the function belongs to this module, which the result borrows; the count was
         // read from the PTX it was compiled from.
-        unsafe { Function::from_raw_counted(raw, count) }
+        unsafe { Function::from_raw_counted(raw, count) }.map(|f| f.loaded_from(&self.code))
     }
 
     /// Every kernel in the module
@@ -246,7 +258,12 @@ impl Module {
         unsafe { driver!(cuModuleEnumerateFunctions(raw.as_mut_ptr(), count, self.raw)) }?;
         // SAFETY: each function belongs to this module, which the results borrow; a count is
         // the one its PTX declares.
-        raw.into_iter().map(|f| unsafe { Function::from_raw_counted(f, self.ptx_count_of(f)) }).collect()
+        raw.into_iter()
+            .map(|f| {
+                unsafe { Function::from_raw_counted(f, self.ptx_count_of(f)) }
+                    .map(|f| f.loaded_from(&self.code))
+            })
+            .collect()
     }
 
     /// The parameter count the PTX gives the function `raw` of this module, found by its name
@@ -288,10 +305,31 @@ impl Module {
     }
 }
 
-impl Drop for Module {
+/// A module's loaded code: unloaded when the last holder (the module, a graph whose captured
+/// launches run its kernels) is gone.
+#[derive(Debug)]
+pub(crate) struct LoadedCode {
+    raw: sys::CUmodule,
+    ctx: Context,
+}
+
+// SAFETY: a CUmodule may be used and unloaded from any thread.
+unsafe impl Send for LoadedCode {}
+// SAFETY: shared access only reads the handle.
+unsafe impl Sync for LoadedCode {}
+
+impl LoadedCode {
+    fn new(ctx: &Context, raw: sys::CUmodule) -> Arc<LoadedCode> {
+        Arc::new(LoadedCode { raw, ctx: ctx.clone() })
+    }
+}
+
+impl Drop for LoadedCode {
     fn drop(&mut self) {
         let raw = self.raw;
-        // SAFETY: this value owns the module; nothing borrowed from it outlives it.
+        // SAFETY: the module is owned by its `Module` and shared only through this value; the
+        // last holder unloads it: nothing borrowed from the module outlives the module, and
+        // every graph that may launch its kernels holds this value.
         self.ctx.with_current_for_drop("cuModuleUnload", || unsafe { sys::cuModuleUnload(raw) });
     }
 }

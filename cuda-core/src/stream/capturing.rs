@@ -43,6 +43,8 @@ struct Entry {
     /// into the origin at the end, so that a free the user never sees cannot leave its stream
     /// unjoined.
     freed_on: Vec<Stream>,
+    /// The addresses of what [`CaptureRef::note_once`] handed over, each once.
+    once: std::collections::HashSet<usize>,
 }
 
 fn captures() -> MutexGuard<'static, Vec<Entry>> {
@@ -68,6 +70,20 @@ impl CaptureRef {
             // The capture ended meanwhile (another thread ended it): the work queued on its
             // stream since is real, and what it uses is kept for good rather than let go early.
             std::mem::forget(item);
+        }
+    }
+
+    /// Hands `item` to the graph the capture makes, unless it was handed already (the same
+    /// `Arc`): for what many captured calls share, such as a module's code.
+    pub(crate) fn note_once(&self, item: Taken) {
+        let mut all = captures();
+        let Some(entry) = all.iter_mut().find(|e| e.id == self.0) else {
+            drop(all);
+            return self.note(item);
+        };
+        let key = Arc::as_ptr(&item).cast::<()>() as usize;
+        if entry.once.insert(key) {
+            entry.taken.push(item);
         }
     }
 
@@ -225,6 +241,7 @@ pub(crate) fn begin(stream: &Stream, begin: impl FnOnce() -> Result<()>) -> Resu
         taken: Vec::new(),
         allocations: Vec::new(),
         freed_on: Vec::new(),
+        once: std::collections::HashSet::new(),
     });
     Ok(id)
 }

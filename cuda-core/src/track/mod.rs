@@ -67,8 +67,9 @@
 //! graph holds the tracker's shared state, a buffer hands its release to it). What a graph
 //! cannot hold is refused on a capturing stream (chunks of pinned buffers, arrays, owners that
 //! give memory back by waiting for streams, external semaphores, `EXTERNAL` events, NCCL
-//! calls), and what an `unsafe` kernel launch refers to beyond the crate's buffers and views is
-//! the launch's contract. [`Stream::begin_capture`](crate::Stream::begin_capture) lists the
+//! calls). A captured launch of a function of a module hands the capture the module's loaded
+//! code; what an `unsafe` kernel launch refers to beyond that and the crate's buffers and
+//! views is the launch's contract. [`Stream::begin_capture`](crate::Stream::begin_capture) lists the
 //! whole.
 //!
 //! # Pinned host memory

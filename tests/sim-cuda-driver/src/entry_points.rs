@@ -660,7 +660,7 @@ unsafe fn launch(call: &'static str, f: Handle, stream: Handle, params: *mut *mu
         unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), bytes.as_mut_ptr(), size) };
         args[i] = u64::from_le_bytes(bytes);
     }
-    let launch = crate::kernels::Launch { kernel, args };
+    let launch = crate::kernels::Launch { kernel, function: f as u64, args };
     with_sim(|s| {
         let ranges = launch.ranges(&s.memory);
         s.submit(stream as u64, Work::Kernel(launch), call, &ranges, &ranges)

@@ -208,6 +208,12 @@ impl Sim {
             return crate::INVALID_HANDLE;
         }
         for node in nodes {
+            // A kernel node of a module unloaded since: the driver would run code that is gone.
+            if let Work::Kernel(launch) = &node.work {
+                if self.kernel_of(launch.function).is_none() {
+                    return crate::INVALID_HANDLE;
+                }
+            }
             let ranges = node.reads.iter().chain(&node.writes);
             for (&range, &captured) in ranges.zip(&node.epochs) {
                 let tracked = self.memory.is_tracked(range.start, range.end - range.start);

@@ -60,6 +60,8 @@ pub fn parse_image(image: &[u8]) -> Option<Vec<usize>> {
 pub struct Launch {
     /// The index in [`BUILTINS`].
     pub kernel: usize,
+    /// The function handle launched (a graph launch checks that its module is still loaded).
+    pub function: u64,
     /// The arguments, in order.
     pub args: [u64; MAX_PARAMS],
 }
@@ -143,14 +145,14 @@ mod tests {
         let mut memory = Memory::default();
         let a = memory.alloc_device(64);
         let b = memory.alloc_device(16);
-        let fill = Launch { kernel: 0, args: [a + 8, 4, 7] };
+        let fill = Launch { kernel: 0, function: 0, args: [a + 8, 4, 7] };
         assert_eq!(fill.ranges(&memory), vec![Range::new(a + 8, 16)]);
         fill.run(&mut memory);
-        let add = Launch { kernel: 1, args: [b, a + 8, 8] };
+        let add = Launch { kernel: 1, function: 0, args: [b, a + 8, 8] };
         assert_eq!(add.ranges(&memory), vec![Range::new(b, 16), Range::new(a + 8, 32)]);
-        let scalar_like = Launch { kernel: 0, args: [12345, 4, 7] };
+        let scalar_like = Launch { kernel: 0, function: 0, args: [12345, 4, 7] };
         assert!(scalar_like.ranges(&memory).is_empty());
-        Launch { kernel: 1, args: [b, a + 8, 4] }.run(&mut memory);
+        Launch { kernel: 1, function: 0, args: [b, a + 8, 4] }.run(&mut memory);
         let p = memory.locate(b, 16).unwrap();
         // SAFETY: 16 bytes at `p`.
         let got = unsafe { std::slice::from_raw_parts(p, 16) };

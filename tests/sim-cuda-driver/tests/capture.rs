@@ -195,3 +195,27 @@ fn a_graph_launched_into_a_capture_is_held_by_that_capture() {
         Ok(())
     });
 }
+
+/// A kernel launched on a capturing stream: the graph holds the module's code, so the module
+/// may be dropped before the graph's launches (the simulator refuses a launch of a kernel whose
+/// module was unloaded).
+#[test]
+fn a_captured_launch_holds_its_module() {
+    with_sim(|stream| {
+        const IMAGE: &str = ".entry fill_u32(.param .u64 dst, .param .u32 n, .param .u32 value)\n";
+        let module = cuda_core::Module::from_ptx(stream.context(), IMAGE)?;
+        let fill = module.function("fill_u32")?;
+        let mut data = DeviceBuffer::<u32>::zeroed(stream, 256)?;
+        let (n, value) = (256u32, 4u32);
+        let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
+        // SAFETY: fill_u32 takes (u32*, u32, u32) and writes n words of `data`.
+        unsafe {
+            fill.launch(stream, &cuda_core::LaunchConfig::for_elements(n, 64), (&mut data, &n, &value))?
+        };
+        let exec = capture.end()?.instantiate(InstantiateFlags::empty())?;
+        drop(module);
+        exec.launch(stream)?;
+        assert_eq!(data.to_vec()?, vec![4; 256]);
+        Ok(())
+    });
+}
