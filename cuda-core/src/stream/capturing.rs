@@ -219,6 +219,9 @@ pub(crate) fn begin(stream: &Stream, begin: impl FnOnce() -> Result<()>) -> Resu
     let before = Event::new(stream.context(), EventFlags::DISABLE_TIMING)
         .and_then(|e| e.record(stream).map(|()| Arc::new(e)))?;
     ACTIVE.fetch_add(1, Ordering::AcqRel);
+    // Under the table's lock, so that a thread that sees the stream capturing (from the driver)
+    // finds the capture listed: work it queues there is tracked as captured.
+    let mut all = captures();
     let begun = begin().and_then(|()| capture_id(stream));
     let id = match begun {
         Ok(Some(id)) => id,
@@ -234,7 +237,7 @@ pub(crate) fn begin(stream: &Stream, begin: impl FnOnce() -> Result<()>) -> Resu
             return Err(e);
         }
     };
-    captures().push(Entry {
+    all.push(Entry {
         id,
         origin: stream.as_raw() as usize,
         before: Some(before),
