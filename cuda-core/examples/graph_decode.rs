@@ -22,7 +22,7 @@
 
 use cuda_core::compile::{Arch, CompileOptions, Program};
 use cuda_core::graph::{CaptureMode, GraphExec, InstantiateFlags};
-use cuda_core::module::{Function, Module};
+use cuda_core::module::Function;
 use cuda_core::{
     Context, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamFlags,
 };
@@ -175,7 +175,7 @@ fn run(steps: usize, width: usize) -> cuda_core::Result<()> {
     let ctx = Context::primary(&device)?;
     let compiled =
         Program::new(SOURCE).named("decode.cu").compile(Arch::of(&device)?, &CompileOptions::new())?;
-    let module: Module = compiled.load(&ctx)?;
+    let module = compiled.load(&ctx)?;
     let kernels = Kernels {
         affine: module.function("affine")?,
         square: module.function("square")?,

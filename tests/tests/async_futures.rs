@@ -327,7 +327,7 @@ fn graph_and_event() -> TestResult {
     let f = service.module.function("spin_fill")?;
     let (n, value, ns) = (256u32, 11u32, 1_000_000u64);
     // SAFETY: the graph is launched while `out` and the module live, and dropped before them.
-    let capture = unsafe { stream.begin_capture(cuda_core::graph::CaptureMode::ThreadLocal)? };
+    let capture = stream.begin_capture(cuda_core::graph::CaptureMode::ThreadLocal)?;
     // SAFETY: as above.
     unsafe { f.launch(stream, &LaunchConfig::for_elements(n, 256), (&mut out, &n, &value, &ns))? };
     let graph = capture.end()?;

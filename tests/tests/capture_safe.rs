@@ -10,8 +10,8 @@ use cuda_core::event::EventRecordFlags;
 use cuda_core::graph::{
     CaptureMode, Graph, GraphSlice, InstantiateFlags, NodeType, memory_usage, trim_memory,
 };
+use cuda_core::mempool::AsyncAllocator;
 use cuda_core::module::Module;
-use cuda_core::pool::AsyncAllocator;
 use cuda_core::{DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamFlags};
 use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, hold, no_deferred};
 use std::sync::Arc;

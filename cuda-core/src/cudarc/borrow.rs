@@ -88,7 +88,13 @@ impl<'a, T: Pod> CudarcSlice<'a, T> {
 
     /// A view of the whole slice, ordered on [`stream`](Self::stream).
     pub fn view(&self) -> DeviceView<'_, T> {
-        DeviceView::tracked(self.side.ptr, self.side.len, &self.side.stream, &self.side.uses)
+        DeviceView::tracked(
+            self.side.ptr,
+            self.side.len,
+            &self.side.stream,
+            Some(&self.side.stream),
+            &self.side.uses,
+        )
     }
 
     /// The stream the slice was allocated on, as this crate's value: the views' own stream.
@@ -130,12 +136,24 @@ impl<'a, T: Pod> CudarcSliceMut<'a, T> {
 
     /// An exclusive view of the whole slice, ordered on [`stream`](Self::stream).
     pub fn view_mut(&mut self) -> DeviceViewMut<'_, T> {
-        DeviceViewMut::tracked(self.side.ptr, self.side.len, &self.side.stream, &self.side.uses)
+        DeviceViewMut::tracked(
+            self.side.ptr,
+            self.side.len,
+            &self.side.stream,
+            Some(&self.side.stream),
+            &self.side.uses,
+        )
     }
 
     /// A shared view of the whole slice, ordered on [`stream`](Self::stream).
     pub fn view(&self) -> DeviceView<'_, T> {
-        DeviceView::tracked(self.side.ptr, self.side.len, &self.side.stream, &self.side.uses)
+        DeviceView::tracked(
+            self.side.ptr,
+            self.side.len,
+            &self.side.stream,
+            Some(&self.side.stream),
+            &self.side.uses,
+        )
     }
 
     /// The stream the slice was allocated on, as this crate's value: the views' own stream.

@@ -524,7 +524,11 @@ impl<T: Pod> PinnedBuffer<T> {
 /// `allocation` came from `source` and is given back once; every copy that may still use it
 /// was queued before `copies` was recorded.
 #[inline(always)]
-unsafe fn give_back(source: &PinnedSource, allocation: PinnedAllocation, copies: Option<crate::event::Event>) {
+unsafe fn give_back(
+    source: &PinnedSource,
+    allocation: PinnedAllocation,
+    copies: Option<crate::event::Event>,
+) {
     match copies {
         Some(copies) => {
             let ctx = copies.context().clone();

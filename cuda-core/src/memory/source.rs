@@ -99,7 +99,7 @@ impl Source {
         let alloc = crate::track::GraphAlloc::allocate(stream, capture, bytes)?;
         let allocation = DeviceAllocation { ptr: alloc.ptr(), size: bytes, token: 0 };
         // Names the memory's origin; the buffer frees graph memory itself, never through it.
-        let source = Source::Shared(Arc::new(crate::pool::AsyncAllocator::new(stream.context())));
+        let source = Source::Shared(Arc::new(crate::mempool::AsyncAllocator::new(stream.context())));
         Ok(make(source, allocation, HeldStream::Captured(alloc)))
     }
 

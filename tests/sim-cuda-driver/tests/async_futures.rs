@@ -270,7 +270,7 @@ fn a_future_is_refused_on_a_capturing_stream_and_polled_twice_is_an_error() {
     let (_ctx, streams) = setup();
     let b = filled(&streams[0], 16, 1);
     // SAFETY: nothing is captured (both calls are refused) and the graph is never launched.
-    let capture = unsafe { streams[3].begin_capture(cuda_core::graph::CaptureMode::Relaxed) }.unwrap();
+    let capture = streams[3].begin_capture(cuda_core::graph::CaptureMode::Relaxed).unwrap();
     assert!(matches!(streams[3].synchronize_async(), Err(Error::InvalidArgument { .. })));
     assert!(matches!(b.to_vec_async(&streams[3]), Err(Error::InvalidArgument { .. })));
     drop(capture.end().unwrap());

@@ -444,7 +444,7 @@ impl Checker {
     pub fn stale_graph_access(&mut self, range: Range, captured: u64, site: &Site) {
         let text = format!(
             "  a graph launch at {} uses {:#x}..{:#x}, captured while owner {} had it; owner {} has it now",
-            describe_site(site),
+            self.describe_site(site),
             range.start,
             range.end,
             captured,

@@ -386,7 +386,6 @@ impl World {
 
     /// Drops the buffer of `slot` and takes a new zeroed one of its length on its own stream.
     fn renew(&mut self, thread: u8, slot: usize) -> cuda_core::Result<()> {
-        self.forget_graphs(|g| g.slot == slot);
         let Some(old) = self.slots[slot].take() else { return Ok(()) };
         let (own, len) = (old.own, old.buffer.len());
         drop(old);
