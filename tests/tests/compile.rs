@@ -7,10 +7,11 @@
 use cuda_core::compile::{
     self, Arch, CacheHit, CompileCache, CompileOptions, Linker, Output, Program, nvrtc_compilations,
 };
-use cuda_core::{Context, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
+use cuda_core::{Context, ContextFlags, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, cpu_needing, device_zero, ensure, ensure_eq, gpu};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 
 /// `x[i] = x[i] * a + b` over `n` elements.
 const AXPB: &str = r#"
@@ -76,6 +77,69 @@ fn compile_launch_and_check() -> TestResult {
         )?
     };
     ensure!(x.to_vec()?.iter().all(|v| *v == 4.5), "compile::kernel's kernel ran");
+    Ok(())
+}
+
+/// The one-call path in a primary context: the second call returns the kernel already loaded
+/// (the same module, with no compile-cache lookup), whatever `String` holds the same text and
+/// whichever `Context` value names the primary context; another name, other options or a
+/// created context get their own module; after `forget_loaded_kernels`, once nothing holds it,
+/// the module is unloaded and the next call loads a new one.
+fn the_one_call_path_loads_a_kernel_once_per_primary_context() -> TestResult {
+    let (device, ctx, stream) = device_zero()?;
+    // Text no other test compiles, so that no earlier entry answers.
+    let source = format!("{AXPB}// loaded once, process {}\n", std::process::id());
+    let first = compile::kernel(&ctx, &source, "axpb")?;
+    let looked_up = CompileCache::global().stats();
+    let again = compile::kernel(&ctx, &source, "axpb")?;
+    ensure!(Arc::ptr_eq(first.module(), again.module()), "the second call loaded another module");
+    ensure_eq!(CompileCache::global().stats(), looked_up, "the second call went to the compile cache");
+    let copy = source.clone();
+    let by_text = compile::kernel(&Context::primary(&device)?, &copy, "axpb")?;
+    ensure!(Arc::ptr_eq(first.module(), by_text.module()), "the same text elsewhere loaded again");
+
+    let fast = compile::kernel_with(&ctx, &source, "axpb", &CompileOptions::new().fast_math(true))?;
+    ensure!(!Arc::ptr_eq(first.module(), fast.module()), "other options got the same module");
+    let created = Context::create(&device, ContextFlags::empty())?;
+    let in_created = compile::kernel(&created, &source, "axpb")?;
+    let in_created_again = compile::kernel(&created, &source, "axpb")?;
+    ensure!(in_created.module().context() == &created, "loaded into the created context");
+    ensure!(
+        !Arc::ptr_eq(in_created.module(), in_created_again.module()),
+        "a created context was served by the table, which would keep it alive"
+    );
+    drop((in_created, in_created_again, created));
+
+    let mut x = DeviceBuffer::from_slice(&stream, &[2.0f32; 64])?;
+    // SAFETY: axpb takes (float *, float, float, unsigned) and touches 64 elements of x.
+    unsafe {
+        again.function().launch(
+            &stream,
+            &LaunchConfig::for_elements(64usize, 64),
+            (&mut x, &2.0f32, &0.5f32, &64u32),
+        )?
+    };
+    ensure!(x.to_vec()?.iter().all(|v| *v == 4.5), "the kernel found again ran");
+
+    let module = Arc::downgrade(first.module());
+    drop((first, again, by_text, fast));
+    ensure!(compile::forget_loaded_kernels() >= 2, "the table held the two kernels");
+    ensure!(module.upgrade().is_none(), "a forgotten kernel nobody holds stays loaded");
+    let before = CompileCache::global().stats();
+    let reloaded = compile::kernel(&ctx, &source, "axpb")?;
+    ensure!(
+        CompileCache::global().stats().memory_hits == before.memory_hits + 1,
+        "after forget_loaded_kernels the kernel comes from the compile cache"
+    );
+    // SAFETY: as above.
+    unsafe {
+        reloaded.function().launch(
+            &stream,
+            &LaunchConfig::for_elements(64usize, 64),
+            (&mut x, &1.0f32, &1.0f32, &64u32),
+        )?
+    };
+    ensure!(x.to_vec()?.iter().all(|v| *v == 5.5), "the kernel loaded again ran");
     Ok(())
 }
 
@@ -374,6 +438,10 @@ fn main() {
     cuda_tests::run(&[
         cpu_needing("compiling_needs_no_gpu", compilers_load, compiling_needs_no_gpu),
         gpu("compile_launch_and_check", compile_launch_and_check),
+        gpu(
+            "the_one_call_path_loads_a_kernel_once_per_primary_context",
+            the_one_call_path_loads_a_kernel_once_per_primary_context,
+        ),
         gpu("template_kernels_through_name_expressions", template_kernels_through_name_expressions),
         gpu(
             "a_compile_error_names_the_line_and_warnings_are_kept",

@@ -6,8 +6,9 @@
 //!
 //! The one-call path, as CuPy's `RawKernel` gives it: [`kernel`] compiles a source for a
 //! context's device (a CUBIN for its real architecture), loads it and returns the kernel as an
-//! owning handle; the second call with the same source, in this process or a later one, is
-//! answered from the cache without running NVRTC.
+//! owning handle. The second call in the same primary context returns the kernel already
+//! loaded, in a lookup; in another context, or in a later process, it is answered from the
+//! compile cache without running NVRTC.
 //!
 //! ```no_run
 //! # fn main() -> cuda_core::Result<()> {
@@ -37,6 +38,7 @@
 mod cache;
 mod checksum;
 mod link;
+mod loaded;
 mod options;
 mod program;
 mod sha256;
@@ -49,22 +51,104 @@ pub use program::{Compiled, Program, nvrtc_compilations};
 use crate::context::Context;
 use crate::error::Result;
 use crate::module::SharedFunction;
+use loaded::LoadedKernels;
+use std::sync::LazyLock;
 
 /// Compiles `source` for `ctx`'s device with default [`CompileOptions`] (through
 /// [`CompileCache::global`]), loads it into `ctx` and returns its kernel `name` (an
 /// `extern "C"` name, or a name expression the source instantiates, such as
 /// `"scale<float>"`).
 ///
-/// Fails as [`Program::compile_for`], [`Compiled::load`] and
-/// [`Module::shared_function`](crate::module::Module::shared_function) do.
+/// In a primary context the kernel is loaded once: the next call with the same context,
+/// source and name returns it again, with no compile, no cache lookup and no module load (see
+/// [`kernel_with`], which says for how long).
+///
+/// Fails as [`kernel_with`] does.
+#[inline]
 pub fn kernel(ctx: &Context, source: &str, name: &str) -> Result<SharedFunction> {
+    kernel_with(ctx, source, name, &CompileOptions::new())
+}
+
+/// [`kernel`] with `options`: compiles `source` with them for `ctx`'s device (the
+/// architecture `options` names wins), through [`CompileCache::global`], loads it into `ctx`
+/// and returns its kernel `name`.
+///
+/// **What stays loaded.** In a [primary](Context::is_primary) context, the kernel is kept by
+/// a process-wide table under (context, source, name, options), and a later call with the same
+/// four returns it again: a lookup, no compile, no SHA-256 of the source and no module load.
+/// An entry keeps its module loaded and its primary context retained until
+/// [`forget_loaded_kernels`], as the CUDA runtime keeps a device's primary context, and CuPy
+/// its kernels, for the life of the process; the table grows by one entry (a copy of the
+/// source, the name and the options, and the module) per kernel loaded. Other contexts
+/// (created, green, borrowed) are not served, since an entry would keep them alive: there each
+/// call loads a module again (the compile cache still spares the compile), and the kernel to
+/// keep is the [`SharedFunction`] returned. Options under which NVRTC reads files (an include
+/// path) bypass the table, as they bypass the compile cache.
+///
+/// # Errors
+///
+/// As [`Program::compile_for`], [`Compiled::load`] and
+/// [`Module::shared_function`](crate::module::Module::shared_function); a deferred error of
+/// `ctx` (see [`Context::take_deferred_errors`]) is returned first.
+#[inline]
+pub fn kernel_with(
+    ctx: &Context,
+    source: &str,
+    name: &str,
+    options: &CompileOptions,
+) -> Result<SharedFunction> {
+    ctx.take_deferred()?;
+    let context = loaded_context(ctx, options);
+    if let Some(context) = context {
+        if let Some(kernel) = LOADED.get(context, source, name, options) {
+            return Ok(kernel);
+        }
+    }
+    load_kernel(ctx, source, name, options, context)
+}
+
+/// The identity under which the table files kernels of `ctx` compiled with `options`, `None`
+/// for a compile the table does not serve: the raw handle of a primary context, which names
+/// the same context for as long as an entry (which keeps it retained) can be found under it.
+#[inline]
+fn loaded_context(ctx: &Context, options: &CompileOptions) -> Option<usize> {
+    (ctx.is_primary() && !options.reads_files()).then(|| ctx.as_raw() as usize)
+}
+
+/// The miss of [`kernel_with`]: compiles (or finds the compile in the cache), loads, and files
+/// the kernel under `context`.
+#[cold]
+fn load_kernel(
+    ctx: &Context,
+    source: &str,
+    name: &str,
+    options: &CompileOptions,
+    context: Option<usize>,
+) -> Result<SharedFunction> {
     let mut program = Program::new(source);
     if name.contains('<') || name.contains(':') {
         program = program.name_expression(name);
     }
-    let compiled = program.compile_for(ctx.device(), &CompileOptions::new())?;
+    let compiled = program.compile_for(ctx.device(), options)?;
     let module = compiled.load(ctx)?;
-    compiled.shared_function(&module, name)
+    let kernel = compiled.shared_function(&module, name)?;
+    Ok(match context {
+        Some(context) => LOADED.insert(context, source, name, options, kernel),
+        None => kernel,
+    })
+}
+
+/// The kernels [`kernel`] and [`kernel_with`] loaded in primary contexts.
+static LOADED: LazyLock<LoadedKernels<SharedFunction>> = LazyLock::new(LoadedKernels::new);
+
+/// Drops the kernels [`kernel`] and [`kernel_with`] keep loaded in primary contexts, and
+/// returns how many there were. Each one's module is unloaded when no [`SharedFunction`] the
+/// application holds keeps it, and a primary context that nothing else holds is released. The
+/// next call for one of them loads it again (from the compile cache, without compiling).
+///
+/// Call it before [`Context::reset_primary`], whose contract covers these modules too.
+pub fn forget_loaded_kernels() -> usize {
+    LOADED.forget()
 }
 
 /// One diagnostic of a compiler log: `file(line): error: message`.
@@ -108,6 +192,18 @@ pub fn diagnostics(log: &str) -> Vec<Diagnostic> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only primary contexts are served by the table of loaded kernels: an entry keeps its
+    /// context alive, which would keep a created or borrowed one past its owner's drop.
+    #[test]
+    fn only_primary_contexts_are_served_and_never_with_files_read() {
+        let borrowed = Context::detached_for_tests();
+        assert!(!borrowed.is_primary());
+        assert_eq!(loaded_context(&borrowed, &CompileOptions::new()), None);
+        let reads = CompileOptions::new().include_path("/usr/include");
+        assert!(reads.reads_files());
+        assert_eq!(loaded_context(&borrowed, &reads), None);
+    }
 
     #[test]
     fn diagnostics_are_read_from_nvrtc_logs() {

@@ -257,6 +257,8 @@ impl Context {
     ///
     /// Every stream, event, buffer and module made in the primary context becomes dangling:
     /// none of them may be used (or dropped, which would free them a second time) afterwards.
+    /// The kernels that `compile::kernel` keeps loaded in the primary context are among them:
+    /// call `compile::forget_loaded_kernels` first, and drop the ones the application holds.
     pub unsafe fn reset_primary(device: &Device) -> Result<()> {
         crate::device::init()?;
         // SAFETY: the caller guarantees nothing made in the context is used again.
