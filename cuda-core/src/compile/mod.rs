@@ -42,6 +42,8 @@ mod loaded;
 mod options;
 mod program;
 mod sha256;
+#[cfg(target_arch = "x86_64")]
+mod sha256_ni;
 
 pub use cache::{CacheHit, CacheKey, CacheStats, CompileCache};
 pub use link::{LinkInput, Linked, Linker};

@@ -160,7 +160,7 @@ impl Program {
         let count = |n: usize| (n as u64).to_le_bytes();
         let counts = [count(self.headers.len()), count(self.name_expressions.len()), count(args.len())];
         let mut parts: Vec<&[u8]> =
-            vec![b"cuda-core compile 3", &version, &tag, self.source.as_bytes(), self.name.as_bytes()];
+            vec![b"cuda-core compile 4", &version, &tag, self.source.as_bytes(), self.name.as_bytes()];
         parts.push(&counts[0]);
         for (name, text) in &self.headers {
             parts.push(name.as_bytes());
@@ -359,11 +359,19 @@ impl Compiled {
 
     fn load_module(&self, ctx: &Context) -> Result<Module> {
         match self.output {
-            // A CUBIN needs no compiling: a small log is room enough for a refusal, and the
-            // default's two 16 KiB buffers would be zeroed on every load of a cached kernel.
+            // A CUBIN needs no compiling, so it is loaded without log buffers (which would be
+            // zeroed, and handed to the driver, on every load of a cached kernel); a refusal
+            // is asked again with a small log, to return the driver's reason.
             Output::Cubin => {
                 let module =
-                    Module::from_cubin_with(ctx, &self.code, &JitOptions::new().with_log_capacity(2048))?;
+                    Module::from_cubin_with(ctx, &self.code, &JitOptions::new().with_log_capacity(0))
+                        .or_else(|_| {
+                            Module::from_cubin_with(
+                                ctx,
+                                &self.code,
+                                &JitOptions::new().with_log_capacity(2048),
+                            )
+                        })?;
                 Ok(module.with_param_counts(self.params.clone()))
             }
             Output::Ptx => {
@@ -414,7 +422,7 @@ impl Compiled {
     fn from_bytes(bytes: &[u8]) -> Option<Compiled> {
         let (&tag, mut rest) = bytes.split_first()?;
         let output = Output::from_tag(tag)?;
-        let mut field = || -> Option<Vec<u8>> {
+        let mut field = || -> Option<&[u8]> {
             let (len, tail) = rest.split_first_chunk::<8>()?;
             let len = usize::try_from(u64::from_le_bytes(*len)).ok()?;
             if tail.len() < len {
@@ -422,27 +430,29 @@ impl Compiled {
             }
             let (value, tail) = tail.split_at(len);
             rest = tail;
-            Some(value.to_vec())
+            Some(value)
         };
-        let number = |bytes: Vec<u8>| -> Option<usize> {
+        let number = |bytes: &[u8]| -> Option<usize> {
             usize::try_from(u64::from_le_bytes(bytes.try_into().ok()?)).ok()
         };
-        let code = field()?;
-        let log = String::from_utf8(field()?).ok()?;
+        let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).ok();
+        // Copied once, into the storage the result shares.
+        let code: Arc<[u8]> = Arc::from(field()?);
+        let log = text(field()?)?;
         let mut lowered = Vec::new();
         for _ in 0..number(field()?)? {
-            let expression = String::from_utf8(field()?).ok()?;
-            lowered.push((expression, String::from_utf8(field()?).ok()?));
+            let expression = text(field()?)?;
+            lowered.push((expression, text(field()?)?));
         }
         let mut params = Vec::new();
         for _ in 0..number(field()?)? {
-            let name = String::from_utf8(field()?).ok()?;
+            let name = text(field()?)?;
             params.push((name, number(field()?)?));
         }
         if !rest.is_empty() {
             return None;
         }
-        Some(Compiled { output, code: code.into(), log, lowered, params, cache_hit: None })
+        Some(Compiled { output, code, log, lowered, params, cache_hit: None })
     }
 }
 

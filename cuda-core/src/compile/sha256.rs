@@ -1,7 +1,8 @@
 //! SHA-256 (FIPS 180-4, section 6.2), for the compile cache's keys and checksums.
 //!
 //! Written from the standard's description; the crate takes no hashing dependency for one
-//! 100-line function. It is not constant-time, and nothing here needs it to be.
+//! 100-line function. It is not constant-time, and nothing here needs it to be. On x86-64
+//! processors with the SHA extensions the rounds run on them ([`super::sha256_ni`]).
 
 #![forbid(unsafe_code)]
 
@@ -91,8 +92,20 @@ pub(crate) fn sha256(parts: &[&[u8]]) -> [u8; 32] {
     hasher.finish()
 }
 
-/// One round of the compression function (6.2.2) over a 64-byte block.
+/// The compression function (6.2.2) over a 64-byte block: on the processor's SHA extensions
+/// where it has them, else [`compress_portable`].
 fn compress(state: &mut [u32; 8], block: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Ok(block) = <&[u8; 64]>::try_from(block) {
+        if super::sha256_ni::compress(state, block, &K) {
+            return;
+        }
+    }
+    compress_portable(state, block);
+}
+
+/// The compression function (6.2.2) over a 64-byte block, in portable Rust.
+fn compress_portable(state: &mut [u32; 8], block: &[u8]) {
     let mut w = [0u32; 64];
     for (word, bytes) in w.iter_mut().zip(block.chunks_exact(4)) {
         *word = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
@@ -167,6 +180,37 @@ mod tests {
             }
         }
         assert_ne!(sha256(&[&message[..55]]), sha256(&[&message[..56]]));
+    }
+
+    /// The rounds on the SHA extensions (where this processor has them) and the portable ones
+    /// agree, block by block, from any state.
+    #[test]
+    fn both_compression_functions_agree() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..500 {
+            let state: [u32; 8] = std::array::from_fn(|_| next() as u32);
+            let block: [u8; 64] = std::array::from_fn(|_| next() as u8);
+            let mut portable = state;
+            compress_portable(&mut portable, &block);
+            let mut dispatched = state;
+            compress(&mut dispatched, &block);
+            assert_eq!(dispatched, portable);
+            #[cfg(target_arch = "x86_64")]
+            {
+                let mut ni = state;
+                if crate::compile::sha256_ni::compress(&mut ni, &block, &K) {
+                    assert_eq!(ni, portable, "the SHA extensions' rounds");
+                } else {
+                    assert_eq!(ni, state, "left alone without the extensions");
+                }
+            }
+        }
     }
 
     #[test]
