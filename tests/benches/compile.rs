@@ -1,10 +1,11 @@
 //! Kernels from source: a cold compile through `compile::Program` against the raw NVRTC calls
 //! (create, compile, get the CUBIN, destroy), and a compile answered by the cache, from memory
 //! and from disk, loaded as a module, against reading the CUBIN's file (or holding its bytes)
-//! and `cuModuleLoadData`. `tests/benches/compile_cupy.py` measures CuPy's `RawKernel` on the
-//! same source.
+//! and `cuModuleLoadData`; and `compile::kernel` asked again for a kernel it loaded in the
+//! same primary context, against `cuModuleGetFunction` on a loaded module.
+//! `tests/benches/compile_cupy.py` measures CuPy's `RawKernel` on the same source.
 
-use cuda_core::compile::{Arch, CompileCache, CompileOptions, Program};
+use cuda_core::compile::{self, Arch, CompileCache, CompileOptions, Program};
 use cuda_core::{Context, Device, Result};
 use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, print_table};
@@ -120,5 +121,24 @@ fn run() -> Result<Vec<Row>> {
         },
     ));
     let _ = std::fs::remove_dir_all(&dir);
+
+    // The one-call path asked again for a kernel it loaded in this (primary) context: a lookup
+    // of the kernel already loaded, against finding a kernel in a loaded module by name.
+    let loaded = compile::kernel(&ctx, SOURCE, "saxpy")?;
+    let module = loaded.module().as_raw();
+    rows.push(compare(
+        "kernel again (loaded in this context) vs cuModuleGetFunction",
+        21,
+        20_000,
+        || {
+            black_box(compile::kernel(&ctx, black_box(SOURCE), "saxpy").ok());
+        },
+        || {
+            let mut function = std::ptr::null_mut();
+            // SAFETY: a loaded module, a NUL-terminated name and one out-parameter.
+            unsafe { sys::cuModuleGetFunction(&mut function, black_box(module), c"saxpy".as_ptr()) };
+            black_box(function);
+        },
+    ));
     Ok(rows)
 }
