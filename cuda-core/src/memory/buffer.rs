@@ -552,9 +552,9 @@ impl LateRelease {
         if !queued {
             self.stream.context().defer(Error::invalid(
                 "DeviceBuffer",
-                "a buffer dropped inside an NCCL group of non-blocking communicators is kept (leaked): the \
-                 group was still queueing its calls in the background when it ended; keep buffers alive \
-                 until the communicators are done (Communicator::wait)",
+                "a buffer used by an NCCL group of non-blocking communicators is kept (leaked): waiting for \
+                 NCCL to queue the group's calls failed or ran out of time, so they may still be queued \
+                 later; abort the faulted communicator",
             ));
             return;
         }

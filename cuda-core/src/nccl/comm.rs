@@ -1,6 +1,7 @@
 //! [`Communicator`]: making, querying, splitting and ending NCCL communicators.
 
 use super::config::Config;
+use super::handle::Handle;
 use super::id::UniqueId;
 use super::version::{at_least, require, since};
 use crate::context::Context;
@@ -45,9 +46,10 @@ pub struct Communicator {
     rank: Cell<Option<usize>>,
     /// The configuration it was made with, whose names NCCL may keep pointers to.
     config: Arc<Config>,
-    /// Whether a deadline passed or an error showed while waiting on it: it is aborted, not
-    /// destroyed, when dropped (destroying waits for work that may never end).
-    faulted: Cell<bool>,
+    /// The handle as the groups that used it reach it, and whether a deadline passed or an
+    /// error showed while waiting on it: it is aborted, not destroyed, when dropped
+    /// (destroying waits for work that may never end).
+    shared: Arc<Handle>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -87,7 +89,7 @@ impl Communicator {
             ranks: Cell::new(0),
             rank: Cell::new(None),
             config: Arc::default(),
-            faulted: Cell::new(false),
+            shared: Arc::new(Handle::new(raw)),
             _not_sync: PhantomData,
         }
     }
@@ -101,13 +103,13 @@ impl Communicator {
     /// Notes that a wait on the communicator failed or ran out of time: dropping it then
     /// aborts it rather than destroying it.
     pub(super) fn mark_faulted(&self) {
-        self.faulted.set(true);
+        self.shared.mark_faulted();
     }
 
     /// Whether a wait on the communicator failed or ran out of time
     /// ([`synchronize`](Self::synchronize)); such a communicator is aborted when dropped.
     pub fn is_faulted(&self) -> bool {
-        self.faulted.get()
+        self.shared.is_faulted()
     }
 
     /// Makes one communicator per device of `devices`, all of one clique, in this process
@@ -414,7 +416,7 @@ impl Communicator {
     /// forever), and this returns an [`Error::InvalidArgument`] saying so.
     pub fn finalize(self) -> Result<()> {
         refuse_in_group("Communicator::finalize")?;
-        if self.faulted.get() {
+        if self.is_faulted() {
             self.abort()?;
             return Err(Error::invalid(
                 "Communicator::finalize",
@@ -431,9 +433,10 @@ impl Communicator {
             this.wait_until_done()
         })();
         // SAFETY: the communicator is destroyed once and `this` is not used or dropped again.
-        let destroyed = this.status("ncclCommDestroy", unsafe { nccl::ncclCommDestroy(this.raw) });
+        let destroyed =
+            this.status("ncclCommDestroy", this.shared.end(|raw| unsafe { nccl::ncclCommDestroy(raw) }));
         // SAFETY: the fields that own something are moved out once; `this` is never dropped.
-        drop(unsafe { (std::ptr::read(&this.ctx), std::ptr::read(&this.config)) });
+        drop(unsafe { this.take_owned() });
         flushed.and(destroyed)
     }
 
@@ -460,10 +463,11 @@ impl Communicator {
         let mut result = flushed;
         for c in comms {
             // SAFETY: each communicator is destroyed once and never used or dropped again.
-            let destroyed = c.status("ncclCommDestroy", unsafe { nccl::ncclCommDestroy(c.raw) });
+            let destroyed =
+                c.status("ncclCommDestroy", c.shared.end(|raw| unsafe { nccl::ncclCommDestroy(raw) }));
             result = result.and(destroyed);
             // SAFETY: the fields that own something are moved out once; `c` is never dropped.
-            drop(unsafe { (std::ptr::read(&c.ctx), std::ptr::read(&c.config)) });
+            drop(unsafe { c.take_owned() });
         }
         result
     }
@@ -475,10 +479,20 @@ impl Communicator {
     pub fn abort(self) -> Result<()> {
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: a live communicator, freed once; `this` is not used or dropped again.
-        let r = this.status("ncclCommAbort", unsafe { nccl::ncclCommAbort(this.raw) });
+        let r = this.status("ncclCommAbort", this.shared.end(|raw| unsafe { nccl::ncclCommAbort(raw) }));
         // SAFETY: the fields that own something are moved out once; `this` is never dropped.
-        drop(unsafe { (std::ptr::read(&this.ctx), std::ptr::read(&this.config)) });
+        drop(unsafe { this.take_owned() });
         r
+    }
+
+    /// Moves out the fields that own something, for the ends that do not drop the value.
+    ///
+    /// # Safety
+    ///
+    /// Called once, on a value that is never used or dropped afterwards.
+    unsafe fn take_owned(&self) -> (Context, Arc<Config>, Arc<Handle>) {
+        // SAFETY: the caller's contract: each field is read out once and never dropped in place.
+        unsafe { (std::ptr::read(&self.ctx), std::ptr::read(&self.config), std::ptr::read(&self.shared)) }
     }
 
     /// Turns the status of a call that queues work on a stream into a `Result`, as
@@ -499,6 +513,10 @@ impl Communicator {
     /// success on a non-blocking communicator (the call goes on in the background).
     #[inline]
     pub(crate) fn status(&self, call: &'static str, status: nccl::ncclResult_t) -> Result<()> {
+        if !self.blocking {
+            // Its part of a group's work may be queued after the group's end returns.
+            super::group::note_communicator(&self.shared);
+        }
         if status == nccl::ncclResult_t::ncclSuccess
             || (status == nccl::ncclResult_t::ncclInProgress && !self.blocking)
         {
@@ -513,12 +531,12 @@ impl Drop for Communicator {
     fn drop(&mut self) {
         // A faulted communicator's work may wait for a peer that is gone, and destroying it
         // would wait for that work: abort it instead.
-        let (call, status) = if self.faulted.get() {
+        let (call, status) = if self.is_faulted() {
             // SAFETY: a live communicator, freed once.
-            ("ncclCommAbort", unsafe { nccl::ncclCommAbort(self.raw) })
+            ("ncclCommAbort", self.shared.end(|raw| unsafe { nccl::ncclCommAbort(raw) }))
         } else {
             // SAFETY: a live communicator, destroyed once.
-            ("ncclCommDestroy", unsafe { nccl::ncclCommDestroy(self.raw) })
+            ("ncclCommDestroy", self.shared.end(|raw| unsafe { nccl::ncclCommDestroy(raw) }))
         };
         if status != nccl::ncclResult_t::ncclSuccess && status != nccl::ncclResult_t::ncclInProgress {
             self.ctx.defer(nccl_error(call, status));

@@ -1,11 +1,13 @@
 //! [`Group`]: NCCL calls issued together (`ncclGroupStart` / `ncclGroupEnd`).
 
+use super::handle::Handle;
 use super::version::{require, since};
-use crate::error::{Error, Result, check_nccl, nccl_error};
-use crate::track::scopes::{self, Release};
+use crate::error::{Error, Result, check_nccl};
+use crate::track::scopes;
 use nccl_sys as nccl;
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 thread_local! {
     /// An error of a `ncclGroupEnd` run by a dropped guard, for the next `Group::start`.
@@ -14,6 +16,23 @@ thread_local! {
     static DEPTH: Cell<usize> = const { Cell::new(0) };
     /// The id of the outermost group open on this thread, 0 for none.
     static CURRENT: Cell<u64> = const { Cell::new(0) };
+    /// The non-blocking communicators the open group's calls used: its end waits until NCCL
+    /// has queued their calls.
+    static USED: RefCell<Vec<Arc<Handle>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Notes that a call of the group open on this thread, if any, used the non-blocking
+/// communicator of `handle`.
+pub(crate) fn note_communicator(handle: &Arc<Handle>) {
+    if !in_group() {
+        return;
+    }
+    let _ = USED.try_with(|used| {
+        let mut used = used.borrow_mut();
+        if !used.iter().any(|h| Arc::ptr_eq(h, handle)) {
+            used.push(Arc::clone(handle));
+        }
+    });
 }
 
 /// Whether a [`Group`] is open on this thread.
@@ -37,9 +56,9 @@ fn enter() {
     });
 }
 
-/// Leaves one group level; returns the releases to run once `ncclGroupEnd` has queued the
-/// calls, when this was the outermost group.
-fn leave() -> Vec<Release> {
+/// Leaves one group level; when it was the outermost, returns the group's scope and the
+/// non-blocking communicators its calls used.
+fn leave() -> Option<(u64, Vec<Arc<Handle>>)> {
     let outermost = DEPTH
         .try_with(|d| {
             d.set(d.get().saturating_sub(1));
@@ -47,24 +66,44 @@ fn leave() -> Vec<Release> {
         })
         .unwrap_or(false);
     if !outermost {
-        return Vec::new();
+        return None;
     }
     let id = CURRENT.try_with(|c| c.replace(0)).unwrap_or(0);
-    scopes::close_scope(id)
+    let used = USED.try_with(|u| std::mem::take(&mut *u.borrow_mut())).unwrap_or_default();
+    Some((id, used))
 }
 
-/// Ends the group level: `ncclGroupEnd`, then the releases of memory dropped inside it.
-fn end_level() -> nccl::ncclResult_t {
-    // SAFETY: a guard's `ncclGroupStart` is still open.
-    let status = unsafe { nccl::ncclGroupEnd() };
-    // The calls are queued now (or failed): memory dropped inside the group can go back, in
-    // the order of the streams it was used on. On non-blocking communicators NCCL may still be
-    // queueing them in the background (`ncclInProgress`): that memory is kept.
-    let queued = status != nccl::ncclResult_t::ncclInProgress;
-    for release in leave() {
+/// Closes the group's scope: the releases of memory dropped inside it run, in the order of
+/// the streams it was used on when the calls are `queued`, and keep the memory otherwise;
+/// when not queued, memory the group used and dropped later is kept too.
+fn close(id: u64, queued: bool) {
+    let releases = if queued { scopes::close_scope(id) } else { scopes::abandon_scope(id) };
+    for release in releases {
         release(queued);
     }
-    status
+}
+
+/// Ends the group level: `ncclGroupEnd` and, at the outermost level, the group's scope.
+///
+/// Memory a call of the group uses may be given back in stream order only once NCCL has
+/// queued the call. On non-blocking communicators NCCL may still be queueing the calls in the
+/// background when `ncclGroupEnd` returns (`ncclInProgress`): this waits, communicator by
+/// communicator, until it has (as a call outside a group does), so that memory the group used
+/// and dropped afterwards, and later uses on other streams, come after the calls. When the
+/// wait fails, the memory is kept (a leak, reported) and the wait's error returned.
+fn end_level() -> Result<()> {
+    // SAFETY: a guard's `ncclGroupStart` is still open.
+    let status = unsafe { nccl::ncclGroupEnd() };
+    let ended = end_status(status);
+    let Some((id, used)) = leave() else { return ended };
+    let waited = if status == nccl::ncclResult_t::ncclInProgress {
+        used.iter().try_for_each(|h| h.wait_until_done())
+    } else {
+        Ok(())
+    };
+    // The calls are queued now (or failed).
+    close(id, waited.is_ok());
+    ended.and(waited)
 }
 
 /// NCCL calls made on this thread while the guard lives are issued together when it ends
@@ -78,17 +117,20 @@ fn end_level() -> nccl::ncclResult_t {
 /// the calls are issued when the outermost ends. The guard stays on its thread, as NCCL's
 /// group state is per thread; several threads may each hold a group at once.
 ///
-/// On non-blocking communicators `end` may return while NCCL still works; wait for each
-/// communicator with [`Communicator::wait`](super::Communicator::wait).
+/// On non-blocking communicators `ncclGroupEnd` may answer while NCCL still queues the calls
+/// in the background (`ncclInProgress`): the end then waits, communicator by communicator,
+/// until NCCL has queued them (as each call outside a group does), so that when it returns the
+/// calls are on their streams and memory they use follows the stream rule as after any other
+/// call. The calls may still be running: wait for their streams as usual.
 ///
 /// Memory a call in the group uses may be dropped before the group ends: NCCL queues the call
 /// only at the end, so a [`DeviceBuffer`](crate::memory::DeviceBuffer) is then given back after the
 /// group has queued its calls, in the order of the streams they run on; other owners of device
 /// memory (a VMM [`Mapping`](crate::vmm::Mapping), a
 /// [`GrowableBuffer`](crate::vmm::GrowableBuffer)) keep (leak) it and report why in their
-/// context's deferred errors, and so does a `DeviceBuffer` when the group's non-blocking
-/// communicators are still queueing the calls in the background after `end`. The memory is
-/// never reused under the group's calls.
+/// context's deferred errors, and so does a `DeviceBuffer` the group used when the wait for
+/// its non-blocking communicators failed (then it cannot be known when NCCL queues the calls).
+/// The memory is never reused under the group's calls.
 #[derive(Debug)]
 #[must_use = "the group ends as soon as the guard is dropped"]
 pub struct Group {
@@ -111,13 +153,16 @@ impl Group {
 
     /// Ends the group: the calls made in it are issued
     /// ([`ncclGroupEnd`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/group.html#ncclgroupend)).
-    /// `ncclInProgress` (non-blocking communicators still working) counts as success.
+    /// `ncclInProgress` (non-blocking communicators still working) counts as success, once
+    /// NCCL has queued the calls (see above).
     ///
     /// Fails with NCCL's status when a call of the group could not be issued; memory dropped
-    /// inside the group is given back either way.
+    /// inside the group is given back either way. Fails with the error of a non-blocking
+    /// communicator met while waiting for it to queue the calls (the communicator is then
+    /// [faulted](super::Communicator::is_faulted)); memory the group used is then kept.
     pub fn end(mut self) -> Result<()> {
         self.ended = true;
-        end_status(end_level())
+        end_level()
     }
 
     /// Ends the group without running it and returns NCCL's estimate of how long its calls
@@ -135,8 +180,8 @@ impl Group {
         // as `NCCL_SIM_INFO_INITIALIZER` does.
         let status = unsafe { nccl::ncclGroupSimulateEnd(&mut info) };
         // Nothing was queued: memory dropped inside the group can go back.
-        for release in leave() {
-            release(true);
+        if let Some((id, _)) = leave() {
+            close(id, true);
         }
         end_status(status)?;
         Ok(info.estimatedTime)
@@ -150,9 +195,7 @@ fn end_status(status: nccl::ncclResult_t) -> Result<()> {
 impl Drop for Group {
     fn drop(&mut self) {
         if !self.ended {
-            let status = end_level();
-            if status != nccl::ncclResult_t::ncclSuccess && status != nccl::ncclResult_t::ncclInProgress {
-                let e = nccl_error("ncclGroupEnd", status);
+            if let Err(e) = end_level() {
                 // The thread-local may already be gone while the thread exits.
                 let _ = DEFERRED.try_with(|d| d.borrow_mut().get_or_insert(e).clone());
             }

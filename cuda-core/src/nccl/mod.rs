@@ -116,6 +116,7 @@ mod config;
 mod datatype;
 mod fault;
 mod group;
+mod handle;
 mod id;
 mod op;
 mod p2p;

@@ -271,6 +271,42 @@ fn raw_nccl_calls_into_a_block_reused_inside_the_group_are_reported() {
     drop(guard);
 }
 
+/// H1: on a non-blocking communicator NCCL may answer a group's end with `ncclInProgress` and
+/// queue the calls later, in the background. The end waits until it has: a buffer the group
+/// received into, dropped after the end, goes back after the receive. Taken out, the end
+/// returns at once, the buffer's block goes to a new owner, and the receive, queued only when
+/// the communicator is polled later, writes the new owner's memory (category (a)).
+#[test]
+fn a_group_end_answered_in_progress_returns_once_its_calls_are_queued() {
+    use cuda_core::nccl::{Communicator, Config, ReduceOp, UniqueId, group};
+    use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+    let guard = harness();
+    let sim = harness::sim::Sim::get();
+    (sim.reset)(1);
+    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap();
+    let config = Config::new().blocking(false);
+    let comm = Communicator::init_rank(&ctx, &UniqueId::new().unwrap(), 1, 0, &config).unwrap();
+    assert!(!comm.is_blocking());
+    (sim.nccl_in_progress)(1);
+    let source = DeviceBuffer::<u32>::from_slice(&stream, &[3; 256]).unwrap();
+    let mut target = DeviceBuffer::<u32>::zeroed(&stream, 256).unwrap();
+    let block = target.as_raw();
+    group(|| comm.all_reduce(&source, &mut target, ReduceOp::Sum, &stream)).unwrap();
+    drop(target);
+    let successor = DeviceBuffer::<u32>::zeroed(&stream, 256).unwrap();
+    assert_eq!(successor.as_raw(), block, "the pool did not hand the block out again");
+    // Whatever NCCL still had to queue, it queues now.
+    comm.wait(std::time::Duration::from_secs(1)).unwrap();
+    (sim.nccl_in_progress)(0);
+    stream.synchronize().unwrap();
+    assert_eq!(sim.counts().0, [0, 0, 0], "{}", sim.reports());
+    assert_eq!(successor.to_vec().unwrap(), vec![0; 256], "the group's receive landed in the new owner");
+    drop((source, successor, comm));
+    (sim.reset)(1);
+    drop(guard);
+}
+
 /// The simulated NCCL moves the bytes: a send received by the same rank in a group, and the
 /// collectives of one rank, which copy their send memory.
 #[test]

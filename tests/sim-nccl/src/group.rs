@@ -9,9 +9,33 @@
 //! wait for it before and after, as NCCL makes the streams of a group wait for each other.
 
 use crate::driver::{Driver, driver};
-use crate::{INVALID_USAGE, SUCCESS, UNHANDLED_CUDA_ERROR};
+use crate::{IN_PROGRESS, INVALID_USAGE, SUCCESS, UNHANDLED_CUDA_ERROR};
 use std::cell::RefCell;
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+/// Whether groups end as on non-blocking communicators ([`set_in_progress`]).
+static IN_PROGRESS_MODE: AtomicBool = AtomicBool::new(false);
+/// The calls of groups that ended in progress, not queued yet.
+static PENDING: Mutex<Vec<Call>> = Mutex::new(Vec::new());
+
+/// While `on`, the outermost `ncclGroupEnd` keeps its calls and answers `ncclInProgress`, as
+/// NCCL may for non-blocking communicators; [`queue_pending`] queues them later.
+pub(crate) fn set_in_progress(on: bool) {
+    IN_PROGRESS_MODE.store(on, Ordering::SeqCst);
+}
+
+/// Queues the kept calls of `comm` (its background work, done when this returns).
+pub(crate) fn queue_pending(comm: usize) -> c_int {
+    let mine: Vec<Call> = {
+        let mut pending = PENDING.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mine, others) = pending.drain(..).partition(|c| c.comm == comm);
+        *pending = others;
+        mine
+    };
+    if mine.is_empty() { SUCCESS } else { queue(&mine) }
+}
 
 /// What a call moves.
 #[derive(Clone, Copy, Debug)]
@@ -87,6 +111,10 @@ pub(crate) fn end() -> c_int {
     });
     match calls {
         None => INVALID_USAGE,
+        Some(calls) if !calls.is_empty() && IN_PROGRESS_MODE.load(Ordering::SeqCst) => {
+            PENDING.lock().unwrap_or_else(PoisonError::into_inner).extend(calls);
+            IN_PROGRESS
+        }
         Some(calls) => queue(&calls),
     }
 }

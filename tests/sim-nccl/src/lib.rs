@@ -21,6 +21,10 @@
 //!   (`sim_queue_as_of`): memory that had a new owner in between, as when a buffer dropped
 //!   inside the group went back to its pool and was handed out again before the end, is a
 //!   report of category (a).
+//! * **Non-blocking ends** on request (`sim_nccl_set_in_progress(1)`): the outermost
+//!   `ncclGroupEnd` keeps the group's calls and answers `ncclInProgress`, and
+//!   `ncclCommGetAsyncError` of a communicator queues its kept calls (then says done), as NCCL
+//!   queues a non-blocking group in the background.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 mod comms;
@@ -37,6 +41,7 @@ const SUCCESS: c_int = 0;
 const UNHANDLED_CUDA_ERROR: c_int = 1;
 const INVALID_ARGUMENT: c_int = 4;
 const INVALID_USAGE: c_int = 5;
+const IN_PROGRESS: c_int = 7;
 
 /// Built-in reductions: sum, product, max, min, average.
 const REDUCTIONS: u32 = 5;
@@ -168,10 +173,18 @@ pub unsafe extern "C" fn ncclCommFinalize(comm: Comm) -> c_int {
     status(comms::is_live(comm as usize))
 }
 
-/// `ncclCommGetAsyncError`: always done.
+/// `ncclCommGetAsyncError`: queues the calls of groups that ended in progress, then says done
+/// (or the error of queueing them).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommGetAsyncError(comm: Comm, state: *mut c_int) -> c_int {
-    status(comms::is_live(comm as usize) && put(state, SUCCESS))
+    status(comms::is_live(comm as usize) && put(state, group::queue_pending(comm as usize)))
+}
+
+/// While `on` is non-zero, the outermost `ncclGroupEnd` of a group with calls keeps them and
+/// answers `ncclInProgress`; `ncclCommGetAsyncError` queues them.
+#[unsafe(no_mangle)]
+pub extern "C" fn sim_nccl_set_in_progress(on: c_int) {
+    group::set_in_progress(on != 0);
 }
 
 /// `ncclCommCount`: one rank.

@@ -27,7 +27,11 @@ pub struct Sim {
     reports: extern "C" fn() -> *mut c_char,
     unsupported: extern "C" fn() -> *mut c_char,
     free_string: unsafe extern "C" fn(*mut c_char),
+    /// The simulated NCCL's `sim_nccl_set_in_progress`: non-zero makes group ends answer
+    /// `ncclInProgress` and leave their calls to `ncclCommGetAsyncError`.
+    pub nccl_in_progress: extern "C" fn(c_int),
     _library: libloading::Library,
+    _nccl: libloading::Library,
 }
 
 impl Sim {
@@ -53,6 +57,7 @@ impl Sim {
         // the life of the process (the driver loader opens the same file again).
         unsafe {
             let lib = libloading::Library::new(&path).unwrap();
+            let nccl_lib = libloading::Library::new(&nccl).unwrap();
             macro_rules! f {
                 ($name:literal) => {
                     *lib.get($name).unwrap()
@@ -66,7 +71,9 @@ impl Sim {
                 reports: f!(b"sim_reports\0"),
                 unsupported: f!(b"sim_unsupported\0"),
                 free_string: f!(b"sim_free_string\0"),
+                nccl_in_progress: *nccl_lib.get(b"sim_nccl_set_in_progress\0").unwrap(),
                 _library: lib,
+                _nccl: nccl_lib,
             }
         }
     }
