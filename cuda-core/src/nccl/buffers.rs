@@ -12,6 +12,7 @@ use cuda_driver_sys as sys;
 pub(crate) mod sealed {
     use crate::context::Context;
     use crate::error::Result;
+    use crate::memory::DeviceViewMut;
     use crate::stream::Stream;
 
     pub trait Sealed {
@@ -21,6 +22,15 @@ pub(crate) mod sealed {
         fn note_use(&self, current: &Context, stream: &Stream) -> Result<()>;
         /// Notes that a call inside the open group `group` uses the memory.
         fn note_group(&self, group: u64);
+    }
+
+    /// Memory that can be lent on as an exclusive view with its owner's stream and tracking
+    /// (a registration keeps it, so that work queued through it follows the stream rule).
+    pub trait IntoView<T> {
+        /// The exclusive view of the memory, for as long as the memory is borrowed.
+        fn into_view_mut<'m>(self) -> DeviceViewMut<'m, T>
+        where
+            Self: 'm;
     }
 }
 
@@ -38,7 +48,7 @@ pub trait Input<T>: sealed::Sealed {
 /// Device memory an NCCL call writes: `&mut DeviceBuffer<T>` (of any memory space),
 /// `DeviceViewMut<T>` and `&mut DeviceViewMut<T>`. The exclusive borrow shows the borrow
 /// checker that the call writes it.
-pub trait Output<T>: Input<T> {}
+pub trait Output<T>: Input<T> + sealed::IntoView<T> {}
 
 macro_rules! memory {
     ($kind:ident: $([$($generics:tt)*] $ty:ty),+ $(,)?) => {$(
@@ -83,6 +93,33 @@ memory!(read:
     [T: Pod] &DeviceView<'_, T>,
     [T: Pod] &DeviceViewMut<'_, T>,
 );
+
+impl<T: Pod, S: MemorySpace> sealed::IntoView<T> for &mut DeviceBuffer<T, S> {
+    fn into_view_mut<'m>(self) -> DeviceViewMut<'m, T>
+    where
+        Self: 'm,
+    {
+        self.view_mut()
+    }
+}
+
+impl<T: Pod> sealed::IntoView<T> for DeviceViewMut<'_, T> {
+    fn into_view_mut<'m>(self) -> DeviceViewMut<'m, T>
+    where
+        Self: 'm,
+    {
+        self
+    }
+}
+
+impl<T: Pod> sealed::IntoView<T> for &mut DeviceViewMut<'_, T> {
+    fn into_view_mut<'m>(self) -> DeviceViewMut<'m, T>
+    where
+        Self: 'm,
+    {
+        self.reborrow()
+    }
+}
 
 memory!(write:
     [T: Pod, S: MemorySpace] &mut DeviceBuffer<T, S>,

@@ -4,14 +4,12 @@ use super::buffers::Output;
 use super::collective::address;
 use super::comm::Communicator;
 use super::version::{require, since};
-use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::flags::flags;
 use crate::memory::{DeviceView, DeviceViewMut};
 use bytemuck::Pod;
 use nccl_sys as nccl;
 use std::ffi::c_void;
-use std::marker::PhantomData;
 
 /// Memory registered with a communicator, so that collectives on it can skip NCCL's staging
 /// copies
@@ -30,34 +28,25 @@ pub struct Registration<'a, T> {
     memory: Registered<'a, T>,
 }
 
-/// The memory of a registration or window: where it is, and the borrow that keeps it alive.
+/// The memory of a registration or window: the exclusive view it was made from, which keeps
+/// the memory borrowed and, lent out again, notes work on other streams with the memory's
+/// owner as the view itself does (the stream rule).
 #[derive(Debug)]
 struct Registered<'a, T> {
-    ptr: cuda_driver_sys::CUdeviceptr,
-    len: usize,
-    ctx: &'a Context,
-    _borrow: PhantomData<&'a mut [T]>,
+    memory: DeviceViewMut<'a, T>,
 }
 
 impl<'a, T: Pod> Registered<'a, T> {
-    fn new(comm: &'a Communicator, memory: &impl Output<T>) -> Registered<'a, T> {
-        Registered {
-            ptr: memory.device_ptr(),
-            len: memory.count(),
-            ctx: comm.context(),
-            _borrow: PhantomData,
-        }
+    fn new(memory: impl Output<T> + 'a) -> Registered<'a, T> {
+        Registered { memory: memory.into_view_mut() }
     }
 
     fn view(&self) -> DeviceView<'_, T> {
-        // SAFETY: the memory is borrowed exclusively for 'a, which outlives the view; shared
-        // access through `&self` only reads.
-        unsafe { DeviceView::from_raw(self.ctx, self.ptr, self.len) }
+        self.memory.as_view()
     }
 
     fn view_mut(&mut self) -> DeviceViewMut<'_, T> {
-        // SAFETY: as above; `&mut self` makes the view the only access.
-        unsafe { DeviceViewMut::from_raw(self.ctx, self.ptr, self.len) }
+        self.memory.reborrow()
     }
 }
 
@@ -75,7 +64,7 @@ impl Communicator {
         // the returned value keeps alive until it is deregistered.
         let status = unsafe { nccl::ncclCommRegister(self.as_raw(), address(&memory), bytes, &mut handle) };
         self.status("ncclCommRegister", status)?;
-        Ok(Registration { handle, comm: self, memory: Registered::new(self, &memory) })
+        Ok(Registration { handle, comm: self, memory: Registered::new(memory) })
     }
 
     /// Registers `memory` as this rank's part of a window that every rank registers together
@@ -117,7 +106,7 @@ impl Communicator {
         if !self.is_blocking() {
             self.wait_until_done()?;
         }
-        Ok(Window { raw, comm: self, memory: Registered::new(self, &memory) })
+        Ok(Window { raw, comm: self, memory: Registered::new(memory) })
     }
 }
 

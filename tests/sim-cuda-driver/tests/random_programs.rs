@@ -307,6 +307,40 @@ fn a_group_end_answered_in_progress_returns_once_its_calls_are_queued() {
     drop(guard);
 }
 
+/// H2 (NCCL registrations): work queued through a registration's view on another stream follows the stream rule: it
+/// waits for the buffer's own stream first, and the buffer's release waits for it. Taken out
+/// (views with no owner to tell), the memset on the other stream runs before the buffer's
+/// zeroing and after its release, and the block's next owner is written under it.
+#[test]
+fn work_through_a_registration_is_noted_on_its_buffer() {
+    use cuda_core::nccl::Communicator;
+    use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+    let guard = harness();
+    let sim = harness::sim::Sim::get();
+    (sim.reset)(1);
+    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
+    let (own, other) = (
+        Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap(),
+        Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap(),
+    );
+    let comm = Communicator::init_all(&[Device::get(0).unwrap()]).unwrap().pop().unwrap();
+    let mut buffer = DeviceBuffer::<u32>::zeroed(&own, 256).unwrap();
+    {
+        let mut registration = comm.register(&mut buffer).unwrap();
+        registration.view_mut().memset_d32_async(7, &other).unwrap();
+    }
+    // Given back at once (nothing noted), the block goes to the next owner on the same stream.
+    drop(buffer);
+    let successor = DeviceBuffer::<u32>::zeroed(&own, 256).unwrap();
+    own.synchronize().unwrap();
+    other.synchronize().unwrap();
+    assert_eq!(sim.counts().0, [0, 0, 0], "{}", sim.reports());
+    assert_eq!(successor.to_vec().unwrap(), vec![0; 256], "the memset landed in the new owner");
+    drop((successor, comm));
+    (sim.reset)(1);
+    drop(guard);
+}
+
 /// The simulated NCCL moves the bytes: a send received by the same rank in a group, and the
 /// collectives of one rank, which copy their send memory.
 #[test]

@@ -7,7 +7,8 @@
 //! * **One rank per communicator**, on device 0: `ncclCommInitAll` with one device,
 //!   `ncclCommInitRank` and `ncclCommInitRankConfig` with one rank (the configuration is not
 //!   read: every communicator is blocking). Destroy, abort and finalize, the count, device and
-//!   rank queries, `ncclCommGetAsyncError` (always done), `ncclGetUniqueId`, the error strings;
+//!   rank queries, `ncclCommGetAsyncError`, `ncclCommRegister` and `ncclCommDeregister` (which
+//!   register nothing), `ncclGetUniqueId`, the error strings;
 //!   `ncclGetVersion` says 2.28.0.
 //! * **Calls are copies** queued on the simulated driver with `cuMemcpyDtoDAsync` (looked up
 //!   through its `cuGetProcAddress_v2`), so that its checker sees them as work on the stream
@@ -185,6 +186,23 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(comm: Comm, state: *mut c_int) ->
 #[unsafe(no_mangle)]
 pub extern "C" fn sim_nccl_set_in_progress(on: c_int) {
     group::set_in_progress(on != 0);
+}
+
+/// `ncclCommRegister`: nothing to register with one rank; a made-up handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommRegister(
+    comm: Comm,
+    buff: *mut c_void,
+    _size: usize,
+    handle: *mut *mut c_void,
+) -> c_int {
+    status(comms::is_live(comm as usize) && !buff.is_null() && put(handle, buff))
+}
+
+/// `ncclCommDeregister`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommDeregister(comm: Comm, handle: *mut c_void) -> c_int {
+    status(comms::is_live(comm as usize) && !handle.is_null())
 }
 
 /// `ncclCommCount`: one rank.
