@@ -15,6 +15,7 @@ use std::sync::{Mutex, PoisonError};
 pub(crate) type Release = Box<dyn FnOnce(bool) + Send>;
 
 /// A scope not closed yet.
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
 enum Scope {
     /// Its work is not queued yet: the releases handed to it wait.
     Open(Vec<Release>),
