@@ -38,6 +38,11 @@ pub struct Event {
     raw: sys::CUevent,
     ctx: Context,
     flags: EventFlags,
+    /// The futures of [`synchronize_async`](Self::synchronize_async) that watch the event: the
+    /// poller queries it for them, so they are cancelled before it is destroyed or given up
+    /// (a future forgotten with `mem::forget` never cancels itself).
+    #[cfg(feature = "async")]
+    watchers: crate::future::Watchers,
 }
 
 // SAFETY: a CUevent may be used from any thread; the driver synchronizes access to it.
@@ -61,7 +66,8 @@ impl Event {
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter; the context is current.
         unsafe { driver!(cuEventCreate(&mut raw, flags.bits())) }?;
-        Ok(Event { raw, ctx: ctx.clone(), flags })
+        // SAFETY: just created, owned by nothing else.
+        Ok(unsafe { Event::from_raw(ctx, raw, flags) })
     }
 
     /// Wraps a raw event and takes ownership: it is destroyed on drop.
@@ -70,7 +76,13 @@ impl Event {
     ///
     /// `raw` must be a live event of `ctx`, created with `flags`, that nothing else destroys.
     pub unsafe fn from_raw(ctx: &Context, raw: sys::CUevent, flags: EventFlags) -> Event {
-        Event { raw, ctx: ctx.clone(), flags }
+        Event {
+            raw,
+            ctx: ctx.clone(),
+            flags,
+            #[cfg(feature = "async")]
+            watchers: crate::future::Watchers::default(),
+        }
     }
 
     /// The raw `CUevent`.
@@ -81,6 +93,9 @@ impl Event {
 
     /// Gives up ownership and returns the raw event, which the caller must destroy.
     pub fn into_raw(self) -> sys::CUevent {
+        // The caller may destroy the event: nothing of this crate queries it afterwards.
+        #[cfg(feature = "async")]
+        self.watchers.cancel_all();
         let raw = self.raw;
         std::mem::forget(self);
         raw
@@ -89,6 +104,12 @@ impl Event {
     /// The event's context.
     pub fn context(&self) -> &Context {
         &self.ctx
+    }
+
+    /// The futures watching the event.
+    #[cfg(feature = "async")]
+    pub(crate) fn watchers(&self) -> &crate::future::Watchers {
+        &self.watchers
     }
 
     /// The flags the event was created with.
@@ -226,6 +247,9 @@ fn refuse_external_in_capture(operation: &'static str, stream: &Stream) -> Resul
 
 impl Drop for Event {
     fn drop(&mut self) {
+        // No future's poller queries the event from here on.
+        #[cfg(feature = "async")]
+        self.watchers.cancel_all();
         // SAFETY: this value owns the event; the driver defers destruction until pending work is done.
         if let Err(e) = unsafe { driver!(cuEventDestroy(self.raw)) } {
             self.ctx.defer(e);

@@ -188,6 +188,8 @@ impl Event {
         self.context().take_deferred()?;
         let poller = Poller::get()?;
         let slot = Arc::new(Slot::borrowed(self));
+        // The event cancels the slot before it goes, should the future be forgotten.
+        self.watchers().add(&slot);
         poller.register(Arc::clone(&slot));
         Ok(EventCompletion { slot, ctx: self.context(), _event: PhantomData })
     }

@@ -84,7 +84,8 @@
 //! * the device memory read by a copy is borrowed until the future resolves or is dropped;
 //!   the copy's stream is noted on its buffer, whose release waits for it;
 //! * a future over a user's event ([`Event::synchronize_async`]) borrows the event; dropped,
-//!   its event is never queried again.
+//!   its event is never queried again, and neither is it once the event is dropped (a
+//!   future forgotten with `mem::forget` is cancelled by the event's drop).
 //!
 //! What is lost by a drop is the result: an error that only the dropped future would have
 //! reported is not reported elsewhere (a sticky error is, by every later call). A future
@@ -122,6 +123,7 @@ mod slot;
 pub use completion::{Completion, EventCompletion};
 pub use copy::{ToPinned, ToVec};
 pub use poller::{PollerConfig, poller_config, set_poller_config};
+pub(crate) use slot::Watchers;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

@@ -5,7 +5,7 @@ use crate::error::{Error, Result, check};
 use crate::event::Event;
 use cuda_driver_sys as sys;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 /// The event a slot waits for.
@@ -13,9 +13,10 @@ use std::task::{Context as TaskContext, Poll, Waker};
 enum Target {
     /// A marker event the slot owns (recycled by the poller once it is done with it).
     Owned(Event),
-    /// A user's event, borrowed by the future for as long as it lives: queried only while the
-    /// future is alive (the query runs under the slot's lock, and dropping the future cancels
-    /// under it).
+    /// A user's event, borrowed by the future: queried only until the slot is cancelled (the
+    /// query runs under the slot's lock), which the future's drop does, and the event's drop
+    /// (or `into_raw`) before the event goes, for a future that was forgotten
+    /// ([`Watchers`]).
     Borrowed(sys::CUevent),
     /// Handed back, or never queried again.
     Gone,
@@ -50,8 +51,9 @@ pub(crate) struct Slot {
     pub(crate) completer: Completer,
 }
 
-// SAFETY: the raw event of `Target::Borrowed` is only queried under the lock, while the
-// future that borrows the event is alive; `Event` and `Waker` are Send + Sync.
+// SAFETY: the raw event of `Target::Borrowed` is only queried under the lock, until the slot
+// is cancelled, which happens before the event is destroyed; `Event` and `Waker` are Send +
+// Sync.
 unsafe impl Send for Slot {}
 // SAFETY: as above; every field is behind the mutex.
 unsafe impl Sync for Slot {}
@@ -186,8 +188,9 @@ impl Slot {
                 s = self.lock();
                 status
             }
-            // SAFETY: a borrowed event is alive while the future is, which it is (not
-            // cancelled, checked under this lock, which the query holds).
+            // SAFETY: a borrowed event is alive until the slot is cancelled (by the future's
+            // drop, or by the event's drop or `into_raw` for a forgotten future), and it is
+            // not: checked under this lock, which the query holds.
             Target::Borrowed(raw) => unsafe { sys::cuEventQuery(*raw) },
             Target::Gone => return (Checked::Finished, None),
         };
@@ -219,6 +222,34 @@ impl Slot {
     /// Hands back the owned event of a slot the completer never took (registration failed).
     pub(crate) fn take_event(&self) -> Option<Event> {
         take_owned(&mut self.lock().target)
+    }
+}
+
+/// The slots of the futures that watch a user's event ([`Event::synchronize_async`]), kept by
+/// the event, which cancels them before it is destroyed or given up: a future forgotten with
+/// `mem::forget` never cancels its slot, and the poller would go on querying the event.
+#[derive(Debug, Default)]
+pub(crate) struct Watchers(Mutex<Vec<Weak<Slot>>>);
+
+impl Watchers {
+    fn lock(&self) -> MutexGuard<'_, Vec<Weak<Slot>>> {
+        // Nothing panics under the lock (pushes, retains and a swap).
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `slot`, which watches the event, forgetting slots no one holds any more.
+    pub(crate) fn add(&self, slot: &Arc<Slot>) {
+        let mut slots = self.lock();
+        slots.retain(|w| w.strong_count() > 0);
+        slots.push(Arc::downgrade(slot));
+    }
+
+    /// Cancels every slot that watches the event: once this returns, none queries it again.
+    pub(crate) fn cancel_all(&self) {
+        let slots = std::mem::take(&mut *self.lock());
+        for slot in slots.iter().filter_map(Weak::upgrade) {
+            slot.cancel();
+        }
     }
 }
 

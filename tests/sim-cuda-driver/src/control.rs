@@ -100,6 +100,13 @@ pub extern "C" fn sim_report_count(category: c_int) -> u64 {
     with_sim(|s| s.checker.count(c))
 }
 
+/// How many times `cuEventQuery` was called with an event that does not exist (destroyed, or
+/// never made) since the process started: with a real driver, a use after free.
+#[unsafe(no_mangle)]
+pub extern "C" fn sim_dead_event_queries() -> u64 {
+    crate::entry_points::DEAD_EVENT_QUERIES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The reports since the last reset, in words; free the string with [`sim_free_string`].
 #[unsafe(no_mangle)]
 pub extern "C" fn sim_reports() -> *mut c_char {

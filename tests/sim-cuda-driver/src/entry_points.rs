@@ -364,7 +364,10 @@ unsafe extern "C" fn cuEventSynchronize(event: Handle) -> c_int {
     if with_sim(|s| s.is_captured_event(event as u64)) {
         return crate::graphs::CAPTURED_EVENT;
     }
-    let Some(point) = with_sim(|s| s.event_point(event as u64)) else { return INVALID_HANDLE };
+    let Some(point) = with_sim(|s| s.event_point(event as u64)) else {
+        DEAD_EVENT_QUERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return INVALID_HANDLE;
+    };
     if let Some((op, clock)) = point {
         run_until(Until::Op(op));
         with_sim(|s| s.host_saw(&clock));
@@ -372,11 +375,18 @@ unsafe extern "C" fn cuEventSynchronize(event: Handle) -> c_int {
     SUCCESS
 }
 
+/// Queries of events that do not exist (destroyed, or never made): with a real driver, a use
+/// of a destroyed handle ([`crate::control::sim_dead_event_queries`]).
+pub(crate) static DEAD_EVENT_QUERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 unsafe extern "C" fn cuEventQuery(event: Handle) -> c_int {
     if with_sim(|s| s.is_captured_event(event as u64)) {
         return crate::graphs::CAPTURED_EVENT;
     }
-    let Some(point) = with_sim(|s| s.event_point(event as u64)) else { return INVALID_HANDLE };
+    let Some(point) = with_sim(|s| s.event_point(event as u64)) else {
+        DEAD_EVENT_QUERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return INVALID_HANDLE;
+    };
     if let Some((op, clock)) = point {
         if !with_sim(|s| s.is_done(op)) {
             if !with_sim(|s| s.query_finishes()) {

@@ -15,7 +15,7 @@ mod sim;
 
 use cuda_core::future::{Waking, set_waking};
 use cuda_core::pool::hooks::{self, HookEvent, MemoryHook};
-use cuda_core::{Context, Device, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
+use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, PinnedBuffer, Stream, StreamFlags};
 use sim::Sim;
 use std::future::Future;
 use std::pin::Pin;
@@ -198,6 +198,29 @@ fn a_copy_future_dropped_while_pending_keeps_its_staging_memory_until_the_copy()
     }
     let _ = streams.iter().map(Stream::synchronize).collect::<Result<Vec<_>, _>>();
     assert!(!seen.take().is_empty(), "the pool's hook saw no pinned block handed out");
+    assert_no_reports();
+}
+
+/// H3: a future over a user's event that is forgotten (`mem::forget`, so it never cancels
+/// itself) is cancelled by the event's drop: the poller never queries the destroyed event.
+/// Taken out, the poller queries events destroyed before it got to them (a use after free
+/// with a real driver), which the simulator counts.
+#[test]
+fn a_forgotten_event_future_is_never_polled_after_its_event_is_dropped() {
+    let _turn = serial();
+    (Sim::get().reset)(17);
+    let (ctx, streams) = setup();
+    let before = (Sim::get().dead_event_queries)();
+    for _ in 0..200 {
+        let event = Event::new(&ctx, EventFlags::DISABLE_TIMING).unwrap();
+        event.record(&streams[0]).unwrap();
+        std::mem::forget(event.synchronize_async().unwrap());
+        drop(event);
+    }
+    // Long enough for the poller to go through its slots a few times.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!((Sim::get().dead_event_queries)(), before, "the poller queried a destroyed event");
+    streams[0].synchronize().unwrap();
     assert_no_reports();
 }
 

@@ -24,6 +24,8 @@ pub struct Sim {
     pub set_step: extern "C" fn(u32),
     pub set_backtraces: extern "C" fn(c_int),
     pub report_count: extern "C" fn(c_int) -> u64,
+    /// Queries of events that no longer exist, since the process started.
+    pub dead_event_queries: extern "C" fn() -> u64,
     reports: extern "C" fn() -> *mut c_char,
     unsupported: extern "C" fn() -> *mut c_char,
     free_string: unsafe extern "C" fn(*mut c_char),
@@ -68,6 +70,7 @@ impl Sim {
                 set_step: f!(b"sim_set_step\0"),
                 set_backtraces: f!(b"sim_set_backtraces\0"),
                 report_count: f!(b"sim_report_count\0"),
+                dead_event_queries: f!(b"sim_dead_event_queries\0"),
                 reports: f!(b"sim_reports\0"),
                 unsupported: f!(b"sim_unsupported\0"),
                 free_string: f!(b"sim_free_string\0"),
