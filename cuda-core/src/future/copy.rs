@@ -78,16 +78,19 @@ impl<'a, T: Pod> DeviceView<'a, T> {
     ///
     /// A default stream of another context or thread, or a stream being captured, is an
     /// [`Error::InvalidArgument`]; the allocation's, the copy's and the wait's errors are
-    /// returned or resolved with.
+    /// returned or resolved with. The staging buffer is zeroed first: should another thread
+    /// join the stream into its capture while the call runs (see
+    /// [`begin_capture`](crate::Stream::begin_capture)), the copy runs only in that graph and
+    /// the future resolves to zeros, never to uninitialised memory.
     pub fn to_vec_async(&self, stream: &Stream) -> Result<ToVec<'a, T>> {
         if self.is_empty() {
             return Ok(ToVec { staging: None, done: None, _source: PhantomData });
         }
         refuse_capture(stream)?;
-        // SAFETY: the copy below covers every element and is queued outside a capture
-        // (refused above); the elements are read only once the marker after it completed
-        // without error, and never if the copy could not be queued.
-        let mut staging = unsafe { PinnedBuffer::<T>::new_uninit(self.len())? };
+        // Zeroed, not left uninitialised: another thread may join the stream into its capture
+        // between the check above and the copy, and end the capture before the marker's own
+        // check; the copy then runs only in that graph, and the marker completes without it.
+        let mut staging = PinnedBuffer::<T>::new(self.len())?;
         self.copy_to_pinned_async(&mut staging, stream)?;
         let done = Completion::after(stream)?;
         Ok(ToVec { staging: Some(staging), done: Some(done), _source: PhantomData })

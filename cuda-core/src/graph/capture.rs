@@ -333,7 +333,11 @@ impl Stream {
     /// refer to beyond the crate's buffers and views ([`Graph::keep`] holds such things).
     ///
     /// Synchronous copies and other calls that wait break the capture: the driver refuses them
-    /// and [`Capture::end`] then fails; nothing captured so far is left dangling.
+    /// and [`Capture::end`] then fails; nothing captured so far is left dangling. The futures of
+    /// the `async` feature refuse a capturing stream; one made while its stream joins a capture
+    /// on another thread may resolve before the work it covers runs (at the graph's launches):
+    /// `to_vec_async` then resolves to zeros (its staging memory is zeroed), never to memory
+    /// nothing wrote.
     pub fn begin_capture(&self, mode: CaptureMode) -> Result<Capture> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
