@@ -23,6 +23,8 @@ pub struct ToVec<'a, T: Pod> {
     /// The copy's destination; `None` for an empty view, or once resolved.
     staging: Option<PinnedBuffer<T>>,
     done: Option<Completion>,
+    /// Whether the future resolved (a later poll is an error, also for an empty view).
+    resolved: bool,
     _source: PhantomData<&'a [T]>,
 }
 
@@ -33,9 +35,15 @@ impl<T: Pod> Future for ToVec<'_, T> {
     type Output = Result<Vec<T>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<Vec<T>>> {
-        let Some(done) = self.done.as_mut() else { return Poll::Ready(Ok(Vec::new())) };
-        ready!(Pin::new(done).poll(cx))?;
-        let staging = self.staging.take().ok_or_else(super::slot::polled_after_completion)?;
+        if self.resolved {
+            return Poll::Ready(Err(super::slot::polled_after_completion()));
+        }
+        if let Some(done) = self.done.as_mut() {
+            ready!(Pin::new(done).poll(cx))?;
+        }
+        self.resolved = true;
+        // An empty view copied nothing.
+        let Some(staging) = self.staging.take() else { return Poll::Ready(Ok(Vec::new())) };
         // The copy is done: `to_vec` finds its event complete and waits no more.
         Poll::Ready(staging.to_vec())
     }
@@ -84,7 +92,7 @@ impl<'a, T: Pod> DeviceView<'a, T> {
     /// the future resolves to zeros, never to uninitialised memory.
     pub fn to_vec_async(&self, stream: &Stream) -> Result<ToVec<'a, T>> {
         if self.is_empty() {
-            return Ok(ToVec { staging: None, done: None, _source: PhantomData });
+            return Ok(ToVec { staging: None, done: None, resolved: false, _source: PhantomData });
         }
         refuse_capture(stream)?;
         // Zeroed, not left uninitialised: another thread may join the stream into its capture
@@ -93,7 +101,7 @@ impl<'a, T: Pod> DeviceView<'a, T> {
         let mut staging = PinnedBuffer::<T>::new(self.len())?;
         self.copy_to_pinned_async(&mut staging, stream)?;
         let done = Completion::after(stream)?;
-        Ok(ToVec { staging: Some(staging), done: Some(done), _source: PhantomData })
+        Ok(ToVec { staging: Some(staging), done: Some(done), resolved: false, _source: PhantomData })
     }
 
     /// A future that resolves to `dst`'s elements once a copy of the view into it, queued now
