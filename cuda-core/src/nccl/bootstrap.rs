@@ -8,7 +8,7 @@ use super::rendezvous::{self, Hello, Join, Serve};
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Which launcher's variables a [`Bootstrap`] was read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -363,7 +363,7 @@ impl Bootstrap {
     /// saying which; and on rank 0, with NCCL's error when it cannot make an id.
     pub fn unique_id(&self) -> Result<UniqueId> {
         const OP: &str = "Bootstrap::unique_id";
-        let deadline = Instant::now() + self.timeout;
+        let deadline = super::fault::deadline_after(self.timeout);
         let job = rendezvous::job_key(&self.job);
         if self.rank == 0 {
             // Listen before making the id, so that a port in use fails before NCCL starts.

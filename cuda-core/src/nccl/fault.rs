@@ -39,6 +39,22 @@ impl ShrinkMode {
     }
 }
 
+/// The deadline `timeout` from now. A timeout past what an [`Instant`] can hold (as
+/// `Duration::MAX`) means no deadline: the furthest instant it can hold, centuries away.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).unwrap_or_else(|| {
+        // Halve the step until it fits; a step of zero always does.
+        let mut step = Duration::from_secs(1 << 40);
+        loop {
+            match now.checked_add(step) {
+                Some(far) => return far,
+                None => step /= 2,
+            }
+        }
+    })
+}
+
 /// The pause between two queries of a wait: growing from a few microseconds to a millisecond,
 /// never past the deadline.
 struct Backoff {
@@ -78,7 +94,7 @@ impl Communicator {
     ) -> Result<Communicator> {
         const OP: &str = "Communicator::init_rank_within";
         let comm = Communicator::init_rank(ctx, id, ranks, rank, &config.clone().blocking(false))?;
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut backoff = Backoff::new();
         loop {
             match comm.poll() {
@@ -119,7 +135,7 @@ impl Communicator {
     pub fn synchronize(&self, stream: &Stream, timeout: Duration) -> Result<()> {
         const OP: &str = "Communicator::synchronize";
         same_device(OP, self, stream.context())?;
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut backoff = Backoff::new();
         loop {
             // First the communicator: a non-blocking one may still be queueing the work (a
@@ -196,7 +212,7 @@ impl Communicator {
             )
         };
         self.status("ncclCommShrink", status)?;
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         if let Err(e) = self.wait_until(deadline, timeout, OP) {
             self.mark_faulted();
             // The shrink may still write the slot until this communicator is aborted.

@@ -464,3 +464,24 @@ mod rendezvous {
         assert!(finished(server).is_ok());
     }
 }
+
+#[test]
+fn a_timeout_too_long_for_an_instant_means_no_deadline() {
+    use std::time::{Duration, Instant};
+    let far = super::fault::deadline_after(Duration::MAX);
+    assert!(far > Instant::now() + Duration::from_secs(100 * 365 * 86_400), "{far:?}");
+    let near = super::fault::deadline_after(Duration::from_secs(1));
+    assert!(near <= Instant::now() + Duration::from_secs(1));
+}
+
+#[test]
+fn a_bootstrap_without_a_time_limit_does_not_panic() {
+    // Rank 0 of 1 serves nobody; making the id then fails here (no NCCL is loaded by the CPU
+    // tests) or succeeds: either way, after the deadline was worked out from Duration::MAX.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
+    let port = free.map_or(29_517, |a| a.port());
+    let bootstrap =
+        Bootstrap::new(0, 1, 0, &format!("127.0.0.1:{port}")).unwrap_or_else(|e| unreachable!("{e}"));
+    let run = || bootstrap.timeout(std::time::Duration::MAX).unique_id().is_ok();
+    assert!(std::panic::catch_unwind(run).is_ok(), "the deadline of Duration::MAX panicked");
+}
