@@ -93,19 +93,26 @@ impl Slot {
     /// The future's poll: the result once known (taken: a second poll after it reads an
     /// error), else the waker is kept for the completer.
     pub(crate) fn poll(&self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
-        let mut s = self.lock();
-        if s.cancelled {
-            return Poll::Ready(Err(polled_after_completion()));
+        {
+            let mut s = self.lock();
+            if let Some(ready) = take_result(&mut s) {
+                return ready;
+            }
+            if s.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                return Poll::Pending;
+            }
         }
-        if let Some(result) = s.result.take() {
-            // Ready once: later polls are refused.
-            s.cancelled = true;
-            return Poll::Ready(result);
-        }
-        match &s.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => s.waker = Some(cx.waker().clone()),
-        }
+        // A waker's clone and drop may run any code (even code that looks at this slot): both
+        // run outside the lock, which only swaps them.
+        let waker = cx.waker().clone();
+        let old = {
+            let mut s = self.lock();
+            if let Some(ready) = take_result(&mut s) {
+                return ready;
+            }
+            s.waker.replace(waker)
+        };
+        drop(old);
         Poll::Pending
     }
 
@@ -253,6 +260,17 @@ impl Watchers {
     }
 }
 
+/// The result for a poll, once known: taken (a later poll is refused), or the refusal.
+fn take_result(s: &mut State) -> Option<Poll<Result<()>>> {
+    if s.cancelled {
+        return Some(Poll::Ready(Err(polled_after_completion())));
+    }
+    let result = s.result.take()?;
+    // Ready once: later polls are refused.
+    s.cancelled = true;
+    Some(Poll::Ready(result))
+}
+
 fn take_owned(target: &mut Target) -> Option<Event> {
     match std::mem::replace(target, Target::Gone) {
         Target::Owned(e) => Some(e),
@@ -346,6 +364,43 @@ mod tests {
         assert_eq!(s.check(false).0, Checked::Finished);
         s.complete(Ok(()));
         assert_eq!(count.0.load(Ordering::Relaxed), 0);
+    }
+
+    /// L2: a waker whose clone and drop look at the slot (here: whether it is resolved) may be
+    /// given to a poll: neither runs under the slot's lock, which would deadlock.
+    #[test]
+    fn a_wakers_clone_and_drop_run_outside_the_slots_lock() {
+        use std::task::{RawWaker, RawWakerVTable};
+        thread_local! {
+            static SLOT: std::cell::Cell<*const Slot> = const { std::cell::Cell::new(std::ptr::null()) };
+        }
+        fn look() {
+            // SAFETY: the slot outlives every waker made in the test's thread.
+            SLOT.with(|p| unsafe { (*p.get()).is_resolved() });
+        }
+        fn clone(data: *const ()) -> RawWaker {
+            look();
+            RawWaker::new(data, &VTABLE)
+        }
+        fn noop(_: *const ()) {}
+        fn drop_waker(_: *const ()) {
+            look();
+        }
+        static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, drop_waker);
+        let (done, waited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let s = slot();
+            SLOT.with(|p| p.set(&s));
+            for data in [1usize, 2] {
+                // SAFETY: the vtable's functions ignore the data pointer.
+                let w = unsafe { Waker::from_raw(RawWaker::new(data as *const (), &VTABLE)) };
+                // The second poll replaces the first waker (another data pointer): a drop.
+                assert!(s.poll(&mut TaskContext::from_waker(&w)).is_pending());
+            }
+            s.cancel();
+            let _ = done.send(());
+        });
+        assert!(waited.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "a poll deadlocked");
     }
 
     #[test]
