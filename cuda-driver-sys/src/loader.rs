@@ -71,12 +71,15 @@ fn check_hooks_of(lib: &libloading::Library) -> Option<CheckHooks> {
     if table.is_null() {
         return None;
     }
-    // SAFETY: a non-null table of that layout, static in the driver; its size field says
-    // which fields it has.
-    let table = unsafe { &*table };
-    if (table.size as usize) < core::mem::size_of::<CheckHooksTable>() {
+    // SAFETY: a non-null table that starts with its size field (which says which fields
+    // follow), static in the driver; read on its own, unaligned, before the table is known to
+    // be whole.
+    let size = unsafe { core::ptr::read_unaligned(core::ptr::addr_of!((*table).size)) };
+    if (size as usize) < core::mem::size_of::<CheckHooksTable>() {
         return None;
     }
+    // SAFETY: a table of that layout (its size says it has every field), static in the driver.
+    let table = unsafe { &*table };
     Some(CheckHooks { new_owner: table.new_owner?, host_access: table.host_access? })
 }
 
