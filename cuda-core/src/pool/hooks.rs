@@ -167,7 +167,9 @@ pub(crate) fn call(point: Point, event: &HookEvent) {
     if let Point::MallocPost = point {
         crate::track::checker::new_owner(event.mem_ptr, event.mem_size);
     }
-    let hooks = HOOKS.with(|h| h.try_borrow().map(|h| h.clone()).unwrap_or_default());
+    // During the thread's teardown (a buffer dropped by another thread-local's destructor)
+    // the hooks may be gone: none are called then.
+    let hooks = HOOKS.try_with(|h| h.try_borrow().map(|h| h.clone()).unwrap_or_default()).unwrap_or_default();
     for hook in &hooks {
         match point {
             Point::AllocPre => hook.alloc_preprocess(event),

@@ -224,6 +224,28 @@ fn a_forgotten_event_future_is_never_polled_after_its_event_is_dropped() {
     assert_no_reports();
 }
 
+/// L6: with a checking driver the pool's hooks are looked at for every thread; a pinned buffer
+/// kept in a thread-local, dropped by that thread's teardown after the hooks' own thread-local
+/// is gone, is given back without them. Before, the look-up panicked in a thread-local's
+/// destructor, which aborts the process.
+#[test]
+fn a_buffer_dropped_in_a_threads_teardown_meets_no_hooks() {
+    thread_local! {
+        static KEPT: std::cell::RefCell<Option<PinnedBuffer<u32>>> = const { std::cell::RefCell::new(None) };
+    }
+    let _turn = serial();
+    let (_ctx, _streams) = setup();
+    std::thread::spawn(|| {
+        // KEPT's destructor is registered first, so it runs after that of the hooks' list,
+        // which the allocation below registers.
+        KEPT.with(|k| k.borrow_mut().take());
+        let buffer = PinnedBuffer::<u32>::new(64).unwrap();
+        KEPT.with(|k| *k.borrow_mut() = Some(buffer));
+    })
+    .join()
+    .unwrap();
+}
+
 /// A waker whose first wake panics.
 struct Panicky(AtomicUsize);
 
