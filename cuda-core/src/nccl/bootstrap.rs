@@ -54,6 +54,17 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// version) is refused with a message, and a connection that does not speak the protocol is
 /// closed. Sizes are fixed; every connect, read, write and accept has a deadline. No MPI is
 /// needed.
+///
+/// # No authentication
+///
+/// The exchange proves nothing about who connects: anyone who can reach rank 0's port while it
+/// waits can claim a free rank (and so keep the real rank out, or receive the unique id and
+/// join the clique, whose traffic NCCL does not encrypt either), and the job name is a label
+/// against mistakes, not a secret. Run it on a network that only the job's hosts reach (a
+/// cluster's private network, or a firewall that admits only them), as for NCCL itself; on a
+/// shared network, hand the id over a channel of your own that authenticates the ranks
+/// ([`UniqueId::to_hex`] and [`Communicator::init_rank_within`]). Resolving rank 0's address
+/// (DNS) is a call of the system that has no time limit of its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bootstrap {
     rank: usize,

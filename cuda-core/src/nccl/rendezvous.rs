@@ -14,7 +14,8 @@
 //! closed and forgotten; a peer that speaks the protocol but belongs to another job, another
 //! rank count or version, or names a rank already taken, is refused with a message saying so,
 //! and rank 0 keeps waiting for the right one. Every read, write, connect and accept has a
-//! deadline.
+//! deadline. Nothing is authenticated: whoever reaches the port can claim a free rank (see
+//! [`Bootstrap`](super::Bootstrap)'s *No authentication*).
 
 #![forbid(unsafe_code)]
 
