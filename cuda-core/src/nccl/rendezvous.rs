@@ -14,7 +14,9 @@
 //! closed and forgotten; a peer that speaks the protocol but belongs to another job, another
 //! rank count or version, or names a rank already taken, is refused with a message saying so,
 //! and rank 0 keeps waiting for the right one. Every read, write, connect and accept has a
-//! deadline. Nothing is authenticated: whoever reaches the port can claim a free rank (see
+//! deadline, and each message must arrive whole by it (a peer that trickles its bytes gains
+//! nothing): a connection has [`HELLO_WAIT`] to introduce itself, and a rank waits for the
+//! answer until the rendezvous's deadline. Nothing is authenticated: whoever reaches the port can claim a free rank (see
 //! [`Bootstrap`](super::Bootstrap)'s *No authentication*).
 
 #![forbid(unsafe_code)]
@@ -33,8 +35,9 @@ pub(crate) const VERSION: u32 = 1;
 pub(crate) const HELLO_BYTES: usize = 40;
 /// The longest message of a refusal or time-out.
 pub(crate) const MAX_MESSAGE: usize = 1024;
-/// How long rank 0 waits for a connected peer to introduce itself.
-const HELLO_WAIT: Duration = Duration::from_secs(5);
+/// How long rank 0 waits for a connected peer to introduce itself, in all: rank 0 serves one
+/// connection at a time, and a peer that trickles its bytes holds the others back that long.
+const HELLO_WAIT: Duration = Duration::from_secs(1);
 /// The pause between two connection attempts, and between two looks for a new connection.
 const RETRY: Duration = Duration::from_millis(100);
 
@@ -109,6 +112,26 @@ fn left(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
 }
 
+/// Reads exactly `buf.len()` bytes by `deadline`, however slowly the peer sends them: the
+/// socket's time limit, which holds for one read only, is set to the time left before each.
+/// Past the deadline this is an error of kind `TimedOut`.
+pub(crate) fn read_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        if Instant::now() >= deadline {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left(deadline)))?;
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn io_error(operation: &'static str, what: String, e: std::io::Error) -> Error {
     Error::Rendezvous { operation, message: format!("{what}: {e}") }
 }
@@ -168,12 +191,12 @@ fn admit(
     peers: &mut [Option<TcpStream>],
 ) -> Option<usize> {
     stream.set_nonblocking(false).ok()?;
-    let wait = HELLO_WAIT.min(left(s.deadline));
-    stream.set_read_timeout(Some(wait)).ok()?;
-    stream.set_write_timeout(Some(wait)).ok()?;
+    // The whole hello within HELLO_WAIT (and the rendezvous's deadline), however it trickles.
+    let hello_by = Instant::now().checked_add(HELLO_WAIT).map_or(s.deadline, |d| d.min(s.deadline));
+    stream.set_write_timeout(Some(left(hello_by))).ok()?;
     let _ = stream.set_nodelay(true);
     let mut b = [0u8; HELLO_BYTES];
-    stream.read_exact(&mut b).ok()?;
+    read_by(&mut stream, &mut b, hello_by).ok()?;
     // Not this protocol: close it without a word.
     let hello = Hello::decode(&b)?;
     let refusal = refusal(&hello, s, peers);
@@ -268,9 +291,8 @@ pub(crate) fn join(operation: &'static str, j: &Join<'_>) -> Result<UniqueId> {
     };
     stream.set_write_timeout(Some(left(j.deadline))).map_err(|e| io("setting up", e))?;
     stream.write_all(&j.hello.encode()).map_err(|e| io("introducing itself to", e))?;
-    stream.set_read_timeout(Some(left(j.deadline))).map_err(|e| io("setting up", e))?;
     let mut head = [0u8; 16];
-    stream.read_exact(&mut head).map_err(|e| io("reading the answer of", e))?;
+    read_by(&mut stream, &mut head, j.deadline).map_err(|e| io("reading the answer of", e))?;
     if head[..8] != MAGIC {
         return Err(Error::Rendezvous {
             operation,
@@ -283,14 +305,14 @@ pub(crate) fn join(operation: &'static str, j: &Join<'_>) -> Result<UniqueId> {
     let status = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
     if status == GRANTED {
         let mut id = [0u8; UniqueId::BYTES];
-        stream.read_exact(&mut id).map_err(|e| io("reading the id from", e))?;
+        read_by(&mut stream, &mut id, j.deadline).map_err(|e| io("reading the id from", e))?;
         return UniqueId::from_bytes(&id);
     }
     let mut len = [0u8; 4];
-    stream.read_exact(&mut len).map_err(|e| io("reading the answer of", e))?;
+    read_by(&mut stream, &mut len, j.deadline).map_err(|e| io("reading the answer of", e))?;
     let len = (u32::from_le_bytes(len) as usize).min(MAX_MESSAGE);
     let mut text = vec![0u8; len];
-    stream.read_exact(&mut text).map_err(|e| io("reading the answer of", e))?;
+    read_by(&mut stream, &mut text, j.deadline).map_err(|e| io("reading the answer of", e))?;
     let message = String::from_utf8_lossy(&text).into_owned();
     if status == TIMED_OUT {
         Err(Error::Timeout { operation, waited: j.timeout, message })

@@ -355,6 +355,50 @@ mod rendezvous {
         h.join().unwrap_or_else(|_| unreachable!("a rendezvous thread panicked"))
     }
 
+    /// Sends `bytes` one at a time, `pause` apart, for as long as the other side reads.
+    fn trickle(stream: &mut TcpStream, bytes: &[u8], pause: Duration) {
+        for b in bytes {
+            if stream.write_all(std::slice::from_ref(b)).is_err() {
+                return;
+            }
+            std::thread::sleep(pause);
+        }
+    }
+
+    /// M3: a peer that sends its hello a byte at a time, each within the socket's time limit
+    /// of one read, cannot hold rank 0 past the rendezvous's deadline (it had 40 × 100 ms).
+    #[test]
+    fn a_peer_that_trickles_its_hello_does_not_stretch_the_deadline() {
+        let (l, address) = listener();
+        let start = Instant::now();
+        let server = serving(l, 2, "j", Duration::from_millis(300));
+        let mut slow = TcpStream::connect(&address).unwrap_or_else(|e| unreachable!("{e}"));
+        let bytes = hello(2, 1, "j").encode();
+        let trickler = std::thread::spawn(move || trickle(&mut slow, &bytes, Duration::from_millis(100)));
+        assert!(matches!(finished(server), Err(Error::Timeout { .. })));
+        assert!(start.elapsed() < Duration::from_millis(2500), "rank 0 waited {:?}", start.elapsed());
+        finished(trickler);
+    }
+
+    /// M3: a rank 0 that trickles its answer cannot hold a joining rank past its deadline.
+    #[test]
+    fn an_answer_trickled_byte_by_byte_does_not_stretch_the_deadline() {
+        let (l, address) = listener();
+        let fake = std::thread::spawn(move || {
+            let (mut peer, _) = l.accept().unwrap_or_else(|e| unreachable!("{e}"));
+            let mut answer = MAGIC.to_vec();
+            answer.extend_from_slice(&VERSION.to_le_bytes());
+            answer.extend_from_slice(&0u32.to_le_bytes());
+            answer.extend_from_slice(&[7; UniqueId::BYTES]);
+            trickle(&mut peer, &answer, Duration::from_millis(50));
+        });
+        let start = Instant::now();
+        let joined = finished(joining(&address, hello(2, 1, "j"), Duration::from_millis(300)));
+        assert!(matches!(joined, Err(Error::Timeout { .. })), "{joined:?}");
+        assert!(start.elapsed() < Duration::from_millis(2500), "the rank waited {:?}", start.elapsed());
+        finished(fake);
+    }
+
     #[test]
     fn hellos_round_trip_and_others_are_not_hellos() {
         let h = hello(4, 3, "job");
