@@ -30,8 +30,9 @@ pub enum Progress {
 /// [`split`](Self::split). Its calls take `&self`; it may move to another thread but not be
 /// used from two at once (`Send`, not `Sync`), as NCCL requires.
 ///
-/// Dropping it destroys it (`ncclCommDestroy`), after the work queued on it; an error there is
-/// kept in its context (see [`Context::take_deferred_errors`]). One whose wait failed or ran out
+/// Dropping it destroys it (`ncclCommDestroy`), after the work queued on it, which blocks the
+/// dropping thread until that work is done (while a peer is stuck, for as long as it is); an
+/// error there is kept in its context (see [`Context::take_deferred_errors`]). One whose wait failed or ran out
 /// of time ([`is_faulted`](Self::is_faulted)) is aborted instead, as its work may never end.
 /// [`finalize`](Self::finalize) does the same and returns the error instead, and
 /// [`abort`](Self::abort) stops the communicator without waiting for its work.
@@ -261,7 +262,7 @@ impl Communicator {
         let ended = group.end();
         let waited = failed
             .and(ended)
-            .and_then(|()| parents.iter().filter(|p| !p.blocking).try_for_each(|p| p.wait_until_done()));
+            .and_then(|()| parents.iter().filter(|p| !p.blocking).try_for_each(|p| p.wait_until_done(OP)));
         if let Err(e) = waited {
             if parents.iter().any(|p| !p.blocking) {
                 // Splits may still complete in the background and write their slots.
@@ -277,6 +278,7 @@ impl Communicator {
                     let blocking = config.is_blocking().unwrap_or(parent.blocking);
                     let mut c = Communicator::wrap(raw, parent.ctx.clone(), blocking);
                     c.config = kept.clone();
+                    c.set_timeout(parent.timeout());
                     c
                 })
             })
@@ -395,10 +397,32 @@ impl Communicator {
         }
     }
 
-    /// [`wait`](Self::wait) with no time limit.
-    pub(crate) fn wait_until_done(&self) -> Result<()> {
-        while self.wait(Duration::from_secs(1))? == Progress::InProgress {}
-        Ok(())
+    /// Waits until the background work is done, for at most the communicator's
+    /// [time limit](Self::timeout); an error, or the time running out (an [`Error::Timeout`]
+    /// of `operation`), marks the communicator [faulted](Self::is_faulted).
+    pub(crate) fn wait_until_done(&self, operation: &'static str) -> Result<()> {
+        self.shared.wait_until_done(operation)
+    }
+
+    /// How long the crate's own waits for the communicator's background work may last, if
+    /// they have a limit: those of a call that NCCL answers `ncclInProgress` (waiting until
+    /// it has queued the work, see [`Group`](super::Group)), of [`split_all`](Self::split_all),
+    /// [`finalize`](Self::finalize), [`finalize_all`](Self::finalize_all) and
+    /// [`register_window`](Self::register_window). Past it they fail with an
+    /// [`Error::Timeout`] and the communicator is [faulted](Self::is_faulted) (abort it).
+    ///
+    /// A communicator from [`init_rank_within`](Self::init_rank_within) (and so from
+    /// [`Bootstrap`](super::Bootstrap)) has the time limit given there; one split or shrunk
+    /// from another has its parent's; others have none (`None`): their waits last until NCCL
+    /// is done or reports an error.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.shared.timeout()
+    }
+
+    /// Sets the time limit of [`timeout`](Self::timeout) (`None`: none). A timeout past what
+    /// an [`Instant`] holds means none.
+    pub fn set_timeout(&self, timeout: Option<Duration>) {
+        self.shared.set_timeout(timeout);
     }
 
     /// Flushes the work queued on the communicator, then destroys it, returning what failed
@@ -430,7 +454,7 @@ impl Communicator {
             }
             // SAFETY: a live communicator, finalized once.
             this.status("ncclCommFinalize", unsafe { nccl::ncclCommFinalize(this.raw) })?;
-            this.wait_until_done()
+            this.wait_until_done("Communicator::finalize")
         })();
         // SAFETY: the communicator is destroyed once and `this` is not used or dropped again.
         let destroyed =
@@ -458,7 +482,10 @@ impl Communicator {
                     c.status("ncclCommFinalize", unsafe { nccl::ncclCommFinalize(c.raw) })
                 })
             })?;
-            comms.iter().filter(|c| !c.blocking).try_for_each(|c| c.wait_until_done())
+            comms
+                .iter()
+                .filter(|c| !c.blocking)
+                .try_for_each(|c| c.wait_until_done("Communicator::finalize_all"))
         })();
         let mut result = flushed;
         for c in comms {
@@ -504,7 +531,7 @@ impl Communicator {
     pub(crate) fn queued(&self, call: &'static str, status: nccl::ncclResult_t) -> Result<()> {
         self.status(call, status)?;
         if status == nccl::ncclResult_t::ncclInProgress && !super::group::in_group() {
-            self.wait_until_done()?;
+            self.wait_until_done(call)?;
         }
         Ok(())
     }

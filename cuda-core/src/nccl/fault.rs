@@ -84,6 +84,9 @@ impl Communicator {
     /// `timeout` of its call. An error NCCL reports meanwhile (a peer of another clique, a
     /// network failure) is returned as an [`Error::Nccl`] naming `ncclCommGetAsyncError`, the
     /// communicator aborted too; arguments are checked as by `init_rank`.
+    ///
+    /// The communicator keeps `timeout` as the [time limit](Self::timeout) of the crate's
+    /// later waits for its background work.
     pub fn init_rank_within(
         ctx: &Context,
         id: &UniqueId,
@@ -94,6 +97,8 @@ impl Communicator {
     ) -> Result<Communicator> {
         const OP: &str = "Communicator::init_rank_within";
         let comm = Communicator::init_rank(ctx, id, ranks, rank, &config.clone().blocking(false))?;
+        // The crate's later waits for its background work have the same limit.
+        comm.set_timeout(Some(timeout));
         let deadline = deadline_after(timeout);
         let mut backoff = Backoff::new();
         loop {
@@ -229,6 +234,7 @@ impl Communicator {
         let blocking = config.is_blocking().unwrap_or(self.is_blocking());
         let mut child = Communicator::wrap(raw, self.context().clone(), blocking);
         child.keep_config(kept);
+        child.set_timeout(self.timeout());
         if let Err(e) = child.wait_until(deadline, timeout, OP) {
             child.mark_faulted();
             return Err(e);

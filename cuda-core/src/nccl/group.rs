@@ -97,7 +97,7 @@ fn end_level() -> Result<()> {
     let ended = end_status(status);
     let Some((id, used)) = leave() else { return ended };
     let waited = if status == nccl::ncclResult_t::ncclInProgress {
-        used.iter().try_for_each(|h| h.wait_until_done())
+        used.iter().try_for_each(|h| h.wait_until_done("Group::end"))
     } else {
         Ok(())
     };

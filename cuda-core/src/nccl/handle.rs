@@ -9,18 +9,23 @@
 //! handle is gone.
 
 use super::comm::Progress;
-use crate::error::{Result, check_nccl, nccl_error};
+use crate::error::{Error, Result, check_nccl, nccl_error};
 use nccl_sys as nccl;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// The shared part of a communicator: the raw handle (null once destroyed or aborted), and
-/// whether a wait on it failed.
+/// No time limit, in [`Handle`]'s `timeout_ns`.
+const NO_LIMIT: u64 = u64::MAX;
+
+/// The shared part of a communicator: the raw handle (null once destroyed or aborted), whether
+/// a wait on it failed, and how long its waits for NCCL's background work may last.
 #[derive(Debug)]
 pub(crate) struct Handle {
     raw: Mutex<Raw>,
     faulted: AtomicBool,
+    /// The time limit of the waits for background work, in nanoseconds ([`NO_LIMIT`]: none).
+    timeout_ns: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -33,7 +38,11 @@ unsafe impl Send for Raw {}
 impl Handle {
     /// The shared part of the live communicator `raw`.
     pub(crate) fn new(raw: nccl::ncclComm_t) -> Handle {
-        Handle { raw: Mutex::new(Raw(raw)), faulted: AtomicBool::new(false) }
+        Handle {
+            raw: Mutex::new(Raw(raw)),
+            faulted: AtomicBool::new(false),
+            timeout_ns: AtomicU64::new(NO_LIMIT),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Raw> {
@@ -78,9 +87,26 @@ impl Handle {
         self.faulted.load(Ordering::Relaxed)
     }
 
-    /// Polls until the background work is done, sleeping in between; an error marks the
-    /// communicator faulted and is returned.
-    pub(crate) fn wait_until_done(&self) -> Result<()> {
+    /// The time limit of the waits for background work; `None`: none.
+    pub(crate) fn timeout(&self) -> Option<Duration> {
+        let ns = self.timeout_ns.load(Ordering::Relaxed);
+        (ns != NO_LIMIT).then(|| Duration::from_nanos(ns))
+    }
+
+    /// Sets the time limit of the waits for background work (`None`: none).
+    pub(crate) fn set_timeout(&self, timeout: Option<Duration>) {
+        let ns =
+            timeout.map_or(NO_LIMIT, |t| u64::try_from(t.as_nanos()).unwrap_or(NO_LIMIT).min(NO_LIMIT - 1));
+        self.timeout_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// Polls until the background work is done, sleeping in between (from a few microseconds
+    /// up to a millisecond), for at most the [time limit](Self::timeout). An error, or the
+    /// time running out (an [`Error::Timeout`] of `operation`), marks the communicator faulted
+    /// and is returned.
+    pub(crate) fn wait_until_done(&self, operation: &'static str) -> Result<()> {
+        let limit = self.timeout();
+        let deadline = limit.map(super::fault::deadline_after);
         let mut pause = Duration::from_micros(5);
         loop {
             match self.poll() {
@@ -91,8 +117,29 @@ impl Handle {
                     return Err(e);
                 }
             }
+            if let (Some(deadline), Some(waited)) = (deadline, limit) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    self.mark_faulted();
+                    return Err(timed_out(operation, waited));
+                }
+                pause = pause.min(left);
+            }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(1));
         }
+    }
+}
+
+#[cold]
+fn timed_out(operation: &'static str, waited: Duration) -> Error {
+    Error::Timeout {
+        operation,
+        waited,
+        message: "NCCL did not finish the communicator's background work (queueing the call, or a split or \
+                  flush that waits for the other ranks) in time; a peer may have died or stopped making the \
+                  same calls. The communicator is faulted: abort it (dropping it does), then continue with \
+                  the ranks that remain"
+            .into(),
     }
 }

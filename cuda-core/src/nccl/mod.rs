@@ -55,7 +55,12 @@
 //! wait of [`Bootstrap`] and [`Communicator::init_rank_within`] has a deadline, and
 //! [`Communicator::synchronize`] waits for a stream while watching the communicator's errors,
 //! up to a deadline; each ends in an [`Error::Timeout`](crate::Error::Timeout) or NCCL's error,
-//! and marks the communicator [faulted](Communicator::is_faulted). Then:
+//! and marks the communicator [faulted](Communicator::is_faulted). The crate's own waits for a
+//! non-blocking communicator's background work (a call, or a group's end, that NCCL answers
+//! `ncclInProgress`; a split, a flush) last at most the communicator's
+//! [time limit](Communicator::timeout), which `init_rank_within` and [`Bootstrap`] set, and
+//! fail the same way. Dropping a communicator that is not faulted destroys it, which waits
+//! for its work: for as long as a peer is stuck. Then:
 //!
 //! 1. Learn which ranks are gone (from the launcher, or a side channel of the job's own).
 //! 2. Where NCCL has it (2.27+), [`shrink`](Communicator::shrink) to the others with

@@ -104,7 +104,7 @@ impl Communicator {
             unsafe { nccl::ncclCommWindowRegister(self.as_raw(), address(&memory), bytes, &mut raw, flags) };
         self.status("ncclCommWindowRegister", status)?;
         if !self.is_blocking() {
-            self.wait_until_done()?;
+            self.wait_until_done(OP)?;
         }
         Ok(Window { raw, comm: self, memory: Registered::new(memory) })
     }

@@ -307,6 +307,46 @@ fn a_group_end_answered_in_progress_returns_once_its_calls_are_queued() {
     drop(guard);
 }
 
+/// M2: the wait of a group's end for NCCL to queue the calls of a non-blocking communicator
+/// ends at the communicator's time limit: an `Error::Timeout`, the communicator faulted, and
+/// the buffers the group used kept (a leak, reported) rather than given back under calls NCCL
+/// may still queue. Taken out, the end waits for as long as the peer is stuck (here: for
+/// good; the test gives up after ten seconds).
+#[test]
+fn a_group_end_waits_for_a_stuck_communicator_until_its_time_limit() {
+    use cuda_core::nccl::{Communicator, Config, ReduceOp, UniqueId, group};
+    use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
+    let guard = harness();
+    let sim = harness::sim::Sim::get();
+    (sim.reset)(1);
+    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
+    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap();
+    let config = Config::new().blocking(false);
+    let comm = Communicator::init_rank(&ctx, &UniqueId::new().unwrap(), 1, 0, &config).unwrap();
+    assert_eq!(comm.timeout(), None);
+    comm.set_timeout(Some(std::time::Duration::from_millis(50)));
+    (sim.nccl_in_progress)(2);
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let source = DeviceBuffer::<u32>::from_slice(&stream, &[3; 256]).unwrap();
+        let mut target = DeviceBuffer::<u32>::zeroed(&stream, 256).unwrap();
+        let r = group(|| comm.all_reduce(&source, &mut target, ReduceOp::Sum, &stream));
+        let faulted = comm.is_faulted();
+        drop((source, target));
+        let kept = ctx.take_deferred_errors().len();
+        let _ = done.send((r, faulted, kept));
+        drop(comm);
+    });
+    let got = ended.recv_timeout(std::time::Duration::from_secs(10));
+    (sim.nccl_in_progress)(0);
+    let (r, faulted, kept) = got.expect("the group's end did not give up at the time limit");
+    assert!(matches!(r, Err(Error::Timeout { operation: "Group::end", .. })), "{r:?}");
+    assert!(faulted, "the communicator is not faulted");
+    assert!(kept >= 1, "the buffers the group used were given back under its calls");
+    (sim.reset)(1);
+    drop(guard);
+}
+
 /// H2 (NCCL registrations): work queued through a registration's view on another stream follows the stream rule: it
 /// waits for the buffer's own stream first, and the buffer's release waits for it. Taken out
 /// (views with no owner to tell), the memset on the other stream runs before the buffer's

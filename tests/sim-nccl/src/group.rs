@@ -17,17 +17,25 @@ use std::sync::{Mutex, PoisonError};
 
 /// Whether groups end as on non-blocking communicators ([`set_in_progress`]).
 static IN_PROGRESS_MODE: AtomicBool = AtomicBool::new(false);
+/// Whether the kept calls are never queued: the background work of a peer that is stuck.
+static STUCK: AtomicBool = AtomicBool::new(false);
 /// The calls of groups that ended in progress, not queued yet.
 static PENDING: Mutex<Vec<Call>> = Mutex::new(Vec::new());
 
 /// While `on`, the outermost `ncclGroupEnd` keeps its calls and answers `ncclInProgress`, as
-/// NCCL may for non-blocking communicators; [`queue_pending`] queues them later.
-pub(crate) fn set_in_progress(on: bool) {
+/// NCCL may for non-blocking communicators; [`queue_pending`] queues them later, unless
+/// `stuck`: then it never does, and says in progress.
+pub(crate) fn set_in_progress(on: bool, stuck: bool) {
     IN_PROGRESS_MODE.store(on, Ordering::SeqCst);
+    STUCK.store(stuck, Ordering::SeqCst);
 }
 
 /// Queues the kept calls of `comm` (its background work, done when this returns).
 pub(crate) fn queue_pending(comm: usize) -> c_int {
+    if STUCK.load(Ordering::SeqCst) {
+        let pending = PENDING.lock().unwrap_or_else(PoisonError::into_inner);
+        return if pending.iter().any(|c| c.comm == comm) { IN_PROGRESS } else { SUCCESS };
+    }
     let mine: Vec<Call> = {
         let mut pending = PENDING.lock().unwrap_or_else(PoisonError::into_inner);
         let (mine, others) = pending.drain(..).partition(|c| c.comm == comm);

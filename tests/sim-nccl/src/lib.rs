@@ -25,7 +25,8 @@
 //! * **Non-blocking ends** on request (`sim_nccl_set_in_progress(1)`): the outermost
 //!   `ncclGroupEnd` keeps the group's calls and answers `ncclInProgress`, and
 //!   `ncclCommGetAsyncError` of a communicator queues its kept calls (then says done), as NCCL
-//!   queues a non-blocking group in the background.
+//!   queues a non-blocking group in the background; with `sim_nccl_set_in_progress(2)` it
+//!   never does and says in progress, as for a peer that is stuck.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 mod comms;
@@ -182,10 +183,11 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(comm: Comm, state: *mut c_int) ->
 }
 
 /// While `on` is non-zero, the outermost `ncclGroupEnd` of a group with calls keeps them and
-/// answers `ncclInProgress`; `ncclCommGetAsyncError` queues them.
+/// answers `ncclInProgress`; `ncclCommGetAsyncError` queues them, or with `on` = 2 never does
+/// and says in progress (a peer that is stuck).
 #[unsafe(no_mangle)]
 pub extern "C" fn sim_nccl_set_in_progress(on: c_int) {
-    group::set_in_progress(on != 0);
+    group::set_in_progress(on != 0, on == 2);
 }
 
 /// `ncclCommRegister`: nothing to register with one rank; a made-up handle.
