@@ -184,7 +184,17 @@ pub fn gpu_bundle(root: &Path) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(Command::new(&cargo)
         .current_dir(root)
-        .args(["nextest", "archive", "--package", "cuda-tests", "--cargo-profile", "gpu", "--archive-file"])
+        .args([
+            "nextest",
+            "archive",
+            "--package",
+            "cuda-tests",
+            "--cargo-profile",
+            "gpu",
+            "--zstd-level",
+            "19",
+            "--archive-file",
+        ])
         .arg(out.join("tests.tar.zst")))?;
     let nextest = run(Command::new("sh").args(["-c", "command -v cargo-nextest"]))?;
     let nextest = PathBuf::from(nextest.trim());

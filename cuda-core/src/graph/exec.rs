@@ -238,7 +238,8 @@ impl GraphExec {
     /// ([`GraphBuffer`](super::GraphBuffer)) is recorded as allocated by the launch; a launch
     /// while an earlier one's allocation is unfreed, without
     /// [`AUTO_FREE_ON_LAUNCH`](InstantiateFlags::AUTO_FREE_ON_LAUNCH), or on a capturing
-    /// stream, is refused.
+    /// stream, is refused (the driver captures no graph launch: add the graph as a child graph
+    /// node instead).
     ///
     /// Fails with the driver's status when the launch is refused (a stream of another context,
     /// an earlier fault), or when it cannot be recorded on such a buffer (then the launch was
@@ -247,32 +248,16 @@ impl GraphExec {
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         self.ctx.take_deferred()?;
         stream.bind_if_default()?;
+        if crate::stream::capturing::any() {
+            refuse_capture(stream)?;
+        }
         if self.keep.borrow().host.is_empty() {
             self.launch_raw(stream)?;
         } else {
             self.launch_tracked(stream)?;
         }
-        if crate::stream::capturing::any() {
-            self.hand_to_capture(stream)?;
-        }
         if !self.keep.borrow().retired.is_empty() || !self.keep.borrow().fenced.is_empty() {
             self.fence_retired(stream);
-        }
-        Ok(())
-    }
-
-    /// A launch captured into another graph (a child graph node of that capture's graph): that
-    /// graph's launches use what this one keeps, so the capture is handed what it keeps now (the
-    /// graph's list as it is, and the setters' values).
-    #[cold]
-    fn hand_to_capture(&self, stream: &Stream) -> Result<()> {
-        let Some(capture) = crate::stream::capture_of(stream)? else { return Ok(()) };
-        let keep = self.keep.borrow();
-        if let Some((graph, _)) = &keep.graph {
-            capture.note(graph.snapshot());
-        }
-        for (value, _) in keep.slots.values() {
-            capture.note(value.clone());
         }
         Ok(())
     }
@@ -582,6 +567,21 @@ impl Drop for GraphExec {
             }
         }
     }
+}
+
+/// Refuses a launch on a stream being captured through this crate: the driver does not capture
+/// a graph launch (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`); add the graph to the capture's graph
+/// as a child graph node instead.
+#[cold]
+fn refuse_capture(stream: &Stream) -> Result<()> {
+    if crate::stream::capture_of(stream)?.is_some() {
+        return Err(crate::error::Error::invalid(
+            "GraphExec::launch",
+            "the stream is being captured, and the driver does not capture a graph launch; add the graph \
+             as a child graph node (Graph::add_child_graph_node) of the graph being built instead",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
