@@ -208,6 +208,9 @@ impl Stream {
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
+        if crate::stream::capturing::any() {
+            return wait_maybe_joining(self, event, 0);
+        }
         // SAFETY: both handles are alive while their owners are borrowed.
         unsafe { driver!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), 0)) }
     }
@@ -225,9 +228,37 @@ impl Stream {
         if flags.contains(EventWaitFlags::EXTERNAL) {
             refuse_external_in_capture("Stream::wait_event_with_flags", self)?;
         }
+        if crate::stream::capturing::any() {
+            return wait_maybe_joining(self, event, flags.bits());
+        }
         // SAFETY: both handles are alive while their owners are borrowed.
         unsafe { driver!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), flags.bits())) }
     }
+}
+
+/// A wait while some capture of this crate is under way: when it makes `stream` join a capture
+/// (the event was recorded in one), an event recorded on `stream` just before marks the work
+/// queued there until then, which captured work on memory of `stream` waits for at each of the
+/// graph's launches (see [the rule](crate::track)).
+#[cold]
+fn wait_maybe_joining(stream: &Stream, event: &Event, flags: u32) -> Result<()> {
+    let before = match crate::stream::capture_of(stream)? {
+        Some(_) => None,
+        None => {
+            let before = Event::new(stream.context(), EventFlags::DISABLE_TIMING)?;
+            // SAFETY: both handles are alive; `stream` is not being captured by this crate.
+            unsafe { driver!(cuEventRecord(before.as_raw(), stream.as_raw())) }?;
+            Some(before)
+        }
+    };
+    // SAFETY: both handles are alive while their owners are borrowed.
+    unsafe { driver!(cuStreamWaitEvent(stream.as_raw(), event.as_raw(), flags)) }?;
+    if let Some(before) = before {
+        if let Some(capture) = crate::stream::capture_of(stream)? {
+            capture.note_joined(stream, before);
+        }
+    }
+    Ok(())
 }
 
 /// Refuses an external event node on a stream being captured: the graph would name the event

@@ -34,6 +34,10 @@ struct Entry {
     /// An event recorded on the origin stream just before the capture began: the work queued
     /// there before, which captured work on memory of that stream must wait for at each launch.
     before: Option<Arc<Event>>,
+    /// For each stream that joined the capture through [`Stream::wait_event`] (its raw handle,
+    /// as an address): an event recorded on it just before it joined, covering the work queued
+    /// there before, which captured work on memory of that stream waits for at each launch.
+    joined: Vec<(usize, Arc<Event>)>,
     /// What the captured work took so far.
     taken: Vec<Taken>,
     /// The memory allocated by the capture (graph memory nodes), to free in the graph when it
@@ -106,16 +110,39 @@ impl CaptureRef {
         }
     }
 
-    /// Whether `stream` is the stream the capture was begun on.
-    pub(crate) fn is_origin(&self, stream: &Stream) -> bool {
-        captures().iter().any(|e| e.id == self.0 && e.origin == stream.as_raw() as usize)
+    /// Notes that `stream` joined the capture after `before` was recorded on it (the work it had
+    /// queued until then).
+    pub(crate) fn note_joined(&self, stream: &Stream, before: Event) {
+        if let Some(entry) = captures().iter_mut().find(|e| e.id == self.0) {
+            let key = stream.as_raw() as usize;
+            if !entry.joined.iter().any(|(s, _)| *s == key) {
+                entry.joined.push((key, Arc::new(before)));
+            }
+        }
+    }
+
+    /// Whether the work queued on `own` before it took part in the capture can be waited for
+    /// at the graph's launches: it is the origin stream, or it joined through this crate.
+    pub(crate) fn knows_before(&self, own: &Stream) -> bool {
+        let key = own.as_raw() as usize;
+        captures()
+            .iter()
+            .any(|e| e.id == self.0 && (e.origin == key || e.joined.iter().any(|(s, _)| *s == key)))
     }
 
     /// Makes the work captured on `stream` from now on wait, at each launch, for the work queued
-    /// on the capture's origin stream before the capture began: an external event wait node
-    /// (`CU_EVENT_WAIT_EXTERNAL`) on the event recorded then, which the graph keeps.
-    pub(crate) fn wait_before(&self, stream: &Stream) -> Result<()> {
-        let before = captures().iter().find(|e| e.id == self.0).and_then(|e| e.before.clone());
+    /// on `own` (the origin stream, or one that joined through this crate) before it took part
+    /// in the capture: an external event wait node (`CU_EVENT_WAIT_EXTERNAL`) on the event
+    /// recorded then, which the graph keeps.
+    pub(crate) fn wait_before(&self, stream: &Stream, own: &Stream) -> Result<()> {
+        let key = own.as_raw() as usize;
+        let before = captures().iter().find(|e| e.id == self.0).and_then(|e| {
+            if e.origin == key {
+                e.before.clone()
+            } else {
+                e.joined.iter().find(|(s, _)| *s == key).map(|(_, ev)| Arc::clone(ev))
+            }
+        });
         let Some(before) = before else {
             return Err(Error::invalid("capture", "the capture ended while work was being queued on it"));
         };
@@ -241,6 +268,7 @@ pub(crate) fn begin(stream: &Stream, begin: impl FnOnce() -> Result<()>) -> Resu
         id,
         origin: stream.as_raw() as usize,
         before: Some(before),
+        joined: Vec::new(),
         taken: Vec::new(),
         allocations: Vec::new(),
         freed_on: Vec::new(),

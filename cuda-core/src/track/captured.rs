@@ -243,19 +243,19 @@ impl Drop for Retained {
 ///
 /// * `own` outside any capture: an event recorded on it now, waited for by an external event
 ///   wait node (`CU_EVENT_WAIT_EXTERNAL`) on `stream`; the graph keeps the event.
-/// * `own` is the stream the capture began on: the event recorded there just before the
-///   capture began, waited for the same way.
-/// * `own` joined the capture, or is captured by another one: its work queued before cannot be
-///   named from the capture, and the use is refused.
+/// * `own` is the stream the capture began on, or joined it through [`Stream::wait_event`]: the
+///   event recorded there just before the capture began (or it joined), waited for the same way.
+/// * `own` joined the capture otherwise (a raw wait), or is captured by another one: its work
+///   queued before cannot be named from the capture, and the use is refused.
 pub(crate) fn order_captured_use(stream: &Stream, own: &Stream, capture: CaptureRef) -> Result<()> {
     match capture_of(own)? {
-        Some(c) if c == capture && capture.is_origin(own) => capture.wait_before(stream),
+        Some(c) if c == capture && capture.knows_before(own) => capture.wait_before(stream, own),
         Some(_) => Err(Error::invalid(
             "captured use",
-            "the memory's own stream is captured too, but it is not the stream the capture began on (or it is \
-             in another capture), so the work queued on the memory there before cannot be waited for at the \
-             graph's launches; allocate or move (set_stream) the memory on the capture's first stream, or on \
-             a stream outside the capture",
+            "the memory's own stream is captured too, but it joined the capture other than through \
+             Stream::wait_event (or it is in another capture), so the work queued on the memory there before \
+             cannot be waited for at the graph's launches; join streams with Stream::wait_event, or allocate \
+             or move (set_stream) the memory on the capture's first stream or a stream outside the capture",
         )),
         None if own.is_other_threads() => own.synchronize_for_release(),
         None => {
