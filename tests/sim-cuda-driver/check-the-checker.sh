@@ -20,11 +20,10 @@ fixes=(
   "H1: the first use on another stream waits for the memory's own stream|cuda-core/src/track/stream_uses.rs|s/wait_for\(stream, own\)\?;//"
   "H1: set_stream orders the new stream after the old one|cuda-core/src/memory/buffer.rs|s/crate::track::wait_for\(stream, &self\.stream\)\?/crate::track::Ordered::Waited/"
   "F6: a release waits for the other streams the memory was used on|cuda-core/src/track/stream_uses.rs|s/(wait_for\(stream, own\)\?;\n\s*\}\n(?:.*\n){2})\s*if !noted\.streams\.contains\(stream\) \{\n\s*noted\.streams\.push\(stream\.clone\(\)\);\n\s*\}\n/\$1/"
-  "pinned: the host waits for the copies in flight before it reads or writes|cuda-core/src/track/host_uses.rs|s/self\.lock\(\)\.wait\(write\)\n/Ok(())\n/"
+  "pinned: the host waits for the copies in flight before it reads or writes|cuda-core/src/track/host_uses.rs|s/Some\(state\) => lock\(state\)\.wait\(write\),/Some(_) => Ok(()),/"
   "H2: a graph launch is refused while the host holds a guard of a pinned buffer it uses|cuda-core/src/track/host_uses.rs|s/if u\.host_writer \|\| \(access\.writes && u\.host_readers > 0\) \{\n\s*return Err\(.*?\)\);\n\s*\}//s"
   "F7: memory dropped inside an NCCL group that uses it goes back only once the group has queued its calls|cuda-core/src/track/stream_uses.rs|s/(groups\.retain\(\|&g\| super::scopes::is_open\(g\)\);\n\s*)groups\.first\(\)\.copied\(\)/\${1}None/"
   "capture: a buffer that captured work uses is given back once the graphs holding it are gone|cuda-core/src/memory/buffer.rs|s/if let Some\(cell\) = self\.uses\.take_retained\(\) \{\n\s*cell\.deposit\(self\.late_release\(\)\);\n\s*return Ok\(\(\)\);\n\s*\}//"
-  "capture: a pinned buffer that captured copies use is given back once the graphs holding it are gone|cuda-core/src/memory/pinned.rs|s/if self\.uses\.hand_over\(release\) \{\n\s*return;\n\s*\}/let _ = release;/"
   "F9: dropping a mapping waits for the work queued through its views before it unmaps|cuda-core/src/vmm/mapping.rs|s/if let Err\(e\) = self\.uses\.synchronize_for_release\(\) \{\n\s*self\.range\.context\(\)\.defer\(e\);\n\s*return;\n\s*\}//"
 )
 
