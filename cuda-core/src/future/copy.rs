@@ -128,11 +128,18 @@ impl<'a, T: Pod> DeviceView<'a, T> {
 
 impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// [`DeviceView::to_vec_async`] of the whole buffer. Feature `async`.
+    ///
+    /// Fails as [`DeviceView::to_vec_async`] does (an [`Error::InvalidArgument`](crate::error::Error)
+    /// on a capturing stream, or the driver's status of the copy).
     pub fn to_vec_async(&self, stream: &Stream) -> Result<ToVec<'_, T>> {
         self.view().to_vec_async(stream)
     }
 
     /// [`DeviceView::to_pinned_async`] of the whole buffer. Feature `async`.
+    ///
+    /// Fails as [`DeviceView::to_pinned_async`] does (an
+    /// [`Error::InvalidArgument`](crate::error::Error) for lengths that differ or a capturing
+    /// stream, or the driver's status of the copy).
     pub fn to_pinned_async<'b>(
         &'b self,
         dst: &'b mut PinnedBuffer<T>,

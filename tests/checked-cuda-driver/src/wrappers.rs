@@ -1,6 +1,6 @@
 //! The functions the checking driver models: each wrapper calls the real function (looked up
 //! at the same ABI, with the same default-stream flag) and, when it succeeds, tells the
-//! [`model`](crate::model) what it did. Releases are told before the call, so that the
+//! [`model`] what it did. Releases are told before the call, so that the
 //! driver cannot hand the memory out again before the model knows it is gone.
 
 use crate::model::{self, with};
