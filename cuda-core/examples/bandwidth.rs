@@ -5,8 +5,8 @@
 //! cargo run --release --example bandwidth -- 256   # MiB per copy (default 64)
 //! ```
 
-use cuda_core::memory::{HostAllocFlags, PinnedBuffer};
-use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+use cuhost::memory::{HostAllocFlags, PinnedBuffer};
+use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     let mib = std::env::args().nth(1).and_then(|s| s.parse::<usize>().ok()).unwrap_or(64).max(1);
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run(mib).and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run(mib).and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bandwidth: {e}");
@@ -27,7 +27,7 @@ fn main() -> ExitCode {
 
 /// Runs `copy` REPEATS times after one warm-up and returns GB/s for `bytes` per copy (the
 /// best of the runs, as bandwidth tools report).
-fn measure(bytes: usize, mut copy: impl FnMut() -> cuda_core::Result<()>) -> cuda_core::Result<f64> {
+fn measure(bytes: usize, mut copy: impl FnMut() -> cuhost::Result<()>) -> cuhost::Result<f64> {
     copy()?;
     let mut best = f64::MAX;
     for _ in 0..REPEATS {
@@ -38,7 +38,7 @@ fn measure(bytes: usize, mut copy: impl FnMut() -> cuda_core::Result<()>) -> cud
     Ok(bytes as f64 / best / 1e9)
 }
 
-fn run(mib: usize) -> cuda_core::Result<()> {
+fn run(mib: usize) -> cuhost::Result<()> {
     let device = Device::get(0)?;
     let ctx = Context::primary(&device)?;
     let len = mib << 18; // u32 elements
@@ -63,7 +63,7 @@ fn run(mib: usize) -> cuda_core::Result<()> {
         ("device to device (read + write)", 2.0 * measure(bytes, || device_b.copy_from_device(&device_a))?),
     ];
     if pageable.iter().enumerate().any(|(i, v)| *v != i as u32) {
-        return Err(cuda_core::Error::invalid("bandwidth", "data read back differs from what was written"));
+        return Err(cuhost::Error::invalid("bandwidth", "data read back differs from what was written"));
     }
     println!("{} ({} MiB per copy, best of {REPEATS})", device.name()?, mib);
     println!("{:<34} {:>10}", "copy", "GB/s");

@@ -6,8 +6,8 @@
 //! cargo run --release --example copy_batch -- 1000 64   # rows gathered, u32s per row
 //! ```
 
-use cuda_core::copy::CopyRegion;
-use cuda_core::{Context, Device, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
+use cuhost::copy::CopyRegion;
+use cuhost::{Context, Device, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     let width = args.next().flatten().unwrap_or(64).clamp(1, 1 << 16);
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run(rows, width).and_then(|()| cuda_core::pool::release_default_pools()) {
+    match run(rows, width).and_then(|()| cuhost::pool::release_default_pools()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("copy_batch: {e}");
@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(rows: usize, width: usize) -> cuda_core::Result<()> {
+fn run(rows: usize, width: usize) -> cuhost::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     // Batches need a created stream (or the per-thread default one): the driver refuses the
     // legacy default stream.
@@ -99,7 +99,7 @@ fn run(rows: usize, width: usize) -> cuda_core::Result<()> {
 }
 
 /// Fails unless the device buffer holds `expected`.
-fn check(what: &str, gathered: &DeviceBuffer<u32>, expected: &[u32]) -> cuda_core::Result<()> {
+fn check(what: &str, gathered: &DeviceBuffer<u32>, expected: &[u32]) -> cuhost::Result<()> {
     let got = gathered.to_vec()?;
     match got.iter().zip(expected).position(|(g, e)| g != e) {
         None => Ok(()),

@@ -8,8 +8,8 @@
 //! Without a driver it prints one line saying what could not be loaded and what to install,
 //! and exits with status 1.
 
-use cuda_core::module::Module;
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
+use cuhost::module::Module;
+use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
 
 /// `add_one(u32* data, u32 n)`: `data[i] += 1` for `i < n`.
@@ -45,13 +45,13 @@ DONE:
 
 fn main() -> ExitCode {
     // Without a driver, say so in one line rather than as an error per call.
-    if let Some(e) = cuda_core::driver_sys::library_error() {
+    if let Some(e) = cuhost::driver_sys::library_error() {
         eprintln!("device_info: {e}");
         return ExitCode::FAILURE;
     }
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run().and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run().and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -65,10 +65,10 @@ fn version(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-fn run() -> cuda_core::Result<bool> {
+fn run() -> cuhost::Result<bool> {
     let devices = Device::all()?;
-    let driver = cuda_core::device::driver_version()?;
-    let runtime = match cuda_core::runtime::runtime_version() {
+    let driver = cuhost::device::driver_version()?;
+    let runtime = match cuhost::runtime::runtime_version() {
         Ok(v) => version(v),
         Err(e) => format!("not available ({e})"),
     };
@@ -106,7 +106,7 @@ fn run() -> cuda_core::Result<bool> {
     Ok(all_ok)
 }
 
-fn self_check(device: &Device) -> cuda_core::Result<()> {
+fn self_check(device: &Device) -> cuhost::Result<()> {
     let ctx = Context::primary(device)?;
     let (free, total) = ctx.memory_info()?;
     println!(
@@ -120,7 +120,7 @@ fn self_check(device: &Device) -> cuda_core::Result<()> {
     let mut data = DeviceBuffer::from_slice(&stream, &host)?;
     let back = data.to_vec()?;
     if back != host {
-        return Err(cuda_core::Error::invalid("self-check", "the copy round trip returned different data"));
+        return Err(cuhost::Error::invalid("self-check", "the copy round trip returned different data"));
     }
     let module = Module::from_ptx(&ctx, PTX)?;
     let add_one = module.function("add_one")?;
@@ -130,7 +130,7 @@ fn self_check(device: &Device) -> cuda_core::Result<()> {
     let result = data.to_vec()?;
     match result.iter().zip(&host).position(|(r, h)| *r != h.wrapping_add(1)) {
         None => Ok(()),
-        Some(i) => Err(cuda_core::Error::invalid(
+        Some(i) => Err(cuhost::Error::invalid(
             "self-check",
             format!("kernel result wrong at {i}: {} instead of {}", result[i], host[i].wrapping_add(1)),
         )),

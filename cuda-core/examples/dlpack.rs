@@ -6,14 +6,14 @@
 //! cargo run --example dlpack
 //! ```
 
-use cuda_core::dlpack::{DLDeviceType, DlpackDtype, ImportedTensor, ManagedTensor};
-use cuda_core::{Context, Device, DeviceBuffer, Error, Stream};
+use cuhost::dlpack::{DLDeviceType, DlpackDtype, ImportedTensor, ManagedTensor};
+use cuhost::{Context, Device, DeviceBuffer, Error, Stream};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run().and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run().and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("dlpack: {e}");
@@ -23,11 +23,11 @@ fn main() -> ExitCode {
 }
 
 /// Fails the example with `message` unless `ok`.
-fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
+fn check(ok: bool, message: impl Into<String>) -> cuhost::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("dlpack example", message)) }
 }
 
-fn run() -> cuda_core::Result<()> {
+fn run() -> cuhost::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     let host: Vec<f32> = (0..24).map(|i| i as f32 * 0.25).collect();
     let buf = DeviceBuffer::from_slice(&Stream::legacy(&ctx), &host)?;

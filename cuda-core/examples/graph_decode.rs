@@ -20,10 +20,10 @@
 //!
 //! and `partial` (one float per block of 256) is the small result copied to the host.
 
-use cuda_core::compile::{Arch, CompileOptions, Program};
-use cuda_core::graph::{CaptureMode, GraphExec, InstantiateFlags};
-use cuda_core::module::Function;
-use cuda_core::{
+use cuhost::compile::{Arch, CompileOptions, Program};
+use cuhost::graph::{CaptureMode, GraphExec, InstantiateFlags};
+use cuhost::module::Function;
+use cuhost::{
     Context, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamFlags,
 };
 use std::process::ExitCode;
@@ -62,7 +62,7 @@ fn main() -> ExitCode {
     let steps = args.next().flatten().unwrap_or(200);
     let width = args.next().flatten().unwrap_or(4096);
     // The default pools' cache goes back at the end, so that a leak checker sees only real leaks.
-    match run(steps, width).and_then(|()| cuda_core::pool::release_default_pools()) {
+    match run(steps, width).and_then(|()| cuhost::pool::release_default_pools()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("graph_decode: {e}");
@@ -94,7 +94,7 @@ struct Decoder<'m> {
 impl Decoder<'_> {
     /// Queues one step: allocates the temporaries on the streams that use them, runs the
     /// kernels, copies the partial sums out and drops the temporaries.
-    fn step(&mut self) -> cuda_core::Result<()> {
+    fn step(&mut self) -> cuhost::Result<()> {
         let n = self.width;
         let blocks = n.div_ceil(BLOCK);
         let config = LaunchConfig::for_elements(n, BLOCK);
@@ -129,7 +129,7 @@ impl Decoder<'_> {
     }
 
     /// Writes the input of step `t` (waits for the step before, which reads it).
-    fn set_input(&mut self, t: usize) -> cuda_core::Result<()> {
+    fn set_input(&mut self, t: usize) -> cuhost::Result<()> {
         let mut input = self.input.as_mut_slice()?;
         for (i, v) in input.iter_mut().enumerate() {
             *v = input_value(t, i);
@@ -138,7 +138,7 @@ impl Decoder<'_> {
     }
 
     /// Checks the output of step `t` (waits for the step).
-    fn check(&self, t: usize) -> cuda_core::Result<()> {
+    fn check(&self, t: usize) -> cuhost::Result<()> {
         let output = self.output.as_slice()?;
         let expected = expected_partials(t, self.width as usize);
         match output.iter().zip(&expected).position(|(o, e)| o != e) {
@@ -170,7 +170,7 @@ fn expected_partials(t: usize, width: usize) -> Vec<f32> {
         .collect()
 }
 
-fn run(steps: usize, width: usize) -> cuda_core::Result<()> {
+fn run(steps: usize, width: usize) -> cuhost::Result<()> {
     let device = Device::get(0)?;
     let ctx = Context::primary(&device)?;
     let compiled =

@@ -5,9 +5,9 @@
 //! cargo run --example graphs -- 100
 //! ```
 
-use cuda_core::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags};
-use cuda_core::module::Module;
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
+use cuhost::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags};
+use cuhost::module::Module;
+use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -47,7 +47,7 @@ fn main() -> ExitCode {
     let launches = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(100u32);
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run(launches).and_then(|r| Ok(cuda_core::pool::release_default_pools().map(|()| r)?)) {
+    match run(launches).and_then(|r| Ok(cuhost::pool::release_default_pools().map(|()| r)?)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("graphs: {e}");

@@ -7,10 +7,10 @@
 //! cargo run --example green_contexts -- 32   # SMs asked for per group
 //! ```
 
-use cuda_core::driver_sys::CUresult;
-use cuda_core::green::{GreenContext, SmResource, SplitFlags};
-use cuda_core::module::Module;
-use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig};
+use cuhost::driver_sys::CUresult;
+use cuhost::green::{GreenContext, SmResource, SplitFlags};
+use cuhost::module::Module;
+use cuhost::{Context, Device, DeviceBuffer, Error, LaunchConfig};
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     let per_group = std::env::args().nth(1).and_then(|s| s.parse::<u32>().ok()).unwrap_or(32);
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run(per_group).and_then(|()| cuda_core::pool::release_default_pools()) {
+    match run(per_group).and_then(|()| cuhost::pool::release_default_pools()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("green_contexts: {e}");
@@ -33,7 +33,7 @@ fn main() -> ExitCode {
 /// `Ok(None)`, after saying why, where the driver or the device offers no green contexts: a
 /// driver older than the call (12.4 for splits and green contexts, 12.5 for their streams) or
 /// a device the driver refuses them on.
-fn supported<T>(result: cuda_core::Result<T>) -> cuda_core::Result<Option<T>> {
+fn supported<T>(result: cuhost::Result<T>) -> cuhost::Result<Option<T>> {
     match result {
         Err(e @ Error::Load { .. }) => {
             println!("green contexts are not available with this driver ({e}); nothing to show");
@@ -47,7 +47,7 @@ fn supported<T>(result: cuda_core::Result<T>) -> cuda_core::Result<Option<T>> {
     }
 }
 
-fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
+fn check(ok: bool, message: impl Into<String>) -> cuhost::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("green_contexts example", message)) }
 }
 
@@ -59,7 +59,7 @@ struct Part {
     out: DeviceBuffer<u32>,
 }
 
-fn run(per_group: u32) -> cuda_core::Result<()> {
+fn run(per_group: u32) -> cuhost::Result<()> {
     let device = Device::get(0)?;
     let Some(all) = supported(SmResource::of_device(&device))? else { return Ok(()) };
     // The driver rounds each group up to SMs the hardware schedules together (at least

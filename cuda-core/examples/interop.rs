@@ -7,16 +7,16 @@
 //! cargo run --example interop
 //! ```
 
-use cuda_core::interop::external::{ExternalMemory, ExternalMemoryFlags, MemoryHandle};
-use cuda_core::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
-use cuda_core::{Context, Device, Error, Stream, StreamFlags};
+use cuhost::interop::external::{ExternalMemory, ExternalMemoryFlags, MemoryHandle};
+use cuhost::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
+use cuhost::{Context, Device, Error, Stream, StreamFlags};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run().and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run().and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("interop: {e}");
@@ -26,11 +26,11 @@ fn main() -> ExitCode {
 }
 
 /// Fails the example with `message` unless `ok`.
-fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
+fn check(ok: bool, message: impl Into<String>) -> cuhost::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("interop example", message)) }
 }
 
-fn run() -> cuda_core::Result<()> {
+fn run() -> cuhost::Result<()> {
     let device = Device::get(0)?;
     let ctx = Context::primary(&device)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;

@@ -10,10 +10,10 @@
 //! cargo run --example ipc
 //! ```
 
-use cuda_core::interop::ipc::{IpcEventHandle, IpcMemHandle};
-use cuda_core::memory::address_range;
-use cuda_core::pool::MemoryPool;
-use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, Stream, StreamFlags};
+use cuhost::interop::ipc::{IpcEventHandle, IpcMemHandle};
+use cuhost::memory::address_range;
+use cuhost::pool::MemoryPool;
+use cuhost::{Context, Device, DeviceBuffer, Error, Event, EventFlags, Stream, StreamFlags};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         _ => ("ipc", run()),
     };
     // As in the other examples: the default pools' cache goes back before exiting.
-    match result.and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match result.and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{name}: {e}");
@@ -41,7 +41,7 @@ fn main() -> ExitCode {
 }
 
 /// Fails the example with `message` unless `ok`.
-fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
+fn check(ok: bool, message: impl Into<String>) -> cuhost::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("ipc example", message)) }
 }
 
@@ -59,7 +59,7 @@ fn child_values(values: &[u32]) -> Vec<u32> {
     values.iter().map(|v| v.wrapping_mul(3).wrapping_add(1)).collect()
 }
 
-fn run() -> cuda_core::Result<()> {
+fn run() -> cuhost::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 
@@ -123,7 +123,7 @@ fn run() -> cuda_core::Result<()> {
     check(deferred.is_empty(), format!("errors kept from drops: {deferred:?}"))
 }
 
-fn child() -> cuda_core::Result<()> {
+fn child() -> cuhost::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let mut line = String::new();

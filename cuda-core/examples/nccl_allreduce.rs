@@ -13,8 +13,8 @@
 //! cargo run --example nccl_allreduce -- 1 2 127.0.0.1:29500
 //! ```
 
-use cuda_core::nccl::{Communicator, Config, ReduceOp, UniqueId};
-use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+use cuhost::nccl::{Communicator, Config, ReduceOp, UniqueId};
+use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ const ELEMENTS: usize = 1 << 20;
 
 fn main() {
     // As in the other examples: the default pools' cache goes back before exiting.
-    if let Err(e) = run().and_then(|r| Ok(cuda_core::pool::release_default_pools().map(|()| r)?)) {
+    if let Err(e) = run().and_then(|r| Ok(cuhost::pool::release_default_pools().map(|()| r)?)) {
         eprintln!("nccl_allreduce: {e}");
         std::process::exit(1);
     }

@@ -21,8 +21,8 @@
 //! dies makes the others fail with a time-out instead of hanging. NVLink SHARP stays off
 //! (`NCCL_NVLS_ENABLE=0`) in the ranks it starts; set it in the launcher's environment otherwise.
 
-use cuda_core::nccl::{Bootstrap, Config, ReduceOp, group};
-use cuda_core::{Context, DeviceBuffer, Stream, StreamFlags};
+use cuhost::nccl::{Bootstrap, Config, ReduceOp, group};
+use cuhost::{Context, DeviceBuffer, Stream, StreamFlags};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ fn main() {
         Ok(Mode::Spawn { ranks, timeout }) => spawn(ranks, timeout),
         Ok(Mode::Rank { timeout }) => {
             // As in the other examples: the default pools' cache goes back before exiting.
-            rank(timeout).and_then(|()| Ok(cuda_core::pool::release_default_pools()?))
+            rank(timeout).and_then(|()| Ok(cuhost::pool::release_default_pools()?))
         }
         Err(e) => Err(e),
     };

@@ -3,8 +3,8 @@
 //!
 //! `cargo run --example nvrtc`
 
-use cuda_core::compile::{self, Arch, CompileCache, CompileOptions, Program};
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
+use cuhost::compile::{self, Arch, CompileCache, CompileOptions, Program};
+use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -18,7 +18,7 @@ extern "C" __global__ void saxpy(float a, const float *x, float *y, unsigned n) 
 
 fn main() -> ExitCode {
     // The default pools' cache goes back at the end, so that a leak checker sees only real leaks.
-    match run().and_then(|()| cuda_core::pool::release_default_pools()) {
+    match run().and_then(|()| cuhost::pool::release_default_pools()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nvrtc: {e}");
@@ -27,7 +27,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> cuda_core::Result<()> {
+fn run() -> cuhost::Result<()> {
     let device = Device::get(0)?;
     let ctx = Context::primary(&device)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
@@ -84,10 +84,7 @@ fn run() -> cuda_core::Result<()> {
         || later.cache_hit().is_none()
         || later.code() != compiled.code()
     {
-        return Err(cuda_core::Error::invalid(
-            "nvrtc example",
-            "a result or a cache hit was not as expected",
-        ));
+        return Err(cuhost::Error::invalid("nvrtc example", "a result or a cache hit was not as expected"));
     }
     Ok(())
 }

@@ -8,8 +8,8 @@
 //! and exactly one kernel, `inside_range`, is profiled. Kernels come from PTX loaded with the
 //! raw driver API, so the example needs nothing but a driver.
 
-use cuda_core::driver_sys as sys;
-use cuda_core::nvtx;
+use cuhost::driver_sys as sys;
+use cuhost::nvtx;
 use std::ffi::CStr;
 use std::process::ExitCode;
 
@@ -85,8 +85,7 @@ fn run() -> Result<(), String> {
 fn main() -> ExitCode {
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run().and_then(|r| cuda_core::pool::release_default_pools().map(|()| r).map_err(|e| e.to_string()))
-    {
+    match run().and_then(|r| cuhost::pool::release_default_pools().map(|()| r).map_err(|e| e.to_string())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{e}");

@@ -8,9 +8,9 @@
 //! cargo run --example occupancy -- 1000000
 //! ```
 
-use cuda_core::module::{FunctionAttribute, Module};
-use cuda_core::occupancy::OccupancyFlags;
-use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
+use cuhost::module::{FunctionAttribute, Module};
+use cuhost::occupancy::OccupancyFlags;
+use cuhost::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
 
 /// `saxpy(u32 n, f32 a, const f32* x, f32* y)`, shared by the examples that launch it.
@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     let n = std::env::args().nth(1).and_then(|s| s.parse::<u32>().ok()).unwrap_or(1 << 20);
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run(n).and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run(n).and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("occupancy: {e}");
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
 }
 
 /// Fails the example with `message` unless `ok`.
-fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
+fn check(ok: bool, message: impl Into<String>) -> cuhost::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("occupancy example", message)) }
 }
 
@@ -39,7 +39,7 @@ fn count(value: i32) -> u32 {
     u32::try_from(value).unwrap_or(0)
 }
 
-fn run(n: u32) -> cuda_core::Result<()> {
+fn run(n: u32) -> cuhost::Result<()> {
     let device = Device::get(0)?;
     let ctx = Context::primary(&device)?;
     let module = Module::from_ptx(&ctx, PTX)?;

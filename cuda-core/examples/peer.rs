@@ -8,9 +8,9 @@
 //! cargo run --example peer
 //! ```
 
-use cuda_core::driver_sys::CUresult;
-use cuda_core::peer::P2PAttribute;
-use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
+use cuhost::driver_sys::CUresult;
+use cuhost::peer::P2PAttribute;
+use cuhost::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use std::process::ExitCode;
 
 /// Elements copied between the devices.
@@ -19,7 +19,7 @@ const N: u32 = 1 << 22;
 fn main() -> ExitCode {
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run().and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run().and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("peer: {e}");
@@ -29,19 +29,19 @@ fn main() -> ExitCode {
 }
 
 /// Fails the example with `message` unless `ok`.
-fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
+fn check(ok: bool, message: impl Into<String>) -> cuhost::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("peer example", message)) }
 }
 
 /// Enables `ctx`'s access to `peer`'s memory; an access already enabled counts as enabled.
-fn enable(ctx: &Context, peer: &Context) -> cuda_core::Result<()> {
+fn enable(ctx: &Context, peer: &Context) -> cuhost::Result<()> {
     match ctx.enable_peer_access(peer) {
         Err(e) if e.driver_status() != Some(CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) => Err(e),
         _ => Ok(()),
     }
 }
 
-fn run() -> cuda_core::Result<()> {
+fn run() -> cuhost::Result<()> {
     let devices = Device::all()?;
     if devices.len() < 2 {
         println!("peer: needs two devices, found {}; nothing to do", devices.len());

@@ -13,9 +13,9 @@
 //! copies and graph launches that use them), and the kernel is a `SharedFunction` kept next to
 //! the streams.
 
-use cuda_core::graph::{CaptureMode, InstantiateFlags};
-use cuda_core::module::{Module, SharedFunction};
-use cuda_core::{
+use cuhost::graph::{CaptureMode, InstantiateFlags};
+use cuhost::module::{Module, SharedFunction};
+use cuhost::{
     Context, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamFlags,
 };
 use std::process::ExitCode;
@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     let len = args.next().flatten().unwrap_or(1 << 18);
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run(chunks, len).and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run(chunks, len).and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pipeline: {e}");
@@ -62,13 +62,13 @@ struct Pipeline {
 }
 
 impl Pipeline {
-    fn new(ctx: &Context, chunks: usize, len: usize) -> cuda_core::Result<Pipeline> {
+    fn new(ctx: &Context, chunks: usize, len: usize) -> cuhost::Result<Pipeline> {
         let len32 = u32::try_from(len)
             .map_err(|_| Error::invalid("pipeline", "a chunk holds at most 2^32 - 1 elements"))?;
         let module = Arc::new(Module::from_ptx(ctx, PTX)?);
         let streams = (0..3)
             .map(|_| Stream::new(ctx, StreamFlags::NON_BLOCKING))
-            .collect::<cuda_core::Result<Vec<_>>>()?;
+            .collect::<cuhost::Result<Vec<_>>>()?;
         let chunks = (0..chunks)
             .map(|i| {
                 let stream = i % streams.len();
@@ -81,12 +81,12 @@ impl Pipeline {
                     stream,
                 })
             })
-            .collect::<cuda_core::Result<Vec<_>>>()?;
+            .collect::<cuhost::Result<Vec<_>>>()?;
         Ok(Pipeline { saxpy: module.shared_function("saxpy")?, streams, chunks, len: len32 })
     }
 
     /// Writes each chunk's input: element `j` of chunk `i` is `i + j / 1024 + round`.
-    fn fill(&mut self, round: u32) -> cuda_core::Result<()> {
+    fn fill(&mut self, round: u32) -> cuhost::Result<()> {
         for (i, chunk) in self.chunks.iter_mut().enumerate() {
             // Waits for the copies (or graph launches) still reading the input.
             for (j, v) in chunk.input.as_mut_slice()?.iter_mut().enumerate() {
@@ -98,7 +98,7 @@ impl Pipeline {
 
     /// Queues every chunk: copy in, zero y, y = A*x + y, copy out, each on its chunk's stream
     /// (or all on stream 0 when `one_stream`).
-    fn enqueue(&mut self, one_stream: bool) -> cuda_core::Result<()> {
+    fn enqueue(&mut self, one_stream: bool) -> cuhost::Result<()> {
         let config = LaunchConfig::for_elements(self.len, 256);
         for chunk in &mut self.chunks {
             let stream = &self.streams[if one_stream { 0 } else { chunk.stream }];
@@ -114,7 +114,7 @@ impl Pipeline {
     }
 
     /// Counts the outputs that are not `A * input`; waits for the copies writing them.
-    fn wrong(&self) -> cuda_core::Result<usize> {
+    fn wrong(&self) -> cuhost::Result<usize> {
         let mut wrong = 0;
         for chunk in &self.chunks {
             let (input, output) = (chunk.input.as_slice()?, chunk.output.as_slice()?);
@@ -123,12 +123,12 @@ impl Pipeline {
         Ok(wrong)
     }
 
-    fn synchronize(&self) -> cuda_core::Result<()> {
+    fn synchronize(&self) -> cuhost::Result<()> {
         self.streams.iter().try_for_each(Stream::synchronize)
     }
 }
 
-fn check(what: &str, wrong: usize) -> cuda_core::Result<()> {
+fn check(what: &str, wrong: usize) -> cuhost::Result<()> {
     if wrong == 0 {
         Ok(())
     } else {
@@ -136,7 +136,7 @@ fn check(what: &str, wrong: usize) -> cuda_core::Result<()> {
     }
 }
 
-fn run(chunks: usize, len: usize) -> cuda_core::Result<()> {
+fn run(chunks: usize, len: usize) -> cuhost::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     let mut p = Pipeline::new(&ctx, chunks, len)?;
     let mib = (chunks * len * 4) as f64 / (1 << 20) as f64;
@@ -164,7 +164,7 @@ fn run(chunks: usize, len: usize) -> cuda_core::Result<()> {
     let fork = Event::new(&ctx, EventFlags::DISABLE_TIMING)?;
     let joins = (1..p.streams.len())
         .map(|_| Event::new(&ctx, EventFlags::DISABLE_TIMING))
-        .collect::<cuda_core::Result<Vec<_>>>()?;
+        .collect::<cuhost::Result<Vec<_>>>()?;
     let capture = p.streams[0].begin_capture(CaptureMode::ThreadLocal)?;
     fork.record(&p.streams[0])?;
     for stream in &p.streams[1..] {

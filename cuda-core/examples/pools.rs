@@ -8,11 +8,11 @@
 //! cargo run --example pools
 //! ```
 
-use cuda_core::alloc;
-use cuda_core::alloc::DeviceAllocator;
-use cuda_core::mempool::{MemPool, MemPoolProps};
-use cuda_core::pool::{self, MemoryPool, PoolLimit};
-use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
+use cuhost::alloc;
+use cuhost::alloc::DeviceAllocator;
+use cuhost::mempool::{MemPool, MemPoolProps};
+use cuhost::pool::{self, MemoryPool, PoolLimit};
+use cuhost::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ const MIB: usize = 1 << 20;
 fn main() -> ExitCode {
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run().and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run().and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pools: {e}");
@@ -31,11 +31,11 @@ fn main() -> ExitCode {
 }
 
 /// Fails the example with `message` unless `ok`.
-fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
+fn check(ok: bool, message: impl Into<String>) -> cuhost::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("pools example", message)) }
 }
 
-fn run() -> cuda_core::Result<()> {
+fn run() -> cuhost::Result<()> {
     let device = Device::get(0)?;
     let ctx = Context::primary(&device)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;

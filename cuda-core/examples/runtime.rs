@@ -8,10 +8,10 @@
 //! cargo run --example runtime
 //! ```
 
-use cuda_core::memory::HostAllocFlags;
-use cuda_core::runtime::{self as rt, MemoryType};
-use cuda_core::runtime_sys::cudaDeviceAttr as RA;
-use cuda_core::{Context, Device, Error};
+use cuhost::memory::HostAllocFlags;
+use cuhost::runtime::{self as rt, MemoryType};
+use cuhost::runtime_sys::cudaDeviceAttr as RA;
+use cuhost::{Context, Device, Error};
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -22,7 +22,7 @@ const N: usize = 1 << 20;
 fn main() -> ExitCode {
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run().and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run().and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("runtime: {e}");
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
 }
 
 /// Fails the example with `message` unless `ok`.
-fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
+fn check(ok: bool, message: impl Into<String>) -> cuhost::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("runtime example", message)) }
 }
 
@@ -40,9 +40,9 @@ fn version(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-fn run() -> cuda_core::Result<()> {
+fn run() -> cuhost::Result<()> {
     let (driver, runtime) = (rt::driver_version()?, rt::runtime_version()?);
-    check(driver == cuda_core::device::driver_version()?, "the runtime and the driver report other drivers")?;
+    check(driver == cuhost::device::driver_version()?, "the runtime and the driver report other drivers")?;
     let count = rt::get_device_count()?;
     check(count == Device::count()?, format!("the runtime counts {count} devices"))?;
     println!("runtime {}, driver {}, {count} device(s)", version(runtime), version(driver));

@@ -5,8 +5,8 @@
 //! cargo run --example saxpy -- 1000000
 //! ```
 
-use cuda_core::module::Module;
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
+use cuhost::module::Module;
+use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
 
 /// `saxpy(u32 n, f32 a, const f32* x, f32* y)`, shared by the examples that launch it.
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     let n = std::env::args().nth(1).and_then(|s| s.parse::<u32>().ok()).unwrap_or(1 << 20);
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run(n).and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run(n).and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("saxpy: {e}");
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(n: u32) -> cuda_core::Result<()> {
+fn run(n: u32) -> cuhost::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     let module = Module::from_ptx(&ctx, PTX)?;
     let saxpy = module.function("saxpy")?;
@@ -51,6 +51,6 @@ fn run(n: u32) -> cuda_core::Result<()> {
     if wrong == 0 {
         Ok(())
     } else {
-        Err(cuda_core::Error::invalid("saxpy", format!("{wrong} of {n} results differ from the host")))
+        Err(cuhost::Error::invalid("saxpy", format!("{wrong} of {n} results differ from the host")))
     }
 }

@@ -6,13 +6,13 @@
 //! cargo run --example texture -- 4
 //! ```
 
-use cuda_core::memory::{Array, ArrayFlags};
-use cuda_core::module::Module;
-use cuda_core::texture::{
+use cuhost::memory::{Array, ArrayFlags};
+use cuhost::module::Module;
+use cuhost::texture::{
     AddressMode, ChannelFormat, FilterMode, Resource, Swizzle, TensorDataType, TensorMapBuilder,
     TextureDescriptor, TextureObject,
 };
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
+use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -68,7 +68,7 @@ fn main() -> ExitCode {
     let scale = std::env::args().nth(1).and_then(|s| s.parse::<usize>().ok()).unwrap_or(4).clamp(1, 16);
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run(scale).and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run(scale).and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("texture: {e}");
@@ -81,7 +81,7 @@ fn pixel(x: usize, y: usize) -> f32 {
     ((x * 7 + y * 3) % 32) as f32
 }
 
-fn run(scale: usize) -> cuda_core::Result<()> {
+fn run(scale: usize) -> cuhost::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let image: Vec<f32> = (0..SIDE * SIDE).map(|i| pixel(i % SIDE, i / SIDE)).collect();
@@ -147,6 +147,6 @@ fn run(scale: usize) -> cuda_core::Result<()> {
     if worst <= 32.0 / 256.0 {
         Ok(())
     } else {
-        Err(cuda_core::Error::invalid("texture", format!("the GPU differs from the host by {worst}")))
+        Err(cuhost::Error::invalid("texture", format!("the GPU differs from the host by {worst}")))
     }
 }

@@ -7,12 +7,12 @@
 //! cargo run --example vmm
 //! ```
 
-use cuda_core::mempool::Access;
-use cuda_core::vmm::{
+use cuhost::mempool::Access;
+use cuhost::vmm::{
     AccessGrant, AddressRange, AllocationProperties, Granularity, GrowableBuffer, HandleTypes,
     PhysicalMemory, VmmAllocator, VmmSupport,
 };
-use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
+use cuhost::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use std::sync::Arc;
 fn main() -> ExitCode {
     // The default pools cache freed blocks for reuse: give them back before exiting, so
     // that a leak checker (compute-sanitizer --leak-check full) sees only real leaks.
-    match run().and_then(|r| cuda_core::pool::release_default_pools().map(|()| r)) {
+    match run().and_then(|r| cuhost::pool::release_default_pools().map(|()| r)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("vmm: {e}");
@@ -30,11 +30,11 @@ fn main() -> ExitCode {
 }
 
 /// Fails the example with `message` unless `ok`.
-fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
+fn check(ok: bool, message: impl Into<String>) -> cuhost::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("vmm example", message)) }
 }
 
-fn run() -> cuda_core::Result<()> {
+fn run() -> cuhost::Result<()> {
     let device = Device::get(0)?;
     let ctx = Context::primary(&device)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;

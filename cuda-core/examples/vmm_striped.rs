@@ -8,12 +8,12 @@
 //! cargo run --example vmm_striped -- 4   # stripes per vector
 //! ```
 
-use cuda_core::mempool::Access;
-use cuda_core::module::Module;
-use cuda_core::vmm::{
+use cuhost::mempool::Access;
+use cuhost::module::Module;
+use cuhost::vmm::{
     AccessGrant, AddressRange, AllocationProperties, Granularity, MappedSpan, PhysicalMemory, VmmSupport,
 };
-use cuda_core::{Context, Device, Error, LaunchConfig, Stream, StreamFlags};
+use cuhost::{Context, Device, Error, LaunchConfig, Stream, StreamFlags};
 use std::process::ExitCode;
 
 /// `saxpy(u32 n, f32 a, const f32* x, f32* y)`, shared by the examples that launch it.
@@ -25,7 +25,7 @@ const A: f32 = 2.0;
 fn main() -> ExitCode {
     let stripes = std::env::args().nth(1).and_then(|s| s.parse::<usize>().ok()).unwrap_or(4).clamp(1, 64);
     // The default pools' cache goes back at the end, so that a leak checker sees only real leaks.
-    match run(stripes).and_then(|()| cuda_core::pool::release_default_pools()) {
+    match run(stripes).and_then(|()| cuhost::pool::release_default_pools()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("vmm_striped: {e}");
@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(ok: bool, message: impl Into<String>) -> cuda_core::Result<()> {
+fn check(ok: bool, message: impl Into<String>) -> cuhost::Result<()> {
     if ok { Ok(()) } else { Err(Error::invalid("vmm_striped example", message)) }
 }
 
@@ -46,11 +46,11 @@ fn striped(
     stripe: usize,
     props: &AllocationProperties,
     access: &[AccessGrant],
-) -> cuda_core::Result<MappedSpan> {
+) -> cuhost::Result<MappedSpan> {
     let range = AddressRange::reserve(ctx, stripes * stripe, 0)?;
     let mappings = (0..stripes)
         .map(|k| range.map(k * stripe, &PhysicalMemory::new(ctx, stripe, props)?))
-        .collect::<cuda_core::Result<Vec<_>>>()?;
+        .collect::<cuhost::Result<Vec<_>>>()?;
     let span = MappedSpan::new(mappings)?;
     // Mapped memory may not be touched before its access is set: stripe by stripe, per device.
     span.set_access(access)?;
@@ -58,7 +58,7 @@ fn striped(
     Ok(span)
 }
 
-fn run(stripes: usize) -> cuda_core::Result<()> {
+fn run(stripes: usize) -> cuhost::Result<()> {
     let device = Device::get(0)?;
     if !VmmSupport::of(&device)?.virtual_memory_management {
         println!("{} does not support virtual memory management; nothing to show", device.name()?);

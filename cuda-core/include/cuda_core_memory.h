@@ -1,9 +1,9 @@
 /*
  * cuda_core_memory.h: allocate device memory from cuda-core's current allocator in C or C++.
  *
- * The functions are defined by the Rust crate cuda-core (module `cuda_core::pool::capi`) and
+ * The functions are defined by the Rust crate cuda-core (module `cuhost::pool::capi`) and
  * are available in any process that links it. A handle captures the allocator that is current
- * on the calling thread when the handle is made (see `cuda_core::pool::get_allocator`): by
+ * on the calling thread when the handle is made (see `cuhost::pool::get_allocator`): by
  * default the device's memory pool, in the context current on that thread. Memory comes from
  * that allocator and is ordered on the legacy default stream.
  *

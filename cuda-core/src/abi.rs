@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// No choice made yet.

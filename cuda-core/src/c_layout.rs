@@ -8,7 +8,7 @@
 //! `__bindgen_anon_1`. Both declarations put the `int` at the same offset, so the accessors
 //! read and write it there; the assertions below stop the build if a header ever moves it.
 
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::mem::{align_of, offset_of, size_of};
 
 /// The byte offset of `id` in both declarations: right after the 4-byte location type.
@@ -42,7 +42,7 @@ pub(crate) fn mem_location_id(raw: &sys::CUmemLocation) -> i32 {
 #[cfg(feature = "runtime")]
 pub(crate) mod runtime {
     use super::ID_OFFSET;
-    use cudart_sys as rt;
+    use cuhost_cudart_sys as rt;
     use std::mem::{align_of, offset_of, size_of};
 
     const _: () = {
@@ -88,8 +88,9 @@ mod tests {
     #[test]
     #[cfg(feature = "runtime")]
     fn the_runtime_id_lands_after_the_type() {
-        let rt_raw = runtime::mem_location(cudart_sys::cudaMemLocationType::cudaMemLocationTypeDevice, 7);
-        let rt_base: *const cudart_sys::cudaMemLocation = &rt_raw;
+        let rt_raw =
+            runtime::mem_location(cuhost_cudart_sys::cudaMemLocationType::cudaMemLocationTypeDevice, 7);
+        let rt_base: *const cuhost_cudart_sys::cudaMemLocation = &rt_raw;
         // SAFETY: as above.
         let rt_bytes = unsafe { std::slice::from_raw_parts(rt_base.cast::<u8>(), 8) };
         assert_eq!(&rt_bytes[ID_OFFSET..], &7i32.to_ne_bytes());

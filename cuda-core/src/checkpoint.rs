@@ -40,8 +40,8 @@
 //! [`Process::adopt_lock`].
 //!
 //! ```no_run
-//! # fn main() -> cuda_core::Result<()> {
-//! use cuda_core::checkpoint::{Process, ProcessState};
+//! # fn main() -> cuhost::Result<()> {
+//! use cuhost::checkpoint::{Process, ProcessState};
 //! use std::time::Duration;
 //! # let pid = 4242;
 //! let process = Process::new(pid)?;
@@ -56,7 +56,7 @@
 
 use crate::device::{Uuid, init};
 use crate::error::{Error, Result, report_from_drop};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::mem::ManuallyDrop;
 use std::time::Duration;
 

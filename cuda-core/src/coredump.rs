@@ -4,8 +4,8 @@
 //! ([`cuCoredumpGetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__COREDUMP.html)).
 //!
 //! ```no_run
-//! # fn main() -> cuda_core::Result<()> {
-//! use cuda_core::coredump::{Coredump, CoredumpFlags};
+//! # fn main() -> cuhost::Result<()> {
+//! use cuhost::coredump::{Coredump, CoredumpFlags};
 //! let settings = Coredump::global();
 //! settings.set_file("/var/tmp/my-app.cudacore")?;
 //! settings.set_flags(CoredumpFlags::SKIP_GLOBAL_MEMORY | CoredumpFlags::SKIP_ABORT)?;
@@ -15,7 +15,7 @@
 
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 
 /// The longest file or pipe name the driver keeps, in bytes.

@@ -4,15 +4,15 @@
 //! (`cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)`), or, for mistakes caught
 //! before any call, what was wrong with the arguments.
 
-use cuda_driver_sys as sys;
 #[cfg(feature = "runtime")]
-use cudart_sys as rt;
+use cuhost_cudart_sys as rt;
+use cuhost_driver_sys as sys;
 #[cfg(feature = "nccl")]
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 #[cfg(feature = "compile")]
-use nvjitlink_sys as nvjitlink;
+use cuhost_nvjitlink_sys as nvjitlink;
 #[cfg(feature = "compile")]
-use nvrtc_sys as nvrtc;
+use cuhost_nvrtc_sys as nvrtc;
 use std::fmt;
 
 /// `Result` with this crate's [`Error`].

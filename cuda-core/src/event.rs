@@ -8,7 +8,7 @@ use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::flags::flags;
 use crate::stream::{EventWaitFlags, Stream};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 flags! {
     /// Event creation flags (`CUevent_flags`).

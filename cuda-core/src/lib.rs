@@ -1,7 +1,7 @@
 //! Safe, idiomatic CUDA for Rust.
 //!
-//! `cuda-core` wraps the raw `-sys` crates of this workspace ([`cuda_driver_sys`],
-//! [`cudart_sys`], [`nvtx_sys`], [`nccl_sys`]) in one module per section of the CUDA driver API.
+//! `cuda-core` wraps the raw `-sys` crates of this workspace ([`cuhost_driver_sys`],
+//! [`cuhost_cudart_sys`], [`cuhost_nvtx_sys`], [`cuhost_nccl_sys`]) in one module per section of the CUDA driver API.
 //!
 //! # Contracts
 //!
@@ -49,7 +49,7 @@
 /// the call's `SAFETY` comment. Defined before the modules, which all see it.
 macro_rules! driver {
     ($function:ident($($argument:expr),* $(,)?)) => {
-        $crate::error::check(stringify!($function), ::cuda_driver_sys::$function($($argument),*))
+        $crate::error::check(stringify!($function), ::cuhost_driver_sys::$function($($argument),*))
     };
 }
 
@@ -132,16 +132,16 @@ pub use stream::{Stream, StreamFlags, SyncPolicy};
 /// `#[derive(bytemuck::Pod, bytemuck::Zeroable)]` (with bytemuck's `derive` feature) without a
 /// version to keep in step.
 pub use bytemuck;
-pub use cuda_driver_sys as driver_sys;
 #[cfg(feature = "runtime")]
 #[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
-pub use cudart_sys as runtime_sys;
+pub use cuhost_cudart_sys as runtime_sys;
+pub use cuhost_driver_sys as driver_sys;
 #[cfg(feature = "nccl")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
-pub use nccl_sys;
+pub use cuhost_nccl_sys;
 #[cfg(feature = "nvtx")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nvtx")))]
-pub use nvtx_sys;
+pub use cuhost_nvtx_sys;
 
 /// The user guide's chapters (`docs/src`), included so that `cargo test` compiles every Rust
 /// snippet in them. Only built for doctests.

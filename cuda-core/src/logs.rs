@@ -4,8 +4,8 @@
 //! `tracing` feature `to_tracing`).
 //!
 //! ```no_run
-//! # fn main() -> cuda_core::Result<()> {
-//! use cuda_core::logs;
+//! # fn main() -> cuhost::Result<()> {
+//! use cuhost::logs;
 //! let mut cursor = logs::Cursor::now()?;
 //! // ... calls that may fail ...
 //! for line in cursor.read()?.lines() {
@@ -19,7 +19,7 @@
 
 use crate::callback_registry::Registry;
 use crate::error::{Error, Result, check, report_from_drop};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::{CString, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;

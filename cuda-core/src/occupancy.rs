@@ -8,7 +8,7 @@ use crate::error::{Error, Result, check};
 use crate::flags::flags;
 use crate::launch::LaunchConfig;
 use crate::module::Function;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::mem::MaybeUninit;

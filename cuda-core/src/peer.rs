@@ -10,7 +10,7 @@
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// A peer-to-peer attribute of a pair of devices (`CUdevice_P2PAttribute`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

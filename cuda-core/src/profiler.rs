@@ -26,8 +26,8 @@ pub fn stop() -> Result<()> {
 /// Fails as [`start`] does: with the driver's status when no context is current.
 ///
 /// ```no_run
-/// # fn main() -> cuda_core::Result<()> {
-/// let _profiling = cuda_core::profiler::scope()?;
+/// # fn main() -> cuhost::Result<()> {
+/// let _profiling = cuhost::profiler::scope()?;
 /// // ... the work to profile ...
 /// # Ok(()) }
 /// ```

@@ -1,4 +1,4 @@
-//! `include/cuda_core_memory.h` agrees with the C functions of `cuda_core::pool::capi`.
+//! `include/cuda_core_memory.h` agrees with the C functions of `cuhost::pool::capi`.
 //!
 //! Three checks, on a CPU:
 //! 1. the header compiles as C11 and as C++ with every warning an error, and each function
@@ -16,9 +16,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cuda_core::Result;
-use cuda_core::alloc::{Allocator, DeviceAllocation, StreamRef, using_allocator};
-use cuda_core::pool::capi::{self, AllocatorHandle};
+use cuhost::Result;
+use cuhost::alloc::{Allocator, DeviceAllocation, StreamRef, using_allocator};
+use cuhost::pool::capi::{self, AllocatorHandle};
 use std::ffi::{c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -338,7 +338,7 @@ fn cuda_core_rlib() -> Option<PathBuf> {
         .flatten()
         .filter(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            name.starts_with("libcuda_core-") && name.ends_with(".rlib")
+            name.starts_with("libcuhost-") && name.ends_with(".rlib")
         })
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .max()
@@ -357,7 +357,7 @@ fn a_c_program_links_against_cuda_core_and_runs() {
     let tmp = Scratch::new("program");
     let dir = &tmp.0;
     let lib_src = dir.join("capi_check.rs");
-    std::fs::write(&lib_src, "pub use cuda_core::pool::capi::*;\n").unwrap();
+    std::fs::write(&lib_src, "pub use cuhost::pool::capi::*;\n").unwrap();
     let lib = dir.join("libcapi_check.so");
     let deps = rlib.parent().unwrap();
     let out = Command::new(&rustc)
@@ -365,7 +365,7 @@ fn a_c_program_links_against_cuda_core_and_runs() {
         .arg("-L")
         .arg(format!("dependency={}", deps.display()))
         .arg("--extern")
-        .arg(format!("cuda_core={}", rlib.display()))
+        .arg(format!("cuhost={}", rlib.display()))
         .arg(&lib_src)
         .arg("-o")
         .arg(&lib)

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cuda_core::compile::{CacheHit, CacheKey, CacheStats, CompileCache};
+use cuhost::compile::{CacheHit, CacheKey, CacheStats, CompileCache};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -82,8 +82,8 @@ fn memory_hits_and_a_disabled_cache_always_compiles() {
     let (bytes, hit) = cache.get_or_insert_with(&key, || panic!("a hit must not compile")).unwrap();
     assert_eq!((&*bytes, hit), (&b"cubin"[..], Some(CacheHit::Memory)));
     let other = CacheKey::new(&[b"other"]);
-    let failed = cache.get_or_insert_with(&other, || Err(cuda_core::Error::invalid("compile", "bad source")));
-    assert_eq!(failed.unwrap_err(), cuda_core::Error::invalid("compile", "bad source"));
+    let failed = cache.get_or_insert_with(&other, || Err(cuhost::Error::invalid("compile", "bad source")));
+    assert_eq!(failed.unwrap_err(), cuhost::Error::invalid("compile", "bad source"));
     assert_eq!(cache.get(&other), None, "a failed compile stores nothing");
     let stats = cache.stats();
     assert_eq!((stats.memory_hits, stats.disk_hits, stats.misses, stats.writes), (2, 0, 3, 1));

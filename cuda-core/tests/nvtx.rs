@@ -1,10 +1,10 @@
-//! `cuda_core::nvtx` against the recording NVTX tool built in this workspace
+//! `cuhost::nvtx` against the recording NVTX tool built in this workspace
 //! (`nvtx-sys/test-tool`). NVTX initialises once per process, so each test re-runs this
 //! binary as a child with its own `NVTX_INJECTION64_PATH`.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
-use cuda_core::Device;
-use cuda_core::nvtx::{self, Domain, EventAttributes, Injection};
+use cuhost::Device;
+use cuhost::nvtx::{self, Domain, EventAttributes, Injection};
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -7,13 +7,13 @@
 #[allow(dead_code)]
 mod support;
 
-use cuda_core::alloc;
-use cuda_core::alloc::{Allocator, PinnedAllocator, StreamRef, set_allocator, using_allocator};
-use cuda_core::pool::{
+use cuhost::alloc;
+use cuhost::alloc::{Allocator, PinnedAllocator, StreamRef, set_allocator, using_allocator};
+use cuhost::pool::{
     self, ALLOCATION_UNIT as UNIT, DebugPrintHook, LineProfileHook, LineUsage, MemoryPool, PinnedMemoryPool,
     PoolLimit, capi, get_allocator, hooks,
 };
-use cuda_core::{Error, PinnedBuffer, Result};
+use cuhost::{Error, PinnedBuffer, Result};
 use std::cell::RefCell;
 use std::io::Write;
 use std::rc::Rc;

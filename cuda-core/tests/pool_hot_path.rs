@@ -5,12 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cuda_core::alloc::{
+use cuhost::alloc::{
     Allocator, DeviceAllocation, PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef,
     set_pinned_memory_allocator,
 };
-use cuda_core::pool::{MemoryPool, PinnedMemoryPool, hooks};
-use cuda_core::{PinnedBuffer, Result};
+use cuhost::pool::{MemoryPool, PinnedMemoryPool, hooks};
+use cuhost::{PinnedBuffer, Result};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::rc::Rc;

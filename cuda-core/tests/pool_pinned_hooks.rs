@@ -6,11 +6,11 @@
 #[allow(dead_code)]
 mod support;
 
-use cuda_core::alloc;
-use cuda_core::alloc::{Allocator, PinnedAllocator, StreamRef};
-use cuda_core::pool::hooks::{self, MemoryKind};
-use cuda_core::pool::{self, DebugPrintHook, LineProfileHook, LineUsage, MemoryPool, PinnedMemoryPool};
-use cuda_core::{Error, PinnedBuffer, Result};
+use cuhost::alloc;
+use cuhost::alloc::{Allocator, PinnedAllocator, StreamRef};
+use cuhost::pool::hooks::{self, MemoryKind};
+use cuhost::pool::{self, DebugPrintHook, LineProfileHook, LineUsage, MemoryPool, PinnedMemoryPool};
+use cuhost::{Error, PinnedBuffer, Result};
 use std::cell::RefCell;
 use std::io::Write;
 use std::rc::Rc;

@@ -3,10 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cuda_core::alloc;
-use cuda_core::alloc::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
-use cuda_core::pool::{self, LineProfileHook, MemoryPool, PoolLimit, hooks};
-use cuda_core::{Error, Result};
+use cuhost::alloc;
+use cuhost::alloc::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
+use cuhost::pool::{self, LineProfileHook, MemoryPool, PoolLimit, hooks};
+use cuhost::{Error, Result};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};

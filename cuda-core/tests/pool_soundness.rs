@@ -9,10 +9,10 @@
 #[allow(dead_code)]
 mod support;
 
-use cuda_core::alloc;
-use cuda_core::alloc::{Allocator, StreamRef};
-use cuda_core::pool::{self, ALLOCATION_UNIT as UNIT, MemoryPool};
-use cuda_core::{Error, Result};
+use cuhost::alloc;
+use cuhost::alloc::{Allocator, StreamRef};
+use cuhost::pool::{self, ALLOCATION_UNIT as UNIT, MemoryPool};
+use cuhost::{Error, Result};
 use std::sync::Arc;
 use support::{CountingUpstream, ManualEvents};
 

@@ -52,7 +52,7 @@ mod types {
 pub use types::*;
 
 mod loader;
-pub use cuda_loader::{AlreadyChosen, LoadError, LoadErrorKind, last_load_error, load_error};
+pub use cuhost_loader::{AlreadyChosen, LoadError, LoadErrorKind, last_load_error, load_error};
 pub use loader::{
     CheckHooks, check_abi_version, check_hooks, driver_version, library_error, library_path,
     per_thread_default_stream, set_per_thread_default_stream,
@@ -64,7 +64,7 @@ macro_rules! driver_functions {
         => $symbol:literal, $version:literal, $pt_version:literal,
         $header:literal, $section:literal, $url:literal; )*) => {
         $(
-            ::cuda_loader::lazy_function! {
+            ::cuhost_loader::lazy_function! {
                 #[doc = concat!(
                     "`", stringify!($name), "` from `", $header, "`, section [", $section, "](", $url,
                     "); the loader asks for ABI version ", stringify!($version),
@@ -72,7 +72,7 @@ macro_rules! driver_functions {
                     "See the section for its contract.",
                 )]
                 $name($($arg: $ty),*) -> $ret,
-                slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, $version, $pt_version, c""),
+                slot: ::cuhost_loader::Slot::new(stringify!($name), $symbol, $version, $pt_version, c""),
                 resolve: $crate::loader::resolve,
                 on_failure: $crate::loader::failure_status,
             }

@@ -2,7 +2,7 @@
 
 use crate::types::{CUdriverProcAddressQueryResult, CUresult, cuuint64_t};
 use core::ffi::{c_char, c_int, c_void};
-use cuda_loader::{
+use cuhost_loader::{
     AlreadyChosen, DefaultStreamChoice, Failure, Library, LoadError, LoadErrorKind, Slot, symbol_address,
 };
 use std::string::{String, ToString};
@@ -206,7 +206,7 @@ pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
         kind: LoadErrorKind::SymbolNotFound {
             symbol: symbol.clone(),
             file: driver.file.clone(),
-            installed: Some(cuda_loader::cuda_version_text(d.version)),
+            installed: Some(cuhost_loader::cuda_version_text(d.version)),
         },
     };
     // A driver cannot have an ABI newer than itself. Asked for one anyway, older drivers answer

@@ -46,7 +46,7 @@ mod types {
 pub use types::*;
 
 mod loader;
-pub use cuda_loader::{AlreadyChosen, LoadError, LoadErrorKind, last_load_error, load_error};
+pub use cuhost_loader::{AlreadyChosen, LoadError, LoadErrorKind, last_load_error, load_error};
 pub use loader::{
     library_error, library_path, per_thread_default_stream, runtime_version, set_per_thread_default_stream,
 };
@@ -56,14 +56,14 @@ macro_rules! runtime_functions {
     ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty
         => $symbol:literal, $per_thread:literal, $header:literal, $section:literal, $url:literal; )*) => {
         $(
-            ::cuda_loader::lazy_function! {
+            ::cuhost_loader::lazy_function! {
                 #[doc = concat!(
                     "`", stringify!($name), "` from `", $header, "`, section [", $section, "](", $url,
                     "); the loader resolves the exported symbol `", stringify!($symbol), "`.\n\n",
                     "See the section for its contract.",
                 )]
                 $name($($arg: $ty),*) -> $ret,
-                slot: ::cuda_loader::Slot::new(stringify!($name), $symbol, 0, 0, $per_thread),
+                slot: ::cuhost_loader::Slot::new(stringify!($name), $symbol, 0, 0, $per_thread),
                 resolve: $crate::loader::resolve,
                 on_failure: $crate::loader::OnLoadFailure::on_load_failure,
             }

@@ -2,7 +2,7 @@
 
 use crate::types::{cudaChannelFormatDesc, cudaError_t};
 use core::ffi::{c_char, c_int};
-use cuda_loader::{
+use cuhost_loader::{
     AlreadyChosen, DefaultStreamChoice, Failure, Library, LoadError, LoadErrorKind, Slot, symbol_address,
 };
 use std::ffi::CString;
@@ -146,7 +146,7 @@ impl OnLoadFailure for cudaError_t {
 
 impl OnLoadFailure for *const c_char {
     fn on_load_failure(_: Failure) -> Self {
-        c"the CUDA runtime could not be loaded; see cudart_sys::load_error".as_ptr()
+        c"the CUDA runtime could not be loaded; see cuhost_cudart_sys::load_error".as_ptr()
     }
 }
 

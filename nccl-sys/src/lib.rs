@@ -26,14 +26,14 @@ mod types {
 pub use types::*;
 
 mod loader;
-pub use cuda_loader::{LoadError, LoadErrorKind, last_load_error, load_error};
+pub use cuhost_loader::{LoadError, LoadErrorKind, last_load_error, load_error};
 pub use loader::{library_error, library_path, nccl_version};
 
 /// Expands the generated function list into lazily resolved functions
-/// ([`cuda_loader::exported_functions!`]).
+/// ([`cuhost_loader::exported_functions!`]).
 macro_rules! nccl_functions {
     ($($line:tt)*) => {
-        ::cuda_loader::exported_functions! {
+        ::cuhost_loader::exported_functions! {
             resolve: $crate::loader::resolve,
             on_failure: $crate::loader::OnLoadFailure::on_load_failure;
             $($line)*

@@ -2,7 +2,7 @@
 
 use crate::types::ncclResult_t;
 use core::ffi::{c_char, c_int};
-use cuda_loader::{Failure, Library, LoadError, LoadErrorKind, Slot, symbol_address};
+use cuhost_loader::{Failure, Library, LoadError, LoadErrorKind, Slot, symbol_address};
 use std::string::{String, ToString};
 
 const LIBRARY_NAME: &str = "libnccl.so.2";
@@ -83,7 +83,7 @@ impl OnLoadFailure for ncclResult_t {
 
 impl OnLoadFailure for *const c_char {
     fn on_load_failure(_: Failure) -> Self {
-        c"NCCL could not be loaded; see nccl_sys::load_error".as_ptr()
+        c"NCCL could not be loaded; see cuhost_nccl_sys::load_error".as_ptr()
     }
 }
 

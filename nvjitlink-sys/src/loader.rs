@@ -2,7 +2,7 @@
 
 use crate::types::nvJitLinkResult;
 use core::ffi::c_uint;
-use cuda_loader::{Failure, Library, LoadError, LoadErrorKind, Slot, symbol_address};
+use cuhost_loader::{Failure, Library, LoadError, LoadErrorKind, Slot, symbol_address};
 use std::string::{String, ToString};
 
 const LIBRARY_NAME: &str = "libnvJitLink.so.13";
@@ -49,7 +49,7 @@ fn open_nvjitlink(lib: &'static libloading::Library, file: &str) -> Result<NvJit
     if unsafe { version(&mut major, &mut minor) } != nvJitLinkResult::NVJITLINK_SUCCESS {
         return Err(unusable("nvJitLinkVersion failed"));
     }
-    let version = cuda_loader::version_code(major.into(), minor.into())
+    let version = cuhost_loader::version_code(major.into(), minor.into())
         .ok_or_else(|| unusable("nvJitLinkVersion reported a version out of range"))?;
     Ok(NvJitLink { version })
 }
@@ -71,7 +71,7 @@ pub fn library_path() -> Option<String> {
 }
 
 pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
-    let installed = NVJITLINK.get().ok().map(|n| cuda_loader::cuda_version_text(n.data.version));
+    let installed = NVJITLINK.get().ok().map(|n| cuhost_loader::cuda_version_text(n.data.version));
     NVJITLINK.resolve_exported(slot, false, installed)
 }
 

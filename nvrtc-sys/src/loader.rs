@@ -2,7 +2,7 @@
 
 use crate::types::nvrtcResult;
 use core::ffi::{c_char, c_int};
-use cuda_loader::{Failure, Library, LoadError, LoadErrorKind, Slot, symbol_address};
+use cuhost_loader::{Failure, Library, LoadError, LoadErrorKind, Slot, symbol_address};
 use std::string::{String, ToString};
 
 const LIBRARY_NAME: &str = "libnvrtc.so.13";
@@ -51,7 +51,7 @@ fn open_nvrtc(lib: &'static libloading::Library, file: &str) -> Result<Nvrtc, Lo
     if unsafe { version(&mut major, &mut minor) } != nvrtcResult::NVRTC_SUCCESS {
         return Err(unusable("nvrtcVersion failed"));
     }
-    let version = cuda_loader::version_code(major.into(), minor.into())
+    let version = cuhost_loader::version_code(major.into(), minor.into())
         .ok_or_else(|| unusable("nvrtcVersion reported a version out of range"))?;
     Ok(Nvrtc { version })
 }
@@ -73,7 +73,7 @@ pub fn library_path() -> Option<String> {
 }
 
 pub(crate) fn resolve(slot: &Slot) -> Result<usize, LoadError> {
-    let installed = NVRTC.get().ok().map(|n| cuda_loader::cuda_version_text(n.data.version));
+    let installed = NVRTC.get().ok().map(|n| cuhost_loader::cuda_version_text(n.data.version));
     NVRTC.resolve_exported(slot, false, installed)
 }
 
@@ -90,7 +90,7 @@ impl OnLoadFailure for nvrtcResult {
 
 impl OnLoadFailure for *const c_char {
     fn on_load_failure(_: Failure) -> Self {
-        c"NVRTC could not be loaded; see nvrtc_sys::load_error".as_ptr()
+        c"NVRTC could not be loaded; see cuhost_nvrtc_sys::load_error".as_ptr()
     }
 }
 

@@ -1,4 +1,4 @@
-//! The futures of `cuda_core::future`: how long after the GPU finishes a task is woken, in
+//! The futures of `cuhost::future`: how long after the GPU finishes a task is woken, in
 //! each waking mode, against `cuStreamSynchronize` returning; and what making and polling one
 //! future costs, against the raw event record and query it stands for.
 //!
@@ -16,12 +16,12 @@
 #[path = "../tests/kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::future::{PollerConfig, Waking, set_poller_config, set_waking};
-use cuda_core::{
+use cuda_tests::bench::{Row, compare_settled, print_table};
+use cuhost::future::{PollerConfig, Waking, set_poller_config, set_waking};
+use cuhost::{
     Context, Device, DeviceBuffer, Event, EventFlags, LaunchConfig, Module, Result, Stream, StreamFlags,
 };
-use cuda_driver_sys as sys;
-use cuda_tests::bench::{Row, compare_settled, print_table};
+use cuhost_driver_sys as sys;
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::Pin;

@@ -3,10 +3,10 @@
 //! single `copy_from_device_async` calls, and through 1,000 raw `cuMemcpyDtoDAsync` calls,
 //! each against the raw `cuMemcpyBatchAsync` call on the same buffers in the same run.
 
-use cuda_core::copy::CopyRegion;
-use cuda_core::{Context, Device, DeviceBuffer, Result, Stream, StreamFlags};
-use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, print_table};
+use cuhost::copy::CopyRegion;
+use cuhost::{Context, Device, DeviceBuffer, Result, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::hint::black_box;
 
 /// Copies per batch.

@@ -5,11 +5,11 @@
 //! same primary context, against `cuModuleGetFunction` on a loaded module.
 //! `tests/benches/compile_cupy.py` measures CuPy's `RawKernel` on the same source.
 
-use cuda_core::compile::{self, Arch, CompileCache, CompileOptions, Program};
-use cuda_core::{Context, Device, Result};
-use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, print_table};
-use nvrtc_sys as nvrtc;
+use cuhost::compile::{self, Arch, CompileCache, CompileOptions, Program};
+use cuhost::{Context, Device, Result};
+use cuhost_driver_sys as sys;
+use cuhost_nvrtc_sys as nvrtc;
 use std::ffi::CString;
 use std::hint::black_box;
 
@@ -71,9 +71,9 @@ fn run() -> Result<Vec<Row>> {
     let arch = Arch::of(&device)?;
     let program = Program::new(SOURCE);
     let options = CompileOptions::new();
-    let source = CString::new(SOURCE).map_err(|_| cuda_core::Error::invalid("bench", "NUL in the source"))?;
+    let source = CString::new(SOURCE).map_err(|_| cuhost::Error::invalid("bench", "NUL in the source"))?;
     let arch_flag = CString::new(format!("--gpu-architecture={}", arch.real()))
-        .map_err(|_| cuda_core::Error::invalid("bench", "NUL in the option"))?;
+        .map_err(|_| cuhost::Error::invalid("bench", "NUL in the option"))?;
     let mut rows = Vec::new();
 
     rows.push(compare(
@@ -93,7 +93,7 @@ fn run() -> Result<Vec<Row>> {
     let compiled = program.compile_with_cache(arch, &options, &cache)?;
     let cubin = compiled.code().to_vec();
     let file = dir.join("raw.cubin");
-    std::fs::write(&file, &cubin).map_err(|e| cuda_core::Error::invalid("bench", e.to_string()))?;
+    std::fs::write(&file, &cubin).map_err(|e| cuhost::Error::invalid("bench", e.to_string()))?;
 
     rows.push(compare(
         "memory hit + load vs cuModuleLoadData",

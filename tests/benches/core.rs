@@ -1,12 +1,10 @@
 //! Event record, stream wait, and pinned/device copy bandwidth through `cuda-core`, against the
 //! raw `cuda-driver-sys` calls on the same handles in the same run.
 
-use cuda_core::memory::HostAllocFlags;
-use cuda_core::{
-    Context, Device, DeviceBuffer, Event, EventFlags, PinnedBuffer, Result, Stream, StreamFlags,
-};
-use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, compare_bandwidth, print_table};
+use cuhost::memory::HostAllocFlags;
+use cuhost::{Context, Device, DeviceBuffer, Event, EventFlags, PinnedBuffer, Result, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::hint::black_box;
 
 fn main() {

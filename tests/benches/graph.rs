@@ -12,11 +12,11 @@ mod capture;
 #[path = "../tests/kernels/graph.rs"]
 mod kernels;
 
-use cuda_core::graph::{Graph, GraphExec, InstantiateFlags};
-use cuda_core::module::{Function, Module};
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
-use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, print_table};
+use cuhost::graph::{Graph, GraphExec, InstantiateFlags};
+use cuhost::module::{Function, Module};
+use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::time::Instant;
 
@@ -47,8 +47,8 @@ fn check(call: &str, status: sys::CUresult) {
 
 /// Median nanoseconds per graph launch of `ours` and `raw`, each timed over a batch of
 /// launches, the stream drained between batches.
-fn measure_launches(name: &str, stream: &Stream, ours: impl Fn(), raw: impl Fn()) -> cuda_core::Result<Row> {
-    let batch = |f: &dyn Fn()| -> cuda_core::Result<f64> {
+fn measure_launches(name: &str, stream: &Stream, ours: impl Fn(), raw: impl Fn()) -> cuhost::Result<Row> {
+    let batch = |f: &dyn Fn()| -> cuhost::Result<f64> {
         let t = Instant::now();
         for _ in 0..LAUNCH_BATCH {
             f();
@@ -93,7 +93,7 @@ fn raw_params(f: sys::CUfunction, params: *mut *mut c_void) -> sys::CUDA_KERNEL_
 }
 
 /// A chain of `count` launches of `nothing`, built through this crate.
-fn chain(ctx: &Context, nothing: &Function<'_>, count: usize) -> cuda_core::Result<Graph> {
+fn chain(ctx: &Context, nothing: &Function<'_>, count: usize) -> cuhost::Result<Graph> {
     let graph = Graph::new(ctx)?;
     let config = LaunchConfig::new(1, 32);
     let mut previous = None;
@@ -143,7 +143,7 @@ fn raw_chain(f: sys::CUfunction, count: usize) {
     }
 }
 
-fn run() -> cuda_core::Result<()> {
+fn run() -> cuhost::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     ctx.bind_to_thread()?;
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
@@ -221,7 +221,7 @@ fn run() -> cuda_core::Result<()> {
     let mul = module.function("mul_u32")?;
     let (capture_rows, replay) = capture::rows(&ctx, module.function("add_u32")?, mul)?;
     rows.extend(capture_rows);
-    print_table("CUDA graphs, host cost (ours = cuda_core::graph)", &rows);
+    print_table("CUDA graphs, host cost (ours = cuhost::graph)", &rows);
     print_table("decode step, per step (ours = graph replay, raw = the same step run eagerly)", &replay);
     drop(update);
     drop(graph);

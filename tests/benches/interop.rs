@@ -16,14 +16,14 @@ mod egl;
 #[path = "../tests/peers/vulkan.rs"]
 mod vulkan;
 
-use cuda_core::interop::external::{
+use cuda_tests::bench::{Row, compare, compare_settled, print_table};
+use cuhost::interop::external::{
     ExternalMemory, ExternalMemoryFlags, ExternalSemaphore, MemoryHandle, SemaphoreHandle, SignalParams,
     WaitParams,
 };
-use cuda_core::interop::graphics::{GraphicsResource, RegisterFlags};
-use cuda_core::{Context, Device, Result, Stream, StreamFlags};
-use cuda_driver_sys as sys;
-use cuda_tests::bench::{Row, compare, compare_settled, print_table};
+use cuhost::interop::graphics::{GraphicsResource, RegisterFlags};
+use cuhost::{Context, Device, Result, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::cell::Cell;
 
 const ROUNDS: usize = 21;
@@ -63,7 +63,7 @@ fn check(call: &str, status: sys::CUresult) {
 }
 
 fn vulkan_rows(device: &Device, ctx: &Context, stream: &Stream) -> std::result::Result<Vec<Row>, String> {
-    let text = |e: cuda_core::Error| e.to_string();
+    let text = |e: cuhost::Error| e.to_string();
     let vk = vulkan::Vulkan::new(device.uuid().map_err(text)?.0)?;
     let timeline = vk.timeline_semaphore(0)?;
     let semaphore =

@@ -9,12 +9,12 @@
 #[path = "../tests/kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::memory::HostAllocFlags;
-use cuda_core::module::{Function, Module};
-use cuda_core::stream::StreamWaitValueFlags;
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, PinnedBuffer, Stream, StreamFlags};
-use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, print_table};
+use cuhost::memory::HostAllocFlags;
+use cuhost::module::{Function, Module};
+use cuhost::stream::StreamWaitValueFlags;
+use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, PinnedBuffer, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::time::Instant;
@@ -31,20 +31,20 @@ struct Gate {
 }
 
 impl Gate {
-    fn new(ctx: &Context) -> cuda_core::Result<Gate> {
+    fn new(ctx: &Context) -> cuhost::Result<Gate> {
         let flag = PinnedBuffer::<u32>::with_flags(ctx, 1, HostAllocFlags::DEVICEMAP)?;
         let device_flag = flag.device_ptr(ctx)?;
         Ok(Gate { flag, device_flag, generation: 0 })
     }
 
-    fn close(&mut self, stream: &Stream) -> cuda_core::Result<()> {
+    fn close(&mut self, stream: &Stream) -> cuhost::Result<()> {
         self.generation = self.generation.wrapping_add(1);
         // SAFETY: the flag is mapped host memory that lives as long as the gate, and `open`
         // always follows.
         unsafe { stream.wait_value_32(self.device_flag, self.generation, StreamWaitValueFlags::empty()) }
     }
 
-    fn open(&mut self, stream: &Stream) -> cuda_core::Result<()> {
+    fn open(&mut self, stream: &Stream) -> cuhost::Result<()> {
         // No copy uses the flag, so this does not wait; the GPU reads it through its mapping.
         let flag = self.flag.as_mut_slice()?.as_mut_ptr();
         // SAFETY: a live, aligned pinned allocation of one u32; the GPU only reads it.
@@ -61,10 +61,10 @@ fn measure(
     stream: &Stream,
     mut ours: impl FnMut(),
     mut raw: impl FnMut(),
-) -> cuda_core::Result<Row> {
+) -> cuhost::Result<Row> {
     let mut a = Vec::with_capacity(ROUNDS);
     let mut b = Vec::with_capacity(ROUNDS);
-    let batch = |f: &mut dyn FnMut(), gate: &mut Gate| -> cuda_core::Result<f64> {
+    let batch = |f: &mut dyn FnMut(), gate: &mut Gate| -> cuhost::Result<f64> {
         gate.close(stream)?;
         let t = Instant::now();
         for _ in 0..BATCH {
@@ -114,7 +114,7 @@ fn main() {
     }
 }
 
-fn run() -> cuda_core::Result<()> {
+fn run() -> cuhost::Result<()> {
     let ctx = Context::primary(&Device::get(0)?)?;
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
     let saxpy: Function<'_> = module.function("saxpy")?;
@@ -214,7 +214,7 @@ fn run() -> cuda_core::Result<()> {
     )?);
     let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let o = other.as_raw();
-    let event = cuda_core::Event::new(&ctx, cuda_core::EventFlags::DISABLE_TIMING)?;
+    let event = cuhost::Event::new(&ctx, cuhost::EventFlags::DISABLE_TIMING)?;
     let ev = event.as_raw();
     rows.push(measure(
         "launch saxpy (&x, &mut y buffers), other stream vs raw record+wait+launch",
@@ -273,7 +273,7 @@ fn run() -> cuda_core::Result<()> {
 }
 
 #[cold]
-fn fail(e: cuda_core::Error) -> ! {
+fn fail(e: cuhost::Error) -> ! {
     eprintln!("launch failed: {e}");
     std::process::exit(1)
 }

@@ -5,11 +5,11 @@
 //!
 //! It needs two GPUs, and says so and stops with fewer. NVLink SHARP stays off.
 
-use cuda_core::nccl::{Communicator, ReduceOp, group};
-use cuda_core::{Device, DeviceBuffer, Error, Result, Stream, StreamFlags};
-use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, print_table};
-use nccl_sys as nccl;
+use cuhost::nccl::{Communicator, ReduceOp, group};
+use cuhost::{Device, DeviceBuffer, Error, Result, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
+use cuhost_nccl_sys as nccl;
 use std::cell::RefCell;
 
 fn main() {

@@ -1,11 +1,11 @@
 //! NVTX with no tool attached: a push+pop pair through `nvtx-sys` (pure Rust) and through
-//! `cuda_core::nvtx`, against NVIDIA's header-only C implementation compiled from the wheel
+//! `cuhost::nvtx`, against NVIDIA's header-only C implementation compiled from the wheel
 //! headers into this binary (`nvtx-c-reference`). Each side runs its pairs in a loop of its own
 //! language, so neither pays a call per pair that the other does not.
 
-use cuda_core::nvtx;
 use cuda_tests::bench::{Row, compare, print_table};
-use nvtx_sys as sys;
+use cuhost::nvtx;
+use cuhost_nvtx_sys as sys;
 use std::ffi::CStr;
 use std::hint::black_box;
 
@@ -72,14 +72,14 @@ fn main() {
             || c(()),
         )),
         per_pair(compare(
-            "push+pop, cuda_core::nvtx::push_range(&CStr) (raw = C headers)",
+            "push+pop, cuhost::nvtx::push_range(&CStr) (raw = C headers)",
             41,
             2_000,
             || safe_push_pop_n(message, PAIRS),
             || c(()),
         )),
         per_pair(compare(
-            "push+pop, cuda_core::nvtx::push_range(&str) (raw = C headers)",
+            "push+pop, cuhost::nvtx::push_range(&str) (raw = C headers)",
             41,
             2_000,
             || safe_str_push_pop_n("bench", PAIRS),

@@ -3,10 +3,10 @@
 //! and a copy of a slice (`from_slice`, against the pool's pair plus one `memcpy`).
 //! `tests/benches/pinned_cupy.py` times CuPy's pinned memory pool on the same size.
 
-use cuda_core::alloc::PinnedAllocator;
-use cuda_core::{Context, Device, PinnedBuffer, Result};
-use cuda_core::{alloc, pool};
 use cuda_tests::bench::{Row, compare, print_table};
+use cuhost::alloc::PinnedAllocator;
+use cuhost::{Context, Device, PinnedBuffer, Result};
+use cuhost::{alloc, pool};
 use std::hint::black_box;
 
 const MIB: usize = 1 << 20;

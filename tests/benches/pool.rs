@@ -6,12 +6,12 @@
 //! allocate+deallocate, and against `cuMemAllocAsync`+`cuMemFreeAsync`, on one stream; and the
 //! pool's pair against itself, the spread of two identical sides.
 
-use cuda_core::alloc;
-use cuda_core::alloc::{Allocator, PinnedAllocator, StreamRef};
-use cuda_core::pool::{self, MemoryPool, PinnedMemoryPool};
-use cuda_core::{Context, Device, DeviceBuffer, Result, Stream, StreamFlags};
-use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, print_table};
+use cuhost::alloc;
+use cuhost::alloc::{Allocator, PinnedAllocator, StreamRef};
+use cuhost::pool::{self, MemoryPool, PinnedMemoryPool};
+use cuhost::{Context, Device, DeviceBuffer, Result, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::Instant;

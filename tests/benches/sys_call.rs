@@ -1,8 +1,8 @@
 //! The cost of calling through the lazily resolved `-sys` functions, against calling the
 //! function pointer the library hands out directly.
 
-use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, print_table};
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::hint::black_box;
 

@@ -7,13 +7,13 @@
 //! * mapping a 2 MiB chunk, granting access and unmapping it: `AddressRange::map` +
 //!   `Mapping::set_access` + drop against `cuMemMap`+`cuMemSetAccess`+`cuMemUnmap`.
 
-use cuda_core::mempool::Access;
-use cuda_core::vmm::{
+use cuda_tests::bench::{Row, compare, print_table};
+use cuhost::mempool::Access;
+use cuhost::vmm::{
     AccessGrant, AddressRange, AllocationProperties, Granularity, GrowableBuffer, PhysicalMemory,
 };
-use cuda_core::{Context, Device, Result, Stream, StreamFlags};
-use cuda_driver_sys as sys;
-use cuda_tests::bench::{Row, compare, print_table};
+use cuhost::{Context, Device, Result, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -44,7 +44,7 @@ fn check(status: sys::CUresult) -> Result<()> {
     if status == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(cuda_core::Error::Driver { call: "raw VMM benchmark call", status })
+        Err(cuhost::Error::Driver { call: "raw VMM benchmark call", status })
     }
 }
 

@@ -17,11 +17,9 @@
 //! (`PinnedBuffer::from_fn`), copied in with `copy_from_pinned_async`; its device buffers are
 //! allocated on the request's stream, so they are freed in that stream's order.
 
-use cuda_core::compile::{Arch, CompileOptions, Program};
-use cuda_core::module::SharedFunction;
-use cuda_core::{
-    Context, Device, DeviceBuffer, Error, LaunchConfig, PinnedBuffer, Result, Stream, StreamFlags,
-};
+use cuhost::compile::{Arch, CompileOptions, Program};
+use cuhost::module::SharedFunction;
+use cuhost::{Context, Device, DeviceBuffer, Error, LaunchConfig, PinnedBuffer, Result, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,7 +38,7 @@ fn main() -> ExitCode {
     let len = args.next().flatten().unwrap_or(1 << 14);
     let streams = args.next().flatten().unwrap_or(4).max(1);
     // The default pools' cache goes back at the end, so that a leak checker sees only real leaks.
-    match run(requests, len, streams).and_then(|()| cuda_core::pool::release_default_pools()) {
+    match run(requests, len, streams).and_then(|()| cuhost::pool::release_default_pools()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("async_service: {e}");

@@ -76,7 +76,7 @@ pub fn device_count() -> Result<usize, String> {
     static COUNT: OnceLock<Result<usize, String>> = OnceLock::new();
     COUNT
         .get_or_init(|| {
-            use cuda_driver_sys as sys;
+            use cuhost_driver_sys as sys;
             // SAFETY: cuInit takes flags 0; cuDeviceGetCount writes one int.
             let status = unsafe { sys::cuInit(0) };
             if status != sys::CUresult::CUDA_SUCCESS {
@@ -149,7 +149,7 @@ pub fn run(tests: &[Test]) -> ! {
 /// Gives what the default pools cache back to the driver, once every buffer is dropped, so
 /// that a leak checker sees only memory that was really kept; a failure is printed.
 pub fn release_default_pools() {
-    if let Err(e) = cuda_core::pool::release_default_pools() {
+    if let Err(e) = cuhost::pool::release_default_pools() {
         eprintln!("could not give the default pools' cached blocks back: {e}");
     }
 }
@@ -185,22 +185,22 @@ macro_rules! ensure_eq {
 
 /// Device 0, its primary context bound to this thread, and a non-blocking stream on it: what
 /// most single-device tests start from.
-pub fn device_zero() -> Result<(cuda_core::Device, cuda_core::Context, cuda_core::Stream), cuda_core::Error> {
-    let device = cuda_core::Device::get(0)?;
-    let ctx = cuda_core::Context::primary(&device)?;
+pub fn device_zero() -> Result<(cuhost::Device, cuhost::Context, cuhost::Stream), cuhost::Error> {
+    let device = cuhost::Device::get(0)?;
+    let ctx = cuhost::Context::primary(&device)?;
     ctx.bind_to_thread()?;
-    let stream = cuda_core::Stream::new(&ctx, cuda_core::StreamFlags::NON_BLOCKING)?;
+    let stream = cuhost::Stream::new(&ctx, cuhost::StreamFlags::NON_BLOCKING)?;
     Ok((device, ctx, stream))
 }
 
 /// Holds `stream` back for `ms` milliseconds (a host function that sleeps): the work queued
 /// after this runs late, which is how the soundness tests make a missing order visible.
-pub fn hold(stream: &cuda_core::Stream, ms: u64) -> Result<(), cuda_core::Error> {
+pub fn hold(stream: &cuhost::Stream, ms: u64) -> Result<(), cuhost::Error> {
     stream.launch_host_func(move || std::thread::sleep(std::time::Duration::from_millis(ms)))
 }
 
 /// Fails unless no drop kept an error in `ctx` (see `Context::take_deferred_errors`).
-pub fn no_deferred(ctx: &cuda_core::Context) -> TestResult {
+pub fn no_deferred(ctx: &cuhost::Context) -> TestResult {
     let deferred = ctx.take_deferred_errors();
     ensure!(deferred.is_empty(), "errors were kept from drops: {deferred:?}");
     Ok(())
@@ -208,16 +208,16 @@ pub fn no_deferred(ctx: &cuda_core::Context) -> TestResult {
 
 /// Fails unless the context of `stream` still allocates, writes and reads a buffer: what a test
 /// checks after provoking an error.
-pub fn still_usable(stream: &cuda_core::Stream) -> TestResult {
+pub fn still_usable(stream: &cuhost::Stream) -> TestResult {
     let data: Vec<u32> = (0..1024).collect();
-    let buffer = cuda_core::DeviceBuffer::from_slice(stream, &data)?;
+    let buffer = cuhost::DeviceBuffer::from_slice(stream, &data)?;
     ensure!(buffer.to_vec()? == data, "the context no longer round-trips a buffer");
     Ok(())
 }
 
 /// Converts a driver status into a test failure that names the call.
-pub fn drv(call: &str, status: cuda_driver_sys::CUresult) -> TestResult {
-    if status == cuda_driver_sys::CUresult::CUDA_SUCCESS {
+pub fn drv(call: &str, status: cuhost_driver_sys::CUresult) -> TestResult {
+    if status == cuhost_driver_sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
         Err(format!("{call} failed: {}", status.name().unwrap_or("unknown status")).into())
@@ -225,8 +225,8 @@ pub fn drv(call: &str, status: cuda_driver_sys::CUresult) -> TestResult {
 }
 
 /// Converts a runtime status into a test failure that names the call.
-pub fn rt(call: &str, status: cudart_sys::cudaError_t) -> TestResult {
-    if status == cudart_sys::cudaError_t::cudaSuccess {
+pub fn rt(call: &str, status: cuhost_cudart_sys::cudaError_t) -> TestResult {
+    if status == cuhost_cudart_sys::cudaError_t::cudaSuccess {
         Ok(())
     } else {
         Err(format!("{call} failed: {}", status.name().unwrap_or("unknown status")).into())

@@ -5,17 +5,17 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::alloc::MemAttach;
-use cuda_core::alloc::{
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::alloc::MemAttach;
+use cuhost::alloc::{
     Allocator, DeviceAllocation, DeviceAllocator, ManagedAllocator, StreamRef, using_allocator,
 };
-use cuda_core::memory::ManagedBuffer;
-use cuda_core::mempool::AsyncAllocator;
-use cuda_core::mempool::{MemPool, MemPoolProps};
-use cuda_core::module::Module;
-use cuda_core::pool::MemoryPool;
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::memory::ManagedBuffer;
+use cuhost::mempool::AsyncAllocator;
+use cuhost::mempool::{MemPool, MemPoolProps};
+use cuhost::module::Module;
+use cuhost::pool::MemoryPool;
+use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -43,7 +43,7 @@ fn main() {
 
 const N: usize = 1 << 16;
 
-fn setup() -> Result<(Context, Stream), cuda_core::Error> {
+fn setup() -> Result<(Context, Stream), cuhost::Error> {
     let ctx = Context::primary(&Device::get(0)?)?;
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     Ok((ctx, stream))
@@ -124,7 +124,7 @@ fn managed_buffers_are_kernel_arguments_and_host_slices() -> TestResult {
 
 fn new_uses_the_default_pool_or_the_current_allocator() -> TestResult {
     let (ctx, stream) = setup()?;
-    let default = cuda_core::pool::default_memory_pool(&ctx.device())?;
+    let default = cuhost::pool::default_memory_pool(&ctx.device())?;
     let before = default.used_bytes();
     let b = DeviceBuffer::<u32>::new(&stream, 1000)?;
     ensure_eq!(b.allocator_name(), "MemoryPool");
@@ -165,18 +165,14 @@ impl Counting {
 // SAFETY: forwards to `DeviceAllocator` (which keeps the contract of `Allocator`), only
 // counting the calls.
 unsafe impl Allocator for Counting {
-    fn allocate(&self, size: usize, stream: StreamRef<'_>) -> cuda_core::Result<DeviceAllocation> {
+    fn allocate(&self, size: usize, stream: StreamRef<'_>) -> cuhost::Result<DeviceAllocation> {
         let a = self.inner.allocate(size, stream)?;
         self.live.fetch_add(1, Ordering::SeqCst);
         self.calls.fetch_add(1, Ordering::SeqCst);
         Ok(a)
     }
 
-    unsafe fn deallocate(
-        &self,
-        allocation: DeviceAllocation,
-        stream: StreamRef<'_>,
-    ) -> cuda_core::Result<()> {
+    unsafe fn deallocate(&self, allocation: DeviceAllocation, stream: StreamRef<'_>) -> cuhost::Result<()> {
         self.live.fetch_sub(1, Ordering::SeqCst);
         // SAFETY: forwarded under the caller's contract.
         unsafe { self.inner.deallocate(allocation, stream) }

@@ -1,4 +1,4 @@
-//! The futures of `cuda_core::future` (feature `async`) under four executors: tokio
+//! The futures of `cuhost::future` (feature `async`) under four executors: tokio
 //! (multi-thread and current-thread), async-executor (smol's) and `futures::executor`.
 //!
 //! Each executor runs 1,000 concurrent requests over 8 streams (a kernel fills a buffer, the
@@ -9,13 +9,13 @@
 //! waker that panics resolves its future with the error. A fault poisons the context for the
 //! rest of the process, so the test that provokes one runs in a child process.
 
-use cuda_core::future::{Waking, set_waking};
-use cuda_core::pool::hooks::{self, HookEvent, MemoryHook, MemoryKind};
-use cuda_core::{
+use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu};
+use cuhost::future::{Waking, set_waking};
+use cuhost::pool::hooks::{self, HookEvent, MemoryHook, MemoryKind};
+use cuhost::{
     Context, DeviceBuffer, Error, LaunchConfig, Module, PinnedBuffer, Result as CudaResult, Stream,
     StreamFlags,
 };
-use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu};
 use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
@@ -327,14 +327,14 @@ fn graph_and_event() -> TestResult {
     let f = service.module.function("spin_fill")?;
     let (n, value, ns) = (256u32, 11u32, 1_000_000u64);
     // SAFETY: the graph is launched while `out` and the module live, and dropped before them.
-    let capture = stream.begin_capture(cuda_core::graph::CaptureMode::ThreadLocal)?;
+    let capture = stream.begin_capture(cuhost::graph::CaptureMode::ThreadLocal)?;
     // SAFETY: as above.
     unsafe { f.launch(stream, &LaunchConfig::for_elements(n, 256), (&mut out, &n, &value, &ns))? };
     let graph = capture.end()?;
-    let exec = graph.instantiate(cuda_core::graph::InstantiateFlags::empty())?;
+    let exec = graph.instantiate(cuhost::graph::InstantiateFlags::empty())?;
     futures::executor::block_on(exec.launch_completion(stream)?)?;
     ensure_eq!(out.to_vec()?, vec![value; 256]);
-    let event = cuda_core::Event::new(&service.ctx, cuda_core::EventFlags::DISABLE_TIMING)?;
+    let event = cuhost::Event::new(&service.ctx, cuhost::EventFlags::DISABLE_TIMING)?;
     event.record(stream)?;
     futures::executor::block_on(event.synchronize_async()?)?;
     Ok(())
@@ -374,7 +374,7 @@ fn fault_child() -> TestResult {
     for (i, r) in results.iter().enumerate() {
         ensure!(
             r.as_ref().err().and_then(Error::driver_status)
-                == Some(cuda_driver_sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+                == Some(cuhost_driver_sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
             "future {i} ({}) resolved with {r:?}",
             if i < 8 { "poller" } else { "host function" }
         );

@@ -5,10 +5,10 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::driver_sys as sys;
-use cuda_core::module::{JitOptions, Library, Module};
-use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::driver_sys as sys;
+use cuhost::module::{JitOptions, Library, Module};
+use cuhost::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 
 const FAULT_CHILD: &str = "CUDA_TESTS_FAULT_CHILD";
 
@@ -154,15 +154,15 @@ fn too_much_shared_memory_is_refused() -> TestResult {
 
 fn absurd_sizes_and_grids_are_refused() -> TestResult {
     let ctx = context()?;
-    cuda_core::runtime::set_device(0)?;
-    let overflow = cuda_core::runtime::malloc::<u64>(&Stream::legacy(&ctx), usize::MAX / 4);
+    cuhost::runtime::set_device(0)?;
+    let overflow = cuhost::runtime::malloc::<u64>(&Stream::legacy(&ctx), usize::MAX / 4);
     ensure!(
         matches!(overflow, Err(Error::InvalidArgument { .. })),
         "a byte count that overflows: {overflow:?}"
     );
-    let huge = cuda_core::runtime::malloc::<u8>(&Stream::legacy(&ctx), 1 << 60);
+    let huge = cuhost::runtime::malloc::<u8>(&Stream::legacy(&ctx), 1 << 60);
     ensure!(
-        matches!(huge, Err(Error::Runtime { status, .. }) if status == cudart_sys::cudaError_t::cudaErrorMemoryAllocation),
+        matches!(huge, Err(Error::Runtime { status, .. }) if status == cuhost_cudart_sys::cudaError_t::cudaErrorMemoryAllocation),
         "an exabyte is out of memory: {huge:?}"
     );
     let module = Module::from_ptx(&ctx, kernels::PTX)?;
@@ -173,7 +173,7 @@ fn absurd_sizes_and_grids_are_refused() -> TestResult {
     let tall = unsafe { empty.launch(&stream, &LaunchConfig::new((1, 1 << 20), 32), ()) };
     ensure_eq!(tall.err().and_then(|e| e.driver_status()), Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE));
     stream.synchronize()?;
-    ensure!(cuda_core::runtime::malloc::<u8>(&stream, 1 << 20).is_ok(), "the runtime still allocates");
+    ensure!(cuhost::runtime::malloc::<u8>(&stream, 1 << 20).is_ok(), "the runtime still allocates");
     context_still_works(&ctx)
 }
 

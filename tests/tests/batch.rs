@@ -1,16 +1,16 @@
-//! `cuda_core::memory` batches: `CopyBatch` (`cuMemcpyBatchAsync`, CUDA 12.8) between device,
+//! `cuhost::memory` batches: `CopyBatch` (`cuMemcpyBatchAsync`, CUDA 12.8) between device,
 //! pinned and pinned-chunk memory, `CopyBatch3D` (`cuMemcpy3DBatchAsync`, CUDA 12.8) between
 //! arrays, pitched buffers and volumes of device or pinned memory, and the managed-memory
 //! batches `PrefetchBatch`, `DiscardBatch` and `DiscardPrefetchBatch` (CUDA 13.0): contents
 //! checked element by element, bad input refused before any call, buffers dropped right after
 //! a submit kept until the batch has run, and the typed load error on drivers without the calls.
 
-use cuda_core::alloc::MemAttach;
-use cuda_core::copy::{CopyBatch3D, CopyRegion, CopyRegion3D, Volume};
-use cuda_core::device::driver_version;
-use cuda_core::memory::{Array, ArrayDescriptor, ArrayFlags, ManagedBuffer, MemLocation, PitchedBuffer};
-use cuda_core::{Context, ContextFlags, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, hold, no_deferred};
+use cuhost::alloc::MemAttach;
+use cuhost::copy::{CopyBatch3D, CopyRegion, CopyRegion3D, Volume};
+use cuhost::device::driver_version;
+use cuhost::memory::{Array, ArrayDescriptor, ArrayFlags, ManagedBuffer, MemLocation, PitchedBuffer};
+use cuhost::{Context, ContextFlags, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 
 fn main() {
     cuda_tests::run(&[
@@ -80,9 +80,9 @@ fn managed_batch_support() -> Result<(), String> {
     if driver < 13000 {
         return Err(format!("the managed-memory batches need a CUDA 13.0 driver; this one is {driver}"));
     }
-    let count = cuda_core::Device::count().map_err(|e| e.to_string())?;
+    let count = cuhost::Device::count().map_err(|e| e.to_string())?;
     for i in 0..count {
-        let device = cuda_core::Device::get(i).map_err(|e| e.to_string())?;
+        let device = cuhost::Device::get(i).map_err(|e| e.to_string())?;
         if !device.concurrent_managed_access().map_err(|e| e.to_string())? {
             return Err(format!("device {i} lacks concurrent managed access, which the batches need"));
         }
@@ -258,7 +258,7 @@ fn bad_copies_are_refused() -> TestResult {
     let mut short = DeviceBuffer::<u32>::zeroed(&owner, 99)?;
     let pinned = PinnedBuffer::<u32>::new(101)?;
     owner.synchronize()?;
-    let added = |r: Result<&mut cuda_core::copy::CopyBatch<'_>, Error>| r.map(|b| b.len());
+    let added = |r: Result<&mut cuhost::copy::CopyBatch<'_>, Error>| r.map(|b| b.len());
     invalid(added(side.copy_batch()?.copy(&mut short, &src)), "lengths 99 and 100")?;
     invalid(added(side.copy_batch()?.copy(&mut dst, &pinned)), "lengths 100 and 101 (pinned)")?;
     invalid(
@@ -329,7 +329,7 @@ const HY: usize = 4;
 const HZ: usize = 3;
 
 fn u32_array(ctx: &Context, [width, height, depth]: [usize; 3]) -> Result<Array, Error> {
-    let format = cuda_driver_sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32;
+    let format = cuhost_driver_sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32;
     Array::new(
         ctx,
         &ArrayDescriptor { width, height, depth, format, num_channels: 1, flags: ArrayFlags::empty() },
@@ -686,7 +686,7 @@ fn discard_batches_leave_memory_usable() -> TestResult {
     let mut parts = managed_with(&owner, n, |i| i as u32)?;
     let mut moved = managed_with(&owner, n, |i| i as u32)?;
     // Refusals, each in a batch of its own (an add borrows the buffer until the batch is gone).
-    let ranges = |r: Result<&mut cuda_core::copy::DiscardBatch<'_>, Error>| r.map(|b| b.len());
+    let ranges = |r: Result<&mut cuhost::copy::DiscardBatch<'_>, Error>| r.map(|b| b.len());
     // SAFETY (every discard below): the buffers are next used after `side.synchronize()`.
     invalid(
         unsafe { ranges(side.discard_batch()?.discard(&mut parts, [0..100, 50..150])) },

@@ -6,14 +6,12 @@
 #[path = "kernels/graph.rs"]
 mod kernels;
 
-use cuda_core::event::EventRecordFlags;
-use cuda_core::graph::{
-    CaptureMode, Graph, GraphSlice, InstantiateFlags, NodeType, memory_usage, trim_memory,
-};
-use cuda_core::mempool::AsyncAllocator;
-use cuda_core::module::Module;
-use cuda_core::{DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamFlags};
 use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, hold, no_deferred};
+use cuhost::event::EventRecordFlags;
+use cuhost::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags, NodeType, memory_usage, trim_memory};
+use cuhost::mempool::AsyncAllocator;
+use cuhost::module::Module;
+use cuhost::{DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamFlags};
 use std::sync::Arc;
 
 const N: usize = 1 << 16;
@@ -51,7 +49,7 @@ fn main() {
     cuda_tests::run(tests)
 }
 
-fn stream(ctx: &cuda_core::Context) -> Result<Stream, Error> {
+fn stream(ctx: &cuhost::Context) -> Result<Stream, Error> {
     Stream::new(ctx, StreamFlags::NON_BLOCKING)
 }
 

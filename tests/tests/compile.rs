@@ -4,11 +4,11 @@
 //! headers read from include paths compiled afresh after an edit),
 //! nvJitLink linking two LTO translation units, and the typed error of a missing NVRTC.
 
-use cuda_core::compile::{
+use cuda_tests::{TestResult, cpu_needing, device_zero, ensure, ensure_eq, gpu};
+use cuhost::compile::{
     self, Arch, CacheHit, CompileCache, CompileOptions, Linker, Output, Program, nvrtc_compilations,
 };
-use cuda_core::{Context, ContextFlags, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
-use cuda_tests::{TestResult, cpu_needing, device_zero, ensure, ensure_eq, gpu};
+use cuhost::{Context, ContextFlags, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;

@@ -1,12 +1,12 @@
-//! `cuda_core::context`: the primary context, created contexts, the current-context guard,
+//! `cuhost::context`: the primary context, created contexts, the current-context guard,
 //! settings, and errors kept from `Drop`.
 
-use cuda_core::alloc::{DeviceAllocation, DeviceAllocator};
-use cuda_core::context::{CacheConfig, ExecAffinity, Limit};
-use cuda_core::memory::pointer_attributes;
-use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, Stream, StreamFlags};
-use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::alloc::{DeviceAllocation, DeviceAllocator};
+use cuhost::context::{CacheConfig, ExecAffinity, Limit};
+use cuhost::memory::pointer_attributes;
+use cuhost::{Context, ContextFlags, Device, DeviceBuffer, Error, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 fn main() {
@@ -212,7 +212,7 @@ fn primary_flags_round_trip() -> TestResult {
 }
 
 fn flush_gpu_direct_rdma_writes_follows_support() -> TestResult {
-    use cuda_core::device::{FlushGpuDirectRdmaWritesScope, flush_gpu_direct_rdma_writes};
+    use cuhost::device::{FlushGpuDirectRdmaWritesScope, flush_gpu_direct_rdma_writes};
     let d = Device::get(0)?;
     let ctx = Context::primary(&d)?;
     ctx.bind_to_thread()?;

@@ -1,14 +1,14 @@
-//! `cuda_core::cudarc`: cudarc 0.19 and this crate in one process, on the device's primary
+//! `cuhost::cudarc`: cudarc 0.19 and this crate in one process, on the device's primary
 //! context. Kernels of both on one stream, a buffer of each used by the other, and the stream
 //! rule across the bridge: memory used through the other crate on a stream held back is not
 //! freed and reused before that work has run.
 
-use cuda_core::cudarc::{CudarcSlice, CudarcSliceMut};
-use cuda_core::module::Module;
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, hold, no_deferred};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr, PushKernelArg};
 use cudarc::nvrtc::Ptx;
+use cuhost::cudarc::{CudarcSlice, CudarcSliceMut};
+use cuhost::module::Module;
+use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 use std::sync::Arc;
 
 fn main() {
@@ -98,7 +98,7 @@ fn contexts_and_streams_are_the_same_handles() -> TestResult {
     drop((theirs, their_stream));
     // The values hold cudarc's: the stream still works.
     stream.synchronize()?;
-    let created = Context::create(&Device::get(0)?, cuda_core::ContextFlags::empty())?;
+    let created = Context::create(&Device::get(0)?, cuhost::ContextFlags::empty())?;
     ensure!(created.to_cudarc().is_err(), "a created context is refused");
     Ok(())
 }

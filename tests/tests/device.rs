@@ -1,9 +1,9 @@
-//! `cuda_core::device`: enumeration, identity, memory, attributes.
+//! `cuhost::device`: enumeration, identity, memory, attributes.
 
-use cuda_core::device::{Uuid, driver_version};
-use cuda_core::{Context, Device, Error};
-use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, cpu, ensure, ensure_eq, gpu};
+use cuhost::device::{Uuid, driver_version};
+use cuhost::{Context, Device, Error};
+use cuhost_driver_sys as sys;
 
 fn main() {
     cuda_tests::run(&[
@@ -167,7 +167,7 @@ fn uuid_prints_like_nvidia_smi() -> TestResult {
 /// to run; what it received is printed. A driver without the call is an `Error::Load`, a
 /// device or platform without notifications the driver's CUDA_ERROR_NOT_SUPPORTED.
 fn async_notifications_register_and_unregister() -> TestResult {
-    use cuda_core::device::AsyncNotification;
+    use cuhost::device::AsyncNotification;
     use std::sync::{Arc, Mutex};
     let device = Device::get(0)?;
     let _ctx = Context::primary(&device)?;

@@ -1,4 +1,4 @@
-//! `cuda_core::dlpack` on a GPU: buffers exported and imported back as views, in both ABIs,
+//! `cuhost::dlpack` on a GPU: buffers exported and imported back as views, in both ABIs,
 //! with their memory freed when the deleter runs, once; refused layouts and views; and a tensor
 //! handed to PyTorch (or CuPy) through a Python capsule, in the process that exported it.
 //!
@@ -7,15 +7,15 @@
 //! cannot disturb the other tests. It is reported ignored where no Python with a shared
 //! libpython and torch or cupy is found (see [`python::available`]).
 
-use cuda_core::dlpack::{
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
+use cuhost::dlpack::{
     DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DlpackDtype, ImportedTensor, ManagedTensor,
     TensorFlags,
 };
-use cuda_core::mempool::AsyncAllocator;
-use cuda_core::mempool::MemPool;
-use cuda_core::nccl::{Float8E5M2, bf16, f16};
-use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
+use cuhost::mempool::AsyncAllocator;
+use cuhost::mempool::MemPool;
+use cuhost::nccl::{Float8E5M2, bf16, f16};
+use cuhost::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};

@@ -1,7 +1,7 @@
 //! Real calls through `cuda-driver-sys`: init, devices, memory, and `cuGetProcAddress`.
 
-use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 
 fn main() {

@@ -1,8 +1,8 @@
-//! `cuda_core::event`: record, query, synchronize, timing, flags.
+//! `cuhost::event`: record, query, synchronize, timing, flags.
 
-use cuda_core::event::EventRecordFlags;
-use cuda_core::{Context, ContextFlags, Device, Error, Event, EventFlags, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::event::EventRecordFlags;
+use cuhost::{Context, ContextFlags, Device, Error, Event, EventFlags, Stream, StreamFlags};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -69,7 +69,7 @@ fn flag_combinations_are_checked() -> TestResult {
     Ok(())
 }
 
-fn current_raw() -> Result<Option<cuda_core::driver_sys::CUcontext>, Error> {
+fn current_raw() -> Result<Option<cuhost::driver_sys::CUcontext>, Error> {
     Ok(Context::current()?.map(|c| c.as_raw()))
 }
 

@@ -9,19 +9,19 @@ mod kernels;
 #[path = "peers/vulkan.rs"]
 mod vulkan;
 
-use cuda_core::graph::{Graph, InstantiateFlags};
-use cuda_core::interop::external::{
-    ExternalMemory, ExternalMemoryFlags, ExternalSemaphore, MemoryHandle, SemaphoreHandle, SemaphoreKind,
-    SignalParams, WaitParams, signal_all,
-};
-use cuda_core::memory::{ArrayDescriptor, ArrayFlags};
-use cuda_core::module::Module;
-use cuda_core::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
-use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream};
-use cuda_driver_sys as sys;
 use cuda_tests::{
     Failed, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, no_deferred, still_usable,
 };
+use cuhost::graph::{Graph, InstantiateFlags};
+use cuhost::interop::external::{
+    ExternalMemory, ExternalMemoryFlags, ExternalSemaphore, MemoryHandle, SemaphoreHandle, SemaphoreKind,
+    SignalParams, WaitParams, signal_all,
+};
+use cuhost::memory::{ArrayDescriptor, ArrayFlags};
+use cuhost::module::Module;
+use cuhost::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
+use cuhost::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream};
+use cuhost_driver_sys as sys;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,7 +172,7 @@ fn handles_that_are_not_memory_are_refused_and_given_back() -> TestResult {
     ensure!(matches!(error, Error::Driver { call: "cuImportExternalSemaphore", .. }), "{error}");
     ensure!(matches!(&handle, SemaphoreHandle::TimelineFd(fd) if is_open(fd)), "the semaphore's descriptor");
     // Windows handles do not exist here, and nothing is called for them.
-    let win32 = cuda_core::interop::external::Win32Handle::Handle(std::ptr::null_mut());
+    let win32 = cuhost::interop::external::Win32Handle::Handle(std::ptr::null_mut());
     let refused =
         ExternalMemory::import(&ctx, MemoryHandle::OpaqueWin32(win32), 4096, ExternalMemoryFlags::empty());
     ensure!(

@@ -3,10 +3,10 @@
 //!
 //! A fault poisons the context for the rest of the process, so this binary holds only this test.
 
-use cuda_core::alloc::{Allocator, DeviceAllocator};
-use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
-use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
+use cuhost::alloc::{Allocator, DeviceAllocator};
+use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::sync::Arc;
 

@@ -6,17 +6,17 @@
 #[path = "kernels/graph.rs"]
 mod kernels;
 
-use cuda_core::driver_sys as sys;
-use cuda_core::graph::{
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
+use cuhost::driver_sys as sys;
+use cuhost::graph::{
     CaptureMode, ConditionalKind, DotFlags, EdgeKind, Graph, GraphNode, GraphSlice, InstantiateFlags,
     NodeType, exchange_capture_mode, memory_usage, reset_memory_high_watermarks, trim_memory,
 };
-use cuda_core::module::{JitInputType, JitOptions, Library, Linker, Module};
-use cuda_core::stream::{CaptureStatus, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
-use cuda_core::{
+use cuhost::module::{JitInputType, JitOptions, Library, Linker, Module};
+use cuhost::stream::{CaptureStatus, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
+use cuhost::{
     Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, Stream, StreamFlags,
 };
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -5,11 +5,11 @@
 #[path = "kernels/graph.rs"]
 mod kernels;
 
-use cuda_core::driver_sys as sys;
-use cuda_core::graph::{EdgeKind, Graph, GraphSlice, InstantiateFlags, NodeType, UserObject};
-use cuda_core::module::Module;
-use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::driver_sys as sys;
+use cuhost::graph::{EdgeKind, Graph, GraphSlice, InstantiateFlags, NodeType, UserObject};
+use cuhost::module::Module;
+use cuhost::{Context, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, Stream, StreamFlags};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};

@@ -6,11 +6,9 @@
 #[path = "kernels/graph.rs"]
 mod kernels;
 
-use cuda_core::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags, SharedPinnedBuffer};
-use cuda_core::{
-    Context, Device, DeviceBuffer, Error, LaunchConfig, Module, PinnedBuffer, Stream, StreamFlags,
-};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags, SharedPinnedBuffer};
+use cuhost::{Context, Device, DeviceBuffer, Error, LaunchConfig, Module, PinnedBuffer, Stream, StreamFlags};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -251,7 +249,7 @@ fn graph_buffer_freed_outside_the_graph_after_each_launch() -> TestResult {
         // after this kernel on the same stream. SAFETY: mul_u32 takes (u32*, u32, u32); `s`
         // is ordered after the launch (same stream, or the wait below).
         if launch_on != &s {
-            let event = cuda_core::Event::new(&ctx, cuda_core::EventFlags::DISABLE_TIMING)?;
+            let event = cuhost::Event::new(&ctx, cuhost::EventFlags::DISABLE_TIMING)?;
             event.record(launch_on)?;
             s.wait_event(&event)?;
         }
@@ -260,7 +258,7 @@ fn graph_buffer_freed_outside_the_graph_after_each_launch() -> TestResult {
         unsafe { mul.launch(&s, &config, (&scratch, &n, &factor))? };
         // Copy the result out before the free.
         // SAFETY: the memory is allocated until the free queued after this copy on `s`.
-        let view = unsafe { cuda_core::DeviceView::<u32>::from_raw(&ctx, scratch.as_raw(), N as usize) };
+        let view = unsafe { cuhost::DeviceView::<u32>::from_raw(&ctx, scratch.as_raw(), N as usize) };
         out.view_mut().copy_from_device_async(&view, &s)?;
         scratch.free_async(&s)?;
         ensure!(!scratch.is_allocated(), "freed");

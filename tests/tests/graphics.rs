@@ -13,15 +13,15 @@ mod kernels;
 #[path = "kernels/texture.rs"]
 mod texture_kernels;
 
-use cuda_core::interop::graphics::{
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu_needing, no_deferred, still_usable};
+use cuhost::interop::graphics::{
     EglFrame, EglStreamConsumer, EglStreamProducer, GlDeviceList, GlImageTarget, GraphicsResource, MapFlags,
     RegisterFlags, event_from_egl_sync, gl_devices, map_all,
 };
-use cuda_core::module::Module;
-use cuda_core::texture::{Resource, TextureDescriptor, TextureObject};
-use cuda_core::{Context, Device, DeviceBuffer, Error, EventFlags, LaunchConfig, Stream};
-use cuda_driver_sys as sys;
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu_needing, no_deferred, still_usable};
+use cuhost::module::Module;
+use cuhost::texture::{Resource, TextureDescriptor, TextureObject};
+use cuhost::{Context, Device, DeviceBuffer, Error, EventFlags, LaunchConfig, Stream};
+use cuhost_driver_sys as sys;
 use egl::Gl;
 use std::time::Duration;
 

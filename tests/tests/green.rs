@@ -1,4 +1,4 @@
-//! `cuda_core::green`: a device's SMs split into groups, a green context per group whose
+//! `cuhost::green`: a device's SMs split into groups, a green context per group whose
 //! streams run kernels on that group's SMs only, what the driver reports of them, what keeps a
 //! green context alive, its events and its context; and the stream and context queries of the
 //! same issue (`Stream::device`, `Stream::context_raw`, `Context::record_event` and `wait_event`).
@@ -6,12 +6,12 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::device::driver_version;
-use cuda_core::green::{GreenContext, SmResource, SplitFlags};
-use cuda_core::{
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::device::driver_version;
+use cuhost::green::{GreenContext, SmResource, SplitFlags};
+use cuhost::{
     Context, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, Module, Stream, StreamFlags,
 };
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
 use std::collections::BTreeSet;
 
 fn main() {
@@ -319,7 +319,7 @@ fn events_order_green_contexts_and_contexts() -> TestResult {
         primary.wait_event(&ctx_event)?;
         ctx_event.synchronize()?;
         // An event of another context is refused by the driver.
-        let other = Context::create(&device, cuda_core::ContextFlags::empty())?;
+        let other = Context::create(&device, cuhost::ContextFlags::empty())?;
         let foreign = Event::new(&other, EventFlags::DISABLE_TIMING)?;
         ensure!(primary.record_event(&foreign).is_err(), "an event of another context was recorded");
         // Waiting on an event of another context is allowed.
@@ -348,7 +348,7 @@ fn a_stream_reports_its_device_and_context() -> TestResult {
         }
     }
     // A default stream names its own context's stream, whichever context is current.
-    let other = Context::create(&device, cuda_core::ContextFlags::empty())?;
+    let other = Context::create(&device, cuhost::ContextFlags::empty())?;
     let other_legacy = Stream::legacy(&other);
     ctx.bind_to_thread()?;
     ensure_eq!(other_legacy.context_raw()?, other.as_raw());
@@ -358,11 +358,9 @@ fn a_stream_reports_its_device_and_context() -> TestResult {
 #[cfg(cuda_headers_13_1)]
 mod since_13_1 {
     use super::{driver_at_least, too_old};
-    use cuda_core::Device;
-    use cuda_core::green::{
-        GreenContext, Resource, SmGroupParams, SmResource, WorkqueueConfig, WorkqueueScope,
-    };
     use cuda_tests::{TestResult, ensure, ensure_eq};
+    use cuhost::Device;
+    use cuhost::green::{GreenContext, Resource, SmGroupParams, SmResource, WorkqueueConfig, WorkqueueScope};
 
     /// Groups of different sizes (`cuDevSmResourceSplit`), and a green context made of a group
     /// and a workqueue configuration, which it reports back.

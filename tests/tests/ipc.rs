@@ -1,4 +1,4 @@
-//! `cuda_core::interop::ipc` and VMM handles across processes: this binary starts itself as a
+//! `cuhost::interop::ipc` and VMM handles across processes: this binary starts itself as a
 //! child (with `CHILD_ENV` naming the child's part), hands it handles through its stdin and
 //! reads answers from its stdout. Memory is written and read both ways — a plain buffer, a
 //! block inside a larger `MemoryPool` allocation (the handle carries the offset), VMM memory
@@ -6,18 +6,18 @@
 //! before the parent's. A Python process with CuPy reads and writes a pooled block too, where
 //! one is installed (reported ignored otherwise).
 
-use cuda_core::alloc::{Allocator, DeviceAllocator};
-use cuda_core::interop::ipc::{IpcEventHandle, IpcMemHandle};
-use cuda_core::memory::address_range;
-use cuda_core::mempool::Access;
-use cuda_core::pool::MemoryPool;
-use cuda_core::vmm::{
-    AccessGrant, AddressRange, AllocationProperties, Granularity, HandleTypes, PhysicalMemory,
-};
-use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, Stream};
 use cuda_tests::child::Child;
 use cuda_tests::fd_passing::{receive_fd, send_fd};
 use cuda_tests::{Failed, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing};
+use cuhost::alloc::{Allocator, DeviceAllocator};
+use cuhost::interop::ipc::{IpcEventHandle, IpcMemHandle};
+use cuhost::memory::address_range;
+use cuhost::mempool::Access;
+use cuhost::pool::MemoryPool;
+use cuhost::vmm::{
+    AccessGrant, AddressRange, AllocationProperties, Granularity, HandleTypes, PhysicalMemory,
+};
+use cuhost::{Context, Device, DeviceBuffer, Error, Event, EventFlags, Stream};
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};

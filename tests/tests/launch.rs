@@ -5,16 +5,16 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::driver_sys as sys;
-use cuda_core::graph::Graph;
-use cuda_core::module::{FunctionAttribute, JitOptions, Library, Module};
-use cuda_core::occupancy::OccupancyFlags;
-use cuda_core::stream::{AccessPolicyWindow, AccessProperty};
-use cuda_core::{
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
+use cuhost::driver_sys as sys;
+use cuhost::graph::Graph;
+use cuhost::module::{FunctionAttribute, JitOptions, Library, Module};
+use cuhost::occupancy::OccupancyFlags;
+use cuhost::stream::{AccessPolicyWindow, AccessProperty};
+use cuhost::{
     ClusterScheduling, Context, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, MemSyncDomain,
     MemSyncDomainMap, Stream, StreamFlags, SyncPolicy,
 };
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
 
 fn main() {
     cuda_tests::run(&[
@@ -79,7 +79,7 @@ fn main() {
     ]);
 }
 
-fn context() -> Result<Context, cuda_core::Error> {
+fn context() -> Result<Context, cuhost::Error> {
     Context::primary(&Device::get(0)?)
 }
 
@@ -92,7 +92,7 @@ struct Saxpy {
 impl Saxpy {
     /// Buffers on the legacy default stream; the tests synchronize their launch streams before
     /// checking.
-    fn new(ctx: &Context, n: u32) -> Result<Saxpy, cuda_core::Error> {
+    fn new(ctx: &Context, n: u32) -> Result<Saxpy, cuhost::Error> {
         let legacy = Stream::legacy(ctx);
         let x = DeviceBuffer::from_slice(&legacy, &(0..n).map(|i| i as f32).collect::<Vec<_>>())?;
         let y = DeviceBuffer::from_slice(&legacy, &vec![1.0f32; n as usize])?;
@@ -400,7 +400,7 @@ fn buffers_views_and_raw_addresses_as_arguments_write_the_right_values() -> Test
 /// Whether the driver reports parameter layouts (CUDA 12.4 and later), from the answer about a
 /// kernel's first parameter. Where it does not, launches are not checked, and the tests of
 /// refused launches have nothing to test.
-fn layout_is_reported(first: cuda_core::Result<Option<(usize, usize)>>) -> Result<bool, Error> {
+fn layout_is_reported(first: cuhost::Result<Option<(usize, usize)>>) -> Result<bool, Error> {
     match first {
         Ok(_) => Ok(true),
         Err(Error::Load { .. }) => Ok(false),
@@ -410,7 +410,7 @@ fn layout_is_reported(first: cuda_core::Result<Option<(usize, usize)>>) -> Resul
 }
 
 /// `result` is an `InvalidArgument` whose message contains `expected`.
-fn refused(result: cuda_core::Result<()>, expected: &str) -> TestResult {
+fn refused(result: cuhost::Result<()>, expected: &str) -> TestResult {
     match result {
         Err(e @ Error::InvalidArgument { .. }) => {
             ensure!(e.to_string().contains(expected), "`{e}` does not say `{expected}`");
@@ -427,7 +427,7 @@ fn nothing_ran_then(
     stream: &Stream,
     s: &mut Saxpy,
     a: f32,
-    launch: impl FnOnce(&mut Saxpy) -> cuda_core::Result<()>,
+    launch: impl FnOnce(&mut Saxpy) -> cuhost::Result<()>,
 ) -> TestResult {
     stream.synchronize()?;
     ensure!(ctx.deferred_error().is_none(), "{:?}", ctx.deferred_error());
@@ -814,7 +814,7 @@ fn sync_policy_and_nvlink_scheduling_launches() -> TestResult {
         stream.synchronize()?;
         launches += 1;
     }
-    if cuda_core::device::driver_version()? >= 13000 {
+    if cuhost::device::driver_version()? >= 13000 {
         // SAFETY: as above.
         unsafe {
             saxpy.launch(&stream, &base.nvlink_util_centric_scheduling(true), (&s.n, &a, &s.x, &mut s.y))?
@@ -886,7 +886,7 @@ fn bad_attribute_values_are_refused_before_the_launch() -> TestResult {
     Ok(())
 }
 
-cuda_core::kernel_arg_struct! {
+cuhost::kernel_arg_struct! {
     /// The kernel's `struct Affine { float a; unsigned long long b; unsigned char c; }`: 4 bytes
     /// of padding after `a` and 7 after `c`, 24 bytes; not `Pod`.
     struct Affine {

@@ -2,9 +2,9 @@
 //! since it was made and moves past them; the whole buffer and a file dump hold them too; a
 //! subscription receives them as they are written, and no more once dropped.
 
-use cuda_core::driver_sys as sys;
-use cuda_core::logs::{self, Cursor, LogLevel};
 use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu};
+use cuhost::driver_sys as sys;
+use cuhost::logs::{self, Cursor, LogLevel};
 use std::sync::{Arc, Mutex};
 
 /// Makes calls that the driver refuses (wrong values, no memory touched) until the log grows;

@@ -1,25 +1,25 @@
-//! `cuda_core::memory`: device buffers and views, copies, memset, pinned, registered and
+//! `cuhost::memory`: device buffers and views, copies, memset, pinned, registered and
 //! managed memory, pitched 2D, arrays, pointer attributes, peer copies; buffers on streams
 //! (`record_stream`, `set_stream`) and the allocator they come from.
 
-use cuda_core::alloc::MemAttach;
-use cuda_core::alloc::{Allocator, DeviceAllocator, using_allocator};
-use cuda_core::copy::{
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu, multi_gpu};
+use cuhost::alloc::MemAttach;
+use cuhost::alloc::{Allocator, DeviceAllocator, using_allocator};
+use cuhost::copy::{
     CopyRegion3D, Volume, memcpy_2d, memcpy_2d_async, memcpy_3d, memcpy_3d_async, memcpy_3d_peer,
     memcpy_3d_peer_async,
 };
-use cuda_core::memory::{
+use cuhost::memory::{
     Array, ArrayDescriptor, ArrayFlags, HostAllocFlags, HostRegisterFlags, ManagedBuffer, MemAdvice,
     MemLocation, MemoryType, MipmappedArray, PinnedBuffer, PitchedBuffer, RegisteredHostMemory,
     address_range, pointer_attributes,
 };
-use cuda_core::mempool::AsyncAllocator;
-use cuda_core::pool::MemoryPool;
-use cuda_core::{
+use cuhost::mempool::AsyncAllocator;
+use cuhost::pool::MemoryPool;
+use cuhost::{
     Context, ContextFlags, Device, DeviceBuffer, DeviceViewMut, Error, Event, EventFlags, Stream, StreamFlags,
 };
-use cuda_driver_sys as sys;
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu, multi_gpu};
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -48,7 +48,7 @@ fn pinned_buffers_written_once_and_filled_by_the_device() -> TestResult {
 /// the buffer for all of them once the chunks are gone, and its memory is not reused while a
 /// chunk's copy is in flight, even when the chunk was forgotten.
 fn pinned_chunks_copy_on_their_own_streams() -> TestResult {
-    use cuda_core::graph::CaptureMode;
+    use cuhost::graph::CaptureMode;
     use std::sync::atomic::{AtomicBool, Ordering};
     let ctx = ctx()?;
     let (a, b) = (stream(&ctx)?, stream(&ctx)?);
@@ -145,11 +145,11 @@ fn pinned_chunks_copy_on_their_own_streams() -> TestResult {
 /// A page-aligned view exports as a dma-buf descriptor where the device supports it; an
 /// unaligned one is refused by the driver.
 fn device_memory_exports_as_a_dma_buf() -> TestResult {
-    use cuda_core::memory::DmaBufMapping;
+    use cuhost::memory::DmaBufMapping;
     let ctx = ctx()?;
     let s = stream(&ctx)?;
     let buffer =
-        DeviceBuffer::<u8>::new_in(&s, 4 << 20, Arc::new(cuda_core::alloc::DeviceAllocator::new(&ctx)))?;
+        DeviceBuffer::<u8>::new_in(&s, 4 << 20, Arc::new(cuhost::alloc::DeviceAllocator::new(&ctx)))?;
     let exported = buffer.view().export_dma_buf(DmaBufMapping::Default);
     if !ctx.device().dma_buf_supported()? {
         ensure!(exported.is_err(), "a device without dma-buf support exported one");
@@ -735,7 +735,7 @@ fn arrays_1d_2d_3d_layered_cubemap() -> TestResult {
     // Sparse arrays are made (and lent out once backed) by `vmm::SparseArray`.
     invalid(Array::new(&ctx, &desc(1024, 1024, 0, ArrayFlags::SPARSE)), "Array::new with SPARSE")?;
     if d.sparse_cuda_array_supported()? {
-        let sparse = cuda_core::vmm::SparseArray::new(&ctx, &desc(1024, 1024, 0, ArrayFlags::empty()))?;
+        let sparse = cuhost::vmm::SparseArray::new(&ctx, &desc(1024, 1024, 0, ArrayFlags::empty()))?;
         let p = sparse.sparse_properties();
         ensure!(p.tile_extent.0 > 0 && p.tile_extent.1 > 0, "tile extent {:?}", p.tile_extent);
     }
@@ -1120,7 +1120,7 @@ fn checked_3d_copies_between_two_contexts() -> TestResult {
 
     // Refused before any call: an array of another context than the stream, boxes past either
     // side, a volume whose extent is not its memory's. A box with a zero extent copies nothing.
-    let refused = |r: cuda_core::Result<()>, what: &str| -> TestResult {
+    let refused = |r: cuhost::Result<()>, what: &str| -> TestResult {
         ensure!(matches!(r, Err(Error::InvalidArgument { .. })), "{what}: {r:?}");
         Ok(())
     };
@@ -1194,7 +1194,7 @@ fn pointer_attributes_and_address_ranges() -> TestResult {
     let local = 0u64;
     let unknown = pointer_attributes(&raw const local as sys::CUdeviceptr)?;
     ensure_eq!(unknown.memory_type, None);
-    cuda_core::memory::set_sync_memops(b.as_raw(), true)?;
+    cuhost::memory::set_sync_memops(b.as_raw(), true)?;
     ensure!(pointer_attributes(b.as_raw())?.sync_memops, "sync_memops not set");
     Ok(())
 }

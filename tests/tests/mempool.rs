@@ -1,14 +1,14 @@
-//! `cuda_core::mempool` on a GPU: default and current pools, created pools, attributes, trim,
+//! `cuhost::mempool` on a GPU: default and current pools, created pools, attributes, trim,
 //! access, stream-ordered allocation, and export/import of a pool and a pointer between two
 //! processes (this binary runs itself as the child).
 
-use cuda_core::mempool::AsyncAllocator;
-use cuda_core::mempool::ipc::PointerExportData;
-use cuda_core::mempool::{Access, MemPool, MemPoolProps, PoolKind, PoolLocation, ShareableHandle};
-use cuda_core::pool::MemoryPool;
-use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
-use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu, multi_gpu};
+use cuhost::mempool::AsyncAllocator;
+use cuhost::mempool::ipc::PointerExportData;
+use cuhost::mempool::{Access, MemPool, MemPoolProps, PoolKind, PoolLocation, ShareableHandle};
+use cuhost::pool::MemoryPool;
+use cuhost::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::process::{Command, Stdio};
 
 /// Set in the child's environment: the hex of the pointer export data.

@@ -4,12 +4,12 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::module::{
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::module::{
     CacheConfig, FunctionAttribute, JitInputType, JitOptions, Library, Linker, Module, OptimizationLevel,
     SharedFunction,
 };
-use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 
 fn main() {
     // The driver keeps JIT-compiled PTX in a per-user cache (~/.nv/ComputeCache); a load that
@@ -34,7 +34,7 @@ fn main() {
     ]);
 }
 
-fn context() -> Result<Context, cuda_core::Error> {
+fn context() -> Result<Context, cuhost::Error> {
     Context::primary(&Device::get(0)?)
 }
 
@@ -56,7 +56,7 @@ fn ptx_loads_and_lists_its_kernels() -> TestResult {
     let f = module.function("saxpy")?;
     f.load()?;
     ensure!(f.is_loaded()?, "saxpy is loaded after cuFuncLoad");
-    cuda_core::module::loading_mode()?;
+    cuhost::module::loading_mode()?;
     Ok(())
 }
 
@@ -91,7 +91,7 @@ fn function_attributes_are_read_and_set() -> TestResult {
     ensure_eq!(f.param_info(3)?, Some((16, 8)));
     ensure_eq!(f.param_info(4)?, None);
     let optin = ctx.device().attribute(
-        cuda_core::driver_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        cuhost::driver_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
     )?;
     f.set_max_dynamic_shared_size_bytes(optin as u32)?;
     ensure_eq!(f.max_dynamic_shared_size_bytes()?, optin);
@@ -115,7 +115,7 @@ fn globals_are_typed_views_kernels_read_and_write() -> TestResult {
     // One live Global per variable: a second one, of any element type, is refused.
     let again = module.global::<u8>("hits");
     ensure!(
-        matches!(again, Err(cuda_core::Error::InvalidArgument { .. })),
+        matches!(again, Err(cuhost::Error::InvalidArgument { .. })),
         "a second Global of `hits`: {again:?}"
     );
     ensure!(module.global::<u64>("factor").is_err(), "4 bytes are not a whole u64");

@@ -1,4 +1,4 @@
-//! `cuda_core::nccl` on two GPUs: every collective against values computed on the host (for
+//! `cuhost::nccl` on two GPUs: every collective against values computed on the host (for
 //! f32, i32 and bf16), in-place forms and refused arguments, pre-multiplied sums, a ring of
 //! sends and receives in a group, a split clique, registered NCCL memory, simulated groups,
 //! non-blocking initialisation completed by polling, an abort that ends a collective that can

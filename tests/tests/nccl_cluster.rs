@@ -1,4 +1,4 @@
-//! `cuda_core::nccl` on four GPUs: every collective and a ring of sends and receives, in one
+//! `cuhost::nccl` on four GPUs: every collective and a ring of sends and receives, in one
 //! process and in four processes started with a launcher's variables (`torchrun`'s, Slurm's)
 //! through `Bootstrap`; a split into two pairs; the same over NCCL's socket transport alone
 //! (its bandwidth printed); and the faults: a rank that never starts, one that never joins

@@ -1,8 +1,8 @@
 //! Real calls through `nccl-sys`: the version, and an all-reduce on a one-rank communicator.
 
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, rt};
-use cudart_sys as cudart;
-use nccl_sys as nccl;
+use cuhost_cudart_sys as cudart;
+use cuhost_nccl_sys as nccl;
 
 fn main() {
     cuda_tests::run(&[

@@ -3,9 +3,9 @@
 //! installed, from the raw layer and from the safe one. Built where the bindings come from
 //! headers that declare them (`cuda_headers_13_<minor>`, set by cuda-core's build script).
 
-#[cfg(any(cuda_headers_13_1, cuda_headers_13_4))]
-use cuda_core::{Error, device::driver_version};
 use cuda_tests::{Test, gpu};
+#[cfg(any(cuda_headers_13_1, cuda_headers_13_4))]
+use cuhost::{Error, device::driver_version};
 
 /// The check on a call of a function the driver lacks: a load error naming `call`, the
 /// version it needs and the version installed.
@@ -28,12 +28,12 @@ fn too_old(e: &Error, call: &str, needed: &str) -> cuda_tests::TestResult {
 #[cfg(cuda_headers_13_1)]
 mod since_13_1 {
     use super::too_old;
-    use cuda_core::device::driver_version;
-    use cuda_core::driver_sys as sys;
-    use cuda_core::graph::{DotFlags, Graph, InstantiateFlags};
-    use cuda_core::stream::HostFuncSync;
-    use cuda_core::{Stream, StreamFlags};
     use cuda_tests::{TestResult, device_zero, ensure, ensure_eq};
+    use cuhost::device::driver_version;
+    use cuhost::driver_sys as sys;
+    use cuhost::graph::{DotFlags, Graph, InstantiateFlags};
+    use cuhost::stream::HostFuncSync;
+    use cuhost::{Stream, StreamFlags};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -117,9 +117,9 @@ mod since_13_1 {
 #[cfg(cuda_headers_13_1)]
 mod since_13_1_streams {
     use super::too_old;
-    use cuda_core::device::driver_version;
-    use cuda_core::{Stream, StreamFlags};
     use cuda_tests::{TestResult, device_zero, ensure, ensure_eq};
+    use cuhost::device::driver_version;
+    use cuhost::{Stream, StreamFlags};
 
     /// An ordinary stream may use every SM of its device.
     pub fn a_stream_reports_the_sms_it_may_use() -> TestResult {
@@ -143,11 +143,11 @@ mod since_13_1_streams {
 #[cfg(cuda_headers_13_4)]
 mod since_13_4 {
     use super::too_old;
-    use cuda_core::Error;
-    use cuda_core::alloc::MemAttach;
-    use cuda_core::device::driver_version;
-    use cuda_core::memory::{ManagedBuffer, MemLocation};
     use cuda_tests::{TestResult, device_zero, ensure, ensure_eq};
+    use cuhost::Error;
+    use cuhost::alloc::MemAttach;
+    use cuhost::device::driver_version;
+    use cuhost::memory::{ManagedBuffer, MemLocation};
 
     /// Where managed pages live: refused arguments before any call, then the device after a
     /// prefetch to it (or the typed error on an older driver).

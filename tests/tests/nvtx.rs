@@ -1,11 +1,11 @@
-//! `cuda_core::nvtx` naming real CUDA objects, and `cuda_core::profiler`.
+//! `cuhost::nvtx` naming real CUDA objects, and `cuhost::profiler`.
 //!
 //! Run with `NVTX_INJECTION64_PATH` naming the workspace's recording tool
 //! (`libnvtx_test_tool.so`, built by `cargo test -p nvtx-sys`), the naming test also reads back
 //! what the tool received: the real handles of the context, stream and event.
 
-use cuda_core::{Context, Device, Error, Event, EventFlags, Stream, StreamFlags, nvtx, profiler};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::{Context, Device, Error, Event, EventFlags, Stream, StreamFlags, nvtx, profiler};
 
 fn main() {
     cuda_tests::run(&[

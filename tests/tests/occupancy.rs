@@ -4,11 +4,11 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::driver_sys::CUdevice_attribute as A;
-use cuda_core::module::Module;
-use cuda_core::occupancy::OccupancyFlags;
-use cuda_core::{Context, Device, Error, LaunchConfig};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::driver_sys::CUdevice_attribute as A;
+use cuhost::module::Module;
+use cuhost::occupancy::OccupancyFlags;
+use cuhost::{Context, Device, Error, LaunchConfig};
 
 fn main() {
     cuda_tests::run(&[

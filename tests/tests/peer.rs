@@ -4,12 +4,12 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::driver_sys as sys;
-use cuda_core::module::Module;
-use cuda_core::peer::P2PAttribute;
-use cuda_core::runtime as rt;
-use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq, gpu, multi_gpu};
+use cuhost::driver_sys as sys;
+use cuhost::module::Module;
+use cuhost::peer::P2PAttribute;
+use cuhost::runtime as rt;
+use cuhost::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 
 fn main() {
     cuda_tests::run(&[
@@ -34,7 +34,7 @@ fn a_device_is_not_its_own_peer() -> TestResult {
     let ctx = Context::primary(&d)?;
     ensure!(matches!(ctx.enable_peer_access(&ctx), Err(Error::InvalidArgument { .. })), "self access");
     // Between two contexts of one device the copy is a peer copy and still works.
-    let other = Context::create(&d, cuda_core::ContextFlags::empty())?;
+    let other = Context::create(&d, cuhost::ContextFlags::empty())?;
     let a = DeviceBuffer::from_slice(&Stream::new(&ctx, StreamFlags::NON_BLOCKING)?, &[1u32, 2, 3])?;
     let mut b = DeviceBuffer::<u32>::zeroed(&Stream::new(&other, StreamFlags::NON_BLOCKING)?, 3)?;
     b.copy_from_device(&a)?;

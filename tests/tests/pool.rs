@@ -1,16 +1,16 @@
-//! `cuda_core::pool` on a GPU: data written and read back through pooled memory (`DeviceBuffer`s
+//! `cuhost::pool` on a GPU: data written and read back through pooled memory (`DeviceBuffer`s
 //! from a `MemoryPool`), across streams and threads; record_stream; limits; the pinned pool under
 //! `PinnedBuffer`s and their asynchronous copies; upstream allocators; the default pool, the
 //! current allocator and the C interface; memory hooks around both pools.
 
-use cuda_core::alloc;
-use cuda_core::alloc::{Allocator, DeviceAllocator, ManagedAllocator, StreamRef};
-use cuda_core::mempool::AsyncAllocator;
-use cuda_core::pool::hooks::{self, HookEvent, MemoryHook, MemoryKind};
-use cuda_core::pool::{self, MemoryPool, PinnedMemoryPool, PoolLimit};
-use cuda_core::{Context, Device, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
-use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu, hold};
+use cuhost::alloc;
+use cuhost::alloc::{Allocator, DeviceAllocator, ManagedAllocator, StreamRef};
+use cuhost::mempool::AsyncAllocator;
+use cuhost::pool::hooks::{self, HookEvent, MemoryHook, MemoryKind};
+use cuhost::pool::{self, MemoryPool, PinnedMemoryPool, PoolLimit};
+use cuhost::{Context, Device, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;

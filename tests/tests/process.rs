@@ -6,13 +6,13 @@
 //! holds device memory while the parent locks, checkpoints, restores and unlocks it, then reads
 //! the memory back when the parent says so.
 
-use cuda_core::checkpoint::{self, GpuPair, Process, ProcessState};
-use cuda_core::coredump::{Coredump, CoredumpFlags};
-use cuda_core::device::{AtomicCaps, AtomicOp};
-use cuda_core::{Device, DeviceBuffer, Error};
-use cuda_driver_sys::CUresult;
 use cuda_tests::child::Child;
 use cuda_tests::{Failed, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, still_usable};
+use cuhost::checkpoint::{self, GpuPair, Process, ProcessState};
+use cuhost::coredump::{Coredump, CoredumpFlags};
+use cuhost::device::{AtomicCaps, AtomicOp};
+use cuhost::{Device, DeviceBuffer, Error};
+use cuhost_driver_sys::CUresult;
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
@@ -154,7 +154,7 @@ fn checkpoints_are_taken() -> Result<(), String> {
 }
 
 /// Fails unless `result` is an [`Error::InvalidArgument`] (a refusal before the operation).
-fn refused<T: std::fmt::Debug>(result: cuda_core::Result<T>, what: &str) -> TestResult {
+fn refused<T: std::fmt::Debug>(result: cuhost::Result<T>, what: &str) -> TestResult {
     ensure!(matches!(result, Err(Error::InvalidArgument { .. })), "{what}: {result:?}");
     Ok(())
 }

@@ -2,13 +2,13 @@
 //! (1D, 2D, arrays, 3D, peer; sync and async), streams, events and callbacks, and sharing the
 //! primary context with driver code.
 
-use cuda_core::memory::{HostAllocFlags, HostRegisterFlags};
-use cuda_core::runtime::{
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::memory::{HostAllocFlags, HostRegisterFlags};
+use cuhost::runtime::{
     self as rt, Array, ChannelFormatDesc, ChannelFormatKind, Event, HostRegistration, ManagedAttach,
     MemLocation, MemoryAdvise, MemoryType, Stream,
 };
-use cuda_core::{Context, Device, DeviceBuffer, DeviceView, Error, EventFlags, StreamFlags};
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu};
+use cuhost::{Context, Device, DeviceBuffer, DeviceView, Error, EventFlags, StreamFlags};
 use std::sync::mpsc;
 
 fn main() {
@@ -24,18 +24,18 @@ fn main() {
 }
 
 fn versions_and_devices_match_the_driver() -> TestResult {
-    ensure_eq!(rt::driver_version()?, cuda_core::device::driver_version()?);
+    ensure_eq!(rt::driver_version()?, cuhost::device::driver_version()?);
     ensure!(rt::runtime_version()? >= 12000, "runtime version {}", rt::runtime_version()?);
     let count = rt::get_device_count()?;
     ensure_eq!(count, Device::count()?);
     rt::set_device(0)?;
     ensure_eq!(rt::get_device()?, 0);
     ensure!(matches!(rt::set_device(count), Err(Error::InvalidArgument { .. })), "ordinal past the end");
-    let sms = rt::device_get_attribute(cudart_sys::cudaDeviceAttr::cudaDevAttrMultiProcessorCount, 0)?;
+    let sms = rt::device_get_attribute(cuhost_cudart_sys::cudaDeviceAttr::cudaDevAttrMultiProcessorCount, 0)?;
     ensure_eq!(
         sms,
         Device::get(0)?
-            .attribute(cuda_core::driver_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+            .attribute(cuhost::driver_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
     );
     let bus = rt::device_get_pci_bus_id(0)?;
     ensure_eq!(bus.to_lowercase(), Device::get(0)?.pci_bus_id()?.to_lowercase());
@@ -147,7 +147,7 @@ fn managed_memory_is_prefetched_and_advised() -> TestResult {
     rt::mem_advise(&managed, MemoryAdvise::SetReadMostly, MemLocation::Device(0))?;
     ensure!(managed.is_read_mostly()?, "the driver sees the runtime's advice");
     let concurrent =
-        rt::device_get_attribute(cudart_sys::cudaDeviceAttr::cudaDevAttrConcurrentManagedAccess, 0)?;
+        rt::device_get_attribute(cuhost_cudart_sys::cudaDeviceAttr::cudaDevAttrConcurrentManagedAccess, 0)?;
     if concurrent != 0 {
         rt::mem_prefetch_async(&managed, MemLocation::Device(0), &stream)?;
         rt::mem_prefetch_async(&managed, MemLocation::Host, &stream)?;

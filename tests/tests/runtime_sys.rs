@@ -1,8 +1,8 @@
 //! Real calls through `cudart-sys`, checked against the driver.
 
-use cuda_driver_sys as sys;
 use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu, rt};
-use cudart_sys as cudart;
+use cuhost_cudart_sys as cudart;
+use cuhost_driver_sys as sys;
 
 fn main() {
     cuda_tests::run(&[

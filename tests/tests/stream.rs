@@ -1,14 +1,14 @@
-//! `cuda_core::stream`: flags, priorities, default streams, adoption, callbacks, waits,
+//! `cuhost::stream`: flags, priorities, default streams, adoption, callbacks, waits,
 //! attributes, memory operations, capture status.
 
-use cuda_core::stream::EventWaitFlags;
-use cuda_core::stream::{
+use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
+use cuhost::stream::EventWaitFlags;
+use cuhost::stream::{
     AccessPolicyWindow, AccessProperty, CaptureStatus, MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags,
     StreamWriteValueFlags,
 };
-use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, Stream, StreamFlags};
-use cuda_driver_sys as sys;
-use cuda_tests::{TestResult, drv, ensure, ensure_eq, gpu};
+use cuhost::{Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -7,15 +7,15 @@
 #[path = "kernels/texture.rs"]
 mod kernels;
 
-use cuda_core::memory::{Array, ArrayFlags, MipmappedArray, PitchedBuffer};
-use cuda_core::module::Module;
-use cuda_core::texture::{
+use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
+use cuhost::memory::{Array, ArrayFlags, MipmappedArray, PitchedBuffer};
+use cuhost::module::Module;
+use cuhost::texture::{
     AddressMode, ChannelFormat, FilterMode, ReadMode, Resource, ResourceDescriptor, ResourceViewDescriptor,
     ResourceViewFormat, SurfaceObject, Swizzle, TensorDataType, TensorMapBuilder, TextureDescriptor,
     TextureObject,
 };
-use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
-use cuda_tests::{TestResult, ensure, ensure_eq, gpu, gpu_needing};
+use cuhost::{Context, ContextFlags, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use std::sync::Arc;
 
 fn main() {

@@ -1,4 +1,4 @@
-//! `cuda_core::vmm` on a GPU: granularity and properties, mappings read and written after
+//! `cuhost::vmm` on a GPU: granularity and properties, mappings read and written after
 //! their access is set, every drop order of range, physical memory and mapping, retained and
 //! in-process imported handles, fabric handles (or the driver's refusal, by name), the
 //! growable buffer (in place, as a kernel argument, shrinking), the VMM allocator under
@@ -9,17 +9,17 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use cuda_core::driver_sys as sys;
-use cuda_core::memory::{Array, ArrayDescriptor, ArrayFlags, MemLocation, MipmappedArray};
-use cuda_core::mempool::Access;
-use cuda_core::module::Module;
-use cuda_core::pool::MemoryPool;
-use cuda_core::vmm::{
+use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, multi_gpu, no_deferred};
+use cuhost::driver_sys as sys;
+use cuhost::memory::{Array, ArrayDescriptor, ArrayFlags, MemLocation, MipmappedArray};
+use cuhost::mempool::Access;
+use cuhost::module::Module;
+use cuhost::pool::MemoryPool;
+use cuhost::vmm::{
     AccessGrant, AddressRange, AllocationProperties, FabricHandle, Granularity, GrowableBuffer, HandleTypes,
     MappedSpan, PhysicalMemory, SparseArray, SparseMipmappedArray, SparseRegion, VmmAllocator, VmmSupport,
 };
-use cuda_core::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
-use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, multi_gpu, no_deferred};
+use cuhost::{Context, Device, DeviceBuffer, Error, LaunchConfig, Stream, StreamFlags};
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -203,7 +203,7 @@ fn a_span_views_mappings_end_to_end_as_one_memory() -> TestResult {
     );
     // Work on another stream through the span: the drop waits for it before unmapping.
     let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
-    let mut back = cuda_core::PinnedBuffer::<u32>::new(gran)?;
+    let mut back = cuhost::PinnedBuffer::<u32>::new(gran)?;
     other.launch_host_func(|| std::thread::sleep(std::time::Duration::from_millis(100)))?;
     span.view::<u32>(&stream)?.slice(0..gran)?.copy_to_pinned_async(&mut back, &other)?;
     let mappings = span.into_mappings();

@@ -1,6 +1,6 @@
 //! `cargo xtask build-cost`: how many instructions rustc executes to type-check the crates on
-//! the build's critical path (`cargo check` of cuda-driver-sys, whose metadata every dependent
-//! waits for, and of cuda-core with its default features and without them).
+//! the build's critical path (`cargo check` of cuhost-driver-sys, whose metadata every dependent
+//! waits for, and of cuhost with its default features and without them).
 //!
 //! Wall-clock build times on a small shared machine move by a tenth from one run to the next;
 //! instruction counts (valgrind's callgrind) are the same for the same sources, compiler and
@@ -21,9 +21,9 @@ const OUT_VAR: &str = "XTASK_BUILD_COST_OUT";
 
 /// What is measured: a package, its crate name, and the `cargo check` options.
 const TARGETS: [(&str, &str, &[&str]); 3] = [
-    ("cuda-driver-sys", "cuda_driver_sys", &[]),
-    ("cuda-core", "cuda_core", &["--no-default-features"]),
-    ("cuda-core", "cuda_core", &[]),
+    ("cuhost-driver-sys", "cuhost_driver_sys", &[]),
+    ("cuhost", "cuhost", &["--no-default-features"]),
+    ("cuhost", "cuhost", &[]),
 ];
 
 /// `cargo xtask build-cost`.

@@ -29,7 +29,7 @@ const GPU_RUN_CHECKED: &str = r#"#!/bin/sh
 # status 86 and fails; its output holds the reports and, at the end, a summary per category.
 # CUDA_CHECK_BACKTRACE=1 adds the Rust call stack of each site. Usage (from the repository root):
 #   CUDA_TEST_REQUIRE_GPU=1 .gpu/run-checked [nextest filter arguments]
-# An example or any program built on cuda-core runs under the checker the same way:
+# An example or any program built on cuhost runs under the checker the same way:
 #   CUDA_DRIVER_LIBRARY_PATH=$PWD/.gpu/libchecked_cuda_driver.so .gpu/examples/<name>
 here=$(cd "$(dirname "$0")" && pwd)
 CUDA_DRIVER_LIBRARY_PATH="$here/libchecked_cuda_driver.so"
@@ -204,7 +204,7 @@ pub fn gpu_bundle(root: &Path) -> Result<(), String> {
     let _ = Command::new("strip").arg(out.join("cargo-nextest")).status();
     // The crate's examples, and those of the tests crate (the async service, whose executors
     // are dev-dependencies there only).
-    for package in ["cuda-core", "cuda-tests"] {
+    for package in ["cuhost", "cuda-tests"] {
         let json = run(Command::new(&cargo).current_dir(root).args([
             "build",
             "--profile",

@@ -146,8 +146,8 @@ mod tests {
     fn functions_and_structs_are_compared() {
         let old = surface("x! {\n    cuA() -> i32 => 1;\n    cuB() -> i32 => 1;\n}\n", OLD_TYPES, "");
         let new = surface("x! {\n    cuA() -> i32 => 1;\n    cuC() -> i32 => 1;\n}\n", NEW_TYPES, NEW_LAYOUT);
-        let text = compare("cuda-driver-sys", &old, &new);
-        assert!(text.starts_with("cuda-driver-sys:\n"), "{text}");
+        let text = compare("cuhost-driver-sys", &old, &new);
+        assert!(text.starts_with("cuhost-driver-sys:\n"), "{text}");
         assert!(text.contains("functions added (1): cuC"), "{text}");
         assert!(text.contains("functions removed (1): cuB"), "{text}");
         assert!(text.contains("structs added (1): Fresh"), "{text}");

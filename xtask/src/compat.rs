@@ -2,11 +2,11 @@
 //! header set, not only the committed one.
 //!
 //! Two checks:
-//! * every struct literal of a generated C struct in `cuda-core` ends in `..` (a default or
+//! * every struct literal of a generated C struct in `cuhost` ends in `..` (a default or
 //!   zeroed base), so that a field a newer header adds does not break the build;
 //! * for the `oldest` and `newest` sets of `xtask/wheels.txt`, the workspace is copied into
 //!   `target/compat/<set>`, its bindings are regenerated there from that set's headers, and
-//!   `cuda-core` and the GPU test crate are checked (`cargo check --all-targets`).
+//!   `cuhost` and the GPU test crate are checked (`cargo check --all-targets`).
 
 use crate::bindgen;
 use crate::headers::{self, Pins, Wheel};
@@ -135,18 +135,18 @@ fn check_set(root: &Path, name: &str, set: &[Wheel], pins: &Pins) -> Result<(), 
     bindgen::write_all(&scratch, &files)?;
     println!("{name}: bindings from {} and {}", headers.origin_cuda, headers.origin_nccl);
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["check", "--locked", "--all-targets", "-p", "cuda-core", "-p", "cuda-tests"])
-        .args(["--features", "cuda-core/tracing,cuda-core/half"])
+        .args(["check", "--locked", "--all-targets", "-p", "cuhost", "-p", "cuda-tests"])
+        .args(["--features", "cuhost/tracing,cuhost/half"])
         .env("CARGO_TARGET_DIR", root.join("target/compat-target"))
         .current_dir(&scratch)
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if status.success() {
-        println!("{name}: cuda-core and its tests compile");
+        println!("{name}: cuhost and its tests compile");
         Ok(())
     } else {
         Err(format!(
-            "{name}: cuda-core does not compile against these headers (the copy is in {})",
+            "{name}: cuhost does not compile against these headers (the copy is in {})",
             scratch.display()
         ))
     }
@@ -186,7 +186,7 @@ pub fn run(root: &Path) -> Result<(), String> {
             findings.join("\n  ")
         ));
     }
-    println!("no C struct literal without a base in cuda-core");
+    println!("no C struct literal without a base in cuhost");
     let pins = headers::read_pins(root)?;
     check_set(root, "oldest", &pins.oldest, &pins)?;
     check_set(root, "newest", &pins.newest, &pins)?;

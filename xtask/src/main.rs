@@ -6,14 +6,14 @@
 //!   `--cuda`/`--nccl` bump the pins to the newest wheels of those releases first.
 //! * `surface [--strict] [--cuda-root DIR] [--nccl-root DIR]`: per crate, functions the headers
 //!   declare against functions the crate exposes, the driver functions new since the oldest set,
-//!   and which `cuda.h` functions `cuda-core` wraps in safe API (the others need a reason in
+//!   and which `cuda.h` functions `cuhost` wraps in safe API (the others need a reason in
 //!   `xtask/unwrapped.txt`; `--strict` fails when one has none or a reason is stale).
-//! * `compat`: `cuda-core` compiles against bindings from the oldest and the newest header sets.
-//! * `doc-audit`: every public function of `cuda-core` documents its safety contract, its
+//! * `compat`: `cuhost` compiles against bindings from the oldest and the newest header sets.
+//! * `doc-audit`: every public function of `cuhost` documents its safety contract, its
 //!   errors and the NVIDIA section of the C function it calls (see [`docaudit`]).
 //! * `gpu-bundle`: pack the GPU test suite into `.gpu/` for a host without a Rust toolchain.
 //! * `bench`: pack the benchmarks into `.bench/` (run there with `.bench/run`).
-//! * `build-cost`: the instructions rustc executes to type-check cuda-driver-sys and cuda-core
+//! * `build-cost`: the instructions rustc executes to type-check cuhost-driver-sys and cuhost
 //!   (with and without its default features), counted by callgrind: a build-time measure that
 //!   does not move with the machine's load (see [`buildcost`]).
 //! * `type-index [--check]`: the guide's index from each public type to the chapters that show

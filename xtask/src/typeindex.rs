@@ -1,4 +1,4 @@
-//! `cargo xtask type-index [--check]`: the guide's index from each public type of `cuda-core` to
+//! `cargo xtask type-index [--check]`: the guide's index from each public type of `cuhost` to
 //! the chapters that show it (`docs/src/type-index.md`).
 //!
 //! A type is public when it is declared `pub` in a public module, or re-exported by a `pub use`

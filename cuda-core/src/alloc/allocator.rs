@@ -9,7 +9,7 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::event::Event;
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 
 /// A stream as allocators see it: a raw `CUstream` known to be alive for `'a`.
@@ -124,15 +124,15 @@ pub struct DeviceAllocation {
 /// are told about (queued on `stream`, and on `recorded`) has passed.
 ///
 /// ```compile_fail,E0200
-/// use cuda_core::alloc::{Allocator, DeviceAllocation, StreamRef};
+/// use cuhost::alloc::{Allocator, DeviceAllocation, StreamRef};
 ///
 /// // Without `unsafe impl`, the promises above are not made, and the compiler refuses it.
 /// struct Liar;
 /// impl Allocator for Liar {
-///     fn allocate(&self, _: usize, _: StreamRef<'_>) -> cuda_core::Result<DeviceAllocation> {
+///     fn allocate(&self, _: usize, _: StreamRef<'_>) -> cuhost::Result<DeviceAllocation> {
 ///         Ok(DeviceAllocation { ptr: 0x1000, size: 1, token: 0 })
 ///     }
-///     unsafe fn deallocate(&self, _: DeviceAllocation, _: StreamRef<'_>) -> cuda_core::Result<()> {
+///     unsafe fn deallocate(&self, _: DeviceAllocation, _: StreamRef<'_>) -> cuhost::Result<()> {
 ///         Ok(())
 ///     }
 /// }
@@ -233,15 +233,15 @@ unsafe impl Sync for PinnedAllocation {}
 /// have completed.
 ///
 /// ```compile_fail,E0200
-/// use cuda_core::alloc::{PinnedAllocation, PinnedAllocator};
+/// use cuhost::alloc::{PinnedAllocation, PinnedAllocator};
 ///
 /// // Without `unsafe impl`, the promises above are not made, and the compiler refuses it.
 /// struct Evil(usize);
 /// impl PinnedAllocator for Evil {
-///     fn allocate(&self, size: usize) -> cuda_core::Result<PinnedAllocation> {
+///     fn allocate(&self, size: usize) -> cuhost::Result<PinnedAllocation> {
 ///         Ok(PinnedAllocation { ptr: self.0 as *mut u8, size })
 ///     }
-///     unsafe fn deallocate(&self, _: PinnedAllocation) -> cuda_core::Result<()> {
+///     unsafe fn deallocate(&self, _: PinnedAllocation) -> cuhost::Result<()> {
 ///         Ok(())
 ///     }
 /// }
@@ -327,13 +327,13 @@ pub unsafe trait PinnedAllocator: Send + Sync {
 ///   private) may rely on that.
 ///
 /// ```compile_fail,E0200
-/// use cuda_core::alloc::{StreamEvents, StreamRef};
+/// use cuhost::alloc::{StreamEvents, StreamRef};
 ///
 /// // Without `unsafe impl`, the promises above are not made, and the compiler refuses it.
 /// struct Liar;
 /// impl StreamEvents for Liar {
-///     fn create(&self) -> cuda_core::Result<u64> { Ok(1) }
-///     fn record(&self, _: u64, _: StreamRef<'_>) -> cuda_core::Result<()> { Ok(()) }
+///     fn create(&self) -> cuhost::Result<u64> { Ok(1) }
+///     fn record(&self, _: u64, _: StreamRef<'_>) -> cuhost::Result<()> { Ok(()) }
 ///     fn is_complete(&self, _: u64) -> bool { true }
 ///     fn destroy(&self, _: u64) {}
 /// }
@@ -343,7 +343,7 @@ pub unsafe trait PinnedAllocator: Send + Sync {
 /// handles, which safe code could forge or destroy twice.
 ///
 /// ```compile_fail,E0603
-/// use cuda_core::alloc::DriverEvents;
+/// use cuhost::alloc::DriverEvents;
 /// ```
 pub unsafe trait StreamEvents: Send + Sync {
     /// Creates an event (without timing); an error when the driver cannot make one.

@@ -16,11 +16,11 @@
 //!   default pool of the stream's device (`pool::get_allocator` answers which).
 //!
 //! ```no_run
-//! use cuda_core::alloc::{DeviceAllocator, using_allocator};
-//! use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+//! use cuhost::alloc::{DeviceAllocator, using_allocator};
+//! use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 //! use std::sync::Arc;
 //!
-//! # fn main() -> cuda_core::Result<()> {
+//! # fn main() -> cuhost::Result<()> {
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 //! let _scope = using_allocator(Arc::new(DeviceAllocator::new(&ctx)));

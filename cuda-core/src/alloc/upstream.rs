@@ -11,7 +11,7 @@ use super::allocator::{
 };
 use crate::context::Context;
 use crate::error::Result;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// Which streams may access managed memory (`CUmemAttach_flags`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

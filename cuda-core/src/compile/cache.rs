@@ -155,13 +155,13 @@ fn bump(counter: &AtomicU64) {
 /// memory holds every entry stored until [`clear_memory`](Self::clear_memory).
 ///
 /// ```
-/// use cuda_core::compile::{CacheKey, CompileCache};
+/// use cuhost::compile::{CacheKey, CompileCache};
 /// let cache = CompileCache::in_memory();
 /// let key = CacheKey::new(&[b"__global__ void k() {}", b"--gpu-architecture=sm_90"]);
 /// let (cubin, hit) = cache.get_or_insert_with(&key, || Ok(b"compiled bytes".to_vec()))?;
 /// assert_eq!((&*cubin, hit), (&b"compiled bytes"[..], None));
 /// assert!(cache.get(&key).is_some());
-/// # Ok::<(), cuda_core::Error>(())
+/// # Ok::<(), cuhost::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct CompileCache {

@@ -6,7 +6,7 @@ use super::program::Compiled;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::module::Module;
-use nvjitlink_sys as nvjitlink;
+use cuhost_nvjitlink_sys as nvjitlink;
 use std::ffi::{CString, c_char};
 use std::sync::Arc;
 
@@ -45,9 +45,9 @@ impl LinkInput {
 /// them, optimises across them at link time (`-lto`).
 ///
 /// ```no_run
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::compile::{Arch, CompileOptions, Linker, Output, Program};
-/// use cuda_core::{Context, Device};
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::compile::{Arch, CompileOptions, Linker, Output, Program};
+/// use cuhost::{Context, Device};
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let arch = Arch::of(&ctx.device())?;
 /// let lto = CompileOptions::new().output(Output::LtoIr).relocatable(true);

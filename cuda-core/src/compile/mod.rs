@@ -11,8 +11,8 @@
 //! compile cache without running NVRTC.
 //!
 //! ```no_run
-//! # fn main() -> cuda_core::Result<()> {
-//! use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags, compile};
+//! # fn main() -> cuhost::Result<()> {
+//! use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags, compile};
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 //! let add_one = compile::kernel(

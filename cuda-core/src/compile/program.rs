@@ -6,7 +6,7 @@ use super::options::{Arch, CompileOptions, Output};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::module::{JitOptions, Module, SharedFunction};
-use nvrtc_sys as nvrtc;
+use cuhost_nvrtc_sys as nvrtc;
 use std::ffi::{CStr, CString, c_char};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,9 +24,9 @@ pub fn nvrtc_compilations() -> u64 {
 /// expressions (`"scale<float>"`) whose lowered (mangled) names the result should report.
 ///
 /// ```no_run
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::compile::{CompileOptions, Program};
-/// use cuda_core::{Context, Device};
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::compile::{CompileOptions, Program};
+/// use cuhost::{Context, Device};
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let program = Program::new(r#"#include "scale.h"
 /// template <typename T> __global__ void scale(T *x, T a, unsigned n) {

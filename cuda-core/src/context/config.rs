@@ -4,7 +4,7 @@
 use super::{Context, ContextFlags};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// A per-context resource limit (`CUlimit`), for [`Context::limit`] and [`Context::set_limit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

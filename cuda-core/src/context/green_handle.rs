@@ -4,7 +4,7 @@
 
 use super::Context;
 use crate::device::Device;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::{Mutex, MutexGuard, PoisonError, Weak};
 
 /// The green context behind the clones of a [`GreenContext`](crate::green::GreenContext), and behind the streams and the

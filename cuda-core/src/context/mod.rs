@@ -20,8 +20,8 @@
 //! [`Context::take_deferred_errors`] reads them all.
 //!
 //! ```no_run
-//! use cuda_core::{Context, ContextFlags, Device};
-//! # fn main() -> cuda_core::Result<()> {
+//! use cuhost::{Context, ContextFlags, Device};
+//! # fn main() -> cuhost::Result<()> {
 //! let device = Device::get(0)?;
 //! let primary = Context::primary(&device)?;
 //! primary.bind_to_thread()?;
@@ -48,7 +48,7 @@ use crate::abi::AbiVersions;
 use crate::device::{self, Device};
 use crate::error::{Error, Result, check};
 use crate::flags::flags;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -216,8 +216,8 @@ impl Context {
     /// It also fails when the driver cannot be initialised or refuses one of the calls.
     ///
     /// ```no_run
-    /// # fn main() -> cuda_core::Result<()> {
-    /// use cuda_core::{Context, ContextFlags, Device, Stream, StreamFlags};
+    /// # fn main() -> cuhost::Result<()> {
+    /// use cuhost::{Context, ContextFlags, Device, Stream, StreamFlags};
     /// let dev = Device::get(0)?;
     /// let owned = Context::create(&dev, ContextFlags::empty())?;
     /// owned.bind_to_thread()?;

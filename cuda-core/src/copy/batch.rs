@@ -23,7 +23,7 @@ use crate::memory::view::{DeviceView, DeviceViewMut, Track};
 use crate::stream::Stream;
 use crate::track::HostUses;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// The ABIs of `cuMemcpyBatchAsync`: CUDA 13.0 dropped the failure index of 12.8.
 static MEMCPY_BATCH: AbiVersions = AbiVersions::new("cuMemcpyBatchAsync", &[13000, 12080]);
@@ -229,9 +229,9 @@ impl CopyRegion {
 /// events or the same stream, as for the single `_async` copies.
 ///
 /// ```no_run
-/// use cuda_core::copy::CopyRegion;
-/// use cuda_core::{Context, Device, DeviceBuffer, PinnedBuffer, Stream, StreamFlags};
-/// # fn main() -> cuda_core::Result<()> {
+/// use cuhost::copy::CopyRegion;
+/// use cuhost::{Context, Device, DeviceBuffer, PinnedBuffer, Stream, StreamFlags};
+/// # fn main() -> cuhost::Result<()> {
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 /// let input = PinnedBuffer::from_fn(1024, |i| i as u32)?;
@@ -256,7 +256,7 @@ impl CopyRegion {
 /// checker refuses it:
 ///
 /// ```compile_fail,E0502
-/// # fn f(stream: &cuda_core::Stream, buffer: &mut cuda_core::DeviceBuffer<u32>) -> cuda_core::Result<()> {
+/// # fn f(stream: &cuhost::Stream, buffer: &mut cuhost::DeviceBuffer<u32>) -> cuhost::Result<()> {
 /// let mut batch = stream.copy_batch()?;
 /// batch.copy(buffer.slice_mut(4..8)?, buffer.slice(..4)?)?; // `buffer` both written and read
 /// batch.submit()
@@ -266,8 +266,8 @@ impl CopyRegion {
 /// Nor can an operand go before the batch is submitted (after that, dropping it is fine):
 ///
 /// ```compile_fail,E0505
-/// # use cuda_core::{DeviceBuffer, Stream};
-/// # fn f(stream: &Stream, src: DeviceBuffer<u32>, mut dst: DeviceBuffer<u32>) -> cuda_core::Result<()> {
+/// # use cuhost::{DeviceBuffer, Stream};
+/// # fn f(stream: &Stream, src: DeviceBuffer<u32>, mut dst: DeviceBuffer<u32>) -> cuhost::Result<()> {
 /// let mut batch = stream.copy_batch()?;
 /// batch.copy(&mut dst, &src)?;
 /// drop(src); // still borrowed by the batch

@@ -26,7 +26,7 @@ use crate::error::{Error, Result, check};
 use crate::stream::Stream;
 use crate::track::HostUses;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// The ABIs of `cuMemcpy3DBatchAsync`: CUDA 13.0 dropped the failure index of 12.8.
 static MEMCPY_3D_BATCH: AbiVersions = AbiVersions::new("cuMemcpy3DBatchAsync", &[13000, 12080]);
@@ -112,11 +112,11 @@ fn raw_operand<T>(
 /// are read in stream order (`CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`).
 ///
 /// ```no_run
-/// use cuda_core::copy::{CopyRegion3D, Volume};
-/// use cuda_core::memory::{Array, ArrayDescriptor, ArrayFlags, PitchedBuffer};
-/// use cuda_core::{Context, Device, PinnedBuffer, Stream, StreamFlags};
-/// use cuda_core::driver_sys::CUarray_format;
-/// # fn main() -> cuda_core::Result<()> {
+/// use cuhost::copy::{CopyRegion3D, Volume};
+/// use cuhost::memory::{Array, ArrayDescriptor, ArrayFlags, PitchedBuffer};
+/// use cuhost::{Context, Device, PinnedBuffer, Stream, StreamFlags};
+/// use cuhost::driver_sys::CUarray_format;
+/// # fn main() -> cuhost::Result<()> {
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 /// let (x, y, z) = (32, 32, 8);
@@ -139,9 +139,9 @@ fn raw_operand<T>(
 /// A batch cannot write memory it also reads; the borrow checker refuses it:
 ///
 /// ```compile_fail,E0502
-/// # use cuda_core::copy::Volume;
-/// # use cuda_core::memory::PitchedBuffer;
-/// # fn f(stream: &cuda_core::Stream, volume: &mut PitchedBuffer<u32>) -> cuda_core::Result<()> {
+/// # use cuhost::copy::Volume;
+/// # use cuhost::memory::PitchedBuffer;
+/// # fn f(stream: &cuhost::Stream, volume: &mut PitchedBuffer<u32>) -> cuhost::Result<()> {
 /// let mut batch = stream.copy_batch_3d()?;
 /// batch.copy(Volume::new(&mut *volume, [64, 8, 8]), Volume::new(&*volume, [64, 8, 8]))?;
 /// batch.submit()

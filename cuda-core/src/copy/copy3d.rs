@@ -14,7 +14,7 @@ use crate::memory::{DeviceView, DeviceViewMut};
 use crate::stream::Stream;
 use crate::track::HostUses;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// Any 2D copy a `CUDA_MEMCPY2D` describes
 /// ([`cuMemcpy2D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
@@ -166,10 +166,10 @@ impl Stream {
     /// the same stream.
     ///
     /// ```no_run
-    /// use cuda_core::copy::{CopyRegion3D, Volume};
-    /// use cuda_core::memory::PitchedBuffer;
-    /// use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Stream, StreamFlags};
-    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuhost::copy::{CopyRegion3D, Volume};
+    /// use cuhost::memory::PitchedBuffer;
+    /// use cuhost::{Context, ContextFlags, Device, DeviceBuffer, Stream, StreamFlags};
+    /// # fn main() -> cuhost::Result<()> {
     /// let device = Device::get(0)?;
     /// let (a, b) = (Context::primary(&device)?, Context::create(&device, ContextFlags::empty())?);
     /// let (on_a, on_b) = (Stream::new(&a, StreamFlags::NON_BLOCKING)?, Stream::new(&b, StreamFlags::NON_BLOCKING)?);

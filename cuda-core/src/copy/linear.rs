@@ -7,7 +7,7 @@ use crate::memory::same_len;
 use crate::memory::{DeviceView, DeviceViewMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 impl<T: Pod> DeviceViewMut<'_, T> {
     /// Copies `src` from host memory into this view, in the order of the view's stream, and
@@ -271,8 +271,8 @@ impl<T: Pod, S: crate::memory::MemorySpace> crate::DeviceBuffer<T, S> {
     /// See [`DeviceView::clone_on`] for how the copy is ordered; it fails as that does.
     ///
     /// ```no_run
-    /// # fn main() -> cuda_core::Result<()> {
-    /// use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+    /// # fn main() -> cuhost::Result<()> {
+    /// use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
     /// let ctx = Context::primary(&Device::get(0)?)?;
     /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     /// let a = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0, 3.0])?;

@@ -16,7 +16,7 @@ use crate::memory::view::range_of;
 use crate::memory::{ManagedBuffer, MemLocation};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ops::RangeBounds;
 
 static PREFETCH_BATCH: AbiVersions = AbiVersions::new("cuMemPrefetchBatchAsync", &[13000]);
@@ -215,10 +215,10 @@ fn ready(calls: &AbiVersions, operation: &'static str, stream: &Stream) -> Resul
 /// refuses the batch otherwise.
 ///
 /// ```no_run
-/// use cuda_core::alloc::MemAttach;
-/// use cuda_core::memory::{ManagedBuffer, MemLocation};
-/// use cuda_core::{Context, Device, Stream, StreamFlags};
-/// # fn main() -> cuda_core::Result<()> {
+/// use cuhost::alloc::MemAttach;
+/// use cuhost::memory::{ManagedBuffer, MemLocation};
+/// use cuhost::{Context, Device, Stream, StreamFlags};
+/// # fn main() -> cuhost::Result<()> {
 /// let device = Device::get(0)?;
 /// let ctx = Context::primary(&device)?;
 /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
@@ -253,7 +253,7 @@ pub struct PrefetchBatch<'a> {
 /// with the same buffer does not compile:
 ///
 /// ```compile_fail,E0499
-/// # fn f(stream: &cuda_core::Stream, m: &mut cuda_core::ManagedBuffer<u32>) -> cuda_core::Result<()> {
+/// # fn f(stream: &cuhost::Stream, m: &mut cuhost::ManagedBuffer<u32>) -> cuhost::Result<()> {
 /// let mut batch = stream.discard_batch()?;
 /// // SAFETY: nothing touches `m` until the stream has run the discard.
 /// unsafe {
@@ -265,7 +265,7 @@ pub struct PrefetchBatch<'a> {
 /// ```
 ///
 /// ```no_run
-/// # fn f(stream: &cuda_core::Stream, m: &mut cuda_core::ManagedBuffer<u32>) -> cuda_core::Result<()> {
+/// # fn f(stream: &cuhost::Stream, m: &mut cuhost::ManagedBuffer<u32>) -> cuhost::Result<()> {
 /// let n = m.len();
 /// let mut batch = stream.discard_batch()?;
 /// // SAFETY: `m` is next used after `stream.synchronize()`, once the discard has run.
@@ -396,7 +396,7 @@ impl<'a> DiscardBatch<'a> {
     /// there, or after synchronizing the stream. Safe code cannot discard:
     ///
     /// ```compile_fail,E0133
-    /// # fn f(stream: &cuda_core::Stream, m: &mut cuda_core::ManagedBuffer<u32>) -> cuda_core::Result<()> {
+    /// # fn f(stream: &cuhost::Stream, m: &mut cuhost::ManagedBuffer<u32>) -> cuhost::Result<()> {
     /// let mut batch = stream.discard_batch()?;
     /// batch.discard(m, [..])?;
     /// batch.submit()

@@ -93,10 +93,10 @@ pub trait Destination3D<'a, T: Pod>: sealed::Write3D<'a, T> {}
 /// mismatch is an [`Error::InvalidArgument`].
 ///
 /// ```no_run
-/// use cuda_core::copy::{CopyRegion3D, Volume};
-/// use cuda_core::memory::PitchedBuffer;
-/// use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
-/// # fn main() -> cuda_core::Result<()> {
+/// use cuhost::copy::{CopyRegion3D, Volume};
+/// use cuhost::memory::PitchedBuffer;
+/// use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+/// # fn main() -> cuhost::Result<()> {
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 /// // 64 × 32 × 16 floats: 32 rows per layer, 16 layers, rows padded to the device's pitch.

@@ -8,7 +8,7 @@ use crate::stream::Stream;
 use crate::track::{StreamUses, order_after};
 use ::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// A cudarc slice or view (`CudaSlice<T>`, `CudaView<T>`, `CudaViewMut<T>`) read through this

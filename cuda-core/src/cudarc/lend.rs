@@ -54,11 +54,11 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// instead. See [the module](crate::cudarc) for the end of the loan.
     ///
     /// ```no_run
-    /// # fn main() -> cuda_core::Result<()> {
+    /// # fn main() -> cuhost::Result<()> {
     /// # let ctx = cudarc::driver::CudaContext::new(0).expect("a GPU");
     /// # let cudarc_stream = ctx.new_stream().expect("a stream");
-    /// let stream = cuda_core::Stream::from_cudarc(&cudarc_stream);
-    /// let ours = cuda_core::DeviceBuffer::from_slice(&stream, &[1u32, 2, 3])?;
+    /// let stream = cuhost::Stream::from_cudarc(&cudarc_stream);
+    /// let ours = cuhost::DeviceBuffer::from_slice(&stream, &[1u32, 2, 3])?;
     /// let lent = ours.lend_to_cudarc(&cudarc_stream)?;
     /// let copy: Vec<u32> = cudarc_stream.clone_dtoh(lent.slice()).expect("a copy");
     /// # let _ = copy; Ok(()) }

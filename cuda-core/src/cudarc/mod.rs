@@ -3,9 +3,9 @@
 //! can move over one piece at a time (with the `cudarc` feature).
 //!
 //! ```no_run
-//! # fn main() -> cuda_core::Result<()> {
-//! use cuda_core::cudarc::CudarcSlice;
-//! use cuda_core::{Context, Stream};
+//! # fn main() -> cuhost::Result<()> {
+//! use cuhost::cudarc::CudarcSlice;
+//! use cuhost::{Context, Stream};
 //! # let cudarc_ctx = cudarc::driver::CudaContext::new(0).expect("a GPU");
 //! # let cudarc_stream = cudarc_ctx.default_stream();
 //! # let mut cudarc_slice = cudarc_stream.alloc_zeros::<f32>(1024).expect("memory");
@@ -18,7 +18,7 @@
 //!     # let _ = on_host;
 //! }
 //! // this crate's buffer as cudarc's slice, for as long as `lent` lives.
-//! let buffer = cuda_core::DeviceBuffer::from_slice(&stream, &[1.0f32; 1024])?;
+//! let buffer = cuhost::DeviceBuffer::from_slice(&stream, &[1.0f32; 1024])?;
 //! let lent = buffer.lend_to_cudarc(&cudarc_stream)?;
 //! let back: Vec<f32> = cudarc_stream.clone_dtoh(lent.slice()).expect("a copy");
 //! # let _ = (ctx, back, &mut cudarc_slice); Ok(()) }
@@ -81,7 +81,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use ::cudarc::driver::{CudaContext, CudaStream, DriverError};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 impl Context {

@@ -3,7 +3,7 @@
 
 use super::Device;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// An atomic operation (`CUatomicOperation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -4,7 +4,7 @@
 
 use super::Device;
 use crate::error::Result;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 macro_rules! attributes {
     ($( $fn:ident : $attr:ident => $ty:ident; )*) => {

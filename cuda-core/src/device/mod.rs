@@ -13,7 +13,7 @@ pub use notification::{AsyncNotification, AsyncNotifications};
 pub use ordinal::DeviceOrdinal;
 
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::{CStr, CString, c_char};
 use std::sync::OnceLock;
 
@@ -133,7 +133,7 @@ impl Device {
     /// with that error, as [`Device::count`] does.
     ///
     /// ```no_run
-    /// use cuda_core::Device;
+    /// use cuhost::Device;
     ///
     /// let first = Device::get(0)?;
     /// let from_c: i32 = 1; // as `cudaGetDevice` or an MPI rank gives it
@@ -141,7 +141,7 @@ impl Device {
     /// let third = Device::get(2u32)?;
     /// assert!(Device::get(-1).is_err());
     /// # let _ = (first, second, third);
-    /// # Ok::<(), cuda_core::Error>(())
+    /// # Ok::<(), cuhost::Error>(())
     /// ```
     pub fn get(ordinal: impl DeviceOrdinal) -> Result<Device> {
         let ordinal = ordinal::as_int(ordinal)?;

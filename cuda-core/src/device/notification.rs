@@ -4,7 +4,7 @@
 use super::Device;
 use crate::callback_registry::Registry;
 use crate::error::{Error, Result, check, report_from_drop};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -47,9 +47,9 @@
 //! # Example
 //!
 //! ```no_run
-//! use cuda_core::dlpack::{ImportedTensor, ManagedTensor};
-//! use cuda_core::{Context, Device, DeviceBuffer, Stream};
-//! # fn main() -> cuda_core::Result<()> {
+//! use cuhost::dlpack::{ImportedTensor, ManagedTensor};
+//! use cuhost::{Context, Device, DeviceBuffer, Stream};
+//! # fn main() -> cuhost::Result<()> {
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let buf = DeviceBuffer::from_slice(&Stream::legacy(&ctx), &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])?;
 //! let tensor = ManagedTensor::from_buffer_with_shape(buf, &[2, 3], None)?;

@@ -10,8 +10,8 @@
 //! `futures::executor`).
 //!
 //! ```no_run
-//! # use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
-//! # async fn serve() -> cuda_core::Result<()> {
+//! # use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+//! # async fn serve() -> cuhost::Result<()> {
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 //! let input = DeviceBuffer::from_slice(&stream, &[1u32, 2, 3])?;

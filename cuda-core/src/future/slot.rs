@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result, check};
 use crate::event::Event;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context as TaskContext, Poll, Waker};

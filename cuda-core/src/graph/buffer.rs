@@ -40,7 +40,7 @@ use crate::launch::KernelArg;
 use crate::memory::{HostAccess, checked_bytes};
 use crate::stream::{CaptureStatus, Stream};
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,9 +92,9 @@ impl GraphMemory {
 /// launch of an executable graph made with `AUTO_FREE_ON_LAUNCH` frees it).
 ///
 /// ```no_run
-/// use cuda_core::graph::{Graph, InstantiateFlags};
-/// use cuda_core::{Context, Device, LaunchConfig, Module, Stream, StreamFlags};
-/// # fn main() -> cuda_core::Result<()> {
+/// use cuhost::graph::{Graph, InstantiateFlags};
+/// use cuhost::{Context, Device, LaunchConfig, Module, Stream, StreamFlags};
+/// # fn main() -> cuhost::Result<()> {
 /// # let ptx = "";
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;

@@ -5,7 +5,7 @@ use super::{Graph, GraphNode};
 use crate::error::{Error, Result};
 use crate::stream::capturing::{self, Taken};
 use crate::stream::{CaptureStatus, Stream};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// Which calls made while a stream is captured are refused because they could wait on the
@@ -82,8 +82,8 @@ pub struct CaptureInfo {
 /// can be captured while the struct's `&mut self` methods queue the work:
 ///
 /// ```no_run
-/// use cuda_core::graph::{CaptureMode, Graph};
-/// use cuda_core::{DeviceBuffer, Stream};
+/// use cuhost::graph::{CaptureMode, Graph};
+/// use cuhost::{DeviceBuffer, Stream};
 ///
 /// struct Step {
 ///     stream: Stream,
@@ -91,11 +91,11 @@ pub struct CaptureInfo {
 /// }
 ///
 /// impl Step {
-///     fn enqueue(&mut self) -> cuda_core::Result<()> {
+///     fn enqueue(&mut self) -> cuhost::Result<()> {
 ///         self.data.view_mut().memset_d32_async(7, &self.stream)
 ///     }
 ///
-///     fn record(&mut self) -> cuda_core::Result<Graph> {
+///     fn record(&mut self) -> cuhost::Result<Graph> {
 ///         // The graph holds `self.data` for as long as it and its executable graphs live.
 ///         let capture = self.stream.begin_capture(CaptureMode::ThreadLocal)?;
 ///         self.enqueue()?;

@@ -3,7 +3,7 @@
 
 use super::{BodyGraph, Graph, GraphNode};
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 
 /// The value a conditional node reads (`CUgraphConditionalHandle`), set on the device by a

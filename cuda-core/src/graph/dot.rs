@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn flags_have_the_header_values() {
-        use cuda_driver_sys::CUgraphDebugDot_flags as F;
+        use cuhost_driver_sys::CUgraphDebugDot_flags as F;
         assert_eq!(DotFlags::VERBOSE.bits(), F::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.0);
         assert_eq!(DotFlags::EVENT_NODE_PARAMS.bits(), F::CU_GRAPH_DEBUG_DOT_FLAGS_EVENT_NODE_PARAMS.0);
         assert_eq!(

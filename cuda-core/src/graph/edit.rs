@@ -13,7 +13,7 @@ use crate::error::{Error, Result, check};
 use crate::event::Event;
 use crate::launch::{KernelArgs, LaunchConfig};
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// A node named without borrowing its graph: what [`Graph::destroy_node`], which takes the
@@ -58,7 +58,7 @@ impl Graph {
     /// [`NodeKey`], which borrows nothing and is looked up among the live nodes first.
     ///
     /// ```compile_fail,E0502
-    /// # fn f(mut graph: cuda_core::graph::Graph) -> cuda_core::Result<()> {
+    /// # fn f(mut graph: cuhost::graph::Graph) -> cuhost::Result<()> {
     /// let node = graph.add_empty_node(&[])?;
     /// graph.destroy_node(node.key())?;
     /// node.node_type()?; // the handle cannot be used after its node is destroyed

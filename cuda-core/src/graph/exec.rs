@@ -15,7 +15,7 @@ use crate::launch::{KernelArgs, LaunchConfig};
 use crate::memory::HostAccess;
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;

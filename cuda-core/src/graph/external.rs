@@ -4,7 +4,7 @@
 use super::{Graph, GraphNode};
 use crate::error::Result;
 use crate::interop::external::{Batch, ExternalSemaphore, SignalParams, WaitParams};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 impl Graph {

@@ -5,7 +5,7 @@ use super::exec::{GraphExec, Role};
 use super::{Graph, GraphNode};
 use crate::error::Result;
 use crate::interop::external::{Batch, ExternalSemaphore, SignalParams, WaitParams};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// One semaphore of a signal or wait node, as the driver reports it.

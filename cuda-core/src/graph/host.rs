@@ -5,7 +5,7 @@ use super::{Graph, GraphNode};
 use crate::context::ContextInner;
 use crate::error::Result;
 use crate::stream::report_panic;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};

@@ -31,11 +31,11 @@ impl Stream {
     /// which runs its closure once.
     ///
     /// ```no_run
-    /// use cuda_core::graph::{CaptureMode, InstantiateFlags};
-    /// use cuda_core::{Context, Device, Stream, StreamFlags};
+    /// use cuhost::graph::{CaptureMode, InstantiateFlags};
+    /// use cuhost::{Context, Device, Stream, StreamFlags};
     /// use std::sync::Arc;
     /// use std::sync::atomic::{AtomicU32, Ordering};
-    /// # fn main() -> cuda_core::Result<()> {
+    /// # fn main() -> cuhost::Result<()> {
     /// let ctx = Context::primary(&Device::get(0)?)?;
     /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     /// let runs = Arc::new(AtomicU32::new(0));

@@ -6,7 +6,7 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::launch::{KernelArgs, LaunchConfig};
 use crate::module::{Function, Kernel};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::mem::MaybeUninit;
 
 /// What a kernel node launches: a module's [`Function`] or a library's [`Kernel`] (run in the
@@ -21,7 +21,7 @@ mod sealed {
     use crate::error::Result;
     use crate::module::ParamLayout;
     use crate::module::{Function, Kernel};
-    use cuda_driver_sys as sys;
+    use cuhost_driver_sys as sys;
 
     /// What a kernel node needs to know about its kernel.
     pub struct Target {

@@ -4,7 +4,7 @@
 use super::{Graph, GraphExec, GraphNode};
 use crate::error::{Error, Result};
 use crate::stream::{MAX_BATCH_MEM_OPS, StreamMemOp};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// The raw operations of a batch, which the graph keeps with the node.

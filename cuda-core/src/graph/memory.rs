@@ -5,7 +5,7 @@ use super::{Graph, GraphNode};
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, range_of};
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::any::Any;
 use std::marker::PhantomData;
 use std::ops::RangeBounds;
@@ -312,7 +312,7 @@ impl Graph {
     /// Calling it is `unsafe`:
     ///
     /// ```compile_fail,E0133
-    /// # fn f(graph: &cuda_core::graph::Graph) -> cuda_core::Result<()> {
+    /// # fn f(graph: &cuhost::graph::Graph) -> cuhost::Result<()> {
     /// let (alloc, ptr) = graph.add_mem_alloc_node(&[], 4096)?;
     /// graph.add_mem_free_node(&[alloc], ptr)?;
     /// # Ok(()) }

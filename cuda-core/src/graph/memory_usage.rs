@@ -2,7 +2,7 @@
 
 use crate::device::Device;
 use crate::error::Result;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// How much memory a device's graphs use and hold (`CUgraphMem_attribute`), in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -65,10 +65,10 @@
 //! # Example
 //!
 //! ```no_run
-//! use cuda_core::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags};
-//! use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+//! use cuhost::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags};
+//! use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 //! use std::sync::Arc;
-//! # fn main() -> cuda_core::Result<()> {
+//! # fn main() -> cuhost::Result<()> {
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 //! let data = Arc::new(DeviceBuffer::<u32>::zeroed(&stream, 1024)?);
@@ -139,7 +139,7 @@ pub use user_object::UserObject;
 
 use crate::context::Context;
 use crate::error::Result;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use keep::KeepAlive;
 use std::any::Any;
 use std::marker::PhantomData;

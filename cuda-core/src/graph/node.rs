@@ -4,7 +4,7 @@
 use super::Graph;
 use crate::error::{Error, Result, check};
 use crate::event::Event;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Arc;
 

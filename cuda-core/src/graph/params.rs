@@ -4,7 +4,7 @@
 use super::{BodyGraph, Graph, GraphNode};
 use crate::error::{Error, Result};
 use crate::launch::Dim3;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::marker::PhantomData;

@@ -7,7 +7,7 @@ use super::{Graph, GraphNode};
 use crate::error::{Error, Result};
 use crate::memory::{HostAccess, PinnedBuffer, PinnedSlice, PinnedSliceMut, begin_borrow};
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// A [`PinnedBuffer`] that graphs copy to and from with memcpy nodes
@@ -30,10 +30,10 @@ use std::sync::Arc;
 /// device never writes memory the host is reading, nor reads memory the host is writing.
 ///
 /// ```no_run
-/// use cuda_core::graph::{Graph, GraphSlice, InstantiateFlags, SharedPinnedBuffer};
-/// use cuda_core::{Context, Device, DeviceBuffer, PinnedBuffer, Stream, StreamFlags};
+/// use cuhost::graph::{Graph, GraphSlice, InstantiateFlags, SharedPinnedBuffer};
+/// use cuhost::{Context, Device, DeviceBuffer, PinnedBuffer, Stream, StreamFlags};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_core::Result<()> {
+/// # fn main() -> cuhost::Result<()> {
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 /// let mut input = SharedPinnedBuffer::new(PinnedBuffer::<f32>::new(1024)?)?;

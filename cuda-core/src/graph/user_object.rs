@@ -12,7 +12,7 @@
 use super::Graph;
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Receiver, Sender, channel};

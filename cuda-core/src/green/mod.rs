@@ -9,9 +9,9 @@
 //! group's SMs only.
 //!
 //! ```no_run
-//! use cuda_core::green::{GreenContext, SmResource, SplitFlags};
-//! use cuda_core::{Context, Device};
-//! # fn main() -> cuda_core::Result<()> {
+//! use cuhost::green::{GreenContext, SmResource, SplitFlags};
+//! use cuhost::{Context, Device};
+//! # fn main() -> cuhost::Result<()> {
 //! let device = Device::get(0)?;
 //! let split = SmResource::of_device(&device)?.split_by_count(8, SplitFlags::empty())?;
 //! let mut partitions = Vec::new();
@@ -59,7 +59,7 @@ use crate::device::{self, Device};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::{Arc, Mutex};
 
 /// `CU_GREEN_CTX_DEFAULT_STREAM`: drivers before 13.1 require it, and it gives the green
@@ -425,7 +425,7 @@ impl GreenContext {
     /// Safe code cannot get it:
     ///
     /// ```compile_fail,E0133
-    /// fn current_anywhere(green: &cuda_core::green::GreenContext) -> cuda_core::Context {
+    /// fn current_anywhere(green: &cuhost::green::GreenContext) -> cuhost::Context {
     ///     green.context()
     /// }
     /// ```

@@ -5,7 +5,7 @@ use crate::context::Context;
 use crate::device::{self, Device};
 use crate::error::{Error, Result, check};
 use crate::flags::flags;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::mem::size_of;
 
 flags! {
@@ -271,7 +271,7 @@ mod structured {
     use super::{SmResource, SmSplit};
     use crate::error::{Error, Result};
     use crate::flags::flags;
-    use cuda_driver_sys as sys;
+    use cuhost_driver_sys as sys;
 
     flags! {
         /// Flags of one group of [`SmResource::split`] (`CUdevSmResourceGroup_flags`).

@@ -6,7 +6,7 @@
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// How a green context's work queues are shared (`CUdevWorkqueueConfigScope`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -90,12 +90,12 @@ macro_rules! address_arg {
         unsafe impl<$($generics)*> $crate::launch::KernelArg for $arg {
             #[inline]
             fn arg_ptr(&self) -> *mut ::std::ffi::c_void {
-                (&self.ptr as *const ::cuda_driver_sys::CUdeviceptr).cast_mut().cast()
+                (&self.ptr as *const ::cuhost_driver_sys::CUdeviceptr).cast_mut().cast()
             }
 
             #[inline]
             fn arg_size(&self) -> usize {
-                ::std::mem::size_of::<::cuda_driver_sys::CUdeviceptr>()
+                ::std::mem::size_of::<::cuhost_driver_sys::CUdeviceptr>()
             }
 
             #[inline]

@@ -13,7 +13,7 @@ use super::{AttributeWriter, LaunchConfig};
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// An event a launch records that completes once every block of the kernel has triggered it
 /// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT`, compute capability 9.0): a block triggers with

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::memory::{DeviceView, DeviceViewMut};
 use crate::stream::{AccessPolicyWindow, AccessProperty, CaptureStatus, Stream};
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// Which hardware memory-synchronization domain each logical domain
 /// ([`MemSyncDomain`](super::MemSyncDomain)) of the kernel uses (`CUlaunchMemSyncDomainMap`).

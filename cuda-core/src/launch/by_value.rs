@@ -14,9 +14,9 @@ use bytemuck::Pod;
 /// this trait, or implement it by hand.
 ///
 /// ```
-/// use cuda_core::launch::DeviceRepr;
+/// use cuhost::launch::DeviceRepr;
 ///
-/// cuda_core::kernel_arg_struct! {
+/// cuhost::kernel_arg_struct! {
 ///     /// The C++ kernel's `struct Params { float scale; unsigned long long n; unsigned char flags; }`:
 ///     /// 4 bytes of padding after `scale` and 7 at the end, 24 bytes in all.
 ///     #[derive(Debug, Default)]
@@ -36,7 +36,7 @@ use bytemuck::Pod;
 /// refused at compile time:
 ///
 /// ```compile_fail,E0277
-/// cuda_core::kernel_arg_struct! {
+/// cuhost::kernel_arg_struct! {
 ///     pub struct Bad {
 ///         pub x: &'static f32,
 ///     }
@@ -77,10 +77,10 @@ unsafe impl<T: Pod> DeviceRepr for T {}
 /// [`DeviceRepr`] by hand for those.
 ///
 /// ```no_run
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags, module::Module};
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags, module::Module};
 ///
-/// cuda_core::kernel_arg_struct! {
+/// cuhost::kernel_arg_struct! {
 ///     /// `struct Affine { float a; double b; unsigned char clamp; }` in the kernel's source.
 ///     pub struct Affine {
 ///         pub a: f32,

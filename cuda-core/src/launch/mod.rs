@@ -28,8 +28,8 @@
 //! have the same size), and a kernel can read and write any memory its arguments point to.
 //!
 //! ```no_run
-//! # fn main() -> cuda_core::Result<()> {
-//! use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags, module::Module};
+//! # fn main() -> cuhost::Result<()> {
+//! use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags, module::Module};
 //! # let ptx = "";
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let module = Module::from_ptx(&ctx, ptx)?;
@@ -61,7 +61,7 @@ use crate::event::Event;
 use crate::module::LoadedCode;
 use crate::module::{Function, Kernel};
 use crate::stream::{AccessPolicyWindow, Stream};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::flags::flags;
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -159,9 +159,9 @@ unsafe impl Sync for Array {}
 /// soundness review):
 ///
 /// ```compile_fail,E0596
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::{Context, Device, memory::{Array, ArrayDescriptor, ArrayFlags, MipmappedArray}};
-/// use cuda_core::driver_sys::CUarray_format;
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::{Context, Device, memory::{Array, ArrayDescriptor, ArrayFlags, MipmappedArray}};
+/// use cuhost::driver_sys::CUarray_format;
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let desc = ArrayDescriptor {
 ///     width: 64, height: 64, depth: 0, format: CUarray_format::CU_AD_FORMAT_FLOAT,
@@ -177,9 +177,9 @@ unsafe impl Sync for Array {}
 /// level, both able to write, cannot exist:
 ///
 /// ```compile_fail,E0499
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::{Context, Device, memory::{ArrayDescriptor, ArrayFlags, MipmappedArray}};
-/// use cuda_core::driver_sys::CUarray_format;
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::{Context, Device, memory::{ArrayDescriptor, ArrayFlags, MipmappedArray}};
+/// use cuhost::driver_sys::CUarray_format;
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let desc = ArrayDescriptor {
 ///     width: 64, height: 64, depth: 0, format: CUarray_format::CU_AD_FORMAT_FLOAT,
@@ -195,9 +195,9 @@ unsafe impl Sync for Array {}
 /// The sound way: one level at a time, written through its own methods.
 ///
 /// ```no_run
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::{Context, Device, memory::{ArrayDescriptor, ArrayFlags, MipmappedArray}};
-/// use cuda_core::driver_sys::CUarray_format;
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::{Context, Device, memory::{ArrayDescriptor, ArrayFlags, MipmappedArray}};
+/// use cuhost::driver_sys::CUarray_format;
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let desc = ArrayDescriptor {
 ///     width: 64, height: 64, depth: 0, format: CUarray_format::CU_AD_FORMAT_FLOAT,

@@ -11,7 +11,7 @@ use crate::stream::Stream;
 use crate::stream::capturing;
 use crate::track::{HeldStream, OwnStream, Retained, StreamUses, scopes};
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;

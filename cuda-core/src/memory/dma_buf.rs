@@ -3,7 +3,7 @@
 
 use super::view::DeviceView;
 use crate::error::Result;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::os::fd::{FromRawFd, OwnedFd};
 
 /// How the exported dma-buf maps the memory for its importers.

@@ -6,7 +6,7 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::flags::flags;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 
 flags! {

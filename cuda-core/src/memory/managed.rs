@@ -11,7 +11,7 @@ use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// A place memory can live (`CUmemLocation`).

@@ -48,8 +48,8 @@
 //! # Example
 //!
 //! ```no_run
-//! use cuda_core::{Context, Device, DeviceBuffer, PinnedBuffer, Stream, StreamFlags};
-//! # fn main() -> cuda_core::Result<()> {
+//! use cuhost::{Context, Device, DeviceBuffer, PinnedBuffer, Stream, StreamFlags};
+//! # fn main() -> cuhost::Result<()> {
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 //! let mut buf = DeviceBuffer::<u32>::from_slice(&stream, &[1, 2, 3, 4])?;
@@ -187,7 +187,7 @@ macro_rules! device_views {
             ))
         }
 
-        fn element(&self, index: usize) -> cuda_driver_sys::CUdeviceptr {
+        fn element(&self, index: usize) -> cuhost_driver_sys::CUdeviceptr {
             self.ptr + (index * std::mem::size_of::<T>()) as u64
         }
     };
@@ -200,13 +200,13 @@ pub(crate) use device_views;
 /// the result.
 pub(crate) fn finished(queued: Result<()>) -> Result<()> {
     queued?;
-    let stream = if cuda_driver_sys::per_thread_default_stream() {
-        cuda_driver_sys::CU_STREAM_PER_THREAD
+    let stream = if cuhost_driver_sys::per_thread_default_stream() {
+        cuhost_driver_sys::CU_STREAM_PER_THREAD
     } else {
-        cuda_driver_sys::CU_STREAM_LEGACY
+        cuhost_driver_sys::CU_STREAM_LEGACY
     };
     // SAFETY: the default-stream handles are always valid in the current context.
-    crate::error::check("cuStreamSynchronize", unsafe { cuda_driver_sys::cuStreamSynchronize(stream) })
+    crate::error::check("cuStreamSynchronize", unsafe { cuhost_driver_sys::cuStreamSynchronize(stream) })
 }
 
 /// Bytes of `len` elements of `T`, or an [`Error::InvalidArgument`] for zero and overflow.

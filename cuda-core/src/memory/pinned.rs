@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::pool::{PinnedMemoryPool, default_pinned_memory_pool};
 use crate::track::HostUses;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

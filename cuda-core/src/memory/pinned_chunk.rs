@@ -19,8 +19,8 @@ use std::marker::PhantomData;
 /// this chunk's copies only. Copies of a chunk cannot be captured into a graph.
 ///
 /// ```no_run
-/// # use cuda_core::{Context, Device, DeviceBuffer, PinnedBuffer, Stream, StreamFlags};
-/// # fn main() -> cuda_core::Result<()> {
+/// # use cuhost::{Context, Device, DeviceBuffer, PinnedBuffer, Stream, StreamFlags};
+/// # fn main() -> cuhost::Result<()> {
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let streams = [Stream::new(&ctx, StreamFlags::NON_BLOCKING)?, Stream::new(&ctx, StreamFlags::NON_BLOCKING)?];
 /// let mut device = DeviceBuffer::<f32>::zeroed(&streams[0], 1 << 20)?;

@@ -9,7 +9,7 @@ use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -122,8 +122,8 @@ impl<T: Pod> PitchedBuffer<T> {
     /// [`record_stream`](Self::record_stream), [`bytes_mut`](Self::bytes_mut)):
     ///
     /// ```compile_fail,E0599
-    /// # fn main() -> cuda_core::Result<()> {
-    /// use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags, memory::PitchedBuffer};
+    /// # fn main() -> cuhost::Result<()> {
+    /// use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags, memory::PitchedBuffer};
     /// let ctx = Context::primary(&Device::get(0)?)?;
     /// let s = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     /// let mut p = PitchedBuffer::<f32>::new(&s, 1024, 1024)?;
@@ -133,8 +133,8 @@ impl<T: Pod> PitchedBuffer<T> {
     /// ```
     ///
     /// ```no_run
-    /// # fn main() -> cuda_core::Result<()> {
-    /// use cuda_core::{Context, Device, Stream, StreamFlags, memory::PitchedBuffer};
+    /// # fn main() -> cuhost::Result<()> {
+    /// use cuhost::{Context, Device, Stream, StreamFlags, memory::PitchedBuffer};
     /// let ctx = Context::primary(&Device::get(0)?)?;
     /// let (a, b) = (Stream::new(&ctx, StreamFlags::NON_BLOCKING)?, Stream::new(&ctx, StreamFlags::NON_BLOCKING)?);
     /// let mut p = PitchedBuffer::<f32>::new(&a, 64, 64)?;

@@ -1,7 +1,7 @@
 //! What the driver knows about an address: pointer attributes and address ranges.
 
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 
 /// Where memory lives (`CUmemorytype`).

@@ -4,7 +4,7 @@ use super::{ManagedBuffer, MemLocation};
 use crate::c_layout::mem_location_id;
 use crate::error::{Error, Result};
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 impl<T: Pod> ManagedBuffer<T> {
     /// Where the buffer's memory lives, region by region

@@ -6,13 +6,13 @@
 //! memory as a host slice does not compile:
 //!
 //! ```compile_fail
-//! # fn f(buffer: &cuda_core::DeviceBuffer<u32>) {
+//! # fn f(buffer: &cuhost::DeviceBuffer<u32>) {
 //! let host: &[u32] = unsafe { buffer.as_host_slice() }; // device memory: no such method
 //! # }
 //! ```
 //!
 //! ```no_run
-//! # fn f(buffer: &cuda_core::memory::ManagedBuffer<u32>) {
+//! # fn f(buffer: &cuhost::memory::ManagedBuffer<u32>) {
 //! // SAFETY: nothing runs on the device in this sketch.
 //! let host: &[u32] = unsafe { buffer.as_host_slice() }; // managed memory: reachable
 //! # }

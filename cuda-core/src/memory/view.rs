@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::stream::{Stream, other_threads_stream};
 use crate::track::StreamUses;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 

@@ -20,7 +20,7 @@ use crate::memory::DeviceBuffer;
 use crate::memory::checked_bytes;
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// What identifies one allocation of an exported pool to an importing process: 64 opaque

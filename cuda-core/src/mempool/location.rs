@@ -9,7 +9,7 @@
 use super::MemPool;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Where the memory of a pool lives, for looking up a location's pool.

@@ -11,9 +11,9 @@
 //! type can be shared with another process ([`ipc`]).
 //!
 //! ```no_run
-//! use cuda_core::mempool::{MemPool, MemPoolProps};
-//! use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
-//! # fn main() -> cuda_core::Result<()> {
+//! use cuhost::mempool::{MemPool, MemPoolProps};
+//! use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+//! # fn main() -> cuhost::Result<()> {
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let pool = MemPool::create(&MemPoolProps::device(ctx.device()))?;
 //! let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
@@ -35,7 +35,7 @@ use crate::alloc::Allocator;
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// How a pool's memory may be shared with other processes.
@@ -228,8 +228,8 @@ impl MemPool {
     /// [`MemPool::from_raw`] instead. Otherwise it fails only with the driver's status.
     ///
     /// ```no_run
-    /// # fn main() -> cuda_core::Result<()> {
-    /// use cuda_core::{Context, Device, mempool::{MemPool, MemPoolProps}};
+    /// # fn main() -> cuhost::Result<()> {
+    /// use cuhost::{Context, Device, mempool::{MemPool, MemPoolProps}};
     /// let dev = Device::get(0)?;
     /// let pool = MemPool::create(&MemPoolProps::device(dev))?;
     /// MemPool::set_current(&dev, &pool)?;

@@ -5,7 +5,7 @@ use super::ParamLayout;
 use super::driver_string;
 pub use crate::context::CacheConfig;
 use crate::error::{Error, Result, check};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Arc;
 

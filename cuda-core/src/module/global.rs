@@ -4,7 +4,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceView, DeviceViewMut};
 use crate::track::StreamUses;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Mutex;
 
@@ -27,8 +27,8 @@ use std::sync::Mutex;
 /// cannot exist beside it (F11 of the soundness review):
 ///
 /// ```compile_fail,E0499
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::{Context, Device, Module};
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::{Context, Device, Module};
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let module = Module::from_ptx(&ctx, "")?;
 /// let mut g = module.global::<u32>("x")?;
@@ -40,8 +40,8 @@ use std::sync::Mutex;
 /// nor can a view outlive the handle (after which another handle could be made and written):
 ///
 /// ```compile_fail,E0505
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::{Context, Device, Module};
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::{Context, Device, Module};
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let module = Module::from_ptx(&ctx, "")?;
 /// let mut g = module.global::<u32>("x")?;
@@ -56,8 +56,8 @@ use std::sync::Mutex;
 /// A second handle to the same variable is refused at run time:
 ///
 /// ```no_run
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::{Context, Device, Error, Module};
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::{Context, Device, Error, Module};
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let module = Module::from_ptx(&ctx, ".version 8.0\n.target sm_70\n.address_size 64\n.global .u32 x;\n")?;
 /// let mut g = module.global::<u32>("x")?;
@@ -227,8 +227,8 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
     /// exclusively:
     ///
     /// ```compile_fail,E0596
-    /// # fn main() -> cuda_core::Result<()> {
-    /// use cuda_core::{Context, Device, Module};
+    /// # fn main() -> cuhost::Result<()> {
+    /// use cuhost::{Context, Device, Module};
     /// let ctx = Context::primary(&Device::get(0)?)?;
     /// let module = Module::from_ptx(&ctx, "")?;
     /// let g = module.global::<u32>("x")?; // not `mut`

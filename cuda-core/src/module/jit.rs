@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 
 /// How hard the JIT compiler optimises (`CU_JIT_OPTIMIZATION_LEVEL`); the driver's default is
@@ -128,7 +128,7 @@ pub enum JitCacheMode {
 /// Options for the JIT compiler. The default asks for nothing but the logs.
 ///
 /// ```
-/// use cuda_core::module::{JitOptions, OptimizationLevel};
+/// use cuhost::module::{JitOptions, OptimizationLevel};
 /// let options = JitOptions::new().optimization_level(OptimizationLevel::O3).max_registers(64);
 /// assert_eq!(options.log_capacity(), 16 * 1024);
 /// ```

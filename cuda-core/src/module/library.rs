@@ -8,7 +8,7 @@ use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::module::CacheConfig;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -413,8 +413,8 @@ impl<'l> Kernel<'l> {
     /// The function dies with the library and with the context, so it borrows both:
     ///
     /// ```compile_fail,E0597
-    /// # fn main() -> cuda_core::Result<()> {
-    /// use cuda_core::{Context, ContextFlags, Device, Library, module::{FunctionAttribute, JitOptions}};
+    /// # fn main() -> cuhost::Result<()> {
+    /// use cuhost::{Context, ContextFlags, Device, Library, module::{FunctionAttribute, JitOptions}};
     /// let dev = Device::get(0)?;
     /// let library = Library::from_ptx("", &JitOptions::new())?;
     /// let k = library.kernel("k")?;
@@ -427,8 +427,8 @@ impl<'l> Kernel<'l> {
     /// ```
     ///
     /// ```no_run
-    /// # fn main() -> cuda_core::Result<()> {
-    /// use cuda_core::{Context, Device, Library, module::{FunctionAttribute, JitOptions}};
+    /// # fn main() -> cuhost::Result<()> {
+    /// use cuhost::{Context, Device, Library, module::{FunctionAttribute, JitOptions}};
     /// let library = Library::from_ptx(".version 8.0\n.target sm_70\n.address_size 64\n.entry k() { ret; }\n", &JitOptions::new())?;
     /// let k = library.kernel("k")?;
     /// let ctx = Context::primary(&Device::get(0)?)?;

@@ -3,7 +3,7 @@
 use super::{JitLog, JitOptions, image, jit::RawJitOptions, symbol_name};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::CString;
 use std::path::Path;
 
@@ -49,8 +49,8 @@ impl TryFrom<sys::CUjitInputType> for JitInputType {
 /// on drop.
 ///
 /// ```no_run
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::{Context, Device, module::{JitOptions, Linker, Module}};
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::{Context, Device, module::{JitOptions, Linker, Module}};
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let mut linker = Linker::new(&ctx, &JitOptions::new())?;
 /// linker.add_ptx("a.ptx", ".version 8.0\n.target sm_70\n.address_size 64\n")?;

@@ -37,7 +37,7 @@ pub use shared::SharedFunction;
 
 use crate::context::Context;
 use crate::error::{Error, Result, check};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::{CString, c_char};
 use std::path::Path;
 use std::sync::Arc;
@@ -49,8 +49,8 @@ use std::sync::Arc;
 /// in the context (see [`Context::take_deferred_errors`]).
 ///
 /// ```no_run
-/// # fn main() -> cuda_core::Result<()> {
-/// use cuda_core::{Context, Device, module::Module};
+/// # fn main() -> cuhost::Result<()> {
+/// use cuhost::{Context, Device, module::Module};
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let module = Module::from_ptx(&ctx, ".version 8.0\n.target sm_70\n.address_size 64\n")?;
 /// assert!(module.functions()?.is_empty());

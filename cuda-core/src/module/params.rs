@@ -2,7 +2,7 @@
 //! check its arguments against it with a few comparisons and no driver call.
 
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// How many parameter sizes are kept; parameters past these are counted but their sizes are
 /// not checked.

@@ -10,8 +10,8 @@ use std::sync::Arc;
 /// its [`Module`]. Its attributes and parameter layout are read once, when it is looked up.
 ///
 /// ```no_run
-/// use cuda_core::module::{Module, SharedFunction};
-/// use cuda_core::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
+/// use cuhost::module::{Module, SharedFunction};
+/// use cuhost::{Context, Device, DeviceBuffer, LaunchConfig, Stream, StreamFlags};
 /// use std::sync::Arc;
 ///
 /// /// What an application keeps: its stream and its kernels, no borrow between them.
@@ -20,7 +20,7 @@ use std::sync::Arc;
 ///     saxpy: SharedFunction,
 /// }
 ///
-/// # fn main() -> cuda_core::Result<()> {
+/// # fn main() -> cuhost::Result<()> {
 /// # let ptx = "";
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let module = Arc::new(Module::from_ptx(&ctx, ptx)?);
@@ -38,7 +38,7 @@ use std::sync::Arc;
 /// module loaded:
 ///
 /// ```compile_fail,E0505
-/// # fn f(kernel: cuda_core::module::SharedFunction) {
+/// # fn f(kernel: cuhost::module::SharedFunction) {
 /// let function = kernel.function();
 /// drop(kernel); // the module may be unloaded here
 /// let _ = function.as_raw();

@@ -4,8 +4,8 @@ use super::version::{require, since};
 use crate::alloc::{Allocator, DeviceAllocation, StreamRef};
 use crate::context::Context;
 use crate::error::{Result, check_nccl};
-use cuda_driver_sys as sys;
-use nccl_sys as nccl;
+use cuhost_driver_sys as sys;
+use cuhost_nccl_sys as nccl;
 
 /// Device memory from
 /// [`ncclMemAlloc`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/comms.html#ncclmemalloc)
@@ -16,10 +16,10 @@ use nccl_sys as nccl;
 /// [`MemoryPool`](crate::pool::MemoryPool) (`ncclMemAlloc` is slow: it maps memory):
 ///
 /// ```no_run
-/// use cuda_core::nccl::NcclAllocator;
-/// use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+/// use cuhost::nccl::NcclAllocator;
+/// use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_core::Result<()> {
+/// # fn main() -> cuhost::Result<()> {
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 /// let buffer = DeviceBuffer::<f32>::new_in(&stream, 1 << 20, Arc::new(NcclAllocator::new(&ctx)))?;

@@ -37,10 +37,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// clique, each wait bounded by the time limit.
 ///
 /// ```no_run
-/// use cuda_core::nccl::{Bootstrap, Config};
-/// use cuda_core::Context;
+/// use cuhost::nccl::{Bootstrap, Config};
+/// use cuhost::Context;
 /// use std::time::Duration;
-/// # fn main() -> cuda_core::Result<()> {
+/// # fn main() -> cuhost::Result<()> {
 /// // Under torchrun, srun or mpirun (with MASTER_ADDR and MASTER_PORT set):
 /// let boot = Bootstrap::from_env()?.timeout(Duration::from_secs(120));
 /// let ctx = Context::primary(&boot.device()?)?;

@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 pub(crate) mod sealed {
     use crate::context::Context;

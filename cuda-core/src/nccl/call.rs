@@ -6,7 +6,7 @@ use super::comm::Communicator;
 use super::datatype::DataType;
 use crate::error::Result;
 use crate::stream::Stream;
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 use std::ffi::c_void;
 
 /// One stream-ordered NCCL call and the arguments that are its own.

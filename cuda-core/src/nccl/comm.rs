@@ -7,7 +7,7 @@ use super::version::{at_least, require, since};
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result, check_nccl, nccl_error};
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;

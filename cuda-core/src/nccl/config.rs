@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use crate::error::{Error, Result};
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 use std::ffi::CString;
 
 /// `NCCL_CONFIG_UNDEF_INT`: the field keeps NCCL's default (or its environment variable).
@@ -47,10 +47,10 @@ impl CtaPolicy {
 /// than the loaded NCCL (the setters say which version brought it) is ignored by it.
 ///
 /// ```
-/// use cuda_core::nccl::{Config, CtaPolicy};
+/// use cuhost::nccl::{Config, CtaPolicy};
 /// let config = Config::new().blocking(false).max_ctas(16).net_name("IB")?.cta_policy(CtaPolicy::Efficiency);
 /// assert_eq!(config.is_blocking(), Some(false));
-/// # Ok::<(), cuda_core::Error>(())
+/// # Ok::<(), cuhost::Error>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {

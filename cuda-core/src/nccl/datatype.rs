@@ -2,7 +2,7 @@
 
 use super::version::since;
 use bytemuck::{Pod, Zeroable};
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 
 mod sealed {
     pub trait Sealed {}

@@ -15,7 +15,7 @@ use super::version::{require, since};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -303,7 +303,7 @@ pub(crate) fn excluded_ranks(
 /// The rank that `rank` has in a clique shrunk by `exclude`, or `None` when it is excluded.
 ///
 /// ```
-/// use cuda_core::nccl::rank_after_shrink;
+/// use cuhost::nccl::rank_after_shrink;
 /// assert_eq!(rank_after_shrink(3, &[1]), Some(2));
 /// assert_eq!(rank_after_shrink(0, &[1]), Some(0));
 /// assert_eq!(rank_after_shrink(1, &[1]), None);

@@ -4,7 +4,7 @@ use super::handle::Handle;
 use super::version::{require, since};
 use crate::error::{Error, Result, check_nccl};
 use crate::track::scopes;
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -210,9 +210,9 @@ impl Drop for Group {
 /// communicators whose calls did not all go out (or issue the missing ones).
 ///
 /// ```no_run
-/// # use cuda_core::nccl::{Communicator, ReduceOp, group};
-/// # use cuda_core::{DeviceBuffer, Stream};
-/// # fn f(comms: &[Communicator], bufs: &mut [DeviceBuffer<f32>], streams: &[Stream]) -> cuda_core::Result<()> {
+/// # use cuhost::nccl::{Communicator, ReduceOp, group};
+/// # use cuhost::{DeviceBuffer, Stream};
+/// # fn f(comms: &[Communicator], bufs: &mut [DeviceBuffer<f32>], streams: &[Stream]) -> cuhost::Result<()> {
 /// group(|| {
 ///     for ((comm, buf), stream) in comms.iter().zip(bufs.iter_mut()).zip(streams) {
 ///         comm.all_reduce_in_place(buf, ReduceOp::Sum, stream)?;

@@ -10,7 +10,7 @@
 
 use super::comm::Progress;
 use crate::error::{Error, Result, check_nccl, nccl_error};
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! [`UniqueId`]: what every rank of a new clique must be given.
 
 use crate::error::{Error, Result, check_nccl};
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 
 /// The id of a clique being made
 /// ([`ncclUniqueId`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/types.html)):

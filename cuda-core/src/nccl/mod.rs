@@ -85,9 +85,9 @@
 //! # Example
 //!
 //! ```no_run
-//! use cuda_core::nccl::{Communicator, ReduceOp, group};
-//! use cuda_core::{Device, DeviceBuffer, Stream, StreamFlags};
-//! # fn main() -> cuda_core::Result<()> {
+//! use cuhost::nccl::{Communicator, ReduceOp, group};
+//! use cuhost::{Device, DeviceBuffer, Stream, StreamFlags};
+//! # fn main() -> cuhost::Result<()> {
 //! let devices = Device::all()?;
 //! let comms = Communicator::init_all(&devices)?;
 //! let mut work = Vec::new();

@@ -6,7 +6,7 @@ use super::datatype::DataType;
 use super::version::{require, since};
 use crate::error::{Error, Result, check_nccl};
 use crate::memory::DeviceView;
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 use std::marker::PhantomData;
 
 /// A built-in reduction

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::flags::flags;
 use crate::memory::{DeviceView, DeviceViewMut};
 use bytemuck::Pod;
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 use std::ffi::c_void;
 
 /// Memory registered with a communicator, so that collectives on it can skip NCCL's staging

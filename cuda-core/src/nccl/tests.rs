@@ -3,7 +3,7 @@
 use super::version::too_old;
 use super::*;
 use crate::error::Error;
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 
 #[test]
 fn ids_round_trip_through_bytes_and_hex() {

@@ -1,7 +1,7 @@
 //! The version of the loaded NCCL, and the check that a function is not newer than it.
 
 use crate::error::{Error, Result, check_nccl};
-use nccl_sys as nccl;
+use cuhost_nccl_sys as nccl;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// An NCCL version: `major.minor.patch`.

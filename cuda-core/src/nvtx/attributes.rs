@@ -3,7 +3,7 @@
 //! See NVIDIA's [Event Attributes](https://nvidia.github.io/NVTX/doxygen/group___e_v_e_n_t___a_t_t_r_i_b_u_t_e_s.html).
 
 use super::RegisteredString;
-use nvtx_sys as sys;
+use cuhost_nvtx_sys as sys;
 use std::ffi::CStr;
 use std::marker::PhantomData;
 
@@ -38,7 +38,7 @@ payload_from!(u64 => U64, i64 => I64, f64 => F64, u32 => U32, i32 => I32, f32 =>
 /// The attributes of a mark or range (`nvtxEventAttributes_t`, version 3): a builder.
 ///
 /// ```
-/// use cuda_core::nvtx::{self, EventAttributes};
+/// use cuhost::nvtx::{self, EventAttributes};
 /// let attributes = EventAttributes::new().message(c"step").color(0xff76b900).category(2).payload(7u64);
 /// let _range = nvtx::push_range_with(&attributes);
 /// ```
@@ -160,7 +160,7 @@ impl<'a> EventAttributes<'a> {
         }
     }
 
-    /// The C structure, for calls through [`nvtx_sys`].
+    /// The C structure, for calls through [`cuhost_nvtx_sys`].
     pub fn as_raw(&self) -> &sys::nvtxEventAttributes_t {
         &self.raw
     }

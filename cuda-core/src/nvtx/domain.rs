@@ -5,9 +5,9 @@
 
 use super::text::skip_copy;
 use super::{DomainRange, DomainStartedRange, EventAttributes, Text};
-use nvtx_sys as sys;
-use nvtx_sys::NvtxCallbackIdCore2;
-use nvtx_sys::protocol::Module;
+use cuhost_nvtx_sys as sys;
+use cuhost_nvtx_sys::NvtxCallbackIdCore2;
+use cuhost_nvtx_sys::protocol::Module;
 use std::marker::PhantomData;
 
 /// An NVTX domain (`nvtxDomainCreateA`), destroyed (`nvtxDomainDestroy`) when dropped.

@@ -3,13 +3,13 @@
 //!
 //! Built with the `nvtx` feature, which is on by default.
 //!
-//! NVTX is spoken in pure Rust by [`nvtx_sys`]: no library, no C compiler, no toolkit. With no
+//! NVTX is spoken in pure Rust by [`cuhost_nvtx_sys`]: no library, no C compiler, no toolkit. With no
 //! tool attached every call here costs one atomic load and does nothing. Tools attach by
 //! setting `NVTX_INJECTION64_PATH`, which Nsight does for the programs it launches;
 //! [`injection`] says whether one did.
 //!
 //! ```
-//! use cuda_core::nvtx::{self, Domain, EventAttributes};
+//! use cuhost::nvtx::{self, Domain, EventAttributes};
 //!
 //! let _step = nvtx::push_range("training step"); // popped at the end of the scope
 //! nvtx::mark("checkpoint written");
@@ -32,16 +32,16 @@ mod text;
 pub mod tracing;
 
 pub use attributes::{EventAttributes, Payload};
+pub use cuhost_nvtx_sys::protocol::Injection;
 pub use domain::{Domain, RegisteredString};
 pub use naming::{name_context, name_device, name_event, name_stream};
-pub use nvtx_sys::protocol::Injection;
 pub use range::{
     DomainRange, DomainStartedRange, Range, StartedRange, push_range, push_range_with, start_range,
     start_range_with,
 };
 pub use text::Text;
 
-use nvtx_sys as sys;
+use cuhost_nvtx_sys as sys;
 
 /// Marks an instant named `message`
 /// ([`nvtxMarkA`](https://nvidia.github.io/NVTX/doxygen/group___m_a_r_k_e_r_s___a_n_d___r_a_n_g_e_s.html)).

@@ -8,7 +8,7 @@ use crate::context::Context;
 use crate::device::Device;
 use crate::event::Event;
 use crate::stream::Stream;
-use nvtx_sys as sys;
+use cuhost_nvtx_sys as sys;
 
 /// Names a device (`nvtxNameCuDeviceA`).
 pub fn name_device(device: &Device, name: &(impl Text + ?Sized)) {

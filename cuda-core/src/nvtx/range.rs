@@ -4,9 +4,9 @@
 
 use super::text::skip_copy;
 use super::{Domain, EventAttributes, Text};
-use nvtx_sys as sys;
-use nvtx_sys::protocol::Module;
-use nvtx_sys::{NvtxCallbackIdCore, NvtxCallbackIdCore2};
+use cuhost_nvtx_sys as sys;
+use cuhost_nvtx_sys::protocol::Module;
+use cuhost_nvtx_sys::{NvtxCallbackIdCore, NvtxCallbackIdCore2};
 use std::ffi::c_int;
 use std::marker::PhantomData;
 

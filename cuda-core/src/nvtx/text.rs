@@ -90,8 +90,8 @@ impl<T: Text + ?Sized> Text for &T {
 
 /// True when `T` would be copied for a function no tool implements: the call can be skipped.
 #[inline(always)]
-pub(super) fn skip_copy<T: Text + ?Sized>(module: nvtx_sys::protocol::Module, id: u32) -> bool {
-    T::COPIES && nvtx_sys::protocol::slot(module, id).is_none()
+pub(super) fn skip_copy<T: Text + ?Sized>(module: cuhost_nvtx_sys::protocol::Module, id: u32) -> bool {
+    T::COPIES && cuhost_nvtx_sys::protocol::slot(module, id).is_none()
 }
 
 #[cfg(test)]

@@ -6,12 +6,12 @@
 //!
 //! ```
 //! use tracing_subscriber::prelude::*;
-//! tracing_subscriber::registry().with(cuda_core::nvtx::tracing::NvtxLayer::new()).init();
+//! tracing_subscriber::registry().with(cuhost::nvtx::tracing::NvtxLayer::new()).init();
 //! let _span = tracing::info_span!("forward", layer = 3).entered(); // an NVTX range "forward layer=3"
 //! ```
 
 use super::{Domain, EventAttributes};
-use nvtx_sys as sys;
+use cuhost_nvtx_sys as sys;
 use std::ffi::CString;
 use std::fmt::Write as _;
 use tracing::field::{Field, Visit};

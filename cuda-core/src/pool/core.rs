@@ -10,7 +10,7 @@ use super::spin::{SpinGuard, SpinLock};
 use crate::alloc::{Allocator, DeviceAllocation, StreamEvents, StreamRef};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::mem::ManuallyDrop;
 use std::panic::Location;
 use std::sync::Arc;
@@ -95,7 +95,7 @@ pub(crate) fn is_out_of_memory(e: &Error) -> bool {
         Error::OutOfMemory { .. } => true,
         Error::Driver { status, .. } => *status == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
         #[cfg(feature = "runtime")]
-        Error::Runtime { status, .. } => *status == cudart_sys::cudaError_t::cudaErrorMemoryAllocation,
+        Error::Runtime { status, .. } => *status == cuhost_cudart_sys::cudaError_t::cudaErrorMemoryAllocation,
         _ => false,
     }
 }

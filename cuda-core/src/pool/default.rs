@@ -9,7 +9,7 @@ use crate::alloc::{Allocator, thread_allocator};
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock};
 

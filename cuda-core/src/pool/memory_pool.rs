@@ -7,7 +7,7 @@ use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 

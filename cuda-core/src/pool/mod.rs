@@ -25,12 +25,12 @@
 //!   and the last error), with its rules on ownership, threads and errors.
 //!
 //! ```no_run
-//! use cuda_core::alloc::using_allocator;
-//! use cuda_core::pool::{MemoryPool, PoolLimit};
-//! use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+//! use cuhost::alloc::using_allocator;
+//! use cuhost::pool::{MemoryPool, PoolLimit};
+//! use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 //! use std::sync::Arc;
 //!
-//! # fn main() -> cuda_core::Result<()> {
+//! # fn main() -> cuhost::Result<()> {
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let pool = Arc::new(MemoryPool::new(&ctx)?);
 //! pool.set_limit(PoolLimit::Fraction(0.5))?;

@@ -7,7 +7,7 @@ use crate::alloc::{PinnedAllocation, PinnedAllocator, StreamEvents, StreamRef};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::Event;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::panic::Location;
 use std::sync::{Arc, Mutex, MutexGuard};
 

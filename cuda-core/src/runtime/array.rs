@@ -2,7 +2,7 @@
 
 use super::defer;
 use crate::error::{Error, Result, check_runtime};
-use cudart_sys as rt;
+use cuhost_cudart_sys as rt;
 
 /// The kind of an array channel (`cudaChannelFormatKind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -20,7 +20,7 @@ use crate::context::Context;
 use crate::error::{Error, Result, check_runtime};
 use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace, PinnedBuffer};
 use bytemuck::Pod;
-use cudart_sys as rt;
+use cuhost_cudart_sys as rt;
 use std::ffi::c_void;
 
 /// Memory a copy can read: host slices, pinned and registered host memory, device buffers and

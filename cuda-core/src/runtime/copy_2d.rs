@@ -9,7 +9,7 @@ use super::copy::finished;
 use super::{Array, AsyncDestination, AsyncSource, CopyDestination, CopySource};
 use crate::error::{Error, Result, check_runtime};
 use bytemuck::Pod;
-use cudart_sys as rt;
+use cuhost_cudart_sys as rt;
 use std::ffi::c_void;
 
 /// Checks that `height` rows of `width` bytes, `pitch` bytes apart, fit in `len` bytes.

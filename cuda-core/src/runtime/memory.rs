@@ -11,7 +11,7 @@ use crate::memory::{
     DeviceBuffer, HostAllocFlags, HostRegisterFlags, Managed, ManagedBuffer, PinnedBuffer, checked_bytes,
 };
 use bytemuck::Pod;
-use cudart_sys as rt;
+use cuhost_cudart_sys as rt;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -358,8 +358,8 @@ impl MemLocation {
 /// compile here.
 ///
 /// ```compile_fail
-/// # fn f(memory: &cuda_core::DeviceBuffer<u32>, stream: &cuda_core::Stream) {
-/// use cuda_core::runtime::{MemLocation, mem_prefetch_async};
+/// # fn f(memory: &cuhost::DeviceBuffer<u32>, stream: &cuhost::Stream) {
+/// use cuhost::runtime::{MemLocation, mem_prefetch_async};
 /// let _ = mem_prefetch_async(memory, MemLocation::Device(0), stream); // device memory: refused
 /// # }
 /// ```
@@ -408,8 +408,8 @@ pub enum MemoryAdvise {
 /// compile here.
 ///
 /// ```compile_fail
-/// # fn f(memory: &cuda_core::DeviceBuffer<u32>) {
-/// use cuda_core::runtime::{MemLocation, MemoryAdvise, mem_advise};
+/// # fn f(memory: &cuhost::DeviceBuffer<u32>) {
+/// use cuhost::runtime::{MemLocation, MemoryAdvise, mem_advise};
 /// let _ = mem_advise(memory, MemoryAdvise::SetReadMostly, MemLocation::Device(0)); // refused
 /// # }
 /// ```

@@ -17,9 +17,9 @@
 //! buffers are allocated on.
 //!
 //! ```no_run
-//! use cuda_core::memory::HostAllocFlags;
-//! use cuda_core::runtime as rt;
-//! # fn main() -> cuda_core::Result<()> {
+//! use cuhost::memory::HostAllocFlags;
+//! use cuhost::runtime as rt;
+//! # fn main() -> cuhost::Result<()> {
 //! rt::set_device(0)?;
 //! let stream = rt::Stream::create()?;
 //! let mut device = rt::malloc::<f32>(&stream, 1024)?; // cudaMalloc
@@ -66,7 +66,7 @@ pub use memory::{
 pub use stream::{Event, Stream};
 
 use crate::error::{Error, Result, check_runtime};
-use cudart_sys as rt;
+use cuhost_cudart_sys as rt;
 use std::ffi::{CString, c_char, c_int};
 use std::sync::Mutex;
 

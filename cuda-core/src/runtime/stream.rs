@@ -4,7 +4,7 @@ use super::defer;
 use crate::error::{Error, Result, check_runtime, runtime_error};
 use crate::event::EventFlags;
 use crate::stream::StreamFlags;
-use cudart_sys as rt;
+use cuhost_cudart_sys as rt;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -15,7 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 /// It is made through the driver (`cuStreamCreate` in the primary context the runtime uses), so
 /// it is also a driver [`crate::stream::Stream`] and dereferences to one: the crate's buffers are
 /// allocated on it ([`malloc`](super::malloc)`(&stream, n)`, `DeviceBuffer::new(&stream, n)`),
-/// and every call that takes a `&cuda_core::Stream` takes `&stream`. Buffers allocated on it
+/// and every call that takes a `&cuhost::Stream` takes `&stream`. Buffers allocated on it
 /// keep it alive. `as_raw` gives the handle both APIs use.
 #[derive(Debug)]
 pub struct Stream {

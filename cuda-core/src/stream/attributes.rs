@@ -2,7 +2,7 @@
 
 use super::Stream;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// How accesses to memory are treated by the L2 cache (`CUaccessProperty`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -3,7 +3,7 @@
 use super::{CaptureStatus, Stream};
 use crate::context::ContextInner;
 use crate::error::{Error, Result, check};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -61,8 +61,8 @@ impl Stream {
     /// gone): it never runs twice.
     ///
     /// ```no_run
-    /// # use cuda_core::{Context, Device, Stream, StreamFlags};
-    /// # fn main() -> cuda_core::Result<()> {
+    /// # use cuhost::{Context, Device, Stream, StreamFlags};
+    /// # fn main() -> cuhost::Result<()> {
     /// # let ctx = Context::primary(&Device::get(0)?)?;
     /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     /// let (tx, rx) = std::sync::mpsc::channel();

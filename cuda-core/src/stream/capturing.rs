@@ -6,7 +6,7 @@
 use super::Stream;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

@@ -4,7 +4,7 @@
 use super::Stream;
 use crate::error::{Error, Result};
 use crate::flags::flags;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 flags! {
     /// How [`Stream::wait_value_32`] compares (`CUstreamWaitValue_flags`). The comparison is

@@ -26,7 +26,7 @@ use crate::context::GreenHandle;
 use crate::device::Device;
 use crate::error::{Result, check};
 use crate::flags::flags;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 
 use super::Stream;
 use crate::error::Result;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// The streaming multiprocessors available to a stream (`CUdevSmResource`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -5,7 +5,7 @@
 use super::format::ChannelFormat;
 use super::raw_enum;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 raw_enum! {
     /// What a fetch outside `[0, size)` reads, per dimension (`CUaddress_mode`).
@@ -50,7 +50,7 @@ pub enum ReadMode {
 /// coordinates) with struct update syntax:
 ///
 /// ```
-/// use cuda_core::texture::{AddressMode, FilterMode, TextureDescriptor};
+/// use cuhost::texture::{AddressMode, FilterMode, TextureDescriptor};
 /// let d = TextureDescriptor {
 ///     address_mode: [AddressMode::Wrap; 3],
 ///     filter_mode: FilterMode::Linear,

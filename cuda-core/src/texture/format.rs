@@ -6,7 +6,7 @@
 use super::raw_enum;
 use crate::error::{Error, Result};
 use crate::memory::{ArrayDescriptor, ArrayFlags};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 raw_enum! {
     /// The kind of one channel of a texel (`CUarray_format`, the plain integer and float

@@ -21,14 +21,14 @@
 //! Every mistake that can be seen before the call is an
 //! [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) whose message names the
 //! descriptor field at fault. The deprecated texture and surface references are left to the
-//! raw crate ([`cuda_driver_sys`]).
+//! raw crate ([`cuhost_driver_sys`]).
 //!
 //! ```no_run
-//! use cuda_core::memory::{Array, ArrayFlags};
-//! use cuda_core::texture::{AddressMode, ChannelFormat, FilterMode, Resource, TextureDescriptor, TextureObject};
-//! use cuda_core::{Context, Device};
+//! use cuhost::memory::{Array, ArrayFlags};
+//! use cuhost::texture::{AddressMode, ChannelFormat, FilterMode, Resource, TextureDescriptor, TextureObject};
+//! use cuhost::{Context, Device};
 //! use std::sync::Arc;
-//! # fn main() -> cuda_core::Result<()> {
+//! # fn main() -> cuhost::Result<()> {
 //! let ctx = Context::primary(&Device::get(0)?)?;
 //! let format = ChannelFormat::of::<f32>();
 //! let mut array = Array::new(&ctx, &format.array_descriptor(64, 64, 0, ArrayFlags::empty()))?;

@@ -7,7 +7,7 @@ use super::view::ResourceViewDescriptor;
 use crate::error::{Error, Result, check};
 use crate::launch::KernelArg;
 use crate::memory::{Array, ArrayFlags};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::sync::Arc;
 

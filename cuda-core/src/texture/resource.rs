@@ -6,7 +6,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::{Array, ArrayDescriptor, DeviceView, MipmappedArray, PitchedBuffer, Track};
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

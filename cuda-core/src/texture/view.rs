@@ -6,7 +6,7 @@
 use super::format::{ChannelFormat, ChannelType};
 use super::resource::Resource;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// The format a resource view reads an array as (`CUresourceViewFormat`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
 use crate::stream::Stream;
 use crate::stream::capturing::{CaptureRef, capture_of};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Memory allocated by a graph memory node of a capture under way (or that was).

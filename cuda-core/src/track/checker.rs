@@ -4,7 +4,7 @@
 //! with a happens-before model, such as the workspace's `checked-cuda-driver`, or the
 //! simulated driver) sees every allocation, copy, launch, event and synchronization. Two things
 //! happen without a driver call, and the crate tells them through the driver's
-//! [`check_hooks`](cuda_driver_sys::check_hooks):
+//! [`check_hooks`](cuhost_driver_sys::check_hooks):
 //!
 //! * a pool hands a cached block out again: the block has a *new owner*, whose work must be
 //!   ordered after the earlier owner's (the pools call [`new_owner`] through their memory
@@ -15,7 +15,7 @@
 //!
 //! With NVIDIA's driver each of these costs one predictable branch.
 
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_int;
 
 /// Whether the loaded driver is a checking driver.

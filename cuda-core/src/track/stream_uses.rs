@@ -13,7 +13,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::stream::capturing::{self, CaptureRef};
 use crate::stream::{Stream, capture_of, other_threads_stream};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The foreign streams that work touching one piece of memory was queued on.

@@ -10,7 +10,7 @@ use crate::alloc::{Allocator, DeviceAllocation, StreamRef};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::mempool::Access;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -26,10 +26,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// stream-ordered.
 ///
 /// ```no_run
-/// use cuda_core::vmm::VmmAllocator;
-/// use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+/// use cuhost::vmm::VmmAllocator;
+/// use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_core::Result<()> {
+/// # fn main() -> cuhost::Result<()> {
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 /// let vmm = Arc::new(VmmAllocator::new(&ctx)?);

@@ -13,7 +13,7 @@ use crate::mempool::Access;
 use crate::stream::Stream;
 use crate::track::StreamUses;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 
 /// `len` elements of `T` at an address that never changes, in a virtual range reserved once
@@ -38,9 +38,9 @@ use std::marker::PhantomData;
 /// [`Context::take_deferred_errors`](crate::context::Context::take_deferred_errors)).
 ///
 /// ```no_run
-/// use cuda_core::vmm::GrowableBuffer;
-/// use cuda_core::{Context, Device, Stream, StreamFlags};
-/// # fn main() -> cuda_core::Result<()> {
+/// use cuhost::vmm::GrowableBuffer;
+/// use cuhost::{Context, Device, Stream, StreamFlags};
+/// # fn main() -> cuhost::Result<()> {
 /// let ctx = Context::primary(&Device::get(0)?)?;
 /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
 /// let mut log = GrowableBuffer::<u32>::new(&stream, 1 << 30)?; // up to 4 GiB, none mapped yet

@@ -10,7 +10,7 @@ use crate::mempool::Access;
 use crate::stream::Stream;
 use crate::track::StreamUses;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::mem::ManuallyDrop;
 
 /// Access to a mapping granted to one location (`CUmemAccessDesc`); a slice of them is what

@@ -44,10 +44,10 @@
 //! # Example
 //!
 //! ```no_run
-//! use cuda_core::mempool::Access;
-//! use cuda_core::vmm::{AccessGrant, AddressRange, AllocationProperties, Granularity, PhysicalMemory};
-//! use cuda_core::{Context, Device, Stream, StreamFlags};
-//! # fn main() -> cuda_core::Result<()> {
+//! use cuhost::mempool::Access;
+//! use cuhost::vmm::{AccessGrant, AddressRange, AllocationProperties, Granularity, PhysicalMemory};
+//! use cuhost::{Context, Device, Stream, StreamFlags};
+//! # fn main() -> cuhost::Result<()> {
 //! let device = Device::get(0)?;
 //! let ctx = Context::primary(&device)?;
 //! let props = AllocationProperties::device(device);

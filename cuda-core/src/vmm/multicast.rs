@@ -7,7 +7,7 @@ use super::properties::{Granularity, HandleTypes};
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::{Mutex, PoisonError};
 
 /// The properties of a multicast object (`CUmulticastObjectProp`).

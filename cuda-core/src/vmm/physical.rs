@@ -4,7 +4,7 @@
 use super::properties::{AllocationProperties, Granularity, HandleTypes};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -157,16 +157,16 @@ impl PhysicalMemory {
     /// gave a second exclusive view of a live buffer's memory):
     ///
     /// ```compile_fail,E0133
-    /// # fn main() -> cuda_core::Result<()> {
-    /// use cuda_core::{Context, Device, vmm::PhysicalMemory};
+    /// # fn main() -> cuhost::Result<()> {
+    /// use cuhost::{Context, Device, vmm::PhysicalMemory};
     /// let ctx = Context::primary(&Device::get(0)?)?;
     /// let retained = PhysicalMemory::retain_from_address(&ctx, 0x7f00_0000_0000)?;
     /// # drop(retained); Ok(()) }
     /// ```
     ///
     /// ```no_run
-    /// # fn main() -> cuda_core::Result<()> {
-    /// use cuda_core::{Context, Device, vmm::{AddressRange, AllocationProperties, Granularity, PhysicalMemory}};
+    /// # fn main() -> cuhost::Result<()> {
+    /// use cuhost::{Context, Device, vmm::{AddressRange, AllocationProperties, Granularity, PhysicalMemory}};
     /// let dev = Device::get(0)?;
     /// let ctx = Context::primary(&dev)?;
     /// let props = AllocationProperties::device(dev);
@@ -220,8 +220,8 @@ impl PhysicalMemory {
     /// same reason.
     ///
     /// ```compile_fail,E0133
-    /// # fn f(ctx: &cuda_core::Context, fd: std::os::fd::BorrowedFd<'_>) -> cuda_core::Result<()> {
-    /// let shared = cuda_core::vmm::PhysicalMemory::import_fd(ctx, fd, 1 << 21)?; // needs `unsafe`
+    /// # fn f(ctx: &cuhost::Context, fd: std::os::fd::BorrowedFd<'_>) -> cuhost::Result<()> {
+    /// let shared = cuhost::vmm::PhysicalMemory::import_fd(ctx, fd, 1 << 21)?; // needs `unsafe`
     /// # Ok(()) }
     /// ```
     #[cfg(unix)]

@@ -6,7 +6,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::flags::flags;
 use crate::memory::MemLocation;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 flags! {
     /// The kinds of shareable handle a physical allocation may be exported as
@@ -61,9 +61,9 @@ impl TryFrom<sys::CUmemAllocationGranularity_flags> for Granularity {
 /// handle types it can be exported as, and its optional features.
 ///
 /// ```no_run
-/// use cuda_core::Device;
-/// use cuda_core::vmm::{AllocationProperties, Granularity, HandleTypes};
-/// # fn main() -> cuda_core::Result<()> {
+/// use cuhost::Device;
+/// use cuhost::vmm::{AllocationProperties, Granularity, HandleTypes};
+/// # fn main() -> cuhost::Result<()> {
 /// let props = AllocationProperties::device(Device::get(0)?)
 ///     .with_handle_types(HandleTypes::POSIX_FILE_DESCRIPTOR);
 /// let chunk = props.granularity(Granularity::Recommended)?;

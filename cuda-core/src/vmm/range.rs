@@ -3,7 +3,7 @@
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// A range of reserved device virtual addresses with no memory behind them until

@@ -11,7 +11,7 @@ use crate::memory::{DeviceView, DeviceViewMut};
 use crate::stream::Stream;
 use crate::track::StreamUses;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// Mappings of one [`AddressRange`](super::AddressRange) that cover consecutive addresses,
 /// owned together and viewed as one piece of memory.
@@ -26,10 +26,10 @@ use cuda_driver_sys as sys;
 /// each keeping those streams to wait for.
 ///
 /// ```no_run
-/// use cuda_core::mempool::Access;
-/// use cuda_core::vmm::{AccessGrant, AddressRange, AllocationProperties, Granularity, MappedSpan, PhysicalMemory};
-/// use cuda_core::{Context, Device, Stream, StreamFlags};
-/// # fn main() -> cuda_core::Result<()> {
+/// use cuhost::mempool::Access;
+/// use cuhost::vmm::{AccessGrant, AddressRange, AllocationProperties, Granularity, MappedSpan, PhysicalMemory};
+/// use cuhost::{Context, Device, Stream, StreamFlags};
+/// # fn main() -> cuhost::Result<()> {
 /// let devices = [Device::get(0)?, Device::get(1)?];
 /// let ctx = Context::primary(&devices[0])?;
 /// let props = |d| AllocationProperties::device(d);

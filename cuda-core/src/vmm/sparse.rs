@@ -23,7 +23,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::{Array, ArrayDescriptor, ArrayFlags, BorrowedArray, MipmappedArray, SparseProperties};
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::mem::ManuallyDrop;
 use tiles::{Handle, Tiles};
 
@@ -190,7 +190,7 @@ macro_rules! common_methods {
 /// the array is lent, its tiles cannot be unmapped:
 ///
 /// ```compile_fail,E0502
-/// # fn f(sparse: &mut cuda_core::vmm::SparseArray, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
+/// # fn f(sparse: &mut cuhost::vmm::SparseArray, stream: &cuhost::Stream) -> cuhost::Result<()> {
 /// let level = sparse.level_region(0, 0)?;
 /// let array = sparse.array()?;
 /// sparse.unmap(&level, stream)?; // the array is still borrowed
@@ -202,17 +202,17 @@ macro_rules! common_methods {
 /// and the array whatever is mapped is only reached with `unsafe`:
 ///
 /// ```compile_fail,E0133
-/// # fn f(sparse: &cuda_core::vmm::SparseArray) {
+/// # fn f(sparse: &cuhost::vmm::SparseArray) {
 /// let array = sparse.array_unchecked();
 /// # }
 /// ```
 ///
 /// ```no_run
-/// use cuda_core::driver_sys::CUarray_format;
-/// use cuda_core::memory::{ArrayDescriptor, ArrayFlags};
-/// use cuda_core::vmm::{AllocationProperties, Granularity, PhysicalMemory, SparseArray};
-/// use cuda_core::{Context, Device, Stream, StreamFlags};
-/// # fn main() -> cuda_core::Result<()> {
+/// use cuhost::driver_sys::CUarray_format;
+/// use cuhost::memory::{ArrayDescriptor, ArrayFlags};
+/// use cuhost::vmm::{AllocationProperties, Granularity, PhysicalMemory, SparseArray};
+/// use cuhost::{Context, Device, Stream, StreamFlags};
+/// # fn main() -> cuhost::Result<()> {
 /// let device = Device::get(0)?;
 /// let ctx = Context::primary(&device)?;
 /// let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;

@@ -4,7 +4,7 @@
 //!
 //! One file serves both sides. The unit tests in `src/pool/` include it as `crate::pool::fake`
 //! (they test crate-private parts of the pools against it); each integration test here includes
-//! it as `mod support;` and brings `cuda_core::{alloc, pool, Error, Result}` into its crate root, so that
+//! it as `mod support;` and brings `cuhost::{alloc, pool, Error, Result}` into its crate root, so that
 //! the `crate::` paths below name the same items in both.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -56,7 +56,7 @@ unsafe impl Allocator for CountingUpstream {
         if s.capacity != 0 && live + size > s.capacity {
             return Err(Error::Driver {
                 call: "cuMemAlloc",
-                status: cuda_driver_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                status: cuhost_driver_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
             });
         }
         // Leave a gap so that blocks of different upstream allocations are never adjacent.
@@ -72,7 +72,7 @@ unsafe impl Allocator for CountingUpstream {
         if s.fail_releases {
             return Err(Error::Driver {
                 call: "cuMemFree",
-                status: cuda_driver_sys::CUresult::CUDA_ERROR_LAUNCH_FAILED,
+                status: cuhost_driver_sys::CUresult::CUDA_ERROR_LAUNCH_FAILED,
             });
         }
         if a.token != a.ptr ^ 0xABCD || s.live.remove(&a.ptr) != Some(a.size) {
@@ -115,7 +115,7 @@ unsafe impl PinnedAllocator for CountingPinned {
         if s.capacity != 0 && live + size > s.capacity {
             return Err(Error::Driver {
                 call: "cuMemHostAlloc",
-                status: cuda_driver_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                status: cuhost_driver_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
             });
         }
         let ptr = 0x7f00_0000_0000 + s.next;
@@ -130,7 +130,7 @@ unsafe impl PinnedAllocator for CountingPinned {
         if s.fail_releases {
             return Err(Error::Driver {
                 call: "cuMemFreeHost",
-                status: cuda_driver_sys::CUresult::CUDA_ERROR_LAUNCH_FAILED,
+                status: cuhost_driver_sys::CUresult::CUDA_ERROR_LAUNCH_FAILED,
             });
         }
         if s.live.remove(&(a.ptr as u64)) != Some(a.size) {
@@ -162,7 +162,7 @@ impl ManualEvents {
     }
 
     /// Completes every event recorded on `stream`.
-    pub(crate) fn complete(&self, stream: cuda_driver_sys::CUstream) {
+    pub(crate) fn complete(&self, stream: cuhost_driver_sys::CUstream) {
         for (s, done) in self.get().events.values_mut() {
             if *s == stream as usize {
                 *done = true;

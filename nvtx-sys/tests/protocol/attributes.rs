@@ -2,7 +2,7 @@
 //! range ids.
 
 use crate::{Outcome, calls_logged, check, check_eq, wide};
-use nvtx_sys::*;
+use cuhost_nvtx_sys::*;
 
 fn base() -> nvtxEventAttributes_t {
     let mut a = nvtxEventAttributes_t::default();

@@ -1,7 +1,7 @@
 //! Every NVTX function of every module reaches the tool, with its arguments intact.
 
 use crate::{Outcome, calls_logged, check, check_eq, tool_log, wide};
-use nvtx_sys::*;
+use cuhost_nvtx_sys::*;
 use std::ffi::c_void;
 
 fn ascii_attributes(message: &std::ffi::CStr) -> nvtxEventAttributes_t {

@@ -1,8 +1,8 @@
 //! No tool, failing tools, and threads racing the first call.
 
 use crate::{Outcome, calls_logged, check, check_eq, tool_init_count, wide};
-use nvtx_sys::protocol::{Injection, injection};
-use nvtx_sys::*;
+use cuhost_nvtx_sys::protocol::{Injection, injection};
+use cuhost_nvtx_sys::*;
 use std::sync::{Arc, Barrier};
 
 /// Calls one function of every module and checks each returns its no-tool default.

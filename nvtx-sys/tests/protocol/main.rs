@@ -128,8 +128,8 @@ pub fn calls_logged() -> Vec<String> {
 }
 
 /// A NUL-terminated `wchar_t` (32-bit on Linux) string.
-pub fn wide(s: &str) -> Vec<nvtx_sys::wchar_t> {
-    s.chars().map(|c| c as nvtx_sys::wchar_t).chain(std::iter::once(0)).collect()
+pub fn wide(s: &str) -> Vec<cuhost_nvtx_sys::wchar_t> {
+    s.chars().map(|c| c as cuhost_nvtx_sys::wchar_t).chain(std::iter::once(0)).collect()
 }
 
 fn run_in_child(scenario: &Scenario) -> Result<(), Failed> {

@@ -4,11 +4,11 @@
 //! against running it eagerly; one captured safe call against the raw call; and the launch of
 //! a captured graph that holds buffers against `cuGraphLaunch`.
 
-use cuda_core::graph::{CaptureMode, GraphExec, InstantiateFlags};
-use cuda_core::module::Function;
-use cuda_core::{Context, DeviceBuffer, Event, EventFlags, LaunchConfig, Stream, StreamFlags};
-use cuda_driver_sys as sys;
 use cuda_tests::bench::{Row, compare, compare_settled};
+use cuhost::graph::{CaptureMode, GraphExec, InstantiateFlags};
+use cuhost::module::Function;
+use cuhost::{Context, DeviceBuffer, Event, EventFlags, LaunchConfig, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 
 /// Elements of each temporary of the step.
@@ -28,7 +28,7 @@ pub struct Step<'m> {
 }
 
 impl<'m> Step<'m> {
-    pub fn new(ctx: &Context, add: Function<'m>, mul: Function<'m>) -> cuda_core::Result<Step<'m>> {
+    pub fn new(ctx: &Context, add: Function<'m>, mul: Function<'m>) -> cuhost::Result<Step<'m>> {
         let main = Stream::new(ctx, StreamFlags::NON_BLOCKING)?;
         let out = DeviceBuffer::<u32>::zeroed(&main, OUT)?;
         Ok(Step {
@@ -44,7 +44,7 @@ impl<'m> Step<'m> {
 
     /// The step through the crate: `t1 = 1 + 2` on the main stream, `t2 = 3 * t1` on the side
     /// stream, the first words of `t2` copied out on the main stream; the temporaries dropped.
-    pub fn run(&mut self) -> cuda_core::Result<()> {
+    pub fn run(&mut self) -> cuhost::Result<()> {
         let config = LaunchConfig::for_elements(N, 256);
         let (n, two, three) = (N, 2u32, 3u32);
         let mut t1 = DeviceBuffer::<u32>::new(&self.main, N as usize)?;
@@ -108,7 +108,7 @@ impl<'m> Step<'m> {
     }
 
     /// Captures the step through the crate and instantiates it.
-    pub fn capture(&mut self) -> cuda_core::Result<GraphExec> {
+    pub fn capture(&mut self) -> cuhost::Result<GraphExec> {
         let capture = self.main.begin_capture(CaptureMode::ThreadLocal)?;
         self.run()?;
         capture.end()?.instantiate(InstantiateFlags::empty())
@@ -166,7 +166,7 @@ fn check(call: &str, status: sys::CUresult) {
 }
 
 /// The rows: ours against the raw calls in the same run.
-pub fn rows(ctx: &Context, add: Function<'_>, mul: Function<'_>) -> cuda_core::Result<(Vec<Row>, Vec<Row>)> {
+pub fn rows(ctx: &Context, add: Function<'_>, mul: Function<'_>) -> cuhost::Result<(Vec<Row>, Vec<Row>)> {
     let mut step = Step::new(ctx, add, mul)?;
     step.main.synchronize()?;
     let mut rows = Vec::new();
@@ -205,7 +205,7 @@ pub fn rows(ctx: &Context, add: Function<'_>, mul: Function<'_>) -> cuda_core::R
 
     // The launch of a captured graph that holds buffers, against `cuGraphLaunch` on it.
     let mut buffers =
-        (0..4).map(|_| DeviceBuffer::<u32>::zeroed(&s, 256)).collect::<cuda_core::Result<Vec<_>>>()?;
+        (0..4).map(|_| DeviceBuffer::<u32>::zeroed(&s, 256)).collect::<cuhost::Result<Vec<_>>>()?;
     s.synchronize()?;
     let capture = s.begin_capture(CaptureMode::ThreadLocal)?;
     for b in &mut buffers {

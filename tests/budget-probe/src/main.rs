@@ -20,10 +20,10 @@
 //! * `memory-pool`: a `MemoryPool` of the probe's own, `allocate` + `deallocate` through the
 //!   `Allocator` trait.
 
-use cuda_core::alloc;
-use cuda_core::alloc::{Allocator, PinnedAllocator, StreamRef};
-use cuda_core::pool::{self, MemoryPool};
-use cuda_core::{Context, Device, DeviceBuffer, PinnedBuffer, Result, Stream, StreamFlags};
+use cuhost::alloc;
+use cuhost::alloc::{Allocator, PinnedAllocator, StreamRef};
+use cuhost::pool::{self, MemoryPool};
+use cuhost::{Context, Device, DeviceBuffer, PinnedBuffer, Result, Stream, StreamFlags};
 use std::hint::black_box;
 use std::process::ExitCode;
 
@@ -98,7 +98,7 @@ fn run(side: &str, iterations: u64) -> Result<(), String> {
     stream.synchronize().map_err(words)
 }
 
-fn words(e: cuda_core::Error) -> String {
+fn words(e: cuhost::Error) -> String {
     e.to_string()
 }
 

@@ -7,8 +7,8 @@
 //! raw driver calls is reported, with both sites, and exits with the checker's status.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cuda_core::driver_sys as sys;
-use cuda_core::{
+use cuhost::driver_sys as sys;
+use cuhost::{
     Context, Device, DeviceBuffer, Event, EventFlags, LaunchConfig, Module, PinnedBuffer, Stream, StreamFlags,
 };
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! The futures of `cuda_core::future` against the simulated driver, with the happens-before
+//! The futures of `cuhost::future` against the simulated driver, with the happens-before
 //! checker watching: they resolve (the poller's queries drive the simulator, which runs queued
 //! work when the host queries it), with the data the copies wrote, in both waking modes; a
 //! future dropped while its copy runs leaves the pinned staging memory to the pool only after
@@ -13,9 +13,9 @@
 #[allow(dead_code)]
 mod sim;
 
-use cuda_core::future::{Waking, set_waking};
-use cuda_core::pool::hooks::{self, HookEvent, MemoryHook};
-use cuda_core::{Context, Device, DeviceBuffer, Error, Event, EventFlags, PinnedBuffer, Stream, StreamFlags};
+use cuhost::future::{Waking, set_waking};
+use cuhost::pool::hooks::{self, HookEvent, MemoryHook};
+use cuhost::{Context, Device, DeviceBuffer, Error, Event, EventFlags, PinnedBuffer, Stream, StreamFlags};
 use sim::Sim;
 use std::future::Future;
 use std::pin::Pin;
@@ -153,7 +153,7 @@ fn a_pinned_buffer_filled_by_a_future_reads_the_copy() {
     let slice = block_on(b.to_pinned_async(&mut host, &streams[1]).unwrap()).unwrap();
     assert!(slice.iter().all(|&x| x == 7));
     drop(slice);
-    let e = cuda_core::Event::new(&_ctx, cuda_core::EventFlags::DISABLE_TIMING).unwrap();
+    let e = cuhost::Event::new(&_ctx, cuhost::EventFlags::DISABLE_TIMING).unwrap();
     e.record(&streams[2]).unwrap();
     assert!(block_on(e.synchronize_async().unwrap()).is_ok());
     assert_no_reports();
@@ -315,7 +315,7 @@ fn a_future_is_refused_on_a_capturing_stream_and_polled_twice_is_an_error() {
     let (_ctx, streams) = setup();
     let b = filled(&streams[0], 16, 1);
     // SAFETY: nothing is captured (both calls are refused) and the graph is never launched.
-    let capture = streams[3].begin_capture(cuda_core::graph::CaptureMode::Relaxed).unwrap();
+    let capture = streams[3].begin_capture(cuhost::graph::CaptureMode::Relaxed).unwrap();
     assert!(matches!(streams[3].synchronize_async(), Err(Error::InvalidArgument { .. })));
     assert!(matches!(b.to_vec_async(&streams[3]), Err(Error::InvalidArgument { .. })));
     drop(capture.end().unwrap());

@@ -5,13 +5,13 @@
 
 mod harness;
 
-use cuda_core::graph::{CaptureMode, InstantiateFlags};
-use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
+use cuhost::graph::{CaptureMode, InstantiateFlags};
+use cuhost::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use harness::harness;
 use harness::sim::Sim;
 
 /// Runs `f` with the simulator to itself, freshly reset, and fails on any report of (a)–(c).
-fn with_sim(f: impl FnOnce(&Stream) -> cuda_core::Result<()>) {
+fn with_sim(f: impl FnOnce(&Stream) -> cuhost::Result<()>) {
     let _guard = harness();
     let sim = Sim::get();
     (sim.reset)(7);
@@ -19,7 +19,7 @@ fn with_sim(f: impl FnOnce(&Stream) -> cuda_core::Result<()>) {
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap();
     f(&stream).unwrap();
     stream.synchronize().unwrap();
-    cuda_core::pool::release_default_pools().unwrap();
+    cuhost::pool::release_default_pools().unwrap();
     let (bugs, _) = sim.counts();
     assert_eq!(bugs, [0, 0, 0], "{}", sim.reports());
 }
@@ -198,15 +198,13 @@ fn a_graph_launched_into_a_capture_is_refused() {
 fn a_captured_launch_holds_its_module() {
     with_sim(|stream| {
         const IMAGE: &str = ".entry fill_u32(.param .u64 dst, .param .u32 n, .param .u32 value)\n";
-        let module = cuda_core::Module::from_ptx(stream.context(), IMAGE)?;
+        let module = cuhost::Module::from_ptx(stream.context(), IMAGE)?;
         let fill = module.function("fill_u32")?;
         let mut data = DeviceBuffer::<u32>::zeroed(stream, 256)?;
         let (n, value) = (256u32, 4u32);
         let capture = stream.begin_capture(CaptureMode::ThreadLocal)?;
         // SAFETY: fill_u32 takes (u32*, u32, u32) and writes n words of `data`.
-        unsafe {
-            fill.launch(stream, &cuda_core::LaunchConfig::for_elements(n, 64), (&mut data, &n, &value))?
-        };
+        unsafe { fill.launch(stream, &cuhost::LaunchConfig::for_elements(n, 64), (&mut data, &n, &value))? };
         let exec = capture.end()?.instantiate(InstantiateFlags::empty())?;
         drop(module);
         exec.launch(stream)?;

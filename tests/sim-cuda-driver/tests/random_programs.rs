@@ -218,13 +218,13 @@ fn f7_a_buffer_dropped_inside_an_nccl_group_goes_back_after_the_group_is_queued(
 /// category (a), although it is ordered after the new owner's memset on the same stream.
 #[test]
 fn raw_nccl_calls_into_a_block_reused_inside_the_group_are_reported() {
-    use cuda_core::nccl_sys as nccl;
-    use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+    use cuhost::cuhost_nccl_sys as nccl;
+    use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
     let guard = harness();
     let sim = harness::sim::Sim::get();
     let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
     let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap();
-    let comm = cuda_core::nccl::Communicator::init_all(&[Device::get(0).unwrap()]).unwrap().pop().unwrap();
+    let comm = cuhost::nccl::Communicator::init_all(&[Device::get(0).unwrap()]).unwrap().pop().unwrap();
     for late in [false, true] {
         (sim.reset)(1);
         let source = DeviceBuffer::<u32>::from_slice(&stream, &[3; 256]).unwrap();
@@ -278,8 +278,8 @@ fn raw_nccl_calls_into_a_block_reused_inside_the_group_are_reported() {
 /// the communicator is polled later, writes the new owner's memory (category (a)).
 #[test]
 fn a_group_end_answered_in_progress_returns_once_its_calls_are_queued() {
-    use cuda_core::nccl::{Communicator, Config, ReduceOp, UniqueId, group};
-    use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+    use cuhost::nccl::{Communicator, Config, ReduceOp, UniqueId, group};
+    use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
     let guard = harness();
     let sim = harness::sim::Sim::get();
     (sim.reset)(1);
@@ -314,8 +314,8 @@ fn a_group_end_answered_in_progress_returns_once_its_calls_are_queued() {
 /// good; the test gives up after ten seconds).
 #[test]
 fn a_group_end_waits_for_a_stuck_communicator_until_its_time_limit() {
-    use cuda_core::nccl::{Communicator, Config, ReduceOp, UniqueId, group};
-    use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
+    use cuhost::nccl::{Communicator, Config, ReduceOp, UniqueId, group};
+    use cuhost::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
     let guard = harness();
     let sim = harness::sim::Sim::get();
     (sim.reset)(1);
@@ -353,8 +353,8 @@ fn a_group_end_waits_for_a_stuck_communicator_until_its_time_limit() {
 /// zeroing and after its release, and the block's next owner is written under it.
 #[test]
 fn work_through_a_registration_is_noted_on_its_buffer() {
-    use cuda_core::nccl::Communicator;
-    use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+    use cuhost::nccl::Communicator;
+    use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
     let guard = harness();
     let sim = harness::sim::Sim::get();
     (sim.reset)(1);
@@ -385,8 +385,8 @@ fn work_through_a_registration_is_noted_on_its_buffer() {
 /// collectives of one rank, which copy their send memory.
 #[test]
 fn the_simulated_nccl_delivers_sends_and_collectives() {
-    use cuda_core::nccl::{Communicator, ReduceOp, group};
-    use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
+    use cuhost::nccl::{Communicator, ReduceOp, group};
+    use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
     let guard = harness();
     let sim = harness::sim::Sim::get();
     (sim.reset)(1);
@@ -397,7 +397,7 @@ fn the_simulated_nccl_delivers_sends_and_collectives() {
     );
     let comm = Communicator::init_all(&[Device::get(0).unwrap()]).unwrap().pop().unwrap();
     assert_eq!((comm.count().unwrap(), comm.rank().unwrap()), (1, 0));
-    assert_eq!(cuda_core::nccl::version().unwrap().to_string(), "2.28.0");
+    assert_eq!(cuhost::nccl::version().unwrap().to_string(), "2.28.0");
     let source = DeviceBuffer::<u32>::from_slice(&s0, &[5; 64]).unwrap();
     let mut received = DeviceBuffer::<u32>::zeroed(&s1, 64).unwrap();
     group(|| {

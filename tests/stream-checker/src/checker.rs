@@ -568,15 +568,15 @@ const HIDDEN: [&str; 17] = [
     "sim_cuda_driver::",
     "sim_nccl::",
     "checked_cuda_driver::",
-    "cuda_driver_sys::",
-    "cuda_loader::",
+    "cuhost_driver_sys::",
+    "cuhost_loader::",
     "test::",
     "__rust",
     "__libc",
     "_start",
 ];
 
-/// The frames of a backtrace that belong to the program and `cuda_core`, not to the checker,
+/// The frames of a backtrace that belong to the program and `cuhost`, not to the checker,
 /// the drivers or the standard library: what a reader wants to see of a site.
 fn caller_frames(trace: &Backtrace) -> String {
     let text = trace.to_string();

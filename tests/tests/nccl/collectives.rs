@@ -1,9 +1,9 @@
 //! Collectives and point-to-point calls on the two-rank clique, checked against the host.
 
 use super::common::{Elem, LEN, Rank, clique, download, each, input, reduced, serial, upload, value, zeros};
-use cuda_core::nccl::{DataType, Float8E4M3, Float8E5M2, PreMulSum, ReduceOp, bf16, version};
-use cuda_core::{DeviceBuffer, DeviceView, Error};
 use cuda_tests::{TestResult, ensure_eq};
+use cuhost::nccl::{DataType, Float8E4M3, Float8E5M2, PreMulSum, ReduceOp, bf16, version};
+use cuhost::{DeviceBuffer, DeviceView, Error};
 
 const OPS: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg];
 
@@ -142,7 +142,7 @@ pub fn in_place_forms_match_the_host() -> TestResult {
     Ok(())
 }
 
-fn refused(what: &str, r: cuda_core::Result<()>) -> TestResult {
+fn refused(what: &str, r: cuhost::Result<()>) -> TestResult {
     match r {
         Err(Error::InvalidArgument { .. }) => Ok(()),
         other => Err(format!("{what}: expected an InvalidArgument, got {other:?}").into()),

@@ -1,8 +1,8 @@
 //! What the NCCL tests share: the two-rank clique, host reference values, and uploads and
 //! downloads per rank.
 
-use cuda_core::nccl::{Communicator, DataType, ReduceOp, bf16, group};
-use cuda_core::{Device, DeviceBuffer, Error, Stream, StreamFlags};
+use cuhost::nccl::{Communicator, DataType, ReduceOp, bf16, group};
+use cuhost::{Device, DeviceBuffer, Error, Stream, StreamFlags};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Elements per rank in most tests: a multiple of the two ranks.

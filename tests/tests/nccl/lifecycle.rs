@@ -2,12 +2,12 @@
 //! simulated groups, non-blocking initialisation, and abort.
 
 use super::common::{LEN, clique, download, each, input, reduced, serial, upload, zeros};
-use cuda_core::alloc::Allocator;
-use cuda_core::nccl::{
+use cuda_tests::{TestResult, ensure, ensure_eq};
+use cuhost::alloc::Allocator;
+use cuhost::nccl::{
     Communicator, Config, Group, NcclAllocator, Progress, ReduceOp, UniqueId, Version, group, version,
 };
-use cuda_core::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
-use cuda_tests::{TestResult, ensure, ensure_eq};
+use cuhost::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

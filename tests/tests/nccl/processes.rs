@@ -2,9 +2,9 @@
 //! set) and reads the unique id from its standard input.
 
 use super::common::{LEN, input, reduced, serial};
-use cuda_core::nccl::{Communicator, Config, Progress, ReduceOp, UniqueId};
-use cuda_core::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq};
+use cuhost::nccl::{Communicator, Config, Progress, ReduceOp, UniqueId};
+use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
 use std::io::{BufRead, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,7 +36,7 @@ pub fn child_main() -> ! {
 }
 
 fn child() -> Result<(), String> {
-    let text = |e: cuda_core::Error| e.to_string();
+    let text = |e: cuhost::Error| e.to_string();
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line).map_err(|e| format!("reading the id: {e}"))?;
     let id = UniqueId::from_hex(&line).map_err(text)?;

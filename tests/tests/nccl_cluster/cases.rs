@@ -5,9 +5,9 @@
 use super::check::{Local, every_collective, split_into_pairs};
 use super::roles::{INIT_LIMIT, WATCH};
 use super::spawn::{Launch, Ranks, free_port};
-use cuda_core::Device;
-use cuda_core::nccl::Communicator;
 use cuda_tests::{Failed, TestResult, ensure};
+use cuhost::Device;
+use cuhost::nccl::Communicator;
 use std::time::{Duration, Instant};
 
 /// NCCL forced onto its socket transport: no peer-to-peer, no shared memory, no InfiniBand.

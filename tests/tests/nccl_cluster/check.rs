@@ -1,9 +1,9 @@
 //! Every collective and a ring of sends and receives over ranks driven by this process (all
 //! four in one process, or one per process), each result checked against the host.
 
-use cuda_core::nccl::{Communicator, Config, ReduceOp, group, version};
-use cuda_core::{DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_tests::{TestResult, ensure, ensure_eq};
+use cuhost::nccl::{Communicator, Config, ReduceOp, group, version};
+use cuhost::{DeviceBuffer, Error, Stream, StreamFlags};
 use std::time::Duration;
 
 /// Elements of a whole buffer: four blocks of `BLOCK`.

@@ -3,9 +3,9 @@
 //! everything it checked held.
 
 use super::check::{LEN, LIMIT, Local, every_collective, input, split_into_pairs, value};
-use cuda_core::nccl::{Bootstrap, Config, ReduceOp, ShrinkMode, rank_after_shrink};
-use cuda_core::{Context, DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_tests::{Failed, TestResult, ensure, ensure_eq};
+use cuhost::nccl::{Bootstrap, Config, ReduceOp, ShrinkMode, rank_after_shrink};
+use cuhost::{Context, DeviceBuffer, Error, Stream, StreamFlags};
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 

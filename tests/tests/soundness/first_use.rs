@@ -7,9 +7,9 @@
 //! taken on the same stream (the same block) is written on another stream. Before the fix, the
 //! dropped buffer's late zeroing landed on the new owner's write.
 
-use cuda_core::graph::CaptureMode;
-use cuda_core::{Context, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, hold, no_deferred};
+use cuhost::graph::CaptureMode;
+use cuhost::{Context, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 

@@ -1,9 +1,9 @@
 //! Soundness regressions (see the parent module): graph-owned memory freed by a free node is
 //! freed once (H3).
 
-use cuda_core::graph::{Graph, GraphSlice, InstantiateFlags};
-use cuda_core::{DeviceBuffer, Error};
 use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, no_deferred};
+use cuhost::graph::{Graph, GraphSlice, InstantiateFlags};
+use cuhost::{DeviceBuffer, Error};
 use std::sync::Arc;
 
 /// The tests of this module.

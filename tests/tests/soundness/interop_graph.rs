@@ -11,15 +11,15 @@ mod egl;
 #[path = "../peers/vulkan.rs"]
 mod vulkan;
 
-use cuda_core::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags};
-use cuda_core::interop::external::{
+use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, no_deferred};
+use cuhost::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags};
+use cuhost::interop::external::{
     ExternalMemory, ExternalMemoryFlags, ExternalSemaphore, MemoryHandle, SemaphoreHandle, WaitParams,
 };
-use cuda_core::interop::graphics::{GlImageTarget, GraphicsResource, MapFlags, RegisterFlags, map_all};
-use cuda_core::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
-use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, Stream, StreamFlags};
-use cuda_driver_sys as sys;
-use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, no_deferred};
+use cuhost::interop::graphics::{GlImageTarget, GraphicsResource, MapFlags, RegisterFlags, map_all};
+use cuhost::vmm::{AllocationProperties, Granularity, HandleTypes, PhysicalMemory};
+use cuhost::{Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, Stream, StreamFlags};
+use cuhost_driver_sys as sys;
 use egl::Gl;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

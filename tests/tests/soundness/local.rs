@@ -3,13 +3,13 @@
 //! owns (F13), pitched buffers used on another stream (F8's type).
 
 use crate::kernels;
-use cuda_core::driver_sys as sys;
-use cuda_core::memory::PitchedBuffer;
-use cuda_core::mempool::{MemPool, MemPoolProps};
-use cuda_core::module::{JitOptions, Library, Module};
-use cuda_core::vmm::{AddressRange, GrowableBuffer, VmmAllocator};
-use cuda_core::{Context, ContextFlags, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use cuda_tests::{Test, TestResult, device_zero, drv, ensure, ensure_eq, gpu, no_deferred, still_usable};
+use cuhost::driver_sys as sys;
+use cuhost::memory::PitchedBuffer;
+use cuhost::mempool::{MemPool, MemPoolProps};
+use cuhost::module::{JitOptions, Library, Module};
+use cuhost::vmm::{AddressRange, GrowableBuffer, VmmAllocator};
+use cuhost::{Context, ContextFlags, Device, DeviceBuffer, Error, Stream, StreamFlags};
 use std::sync::Arc;
 
 /// The tests of this module.

@@ -3,9 +3,9 @@
 //! writes the buffer ran; the mirror case is a `&mut [T]` written while a launch reads. The
 //! slices are guards now, and such launches are refused while one lives.
 
-use cuda_core::graph::{CaptureMode, InstantiateFlags};
-use cuda_core::{DeviceBuffer, Error, PinnedBuffer};
 use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, no_deferred};
+use cuhost::graph::{CaptureMode, InstantiateFlags};
+use cuhost::{DeviceBuffer, Error, PinnedBuffer};
 
 /// The tests of this module.
 pub const TESTS: &[Test] = &[

@@ -4,19 +4,19 @@
 //!
 //! The copy tests hold a stream back with a sleeping host function, so that the copy queued
 //! behind it runs late every time, and drop the pinned buffer meanwhile. (The compile-time
-//! holes of the same findings, F1–F4, are `compile_fail` doctests on `cuda_core::pool`'s
+//! holes of the same findings, F1–F4, are `compile_fail` doctests on `cuhost::pool`'s
 //! traits.)
 
-use cuda_core::alloc::{DeviceAllocator, PinnedAllocator};
-use cuda_core::graph::{CaptureMode, Graph, InstantiateFlags};
-use cuda_core::pool::{MemoryPool, PinnedMemoryPool};
-use cuda_core::{
-    Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, PinnedBuffer, Stream, StreamFlags,
-};
-use cuda_driver_sys as sys;
 use cuda_tests::{
     Failed, Test, TestResult, device_zero, drv, ensure, ensure_eq, gpu, hold, multi_gpu, no_deferred,
 };
+use cuhost::alloc::{DeviceAllocator, PinnedAllocator};
+use cuhost::graph::{CaptureMode, Graph, InstantiateFlags};
+use cuhost::pool::{MemoryPool, PinnedMemoryPool};
+use cuhost::{
+    Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, PinnedBuffer, Stream, StreamFlags,
+};
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

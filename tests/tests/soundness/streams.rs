@@ -9,19 +9,19 @@
 //! still hold what was written into it. Before the rule, the late work landed in the new buffer.
 
 use super::kernels;
-use cuda_core::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags};
-use cuda_core::mempool::Access;
-use cuda_core::module::Module;
-use cuda_core::nccl::{Communicator, Group, ReduceOp};
-use cuda_core::vmm::{
-    AccessGrant, AddressRange, AllocationProperties, Granularity, MappedSpan, PhysicalMemory, VmmAllocator,
-};
-use cuda_core::{
-    Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer,
-    Stream, StreamFlags,
-};
 use cuda_tests::{
     Test, TestResult, device_zero, ensure, ensure_eq, gpu, hold, multi_gpu, no_deferred, still_usable,
+};
+use cuhost::graph::{CaptureMode, Graph, GraphSlice, InstantiateFlags};
+use cuhost::mempool::Access;
+use cuhost::module::Module;
+use cuhost::nccl::{Communicator, Group, ReduceOp};
+use cuhost::vmm::{
+    AccessGrant, AddressRange, AllocationProperties, Granularity, MappedSpan, PhysicalMemory, VmmAllocator,
+};
+use cuhost::{
+    Context, ContextFlags, Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, PinnedBuffer,
+    Stream, StreamFlags,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,7 +117,7 @@ fn cross_stream_kernel() -> TestResult {
 
 fn cross_stream_runtime_memset() -> TestResult {
     late_work_on_a_dropped_buffer(|target, late| {
-        Ok(cuda_core::runtime::memset_async::<u32, _>(target, 0xff, late)?)
+        Ok(cuhost::runtime::memset_async::<u32, _>(target, 0xff, late)?)
     })
 }
 
@@ -421,7 +421,7 @@ fn cross_context_copy() -> TestResult {
 /// allocator's context works.
 fn allocator_refuses_foreign_default_stream() -> TestResult {
     let (device, primary, stream) = device_zero()?;
-    let allocator = Arc::new(cuda_core::mempool::AsyncAllocator::new(&primary));
+    let allocator = Arc::new(cuhost::mempool::AsyncAllocator::new(&primary));
     let other = Context::create(&device, ContextFlags::empty())?;
     let refused = DeviceBuffer::<u32>::new_in(&Stream::legacy(&other), 16, allocator.clone());
     ensure!(

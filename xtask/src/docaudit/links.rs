@@ -4,17 +4,17 @@
 use proc_macro2::{TokenStream, TokenTree};
 use std::collections::BTreeSet;
 
-/// The names under which `cuda-core` refers to the `-sys` crates.
+/// The names under which `cuhost` refers to the `-sys` crates.
 pub(super) const SYS_PATHS: &[&str] = &[
     "sys",
     "rt",
     "nccl",
-    "cuda_driver_sys",
+    "cuhost_driver_sys",
     "driver_sys",
-    "cudart_sys",
+    "cuhost_cudart_sys",
     "runtime_sys",
-    "nccl_sys",
-    "nvtx_sys",
+    "cuhost_nccl_sys",
+    "cuhost_nvtx_sys",
 ];
 
 /// Where NVIDIA documents the C functions of the `-sys` crates.
@@ -54,7 +54,7 @@ pub(super) fn links_docs(doc: &str, library: Library) -> bool {
 }
 
 /// Every `<sys crate>::<C function>` path in `tokens`, macro arguments included, and every
-/// driver call made through `cuda-core`'s `driver!(cuName(..))`.
+/// driver call made through `cuhost`'s `driver!(cuName(..))`.
 pub(super) fn c_calls(tokens: TokenStream, out: &mut BTreeSet<String>) {
     let trees: Vec<TokenTree> = tokens.into_iter().collect();
     for (i, tree) in trees.iter().enumerate() {

@@ -1,4 +1,4 @@
-//! `cargo xtask doc-audit`: every public function of `cuda-core` documents what its caller needs.
+//! `cargo xtask doc-audit`: every public function of `cuhost` documents what its caller needs.
 //!
 //! For each public function and method (declared `pub` and reachable from outside the crate:
 //! in a public module, re-exported by a `pub use`, a method of such a type, or a method of a

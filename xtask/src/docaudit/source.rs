@@ -1,4 +1,4 @@
-//! Reading `cuda-core`'s source: its modules with their items and docs, the syntax helpers the
+//! Reading `cuhost`'s source: its modules with their items and docs, the syntax helpers the
 //! checks share, and the address the `-sys` crates' generated function lists give each C function.
 
 use proc_macro2::TokenTree;

@@ -18,7 +18,7 @@ pub use private::Exported;
 
 const PUBLIC: &str = r#"
 //! A public module; no link here.
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// Allocates.
 pub fn undocumented_errors() -> Result<(), Error> { Ok(()) }

@@ -1,4 +1,4 @@
-//! The safe coverage of the driver API: which functions `cuda.h` declares that `cuda-core`
+//! The safe coverage of the driver API: which functions `cuda.h` declares that `cuhost`
 //! calls, and why each of the others is left to the raw crate (`xtask/unwrapped.txt`).
 
 use super::scan;
@@ -144,7 +144,7 @@ pub fn report(root: &Path, driver: &Driver) -> Result<Vec<String>, String> {
     let mut refused = Vec::new();
     if !neither.is_empty() {
         refused.push(format!(
-            "{} cuda.h functions are neither wrapped by cuda-core nor given a reason in {REASONS_FILE}",
+            "{} cuda.h functions are neither wrapped by cuhost nor given a reason in {REASONS_FILE}",
             neither.len()
         ));
     }

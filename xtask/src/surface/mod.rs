@@ -3,7 +3,7 @@
 //! Declarations are found by scanning the header text, independently of bindgen, and mapped to
 //! the names C code calls through the headers' `#define` renames. Exposed functions are read
 //! from each crate's generated function list. After the table, [`coverage`] reports which
-//! `cuda.h` functions `cuda-core` wraps in safe API, and why the others are not.
+//! `cuda.h` functions `cuhost` wraps in safe API, and why the others are not.
 
 mod coverage;
 mod scan;

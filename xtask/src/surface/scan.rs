@@ -1,4 +1,4 @@
-//! Which driver functions `cuda-core` calls, read from its source text.
+//! Which driver functions `cuhost` calls, read from its source text.
 //!
 //! The matching is textual and deliberately simple:
 //!
@@ -11,11 +11,11 @@
 //!    A module declared with a `#[path]` attribute, or under a compound condition such as
 //!    `#[cfg(any(test, ..))]`, counts as ordinary code.
 //! 3. What is left is searched for a path into the driver crate: `sys::cuName`,
-//!    `driver_sys::cuName` or `cuda_driver_sys::cuName`, or a call through the crate's
+//!    `driver_sys::cuName` or `cuhost_driver_sys::cuName`, or a call through the crate's
 //!    `driver!` macro, `driver!(cuName(..))`, where the name starts with `cu` and an
 //!    upper-case letter (types are `CU..`, constants `CU_..`). A use need not be a call: a
-//!    function passed by name counts too. Names brought in by `use cuda_driver_sys::{cuName}`
-//!    and called bare are not seen; `cuda-core` does not import functions that way.
+//!    function passed by name counts too. Names brought in by `use cuhost_driver_sys::{cuName}`
+//!    and called bare are not seen; `cuhost` does not import functions that way.
 //!
 //! Which of the names found are `cuda.h` functions, and which function an ABI-suffixed name
 //! (`cuGraphAddNode_v12030`) stands for, is for the caller to decide ([`base_names`]).
@@ -357,7 +357,7 @@ mod tests {
 
     const SOURCE: &str = r##"
 //! Module docs name sys::cuModuleDoc.
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// Allocates through [`sys::cuMemFree`]; see `sys::cuDocOnly(`.
 pub fn alloc(n: usize) -> Result<u64, Error> {
@@ -366,7 +366,7 @@ pub fn alloc(n: usize) -> Result<u64, Error> {
     let _raw = r#"driver_sys::cuInRawString"#;
     let _quote = '"';
     /* a block /* nested */ sys::cuInBlockComment() */
-    let f: fn() = cuda_driver_sys::cuCtxSynchronize;
+    let f: fn() = cuhost_driver_sys::cuCtxSynchronize;
     unsafe { sys::cuGraphAddNode_v12030(out, graph) };
     let _ = |x: &'static str| driver_sys::cuStreamQuery(s);
     unsafe { driver!(cuMacroCall(s)) }?;

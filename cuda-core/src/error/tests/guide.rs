@@ -7,7 +7,7 @@ use super::Error;
 use crate::device::Device;
 use crate::memory::{range_of, same_len};
 use crate::module::ParamLayout;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 const CHAPTER: &str = include_str!("../../../../docs/src/errors.md");
 

@@ -9,7 +9,7 @@ use crate::memory::DeviceBuffer;
 use crate::memory::{ArrayDescriptor, MipmappedArray, checked_bytes};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -44,7 +44,7 @@ pub enum MemoryHandle {
 /// for it; safe code cannot forge one from an integer:
 ///
 /// ```compile_fail,E0133
-/// use cuda_core::interop::external::NvSciBufObject;
+/// use cuhost::interop::external::NvSciBufObject;
 /// let forged = NvSciBufObject::from_raw(0x1000 as *mut std::ffi::c_void);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

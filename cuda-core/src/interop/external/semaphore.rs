@@ -5,7 +5,7 @@ use super::{Raw, Refused, Win32Handle, fd_raw, settle, unsupported_win32};
 use crate::context::Context;
 use crate::error::{Error, Result, check};
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
@@ -43,7 +43,7 @@ pub enum SemaphoreHandle {
 /// for it; safe code cannot forge one from an integer:
 ///
 /// ```compile_fail,E0133
-/// use cuda_core::interop::external::NvSciSyncObject;
+/// use cuhost::interop::external::NvSciSyncObject;
 /// let forged = NvSciSyncObject::from_raw(0x1000 as *mut std::ffi::c_void);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -8,7 +8,7 @@ use crate::event::{Event, EventFlags};
 use crate::memory::{Array, ArrayDescriptor, ArrayFlags, BorrowedArray, DeviceView};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -176,8 +176,8 @@ impl<'a> EglFrame<'a> {
     /// image's planes through [`GraphicsResource::egl_array_mut`].
     ///
     /// ```compile_fail,E0596
-    /// # use cuda_core::interop::graphics::GraphicsResource;
-    /// # fn f(resource: &GraphicsResource) -> cuda_core::Result<()> {
+    /// # use cuhost::interop::graphics::GraphicsResource;
+    /// # fn f(resource: &GraphicsResource) -> cuhost::Result<()> {
     /// let frame = resource.egl_frame(0, 0)?;
     /// if let Some(mut plane) = frame.array(0) {
     ///     plane.copy_from_host(&[0u32; 16])?; // refused: a frame's arrays are read-only
@@ -267,8 +267,8 @@ impl GraphicsResource {
     /// the driver's error.
     ///
     /// ```compile_fail,E0499
-    /// # use cuda_core::interop::graphics::GraphicsResource;
-    /// # fn f(resource: &mut GraphicsResource) -> cuda_core::Result<()> {
+    /// # use cuhost::interop::graphics::GraphicsResource;
+    /// # fn f(resource: &mut GraphicsResource) -> cuhost::Result<()> {
     /// let first = resource.egl_array_mut(0, 0, 0)?;
     /// let second = resource.egl_array_mut(0, 0, 0)?; // refused: two writable arrays of a plane
     /// drop(first);

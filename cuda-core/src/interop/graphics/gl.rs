@@ -4,7 +4,7 @@ use super::{GraphicsResource, RegisterFlags};
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// The kind of OpenGL image registered by [`GraphicsResource::gl_image`] (its GL target).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

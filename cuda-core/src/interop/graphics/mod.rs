@@ -13,7 +13,7 @@
 //! An EGL image is not mapped: [`GraphicsResource::egl_frame`] reaches it while it is
 //! registered, and the application orders the two APIs' work itself. EGL streams connect
 //! CUDA as a frame consumer ([`EglStreamConsumer`]) or producer
-//! ([`EglStreamProducer`]). VDPAU stays with the raw `cuda_driver_sys` calls.
+//! ([`EglStreamProducer`]). VDPAU stays with the raw `cuhost_driver_sys` calls.
 //!
 //! The calls need the graphics context current on the calling thread (OpenGL) or a valid
 //! display (EGL); the driver says when it is not. See
@@ -22,8 +22,8 @@
 //! [EGL Interoperability](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EGL.html).
 //!
 //! ```compile_fail,E0505
-//! # use cuda_core::interop::graphics::GraphicsResource;
-//! # fn f(resource: &mut GraphicsResource, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
+//! # use cuhost::interop::graphics::GraphicsResource;
+//! # fn f(resource: &mut GraphicsResource, stream: &cuhost::Stream) -> cuhost::Result<()> {
 //! let mapped = resource.map(stream)?;
 //! let view = mapped.buffer::<f32>(0)?;
 //! mapped.unmap()?; // refused: `view` still borrows the mapping
@@ -32,8 +32,8 @@
 //! ```
 //!
 //! ```compile_fail,E0499
-//! # use cuda_core::interop::graphics::GraphicsResource;
-//! # fn f(resource: &mut GraphicsResource, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
+//! # use cuhost::interop::graphics::GraphicsResource;
+//! # fn f(resource: &mut GraphicsResource, stream: &cuhost::Stream) -> cuhost::Result<()> {
 //! let first = resource.map(stream)?;
 //! let second = resource.map(stream)?; // refused: the resource is mapped already
 //! drop(first);
@@ -67,7 +67,7 @@ use crate::memory::{
 use crate::stream::Stream;
 use crate::track::{StreamUses, order_after};
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -410,8 +410,8 @@ impl Mapped<'_> {
     /// waits for its whole context before it unmaps.
     ///
     /// ```compile_fail,E0596
-    /// # use cuda_core::interop::graphics::GraphicsResource;
-    /// # fn f(resource: &mut GraphicsResource, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
+    /// # use cuhost::interop::graphics::GraphicsResource;
+    /// # fn f(resource: &mut GraphicsResource, stream: &cuhost::Stream) -> cuhost::Result<()> {
     /// let mapped = resource.map(stream)?;
     /// let mut level = mapped.array(0, 0, 0)?;
     /// level.copy_from_host(&[0f32; 16])?; // refused: a read-only array cannot be written
@@ -430,8 +430,8 @@ impl Mapped<'_> {
     /// [`Error::InvalidArgument`] (see [Read-only resources](self#read-only-resources)).
     ///
     /// ```compile_fail,E0499
-    /// # use cuda_core::interop::graphics::GraphicsResource;
-    /// # fn f(resource: &mut GraphicsResource, stream: &cuda_core::Stream) -> cuda_core::Result<()> {
+    /// # use cuhost::interop::graphics::GraphicsResource;
+    /// # fn f(resource: &mut GraphicsResource, stream: &cuhost::Stream) -> cuhost::Result<()> {
     /// let mut mapped = resource.map(stream)?;
     /// let first = mapped.array_mut(0, 0, 0)?;
     /// let second = mapped.array_mut(0, 0, 0)?; // refused: two writable arrays of one level

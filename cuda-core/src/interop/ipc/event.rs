@@ -4,7 +4,7 @@ use super::{handle_bytes, handle_chars, strip_magic};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 
 /// Marks the bytes of an [`IpcEventHandle`] (format version 1).
 const MAGIC: &[u8; 8] = b"cuIPCe01";

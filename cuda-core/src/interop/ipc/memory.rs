@@ -9,7 +9,7 @@ use crate::memory::DeviceBuffer;
 use crate::memory::{DeviceView, address_range, checked_bytes};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 /// Marks the bytes of an [`IpcMemHandle`] (format version 1).

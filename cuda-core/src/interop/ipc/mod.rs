@@ -17,8 +17,8 @@
 //! driver's error.
 //!
 //! ```no_run
-//! use cuda_core::interop::ipc::IpcMemHandle;
-//! use cuda_core::{DeviceBuffer, Result, Stream};
+//! use cuhost::interop::ipc::IpcMemHandle;
+//! use cuhost::{DeviceBuffer, Result, Stream};
 //!
 //! /// In the exporting process: the bytes to send for the buffer's elements from 2 on.
 //! fn export(buffer: &DeviceBuffer<u32>) -> Result<[u8; IpcMemHandle::ENCODED_LEN]> {

@@ -7,7 +7,7 @@ use super::fake::{CountingUpstream, ManualEvents};
 use crate::alloc::DeviceAllocation;
 use crate::error::Error;
 use crate::pool::core::{ALLOCATION_UNIT as UNIT, PoolCore, round_size};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Arc;
 
 struct Pool {

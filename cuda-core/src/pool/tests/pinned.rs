@@ -45,7 +45,7 @@ fn pinned_buffers_wait_for_their_copies_event() {
     // the pool gives it back through `give_back` with the copy's stream, and the pool records
     // its own event there. (A `Stream` needs a GPU, so the stream here is a fake handle.)
     let (pool, _up, ev) = heap_pinned_pool();
-    let copy_stream = 0x4400 as cuda_driver_sys::CUstream;
+    let copy_stream = 0x4400 as cuhost_driver_sys::CUstream;
     let a = pool.allocate_raw(512).unwrap();
     pool.give_back(a, &[copy_stream]).unwrap();
     assert_eq!(pool.used_bytes(), 512, "the copy may still read it");
@@ -80,7 +80,7 @@ fn pinned_buffers_wait_for_their_copies_event() {
 #[test]
 fn a_pinned_buffer_used_on_two_streams_waits_for_both() {
     let (pool, _up, ev) = heap_pinned_pool();
-    let (s1, s2) = (0x4400 as cuda_driver_sys::CUstream, 0x4800 as cuda_driver_sys::CUstream);
+    let (s1, s2) = (0x4400 as cuhost_driver_sys::CUstream, 0x4800 as cuhost_driver_sys::CUstream);
     let a = pool.allocate_raw(4096).unwrap();
     pool.give_back(a, &[s1, s2]).unwrap();
     ev.complete(s1);
@@ -102,7 +102,7 @@ fn a_pinned_buffer_given_back_after_a_copy_fires_its_free_hooks_at_once() {
     let a = pool.allocate_raw(512).unwrap();
     let tape = Rc::new(Tape::default());
     let guard = hooks::install(tape.clone()).unwrap();
-    pool.give_back(a, &[0x4400 as cuda_driver_sys::CUstream]).unwrap();
+    pool.give_back(a, &[0x4400 as cuhost_driver_sys::CUstream]).unwrap();
     drop(guard);
     let (p, id) = (a.ptr as u64, &pool as *const PinnedMemoryPool as usize);
     assert_eq!(tape.brief(), [("free_pre", 0, 512, p, id), ("free_post", 0, 512, p, id)]);

@@ -6,7 +6,7 @@
 use super::fake::{CountingUpstream, ManualEvents};
 use crate::alloc::DeviceAllocation;
 use crate::pool::core::{ALLOCATION_UNIT as UNIT, PoolCore};
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use proptest::prelude::*;
 use std::sync::Arc;
 

@@ -96,7 +96,7 @@ unsafe impl PinnedAllocator for FailingRelease {
     unsafe fn deallocate(&self, _a: PinnedAllocation) -> Result<()> {
         Err(Error::Driver {
             call: "cuMemFreeHost",
-            status: cuda_driver_sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            status: cuhost_driver_sys::CUresult::CUDA_ERROR_INVALID_VALUE,
         })
     }
 

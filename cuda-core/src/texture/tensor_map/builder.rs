@@ -7,7 +7,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceView, Track};
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 
 /// The most dimensions a tensor map has.
@@ -19,8 +19,8 @@ const MAX_RANK: usize = 5;
 /// [`im2col_wide`](Self::im2col_wide), which check every documented requirement first.
 ///
 /// ```no_run
-/// use cuda_core::texture::{Swizzle, TensorDataType, TensorMapBuilder};
-/// # fn f(matrix: cuda_core::DeviceView<'_, f32>) -> cuda_core::Result<()> {
+/// use cuhost::texture::{Swizzle, TensorDataType, TensorMapBuilder};
+/// # fn f(matrix: cuhost::DeviceView<'_, f32>) -> cuhost::Result<()> {
 /// // A 256 × 128 row-major f32 matrix, loaded in 32 × 8 tiles with a 128-byte swizzle.
 /// let map = TensorMapBuilder::new(matrix, TensorDataType::Float32)
 ///     .global_dims(&[128, 256])

@@ -20,7 +20,7 @@ use crate::launch::KernelArg;
 use crate::memory::{DeviceView, Track};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 

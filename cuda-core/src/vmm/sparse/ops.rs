@@ -7,7 +7,7 @@ use super::SparseRegion;
 use super::tiles::{Binding, Handle, Tiles, UNMAPPED};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::PoisonError;
 use std::sync::atomic::{AtomicBool, Ordering};
 

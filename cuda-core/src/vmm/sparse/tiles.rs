@@ -10,7 +10,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::memory::{ArrayDescriptor, ArrayFlags, SparseProperties};
 use crate::stream::Stream;
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::sync::Mutex;
 
 /// A tile not mapped, in the state tables.

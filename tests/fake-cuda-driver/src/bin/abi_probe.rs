@@ -5,14 +5,14 @@
 //! `cuda-core` chooses an ABI once per process, so `tests/abi_versions.rs` runs this probe
 //! once per emulated version.
 
-use cuda_core::alloc::MemAttach;
-use cuda_core::driver_sys as sys;
-use cuda_core::memory::{ManagedBuffer, MemAdvice, MemLocation};
-use cuda_core::module::{Function, JitOptions, Library, Module};
-use cuda_core::vmm::{
+use cuhost::alloc::MemAttach;
+use cuhost::driver_sys as sys;
+use cuhost::memory::{ManagedBuffer, MemAdvice, MemLocation};
+use cuhost::module::{Function, JitOptions, Library, Module};
+use cuhost::vmm::{
     AllocationProperties, Granularity, HandleTypes, MulticastObject, MulticastProperties, PhysicalMemory,
 };
-use cuda_core::{Context, ContextFlags, Device, Error, Event, EventFlags, Stream, StreamFlags};
+use cuhost::{Context, ContextFlags, Device, Error, Event, EventFlags, Stream, StreamFlags};
 use std::ffi::{CStr, c_char};
 use std::fmt::Debug;
 

@@ -3,7 +3,7 @@
 //! The loader keeps its state for the life of the process, so each scenario of
 //! `tests/loader.rs` runs this probe with its own environment.
 
-use cuda_driver_sys as sys;
+use cuhost_driver_sys as sys;
 use std::ffi::{c_char, c_uint};
 
 fn status(s: sys::CUresult) -> &'static str {
@@ -111,11 +111,11 @@ fn main() {
             println!("set_per_thread_late={}", sys::set_per_thread_default_stream(true).is_err());
         },
         "nccl" => unsafe {
-            println!("nccl_version={:?}", nccl_sys::nccl_version());
+            println!("nccl_version={:?}", cuhost_nccl_sys::nccl_version());
             let mut v = 0;
-            println!("ncclGetVersion={:?} {v}", nccl_sys::ncclGetVersion(&mut v).name());
+            println!("ncclGetVersion={:?} {v}", cuhost_nccl_sys::ncclGetVersion(&mut v).name());
             let mut comm = std::ptr::null_mut();
-            let s = nccl_sys::ncclCommShrink(
+            let s = cuhost_nccl_sys::ncclCommShrink(
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 0,
@@ -124,7 +124,7 @@ fn main() {
                 0,
             );
             println!("ncclCommShrink={:?}", s.name());
-            match nccl_sys::load_error("ncclCommShrink") {
+            match cuhost_nccl_sys::load_error("ncclCommShrink") {
                 Some(e) => println!("ncclCommShrink.message={e}"),
                 None => println!("ncclCommShrink.message=none"),
             }

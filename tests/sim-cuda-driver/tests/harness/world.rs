@@ -1,11 +1,11 @@
 //! What a program works on, and each step as the safe calls it makes.
 
 use super::program::{EVENTS, GRAPHS, PINNED, SLOTS, STREAMS, Step, VMMS};
-use cuda_core::graph::{CaptureMode, Graph, GraphExec, InstantiateFlags};
-use cuda_core::mempool::Access;
-use cuda_core::nccl::{Communicator, Group, ReduceOp};
-use cuda_core::vmm::{AccessGrant, AddressRange, AllocationProperties, Granularity, Mapping, PhysicalMemory};
-use cuda_core::{
+use cuhost::graph::{CaptureMode, Graph, GraphExec, InstantiateFlags};
+use cuhost::mempool::Access;
+use cuhost::nccl::{Communicator, Group, ReduceOp};
+use cuhost::vmm::{AccessGrant, AddressRange, AllocationProperties, Granularity, Mapping, PhysicalMemory};
+use cuhost::{
     Context, Device, DeviceBuffer, Event, EventFlags, LaunchConfig, Module, PinnedBuffer, Stream, StreamFlags,
 };
 
@@ -96,7 +96,7 @@ impl World {
         self.vmm = Default::default();
         self.slots = Default::default();
         self.pinned = Default::default();
-        if let Err(e) = cuda_core::pool::release_default_pools() {
+        if let Err(e) = cuhost::pool::release_default_pools() {
             self.errors.push(format!("release_default_pools: {e}"));
         }
     }
@@ -136,7 +136,7 @@ impl World {
         }
     }
 
-    fn try_apply(&mut self, thread: u8, step: Step) -> cuda_core::Result<()> {
+    fn try_apply(&mut self, thread: u8, step: Step) -> cuhost::Result<()> {
         let ix = usize::from;
         match step {
             Step::Alloc { slot, stream, big, zeroed } => {
@@ -250,7 +250,7 @@ impl World {
         Ok(())
     }
 
-    fn copy(&mut self, dst: usize, src: usize, stream: usize) -> cuda_core::Result<()> {
+    fn copy(&mut self, dst: usize, src: usize, stream: usize) -> cuhost::Result<()> {
         self.on_pair(dst, src, stream, |d, s, n, w| {
             let mut to = d.buffer.view_mut();
             to.slice_mut(..n)?.copy_from_device_async(&s.buffer.view().slice(..n)?, &w.streams[stream])
@@ -265,8 +265,8 @@ impl World {
         dst: usize,
         src: usize,
         stream: usize,
-        op: impl FnOnce(&mut Slot, &Slot, usize, &World) -> cuda_core::Result<()>,
-    ) -> cuda_core::Result<()> {
+        op: impl FnOnce(&mut Slot, &Slot, usize, &World) -> cuhost::Result<()>,
+    ) -> cuhost::Result<()> {
         if dst == src || self.slots[dst].is_none() || self.slots[src].is_none() {
             return Ok(());
         }
@@ -285,7 +285,7 @@ impl World {
     }
 
     /// `fill_u32` of the whole buffer or a half on `stream`.
-    fn fill(&mut self, dst: usize, stream: usize, part: u8, value: u32) -> cuda_core::Result<()> {
+    fn fill(&mut self, dst: usize, stream: usize, part: u8, value: u32) -> cuhost::Result<()> {
         if self.slots[dst].is_none() {
             return Ok(());
         }
@@ -309,7 +309,7 @@ impl World {
     }
 
     /// `add_u32` of `src` into `dst` over their common prefix, on `stream`.
-    fn add(&mut self, dst: usize, src: usize, stream: usize) -> cuda_core::Result<()> {
+    fn add(&mut self, dst: usize, src: usize, stream: usize) -> cuhost::Result<()> {
         self.on_pair(dst, src, stream, |d, s, n, w| {
             let f = w.module.function("add_u32")?;
             let (mut to, from) = (d.buffer.view_mut(), s.buffer.view());
@@ -324,7 +324,7 @@ impl World {
     }
 
     /// An NCCL collective outside any group (see [`Step::Collective`]).
-    fn collective(&mut self, kind: u8, dst: usize, src: usize, stream: usize) -> cuda_core::Result<()> {
+    fn collective(&mut self, kind: u8, dst: usize, src: usize, stream: usize) -> cuhost::Result<()> {
         if kind == 1 {
             return self.all_reduce_in_place(dst, stream);
         }
@@ -341,7 +341,7 @@ impl World {
         })
     }
 
-    fn all_reduce_in_place(&mut self, slot: usize, stream: usize) -> cuda_core::Result<()> {
+    fn all_reduce_in_place(&mut self, slot: usize, stream: usize) -> cuhost::Result<()> {
         if self.slots[slot].is_none() {
             return Ok(());
         }
@@ -362,7 +362,7 @@ impl World {
         stream: usize,
         nested: bool,
         drop: u8,
-    ) -> cuda_core::Result<()> {
+    ) -> cuhost::Result<()> {
         let group = Group::start()?;
         let inner = if nested { Some(Group::start()) } else { None };
         let issued = match kind {
@@ -385,7 +385,7 @@ impl World {
     }
 
     /// Drops the buffer of `slot` and takes a new zeroed one of its length on its own stream.
-    fn renew(&mut self, thread: u8, slot: usize) -> cuda_core::Result<()> {
+    fn renew(&mut self, thread: u8, slot: usize) -> cuhost::Result<()> {
         let Some(old) = self.slots[slot].take() else { return Ok(()) };
         let (own, len) = (old.own, old.buffer.len());
         drop(old);
@@ -394,13 +394,7 @@ impl World {
         Ok(())
     }
 
-    fn pinned_copy(
-        &mut self,
-        slot: usize,
-        pinned: usize,
-        stream: usize,
-        upload: bool,
-    ) -> cuda_core::Result<()> {
+    fn pinned_copy(&mut self, slot: usize, pinned: usize, stream: usize, upload: bool) -> cuhost::Result<()> {
         let same_len = match (&self.slots[slot], &self.pinned[pinned]) {
             (Some(b), Some(p)) => b.buffer.len() == p.len(),
             _ => false,
@@ -415,13 +409,7 @@ impl World {
     }
 
     /// Copies between the buffer of `slot` and the mapping `vmm` (their common prefix).
-    fn vmm_copy(
-        &mut self,
-        vmm: usize,
-        slot: usize,
-        stream: usize,
-        to_mapping: bool,
-    ) -> cuda_core::Result<()> {
+    fn vmm_copy(&mut self, vmm: usize, slot: usize, stream: usize, to_mapping: bool) -> cuhost::Result<()> {
         if self.slots[slot].is_none() || self.vmm[vmm].is_none() {
             return Ok(());
         }
@@ -445,7 +433,7 @@ impl World {
         stream: usize,
         kind: u8,
         value: u32,
-    ) -> cuda_core::Result<Option<GraphSlot>> {
+    ) -> cuhost::Result<Option<GraphSlot>> {
         let (Some(b), Some(p)) = (&mut self.slots[slot], &mut self.pinned[pinned]) else { return Ok(None) };
         if b.buffer.len() != p.len() {
             return Ok(None);
@@ -469,7 +457,7 @@ impl World {
     }
 
     /// Launches graph `graph` on `stream`.
-    fn graph_launch(&mut self, graph: usize, stream: usize) -> cuda_core::Result<()> {
+    fn graph_launch(&mut self, graph: usize, stream: usize) -> cuhost::Result<()> {
         self.emulate_graph_first_use(graph, stream)?;
         let Some(g) = &self.graphs[graph] else { return Ok(()) };
         g.exec.launch(&self.streams[stream])
@@ -477,14 +465,14 @@ impl World {
 
     /// With [`emulate_h1_fix`](Self::emulate_h1_fix), orders a launch of graph `graph` on
     /// `stream` after the own stream of the buffer now in its slot.
-    fn emulate_graph_first_use(&mut self, graph: usize, stream: usize) -> cuda_core::Result<()> {
+    fn emulate_graph_first_use(&mut self, graph: usize, stream: usize) -> cuhost::Result<()> {
         let Some(g) = &self.graphs[graph] else { return Ok(()) };
         self.first_use(g.slot, stream)
     }
 
     /// Launches graph `graph` on `stream` while a guard of its pinned buffer is held (the crate
     /// tells the checker of the host access when the guard is taken and when it drops).
-    fn graph_hold(&mut self, graph: usize, stream: usize, write: bool) -> cuda_core::Result<()> {
+    fn graph_hold(&mut self, graph: usize, stream: usize, write: bool) -> cuhost::Result<()> {
         if self.graphs[graph].is_none() {
             return Ok(());
         }
@@ -505,7 +493,7 @@ impl World {
         };
         match launched {
             // The refusal the crate promises while the host holds the memory.
-            Err(cuda_core::Error::InvalidArgument { operation: "GraphExec::launch", .. }) => {
+            Err(cuhost::Error::InvalidArgument { operation: "GraphExec::launch", .. }) => {
                 self.refused += 1;
                 Ok(())
             }
@@ -513,7 +501,7 @@ impl World {
         }
     }
 
-    fn set_stream(&mut self, slot: usize, stream: usize) -> cuda_core::Result<()> {
+    fn set_stream(&mut self, slot: usize, stream: usize) -> cuhost::Result<()> {
         let Some(b) = &mut self.slots[slot] else { return Ok(()) };
         if self.emulate_h1_fix && b.own != stream {
             self.scratch.record(&self.streams[b.own])?;
@@ -526,7 +514,7 @@ impl World {
 
     /// With [`emulate_h1_fix`](Self::emulate_h1_fix), orders the first use of the buffer in
     /// `slot` on a foreign `stream` after the buffer's own stream.
-    fn first_use(&mut self, slot: usize, stream: usize) -> cuda_core::Result<()> {
+    fn first_use(&mut self, slot: usize, stream: usize) -> cuhost::Result<()> {
         let Some(b) = &mut self.slots[slot] else { return Ok(()) };
         if !self.emulate_h1_fix || b.own == stream || b.used.contains(&stream) {
             return Ok(());
