@@ -135,7 +135,7 @@ impl UsePattern {
         let re = |s: &str| Regex::new(s).map_err(|e| e.to_string());
         Ok(UsePattern {
             path: re(
-                r"(?:(?:\bcuda_driver_sys|\bdriver_sys|\bsys)\s*::|\bdriver!\s*\()\s*(cu[A-Z][A-Za-z0-9_]*)",
+                r"(?:(?:\bcuhost_driver_sys|\bdriver_sys|\bsys)\s*::|\bdriver!\s*\()\s*(cu[A-Z][A-Za-z0-9_]*)",
             )?,
             cfg_test: re(r"#\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")?,
             inner_cfg_test: re(r"#\s*!\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")?,
