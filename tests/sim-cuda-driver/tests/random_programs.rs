@@ -13,6 +13,40 @@ mod harness;
 use harness::program::{Program, Step, as_source, generate, shrink};
 use harness::{harness, run_program};
 
+/// The simulator to one test alone (the harness's lock), reset, with device 0's primary
+/// context; reset again when the test is done, before the lock is let go.
+struct Alone {
+    sim: &'static harness::sim::Sim,
+    ctx: cuhost::Context,
+    _guard: std::sync::MutexGuard<'static, Option<harness::Harness>>,
+}
+
+impl Alone {
+    fn new() -> Alone {
+        let _guard = harness();
+        let sim = harness::sim::Sim::get();
+        (sim.reset)(1);
+        let ctx = cuhost::Context::primary(&cuhost::Device::get(0).unwrap()).unwrap();
+        Alone { sim, ctx, _guard }
+    }
+
+    /// A new non-blocking stream of the context.
+    fn stream(&self) -> cuhost::Stream {
+        cuhost::Stream::new(&self.ctx, cuhost::StreamFlags::NON_BLOCKING).unwrap()
+    }
+
+    /// A communicator of one rank over device 0.
+    fn communicator(&self) -> cuhost::nccl::Communicator {
+        cuhost::nccl::Communicator::init_all(&[cuhost::Device::get(0).unwrap()]).unwrap().pop().unwrap()
+    }
+}
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        (self.sim.reset)(1);
+    }
+}
+
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -278,15 +312,12 @@ fn raw_nccl_calls_into_a_block_reused_inside_the_group_are_reported() {
 /// the communicator is polled later, writes the new owner's memory (category (a)).
 #[test]
 fn a_group_end_answered_in_progress_returns_once_its_calls_are_queued() {
+    use cuhost::DeviceBuffer;
     use cuhost::nccl::{Communicator, Config, ReduceOp, UniqueId, group};
-    use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
-    let guard = harness();
-    let sim = harness::sim::Sim::get();
-    (sim.reset)(1);
-    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
-    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap();
+    let alone = Alone::new();
+    let (sim, stream) = (alone.sim, alone.stream());
     let config = Config::new().blocking(false);
-    let comm = Communicator::init_rank(&ctx, &UniqueId::new().unwrap(), 1, 0, &config).unwrap();
+    let comm = Communicator::init_rank(&alone.ctx, &UniqueId::new().unwrap(), 1, 0, &config).unwrap();
     assert!(!comm.is_blocking());
     (sim.nccl_in_progress)(1);
     let source = DeviceBuffer::<u32>::from_slice(&stream, &[3; 256]).unwrap();
@@ -303,8 +334,6 @@ fn a_group_end_answered_in_progress_returns_once_its_calls_are_queued() {
     assert_eq!(sim.counts().0, [0, 0, 0], "{}", sim.reports());
     assert_eq!(successor.to_vec().unwrap(), vec![0; 256], "the group's receive landed in the new owner");
     drop((source, successor, comm));
-    (sim.reset)(1);
-    drop(guard);
 }
 
 /// M2: the wait of a group's end for NCCL to queue the calls of a non-blocking communicator
@@ -315,12 +344,9 @@ fn a_group_end_answered_in_progress_returns_once_its_calls_are_queued() {
 #[test]
 fn a_group_end_waits_for_a_stuck_communicator_until_its_time_limit() {
     use cuhost::nccl::{Communicator, Config, ReduceOp, UniqueId, group};
-    use cuhost::{Context, Device, DeviceBuffer, Error, Stream, StreamFlags};
-    let guard = harness();
-    let sim = harness::sim::Sim::get();
-    (sim.reset)(1);
-    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
-    let stream = Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap();
+    use cuhost::{DeviceBuffer, Error};
+    let alone = Alone::new();
+    let (sim, ctx, stream) = (alone.sim, alone.ctx.clone(), alone.stream());
     let config = Config::new().blocking(false);
     let comm = Communicator::init_rank(&ctx, &UniqueId::new().unwrap(), 1, 0, &config).unwrap();
     assert_eq!(comm.timeout(), None);
@@ -343,8 +369,6 @@ fn a_group_end_waits_for_a_stuck_communicator_until_its_time_limit() {
     assert!(matches!(r, Err(Error::Timeout { operation: "Group::end", .. })), "{r:?}");
     assert!(faulted, "the communicator is not faulted");
     assert!(kept >= 1, "the buffers the group used were given back under its calls");
-    (sim.reset)(1);
-    drop(guard);
 }
 
 /// H2 (NCCL registrations): work queued through a registration's view on another stream follows the stream rule: it
@@ -353,17 +377,9 @@ fn a_group_end_waits_for_a_stuck_communicator_until_its_time_limit() {
 /// zeroing and after its release, and the block's next owner is written under it.
 #[test]
 fn work_through_a_registration_is_noted_on_its_buffer() {
-    use cuhost::nccl::Communicator;
-    use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
-    let guard = harness();
-    let sim = harness::sim::Sim::get();
-    (sim.reset)(1);
-    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
-    let (own, other) = (
-        Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap(),
-        Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap(),
-    );
-    let comm = Communicator::init_all(&[Device::get(0).unwrap()]).unwrap().pop().unwrap();
+    use cuhost::DeviceBuffer;
+    let alone = Alone::new();
+    let (sim, own, other, comm) = (alone.sim, alone.stream(), alone.stream(), alone.communicator());
     let mut buffer = DeviceBuffer::<u32>::zeroed(&own, 256).unwrap();
     {
         let mut registration = comm.register(&mut buffer).unwrap();
@@ -377,25 +393,16 @@ fn work_through_a_registration_is_noted_on_its_buffer() {
     assert_eq!(sim.counts().0, [0, 0, 0], "{}", sim.reports());
     assert_eq!(successor.to_vec().unwrap(), vec![0; 256], "the memset landed in the new owner");
     drop((successor, comm));
-    (sim.reset)(1);
-    drop(guard);
 }
 
 /// The simulated NCCL moves the bytes: a send received by the same rank in a group, and the
 /// collectives of one rank, which copy their send memory.
 #[test]
 fn the_simulated_nccl_delivers_sends_and_collectives() {
-    use cuhost::nccl::{Communicator, ReduceOp, group};
-    use cuhost::{Context, Device, DeviceBuffer, Stream, StreamFlags};
-    let guard = harness();
-    let sim = harness::sim::Sim::get();
-    (sim.reset)(1);
-    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
-    let (s0, s1) = (
-        Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap(),
-        Stream::new(&ctx, StreamFlags::NON_BLOCKING).unwrap(),
-    );
-    let comm = Communicator::init_all(&[Device::get(0).unwrap()]).unwrap().pop().unwrap();
+    use cuhost::DeviceBuffer;
+    use cuhost::nccl::{ReduceOp, group};
+    let alone = Alone::new();
+    let (sim, s0, s1, comm) = (alone.sim, alone.stream(), alone.stream(), alone.communicator());
     assert_eq!((comm.count().unwrap(), comm.rank().unwrap()), (1, 0));
     assert_eq!(cuhost::nccl::version().unwrap().to_string(), "2.28.0");
     let source = DeviceBuffer::<u32>::from_slice(&s0, &[5; 64]).unwrap();
@@ -413,6 +420,4 @@ fn the_simulated_nccl_delivers_sends_and_collectives() {
     assert_eq!(gathered.to_vec().unwrap(), vec![5; 64]);
     assert_eq!(sim.counts(), ([0, 0, 0], 0), "{}", sim.reports());
     drop((source, received, reduced, gathered));
-    (sim.reset)(1);
-    drop(guard);
 }
