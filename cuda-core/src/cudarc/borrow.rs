@@ -51,6 +51,17 @@ impl Side {
         Side { ptr, len, cudarc_stream, stream, uses: StreamUses::new() }
     }
 
+    /// A view of the slice, ordered on its stream, its other uses noted here.
+    fn view<T: Pod>(&self) -> DeviceView<'_, T> {
+        DeviceView::tracked(self.ptr, self.len, &self.stream, Some(&self.stream), &self.uses)
+    }
+
+    /// An exclusive view of the slice (the caller holds the borrow exclusively), as
+    /// [`view`](Self::view).
+    fn view_mut<T: Pod>(&mut self) -> DeviceViewMut<'_, T> {
+        DeviceViewMut::tracked(self.ptr, self.len, &self.stream, Some(&self.stream), &self.uses)
+    }
+
     /// Makes the slice's stream wait for every stream of this crate the views were used on,
     /// before cudarc's event is recorded there. Where that cannot be done on the device (a
     /// stream being captured), waits for the whole context on the host, so that cudarc never
@@ -88,13 +99,7 @@ impl<'a, T: Pod> CudarcSlice<'a, T> {
 
     /// A view of the whole slice, ordered on [`stream`](Self::stream).
     pub fn view(&self) -> DeviceView<'_, T> {
-        DeviceView::tracked(
-            self.side.ptr,
-            self.side.len,
-            &self.side.stream,
-            Some(&self.side.stream),
-            &self.side.uses,
-        )
+        self.side.view()
     }
 
     /// The stream the slice was allocated on, as this crate's value: the views' own stream.
@@ -136,24 +141,12 @@ impl<'a, T: Pod> CudarcSliceMut<'a, T> {
 
     /// An exclusive view of the whole slice, ordered on [`stream`](Self::stream).
     pub fn view_mut(&mut self) -> DeviceViewMut<'_, T> {
-        DeviceViewMut::tracked(
-            self.side.ptr,
-            self.side.len,
-            &self.side.stream,
-            Some(&self.side.stream),
-            &self.side.uses,
-        )
+        self.side.view_mut()
     }
 
     /// A shared view of the whole slice, ordered on [`stream`](Self::stream).
     pub fn view(&self) -> DeviceView<'_, T> {
-        DeviceView::tracked(
-            self.side.ptr,
-            self.side.len,
-            &self.side.stream,
-            Some(&self.side.stream),
-            &self.side.uses,
-        )
+        self.side.view()
     }
 
     /// The stream the slice was allocated on, as this crate's value: the views' own stream.
