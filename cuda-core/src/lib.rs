@@ -126,7 +126,7 @@ pub use launch::{
 };
 pub use memory::{DeviceBuffer, DeviceView, DeviceViewMut, ManagedBuffer, PinnedBuffer};
 pub use module::{Function, Kernel, Library, Module};
-pub use stream::{Stream, StreamFlags, SyncPolicy};
+pub use stream::{Stream, StreamFlags, StreamOrdering, SyncPolicy};
 
 /// The plain-data traits element types and kernel arguments use ([`bytemuck::Pod`]), for
 /// `#[derive(bytemuck::Pod, bytemuck::Zeroable)]` (with bytemuck's `derive` feature) without a

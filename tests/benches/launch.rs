@@ -236,6 +236,55 @@ fn run() -> cuhost::Result<()> {
     )?);
     stream.synchronize()?;
 
+    // cudarc's semantics on request (`StreamOrdering::Implicit`): on one stream every launch
+    // takes each buffer's lock and queues nothing more; alternating between two streams, each
+    // launch first makes its stream wait for the other, which wrote `y` last (one event
+    // recorded and waited for), as raw code that orders its streams does by hand.
+    cuhost::stream::set_stream_ordering(cuhost::StreamOrdering::Implicit);
+    rows.push(measure(
+        "launch saxpy (&x, &mut y buffers), same stream, implicit ordering",
+        &mut gate,
+        &stream,
+        // SAFETY: as for the first row.
+        || unsafe { saxpy.launch(&stream, &config, (&n, &a, &x, &mut y2)).unwrap_or_else(|e| fail(e)) },
+        || {
+            let mut args = saxpy_args(&n, &a, &xp, &y2p);
+            // SAFETY: as above.
+            check(unsafe {
+                sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, s, args.as_mut_ptr(), std::ptr::null_mut())
+            });
+        },
+    )?);
+    let mut turn = 0usize;
+    let mut raw_turn = 0usize;
+    rows.push(measure(
+        "launch saxpy (&x, &mut y buffers), two streams in turn, implicit ordering vs raw record+wait+launch",
+        &mut gate,
+        &stream,
+        || {
+            turn += 1;
+            let on = if turn % 2 == 0 { &stream } else { &other };
+            // SAFETY: as for the first row.
+            unsafe { saxpy.launch(on, &config, (&n, &a, &x, &mut y2)).unwrap_or_else(|e| fail(e)) }
+        },
+        || {
+            raw_turn += 1;
+            let (on, after) = if raw_turn % 2 == 0 { (s, o) } else { (o, s) };
+            let mut args = saxpy_args(&n, &a, &xp, &y2p);
+            // SAFETY: as above; live event and streams.
+            check(unsafe { sys::cuEventRecord(ev, after) });
+            // SAFETY: as above.
+            check(unsafe { sys::cuStreamWaitEvent(on, ev, 0) });
+            // SAFETY: as above.
+            check(unsafe {
+                sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, on, args.as_mut_ptr(), std::ptr::null_mut())
+            });
+        },
+    )?);
+    cuhost::stream::set_stream_ordering(cuhost::StreamOrdering::Explicit);
+    other.synchronize()?;
+    stream.synchronize()?;
+
     let (_, greatest) = ctx.stream_priority_range()?;
     let with_priority = config.priority(greatest);
     rows.push(measure(

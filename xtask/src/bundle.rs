@@ -14,10 +14,13 @@ const GPU_RUN: &str = r#"#!/bin/sh
 # Runs the GPU test suite from this bundle. Usage (from the repository root):
 #   CUDA_TEST_REQUIRE_GPU=1 .gpu/run [nextest filter arguments]
 # The examples travel packed (examples.tar.xz): they are unpacked into .gpu/examples first, for
-# the sanitizer's test of them and for running them by hand.
+# the sanitizer's test of them and for running them by hand. The tests that run a child under
+# the checking driver find it through CUDA_TEST_CHECKING_DRIVER.
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 [ -d "$here/examples" ] || tar -xJf "$here/examples.tar.xz" -C "$here" || exit 2
+CUDA_TEST_CHECKING_DRIVER="$here/libchecked_cuda_driver.so"
+export CUDA_TEST_CHECKING_DRIVER
 exec "$here/cargo-nextest" nextest run --profile gpu \
     --archive-file "$here/tests.tar.zst" --workspace-remap "$root" "$@"
 "#;

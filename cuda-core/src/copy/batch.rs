@@ -21,7 +21,7 @@ use crate::memory::PinnedChunk;
 use crate::memory::pinned_chunk::sealed::Sealed as _;
 use crate::memory::view::{DeviceView, DeviceViewMut, Track};
 use crate::stream::Stream;
-use crate::track::HostUses;
+use crate::track::{Access, HostUses};
 use bytemuck::Pod;
 use cuhost_driver_sys as sys;
 
@@ -506,7 +506,9 @@ impl<'a> CopyBatch<'a> {
     #[inline]
     fn note(&mut self, memory: Memory<'a>, writes: bool) -> Result<()> {
         match memory {
-            Memory::Device(Some(t)) => t.uses.note(self.stream.context(), t.own, self.stream),
+            Memory::Device(Some(t)) => {
+                t.uses.note(self.stream.context(), t.own, self.stream, Access::of(writes))
+            }
             Memory::Device(None) | Memory::Host => Ok(()),
             Memory::Pinned(uses) => {
                 // Consecutive copies of the same pinned memory (the regions of one call) keep

@@ -349,7 +349,7 @@ impl<'a> CopyBatch3D<'a> {
     fn note(&mut self, side: &Operand3D<'a>, writes: bool) -> Result<()> {
         match side.place {
             Place::Pointer { memory: Memory::Device(Some(t)), .. } => {
-                t.uses.note(self.stream.context(), t.own, self.stream)
+                t.uses.note(self.stream.context(), t.own, self.stream, crate::track::Access::of(writes))
             }
             Place::Pointer { memory: Memory::Pinned(uses), .. } => {
                 match self.pinned.last_mut() {

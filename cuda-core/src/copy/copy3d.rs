@@ -12,6 +12,7 @@ use crate::memory::Array;
 use crate::memory::PitchedBuffer;
 use crate::memory::{DeviceView, DeviceViewMut};
 use crate::stream::Stream;
+use crate::track::Access;
 use crate::track::HostUses;
 use bytemuck::Pod;
 use cuhost_driver_sys as sys;
@@ -206,9 +207,11 @@ impl Stream {
         }
         let ctx = self.context();
         crate::track::nameable(ctx, self)?;
-        for side in [&dst, &src] {
+        for (side, access) in [(&dst, Access::Write), (&src, Access::Read)] {
             match side.place {
-                Place::Pointer { memory: Memory::Device(Some(t)), .. } => t.uses.note(ctx, t.own, self)?,
+                Place::Pointer { memory: Memory::Device(Some(t)), .. } => {
+                    t.uses.note(ctx, t.own, self, access)?
+                }
                 Place::Array(array) => array.queued_async(),
                 Place::Pointer { .. } => {}
             }
@@ -335,7 +338,7 @@ impl Array {
     pub fn copy_from_device_async<T: Pod>(&mut self, src: &DeviceView<'_, T>, stream: &Stream) -> Result<()> {
         let c = self.d2a("Array::copy_from_device_async", src)?;
         self.on_own_stream("Array::copy_from_device_async", stream)?;
-        src.used_on(src.ctx, stream)?;
+        src.used_on(src.ctx, stream, Access::Read)?;
         self.queued_async();
         // SAFETY: as copy_from_device; `src`'s buffer waits for `stream` before it is given back.
         unsafe { driver!(cuMemcpy3DAsync(&c, stream.as_raw())) }
@@ -350,7 +353,7 @@ impl Array {
     ) -> Result<()> {
         let c = self.a2d("Array::copy_to_device_async", dst)?;
         self.on_own_stream("Array::copy_to_device_async", stream)?;
-        dst.used_on(dst.ctx, stream)?;
+        dst.used_on(dst.ctx, stream, Access::Write)?;
         self.queued_async();
         // SAFETY: as copy_to_device; `dst`'s buffer waits for `stream` before it is given back.
         unsafe { driver!(cuMemcpy3DAsync(&c, stream.as_raw())) }
@@ -458,7 +461,7 @@ impl<T: Pod> PitchedBuffer<T> {
     pub fn copy_from_device_async(&mut self, src: &DeviceView<'_, T>, stream: &Stream) -> Result<()> {
         let c = self.d2p("PitchedBuffer::copy_from_device_async", src)?;
         self.record_stream(stream)?;
-        src.used_on(src.ctx, stream)?;
+        src.used_on(src.ctx, stream, Access::Read)?;
         // SAFETY: as copy_from_device; both buffers wait for `stream` before they are given back.
         unsafe { driver!(cuMemcpy2DAsync(&c, stream.as_raw())) }
     }
@@ -468,7 +471,7 @@ impl<T: Pod> PitchedBuffer<T> {
     pub fn copy_to_device_async(&self, dst: &mut DeviceViewMut<'_, T>, stream: &Stream) -> Result<()> {
         let c = self.p2d("PitchedBuffer::copy_to_device_async", dst)?;
         self.record_stream(stream)?;
-        dst.used_on(dst.ctx, stream)?;
+        dst.used_on(dst.ctx, stream, Access::Write)?;
         // SAFETY: as copy_to_device; both buffers wait for `stream` before they are given back.
         unsafe { driver!(cuMemcpy2DAsync(&c, stream.as_raw())) }
     }

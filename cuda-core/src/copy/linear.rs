@@ -6,6 +6,7 @@ use crate::memory::PinnedHost;
 use crate::memory::same_len;
 use crate::memory::{DeviceView, DeviceViewMut};
 use crate::stream::Stream;
+use crate::track::Access;
 use bytemuck::Pod;
 use cuhost_driver_sys as sys;
 
@@ -15,7 +16,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// ([`cuMemcpyHtoDAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         same_len("copy_from_host", self.len, src.len())?;
-        self.check_sync()?;
+        self.check_sync(Access::Write)?;
         if self.len == 0 {
             return Ok(());
         }
@@ -45,7 +46,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
             return Ok(());
         }
         self.ctx.enter()?;
-        self.used_on(self.ctx, stream)?;
+        self.used_on(self.ctx, stream, Access::Write)?;
         // SAFETY: the lengths match; the caller keeps `src` alive until the copy has run.
         unsafe {
             driver!(cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), self.size_in_bytes(), stream.as_raw()))
@@ -63,8 +64,8 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// comes back as the driver's status.
     pub fn copy_from_device(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         same_len("copy_from_device", self.len, src.len)?;
-        self.check_sync()?;
-        src.check_sync()?;
+        self.check_sync(Access::Write)?;
+        src.check_sync(Access::Read)?;
         if self.len == 0 {
             return Ok(());
         }
@@ -97,8 +98,8 @@ impl<T: Pod> DeviceViewMut<'_, T> {
             return Ok(());
         }
         self.ctx.enter()?;
-        self.used_on(self.ctx, stream)?;
-        src.used_on(self.ctx, stream)?;
+        self.used_on(self.ctx, stream, Access::Write)?;
+        src.used_on(self.ctx, stream, Access::Read)?;
         self.copy_device_on(src, stream.as_raw())
     }
 
@@ -132,7 +133,7 @@ impl<T: Pod> DeviceView<'_, T> {
     /// ([`cuMemcpyDtoHAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         same_len("copy_to_host", dst.len(), self.len)?;
-        self.check_sync()?;
+        self.check_sync(Access::Read)?;
         if self.len == 0 {
             return Ok(());
         }
@@ -161,7 +162,7 @@ impl<T: Pod> DeviceView<'_, T> {
             return Ok(());
         }
         self.ctx.enter()?;
-        self.used_on(self.ctx, stream)?;
+        self.used_on(self.ctx, stream, Access::Read)?;
         // SAFETY: the lengths match; the caller keeps `dst` alive and untouched until the copy has run.
         unsafe {
             driver!(cuMemcpyDtoHAsync(
@@ -200,7 +201,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
         // The copy runs with this view's context current, and `src` records it on `stream`:
         // both must name the same stream (checked here too for views without an owner).
         crate::track::nameable(self.ctx, stream)?;
-        self.used_on(self.ctx, stream)?;
+        self.used_on(self.ctx, stream, Access::Write)?;
         let (dst, bytes) = (self.ptr, self.size_in_bytes());
         uses.around(stream, false, || {
             // SAFETY: the lengths match; `src` stays alive and unwritten until the event
@@ -228,7 +229,7 @@ impl<T: Pod> DeviceView<'_, T> {
         self.ctx.enter()?;
         // As in `copy_from_pinned_async`.
         crate::track::nameable(self.ctx, stream)?;
-        self.used_on(self.ctx, stream)?;
+        self.used_on(self.ctx, stream, Access::Read)?;
         let (src, bytes) = (self.ptr, self.size_in_bytes());
         uses.around(stream, true, || {
             // SAFETY: the lengths match; `dst` stays alive, unread and unwritten by the host

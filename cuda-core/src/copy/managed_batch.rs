@@ -176,7 +176,7 @@ fn add<T: Pod, R: RangeBounds<usize>>(
         added = disjoint(operation, &mut spans);
     }
     if added.is_ok() && list.len() > before {
-        added = buffer.used_on(stream.context(), stream);
+        added = buffer.used_on(stream.context(), stream, crate::track::Access::Write);
     }
     if added.is_err() {
         list.truncate(before);

@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use crate::memory::DeviceViewMut;
 use crate::stream::Stream;
+use crate::track::Access;
 use bytemuck::Pod;
 
 impl<T: Pod> DeviceViewMut<'_, T> {
@@ -24,7 +25,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// ([`cuMemsetD8Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
     /// in the order of the view's stream; returns when it is done).
     pub fn memset_d8(&mut self, value: u8) -> Result<()> {
-        self.check_sync()?;
+        self.check_sync(Access::Write)?;
         let n = self.units("memset_d8", 1)?;
         let own = self.sync_stream()?;
         self.ctx.enter()?;
@@ -37,7 +38,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// ([`cuMemsetD16Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
     /// in the order of the view's stream; returns when it is done).
     pub fn memset_d16(&mut self, value: u16) -> Result<()> {
-        self.check_sync()?;
+        self.check_sync(Access::Write)?;
         let n = self.units("memset_d16", 2)?;
         let own = self.sync_stream()?;
         self.ctx.enter()?;
@@ -50,7 +51,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     /// ([`cuMemsetD32Async`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
     /// in the order of the view's stream; returns when it is done).
     pub fn memset_d32(&mut self, value: u32) -> Result<()> {
-        self.check_sync()?;
+        self.check_sync(Access::Write)?;
         let n = self.units("memset_d32", 4)?;
         let own = self.sync_stream()?;
         self.ctx.enter()?;
@@ -64,7 +65,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     pub fn memset_d8_async(&mut self, value: u8, stream: &Stream) -> Result<()> {
         let n = self.units("memset_d8_async", 1)?;
         self.ctx.enter()?;
-        self.used_on(self.ctx, stream)?;
+        self.used_on(self.ctx, stream, Access::Write)?;
         // SAFETY: as memset_d8; the buffer behind the view is given back only after the work
         // queued on its own stream and on the streams noted on it.
         unsafe { driver!(cuMemsetD8Async(self.ptr, value, n, stream.as_raw())) }
@@ -75,7 +76,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     pub fn memset_d16_async(&mut self, value: u16, stream: &Stream) -> Result<()> {
         let n = self.units("memset_d16_async", 2)?;
         self.ctx.enter()?;
-        self.used_on(self.ctx, stream)?;
+        self.used_on(self.ctx, stream, Access::Write)?;
         // SAFETY: as memset_d16; the buffer behind the view is given back only after the work
         // queued on its own stream and on the streams noted on it.
         unsafe { driver!(cuMemsetD16Async(self.ptr, value, n, stream.as_raw())) }
@@ -86,7 +87,7 @@ impl<T: Pod> DeviceViewMut<'_, T> {
     pub fn memset_d32_async(&mut self, value: u32, stream: &Stream) -> Result<()> {
         let n = self.units("memset_d32_async", 4)?;
         self.ctx.enter()?;
-        self.used_on(self.ctx, stream)?;
+        self.used_on(self.ctx, stream, Access::Write)?;
         // SAFETY: as memset_d32; the buffer behind the view is given back only after the work
         // queued on its own stream and on the streams noted on it.
         unsafe { driver!(cuMemsetD32Async(self.ptr, value, n, stream.as_raw())) }

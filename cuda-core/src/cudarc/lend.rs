@@ -71,16 +71,16 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// [`Error::Driver`]. cudarc's own allocation of the slice's events panics where the driver
     /// refuses them (cudarc's `upgrade_device_ptr`).
     pub fn lend_to_cudarc(&self, stream: &Arc<CudaStream>) -> Result<LentSlice<'_, T>> {
-        let loan =
-            Loan::begin(self.stream(), self.as_raw(), self.len(), stream, |s| self.used_on(s.context(), s))?;
+        let note = |s: &Stream| self.used_on(s.context(), s, crate::track::Access::Read);
+        let loan = Loan::begin(self.stream(), self.as_raw(), self.len(), stream, note)?;
         Ok(LentSlice { loan, _buffer: PhantomData })
     }
 
     /// Lends the buffer to cudarc for reading and writing, as [`lend_to_cudarc`](Self::lend_to_cudarc)
     /// does for reading; fails as it does.
     pub fn lend_to_cudarc_mut(&mut self, stream: &Arc<CudaStream>) -> Result<LentSliceMut<'_, T>> {
-        let loan =
-            Loan::begin(self.stream(), self.as_raw(), self.len(), stream, |s| self.used_on(s.context(), s))?;
+        let note = |s: &Stream| self.used_on(s.context(), s, crate::track::Access::Write);
+        let loan = Loan::begin(self.stream(), self.as_raw(), self.len(), stream, note)?;
         Ok(LentSliceMut { loan, _buffer: PhantomData })
     }
 }

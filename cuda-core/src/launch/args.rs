@@ -80,10 +80,11 @@ unsafe impl<T: DeviceRepr> KernelArg for &T {
 
 /// Implements [`KernelArg`] for buffers and views, by value and behind the given references:
 /// the argument is their device address, the field `ptr` of the type, and a launch on another
-/// stream than the buffer's own notes that stream (`used_on`). The types of other modules
+/// stream than the buffer's own notes that stream (`used_on`), as a read for shared borrows and
+/// a write for exclusive ones. The types of other modules
 /// (`vmm`'s growable buffer) invoke it beside their definition.
 macro_rules! address_arg {
-    ($([$($generics:tt)*] $arg:ty),+ $(,)?) => {$(
+    ($([$($generics:tt)*] $arg:ty => $access:ident),+ $(,)?) => {$(
         // SAFETY: the pointer is to the address field of the buffer or view: inside `self` for
         // a view held by value (valid while `self` stays where it is), inside the borrowed
         // buffer or view otherwise. Nothing changes the field while it is borrowed.
@@ -100,7 +101,7 @@ macro_rules! address_arg {
 
             #[inline]
             fn note_launch(&self, stream: &$crate::stream::Stream) -> $crate::error::Result<()> {
-                self.used_on(stream.context(), stream)
+                self.used_on(stream.context(), stream, $crate::track::Access::$access)
             }
         }
     )+};
@@ -108,13 +109,13 @@ macro_rules! address_arg {
 pub(crate) use address_arg;
 
 address_arg!(
-    [T: Pod, S: MemorySpace] &DeviceBuffer<T, S>,
-    [T: Pod, S: MemorySpace] &mut DeviceBuffer<T, S>,
-    [T: Pod] DeviceView<'_, T>,
-    [T: Pod] &DeviceView<'_, T>,
-    [T: Pod] DeviceViewMut<'_, T>,
-    [T: Pod] &DeviceViewMut<'_, T>,
-    [T: Pod] &mut DeviceViewMut<'_, T>,
+    [T: Pod, S: MemorySpace] &DeviceBuffer<T, S> => Read,
+    [T: Pod, S: MemorySpace] &mut DeviceBuffer<T, S> => Write,
+    [T: Pod] DeviceView<'_, T> => Read,
+    [T: Pod] &DeviceView<'_, T> => Read,
+    [T: Pod] DeviceViewMut<'_, T> => Write,
+    [T: Pod] &DeviceViewMut<'_, T> => Read,
+    [T: Pod] &mut DeviceViewMut<'_, T> => Write,
 );
 
 /// The arguments of a kernel launch: a tuple of up to 16 [`KernelArg`]s, one per parameter of

@@ -9,7 +9,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use crate::stream::capturing;
-use crate::track::{HeldStream, OwnStream, Retained, StreamUses, scopes};
+use crate::track::{Access, HeldStream, OwnStream, Retained, StreamUses, scopes};
 use bytemuck::Pod;
 use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
@@ -339,15 +339,15 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// of another thread, the default stream of another context) is an
     /// [`Error::InvalidArgument`].
     pub fn record_stream(&self, stream: &Stream) -> Result<()> {
-        self.used_on(self.stream.context(), stream)
+        self.used_on(self.stream.context(), stream, Access::Write)
     }
 
     /// Notes that work touching the buffer is about to be queued on `stream` with `current`
     /// made current (see [`DeviceView::used_on`](super::DeviceView)); nothing to do on the
     /// buffer's own stream.
     #[inline]
-    pub(crate) fn used_on(&self, current: &Context, stream: &Stream) -> Result<()> {
-        self.uses.note(current, self.stream.own(), stream)
+    pub(crate) fn used_on(&self, current: &Context, stream: &Stream, access: Access) -> Result<()> {
+        self.uses.note(current, self.stream.own(), stream, access)
     }
 
     #[cfg(feature = "nccl")]

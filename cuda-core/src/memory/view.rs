@@ -3,7 +3,7 @@
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::stream::{Stream, other_threads_stream};
-use crate::track::StreamUses;
+use crate::track::{Access, StreamUses};
 use bytemuck::Pod;
 use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
@@ -66,7 +66,7 @@ impl Track<'_> {
     /// tensor map) is about to be launched on `stream`, with `stream`'s context current.
     #[inline]
     pub(crate) fn note_launch(&self, stream: &Stream) -> Result<()> {
-        self.uses.note(stream.context(), self.own, stream)
+        self.uses.note(stream.context(), self.own, stream, Access::Write)
     }
 }
 
@@ -172,25 +172,31 @@ macro_rules! common {
                 $name { ptr, len, ctx, stream: sync_on, track, _marker: PhantomData }
             }
 
-            /// Notes that work touching the view is about to be queued on `stream` with
-            /// `current` made current, so that the owner's release waits for it: nothing
-            /// to do on the owner's stream. A default stream that would not name `stream`
-            /// there is an [`Error::InvalidArgument`].
+            /// Notes that work touching the view (`access`) is about to be queued on
+            /// `stream` with `current` made current, so that the owner's release waits for
+            /// it: nothing to do on the owner's stream. A default stream that would not name
+            /// `stream` there is an [`Error::InvalidArgument`].
             #[inline]
-            pub(crate) fn used_on(&self, current: &Context, stream: &Stream) -> Result<()> {
+            pub(crate) fn used_on(&self, current: &Context, stream: &Stream, access: Access) -> Result<()> {
                 match self.track {
-                    Some(t) => t.uses.note(current, t.own, stream),
+                    Some(t) => t.uses.note(current, t.own, stream, access),
                     None => Ok(()),
                 }
             }
 
             /// Refuses a synchronous copy or memset of memory that exists only inside a
             /// graph's launches (allocated in a stream capture, see
-            /// [the rule](crate::track)); free for memory ordered on a stream.
+            /// [the rule](crate::track)); free for memory ordered on a stream. While the
+            /// process orders uses itself ([`StreamOrdering::Implicit`](crate::stream::StreamOrdering)),
+            /// notes the use (`access`) on the view's stream, with the view's context current.
             #[inline]
-            pub(crate) fn check_sync(&self) -> Result<()> {
-                match self.track {
-                    Some(t) if t.own.is_none() => t.uses.check_sync(),
+            pub(crate) fn check_sync(&self, access: Access) -> Result<()> {
+                match (self.track, self.stream) {
+                    (Some(t), Some(s)) if crate::track::ordering::implicit() => {
+                        self.ctx.enter()?;
+                        t.uses.note(self.ctx, t.own, s, access)
+                    }
+                    (Some(t), _) if t.own.is_none() => t.uses.check_sync(),
                     _ => Ok(()),
                 }
             }

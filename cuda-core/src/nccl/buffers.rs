@@ -55,7 +55,7 @@ macro_rules! memory {
         impl<$($generics)*> sealed::Sealed for $ty {
             #[inline]
             fn note_use(&self, current: &Context, stream: &Stream) -> Result<()> {
-                self.used_on(current, stream)
+                self.used_on(current, stream, memory!(@access $kind))
             }
 
             #[inline]
@@ -81,6 +81,8 @@ macro_rules! memory {
         }
         memory!(@$kind [$($generics)*] $ty);
     )+};
+    (@access read) => { crate::track::Access::Read };
+    (@access write) => { crate::track::Access::Write };
     (@read [$($generics:tt)*] $ty:ty) => {};
     (@write [$($generics:tt)*] $ty:ty) => {
         impl<$($generics)*> Output<T> for $ty {}

@@ -143,8 +143,8 @@ impl Array {
 impl Array {
     /// Notes that a copy of the array is about to be queued on `stream`: the array is freed
     /// only after it.
-    pub(crate) fn used_on(&self, stream: &crate::stream::Stream) -> Result<()> {
-        self.uses.note(stream.context(), None, stream)
+    pub(crate) fn used_on(&self, stream: &crate::stream::Stream, access: crate::track::Access) -> Result<()> {
+        self.uses.note(stream.context(), None, stream, access)
     }
 }
 

@@ -250,7 +250,7 @@ macro_rules! device_source {
             }
 
             fn note_stream(&self, stream: &crate::stream::Stream) -> Result<()> {
-                self.used_on(stream.context(), stream)
+                self.used_on(stream.context(), stream, crate::track::Access::Write)
             }
         }
 
@@ -263,7 +263,7 @@ macro_rules! device_source {
                 stream: &crate::stream::Stream,
                 enqueue: impl FnOnce(*const c_void) -> Result<()>,
             ) -> Result<()> {
-                self.note_stream(stream)?;
+                self.used_on(stream.context(), stream, crate::track::Access::Read)?;
                 enqueue(device_address(self.as_raw()).cast_const())
             }
         }

@@ -194,7 +194,7 @@ pub fn memcpy_2d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
     check_window(op, dst, x, y, width_bytes, height)?;
     check_rows(op, "source", src.source_len() * std::mem::size_of::<T>(), spitch, width_bytes, height)?;
     stream.context().enter()?;
-    dst.used_on(stream)?;
+    dst.used_on(stream, crate::track::Access::Write)?;
     let array = dst.as_raw();
     src.read_on(stream, |s| {
         // SAFETY: as above; freeing the array waits for the copy, and the source stays
@@ -286,7 +286,7 @@ pub fn memcpy_2d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
         height,
     )?;
     stream.context().enter()?;
-    src.used_on(stream)?;
+    src.used_on(stream, crate::track::Access::Read)?;
     let array = src.as_raw();
     dst.write_on(stream, |d| {
         // SAFETY: as above; freeing the array waits for the copy, and the destination stays
@@ -395,7 +395,7 @@ pub fn memcpy_3d_to_array_async<T: Pod, S: AsyncSource<T> + ?Sized>(
     let bytes = src.source_len() * std::mem::size_of::<T>();
     let copy = WholeArray::new("runtime::memcpy_3d_to_array_async", dst, ArraySide::Destination, bytes)?;
     stream.context().enter()?;
-    dst.used_on(stream)?;
+    dst.used_on(stream, crate::track::Access::Write)?;
     src.read_on(stream, |s| {
         let p = copy.params(s.cast_mut())?;
         // SAFETY: as above; freeing the array waits for the copy, and the source stays
@@ -429,7 +429,7 @@ pub fn memcpy_3d_from_array_async<T: Pod, D: AsyncDestination<T> + ?Sized>(
     let bytes = dst.destination_len() * std::mem::size_of::<T>();
     let copy = WholeArray::new("runtime::memcpy_3d_from_array_async", src, ArraySide::Source, bytes)?;
     stream.context().enter()?;
-    src.used_on(stream)?;
+    src.used_on(stream, crate::track::Access::Read)?;
     dst.write_on(stream, |d| {
         let p = copy.params(d)?;
         // SAFETY: as above; freeing the array waits for the copy, and the destination stays

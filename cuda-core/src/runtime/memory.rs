@@ -370,7 +370,7 @@ pub fn mem_prefetch_async<T: Pod>(
 ) -> Result<()> {
     let loc = location.to_raw("runtime::mem_prefetch_async")?;
     stream.context().enter()?;
-    memory.used_on(stream.context(), stream)?;
+    memory.used_on(stream.context(), stream, crate::track::Access::Read)?;
     // SAFETY: the whole managed allocation of the buffer; flags must be 0. The memory is given
     // back only after the work queued on the buffer's stream and on `stream` (noted above).
     check_runtime("cudaMemPrefetchAsync", unsafe {

@@ -17,6 +17,7 @@ pub(crate) mod capturing;
 mod memops;
 pub(crate) use capturing::capture_of;
 
+pub use crate::track::ordering::{StreamOrdering, set_stream_ordering, stream_ordering};
 pub use attributes::{AccessPolicyWindow, AccessProperty, CaptureStatus, SyncPolicy};
 pub use memops::{MAX_BATCH_MEM_OPS, StreamMemOp, StreamWaitValueFlags, StreamWriteValueFlags};
 

@@ -72,6 +72,15 @@
 //! views is the launch's contract. [`Stream::begin_capture`](crate::Stream::begin_capture) lists the
 //! whole.
 //!
+//! # Ordering on request
+//!
+//! The rule keeps memory from being given back or handed on under queued work; it does not order
+//! a program's own uses of one piece of memory on two streams (a race of the program's own).
+//! [`StreamOrdering::Implicit`](crate::StreamOrdering), chosen for the process, makes the
+//! crate order those too, as cudarc does: each use after the last write on another stream, each
+//! write after the reads since ([`ordering`]). The uses are noted where the rule notes them, with
+//! whether the work reads or writes.
+//!
 //! # Pinned host memory
 //!
 //! Page-locked host memory is touched by the host as well as by copies. [`HostUses`] tracks
@@ -100,10 +109,12 @@ mod captured;
 pub(crate) mod checker;
 mod held;
 mod host_uses;
+pub(crate) mod ordering;
 pub(crate) mod scopes;
 mod stream_uses;
 
 pub(crate) use captured::{GraphAlloc, Retained, join};
 pub(crate) use held::{HeldStream, OwnStream};
 pub(crate) use host_uses::{HostAccess, HostUses, Uses, begin_borrow, end_borrow, launch_tracked};
+pub(crate) use ordering::Access;
 pub(crate) use stream_uses::{Ordered, StreamUses, nameable, order_after, wait_for};

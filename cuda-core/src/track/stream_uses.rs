@@ -9,6 +9,7 @@
 //! ([`StreamUses::synchronize_for_release`]).
 
 use super::captured::{GraphAlloc, Retained, order_captured_use};
+use super::ordering::{self, Access, LastUses};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::stream::capturing::{self, CaptureRef};
@@ -45,6 +46,8 @@ struct Noted {
     /// Set for owners whose release cannot be handed to a graph (mappings, globals, imported
     /// tensors, graphics resources, arrays): captured work on their memory is refused.
     unretained: bool,
+    /// The last write and the reads since, for [`StreamOrdering::Implicit`](ordering::StreamOrdering).
+    last: LastUses,
 }
 
 impl StreamUses {
@@ -143,27 +146,47 @@ impl StreamUses {
         }
     }
 
-    /// Notes that work touching the memory is about to be queued on `stream`, with `ctx`
-    /// current; `own` is the stream the memory is ordered on (none for memory without one).
+    /// Notes that work touching the memory (reading it only, or writing it: `access`) is about
+    /// to be queued on `stream`, with `ctx` current; `own` is the stream the memory is ordered
+    /// on (none for memory without one).
     ///
     /// Refuses a stream whose handle would not name the stream it stands for here: a
     /// per-thread default stream made on another thread, or a default stream of a context
     /// other than `ctx` (the driver reads such handles through the current context).
     ///
     /// While a capture is under way anywhere in the process, every use is looked at (see
-    /// [`note_captured`](Self::note_captured)); otherwise the own stream costs one comparison.
+    /// [`note_captured`](Self::note_captured)), and so it is while the process orders uses
+    /// itself ([`StreamOrdering::Implicit`](ordering::StreamOrdering)); otherwise the own stream
+    /// costs one comparison.
     #[inline]
-    pub(crate) fn note(&self, ctx: &Context, own: Option<&Stream>, stream: &Stream) -> Result<()> {
+    pub(crate) fn note(
+        &self,
+        ctx: &Context,
+        own: Option<&Stream>,
+        stream: &Stream,
+        access: Access,
+    ) -> Result<()> {
         match own {
-            Some(own) if own.as_raw() == stream.as_raw() && !stream.is_default() && !capturing::any() => {
+            Some(own)
+                if own.as_raw() == stream.as_raw()
+                    && !stream.is_default()
+                    && !capturing::any()
+                    && !ordering::implicit() =>
+            {
                 Ok(())
             }
-            _ => self.note_foreign(ctx, own, stream),
+            _ => self.note_foreign(ctx, own, stream, access),
         }
     }
 
     #[cold]
-    fn note_foreign(&self, ctx: &Context, own: Option<&Stream>, stream: &Stream) -> Result<()> {
+    fn note_foreign(
+        &self,
+        ctx: &Context,
+        own: Option<&Stream>,
+        stream: &Stream,
+        access: Access,
+    ) -> Result<()> {
         nameable(ctx, stream)?;
         if capturing::any() && self.seen_in_capture(stream) {
             return Ok(());
@@ -176,6 +199,7 @@ impl StreamUses {
         if self.lock().as_ref().is_some_and(|n| n.graph.is_some()) {
             return Err(super::captured::outside_capture());
         }
+        let waited_for_own = ordering::implicit() && self.order_use(own, stream, access)?;
         if own == Some(stream) {
             return Ok(());
         }
@@ -191,7 +215,7 @@ impl StreamUses {
         // threads noting it at once both wait. A stream in a capture the crate did not begin
         // waits for nothing, and is noted all the same: the release must see that it is being
         // captured, and keep the memory.
-        if let Some(own) = own {
+        if let Some(own) = own.filter(|_| !waited_for_own) {
             wait_for(stream, own)?;
         }
         let mut guard = self.lock();
@@ -200,6 +224,25 @@ impl StreamUses {
             noted.streams.push(stream.clone());
         }
         Ok(())
+    }
+
+    /// Orders a use of `access` on `stream` after the last write on another stream, and a write
+    /// after the reads since ([`StreamOrdering::Implicit`](ordering::StreamOrdering)): the
+    /// waits are made without the lock (one may be a host wait, see `note_foreign`), then the
+    /// use is noted. Whether `stream` was made to wait for `own`.
+    #[cold]
+    fn order_use(&self, own: Option<&Stream>, stream: &Stream, access: Access) -> Result<bool> {
+        let waits = self.lock().as_ref().map_or_else(
+            || LastUses::default().plan(own, stream, access),
+            |n| n.last.plan(own, stream, access),
+        );
+        ordering::wait_all(stream, &waits)?;
+        let mut guard = self.lock();
+        // Memory used on its own stream only keeps no list, in this mode too.
+        if guard.is_some() || own != Some(stream) {
+            guard.get_or_insert_with(Box::default).last.commit(own, stream, access);
+        }
+        Ok(own.is_some_and(|o| waits.contains(o)))
     }
 
     /// Notes that work using the memory is about to be captured on `stream` by `capture`.

@@ -254,8 +254,13 @@ impl<T: Pod> GrowableBuffer<T> {
     /// Notes that work touching the buffer is about to be queued on `stream` with `current`
     /// made current; nothing to do on the buffer's own stream.
     #[inline]
-    pub(crate) fn used_on(&self, current: &crate::context::Context, stream: &Stream) -> Result<()> {
-        self.uses.note(current, Some(&self.stream), stream)
+    pub(crate) fn used_on(
+        &self,
+        current: &crate::context::Context,
+        stream: &Stream,
+        access: crate::track::Access,
+    ) -> Result<()> {
+        self.uses.note(current, Some(&self.stream), stream, access)
     }
 
     crate::memory::device_views!("GrowableBuffer");

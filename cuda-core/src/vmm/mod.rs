@@ -86,6 +86,6 @@ pub use sparse::{SparseArray, SparseMipmappedArray, SparseRegion};
 // parameter; a launch on another stream than the buffer's own notes that stream. (Here rather
 // than in `growable.rs`, which holds no unsafe code.)
 crate::launch::address_arg!(
-    [T: bytemuck::Pod] &GrowableBuffer<T>,
-    [T: bytemuck::Pod] &mut GrowableBuffer<T>,
+    [T: bytemuck::Pod] &GrowableBuffer<T> => Read,
+    [T: bytemuck::Pod] &mut GrowableBuffer<T> => Write,
 );

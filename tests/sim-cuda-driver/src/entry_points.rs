@@ -672,8 +672,8 @@ unsafe fn launch(call: &'static str, f: Handle, stream: Handle, params: *mut *mu
     }
     let launch = crate::kernels::Launch { kernel, function: f as u64, args };
     with_sim(|s| {
-        let ranges = launch.ranges(&s.memory);
-        s.submit(stream as u64, Work::Kernel(launch), call, &ranges, &ranges)
+        let (reads, writes) = launch.ranges(&s.memory);
+        s.submit(stream as u64, Work::Kernel(launch), call, &reads, &writes)
     })
 }
 

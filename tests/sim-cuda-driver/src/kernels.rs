@@ -7,10 +7,10 @@
 //! ```
 //!
 //! Each built-in kernel is a Rust function over the simulator's memory, run late like every
-//! other queued operation. For the checker, a launch follows the rule for kernels whose code
-//! nobody reads: every pointer-sized argument that falls inside a live allocation counts as a
-//! read and a write, of the bytes the kernel's element count covers from there (clipped to the
-//! allocation).
+//! other queued operation. For the checker, a launch counts every pointer-sized argument that
+//! falls inside a live allocation as read, of the bytes the kernel's element count covers from
+//! there (clipped to the allocation), and the first one (the destination, the only memory a
+//! built-in kernel writes) as written too.
 
 use crate::checker::Range;
 use crate::memory::Memory;
@@ -75,20 +75,23 @@ impl Launch {
         self.args[self.builtin().count] & 0xFFFF_FFFF
     }
 
-    /// The ranges the launch counts as reading and writing: from each pointer-sized argument
-    /// inside a live allocation, the bytes of `n` `u32`s, clipped to the allocation.
-    pub fn ranges(&self, memory: &Memory) -> Vec<Range> {
+    /// The ranges the launch reads and those it writes: from each pointer-sized argument
+    /// inside a live allocation, the bytes of `n` `u32`s, clipped to the allocation; the first
+    /// argument's are written too.
+    pub fn ranges(&self, memory: &Memory) -> (Vec<Range>, Vec<Range>) {
         let bytes = self.count() * 4;
-        self.builtin()
-            .params
-            .iter()
-            .zip(self.args)
-            .filter(|&(&size, _)| size == 8)
-            .filter_map(|(_, ptr)| {
-                let end = memory.live_end(ptr)?;
-                Some(Range { start: ptr, end: ptr.saturating_add(bytes).min(end) })
-            })
-            .collect()
+        let (mut reads, mut writes) = (Vec::new(), Vec::new());
+        let pointers =
+            self.builtin().params.iter().zip(self.args).enumerate().filter(|&(_, (&size, _))| size == 8);
+        for (i, (_, ptr)) in pointers {
+            let Some(end) = memory.live_end(ptr) else { continue };
+            let range = Range { start: ptr, end: ptr.saturating_add(bytes).min(end) };
+            reads.push(range);
+            if i == 0 {
+                writes.push(range);
+            }
+        }
+        (reads, writes)
     }
 
     /// Runs the kernel on `memory`; pointers outside every allocation are skipped (a real
@@ -141,17 +144,20 @@ mod tests {
     }
 
     #[test]
-    fn a_launch_counts_pointer_arguments_inside_live_allocations_clipped() {
+    fn a_launch_reads_pointer_arguments_inside_live_allocations_clipped_and_writes_the_first() {
         let mut memory = Memory::default();
         let a = memory.alloc_device(64);
         let b = memory.alloc_device(16);
         let fill = Launch { kernel: 0, function: 0, args: [a + 8, 4, 7] };
-        assert_eq!(fill.ranges(&memory), vec![Range::new(a + 8, 16)]);
+        assert_eq!(fill.ranges(&memory), (vec![Range::new(a + 8, 16)], vec![Range::new(a + 8, 16)]));
         fill.run(&mut memory);
         let add = Launch { kernel: 1, function: 0, args: [b, a + 8, 8] };
-        assert_eq!(add.ranges(&memory), vec![Range::new(b, 16), Range::new(a + 8, 32)]);
+        assert_eq!(
+            add.ranges(&memory),
+            (vec![Range::new(b, 16), Range::new(a + 8, 32)], vec![Range::new(b, 16)])
+        );
         let scalar_like = Launch { kernel: 0, function: 0, args: [12345, 4, 7] };
-        assert!(scalar_like.ranges(&memory).is_empty());
+        assert_eq!(scalar_like.ranges(&memory), (vec![], vec![]));
         Launch { kernel: 1, function: 0, args: [b, a + 8, 4] }.run(&mut memory);
         let p = memory.locate(b, 16).unwrap();
         // SAFETY: 16 bytes at `p`.

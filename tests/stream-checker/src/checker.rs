@@ -33,7 +33,10 @@
 //!   an earlier owner of a block is not ordered before the work of its next owner;
 //! * [`Category::HostAccess`] (c): one of them is a host access to pinned memory;
 //! * [`Category::UserRace`] (d): same owner, two streams: a race in the program itself, which
-//!   the crate does not promise to prevent, counted apart.
+//!   the crate does not promise to prevent, counted apart. These are exactly the pairs that
+//!   `cuhost::StreamOrdering::Implicit` would have ordered (a use after the last write on
+//!   another stream, a write after the reads since), where the work was queued through the
+//!   crate's safe calls on its buffers, views and mappings.
 //!
 //! Work issued for memory but queued only later (NCCL queues a group's calls when the group
 //! ends) is checked [as of](Checker::access_as_of) the owners of when it was issued: a range
@@ -93,7 +96,9 @@ impl Category {
             Category::OwnerOverlap => "(a) earlier owner's work not ordered before the next owner's",
             Category::ReleaseUnderWork => "(b) memory given back while work that used it may run",
             Category::HostAccess => "(c) host access to pinned memory not ordered with a copy",
-            Category::UserRace => "(d) race in the program: two streams, one owner, one write",
+            Category::UserRace => {
+                "(d) race in the program: two streams, one owner, one write (StreamOrdering::Implicit orders it)"
+            }
         }
     }
 

@@ -105,6 +105,15 @@ impl Harness {
         Outcome { bugs, races, errors, refused, text }
     }
 
+    /// Runs `program` as [`run`](Self::run) does, with the process ordering uses across
+    /// streams itself ([`StreamOrdering::Implicit`](cuhost::StreamOrdering)).
+    pub fn run_implicit(&mut self, program: &Program, seed: u64) -> Outcome {
+        cuhost::stream::set_stream_ordering(cuhost::StreamOrdering::Implicit);
+        let out = self.run(program, seed, false);
+        cuhost::stream::set_stream_ordering(cuhost::StreamOrdering::Explicit);
+        out
+    }
+
     /// The same, with the Rust call stack of each site in the reports.
     pub fn run_with_backtraces(&mut self, program: &Program, seed: u64) -> Outcome {
         (Sim::get().set_backtraces)(1);

@@ -139,6 +139,21 @@ fn random_step(rng: &mut Rng) -> Step {
     }
 }
 
+/// Whether [`StreamOrdering::Implicit`](cuhost::StreamOrdering) orders the device work of
+/// `step` across streams: everything but copies that touch pinned host memory (their tracker
+/// orders them with the host, not with each other) and capture and graph steps (a capture
+/// cannot wait for work outside it).
+pub fn implicitly_ordered(step: &Step) -> bool {
+    !matches!(
+        step,
+        Step::PinnedUpload { .. }
+            | Step::PinnedDownload { .. }
+            | Step::Capture { .. }
+            | Step::GraphLaunch { .. }
+            | Step::GraphHold { .. }
+    )
+}
+
 /// The smallest program found by deleting steps (runs of them first, then one at a time)
 /// for which `fails` still holds.
 pub fn shrink(mut program: Program, mut fails: impl FnMut(&Program) -> bool) -> Program {
