@@ -97,6 +97,20 @@ pub enum Error {
         /// The allocator's limit, if one is set.
         limit: Option<usize>,
     },
+    /// An error met while a value was dropped: a `Drop` cannot return it, so it was kept in the
+    /// value's context and is reported by the next call there (or read with
+    /// [`Context::take_deferred_errors`](crate::Context::take_deferred_errors)). It names the
+    /// value and, where the crate knows it, the line of the program that made it, so that a
+    /// part of an application is not blamed for another's drop.
+    /// [`call`](Error::call) and [`driver_status`](Error::driver_status) look through it.
+    Dropped {
+        /// The type of the value dropped, e.g. `DeviceBuffer`.
+        what: &'static str,
+        /// Where the program made the value (its constructor's caller), where known.
+        made_at: Option<&'static std::panic::Location<'static>>,
+        /// What went wrong while it was dropped.
+        error: Box<Error>,
+    },
     /// A host function run by the GPU (a stream callback) panicked; the panic was caught.
     CallbackPanicked {
         /// The panic's message.
@@ -166,10 +180,25 @@ impl Error {
         Error::InvalidArgument { operation, message: message.into() }
     }
 
-    /// The driver status, when this is a driver error.
+    /// This error as met while dropping a `what` made at `made_at`; an error already so
+    /// marked is left as it is.
+    #[cold]
+    pub(crate) fn dropping(
+        self,
+        what: &'static str,
+        made_at: Option<&'static std::panic::Location<'static>>,
+    ) -> Self {
+        match self {
+            Error::Dropped { .. } => self,
+            error => Error::Dropped { what, made_at, error: Box::new(error) },
+        }
+    }
+
+    /// The driver status, when this is a driver error (or one met while a value was dropped).
     pub fn driver_status(&self) -> Option<sys::CUresult> {
         match self {
             Error::Driver { status, .. } | Error::Jit { status, .. } => Some(*status),
+            Error::Dropped { error, .. } => error.driver_status(),
             _ => None,
         }
     }
@@ -184,6 +213,7 @@ impl Error {
             Error::Nccl { call, .. } => Some(call),
             #[cfg(feature = "compile")]
             Error::Nvrtc { call, .. } | Error::NvJitLink { call, .. } => Some(call),
+            Error::Dropped { error, .. } => error.call(),
             _ => None,
         }
     }
@@ -208,6 +238,13 @@ impl fmt::Display for Error {
             Error::Rendezvous { operation, message } => return write!(f, "{operation}: {message}"),
             Error::OutOfMemory { requested, held, limit } => out_of_memory_text(*requested, *held, *limit),
             Error::CallbackPanicked { message } => return write!(f, "a stream callback panicked: {message}"),
+            Error::Dropped { what, made_at, error } => {
+                write!(f, "{error} (met while dropping the {what}")?;
+                if let Some(at) = made_at {
+                    write!(f, " made at {}:{}:{}", at.file(), at.line(), at.column())?;
+                }
+                return f.write_str("; kept, and reported by the next call in its context)");
+            }
             Error::GraphInstantiate { result, status, node } => {
                 graph_instantiate_text(*result, *status, *node)
             }
@@ -230,6 +267,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Load { source, .. } => Some(source),
+            Error::Dropped { error, .. } => Some(&**error),
             _ => None,
         }
     }
@@ -497,6 +535,30 @@ mod tests {
         assert!(text.starts_with("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY"), "{text}");
         assert_eq!(e.call(), Some("cuMemAlloc"));
         assert_eq!(e.driver_status(), Some(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+    }
+
+    #[test]
+    fn errors_kept_from_drops_name_the_value_and_where_it_was_made_and_look_through() {
+        let at = std::panic::Location::caller();
+        let cause =
+            Error::Driver { call: "cuMemFreeAsync", status: sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS };
+        let kept = cause.clone().dropping("DeviceBuffer", Some(at));
+        let text = kept.to_string();
+        assert!(text.starts_with("cuMemFreeAsync failed: CUDA_ERROR_ILLEGAL_ADDRESS"), "{text}");
+        let place = format!("dropping the DeviceBuffer made at {}:{}:", at.file(), at.line());
+        assert!(text.contains(&place), "{text}");
+        assert_eq!(kept.call(), Some("cuMemFreeAsync"));
+        assert_eq!(kept.driver_status(), Some(sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS));
+        let source = std::error::Error::source(&kept).map(ToString::to_string);
+        assert_eq!(source, Some(cause.to_string()));
+        // Marked once: a second drop path leaves the first name.
+        assert_eq!(kept.clone().dropping("Stream", None), kept);
+        let unplaced = Error::invalid("Event::drop", "busy").dropping("Event", None).to_string();
+        assert!(
+            unplaced.ends_with(
+                "(met while dropping the Event; kept, and reported by the next call in its context)"
+            )
+        );
     }
 
     #[test]

@@ -283,7 +283,7 @@ impl Drop for Event {
         self.watchers.cancel_all();
         // SAFETY: this value owns the event; the driver defers destruction until pending work is done.
         if let Err(e) = unsafe { driver!(cuEventDestroy(self.raw)) } {
-            self.ctx.defer(e);
+            self.ctx.defer(e.dropping("Event", None));
         }
     }
 }

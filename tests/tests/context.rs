@@ -190,6 +190,16 @@ fn drop_errors_are_kept_and_reported_once() -> TestResult {
     drop(bogus);
     let kept = ctx.deferred_error().ok_or("the free error was not kept")?;
     ensure_eq!(kept.call(), Some("cuMemFree"));
+    // It names what was dropped and the line of this test that made it.
+    match &kept {
+        Error::Dropped { what, made_at: Some(at), .. } => {
+            ensure_eq!(*what, "DeviceBuffer");
+            ensure!(at.file().ends_with("context.rs") && at.line() > 170, "made at {at}");
+        }
+        other => return Err(format!("the kept error does not say what was dropped: {other:?}").into()),
+    }
+    let text = kept.to_string();
+    ensure!(text.contains("dropping the DeviceBuffer made at") && text.contains("context.rs"), "{text}");
     // The next call through the context reports it, once; the one after works.
     match ctx.synchronize() {
         Err(e) => ensure_eq!(e, kept),

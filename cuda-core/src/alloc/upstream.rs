@@ -252,7 +252,7 @@ unsafe impl StreamEvents for DriverEvents {
     }
 
     fn destroy(&self, event: u64) {
-        self.context.with_current_for_drop("cuEventDestroy", || {
+        self.context.with_current_for_drop("DeviceBuffer", "cuEventDestroy", || {
             // SAFETY: destroyed once; the driver defers it until recorded work is done.
             unsafe { sys::cuEventDestroy(event as sys::CUevent) }
         });

@@ -68,7 +68,7 @@ impl Drop for GreenHandle {
         // SAFETY: this value owns the green context, and nothing made on it is left: each stream
         // and context made on it holds this handle.
         if let Err(e) = unsafe { driver!(cuGreenCtxDestroy(self.raw)) } {
-            self.primary.defer(e);
+            self.primary.defer(e.dropping("GreenContext", None));
         }
     }
 }

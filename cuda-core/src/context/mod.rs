@@ -475,28 +475,34 @@ impl Context {
         result.and_then(|r| restored.map(|()| r))
     }
 
-    /// Runs `f` with this context current and restores the previous one; for `Drop`s, which must
-    /// not change the thread's state. Errors are deferred.
-    pub(crate) fn with_current_for_drop(&self, call: &'static str, f: impl FnOnce() -> sys::CUresult) {
+    /// Runs `f` with this context current and restores the previous one; for the `Drop` of a
+    /// `what`, which must not change the thread's state. Errors are kept, naming `what`.
+    pub(crate) fn with_current_for_drop(
+        &self,
+        what: &'static str,
+        call: &'static str,
+        f: impl FnOnce() -> sys::CUresult,
+    ) {
+        let keep = |e: Error| self.defer(e.dropping(what, None));
         let previous = match current_raw() {
             Ok(p) => p,
-            Err(e) => return self.defer(e),
+            Err(e) => return keep(e),
         };
         let switch = previous != self.inner.raw;
         if switch {
             // SAFETY: the context is alive while `self` is.
             if let Err(e) = unsafe { driver!(cuCtxPushCurrent(self.inner.raw)) } {
-                return self.defer(e);
+                return keep(e);
             }
         }
         if let Err(e) = check(call, f()) {
-            self.defer(e);
+            keep(e);
         }
         if switch {
             let mut popped = std::ptr::null_mut();
             // SAFETY: the push above is on top of this thread's stack.
             if let Err(e) = unsafe { driver!(cuCtxPopCurrent(&mut popped)) } {
-                self.defer(e);
+                keep(e);
             }
         }
     }
@@ -614,12 +620,15 @@ impl Drop for CurrentGuard {
         // SAFETY: the push that made this guard is on this thread's stack (the guard is !Send).
         let status = unsafe { sys::cuCtxPopCurrent(&mut popped) };
         if let Err(e) = check("cuCtxPopCurrent", status) {
-            self.ctx.defer(e);
+            self.ctx.defer(e.dropping("CurrentGuard", None));
         } else if popped != self.ctx.as_raw() {
-            self.ctx.defer(Error::invalid(
-                "CurrentGuard::drop",
-                "the context popped was not the one this guard pushed; pushes and pops were not nested",
-            ));
+            self.ctx.defer(
+                Error::invalid(
+                    "CurrentGuard::drop",
+                    "the context popped was not the one this guard pushed; pushes and pops were not nested",
+                )
+                .dropping("CurrentGuard", None),
+            );
         }
     }
 }

@@ -70,12 +70,12 @@ impl Side {
         let ctx = self.stream.context().clone();
         let joined = self.uses.take_for_release(&ctx).and_then(|noted| order_after(&self.stream, &noted));
         if let Err(e) = joined {
-            ctx.defer(e);
+            ctx.defer(e.dropping("BorrowedView", None));
             if let Err(e) = ctx.with_current(|| {
                 // SAFETY: no arguments; the context is current.
                 unsafe { driver!(cuCtxSynchronize()) }
             }) {
-                ctx.defer(e);
+                ctx.defer(e.dropping("BorrowedView", None));
             }
         }
     }

@@ -143,14 +143,14 @@ impl<T> Drop for Loan<T> {
         let _ = slice.leak();
         if !tracked {
             if let Err(e) = theirs.synchronize() {
-                ours.defer(from_cudarc_error("CudaContext::synchronize", e));
+                ours.defer(from_cudarc_error("CudaContext::synchronize", e).dropping("LentSlice", None));
             }
         }
         defer_cudarc_errors(&theirs, &ours, "CudaSlice::leak");
         if let Err(e) = order_after(&self.owner, std::slice::from_ref(&self.stream)) {
-            ours.defer(e);
+            ours.defer(e.dropping("LentSlice", None));
             if let Err(e) = self.stream.synchronize_for_release() {
-                ours.defer(e);
+                ours.defer(e.dropping("LentSlice", None));
             }
         }
     }

@@ -550,7 +550,7 @@ impl Drop for Array {
             let queued = self.queued.load(Ordering::Relaxed);
             // SAFETY: this value created the array and destroys it once, after the work queued
             // on it (or never, when that wait fails: a leak, not a destroy under running work).
-            self.ctx.with_current_for_drop("cuArrayDestroy", || unsafe {
+            self.ctx.with_current_for_drop("Array", "cuArrayDestroy", || unsafe {
                 wait_if(queued, || sys::cuArrayDestroy(raw))
             });
         }
@@ -787,7 +787,7 @@ impl Drop for MipmappedArray {
         let raw = self.raw;
         let queued = self.queued.load(Ordering::Relaxed);
         // SAFETY: as for `Array`.
-        self.ctx.with_current_for_drop("cuMipmappedArrayDestroy", || unsafe {
+        self.ctx.with_current_for_drop("MipmappedArray", "cuMipmappedArrayDestroy", || unsafe {
             wait_if(queued, || sys::cuMipmappedArrayDestroy(raw))
         });
     }

@@ -14,6 +14,7 @@ use bytemuck::Pod;
 use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
+use std::panic::Location;
 use std::sync::Arc;
 
 /// `len` elements of `T` in memory space `S` ([`DeviceOnly`] by default, or
@@ -72,6 +73,8 @@ pub struct DeviceBuffer<T: Pod, S: MemorySpace = DeviceOnly> {
     /// is a per-thread default stream (which another thread cannot name). Keeps the release of
     /// a buffer used on its own created stream to two checks.
     careful: bool,
+    /// Where the program made the buffer, named by an error its drop keeps.
+    made_at: &'static Location<'static>,
     _marker: PhantomData<(T, S)>,
 }
 
@@ -184,6 +187,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         len: usize,
         bytes: usize,
     ) -> Result<DeviceBuffer<T, S>> {
+        let made_at = Location::caller();
         source.allocate(bytes, stream, |source, allocation, held| DeviceBuffer {
             ptr: allocation.ptr,
             len,
@@ -195,6 +199,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             stream: held,
             released: false,
             moved: false,
+            made_at,
             _marker: PhantomData,
         })
     }
@@ -211,6 +216,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// `allocation` came from `allocator.allocate` (or is memory `allocator.deallocate` gives
     /// back correctly), is owned by nothing else, is memory of space `S` usable in `stream`'s
     /// context, and its address is aligned for `T`.
+    #[track_caller]
     pub unsafe fn from_allocation(
         stream: &Stream,
         allocator: Arc<dyn Allocator>,
@@ -235,6 +241,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             released: false,
             moved: false,
             careful: stream.is_per_thread(),
+            made_at: Location::caller(),
             _marker: PhantomData,
         })
     }
@@ -503,6 +510,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             stream: Stream::clone(&self.stream),
             uses: std::mem::take(&mut *self.uses),
             moved: self.moved,
+            made_at: self.made_at,
         };
         Box::new(move || late.run(true))
     }
@@ -545,6 +553,7 @@ struct LateRelease {
     stream: Stream,
     uses: StreamUses,
     moved: bool,
+    made_at: &'static Location<'static>,
 }
 
 impl LateRelease {
@@ -555,7 +564,7 @@ impl LateRelease {
                 "a buffer used by an NCCL group of non-blocking communicators is kept (leaked): waiting for \
                  NCCL to queue the group's calls failed or ran out of time, so they may still be queued \
                  later; abort the faulted communicator",
-            ));
+            ).dropping("DeviceBuffer", Some(self.made_at)));
             return;
         }
         if let Some(group) = self.uses.pending_group() {
@@ -568,7 +577,7 @@ impl LateRelease {
         // SAFETY: the buffer handed its one release over; `uses` holds its other streams.
         let r = unsafe { release(&self.source, self.allocation, &self.stream, &mut self.uses, self.moved) };
         if let Err(e) = r {
-            self.stream.context().defer(e);
+            self.stream.context().defer(e.dropping("DeviceBuffer", Some(self.made_at)));
         }
     }
 }
@@ -613,6 +622,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     #[cold]
     #[inline(never)]
     fn keep_drop_error(&self, e: Error) {
+        let e = e.dropping("DeviceBuffer", Some(self.made_at));
         match &self.stream {
             HeldStream::Counted(stream) => stream.context().defer(e),
             HeldStream::Captured(alloc) => alloc.stream().context().defer(e),

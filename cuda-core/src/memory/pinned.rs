@@ -463,7 +463,7 @@ unsafe fn misfit(source: &PinnedSource, allocation: PinnedAllocation, bytes: usi
 #[inline(never)]
 fn keep_drop_error(allocator: &dyn PinnedAllocator, what: &str, e: Error) {
     match allocator.context() {
-        Some(ctx) => ctx.defer(e),
+        Some(ctx) => ctx.defer(e.dropping("PinnedBuffer", None)),
         None => eprintln!("cuda-core: PinnedBuffer drop: {what}{e}"),
     }
 }
@@ -534,7 +534,7 @@ unsafe fn give_back(
             let ctx = copies.context().clone();
             // SAFETY: the caller's contract.
             if let Err(e) = unsafe { source.allocator().deallocate_after(allocation, copies) } {
-                ctx.defer(e);
+                ctx.defer(e.dropping("PinnedBuffer", None));
             }
         }
         None => {

@@ -193,7 +193,7 @@ fn short_allocation(
 ) -> crate::error::Error {
     // SAFETY: just allocated by this allocator on `stream`, never used, given back once.
     if let Err(e) = unsafe { allocator.deallocate(allocation, StreamRef::from(stream)) } {
-        stream.context().defer(e);
+        stream.context().defer(e.dropping("DeviceBuffer", None));
     }
     crate::error::Error::invalid(
         "DeviceBuffer::new",

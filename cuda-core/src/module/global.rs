@@ -118,7 +118,7 @@ impl<T> Drop for Global<'_, T> {
         match self.uses.synchronize_for_release() {
             Ok(()) => self.claims.release(self.ptr),
             // Not waited for: the variable stays claimed, so no new handle reaches it.
-            Err(e) => self.ctx.defer(e),
+            Err(e) => self.ctx.defer(e.dropping("Global", None)),
         }
     }
 }

@@ -287,7 +287,7 @@ impl Drop for Library {
     fn drop(&mut self) {
         if let Err(e) = self.release() {
             // A library belongs to no context: keep the error in the thread's current one.
-            crate::context::defer_to_current(e);
+            crate::context::defer_to_current(e.dropping("Library", None));
         }
     }
 }

@@ -566,7 +566,7 @@ impl Drop for Communicator {
             ("ncclCommDestroy", self.shared.end(|raw| unsafe { nccl::ncclCommDestroy(raw) }))
         };
         if status != nccl::ncclResult_t::ncclSuccess && status != nccl::ncclResult_t::ncclInProgress {
-            self.ctx.defer(nccl_error(call, status));
+            self.ctx.defer(nccl_error(call, status).dropping("Communicator", None));
         }
     }
 }

@@ -172,7 +172,7 @@ impl<T: DataType> Drop for PreMulSum<'_, T> {
         // destroyed once.
         let status = unsafe { nccl::ncclRedOpDestroy(self.raw, self.comm.as_raw()) };
         if let Err(e) = self.comm.status("ncclRedOpDestroy", status) {
-            self.comm.context().defer(e);
+            self.comm.context().defer(e.dropping("PreMulSum", None));
         }
     }
 }

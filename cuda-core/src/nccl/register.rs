@@ -132,7 +132,7 @@ impl<T> Drop for Registration<'_, T> {
         // SAFETY: the handle came from this communicator and is deregistered once.
         let status = unsafe { nccl::ncclCommDeregister(self.comm.as_raw(), self.handle) };
         if let Err(e) = self.comm.status("ncclCommDeregister", status) {
-            self.comm.context().defer(e);
+            self.comm.context().defer(e.dropping("Registration", None));
         }
     }
 }
@@ -180,7 +180,7 @@ impl<T> Drop for Window<'_, T> {
         // SAFETY: the window came from this communicator and is deregistered once.
         let status = unsafe { nccl::ncclCommWindowDeregister(self.comm.as_raw(), self.raw) };
         if let Err(e) = self.comm.status("ncclCommWindowDeregister", status) {
-            self.comm.context().defer(e);
+            self.comm.context().defer(e.dropping("Window", None));
         }
     }
 }

@@ -416,7 +416,7 @@ impl Drop for StreamInner {
             // SAFETY: this value created the stream and it is the last user.
             let status = unsafe { sys::cuStreamDestroy(self.raw) };
             if let Err(e) = check("cuStreamDestroy", status) {
-                self.ctx.defer(e);
+                self.ctx.defer(e.dropping("Stream", None));
             }
         }
     }

@@ -295,7 +295,7 @@ impl<T: Pod> Drop for GrowableBuffer<T> {
         // and unmapping is not ordered: wait, and if the wait fails, keep the memory mapped (a
         // leak, not an unmap under running work).
         if let Err(e) = self.wait_for_users() {
-            self.stream.context().defer(e);
+            self.stream.context().defer(e.dropping("GrowableBuffer", None));
             // Each chunk holds the range, so the addresses stay reserved too.
             std::mem::forget(std::mem::take(&mut self.chunks));
         }

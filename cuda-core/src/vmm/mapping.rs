@@ -130,13 +130,15 @@ impl Drop for Mapping {
             return self.unmap_after(group);
         }
         if let Err(e) = self.uses.synchronize_for_release() {
-            self.range.context().defer(e);
+            self.range.context().defer(e.dropping("Mapping", None));
             return;
         }
         let (ptr, size) = (self.ptr, self.size);
         // SAFETY: this value made the mapping and unmaps it once, after the work queued
         // through its views.
-        self.range.context().with_current_for_drop("cuMemUnmap", || unsafe { sys::cuMemUnmap(ptr, size) });
+        self.range
+            .context()
+            .with_current_for_drop("Mapping", "cuMemUnmap", || unsafe { sys::cuMemUnmap(ptr, size) });
         // SAFETY: each field is dropped once, here, and never used again.
         unsafe {
             ManuallyDrop::drop(&mut self.physical);
@@ -170,12 +172,15 @@ impl Mapping {
                 // still open.
                 drop(later);
             } else {
-                later.range.context().defer(Error::invalid(
-                    "Mapping",
-                    "a mapping dropped inside an NCCL group of non-blocking communicators is kept \
+                later.range.context().defer(
+                    Error::invalid(
+                        "Mapping",
+                        "a mapping dropped inside an NCCL group of non-blocking communicators is kept \
                      (leaked): the group was still queueing its calls in the background when it \
                      ended; keep mappings alive until the communicators are done (Communicator::wait)",
-                ));
+                    )
+                    .dropping("Mapping", None),
+                );
                 std::mem::forget(later);
             }
         });

@@ -163,7 +163,7 @@ impl Drop for MappedSpan {
         }
         // The mappings wait for their own uses as they drop; the span's come first.
         if let Err(e) = self.uses.synchronize_for_release() {
-            self.context.defer(e);
+            self.context.defer(e.dropping("MappedSpan", None));
             // Kept mapped (leaked) rather than unmapped under running work.
             std::mem::take(&mut self.mappings).into_iter().for_each(std::mem::forget);
         }

@@ -473,7 +473,7 @@ impl Drop for ExternalSemaphore {
         let mut waited = true;
         for stream in streams {
             if let Err(e) = stream.synchronize_for_release() {
-                self.context.defer(e);
+                self.context.defer(e.dropping("ExternalSemaphore", None));
                 waited = false;
             }
         }
@@ -484,7 +484,7 @@ impl Drop for ExternalSemaphore {
         }
         let raw = self.raw;
         // SAFETY: imported once here and destroyed once, after its signals and waits.
-        self.context.with_current_for_drop("cuDestroyExternalSemaphore", || unsafe {
+        self.context.with_current_for_drop("ExternalSemaphore", "cuDestroyExternalSemaphore", || unsafe {
             sys::cuDestroyExternalSemaphore(raw)
         });
     }

@@ -387,7 +387,7 @@ impl Drop for EglStreamConsumer {
     fn drop(&mut self) {
         let conn = &mut self.conn as *mut sys::CUeglStreamConnection;
         // SAFETY: connected once and disconnected once; no frame is held (it borrows `self`).
-        self.context.with_current_for_drop("cuEGLStreamConsumerDisconnect", || unsafe {
+        self.context.with_current_for_drop("EglStreamConsumer", "cuEGLStreamConsumerDisconnect", || unsafe {
             sys::cuEGLStreamConsumerDisconnect(conn)
         });
     }
@@ -437,7 +437,9 @@ impl Drop for AcquiredFrame<'_> {
     fn drop(&mut self) {
         if !self.released {
             let context = self.consumer.context.clone();
-            context.with_current_for_drop("cuEGLStreamConsumerReleaseFrame", || self.release_raw());
+            context.with_current_for_drop("AcquiredFrame", "cuEGLStreamConsumerReleaseFrame", || {
+                self.release_raw()
+            });
         }
     }
 }
@@ -513,7 +515,7 @@ impl Drop for EglStreamProducer {
     fn drop(&mut self) {
         let conn = &mut self.conn as *mut sys::CUeglStreamConnection;
         // SAFETY: connected once and disconnected once.
-        self.context.with_current_for_drop("cuEGLStreamProducerDisconnect", || unsafe {
+        self.context.with_current_for_drop("EglStreamProducer", "cuEGLStreamProducerDisconnect", || unsafe {
             sys::cuEGLStreamProducerDisconnect(conn)
         });
     }

@@ -233,7 +233,7 @@ impl Drop for GraphicsResource {
         // SAFETY: registered once and unregistered once; no guard maps it (it would borrow it).
         // Work queued on its EGL arrays is waited for first; when that wait fails the resource
         // stays registered (a leak, not an image released under running work).
-        self.context.with_current_for_drop("cuGraphicsUnregisterResource", || unsafe {
+        self.context.with_current_for_drop("GraphicsResource", "cuGraphicsUnregisterResource", || unsafe {
             let waited = if queued { sys::cuCtxSynchronize() } else { sys::CUresult::CUDA_SUCCESS };
             if waited != sys::CUresult::CUDA_SUCCESS {
                 return waited;
@@ -511,10 +511,10 @@ impl Drop for Mapped<'_> {
     fn drop(&mut self) {
         if !self.unmapped {
             let context = self.stream.context().clone();
-            context.with_current_for_drop("cuGraphicsUnmapResources", || {
+            context.with_current_for_drop("Mapped", "cuGraphicsUnmapResources", || {
                 // Kept mapped (a leak) when the work through it cannot be waited for.
                 if let Err(e) = self.order_unmap() {
-                    context.defer(e);
+                    context.defer(e.dropping("Mapped", None));
                     return sys::CUresult::CUDA_SUCCESS;
                 }
                 self.unmap_raw()

@@ -281,7 +281,7 @@ impl Tiles {
             Err(e) => {
                 std::mem::forget(std::mem::take(&mut pending.retired));
                 std::mem::forget(std::mem::take(&mut self.bindings));
-                self.ctx.defer(e);
+                self.ctx.defer(e.dropping("SparseTiles", None));
                 false
             }
         }
