@@ -40,6 +40,8 @@ struct CheckHooksTable {
     size: u32,
     new_owner: Option<unsafe extern "C" fn(u64, u64)>,
     host_access: Option<unsafe extern "C" fn(u64, u64, c_int)>,
+    /// Added later: tables whose size ends before it lack it.
+    launch_reads: Option<unsafe extern "C" fn(u64)>,
 }
 
 type GetCheckHooks = unsafe extern "C" fn() -> *const CheckHooksTable;
@@ -48,7 +50,8 @@ type GetCheckHooks = unsafe extern "C" fn() -> *const CheckHooksTable;
 /// workspace's `checked-cuda-driver`) that the program calls to tell it what the driver cannot
 /// see. A driver offers them by exporting `const cudaCheckHooks *cudaCheckGetHooks(void)`,
 /// which returns a table `{ uint32_t size; void (*new_owner)(uint64_t ptr, uint64_t size);
-/// void (*host_access)(uint64_t ptr, uint64_t len, int write); }` or null; NVIDIA's driver
+/// void (*host_access)(uint64_t ptr, uint64_t len, int write); void (*launch_reads)(uint64_t
+/// ptr); }` or null (a table whose size ends before `launch_reads` lacks it); NVIDIA's driver
 /// does not.
 #[derive(Clone, Copy, Debug)]
 pub struct CheckHooks {
@@ -58,6 +61,11 @@ pub struct CheckHooks {
     /// The calling thread reads (`write` = 0) or writes the `len` bytes of pinned memory at
     /// `ptr` now, through a slice the program took.
     pub host_access: unsafe extern "C" fn(ptr: u64, len: u64, write: c_int),
+    /// The next kernel launch the calling thread makes only reads the memory its argument
+    /// `ptr` points into (the program passed it as a shared borrow): without it, a checker
+    /// counts every pointer argument as read and written. `None` where the driver's table
+    /// lacks it.
+    pub launch_reads: Option<unsafe extern "C" fn(ptr: u64)>,
 }
 
 /// The hooks of the loaded driver, when it is a checking driver that exports them.
@@ -75,12 +83,20 @@ fn check_hooks_of(lib: &libloading::Library) -> Option<CheckHooks> {
     // follow), static in the driver; read on its own, unaligned, before the table is known to
     // be whole.
     let size = unsafe { core::ptr::read_unaligned(core::ptr::addr_of!((*table).size)) };
-    if (size as usize) < core::mem::size_of::<CheckHooksTable>() {
+    if (size as usize) < core::mem::offset_of!(CheckHooksTable, launch_reads) {
         return None;
     }
-    // SAFETY: a table of that layout (its size says it has every field), static in the driver.
-    let table = unsafe { &*table };
-    Some(CheckHooks { new_owner: table.new_owner?, host_access: table.host_access? })
+    let whole = size as usize >= core::mem::size_of::<CheckHooksTable>();
+    // SAFETY: a table with at least the fields before `launch_reads` (its size says so), static
+    // in the driver; `launch_reads` is read only where the size covers it.
+    let (new_owner, host_access, launch_reads) = unsafe {
+        let new_owner = core::ptr::read_unaligned(core::ptr::addr_of!((*table).new_owner));
+        let host_access = core::ptr::read_unaligned(core::ptr::addr_of!((*table).host_access));
+        let reads =
+            if whole { core::ptr::read_unaligned(core::ptr::addr_of!((*table).launch_reads)) } else { None };
+        (new_owner, host_access, reads)
+    };
+    Some(CheckHooks { new_owner: new_owner?, host_access: host_access?, launch_reads })
 }
 
 /// The hooks of the loaded driver when it is a checking driver (see [`CheckHooks`]); `None`

@@ -40,13 +40,18 @@ fn main() {
     ]);
 }
 
-/// Sets the process's ordering for the test, and back to the default when dropped.
-struct Mode;
+/// Sets the process's ordering for the test, and back to the default when dropped; one test at
+/// a time holds it (the ordering is the whole process's, and a harness may run tests on
+/// several threads).
+struct Mode(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Mode {
     fn set(ordering: StreamOrdering) -> Mode {
+        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         set_stream_ordering(ordering);
-        Mode
+        Mode(guard)
     }
 }
 
@@ -186,8 +191,12 @@ fn races_reported(role: &str) -> Result<u64, cuda_tests::Failed> {
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.success(), "the {role} child failed ({}):\n{stderr}", out.status);
-    let line = stderr.lines().find(|l| l.contains("(d) race in the program"));
-    let count = line.and_then(|l| l.split_whitespace().next()).and_then(|n| n.parse().ok());
+    // The summary line: `cuda-check:      2  (d) race in the program: ...`.
+    let count = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("cuda-check:"))
+        .filter(|l| l.contains("(d) race in the program"))
+        .find_map(|l| l.split_whitespace().next().and_then(|n| n.parse().ok()));
     let count = count.ok_or_else(|| format!("no summary of category (d) from the checker:\n{stderr}"))?;
     println!("{role}: {count} reports of (d)");
     Ok(count)

@@ -101,7 +101,11 @@ macro_rules! address_arg {
 
             #[inline]
             fn note_launch(&self, stream: &$crate::stream::Stream) -> $crate::error::Result<()> {
-                self.used_on(stream.context(), stream, $crate::track::Access::$access)
+                self.used_on(stream.context(), stream, $crate::track::Access::$access)?;
+                if $crate::track::Access::$access == $crate::track::Access::Read {
+                    $crate::track::checker::launch_reads(self.ptr);
+                }
+                Ok(())
             }
         }
     )+};

@@ -11,7 +11,9 @@
 //!   hooks, which count a checking driver as one installed hook, so that with NVIDIA's driver
 //!   their hot paths stay as they are);
 //! * the host takes a slice of pinned memory ([`host_access`], when a guard is taken and when
-//!   it drops): the copies that use the memory must be ordered with it.
+//!   it drops): the copies that use the memory must be ordered with it;
+//! * a kernel argument is passed as a shared borrow ([`launch_reads`]): the driver sees only an
+//!   address, which a checker would otherwise count as read and written.
 //!
 //! With NVIDIA's driver each of these costs one predictable branch.
 
@@ -31,6 +33,15 @@ pub(crate) fn new_owner(ptr: u64, size: usize) {
         // SAFETY: the checking driver's function of this signature; it only reads its
         // arguments.
         unsafe { (hooks.new_owner)(ptr, size as u64) };
+    }
+}
+
+/// The next launch on the calling thread only reads the memory its argument `ptr` points into.
+#[inline]
+pub(crate) fn launch_reads(ptr: u64) {
+    if let Some(reads) = sys::check_hooks().and_then(|h| h.launch_reads) {
+        // SAFETY: as in `new_owner`; the address is only recorded.
+        unsafe { reads(ptr) };
     }
 }
 

@@ -133,12 +133,14 @@ pub struct CheckHooks {
     size: u32,
     new_owner: extern "C" fn(u64, u64),
     host_access: extern "C" fn(u64, u64, c_int),
+    launch_reads: extern "C" fn(u64),
 }
 
 static HOOKS: CheckHooks = CheckHooks {
     size: size_of::<CheckHooks>() as u32,
     new_owner: model::new_owner_hook,
     host_access: model::host_access_hook,
+    launch_reads: wrappers::launch_reads_hook,
 };
 
 /// The checker's hooks, through which `cuda-core` tells what no driver call shows.

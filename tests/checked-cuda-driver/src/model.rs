@@ -15,7 +15,8 @@
 //!   `cuMemMap`) starts an owner; a pool handing a block out again starts one too (told by
 //!   `cuda-core`). Only ranges inside live allocations are checked. A kernel argument of 8
 //!   bytes inside a live allocation counts as reading and writing from there to the end of its
-//!   owner's block. `cuMemFree` and context destruction wait for the device; `cuMemFreeHost`,
+//!   owner's block, or as reading only where `cuda-core` told that the launch only reads it
+//!   (the argument was a shared borrow: the `launch_reads` hook). `cuMemFree` and context destruction wait for the device; `cuMemFreeHost`,
 //!   `cuMemFreeAsync` and `cuMemUnmap` are releases that every use must be ordered before.
 //!   Memory freed with `cuMemFreeAsync` and handed out again by the driver's pool is ordered
 //!   after the free, as the driver orders it.

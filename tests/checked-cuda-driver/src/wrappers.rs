@@ -125,16 +125,34 @@ fn launched(
     extra: *mut *mut c_void,
 ) {
     let values = arguments(f, params, extra);
+    let read_only = READ_ONLY.with(std::cell::RefCell::take);
     with(|m| {
-        let ranges: Vec<Range> = match &values {
-            Some(values) => values.iter().filter_map(|&v| m.argument_range(v)).collect(),
-            None => {
-                m.unmodelled(format!("{call} of a kernel whose parameters the driver does not describe"));
-                Vec::new()
+        let (mut reads, mut writes) = (Vec::new(), Vec::new());
+        match &values {
+            Some(values) => {
+                for &v in values {
+                    let Some(range) = m.argument_range(v) else { continue };
+                    reads.push(range);
+                    if !read_only.contains(&v) {
+                        writes.push(range);
+                    }
+                }
             }
-        };
-        m.queued(stream as u64, pt, call, &ranges, &ranges)
+            None => m.unmodelled(format!("{call} of a kernel whose parameters the driver does not describe")),
+        }
+        m.queued(stream as u64, pt, call, &reads, &writes)
     });
+}
+
+thread_local! {
+    /// The arguments the program said its next launch on this thread only reads; taken (and so
+    /// cleared) by every launch.
+    static READ_ONLY: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The `launch_reads` hook: the next launch on this thread only reads the memory at `ptr`.
+pub extern "C" fn launch_reads_hook(ptr: u64) {
+    READ_ONLY.with(|r| r.borrow_mut().push(ptr));
 }
 
 /// The part of `CUlaunchConfig` read here (the layout of `cuda.h`).

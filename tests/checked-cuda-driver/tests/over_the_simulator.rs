@@ -17,7 +17,8 @@ use std::process::{Command, Output};
 const PROGRAM: &str = "CHECKED_PROGRAM";
 
 /// The image of the simulator's built-in kernels.
-const KERNELS: &str = ".entry fill_u32(.param .u64 dst, .param .u32 n, .param .u32 value)\n";
+const KERNELS: &str = ".entry fill_u32(.param .u64 dst, .param .u32 n, .param .u32 value)\n\
+                       .entry add_u32(.param .u64 dst, .param .u64 src, .param .u32 n)\n";
 
 /// A library `cargo test` built: in `deps/`, next to this binary, or one level up.
 fn library(name: &str) -> PathBuf {
@@ -119,6 +120,59 @@ fn release_under_work_program() {
         assert_eq!(sys::cuMemFreeHost(host), sys::CUresult::CUDA_SUCCESS);
     }
     s0.synchronize().unwrap();
+}
+
+/// The eager step of the `graph_decode` example, three times: a pinned input copied in on the
+/// main stream, a kernel writing `h` there, a fork (one event, recorded again each step) to a
+/// side stream whose kernel reads `h`, a join back, and a kernel on main reading the side's
+/// result; every temporary dropped at the end of the step and taken again by the next.
+fn fork_join_program() {
+    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
+    let (main, side) = streams(&ctx);
+    let module = Module::from_ptx(&ctx, KERNELS).unwrap();
+    let add = module.function("add_u32").unwrap();
+    let (fork, join) = (
+        Event::new(&ctx, EventFlags::DISABLE_TIMING).unwrap(),
+        Event::new(&ctx, EventFlags::DISABLE_TIMING).unwrap(),
+    );
+    let n = 256u32;
+    let config = LaunchConfig::for_elements(n, 128);
+    let mut input = PinnedBuffer::<u32>::new(256).unwrap();
+    let mut output = PinnedBuffer::<u32>::new(256).unwrap();
+    for step in 0..3u32 {
+        input.as_mut_slice().unwrap().fill(step);
+        let mut x = DeviceBuffer::<u32>::new(&main, 256).unwrap();
+        x.copy_from_pinned_async(&input, &main).unwrap();
+        let mut h = DeviceBuffer::<u32>::zeroed(&main, 256).unwrap();
+        // SAFETY: add_u32 takes (u32*, const u32*, u32) and touches `n` elements of each.
+        unsafe { add.launch(&main, &config, (&mut h, &x, &n)).unwrap() };
+        drop(x);
+        fork.record(&main).unwrap();
+        side.wait_event(&fork).unwrap();
+        let mut sq = DeviceBuffer::<u32>::zeroed(&side, 256).unwrap();
+        // SAFETY: as above.
+        unsafe { add.launch(&side, &config, (&mut sq, &h, &n)).unwrap() };
+        let mut sc = DeviceBuffer::<u32>::zeroed(&main, 256).unwrap();
+        // SAFETY: as above.
+        unsafe { add.launch(&main, &config, (&mut sc, &h, &n)).unwrap() };
+        join.record(&side).unwrap();
+        main.wait_event(&join).unwrap();
+        // SAFETY: as above.
+        unsafe { add.launch(&main, &config, (&mut sc, &sq, &n)).unwrap() };
+        sc.copy_to_pinned_async(&mut output, &main).unwrap();
+        drop((h, sq, sc));
+        assert_eq!(output.as_slice().unwrap()[0], 2 * step);
+    }
+}
+
+#[test]
+fn a_fork_and_join_with_one_event_each_step_is_no_race() {
+    if in_child() {
+        return fork_join_program();
+    }
+    let (out, stderr) = run_under_checker("a_fork_and_join_with_one_event_each_step_is_no_race");
+    assert!(out.status.success(), "{:?}\n{stderr}", out.status);
+    assert!(stderr.contains("      0  (d)"), "the fork and join order the streams:\n{stderr}");
 }
 
 #[test]
