@@ -321,6 +321,7 @@ impl Array {
     /// array ([`cuMemcpy3D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_device<T: Pod>(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         let c = self.d2a("Array::copy_from_device", src)?;
+        src.settle_for_sync(std::ptr::null_mut(), Access::Read)?;
         // SAFETY: the descriptor names `src` and this array with matching sizes.
         crate::memory::finished(unsafe { driver!(cuMemcpy3D(&c)) })
     }
@@ -329,6 +330,7 @@ impl Array {
     /// ([`cuMemcpy3D`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_to_device<T: Pod>(&self, dst: &mut DeviceViewMut<'_, T>) -> Result<()> {
         let c = self.a2d("Array::copy_to_device", dst)?;
+        dst.settle_for_sync(std::ptr::null_mut(), Access::Write)?;
         // SAFETY: the descriptor names this array and `dst` with matching sizes.
         crate::memory::finished(unsafe { driver!(cuMemcpy3D(&c)) })
     }
@@ -444,16 +446,22 @@ impl<T: Pod> PitchedBuffer<T> {
     /// and returns when it is done ([`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_from_device(&mut self, src: &DeviceView<'_, T>) -> Result<()> {
         let c = self.d2p("PitchedBuffer::copy_from_device", src)?;
+        src.settle_for_sync(self.storage().view().sync_stream()?, Access::Read)?;
         // SAFETY: both sides are live with matching sizes.
-        self.run_sync("cuMemcpy2DAsync", |s| unsafe { sys::cuMemcpy2DAsync(&c, s) })
+        self.run_sync("cuMemcpy2DAsync", crate::track::Access::Write, |s| unsafe {
+            sys::cuMemcpy2DAsync(&c, s)
+        })
     }
 
     /// Copies the buffer into a densely packed row-major device matrix, on the storage's stream,
     /// and returns when it is done ([`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)).
     pub fn copy_to_device(&self, dst: &mut DeviceViewMut<'_, T>) -> Result<()> {
         let c = self.p2d("PitchedBuffer::copy_to_device", dst)?;
+        dst.settle_for_sync(self.storage().view().sync_stream()?, Access::Write)?;
         // SAFETY: both sides are live with matching sizes.
-        self.run_sync("cuMemcpy2DAsync", |s| unsafe { sys::cuMemcpy2DAsync(&c, s) })
+        self.run_sync("cuMemcpy2DAsync", crate::track::Access::Read, |s| unsafe {
+            sys::cuMemcpy2DAsync(&c, s)
+        })
     }
 
     /// [`PitchedBuffer::copy_from_device`] in `stream`'s order
@@ -493,9 +501,7 @@ impl<T: Pod> PitchedBuffer<T> {
                 ),
             ));
         }
-        if src.storage().stream() != self.storage().stream() {
-            src.storage().view().synchronize_stream()?;
-        }
+        src.storage().view().settle_for_sync(self.storage().view().sync_stream()?, Access::Read)?;
         let mut c = self.dense_copy("PitchedBuffer::copy_from_pitched", src.width() * src.height())?;
         c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
         c.srcDevice = src.as_raw();
@@ -504,6 +510,8 @@ impl<T: Pod> PitchedBuffer<T> {
         c.dstDevice = self.as_raw();
         c.dstPitch = self.pitch();
         // SAFETY: both sides are live with the same extent.
-        self.run_sync("cuMemcpy2DAsync", |s| unsafe { sys::cuMemcpy2DAsync(&c, s) })
+        self.run_sync("cuMemcpy2DAsync", crate::track::Access::Write, |s| unsafe {
+            sys::cuMemcpy2DAsync(&c, s)
+        })
     }
 }

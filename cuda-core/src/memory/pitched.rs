@@ -171,13 +171,16 @@ impl<T: Pod> PitchedBuffer<T> {
         self.storage.view_mut()
     }
 
-    /// Runs a synchronous 2D operation: queued on the storage's stream, then waited for.
+    /// Runs a synchronous 2D operation that reads or writes the buffer (`access`): queued on
+    /// the storage's stream, then waited for.
     pub(crate) fn run_sync(
         &self,
         call: &'static str,
+        access: crate::track::Access,
         queue: impl FnOnce(sys::CUstream) -> sys::CUresult,
     ) -> Result<()> {
         let view = self.storage.view();
+        view.check_sync(access)?;
         check(call, queue(view.sync_stream()?))?;
         view.synchronize_stream()
     }
@@ -235,7 +238,9 @@ impl<T: Pod> PitchedBuffer<T> {
         let c = self.h2d("PitchedBuffer::copy_from_host", src)?;
         // SAFETY: the descriptor names `src` and this allocation with matching sizes; `src`
         // lives until the copy is waited for.
-        self.run_sync("cuMemcpy2DAsync", |s| unsafe { sys::cuMemcpy2DAsync(&c, s) })
+        self.run_sync("cuMemcpy2DAsync", crate::track::Access::Write, |s| unsafe {
+            sys::cuMemcpy2DAsync(&c, s)
+        })
     }
 
     /// Copies the buffer into a densely packed row-major host matrix
@@ -245,7 +250,9 @@ impl<T: Pod> PitchedBuffer<T> {
         let c = self.d2h("PitchedBuffer::copy_to_host", dst)?;
         // SAFETY: the descriptor names this allocation and `dst` with matching sizes; `dst`
         // lives until the copy is waited for.
-        self.run_sync("cuMemcpy2DAsync", |s| unsafe { sys::cuMemcpy2DAsync(&c, s) })
+        self.run_sync("cuMemcpy2DAsync", crate::track::Access::Read, |s| unsafe {
+            sys::cuMemcpy2DAsync(&c, s)
+        })
     }
 
     /// [`PitchedBuffer::copy_from_host`] in `stream`'s order
@@ -293,7 +300,7 @@ impl<T: Pod> PitchedBuffer<T> {
         let w = self.units("PitchedBuffer::memset_d8", 1)?;
         let (ptr, pitch, height) = (self.as_raw(), self.pitch, self.height);
         // SAFETY: the rectangle lies within this allocation.
-        self.run_sync("cuMemsetD2D8Async", |s| unsafe {
+        self.run_sync("cuMemsetD2D8Async", crate::track::Access::Write, |s| unsafe {
             sys::cuMemsetD2D8Async(ptr, pitch, value, w, height, s)
         })
     }
@@ -305,7 +312,7 @@ impl<T: Pod> PitchedBuffer<T> {
         let w = self.units("PitchedBuffer::memset_d16", 2)?;
         let (ptr, pitch, height) = (self.as_raw(), self.pitch, self.height);
         // SAFETY: the rectangle lies within this allocation.
-        self.run_sync("cuMemsetD2D16Async", |s| unsafe {
+        self.run_sync("cuMemsetD2D16Async", crate::track::Access::Write, |s| unsafe {
             sys::cuMemsetD2D16Async(ptr, pitch, value, w, height, s)
         })
     }
@@ -317,7 +324,7 @@ impl<T: Pod> PitchedBuffer<T> {
         let w = self.units("PitchedBuffer::memset_d32", 4)?;
         let (ptr, pitch, height) = (self.as_raw(), self.pitch, self.height);
         // SAFETY: the rectangle lies within this allocation.
-        self.run_sync("cuMemsetD2D32Async", |s| unsafe {
+        self.run_sync("cuMemsetD2D32Async", crate::track::Access::Write, |s| unsafe {
             sys::cuMemsetD2D32Async(ptr, pitch, value, w, height, s)
         })
     }

@@ -191,14 +191,39 @@ macro_rules! common {
             /// notes the use (`access`) on the view's stream, with the view's context current.
             #[inline]
             pub(crate) fn check_sync(&self, access: Access) -> Result<()> {
-                match (self.track, self.stream) {
-                    (Some(t), Some(s)) if crate::track::ordering::implicit() => {
-                        self.ctx.enter()?;
-                        t.uses.note(self.ctx, t.own, s, access)
-                    }
-                    (Some(t), _) if t.own.is_none() => t.uses.check_sync(),
-                    _ => Ok(()),
+                let Some(t) = self.track else { return Ok(()) };
+                if t.own.is_none() {
+                    t.uses.check_sync()?;
                 }
+                if crate::track::ordering::implicit() {
+                    self.note_sync(t, access)?;
+                }
+                Ok(())
+            }
+
+            /// Notes a synchronous use on the view's stream (the legacy default stream for a
+            /// view without one), for [`StreamOrdering::Implicit`](crate::stream::StreamOrdering).
+            #[cold]
+            fn note_sync(&self, t: Track<'_>, access: Access) -> Result<()> {
+                self.ctx.enter()?;
+                match self.stream {
+                    Some(s) => t.uses.note(self.ctx, t.own, s, access),
+                    None => t.uses.note(self.ctx, t.own, &Stream::legacy(self.ctx), access),
+                }
+            }
+
+            /// Readies the view for a synchronous copy made on the raw stream `on` (null: the
+            /// legacy default stream) that reads it or writes it (`access`): as
+            /// [`check_sync`](Self::check_sync), then, where `on` is not the view's stream,
+            /// waits on the host for the work queued on the view's stream (its owner's, and
+            /// that of the block's earlier owners).
+            pub(crate) fn settle_for_sync(&self, on: sys::CUstream, access: Access) -> Result<()> {
+                self.check_sync(access)?;
+                if self.sync_stream()? != on {
+                    self.ctx.enter()?;
+                    self.synchronize_stream()?;
+                }
+                Ok(())
             }
 
             #[cfg(feature = "nccl")]

@@ -15,7 +15,7 @@
 //! one event on each stream it must come after (at the moment of the use, so the event covers
 //! the write and whatever that stream queued before it) and waits for it on its own stream.
 
-use super::stream_uses::wait_for;
+use super::stream_uses::{Ordered, wait_for};
 use crate::error::Result;
 use crate::stream::Stream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,10 +43,17 @@ pub enum StreamOrdering {
     /// and memsets count on the stream they run on.
     ///
     /// Uses made while the mode is on are ordered; memory whose last write was made before it
-    /// was turned on counts as written on its own stream. Work captured into a graph is not
-    /// ordered by it (a capture cannot wait for work outside it), nor work reached only
-    /// through raw addresses, nor copies between pinned host buffers and the host (their
-    /// trackers order those anyway).
+    /// was last turned on counts as written on its own stream. Uses through two views of one
+    /// buffer on two threads at once are ordered too (a use noted while another was being
+    /// ordered orders itself again). A use of memory that an NCCL group still open on another
+    /// thread uses is refused with [`Error::InvalidArgument`](crate::Error::InvalidArgument):
+    /// the group's calls are queued only when it ends.
+    ///
+    /// Not ordered by it: work captured into a graph (a capture cannot wait for work outside
+    /// it), work reached only through raw addresses, the pinned host side of copies (the
+    /// buffers' trackers order the host with the copies, not copies with each other), and the
+    /// runtime module's synchronous `memcpy`, `memcpy_peer` and `memset`, which keep
+    /// `cudaMemcpy`'s semantics (the legacy default stream).
     Implicit,
 }
 
@@ -55,7 +62,11 @@ static IMPLICIT: AtomicBool = AtomicBool::new(false);
 /// Chooses how the process orders work that touches one piece of memory from several streams
 /// (see [`StreamOrdering`]); takes effect for the uses that follow, on every thread.
 pub fn set_stream_ordering(ordering: StreamOrdering) {
-    IMPLICIT.store(ordering == StreamOrdering::Implicit, Ordering::SeqCst);
+    let on = ordering == StreamOrdering::Implicit;
+    if on && !IMPLICIT.load(Ordering::SeqCst) {
+        EPOCH.fetch_add(1, Ordering::SeqCst);
+    }
+    IMPLICIT.store(on, Ordering::SeqCst);
 }
 
 /// How the process orders work that touches one piece of memory from several streams now.
@@ -93,62 +104,201 @@ impl Access {
     }
 }
 
-/// The order of one piece of memory's uses so far, in the mode: which stream wrote it last and
+/// The order of one piece of memory's uses so far, in the mode: which streams wrote it last and
 /// which streams read it since.
-#[derive(Debug, Default)]
-pub(crate) struct LastUses {
-    /// The stream of the last write; none: the memory's own stream (or, for memory without
-    /// one, nothing to wait for).
-    writer: Option<Stream>,
-    /// The streams other than the writer's that read the memory since the last write, each
+#[derive(Debug)]
+pub(crate) struct LastUses<S = Stream> {
+    /// The streams of the last write; empty: the memory's own stream (or, for memory without
+    /// one, nothing to wait for). More than one only where memory of several owners was joined
+    /// into one ([`merge`](Self::merge)).
+    writers: Vec<S>,
+    /// The streams other than the writers' that read the memory since the last write, each
     /// made to wait for it.
-    readers: Vec<Stream>,
+    readers: Vec<S>,
+    /// Counts the commits, so that a use planned before another thread's commit plans again.
+    version: u64,
+    /// The [`epoch`] these uses were noted in: uses from before the mode was last turned on
+    /// are forgotten.
+    epoch: u64,
 }
 
-impl LastUses {
-    /// The streams that work of `access` on `stream` must wait for first, `own` being the
-    /// memory's own stream. The caller makes the waits outside the memory's lock (one may be a
-    /// host wait) and then [`commit`](Self::commit)s the use.
-    pub(crate) fn plan(&self, own: Option<&Stream>, stream: &Stream, access: Access) -> Vec<Stream> {
-        let writer = self.writer.as_ref().or(own).filter(|w| *w != stream);
-        match access {
-            Access::Read if self.readers.contains(stream) => Vec::new(),
-            Access::Read => writer.cloned().into_iter().collect(),
-            Access::Write => {
-                let mut waits: Vec<Stream> = writer.cloned().into_iter().collect();
-                for reader in self.readers.iter().filter(|r| *r != stream) {
-                    if !waits.contains(reader) {
-                        waits.push(reader.clone());
-                    }
-                }
-                waits
-            }
+/// A use planned: what to wait for, and the state it was planned against.
+pub(crate) struct Plan<S = Stream> {
+    /// The streams to wait for first.
+    pub(crate) waits: Vec<S>,
+    version: u64,
+}
+
+impl<S> Default for LastUses<S> {
+    fn default() -> Self {
+        LastUses { writers: Vec::new(), readers: Vec::new(), version: 0, epoch: 0 }
+    }
+}
+
+/// Generic over the stream type for the unit tests; the crate uses [`Stream`].
+impl<S: Clone + PartialEq> LastUses<S> {
+    /// Forgets uses noted before the mode was last turned on.
+    fn current(&mut self) -> &mut LastUses<S> {
+        let now = epoch();
+        if self.epoch != now {
+            *self = LastUses { epoch: now, ..LastUses::default() };
         }
+        self
     }
 
-    /// Notes a use whose waits ([`plan`](Self::plan)) were made: a read on a stream other than
-    /// the writer's (any stream, while nothing wrote memory without an own stream) joins the
-    /// readers; a write makes `stream` the writer, with no reader since.
-    pub(crate) fn commit(&mut self, own: Option<&Stream>, stream: &Stream, access: Access) {
+    /// The writers, the own stream standing for none.
+    fn writers<'a>(&'a self, own: Option<&'a S>) -> impl Iterator<Item = &'a S> {
+        let own = own.filter(|_| self.writers.is_empty());
+        self.writers.iter().chain(own)
+    }
+
+    /// What work of `access` on `stream` must wait for first, `own` being the memory's own
+    /// stream: the caller makes the waits outside the memory's lock (one may be a host wait)
+    /// and then [`commit`](Self::commit)s the plan, or plans again if another use came between.
+    pub(crate) fn plan(&mut self, own: Option<&S>, stream: &S, access: Access) -> Plan<S> {
+        let this = self.current();
+        let mut waits: Vec<S> = Vec::new();
+        let mut add = |s: &S| {
+            if s != stream && !waits.contains(s) {
+                waits.push(s.clone());
+            }
+        };
+        match access {
+            Access::Read if this.readers.contains(stream) => {}
+            Access::Read => this.writers(own).for_each(&mut add),
+            Access::Write => {
+                this.writers(own).for_each(&mut add);
+                this.readers.iter().for_each(&mut add);
+            }
+        }
+        Plan { waits, version: this.version }
+    }
+
+    /// Notes a use whose waits were made, when no other use was committed since it was
+    /// planned (else `false`: plan again). A read on a stream that is not a writer's (any
+    /// stream, while nothing wrote memory without an own stream) joins the readers; a write
+    /// makes `stream` the writer, with no reader since.
+    pub(crate) fn commit(&mut self, plan: &Plan<S>, own: Option<&S>, stream: &S, access: Access) -> bool {
+        let this = self.current();
+        if this.version != plan.version {
+            return false;
+        }
+        this.version += 1;
         match access {
             Access::Read => {
-                let writer = self.writer.as_ref().or(own);
-                if writer.is_none_or(|w| w != stream) && !self.readers.contains(stream) {
-                    self.readers.push(stream.clone());
+                if !this.writers(own).any(|w| w == stream) && !this.readers.contains(stream) {
+                    this.readers.push(stream.clone());
                 }
             }
             Access::Write => {
-                self.readers.clear();
-                self.writer = match own {
-                    Some(own) if own == stream => None,
-                    _ => Some(stream.clone()),
-                };
+                this.readers.clear();
+                this.writers.clear();
+                if own != Some(stream) {
+                    this.writers.push(stream.clone());
+                }
+            }
+        }
+        true
+    }
+
+    /// Adds the uses of `other`, memory without an own stream joined into this memory (also
+    /// without one): every use after the join waits for the writers of both.
+    pub(crate) fn merge(&mut self, other: &mut LastUses<S>) {
+        let (this, other) = (self.current(), other.current());
+        this.version += 1;
+        for (to, from) in [(&mut this.writers, &other.writers), (&mut this.readers, &other.readers)] {
+            for s in from {
+                if !to.contains(s) {
+                    to.push(s.clone());
+                }
             }
         }
     }
+}
+
+/// Counts the times the mode was turned on.
+static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn epoch() -> u64 {
+    EPOCH.load(Ordering::Relaxed)
 }
 
 /// Makes `stream` wait for the work queued so far on each of `earlier` (see [`wait_for`]).
-pub(crate) fn wait_all(stream: &Stream, earlier: &[Stream]) -> Result<()> {
-    earlier.iter().try_for_each(|e| wait_for(stream, e).map(drop))
+/// Whether it did: `false` where `stream` is being captured (by a capture the crate did not
+/// begin), whose work runs at the graph's launches and cannot wait for work outside.
+pub(crate) fn wait_all(stream: &Stream, earlier: &[Stream]) -> Result<bool> {
+    let mut waited = true;
+    for e in earlier {
+        waited &= wait_for(stream, e)? == Ordered::Waited;
+    }
+    Ok(waited)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Access::{Read, Write};
+    use super::*;
+
+    /// Streams as numbers: 0 is the memory's own stream.
+    const OWN: Option<&u32> = Some(&0);
+
+    /// Plans and commits a use, as `order_use` does when no other use comes between; the
+    /// streams waited for.
+    fn use_on(last: &mut LastUses<u32>, own: Option<&u32>, stream: u32, access: Access) -> Vec<u32> {
+        let plan = last.plan(own, &stream, access);
+        assert!(last.commit(&plan, own, &stream, access));
+        plan.waits
+    }
+
+    #[test]
+    fn a_read_waits_for_the_last_write_on_another_stream_once() {
+        let mut last = LastUses::default();
+        assert_eq!(use_on(&mut last, OWN, 0, Write), Vec::<u32>::new());
+        assert_eq!(use_on(&mut last, OWN, 1, Read), [0]);
+        assert_eq!(use_on(&mut last, OWN, 1, Read), Vec::<u32>::new());
+        assert_eq!(use_on(&mut last, OWN, 2, Write), [0, 1]);
+        assert_eq!(use_on(&mut last, OWN, 0, Read), [2]);
+        assert_eq!(use_on(&mut last, OWN, 2, Read), Vec::<u32>::new(), "the writer's own stream");
+    }
+
+    #[test]
+    fn a_write_waits_for_every_read_since_and_the_writer() {
+        let mut last = LastUses::default();
+        use_on(&mut last, OWN, 1, Write);
+        use_on(&mut last, OWN, 2, Read);
+        use_on(&mut last, OWN, 3, Read);
+        let mut waits = use_on(&mut last, OWN, 0, Write);
+        waits.sort_unstable();
+        assert_eq!(waits, [1, 2, 3]);
+        // Back on the own stream: nothing to wait for on it.
+        assert_eq!(use_on(&mut last, OWN, 0, Write), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn memory_without_an_own_stream_orders_writes_after_first_reads() {
+        let mut last = LastUses::default();
+        assert_eq!(use_on(&mut last, None, 1, Read), Vec::<u32>::new());
+        assert_eq!(use_on(&mut last, None, 2, Write), [1]);
+        assert_eq!(use_on(&mut last, None, 1, Read), [2]);
+    }
+
+    #[test]
+    fn a_use_planned_before_another_commit_plans_again() {
+        let mut last = LastUses::default();
+        let read = last.plan(OWN, &1, Read);
+        use_on(&mut last, OWN, 2, Write);
+        assert!(!last.commit(&read, OWN, &1, Read), "planned against a write that was replaced");
+        assert_eq!(use_on(&mut last, OWN, 1, Read), [2]);
+    }
+
+    #[test]
+    fn merged_uses_wait_for_the_writers_of_both() {
+        let (mut a, mut b) = (LastUses::default(), LastUses::default());
+        use_on(&mut a, None, 1, Write);
+        use_on(&mut b, None, 2, Write);
+        a.merge(&mut b);
+        let mut waits = use_on(&mut a, None, 3, Read);
+        waits.sort_unstable();
+        assert_eq!(waits, [1, 2]);
+    }
 }

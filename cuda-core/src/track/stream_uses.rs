@@ -199,7 +199,11 @@ impl StreamUses {
         if self.lock().as_ref().is_some_and(|n| n.graph.is_some()) {
             return Err(super::captured::outside_capture());
         }
-        let waited_for_own = ordering::implicit() && self.order_use(own, stream, access)?;
+        let waited_for_own = ordering::implicit() && {
+            #[cfg(feature = "nccl")]
+            self.refuse_use_before_group_end()?;
+            self.order_use(own, stream, access)?
+        };
         if own == Some(stream) {
             return Ok(());
         }
@@ -229,20 +233,49 @@ impl StreamUses {
     /// Orders a use of `access` on `stream` after the last write on another stream, and a write
     /// after the reads since ([`StreamOrdering::Implicit`](ordering::StreamOrdering)): the
     /// waits are made without the lock (one may be a host wait, see `note_foreign`), then the
-    /// use is noted. Whether `stream` was made to wait for `own`.
+    /// use is noted, unless another use was noted meanwhile (another thread's, through another
+    /// view of the memory): then it plans again, and waits for what that use changed. Whether
+    /// `stream` was made to wait for `own`.
     #[cold]
     fn order_use(&self, own: Option<&Stream>, stream: &Stream, access: Access) -> Result<bool> {
-        let waits = self.lock().as_ref().map_or_else(
-            || LastUses::default().plan(own, stream, access),
-            |n| n.last.plan(own, stream, access),
-        );
-        ordering::wait_all(stream, &waits)?;
-        let mut guard = self.lock();
-        // Memory used on its own stream only keeps no list, in this mode too.
-        if guard.is_some() || own != Some(stream) {
-            guard.get_or_insert_with(Box::default).last.commit(own, stream, access);
+        let mut waited_for_own = false;
+        loop {
+            let plan = match self.lock().as_mut() {
+                Some(n) => n.last.plan(own, stream, access),
+                // Memory used on its own stream only keeps no list, in this mode too.
+                None if own == Some(stream) => return Ok(false),
+                None => LastUses::default().plan(own, stream, access),
+            };
+            if !ordering::wait_all(stream, &plan.waits)? {
+                // `stream` is being captured: its work runs at the graph's launches, and is
+                // not noted as ordered.
+                return Ok(false);
+            }
+            waited_for_own |= own.is_some_and(|o| plan.waits.contains(o));
+            let mut guard = self.lock();
+            if guard.get_or_insert_with(Box::default).last.commit(&plan, own, stream, access) {
+                return Ok(waited_for_own);
+            }
         }
-        Ok(own.is_some_and(|o| waits.contains(o)))
+    }
+
+    #[cfg(feature = "nccl")]
+    /// Refuses, in [`StreamOrdering::Implicit`](ordering::StreamOrdering), a use of memory that
+    /// an NCCL group open on another thread (or, on this thread, one this use is not part of)
+    /// uses: the group's calls are queued only when it ends, so an event recorded now would
+    /// not cover them.
+    #[cold]
+    fn refuse_use_before_group_end(&self) -> Result<()> {
+        let open =
+            self.lock().as_ref().and_then(|n| n.groups.iter().copied().find(|&g| super::scopes::is_open(g)));
+        match open {
+            Some(group) if crate::nccl::current_group() != Some(group) => Err(Error::invalid(
+                "implicit stream ordering",
+                "the memory is used by an NCCL group that has not ended, whose calls are queued only \
+                 when it ends, so this use cannot be ordered after them; end the group first",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Notes that work using the memory is about to be captured on `stream` by `capture`.
@@ -301,12 +334,18 @@ impl StreamUses {
 
     /// Notes on `other` every stream and open scope noted here, for memory that changes
     /// owner (the new owner's release must wait for them as this one's would).
+    ///
+    /// The order of the uses ([`StreamOrdering::Implicit`](ordering::StreamOrdering)) is merged
+    /// too: both pieces of memory have no own stream (mappings and the spans made of them).
     pub(crate) fn copy_into(&self, other: &StreamUses) {
-        let guard = self.lock();
-        let Some(noted) = guard.as_ref() else { return };
+        let mut guard = self.lock();
+        let Some(noted) = guard.as_mut() else { return };
         noted.streams.iter().for_each(|s| other.note_queued(s));
         #[cfg(feature = "nccl")]
         noted.groups.iter().for_each(|&g| other.note_group(g));
+        if ordering::implicit() {
+            other.lock().get_or_insert_with(Box::default).last.merge(&mut noted.last);
+        }
     }
 
     /// The streams noted so far.

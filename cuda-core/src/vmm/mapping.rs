@@ -269,6 +269,12 @@ impl Mapping {
         uses.copy_into(&self.uses);
     }
 
+    /// Notes the mapping's streams and open scopes, and the order of its uses, on `uses` (for a
+    /// span made of it).
+    pub(crate) fn give_uses_to(&self, uses: &StreamUses) {
+        self.uses.copy_into(uses);
+    }
+
     fn elements<T: Pod>(&self, operation: &'static str) -> Result<usize> {
         mapped_elements::<T>(operation, self.ptr, self.size)
     }

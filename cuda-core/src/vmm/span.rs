@@ -94,7 +94,10 @@ impl MappedSpan {
         let size =
             usize::try_from(end - ptr).map_err(|_| Error::invalid(OP, "the span is larger than memory"))?;
         let context = first.range().context().clone();
-        Ok(MappedSpan { ptr, size, context, uses: StreamUses::unretained(), mappings })
+        // Work queued through a mapping before comes before work through the span's views.
+        let uses = StreamUses::unretained();
+        mappings.iter().for_each(|m| m.give_uses_to(&uses));
+        Ok(MappedSpan { ptr, size, context, uses, mappings })
     }
 
     /// The first address.

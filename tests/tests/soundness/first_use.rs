@@ -27,6 +27,10 @@ pub const TESTS: &[Test] = &[
         "a_first_use_that_waits_on_the_host_lets_a_host_function_note_the_buffer",
         host_wait_outside_the_lock,
     ),
+    gpu(
+        "a_pitched_copy_into_a_reused_block_on_another_stream_waits_for_its_old_owner",
+        pitched_copy_into_a_reused_block,
+    ),
 ];
 
 /// Elements of the buffers: 16 MiB of `u32`.
@@ -176,5 +180,25 @@ fn host_wait_outside_the_lock() -> TestResult {
         }
     }
     side.synchronize()?;
+    no_deferred(&ctx)
+}
+
+/// The same hole through a synchronous 2D copy: `a` zeroed on a held-back `s1` and dropped; `b`
+/// takes the same block on `s1` and a pitched buffer on `s2` copies its sevens into it, on
+/// `s2`. Before the fix, the dense side of the copy was not noted at all, and the old owner's
+/// late zeroing landed on the copied sevens.
+fn pitched_copy_into_a_reused_block() -> TestResult {
+    let (_device, ctx, _) = device_zero()?;
+    let (s1, s2) = two_streams(&ctx)?;
+    let (width, height) = (1024, N / 1024);
+    let mut pitched = cuhost::memory::PitchedBuffer::<u32>::new(&s2, width, height)?;
+    pitched.memset_d32(7)?;
+    hold(&s1, 500)?;
+    let address = DeviceBuffer::<u32>::zeroed(&s1, N)?.as_raw();
+    let mut b = DeviceBuffer::<u32>::new(&s1, N)?;
+    ensure_eq!(b.as_raw(), address, "the pool did not hand the same block back");
+    pitched.copy_to_device(&mut b.view_mut())?;
+    let seen = b.to_vec()?;
+    ensure_eq!(seen.iter().filter(|&&v| v != 7).count(), 0, "words of the copy overwritten by the old owner");
     no_deferred(&ctx)
 }
