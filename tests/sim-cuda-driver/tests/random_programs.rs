@@ -203,6 +203,23 @@ fn capture_a_buffer_dropped_while_its_graph_lives_is_given_back_after_the_graph(
     assert!(!out.fails(), "{out:?}");
 }
 
+/// Capture, pinned: a pinned buffer dropped while a graph that captured a copy into it lives
+/// gives its memory back once the graph is gone (the random programs found it, shrunk). Taken
+/// out, the new pinned buffer takes the same memory and the graph's launch writes it while the
+/// host reads it through a guard (categories (a) and (c)).
+#[test]
+fn capture_a_pinned_buffer_dropped_while_its_graph_lives_is_given_back_after_the_graph() {
+    const PROGRAM: &[(u8, Step)] = &[
+        (1, Step::PinnedNew { pinned: 0, big: false }),
+        (0, Step::Alloc { slot: 1, stream: 0, big: false, zeroed: true }),
+        (1, Step::Capture { graph: 1, slot: 1, pinned: 0, stream: 0, kind: 0, value: 89 }),
+        (1, Step::PinnedNew { pinned: 0, big: false }),
+        (1, Step::GraphHold { graph: 1, stream: 0, write: false }),
+    ];
+    let out = run_program(PROGRAM);
+    assert!(!out.fails(), "{out:?}");
+}
+
 /// Capture: the first captured use of a buffer waits, at each launch, for the work queued on
 /// its own stream before (its earlier owner's included). Taken out, a launch on a third stream
 /// writes the reused block while its old owner's memset may still run (category (a)).
