@@ -396,6 +396,30 @@ fn graph_update_text(result: sys::CUgraphExecUpdateResult, node: Option<usize>) 
     )
 }
 
+/// What a driver call returned, with the function's name: from `driver!(status: cuX(..))`, for
+/// callers that look at the status before they turn it into a `Result`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Status {
+    /// The function called.
+    pub(crate) call: &'static str,
+    /// What it returned.
+    pub(crate) code: sys::CUresult,
+}
+
+impl Status {
+    /// `Ok(())` for `CUDA_SUCCESS`, else the error naming the function.
+    #[inline]
+    pub(crate) fn check(self) -> Result<()> {
+        check(self.call, self.code)
+    }
+
+    /// Whether the call returned `code`.
+    #[inline]
+    pub(crate) fn is(self, code: sys::CUresult) -> bool {
+        self.code == code
+    }
+}
+
 /// Turns a driver status into a `Result`; a status that means "could not be loaded" becomes
 /// [`Error::Load`] with the loader's reason.
 #[inline]

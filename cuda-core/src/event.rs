@@ -155,11 +155,11 @@ impl Event {
     pub fn query(&self) -> Result<bool> {
         self.ctx.take_deferred()?;
         // SAFETY: the event is alive.
-        let status = unsafe { sys::cuEventQuery(self.raw) };
-        if status == sys::CUresult::CUDA_ERROR_NOT_READY {
+        let status = unsafe { driver!(status: cuEventQuery(self.raw)) };
+        if status.is(sys::CUresult::CUDA_ERROR_NOT_READY) {
             return Ok(false);
         }
-        check("cuEventQuery", status).map(|()| true)
+        status.check().map(|()| true)
     }
 
     /// Blocks until the captured work is done

@@ -47,9 +47,17 @@
 /// an `Ok(())` for `CUDA_SUCCESS` and otherwise the [`Error`] naming `cuMemFree` and its
 /// status. The call is `unsafe`, so the macro is used inside an `unsafe` block, which carries
 /// the call's `SAFETY` comment. Defined before the modules, which all see it.
+///
+/// `driver!(status: cuEventQuery(event))` is the same call for a caller that looks at the
+/// status first (a `CUDA_ERROR_NOT_READY` that is an answer, not a failure): an
+/// [`error::Status`] naming the function, whose [`check`](error::Status::check) gives the
+/// `Result`.
 macro_rules! driver {
     ($function:ident($($argument:expr),* $(,)?)) => {
         $crate::error::check(stringify!($function), ::cuhost_driver_sys::$function($($argument),*))
+    };
+    (status: $function:ident($($argument:expr),* $(,)?)) => {
+        $crate::error::Status { call: stringify!($function), code: ::cuhost_driver_sys::$function($($argument),*) }
     };
 }
 

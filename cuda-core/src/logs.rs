@@ -18,7 +18,7 @@
 //! the version needed and the one installed.
 
 use crate::callback_registry::Registry;
-use crate::error::{Error, Result, check, report_from_drop};
+use crate::error::{Error, Result, report_from_drop};
 use cuhost_driver_sys as sys;
 use std::ffi::{CString, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -185,9 +185,9 @@ pub fn subscribe(f: impl Fn(LogLevel, &str) + Send + Sync + 'static) -> Result<S
     let mut raw = std::ptr::null_mut();
     // SAFETY: the trampoline matches `CUlogsCallback`; the user data is a number, not a
     // pointer, so nothing it names can dangle; one out-parameter.
-    let status =
-        unsafe { sys::cuLogsRegisterCallback(Some(trampoline), id as usize as *mut c_void, &mut raw) };
-    if let Err(e) = check("cuLogsRegisterCallback", status) {
+    let registered =
+        unsafe { driver!(cuLogsRegisterCallback(Some(trampoline), id as usize as *mut c_void, &mut raw)) };
+    if let Err(e) = registered {
         // Refused: the driver never calls it.
         CALLBACKS.remove(id);
         return Err(e);
@@ -198,7 +198,7 @@ pub fn subscribe(f: impl Fn(LogLevel, &str) + Send + Sync + 'static) -> Result<S
 impl Drop for Subscription {
     fn drop(&mut self) {
         // SAFETY: registered by `subscribe` and unregistered once, here.
-        let status = unsafe { sys::cuLogsUnregisterCallback(self.raw) };
+        let status = unsafe { driver!(status: cuLogsUnregisterCallback(self.raw)) };
         unsubscribed(self.id, status);
     }
 }
@@ -206,8 +206,8 @@ impl Drop for Subscription {
 /// After the driver answered `status` to unregistering closure `id`: on success the closure
 /// is taken out, and dropped here once no call of it runs; a refusal is reported, and the
 /// closure stays listed for the driver's later calls.
-fn unsubscribed(id: u64, status: sys::CUresult) {
-    match check("cuLogsUnregisterCallback", status) {
+fn unsubscribed(id: u64, status: crate::error::Status) {
+    match status.check() {
         Ok(()) => {
             if let Some(f) = CALLBACKS.remove(id) {
                 CALLBACKS.wait_for_calls(id, &f);
@@ -270,7 +270,10 @@ mod tests {
         let (id, seen) = listed();
         deliver(id, sys::CUlogLevel::CU_LOG_LEVEL_ERROR, b"bad value\n\0ignored");
         deliver(id, sys::CUlogLevel::CU_LOG_LEVEL_WARNING, b"boom");
-        unsubscribed(id, sys::CUresult::CUDA_SUCCESS);
+        unsubscribed(
+            id,
+            crate::error::Status { call: "cuLogsUnregisterCallback", code: sys::CUresult::CUDA_SUCCESS },
+        );
         deliver(id, sys::CUlogLevel::CU_LOG_LEVEL_ERROR, b"too late");
         let seen = seen.lock().unwrap();
         assert_eq!(
@@ -286,7 +289,10 @@ mod tests {
         let f: Box<Callback> = Box::new(|_, _| std::panic::panic_any(PanicsOnDrop));
         let id = CALLBACKS.insert(Arc::new(f));
         deliver(id, sys::CUlogLevel::CU_LOG_LEVEL_ERROR, b"anything");
-        unsubscribed(id, sys::CUresult::CUDA_SUCCESS);
+        unsubscribed(
+            id,
+            crate::error::Status { call: "cuLogsUnregisterCallback", code: sys::CUresult::CUDA_SUCCESS },
+        );
     }
 
     // H8: the closure was leaked for good at every subscription. H7: a refused unregistration
@@ -295,7 +301,13 @@ mod tests {
     fn h8_h7_unsubscribing_frees_the_closure_and_a_refusal_is_reported() {
         let (id, seen) = listed();
         crate::error::reported::take();
-        unsubscribed(id, sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+        unsubscribed(
+            id,
+            crate::error::Status {
+                call: "cuLogsUnregisterCallback",
+                code: sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            },
+        );
         let reported = crate::error::reported::take();
         assert!(
             matches!(&reported[..], [line] if line.contains("logs::Subscription kept registered")
@@ -304,7 +316,10 @@ mod tests {
         );
         deliver(id, sys::CUlogLevel::CU_LOG_LEVEL_ERROR, b"still called");
         assert_eq!(seen.lock().unwrap().len(), 1, "a closure kept registered is still called");
-        unsubscribed(id, sys::CUresult::CUDA_SUCCESS);
+        unsubscribed(
+            id,
+            crate::error::Status { call: "cuLogsUnregisterCallback", code: sys::CUresult::CUDA_SUCCESS },
+        );
         assert_eq!(Arc::strong_count(&seen), 1, "the closure, and what it captured, is freed");
         assert!(crate::error::reported::take().is_empty());
     }

@@ -4,11 +4,10 @@
 //! See the [Occupancy](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__OCCUPANCY.html)
 //! section of the driver API. These are methods of [`Function`].
 
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::flags::flags;
 use crate::launch::LaunchConfig;
 use crate::module::Function;
-use cuhost_driver_sys as sys;
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::mem::MaybeUninit;
@@ -142,7 +141,7 @@ impl Function<'_> {
         // SAFETY: a live function, two out-parameters, and a callback that reads this
         // thread's slot, set above.
         let status = unsafe {
-            sys::cuOccupancyMaxPotentialBlockSizeWithFlags(
+            driver!(status: cuOccupancyMaxPotentialBlockSizeWithFlags(
                 &mut grid,
                 &mut block,
                 self.as_raw(),
@@ -150,13 +149,13 @@ impl Function<'_> {
                 0,
                 limit,
                 flags.bits(),
-            )
+            ))
         };
         CALLBACK.with(|c| c.set(previous));
         if let Some(message) = CALLBACK_PANIC.with(Cell::take) {
             return Err(Error::CallbackPanicked { message });
         }
-        check("cuOccupancyMaxPotentialBlockSizeWithFlags", status)?;
+        status.check()?;
         Ok(BlockSize { block_size: to_u32(block), min_grid_size: to_u32(grid) })
     }
 

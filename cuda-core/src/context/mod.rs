@@ -618,8 +618,8 @@ impl Drop for CurrentGuard {
     fn drop(&mut self) {
         let mut popped = std::ptr::null_mut();
         // SAFETY: the push that made this guard is on this thread's stack (the guard is !Send).
-        let status = unsafe { sys::cuCtxPopCurrent(&mut popped) };
-        if let Err(e) = check("cuCtxPopCurrent", status) {
+        let status = unsafe { driver!(status: cuCtxPopCurrent(&mut popped)) };
+        if let Err(e) = status.check() {
             self.ctx.defer(e.dropping("CurrentGuard", None));
         } else if popped != self.ctx.as_raw() {
             self.ctx.defer(

@@ -3,7 +3,7 @@
 
 use super::Device;
 use crate::callback_registry::Registry;
-use crate::error::{Error, Result, check, report_from_drop};
+use crate::error::{Error, Result, report_from_drop};
 use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -117,14 +117,14 @@ impl Device {
         // SAFETY: the trampoline matches `CUasyncCallback`; the user data is an id, not a
         // pointer, so nothing it names can dangle; one out-parameter.
         let status = unsafe {
-            sys::cuDeviceRegisterAsyncNotification(
+            driver!(status: cuDeviceRegisterAsyncNotification(
                 self.as_raw(),
                 Some(trampoline),
                 id as usize as *mut c_void,
                 &mut handle,
-            )
+            ))
         };
-        if let Err(e) = check("cuDeviceRegisterAsyncNotification", status) {
+        if let Err(e) = status.check() {
             CALLBACKS.remove(id);
             return Err(e);
         }
@@ -174,15 +174,17 @@ impl AsyncNotifications {
         }
         // SAFETY: registered by `register_async_notification` on this device, unregistered
         // once (`registered` is cleared first).
-        let status = unsafe { sys::cuDeviceUnregisterAsyncNotification(self.device.as_raw(), self.handle) };
+        let status = unsafe {
+            driver!(status: cuDeviceUnregisterAsyncNotification(self.device.as_raw(), self.handle))
+        };
         self.unregistered(status)
     }
 
     /// Follows the driver's answer `status` to the unregistration. On success the closure is
     /// taken out of the registry, so that no call reaches it any more, and the calls that did
     /// are waited for: `self.entry` is then its last reference, which drops it on this thread.
-    fn unregistered(&self, status: sys::CUresult) -> Result<()> {
-        check("cuDeviceUnregisterAsyncNotification", status)?;
+    fn unregistered(&self, status: crate::error::Status) -> Result<()> {
+        status.check()?;
         CALLBACKS.remove(self.id);
         CALLBACKS.wait_for_calls(self.id, &self.entry);
         Ok(())
@@ -308,7 +310,10 @@ mod tests {
         assert!(entered.recv_timeout(Duration::from_secs(10)).is_ok(), "the call never started");
         let owner = std::thread::spawn(move || {
             // As the drop does once the driver has unregistered the closure.
-            let unregistered = value.unregistered(sys::CUresult::CUDA_SUCCESS);
+            let unregistered = value.unregistered(crate::error::Status {
+                call: "cuDeviceUnregisterAsyncNotification",
+                code: sys::CUresult::CUDA_SUCCESS,
+            });
             drop(value);
             unregistered
         });

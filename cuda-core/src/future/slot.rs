@@ -1,7 +1,7 @@
 //! [`Slot`]: what a pending future and whatever completes it (the poller thread, or a host
 //! function) share: the event it waits for, the result once known, the task's waker.
 
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::event::Event;
 use cuhost_driver_sys as sys;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -191,24 +191,24 @@ impl Slot {
                 let raw = e.as_raw();
                 drop(s);
                 // SAFETY: the event is alive while the slot holds it (see above).
-                let status = unsafe { sys::cuEventQuery(raw) };
+                let status = unsafe { driver!(status: cuEventQuery(raw)) };
                 s = self.lock();
                 status
             }
             // SAFETY: a borrowed event is alive until the slot is cancelled (by the future's
             // drop, or by the event's drop or `into_raw` for a forgotten future), and it is
             // not: checked under this lock, which the query holds.
-            Target::Borrowed(raw) => unsafe { sys::cuEventQuery(*raw) },
+            Target::Borrowed(raw) => unsafe { driver!(status: cuEventQuery(*raw)) },
             Target::Gone => return (Checked::Finished, None),
         };
-        if status == sys::CUresult::CUDA_ERROR_NOT_READY && !s.cancelled && s.result.is_none() {
+        if status.is(sys::CUresult::CUDA_ERROR_NOT_READY) && !s.cancelled && s.result.is_none() {
             return (Checked::Pending, None);
         }
         let waker = if s.cancelled || s.result.is_some() {
             None
         } else {
             // Done (success), or the work or the context failed: the status says which.
-            s.result = Some(check("cuEventQuery", status));
+            s.result = Some(status.check());
             s.waking = s.waker.is_some();
             s.waker.take()
         };

@@ -8,7 +8,7 @@ use super::kernel::{NodeKernel, kernel_params};
 use super::memory::{GraphSlice, memcpy_params, memset_params};
 use super::{Graph, GraphNode};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::flags::flags;
 use crate::launch::{KernelArgs, LaunchConfig};
@@ -390,11 +390,11 @@ impl GraphExec {
             ..Default::default()
         };
         // SAFETY: both graphs are live; one out-parameter.
-        let status = unsafe { sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) };
-        if status == sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE {
+        let status = unsafe { driver!(status: cuGraphExecUpdate(self.raw, graph.raw, &mut info)) };
+        if status.is(sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) {
             return Err(update_refused(&info));
         }
-        check("cuGraphExecUpdate", status)?;
+        status.check()?;
         // Every node now has `graph`'s parameters: what the old graph and the setters gave is
         // replaced.
         let mut keep = self.keep.borrow_mut();

@@ -11,7 +11,7 @@
 
 use super::Graph;
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuhost_driver_sys as sys;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -136,8 +136,9 @@ fn create(ctx: &Context, value: Payload, refs: u32) -> Result<sys::CUuserObject>
     let mut raw = std::ptr::null_mut();
     let flags = sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.0;
     // SAFETY: one out-parameter; `data` is a live box that the destructor takes back once.
-    let status = unsafe { sys::cuUserObjectCreate(&mut raw, data.cast(), Some(destroy), refs, flags) };
-    if let Err(e) = check("cuUserObjectCreate", status) {
+    let status =
+        unsafe { driver!(status: cuUserObjectCreate(&mut raw, data.cast(), Some(destroy), refs, flags)) };
+    if let Err(e) = status.check() {
         // SAFETY: the driver made no object, so nothing else will take the box back.
         drop(unsafe { Box::from_raw(data) });
         return Err(e);
@@ -180,13 +181,13 @@ impl Graph {
         let raw = create(&self.ctx, Box::new(value), 1)?;
         let moved = sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0;
         // SAFETY: both are live; the reference created above moves to the graph.
-        let status = unsafe { sys::cuGraphRetainUserObject(self.raw, raw, 1, moved) };
-        if status != sys::CUresult::CUDA_SUCCESS {
+        let status = unsafe { driver!(status: cuGraphRetainUserObject(self.raw, raw, 1, moved)) };
+        if !status.is(sys::CUresult::CUDA_SUCCESS) {
             // The reference is still ours: give it back (the value goes to the reaper).
             // SAFETY: `raw` holds the one reference created above.
             let _ = unsafe { sys::cuUserObjectRelease(raw, 1) };
         }
-        check("cuGraphRetainUserObject", status)
+        status.check()
     }
 
     /// Takes back `count` references to `object` that this graph holds

@@ -56,7 +56,7 @@ pub use attributes_events::ProgrammaticEvent;
 pub use attributes_policy::MemSyncDomainMap;
 pub use by_value::DeviceRepr;
 
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::module::LoadedCode;
 use crate::module::{Function, Kernel};
@@ -573,9 +573,7 @@ unsafe fn launch_raw<A: KernelArgs>(
     // SAFETY: `raw` points at `numAttrs` initialised attributes in `attrs`; `pointers` holds
     // one pointer per argument, to bytes that live until `args` is dropped after the call; the
     // caller guarantees they match the kernel's parameters.
-    let status =
-        unsafe { sys::cuLaunchKernelEx(&raw, f, pointers.as_mut().as_mut_ptr(), std::ptr::null_mut()) };
-    check("cuLaunchKernelEx", status)
+    unsafe { driver!(cuLaunchKernelEx(&raw, f, pointers.as_mut().as_mut_ptr(), std::ptr::null_mut())) }
 }
 
 /// A launch on a capturing stream runs at the graph's launches: the graph holds the module's

@@ -206,7 +206,7 @@ pub(crate) fn finished(queued: Result<()>) -> Result<()> {
         cuhost_driver_sys::CU_STREAM_LEGACY
     };
     // SAFETY: the default-stream handles are always valid in the current context.
-    crate::error::check("cuStreamSynchronize", unsafe { cuhost_driver_sys::cuStreamSynchronize(stream) })
+    unsafe { driver!(cuStreamSynchronize(stream)) }
 }
 
 /// Bytes of `len` elements of `T`, or an [`Error::InvalidArgument`] for zero and overflow.

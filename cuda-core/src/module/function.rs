@@ -4,7 +4,7 @@ use super::LoadedCode;
 use super::ParamLayout;
 use super::driver_string;
 pub use crate::context::CacheConfig;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuhost_driver_sys as sys;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -175,13 +175,13 @@ impl<'m> Function<'m> {
         let mut value = 0;
         // SAFETY: a live function and one out-parameter.
         let status = unsafe {
-            sys::cuFuncGetAttribute(&mut value, FunctionAttribute::MaxThreadsPerBlock.as_raw(), raw)
+            driver!(status: cuFuncGetAttribute(&mut value, FunctionAttribute::MaxThreadsPerBlock.as_raw(), raw))
         };
         // Under lazy loading an enumerated function may not be loaded yet; its limit stays
         // unknown (0) and the driver checks the block size at launch instead. Its layout stays
         // unknown too, rather than be read from a function the driver has not loaded.
-        if status != sys::CUresult::CUDA_ERROR_FUNCTION_NOT_LOADED {
-            check("cuFuncGetAttribute", status)?;
+        if !status.is(sys::CUresult::CUDA_ERROR_FUNCTION_NOT_LOADED) {
+            status.check()?;
             f.max_threads_per_block = u32::try_from(value).unwrap_or(0);
             let known = |out: &mut usize| match count {
                 Some(n) => {
@@ -291,13 +291,14 @@ impl<'m> Function<'m> {
     pub fn attribute(&self, attribute: FunctionAttribute) -> Result<i32> {
         let mut value = 0;
         // SAFETY: a live function and one out-parameter.
-        let mut status = unsafe { sys::cuFuncGetAttribute(&mut value, attribute.as_raw(), self.raw) };
-        if status == sys::CUresult::CUDA_ERROR_FUNCTION_NOT_LOADED {
+        let mut status =
+            unsafe { driver!(status: cuFuncGetAttribute(&mut value, attribute.as_raw(), self.raw)) };
+        if status.is(sys::CUresult::CUDA_ERROR_FUNCTION_NOT_LOADED) {
             self.load()?;
             // SAFETY: as above.
-            status = unsafe { sys::cuFuncGetAttribute(&mut value, attribute.as_raw(), self.raw) };
+            status = unsafe { driver!(status: cuFuncGetAttribute(&mut value, attribute.as_raw(), self.raw)) };
         }
-        check("cuFuncGetAttribute", status)?;
+        status.check()?;
         Ok(value)
     }
 
@@ -412,11 +413,11 @@ impl<'m> Function<'m> {
     pub fn param_info(&self, index: usize) -> Result<Option<(usize, usize)>> {
         let (mut offset, mut size) = (0, 0);
         // SAFETY: a live function and two out-parameters.
-        let status = unsafe { sys::cuFuncGetParamInfo(self.raw, index, &mut offset, &mut size) };
-        if status == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+        let status = unsafe { driver!(status: cuFuncGetParamInfo(self.raw, index, &mut offset, &mut size)) };
+        if status.is(sys::CUresult::CUDA_ERROR_INVALID_VALUE) {
             return Ok(None);
         }
-        check("cuFuncGetParamInfo", status)?;
+        status.check()?;
         Ok(Some((offset, size)))
     }
 

@@ -357,9 +357,9 @@ impl RawJitOptions {
     }
 
     /// Turns a failed status into [`Error::Jit`] carrying the error log, or `Ok` with the logs.
-    pub(crate) fn check(&self, call: &'static str, status: sys::CUresult) -> Result<JitLog> {
+    pub(crate) fn check(&self, status: crate::error::Status) -> Result<JitLog> {
         let log = self.log();
-        match crate::error::check(call, status) {
+        match status.check() {
             Ok(()) => Ok(log),
             Err(Error::Driver { call, status }) => {
                 let text = if log.error.is_empty() { log.info } else { log.error };

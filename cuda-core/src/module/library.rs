@@ -102,7 +102,7 @@ impl Library {
         // SAFETY: a NUL-terminated path; the JIT option arrays have `len()` entries; no library
         // options are passed.
         let status = unsafe {
-            sys::cuLibraryLoadFromFile(
+            driver!(status: cuLibraryLoadFromFile(
                 &mut raw,
                 name.as_ptr(),
                 raw_options.keys.as_mut_ptr(),
@@ -111,9 +111,9 @@ impl Library {
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 0,
-            )
+            ))
         };
-        let log = raw_options.check("cuLibraryLoadFromFile", status)?;
+        let log = raw_options.check(status)?;
         Ok(Library { raw, log, claims: Claims::default() })
     }
 
@@ -123,7 +123,7 @@ impl Library {
         // SAFETY: `image` is checked (or NUL-terminated PTX) and outlives the call; the JIT
         // option arrays have `len()` entries; no library options are passed.
         let status = unsafe {
-            sys::cuLibraryLoadData(
+            driver!(status: cuLibraryLoadData(
                 &mut raw,
                 image,
                 raw_options.keys.as_mut_ptr(),
@@ -132,9 +132,9 @@ impl Library {
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 0,
-            )
+            ))
         };
-        let log = raw_options.check("cuLibraryLoadData", status)?;
+        let log = raw_options.check(status)?;
         Ok(Library { raw, log, claims: Claims::default() })
     }
 
@@ -183,14 +183,14 @@ impl Library {
         let c_name = symbol_name("Library::kernel", name)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: a live library, a NUL-terminated name, one out-parameter.
-        let status = unsafe { sys::cuLibraryGetKernel(&mut raw, self.raw, c_name.as_ptr()) };
-        if status == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+        let status = unsafe { driver!(status: cuLibraryGetKernel(&mut raw, self.raw, c_name.as_ptr())) };
+        if status.is(sys::CUresult::CUDA_ERROR_NOT_FOUND) {
             return Err(Error::invalid(
                 "Library::kernel",
                 format!("no kernel named `{name}` in this library"),
             ));
         }
-        check("cuLibraryGetKernel", status)?;
+        status.check()?;
         Ok(Kernel::wrap(raw))
     }
 
@@ -490,11 +490,12 @@ impl<'l> Kernel<'l> {
         ctx.enter()?;
         let (mut offset, mut size) = (0, 0);
         // SAFETY: a live kernel and two out-parameters.
-        let status = unsafe { sys::cuKernelGetParamInfo(self.raw, index, &mut offset, &mut size) };
-        if status == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+        let status =
+            unsafe { driver!(status: cuKernelGetParamInfo(self.raw, index, &mut offset, &mut size)) };
+        if status.is(sys::CUresult::CUDA_ERROR_INVALID_VALUE) {
             return Ok(None);
         }
-        check("cuKernelGetParamInfo", status)?;
+        status.check()?;
         Ok(Some((offset, size)))
     }
 }

@@ -78,14 +78,14 @@ impl Linker {
         // SAFETY: the option arrays have `len()` entries; their log buffers live in the box,
         // which the linker keeps until the state is destroyed.
         let status = unsafe {
-            sys::cuLinkCreate(
+            driver!(status: cuLinkCreate(
                 options.len(),
                 options.keys.as_mut_ptr(),
                 options.values.as_mut_ptr(),
                 &mut state,
-            )
+            ))
         };
-        options.check("cuLinkCreate", status)?;
+        options.check(status)?;
         Ok(Linker { state, ctx: ctx.clone(), options })
     }
 
@@ -161,7 +161,7 @@ impl Linker {
         // SAFETY: `data` points to `len` readable bytes, checked for its kind; the driver reads
         // them during the call only (it takes a mutable pointer but does not write).
         let status = unsafe {
-            sys::cuLinkAddData(
+            driver!(status: cuLinkAddData(
                 self.state,
                 kind.as_raw(),
                 data.cast_mut().cast(),
@@ -170,9 +170,9 @@ impl Linker {
                 0,
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
-            )
+            ))
         };
-        self.options.check("cuLinkAddData", status).map(drop)
+        self.options.check(status).map(drop)
     }
 
     /// Adds the input in a file
@@ -193,16 +193,16 @@ impl Linker {
         self.ctx.enter()?;
         // SAFETY: a NUL-terminated path; no per-input options.
         let status = unsafe {
-            sys::cuLinkAddFile(
+            driver!(status: cuLinkAddFile(
                 self.state,
                 kind.as_raw(),
                 c_path.as_ptr(),
                 0,
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
-            )
+            ))
         };
-        self.options.check("cuLinkAddFile", status).map(drop)
+        self.options.check(status).map(drop)
     }
 
     /// Finishes the link and returns the cubin
@@ -215,8 +215,8 @@ impl Linker {
         self.ctx.enter()?;
         let (mut cubin, mut size) = (std::ptr::null_mut(), 0usize);
         // SAFETY: two out-parameters.
-        let status = unsafe { sys::cuLinkComplete(self.state, &mut cubin, &mut size) };
-        self.options.check("cuLinkComplete", status)?;
+        let status = unsafe { driver!(status: cuLinkComplete(self.state, &mut cubin, &mut size)) };
+        self.options.check(status)?;
         if cubin.is_null() {
             return Err(Error::invalid("Linker::complete", "the linker returned no image"));
         }

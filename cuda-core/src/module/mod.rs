@@ -36,7 +36,7 @@ pub(crate) use params::ParamLayout;
 pub use shared::SharedFunction;
 
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuhost_driver_sys as sys;
 use std::ffi::{CString, c_char};
 use std::path::Path;
@@ -162,15 +162,15 @@ impl Module {
         // SAFETY: `image` is a checked, complete image (or NUL-terminated PTX) that outlives the
         // call; the option arrays have `len()` entries and their buffers live in `raw_options`.
         let status = unsafe {
-            sys::cuModuleLoadDataEx(
+            driver!(status: cuModuleLoadDataEx(
                 &mut raw,
                 image,
                 raw_options.len(),
                 raw_options.keys.as_mut_ptr(),
                 raw_options.values.as_mut_ptr(),
-            )
+            ))
         };
-        let log = raw_options.check("cuModuleLoadDataEx", status)?;
+        let log = raw_options.check(status)?;
         Ok(Module {
             raw,
             ctx: ctx.clone(),
@@ -228,8 +228,8 @@ impl Module {
         let c_name = symbol_name("Module::function", name)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: live module, NUL-terminated name, one out-parameter.
-        let status = unsafe { sys::cuModuleGetFunction(&mut raw, self.raw, c_name.as_ptr()) };
-        if status == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+        let status = unsafe { driver!(status: cuModuleGetFunction(&mut raw, self.raw, c_name.as_ptr())) };
+        if status.is(sys::CUresult::CUDA_ERROR_NOT_FOUND) {
             return Err(Error::invalid(
                 "Module::function",
                 format!(
@@ -237,7 +237,7 @@ impl Module {
                 ),
             ));
         }
-        check("cuModuleGetFunction", status)?;
+        status.check()?;
         let count = self.ptx_params.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
         // SAFETY: the function belongs to this module, which the result borrows; the count was
         // read from the PTX it was compiled from.
@@ -296,11 +296,12 @@ impl Module {
         let c_name = symbol_name("Module::global", name)?;
         let (mut ptr, mut bytes) = (0, 0);
         // SAFETY: live module, NUL-terminated name, two out-parameters.
-        let status = unsafe { sys::cuModuleGetGlobal(&mut ptr, &mut bytes, self.raw, c_name.as_ptr()) };
-        if status == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+        let status =
+            unsafe { driver!(status: cuModuleGetGlobal(&mut ptr, &mut bytes, self.raw, c_name.as_ptr())) };
+        if status.is(sys::CUresult::CUDA_ERROR_NOT_FOUND) {
             return Err(Error::invalid("Module::global", format!("no global named `{name}` in this module")));
         }
-        check("cuModuleGetGlobal", status)?;
+        status.check()?;
         Global::new("Module::global", name, &self.ctx, &self.claims, ptr, bytes)
     }
 }

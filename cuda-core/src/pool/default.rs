@@ -8,7 +8,7 @@ use super::pinned::PinnedMemoryPool;
 use crate::alloc::{Allocator, thread_allocator};
 use crate::context::Context;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use cuhost_driver_sys as sys;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -80,16 +80,16 @@ pub fn get_allocator() -> Result<Arc<dyn Allocator>> {
     }
     let mut device = 0;
     // SAFETY: one out-parameter; the call only reads the thread's current context.
-    let status = unsafe { sys::cuCtxGetDevice(&mut device) };
-    if status == sys::CUresult::CUDA_ERROR_INVALID_CONTEXT
-        || status == sys::CUresult::CUDA_ERROR_NOT_INITIALIZED
+    let status = unsafe { driver!(status: cuCtxGetDevice(&mut device)) };
+    if status.is(sys::CUresult::CUDA_ERROR_INVALID_CONTEXT)
+        || status.is(sys::CUresult::CUDA_ERROR_NOT_INITIALIZED)
     {
         return Err(Error::invalid(
             "pool::get_allocator",
             "no allocator is set and no context is current; bind a context first",
         ));
     }
-    check("cuCtxGetDevice", status)?;
+    status.check()?;
     if let Some(a) = DEFAULTS.with(|d| d.borrow().iter().find(|(o, _)| *o == device).map(|(_, a)| a.clone()))
     {
         return Ok(a);

@@ -25,7 +25,7 @@ use crate::context::Context;
 #[cfg(feature = "green")]
 use crate::context::GreenHandle;
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::Result;
 use crate::flags::flags;
 use cuhost_driver_sys as sys;
 use std::mem::ManuallyDrop;
@@ -316,11 +316,11 @@ impl Stream {
         self.inner.ctx.take_deferred()?;
         self.bind_if_default()?;
         // SAFETY: the stream is alive while `self` is.
-        let status = unsafe { sys::cuStreamQuery(self.inner.raw) };
-        if status == sys::CUresult::CUDA_ERROR_NOT_READY {
+        let status = unsafe { driver!(status: cuStreamQuery(self.inner.raw)) };
+        if status.is(sys::CUresult::CUDA_ERROR_NOT_READY) {
             return Ok(false);
         }
-        check("cuStreamQuery", status).map(|()| true)
+        status.check().map(|()| true)
     }
 
     /// The flags the stream was created with
@@ -414,8 +414,8 @@ impl Drop for StreamInner {
     fn drop(&mut self) {
         if self.owned {
             // SAFETY: this value created the stream and it is the last user.
-            let status = unsafe { sys::cuStreamDestroy(self.raw) };
-            if let Err(e) = check("cuStreamDestroy", status) {
+            let status = unsafe { driver!(status: cuStreamDestroy(self.raw)) };
+            if let Err(e) = status.check() {
                 self.ctx.defer(e.dropping("Stream", None));
             }
         }

@@ -4,7 +4,7 @@
 use super::descriptor::TextureDescriptor;
 use super::resource::{Resource, ResourceDescriptor};
 use super::view::ResourceViewDescriptor;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::launch::KernelArg;
 use crate::memory::{Array, ArrayFlags};
 use cuhost_driver_sys as sys;
@@ -92,11 +92,11 @@ impl<'a> TextureObject<'a> {
         self.resource.context().enter()?;
         let mut raw = sys::CUDA_RESOURCE_VIEW_DESC::default();
         // SAFETY: the object is alive; one out-parameter.
-        let status = unsafe { sys::cuTexObjectGetResourceViewDesc(&mut raw, self.raw) };
-        if status == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+        let status = unsafe { driver!(status: cuTexObjectGetResourceViewDesc(&mut raw, self.raw)) };
+        if status.is(sys::CUresult::CUDA_ERROR_INVALID_VALUE) {
             return Ok(None);
         }
-        check("cuTexObjectGetResourceViewDesc", status)?;
+        status.check()?;
         Ok(Some(ResourceViewDescriptor::from_raw(&raw)?))
     }
 }

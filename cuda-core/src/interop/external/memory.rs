@@ -3,7 +3,7 @@
 use super::{Raw, Refused, Win32Handle, fd_raw, settle, unsupported_win32};
 use crate::alloc::{Allocator, DeviceAllocation, StreamRef};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::flags::flags;
 use crate::memory::DeviceBuffer;
 use crate::memory::{ArrayDescriptor, MipmappedArray, checked_bytes};
@@ -180,13 +180,13 @@ impl ExternalMemory {
         context.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a filled descriptor.
-        let status = unsafe { sys::cuImportExternalMemory(&mut raw, &desc) };
+        let status = unsafe { driver!(status: cuImportExternalMemory(&mut raw, &desc)) };
         // Once the driver has seen the descriptor it is never closed here, even when the
         // import is refused (see `Duplicate`).
         if let Raw::Fd(duplicate) = source {
             duplicate.given();
         }
-        check("cuImportExternalMemory", status)?;
+        status.check()?;
         Ok(raw)
     }
 

@@ -3,7 +3,7 @@
 
 use super::{Raw, Refused, Win32Handle, fd_raw, settle, unsupported_win32};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::stream::Stream;
 use cuhost_driver_sys as sys;
 use std::ffi::c_void;
@@ -370,13 +370,13 @@ impl ExternalSemaphore {
         context.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: one out-parameter and a filled descriptor.
-        let status = unsafe { sys::cuImportExternalSemaphore(&mut raw, &desc) };
+        let status = unsafe { driver!(status: cuImportExternalSemaphore(&mut raw, &desc)) };
         // Once the driver has seen the descriptor it is never closed here, even when the
         // import is refused (see `Duplicate`).
         if let Raw::Fd(duplicate) = source {
             duplicate.given();
         }
-        check("cuImportExternalSemaphore", status)?;
+        status.check()?;
         Ok(raw)
     }
 
