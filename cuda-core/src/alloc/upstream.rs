@@ -252,9 +252,9 @@ unsafe impl StreamEvents for DriverEvents {
     }
 
     fn destroy(&self, event: u64) {
-        self.context.with_current_for_drop("DeviceBuffer", "cuEventDestroy", || {
+        self.context.with_current_for_drop("DeviceBuffer", || {
             // SAFETY: destroyed once; the driver defers it until recorded work is done.
-            unsafe { sys::cuEventDestroy(event as sys::CUevent) }
+            unsafe { driver!(cuEventDestroy(event as sys::CUevent)) }
         });
     }
 }

@@ -475,14 +475,10 @@ impl Context {
         result.and_then(|r| restored.map(|()| r))
     }
 
-    /// Runs `f` with this context current and restores the previous one; for the `Drop` of a
-    /// `what`, which must not change the thread's state. Errors are kept, naming `what`.
-    pub(crate) fn with_current_for_drop(
-        &self,
-        what: &'static str,
-        call: &'static str,
-        f: impl FnOnce() -> sys::CUresult,
-    ) {
+    /// Runs `f` (driver calls, each named by `driver!`) with this context current and restores
+    /// the previous one; for the `Drop` of a `what`, which must not change the thread's state.
+    /// Errors are kept, naming `what`.
+    pub(crate) fn with_current_for_drop(&self, what: &'static str, f: impl FnOnce() -> Result<()>) {
         let keep = |e: Error| self.defer(e.dropping(what, None));
         let previous = match current_raw() {
             Ok(p) => p,
@@ -495,7 +491,7 @@ impl Context {
                 return keep(e);
             }
         }
-        if let Err(e) = check(call, f()) {
+        if let Err(e) = f() {
             keep(e);
         }
         if switch {

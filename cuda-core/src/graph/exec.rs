@@ -549,19 +549,17 @@ impl Drop for GraphExec {
         let raw = self.raw;
         // SAFETY: this value owns the executable graph; the driver lets a launch in flight
         // finish before it frees it.
-        self.ctx.with_current_for_drop("GraphExec", "cuGraphExecDestroy", || unsafe {
-            sys::cuGraphExecDestroy(raw)
-        });
+        self.ctx.with_current_for_drop("GraphExec", || unsafe { driver!(cuGraphExecDestroy(raw)) });
         let keep = self.keep.get_mut();
         if self.launches.get() != 0 && !keep.is_empty() {
             // A launch may still use what the graph keeps; wait before letting go of it. The
             // wait neither reports nor consumes the context's deferred errors.
             let mut waited = false;
             // SAFETY: the context is current during the closure.
-            self.ctx.with_current_for_drop("GraphExec", "cuCtxSynchronize", || {
-                let status = unsafe { sys::cuCtxSynchronize() };
-                waited = status == sys::CUresult::CUDA_SUCCESS;
-                status
+            self.ctx.with_current_for_drop("GraphExec", || {
+                let synchronized = unsafe { driver!(cuCtxSynchronize()) };
+                waited = synchronized.is_ok();
+                synchronized
             });
             if !waited {
                 // The work may still run: keep what it uses for good rather than free it.

@@ -261,7 +261,7 @@ impl Drop for Graph {
         if self.owned {
             let raw = self.raw;
             // SAFETY: this value owns the graph; executable graphs made from it are independent.
-            self.ctx.with_current_for_drop("Graph", "cuGraphDestroy", || unsafe { sys::cuGraphDestroy(raw) });
+            self.ctx.with_current_for_drop("Graph", || unsafe { driver!(cuGraphDestroy(raw)) });
         }
     }
 }

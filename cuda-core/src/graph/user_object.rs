@@ -150,9 +150,7 @@ impl Drop for UserObject {
     fn drop(&mut self) {
         let raw = self.raw;
         // SAFETY: this value holds one reference, given back here.
-        self.ctx.with_current_for_drop("UserObject", "cuUserObjectRelease", || unsafe {
-            sys::cuUserObjectRelease(raw, 1)
-        });
+        self.ctx.with_current_for_drop("UserObject", || unsafe { driver!(cuUserObjectRelease(raw, 1)) });
     }
 }
 

@@ -550,8 +550,8 @@ impl Drop for Array {
             let queued = self.queued.load(Ordering::Relaxed);
             // SAFETY: this value created the array and destroys it once, after the work queued
             // on it (or never, when that wait fails: a leak, not a destroy under running work).
-            self.ctx.with_current_for_drop("Array", "cuArrayDestroy", || unsafe {
-                wait_if(queued, || sys::cuArrayDestroy(raw))
+            self.ctx.with_current_for_drop("Array", || unsafe {
+                wait_if(queued, || driver!(cuArrayDestroy(raw)))
             });
         }
     }
@@ -560,13 +560,10 @@ impl Drop for Array {
 /// With `queued`, waits for the current context first (release-style: no deferred error is
 /// consumed), and does `destroy` only when that wait succeeded; returns the status of what
 /// failed.
-fn wait_if(queued: bool, destroy: impl FnOnce() -> sys::CUresult) -> sys::CUresult {
+fn wait_if(queued: bool, destroy: impl FnOnce() -> Result<()>) -> Result<()> {
     if queued {
         // SAFETY: no arguments; the caller made the owner's context current.
-        let waited = unsafe { sys::cuCtxSynchronize() };
-        if waited != sys::CUresult::CUDA_SUCCESS {
-            return waited;
-        }
+        unsafe { driver!(cuCtxSynchronize()) }?;
     }
     destroy()
 }
@@ -787,8 +784,8 @@ impl Drop for MipmappedArray {
         let raw = self.raw;
         let queued = self.queued.load(Ordering::Relaxed);
         // SAFETY: as for `Array`.
-        self.ctx.with_current_for_drop("MipmappedArray", "cuMipmappedArrayDestroy", || unsafe {
-            wait_if(queued, || sys::cuMipmappedArrayDestroy(raw))
+        self.ctx.with_current_for_drop("MipmappedArray", || unsafe {
+            wait_if(queued, || driver!(cuMipmappedArrayDestroy(raw)))
         });
     }
 }

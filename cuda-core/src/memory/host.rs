@@ -91,8 +91,6 @@ impl<T: Pod> Drop for RegisteredHostMemory<'_, T> {
     fn drop(&mut self) {
         let p = self.slice.as_mut_ptr().cast::<c_void>();
         // SAFETY: the slice was registered by this value and is unregistered once.
-        self.ctx.with_current_for_drop("RegisteredHostMemory", "cuMemHostUnregister", || unsafe {
-            sys::cuMemHostUnregister(p)
-        });
+        self.ctx.with_current_for_drop("RegisteredHostMemory", || unsafe { driver!(cuMemHostUnregister(p)) });
     }
 }

@@ -230,7 +230,7 @@ impl Drop for Linker {
     fn drop(&mut self) {
         let state = self.state;
         // SAFETY: this value owns the link state; the cubin it returned was borrowed from it.
-        self.ctx.with_current_for_drop("Linker", "cuLinkDestroy", || unsafe { sys::cuLinkDestroy(state) });
+        self.ctx.with_current_for_drop("Linker", || unsafe { driver!(cuLinkDestroy(state)) });
     }
 }
 

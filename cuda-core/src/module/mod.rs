@@ -331,7 +331,7 @@ impl Drop for LoadedCode {
         // SAFETY: the module is owned by its `Module` and shared only through this value; the
         // last holder unloads it: nothing borrowed from the module outlives the module, and
         // every graph that may launch its kernels holds this value.
-        self.ctx.with_current_for_drop("Module", "cuModuleUnload", || unsafe { sys::cuModuleUnload(raw) });
+        self.ctx.with_current_for_drop("Module", || unsafe { driver!(cuModuleUnload(raw)) });
     }
 }
 

@@ -106,9 +106,9 @@ impl Drop for TextureObject<'_> {
         let raw = self.raw;
         // SAFETY: this value created the object and destroys it once; the resource is dropped
         // after it.
-        self.resource.context().with_current_for_drop("TextureObject", "cuTexObjectDestroy", || unsafe {
-            sys::cuTexObjectDestroy(raw)
-        });
+        self.resource
+            .context()
+            .with_current_for_drop("TextureObject", || unsafe { driver!(cuTexObjectDestroy(raw)) });
     }
 }
 
@@ -177,9 +177,9 @@ impl Drop for SurfaceObject {
     fn drop(&mut self) {
         let raw = self.raw;
         // SAFETY: this value created the object and destroys it once.
-        self.resource.context().with_current_for_drop("SurfaceObject", "cuSurfObjectDestroy", || unsafe {
-            sys::cuSurfObjectDestroy(raw)
-        });
+        self.resource
+            .context()
+            .with_current_for_drop("SurfaceObject", || unsafe { driver!(cuSurfObjectDestroy(raw)) });
     }
 }
 

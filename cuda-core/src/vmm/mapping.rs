@@ -136,9 +136,7 @@ impl Drop for Mapping {
         let (ptr, size) = (self.ptr, self.size);
         // SAFETY: this value made the mapping and unmaps it once, after the work queued
         // through its views.
-        self.range
-            .context()
-            .with_current_for_drop("Mapping", "cuMemUnmap", || unsafe { sys::cuMemUnmap(ptr, size) });
+        self.range.context().with_current_for_drop("Mapping", || unsafe { driver!(cuMemUnmap(ptr, size)) });
         // SAFETY: each field is dropped once, here, and never used again.
         unsafe {
             ManuallyDrop::drop(&mut self.physical);

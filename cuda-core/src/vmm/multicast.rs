@@ -184,7 +184,6 @@ impl Drop for MulticastObject {
         let raw = self.raw;
         // SAFETY: the handle was created here and is released once; the memory bound to it is
         // let go after (the `bound` field drops after this).
-        self.context
-            .with_current_for_drop("MulticastObject", "cuMemRelease", || unsafe { sys::cuMemRelease(raw) });
+        self.context.with_current_for_drop("MulticastObject", || unsafe { driver!(cuMemRelease(raw)) });
     }
 }

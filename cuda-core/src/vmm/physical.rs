@@ -39,8 +39,7 @@ impl Drop for Handle {
         let raw = self.raw;
         // SAFETY: this value holds one reference to the handle and gives it back once; the
         // mappings that use the memory hold this value, so none is left.
-        self.context
-            .with_current_for_drop("PhysicalMemory", "cuMemRelease", || unsafe { sys::cuMemRelease(raw) });
+        self.context.with_current_for_drop("PhysicalMemory", || unsafe { driver!(cuMemRelease(raw)) });
     }
 }
 

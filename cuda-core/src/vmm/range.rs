@@ -29,9 +29,7 @@ impl Drop for Reservation {
         let (ptr, size) = (self.ptr, self.size);
         // SAFETY: the reservation is freed once; every mapping into it holds this value, so
         // none is left.
-        self.context.with_current_for_drop("Reservation", "cuMemAddressFree", || unsafe {
-            sys::cuMemAddressFree(ptr, size)
-        });
+        self.context.with_current_for_drop("Reservation", || unsafe { driver!(cuMemAddressFree(ptr, size)) });
     }
 }
 

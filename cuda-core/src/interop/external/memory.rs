@@ -129,9 +129,8 @@ impl Drop for Imported {
     fn drop(&mut self) {
         let raw = self.raw;
         // SAFETY: imported once here, destroyed once, after every mapping (they hold `self`).
-        self.context.with_current_for_drop("ExternalMemory", "cuDestroyExternalMemory", || unsafe {
-            sys::cuDestroyExternalMemory(raw)
-        });
+        self.context
+            .with_current_for_drop("ExternalMemory", || unsafe { driver!(cuDestroyExternalMemory(raw)) });
     }
 }
 

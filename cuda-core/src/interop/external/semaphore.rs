@@ -484,8 +484,8 @@ impl Drop for ExternalSemaphore {
         }
         let raw = self.raw;
         // SAFETY: imported once here and destroyed once, after its signals and waits.
-        self.context.with_current_for_drop("ExternalSemaphore", "cuDestroyExternalSemaphore", || unsafe {
-            sys::cuDestroyExternalSemaphore(raw)
+        self.context.with_current_for_drop("ExternalSemaphore", || unsafe {
+            driver!(cuDestroyExternalSemaphore(raw))
         });
     }
 }

@@ -3,7 +3,7 @@
 
 use super::{GraphicsResource, MapFlags, ReadOnlyArray};
 use crate::context::Context;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
 use crate::memory::{Array, ArrayDescriptor, ArrayFlags, BorrowedArray, DeviceView};
 use crate::stream::Stream;
@@ -387,8 +387,8 @@ impl Drop for EglStreamConsumer {
     fn drop(&mut self) {
         let conn = &mut self.conn as *mut sys::CUeglStreamConnection;
         // SAFETY: connected once and disconnected once; no frame is held (it borrows `self`).
-        self.context.with_current_for_drop("EglStreamConsumer", "cuEGLStreamConsumerDisconnect", || unsafe {
-            sys::cuEGLStreamConsumerDisconnect(conn)
+        self.context.with_current_for_drop("EglStreamConsumer", || unsafe {
+            driver!(cuEGLStreamConsumerDisconnect(conn))
         });
     }
 }
@@ -423,13 +423,15 @@ impl AcquiredFrame<'_> {
         // On failure `self` drops with `released` unset, and the drop releases the frame.
         self.consumer.context.make_current()?;
         self.released = true;
-        check("cuEGLStreamConsumerReleaseFrame", self.release_raw())
+        self.release_raw()
     }
 
-    fn release_raw(&mut self) -> sys::CUresult {
+    fn release_raw(&mut self) -> Result<()> {
         let mut stream = stream_handle(self.stream.as_ref());
         // SAFETY: the frame was acquired from this connection and is released once.
-        unsafe { sys::cuEGLStreamConsumerReleaseFrame(&mut self.consumer.conn, self.resource, &mut stream) }
+        unsafe {
+            driver!(cuEGLStreamConsumerReleaseFrame(&mut self.consumer.conn, self.resource, &mut stream))
+        }
     }
 }
 
@@ -437,9 +439,7 @@ impl Drop for AcquiredFrame<'_> {
     fn drop(&mut self) {
         if !self.released {
             let context = self.consumer.context.clone();
-            context.with_current_for_drop("AcquiredFrame", "cuEGLStreamConsumerReleaseFrame", || {
-                self.release_raw()
-            });
+            context.with_current_for_drop("AcquiredFrame", || self.release_raw());
         }
     }
 }
@@ -515,8 +515,8 @@ impl Drop for EglStreamProducer {
     fn drop(&mut self) {
         let conn = &mut self.conn as *mut sys::CUeglStreamConnection;
         // SAFETY: connected once and disconnected once.
-        self.context.with_current_for_drop("EglStreamProducer", "cuEGLStreamProducerDisconnect", || unsafe {
-            sys::cuEGLStreamProducerDisconnect(conn)
+        self.context.with_current_for_drop("EglStreamProducer", || unsafe {
+            driver!(cuEGLStreamProducerDisconnect(conn))
         });
     }
 }

@@ -233,12 +233,11 @@ impl Drop for GraphicsResource {
         // SAFETY: registered once and unregistered once; no guard maps it (it would borrow it).
         // Work queued on its EGL arrays is waited for first; when that wait fails the resource
         // stays registered (a leak, not an image released under running work).
-        self.context.with_current_for_drop("GraphicsResource", "cuGraphicsUnregisterResource", || unsafe {
-            let waited = if queued { sys::cuCtxSynchronize() } else { sys::CUresult::CUDA_SUCCESS };
-            if waited != sys::CUresult::CUDA_SUCCESS {
-                return waited;
+        self.context.with_current_for_drop("GraphicsResource", || unsafe {
+            if queued {
+                driver!(cuCtxSynchronize())?;
             }
-            sys::cuGraphicsUnregisterResource(raw)
+            driver!(cuGraphicsUnregisterResource(raw))
         });
     }
 }
@@ -478,7 +477,7 @@ impl Mapped<'_> {
         self.stream.context().make_current()?;
         self.unmapped = true;
         self.order_unmap()?;
-        check("cuGraphicsUnmapResources", self.unmap_raw())
+        self.unmap_raw()
     }
 
     /// Orders the unmap after the work queued through the mapping on other streams: the
@@ -500,10 +499,10 @@ impl Mapped<'_> {
         unsafe { driver!(cuCtxSynchronize()) }
     }
 
-    fn unmap_raw(&mut self) -> sys::CUresult {
+    fn unmap_raw(&mut self) -> Result<()> {
         let count = self.raw.len() as u32;
         // SAFETY: the resources were mapped together on this stream and are unmapped once.
-        unsafe { sys::cuGraphicsUnmapResources(count, self.raw.as_mut_ptr(), self.stream.as_raw()) }
+        unsafe { driver!(cuGraphicsUnmapResources(count, self.raw.as_mut_ptr(), self.stream.as_raw())) }
     }
 }
 
@@ -511,11 +510,11 @@ impl Drop for Mapped<'_> {
     fn drop(&mut self) {
         if !self.unmapped {
             let context = self.stream.context().clone();
-            context.with_current_for_drop("Mapped", "cuGraphicsUnmapResources", || {
+            context.with_current_for_drop("Mapped", || {
                 // Kept mapped (a leak) when the work through it cannot be waited for.
                 if let Err(e) = self.order_unmap() {
                     context.defer(e.dropping("Mapped", None));
-                    return sys::CUresult::CUDA_SUCCESS;
+                    return Ok(());
                 }
                 self.unmap_raw()
             });
