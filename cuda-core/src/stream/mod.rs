@@ -69,6 +69,9 @@ struct StreamInner {
     /// while this stream is.
     #[cfg(feature = "cudarc")]
     keeper: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// An event of `ctx`, made on first need, recorded on this stream whenever another stream
+    /// must wait for the work queued on it so far ([`Stream::mark`]); null until then.
+    mark: std::sync::atomic::AtomicPtr<sys::CUevent_st>,
 }
 
 impl StreamInner {
@@ -87,6 +90,7 @@ impl StreamInner {
             green: None,
             #[cfg(feature = "cudarc")]
             keeper: None,
+            mark: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 }
@@ -210,6 +214,7 @@ impl Stream {
                 green: Some(green),
                 #[cfg(feature = "cudarc")]
                 keeper: None,
+                mark: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
             }),
         }
     }
@@ -410,8 +415,47 @@ impl PartialEq for Stream {
 
 impl Eq for Stream {}
 
+impl Stream {
+    /// Records the stream's mark (an event of its context, made on first use and kept until
+    /// the stream goes) here and returns it, for another stream to wait for the work queued on
+    /// this one so far (`cuStreamWaitEvent`). A later record does not change what an earlier
+    /// wait waits for, so one event serves every such wait. The stream's context is current.
+    pub(crate) fn mark(&self) -> Result<sys::CUevent> {
+        use std::sync::atomic::Ordering;
+        let mut event = self.inner.mark.load(Ordering::Acquire);
+        if event.is_null() {
+            let mut made = std::ptr::null_mut();
+            // SAFETY: one out-parameter; the stream's context is current (the caller's contract).
+            unsafe { driver!(cuEventCreate(&mut made, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0)) }?;
+            event = match self.inner.mark.compare_exchange(
+                std::ptr::null_mut(),
+                made,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => made,
+                Err(theirs) => {
+                    // Another thread made one first: this one was never used.
+                    // SAFETY: made above, destroyed once.
+                    unsafe { driver!(cuEventDestroy(made)) }?;
+                    theirs
+                }
+            };
+        }
+        // SAFETY: the event (of this stream's context) and the stream are alive.
+        unsafe { driver!(cuEventRecord(event, self.as_raw())) }?;
+        Ok(event)
+    }
+}
+
 impl Drop for StreamInner {
     fn drop(&mut self) {
+        let mark = *self.mark.get_mut();
+        if !mark.is_null() {
+            // SAFETY: made by `mark` in `ctx` and destroyed once, here; waits queued on it keep
+            // what they need.
+            self.ctx.with_current_for_drop("Stream", || unsafe { driver!(cuEventDestroy(mark)) });
+        }
         if self.owned {
             // SAFETY: this value created the stream and it is the last user.
             let status = unsafe { driver!(status: cuStreamDestroy(self.raw)) };

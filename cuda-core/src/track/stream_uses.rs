@@ -463,23 +463,16 @@ pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<Ordered> {
     if capture_of(earlier)?.is_some() {
         return Err(captured_first_use());
     }
-    let mut event = std::ptr::null_mut();
-    earlier.context().with_current(|| {
+    let event = earlier.context().with_current(|| {
         if raw_capturing(earlier)? {
             return Err(captured_first_use());
         }
-        // SAFETY: one out-parameter; the stream's context is current.
-        unsafe { driver!(cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0)) }?;
-        // SAFETY: the event (of this context) and the stream are alive.
-        unsafe { driver!(cuEventRecord(event, earlier.as_raw())) }
+        earlier.mark()
     })?;
-    // SAFETY: both are alive; a stream may wait for an event of another context.
-    let waited = later
-        .bind_if_default()
-        .and_then(|()| unsafe { driver!(cuStreamWaitEvent(later.as_raw(), event, 0)) });
-    // SAFETY: created above, destroyed once; the driver keeps what the queued wait needs.
-    let destroyed = unsafe { driver!(cuEventDestroy(event)) };
-    waited.and(destroyed).map(|()| Ordered::Waited)
+    later.bind_if_default()?;
+    // SAFETY: both are alive (the earlier stream's mark lives as long as it does); a stream may
+    // wait for an event of another context.
+    unsafe { driver!(cuStreamWaitEvent(later.as_raw(), event, 0)) }.map(|()| Ordered::Waited)
 }
 
 /// What [`wait_for`] did.
@@ -531,20 +524,10 @@ pub(crate) fn order_after(own: &Stream, others: &[Stream]) -> Result<()> {
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Err(captured_release());
         }
-        let mut event = std::ptr::null_mut();
-        // SAFETY: one out-parameter; the stream's context is current.
-        unsafe { driver!(cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0)) }?;
-        // SAFETY: both handles are alive; the event is destroyed once the wait is queued (the
-        // driver keeps what the wait needs).
-        let recorded = unsafe { driver!(cuEventRecord(event, other.as_raw())) }
-            .and_then(|()| own.bind_if_default())
-            .and_then(|()| {
-                // SAFETY: as above.
-                unsafe { driver!(cuStreamWaitEvent(own.as_raw(), event, 0)) }
-            });
-        // SAFETY: created above, destroyed once.
-        let destroyed = unsafe { driver!(cuEventDestroy(event)) };
-        recorded.and(destroyed)?;
+        let event = other.mark()?;
+        own.bind_if_default()?;
+        // SAFETY: both handles are alive (the mark lives as long as `other` does).
+        unsafe { driver!(cuStreamWaitEvent(own.as_raw(), event, 0)) }?;
     }
     Ok(())
 }
