@@ -15,8 +15,6 @@
 //! one event on each stream it must come after (at the moment of the use, so the event covers
 //! the write and whatever that stream queued before it) and waits for it on its own stream.
 
-use super::stream_uses::{Ordered, wait_for};
-use crate::error::Result;
 use crate::stream::Stream;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -221,17 +219,6 @@ static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0
 
 fn epoch() -> u64 {
     EPOCH.load(Ordering::Relaxed)
-}
-
-/// Makes `stream` wait for the work queued so far on each of `earlier` (see [`wait_for`]).
-/// Whether it did: `false` where `stream` is being captured (by a capture the crate did not
-/// begin), whose work runs at the graph's launches and cannot wait for work outside.
-pub(crate) fn wait_all(stream: &Stream, earlier: &[Stream]) -> Result<bool> {
-    let mut waited = true;
-    for e in earlier {
-        waited &= wait_for(stream, e)? == Ordered::Waited;
-    }
-    Ok(waited)
 }
 
 #[cfg(test)]

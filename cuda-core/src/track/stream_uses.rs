@@ -246,7 +246,7 @@ impl StreamUses {
                 None if own == Some(stream) => return Ok(false),
                 None => LastUses::default().plan(own, stream, access),
             };
-            if !ordering::wait_all(stream, &plan.waits)? {
+            if !wait_all(stream, &plan.waits)? {
                 // `stream` is being captured: its work runs at the graph's launches, and is
                 // not noted as ordered.
                 return Ok(false);
@@ -530,4 +530,15 @@ pub(crate) fn order_after(own: &Stream, others: &[Stream]) -> Result<()> {
         unsafe { driver!(cuStreamWaitEvent(own.as_raw(), event, 0)) }?;
     }
     Ok(())
+}
+
+/// Makes `stream` wait for the work queued so far on each of `earlier` (see [`wait_for`]), for
+/// [`StreamOrdering::Implicit`](ordering::StreamOrdering). Whether it did: `false` where `stream` is being captured (by a capture the crate did not
+/// begin), whose work runs at the graph's launches and cannot wait for work outside.
+fn wait_all(stream: &Stream, earlier: &[Stream]) -> Result<bool> {
+    let mut waited = true;
+    for e in earlier {
+        waited &= wait_for(stream, e)? == Ordered::Waited;
+    }
+    Ok(waited)
 }
