@@ -2,6 +2,8 @@
 //! [`set_pinned_memory_allocator`] (CuPy's names). A thread that chose none gets the default
 //! pool of the device, which the pools' room keeps (`pool::get_allocator`).
 
+#![forbid(unsafe_code)]
+
 use super::allocator::{Allocator, PinnedAllocator};
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;

@@ -31,6 +31,8 @@
 //! and module) until [`forget`](LoadedKernels::forget); the remembered addresses are capped at
 //! [`SEEN_LIMIT`].
 
+#![forbid(unsafe_code)]
+
 use super::checksum::checksum;
 use super::options::CompileOptions;
 use std::collections::HashMap;

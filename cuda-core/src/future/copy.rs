@@ -1,6 +1,8 @@
 //! Copies to the host as futures: [`ToVec`] resolves to the data, [`ToPinned`] to a filled
 //! pinned buffer.
 
+#![forbid(unsafe_code)]
+
 use super::completion::Completion;
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceView, MemorySpace, PinnedBuffer, PinnedSlice};

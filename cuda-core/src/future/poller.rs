@@ -1,6 +1,8 @@
 //! The poller: one thread for the process that queries the events of pending futures in
 //! batches and wakes their tasks, and the free list of marker events it recycles.
 
+#![forbid(unsafe_code)]
+
 use super::slot::{Checked, Slot};
 use crate::context::Context;
 use crate::error::{Error, Result};

@@ -1,6 +1,8 @@
 //! [`Bootstrap`]: forming a communicator from what cluster launchers set (`torchrun`, Slurm,
 //! Open MPI) or from an explicit address, with the unique id exchanged over TCP.
 
+#![forbid(unsafe_code)]
+
 use super::comm::Communicator;
 use super::config::Config;
 use super::id::UniqueId;

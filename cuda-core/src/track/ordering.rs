@@ -15,6 +15,8 @@
 //! one event on each stream it must come after (at the moment of the use, so the event covers
 //! the write and whatever that stream queued before it) and waits for it on its own stream.
 
+#![forbid(unsafe_code)]
+
 use crate::stream::Stream;
 use std::sync::atomic::{AtomicBool, Ordering};
 
