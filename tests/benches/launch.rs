@@ -198,19 +198,21 @@ fn run() -> cuhost::Result<()> {
     // other stream and make the owner's stream wait for it around each launch.
     let mut y2 = DeviceBuffer::<f32>::zeroed(&stream, n as usize)?;
     let y2p = y2.as_raw();
+    // The raw launch of saxpy over `x` and `y2` on `on`.
+    let raw_saxpy_y2 = |on: sys::CUstream| {
+        let mut args = saxpy_args(&n, &a, &xp, &y2p);
+        // SAFETY: saxpy takes (u32, f32, f32*, f32*); x and y2 hold n floats.
+        check(unsafe {
+            sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, on, args.as_mut_ptr(), std::ptr::null_mut())
+        });
+    };
     rows.push(measure(
         "launch saxpy (&x, &mut y buffers), same stream",
         &mut gate,
         &stream,
         // SAFETY: as for the first row.
         || unsafe { saxpy.launch(&stream, &config, (&n, &a, &x, &mut y2)).unwrap_or_else(|e| fail(e)) },
-        || {
-            let mut args = saxpy_args(&n, &a, &xp, &y2p);
-            // SAFETY: as above.
-            check(unsafe {
-                sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, s, args.as_mut_ptr(), std::ptr::null_mut())
-            });
-        },
+        || raw_saxpy_y2(s),
     )?);
     let other = Stream::new(&ctx, StreamFlags::NON_BLOCKING)?;
     let o = other.as_raw();
@@ -223,12 +225,8 @@ fn run() -> cuhost::Result<()> {
         // SAFETY: as for the first row.
         || unsafe { saxpy.launch(&other, &config, (&n, &a, &x, &mut y2)).unwrap_or_else(|e| fail(e)) },
         || {
-            let mut args = saxpy_args(&n, &a, &xp, &y2p);
-            // SAFETY: as above; live event and streams.
-            check(unsafe {
-                sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, o, args.as_mut_ptr(), std::ptr::null_mut())
-            });
-            // SAFETY: as above.
+            raw_saxpy_y2(o);
+            // SAFETY: live event and streams.
             check(unsafe { sys::cuEventRecord(ev, o) });
             // SAFETY: as above.
             check(unsafe { sys::cuStreamWaitEvent(s, ev, 0) });
@@ -247,13 +245,7 @@ fn run() -> cuhost::Result<()> {
         &stream,
         // SAFETY: as for the first row.
         || unsafe { saxpy.launch(&stream, &config, (&n, &a, &x, &mut y2)).unwrap_or_else(|e| fail(e)) },
-        || {
-            let mut args = saxpy_args(&n, &a, &xp, &y2p);
-            // SAFETY: as above.
-            check(unsafe {
-                sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, s, args.as_mut_ptr(), std::ptr::null_mut())
-            });
-        },
+        || raw_saxpy_y2(s),
     )?);
     let mut turn = 0usize;
     let mut raw_turn = 0usize;
@@ -270,15 +262,11 @@ fn run() -> cuhost::Result<()> {
         || {
             raw_turn += 1;
             let (on, after) = if raw_turn % 2 == 0 { (s, o) } else { (o, s) };
-            let mut args = saxpy_args(&n, &a, &xp, &y2p);
-            // SAFETY: as above; live event and streams.
+            // SAFETY: live event and streams.
             check(unsafe { sys::cuEventRecord(ev, after) });
             // SAFETY: as above.
             check(unsafe { sys::cuStreamWaitEvent(on, ev, 0) });
-            // SAFETY: as above.
-            check(unsafe {
-                sys::cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, on, args.as_mut_ptr(), std::ptr::null_mut())
-            });
+            raw_saxpy_y2(on);
         },
     )?);
     cuhost::stream::set_stream_ordering(cuhost::StreamOrdering::Explicit);

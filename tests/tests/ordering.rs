@@ -4,6 +4,9 @@
 //! that sleeps, so a missing order shows as wrong values; without the mode the same program is
 //! a race of its own, which the checking driver reports as category (d).
 
+#[path = "kernels/mod.rs"]
+mod kernels;
+
 use cuda_tests::{TestResult, device_zero, ensure, ensure_eq, gpu, gpu_needing, hold};
 use cuhost::stream::set_stream_ordering;
 use cuhost::{DeviceBuffer, Stream, StreamFlags, StreamOrdering};
@@ -117,41 +120,19 @@ fn write_waits_for_the_reads() -> TestResult {
     Ok(())
 }
 
-/// A kernel that writes its `u32*` argument: `dst[i] = value`.
-const FILL: &str = r#"
-.version 7.0
-.target sm_50
-.address_size 64
-.visible .entry fill(.param .u64 dst, .param .u32 n, .param .u32 value)
-{
-    .reg .pred %p; .reg .b32 %r<6>; .reg .b64 %rd<4>;
-    ld.param.u64 %rd1, [dst]; ld.param.u32 %r1, [n]; ld.param.u32 %r2, [value];
-    mov.u32 %r3, %ctaid.x; mov.u32 %r4, %ntid.x; mov.u32 %r5, %tid.x;
-    mad.lo.s32 %r3, %r3, %r4, %r5;
-    setp.ge.u32 %p, %r3, %r1;
-    @%p bra DONE;
-    cvta.to.global.u64 %rd2, %rd1;
-    mul.wide.u32 %rd3, %r3, 4;
-    add.s64 %rd2, %rd2, %rd3;
-    st.global.u32 [%rd2], %r2;
-DONE:
-    ret;
-}
-"#;
-
 fn exclusive_kernel_argument_is_a_write() -> TestResult {
     let _mode = Mode::set(StreamOrdering::Implicit);
     let (ctx, [owner, writer, reader]) = three_streams()?;
-    let module = cuhost::Module::from_ptx(&ctx, FILL)?;
-    let fill = module.function("fill")?;
+    let module = cuhost::Module::from_ptx(&ctx, kernels::SPIN_PTX)?;
+    let fill = module.function("spin_fill")?;
     let n = 1u32 << 20;
     let mut buffer = DeviceBuffer::<u32>::zeroed(&owner, n as usize)?;
     owner.synchronize()?;
     hold(&writer, HOLD_MS)?;
     let config = cuhost::LaunchConfig::for_elements(n, 256);
-    // SAFETY: fill takes (u32*, u32, u32) and writes `n` elements from the pointer; the buffer
-    // holds `n`.
-    unsafe { fill.launch(&writer, &config, (&mut buffer, &n, &5u32)) }?;
+    // SAFETY: spin_fill takes (u32*, u32, u32, u64) and writes `n` elements from the pointer
+    // (after 0 ns); the buffer holds `n`.
+    unsafe { fill.launch(&writer, &config, (&mut buffer, &n, &5u32, &0u64)) }?;
     let mut copy = DeviceBuffer::<u32>::zeroed(&reader, n as usize)?;
     copy.view_mut().copy_from_device_async(&buffer.view(), &reader)?;
     let read = copy.to_vec()?;
