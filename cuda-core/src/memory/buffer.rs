@@ -437,7 +437,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// given up either way.
     #[track_caller]
     pub fn free(mut self) -> Result<()> {
-        let r = self.give_back();
+        let listed = self.uses.holds_list();
+        let r = self.give_back(listed);
         self.released = true;
         r
     }
@@ -446,24 +447,21 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// was used on; after the NCCL groups that use it have queued their calls, when some are
     /// open; never when the work that may use the memory could not be waited for (then it is
     /// kept: a leak, not a reuse under running work).
+    ///
+    /// This is the one release of a buffer: `Drop` and [`free`](Self::free) call it, saying
+    /// whether `uses` holds a list (`listed`). The common buffer (on its own created stream,
+    /// nothing noted, no capture anywhere) goes straight back to its source; every other case
+    /// is [`give_back_noted`](Self::give_back_noted).
     #[inline]
     #[track_caller]
-    fn give_back(&mut self) -> Result<()> {
-        if !self.careful && self.uses.is_untouched() && !capturing::any() {
-            return self.give_back_alone();
+    fn give_back(&mut self, listed: bool) -> Result<()> {
+        if !self.careful && (!listed || self.uses.is_untouched()) && !capturing::any() {
+            // SAFETY: the allocation came from `source` and is given back once (`released` is
+            // set, or the buffer dropped, by the callers); nothing but the buffer's own stream
+            // may use it.
+            return unsafe { self.source.deallocate(self.allocation(), &self.stream, &[]) };
         }
         self.give_back_noted()
-    }
-
-    /// [`give_back`](Self::give_back) for a buffer that no other stream used: not moved, not
-    /// on a per-thread default stream, nothing noted in `uses`.
-    #[inline]
-    #[track_caller]
-    fn give_back_alone(&mut self) -> Result<()> {
-        // SAFETY: the allocation came from `source` and is given back once (`released` is set,
-        // or the buffer dropped, by the callers); the callers checked that no other stream may
-        // use it.
-        unsafe { self.source.deallocate(self.allocation(), &self.stream, &[]) }
     }
 
     /// [`give_back`](Self::give_back) for a buffer used on other streams, moved, on a
@@ -586,37 +584,21 @@ impl<T: Pod, S: MemorySpace> Drop for DeviceBuffer<T, S> {
     #[inline]
     #[track_caller]
     fn drop(&mut self) {
-        // The common buffer, used on its own created stream only, makes one check of its stream
-        // uses: with no list, nothing else used the memory.
-        if !self.careful && !self.uses.holds_list() && !capturing::any() {
-            if !self.released {
-                if let Err(e) = self.give_back_alone() {
-                    self.keep_drop_error(e);
-                }
-            }
-            return;
-        }
-        self.drop_noted();
-    }
-}
-
-impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
-    /// The drop of a buffer with a list of stream uses, or one that must look beyond them.
-    #[cold]
-    #[inline(never)]
-    #[track_caller]
-    fn drop_noted(&mut self) {
+        // Only a buffer whose uses were noted has a list, to look at and to free.
+        let listed = self.uses.holds_list();
         if !self.released {
-            if let Err(e) = self.give_back() {
+            if let Err(e) = self.give_back(listed) {
                 self.keep_drop_error(e);
             }
         }
-        if self.uses.holds_list() {
+        if listed {
             // SAFETY: dropped once, here, and not used again.
             unsafe { ManuallyDrop::drop(&mut self.uses) };
         }
     }
+}
 
+impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     /// Keeps an error met while the drop gave the memory back, where the next call will report
     /// it.
     #[cold]
