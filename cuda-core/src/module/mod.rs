@@ -161,14 +161,18 @@ impl Module {
         let mut raw = std::ptr::null_mut();
         // SAFETY: `image` is a checked, complete image (or NUL-terminated PTX) that outlives the
         // call; the option arrays have `len()` entries and their buffers live in `raw_options`.
+        // With no option (a cached CUBIN), the plain call, as a program that loads a CUBIN makes it.
         let status = unsafe {
-            driver!(status: cuModuleLoadDataEx(
-                &mut raw,
-                image,
-                raw_options.len(),
-                raw_options.keys.as_mut_ptr(),
-                raw_options.values.as_mut_ptr(),
-            ))
+            match raw_options.len() {
+                0 => driver!(status: cuModuleLoadData(&mut raw, image)),
+                n => driver!(status: cuModuleLoadDataEx(
+                    &mut raw,
+                    image,
+                    n,
+                    raw_options.keys.as_mut_ptr(),
+                    raw_options.values.as_mut_ptr(),
+                )),
+            }
         };
         let log = raw_options.check(status)?;
         Ok(Module {
