@@ -12,10 +12,11 @@
 //!    `#[cfg(any(test, ..))]`, counts as ordinary code.
 //! 3. What is left is searched for a path into the driver crate: `sys::cuName`,
 //!    `driver_sys::cuName` or `cuhost_driver_sys::cuName`, or a call through the crate's
-//!    `driver!` macro, `driver!(cuName(..))`, where the name starts with `cu` and an
-//!    upper-case letter (types are `CU..`, constants `CU_..`). A use need not be a call: a
-//!    function passed by name counts too. Names brought in by `use cuhost_driver_sys::{cuName}`
-//!    and called bare are not seen; `cuhost` does not import functions that way.
+//!    `driver!` macro, `driver!(cuName(..))` or `driver!(status: cuName(..))`, where the name
+//!    starts with `cu` and an upper-case letter (types are `CU..`, constants `CU_..`). A use
+//!    need not be a call: a function passed by name counts too. Names brought in by
+//!    `use cuhost_driver_sys::{cuName}` and called bare are not seen; `cuhost` does not import
+//!    functions that way.
 //!
 //! Which of the names found are `cuda.h` functions, and which function an ABI-suffixed name
 //! (`cuGraphAddNode_v12030`) stands for, is for the caller to decide ([`base_names`]).
@@ -135,7 +136,7 @@ impl UsePattern {
         let re = |s: &str| Regex::new(s).map_err(|e| e.to_string());
         Ok(UsePattern {
             path: re(
-                r"(?:(?:\bcuhost_driver_sys|\bdriver_sys|\bsys)\s*::|\bdriver!\s*\()\s*(cu[A-Z][A-Za-z0-9_]*)",
+                r"(?:(?:\bcuhost_driver_sys|\bdriver_sys|\bsys)\s*::|\bdriver!\s*\(\s*(?:status\s*:)?)\s*(cu[A-Z][A-Za-z0-9_]*)",
             )?,
             cfg_test: re(r"#\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")?,
             inner_cfg_test: re(r"#\s*!\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")?,
@@ -370,6 +371,7 @@ pub fn alloc(n: usize) -> Result<u64, Error> {
     unsafe { sys::cuGraphAddNode_v12030(out, graph) };
     let _ = |x: &'static str| driver_sys::cuStreamQuery(s);
     unsafe { driver!(cuMacroCall(s)) }?;
+    let status = unsafe { driver!(status: cuStatusCall(s)) };
     let _type: sys::CUdeviceptr = 0;
     Ok(p)
 }
@@ -404,6 +406,7 @@ fn after() { unsafe { sys::cuAfterTests() } }
                 "cuGraphAddNode_v12030",
                 "cuMacroCall",
                 "cuMemAlloc",
+                "cuStatusCall",
                 "cuStreamQuery"
             ]
         );
