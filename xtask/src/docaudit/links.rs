@@ -54,16 +54,21 @@ pub(super) fn links_docs(doc: &str, library: Library) -> bool {
 }
 
 /// Every `<sys crate>::<C function>` path in `tokens`, macro arguments included, and every
-/// driver call made through `cuhost`'s `driver!(cuName(..))`.
+/// driver call made through `cuhost`'s `driver!(cuName(..))` or `driver!(status: cuName(..))`.
 pub(super) fn c_calls(tokens: TokenStream, out: &mut BTreeSet<String>) {
     let trees: Vec<TokenTree> = tokens.into_iter().collect();
     for (i, tree) in trees.iter().enumerate() {
         match tree {
             TokenTree::Group(g) => c_calls(g.stream(), out),
             TokenTree::Ident(m) if m == "driver" => {
+                // `driver!(cuName(..))`, or `driver!(status: cuName(..))`.
                 let called = match (trees.get(i + 1), trees.get(i + 2)) {
                     (Some(TokenTree::Punct(bang)), Some(TokenTree::Group(args))) if bang.as_char() == '!' => {
-                        args.stream().into_iter().next()
+                        let mut args = args.stream().into_iter();
+                        match args.next() {
+                            Some(TokenTree::Ident(first)) if first == "status" => args.nth(1),
+                            first => first,
+                        }
                     }
                     _ => None,
                 };
@@ -119,13 +124,13 @@ mod tests {
             let s = sys::CUresult::CUDA_SUCCESS; rt::cudaMalloc(p, n); nccl::ncclAllReduce(); \
             rt::cudaMemcpy(d, s, n, rt::cudaMemcpyKind::cudaMemcpyDefault); \
             other::cuNotSys(); sys::per_thread_default_stream(); \
-            unsafe { driver!(cuMemFree(p)) }; driver!(not_a_call);"
+            unsafe { driver!(cuMemFree(p)) }; driver!(not_a_call); driver!(status: cuEventQuery(e));"
             .parse()
             .unwrap_or_default();
         c_calls(tokens, &mut calls);
         assert_eq!(
             calls.into_iter().collect::<Vec<_>>(),
-            ["cuMemAlloc", "cuMemFree", "cudaMalloc", "cudaMemcpy", "ncclAllReduce"]
+            ["cuEventQuery", "cuMemAlloc", "cuMemFree", "cudaMalloc", "cudaMemcpy", "ncclAllReduce"]
         );
         assert_eq!(library_of("cudaMalloc"), Some(Library::Runtime));
         assert_eq!(library_of("cuMemAlloc"), Some(Library::Driver));
