@@ -564,7 +564,9 @@ unsafe fn launch_raw<A: KernelArgs>(
     stream.bind_if_default()?;
     // Buffers used on another stream than their own wait for this one before they are given
     // back; nothing to do on their own stream.
+    crate::track::checker::launch_reads_forgotten();
     args.note_launch(stream)?;
+    crate::track::checker::launch_reads_told();
     let mut attrs = [const { MaybeUninit::uninit() }; crate::launch::MAX_ATTRIBUTES];
     let raw = config.raw_launch_config(raw_stream, &mut attrs);
     // `args` stays where it is until the call returns: the pointers of views passed by value

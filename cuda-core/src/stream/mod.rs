@@ -72,6 +72,10 @@ struct StreamInner {
     /// An event of `ctx`, made on first need, recorded on this stream whenever another stream
     /// must wait for the work queued on it so far ([`Stream::mark`]); null until then.
     mark: std::sync::atomic::AtomicPtr<sys::CUevent_st>,
+    /// Held from a record of `mark` to the wait on it, so that each wait waits for its own
+    /// record (one made by another thread after this stream began to be captured would be a
+    /// captured record, and a wait on it would join the capture).
+    marking: std::sync::Mutex<()>,
 }
 
 impl StreamInner {
@@ -91,13 +95,15 @@ impl StreamInner {
             #[cfg(feature = "cudarc")]
             keeper: None,
             mark: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+            marking: std::sync::Mutex::new(()),
         }
     }
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver synchronizes access to it.
 unsafe impl Send for StreamInner {}
-// SAFETY: as above; the fields are never mutated after creation.
+// SAFETY: as above; the fields are never mutated after creation but for `mark`, an atomic
+// (under `marking`'s lock for its records).
 unsafe impl Sync for StreamInner {}
 
 /// A CUDA stream: a queue of work that runs in order on the device.
@@ -215,6 +221,7 @@ impl Stream {
                 #[cfg(feature = "cudarc")]
                 keeper: None,
                 mark: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+                marking: std::sync::Mutex::new(()),
             }),
         }
     }
@@ -418,10 +425,12 @@ impl Eq for Stream {}
 impl Stream {
     /// Records the stream's mark (an event of its context, made on first use and kept until
     /// the stream goes) here and returns it, for another stream to wait for the work queued on
-    /// this one so far (`cuStreamWaitEvent`). A later record does not change what an earlier
-    /// wait waits for, so one event serves every such wait. The stream's context is current.
-    pub(crate) fn mark(&self) -> Result<sys::CUevent> {
+    /// this one so far (`cuStreamWaitEvent`), with a lock to hold until that wait is queued: a
+    /// later record does not change what an earlier wait waits for, so one event serves every
+    /// such wait, made one at a time. The stream's context is current.
+    pub(crate) fn mark(&self) -> Result<(std::sync::MutexGuard<'_, ()>, sys::CUevent)> {
         use std::sync::atomic::Ordering;
+        let held = self.inner.marking.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut event = self.inner.mark.load(Ordering::Acquire);
         if event.is_null() {
             let mut made = std::ptr::null_mut();
@@ -435,16 +444,19 @@ impl Stream {
             ) {
                 Ok(_) => made,
                 Err(theirs) => {
-                    // Another thread made one first: this one was never used.
+                    // Another thread made one first: this one was never used, and a failure
+                    // to destroy it does not keep the other from serving.
                     // SAFETY: made above, destroyed once.
-                    unsafe { driver!(cuEventDestroy(made)) }?;
+                    if let Err(e) = unsafe { driver!(cuEventDestroy(made)) } {
+                        self.inner.ctx.defer(e.dropping("Stream", None));
+                    }
                     theirs
                 }
             };
         }
         // SAFETY: the event (of this stream's context) and the stream are alive.
         unsafe { driver!(cuEventRecord(event, self.as_raw())) }?;
-        Ok(event)
+        Ok((held, event))
     }
 }
 

@@ -36,13 +36,38 @@ pub(crate) fn new_owner(ptr: u64, size: usize) {
     }
 }
 
-/// The next launch on the calling thread only reads the memory its argument `ptr` points into.
+/// The launch the calling thread is preparing only reads the memory its argument `ptr` points
+/// into: kept until [`launch_reads_told`] tells the checking driver, just before the launch is
+/// made, so that a launch refused after some arguments were noted tells it nothing.
 #[inline]
 pub(crate) fn launch_reads(ptr: u64) {
-    if let Some(reads) = sys::check_hooks().and_then(|h| h.launch_reads) {
-        // SAFETY: as in `new_owner`; the address is only recorded.
-        unsafe { reads(ptr) };
+    if sys::check_hooks().is_some_and(|h| h.launch_reads.is_some()) {
+        let _ = READ_ONLY.try_with(|r| r.borrow_mut().push(ptr));
     }
+}
+
+/// Forgets what an earlier launch that was not made kept; called before a launch notes its
+/// arguments.
+#[inline]
+pub(crate) fn launch_reads_forgotten() {
+    if sys::check_hooks().is_some_and(|h| h.launch_reads.is_some()) {
+        let _ = READ_ONLY.try_with(|r| r.borrow_mut().clear());
+    }
+}
+
+/// Tells the checking driver the arguments the launch about to be made only reads.
+#[inline]
+pub(crate) fn launch_reads_told() {
+    if let Some(reads) = sys::check_hooks().and_then(|h| h.launch_reads) {
+        let pending = READ_ONLY.try_with(|r| std::mem::take(&mut *r.borrow_mut())).unwrap_or_default();
+        // SAFETY: as in `new_owner`; the addresses are only recorded.
+        pending.into_iter().for_each(|ptr| unsafe { reads(ptr) });
+    }
+}
+
+thread_local! {
+    /// The arguments of the launch being prepared on this thread that it only reads.
+    static READ_ONLY: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The calling thread reads (or, with `write`, writes) the elements of `slice` now.

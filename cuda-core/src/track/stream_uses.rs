@@ -463,7 +463,7 @@ pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<Ordered> {
     if capture_of(earlier)?.is_some() {
         return Err(captured_first_use());
     }
-    let event = earlier.context().with_current(|| {
+    let (held, event) = earlier.context().with_current(|| {
         if raw_capturing(earlier)? {
             return Err(captured_first_use());
         }
@@ -472,7 +472,9 @@ pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<Ordered> {
     later.bind_if_default()?;
     // SAFETY: both are alive (the earlier stream's mark lives as long as it does); a stream may
     // wait for an event of another context.
-    unsafe { driver!(cuStreamWaitEvent(later.as_raw(), event, 0)) }.map(|()| Ordered::Waited)
+    let waited = unsafe { driver!(cuStreamWaitEvent(later.as_raw(), event, 0)) };
+    drop(held);
+    waited.map(|()| Ordered::Waited)
 }
 
 /// What [`wait_for`] did.
@@ -524,10 +526,11 @@ pub(crate) fn order_after(own: &Stream, others: &[Stream]) -> Result<()> {
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Err(captured_release());
         }
-        let event = other.mark()?;
+        let (held, event) = other.mark()?;
         own.bind_if_default()?;
         // SAFETY: both handles are alive (the mark lives as long as `other` does).
         unsafe { driver!(cuStreamWaitEvent(own.as_raw(), event, 0)) }?;
+        drop(held);
     }
     Ok(())
 }

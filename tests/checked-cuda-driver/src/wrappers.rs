@@ -123,9 +123,9 @@ fn launched(
     pt: bool,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
+    read_only: &[u64],
 ) {
     let values = arguments(f, params, extra);
-    let read_only = READ_ONLY.with(std::cell::RefCell::take);
     with(|m| {
         let (mut reads, mut writes) = (Vec::new(), Vec::new());
         match &values {
@@ -146,8 +146,13 @@ fn launched(
 
 thread_local! {
     /// The arguments the program said its next launch on this thread only reads; taken (and so
-    /// cleared) by every launch.
+    /// cleared) by every launch before it reaches the real driver, whether that makes it or not.
     static READ_ONLY: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The arguments the launch being made only reads (see [`READ_ONLY`]).
+fn take_read_only() -> Vec<u64> {
+    READ_ONLY.with(std::cell::RefCell::take)
 }
 
 /// The `launch_reads` hook: the next launch on this thread only reads the memory at `ptr`.
@@ -395,24 +400,27 @@ wrappers! {
         s
     }
     cuLaunchKernel 4000 (f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) |real, pt| {
+        let read_only = take_read_only();
         // SAFETY: forwarded.
         let s = unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) };
-        if s == SUCCESS { launched("cuLaunchKernel", f, stream, pt, params, extra) }
+        if s == SUCCESS { launched("cuLaunchKernel", f, stream, pt, params, extra, &read_only) }
         s
     }
     cuLaunchCooperativeKernel 9000 (f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Handle, params: *mut *mut c_void) |real, pt| {
+        let read_only = take_read_only();
         // SAFETY: forwarded.
         let s = unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) };
-        if s == SUCCESS { launched("cuLaunchCooperativeKernel", f, stream, pt, params, std::ptr::null_mut()) }
+        if s == SUCCESS { launched("cuLaunchCooperativeKernel", f, stream, pt, params, std::ptr::null_mut(), &read_only) }
         s
     }
     cuLaunchKernelEx 11060 (config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) |real, pt| {
+        let read_only = take_read_only();
         // SAFETY: forwarded.
         let s = unsafe { real(config, f, params, extra) };
         if s == SUCCESS && !config.is_null() {
             // SAFETY: the configuration the real call read.
             let stream = unsafe { (*config).stream };
-            launched("cuLaunchKernelEx", f, stream, pt, params, extra)
+            launched("cuLaunchKernelEx", f, stream, pt, params, extra, &read_only)
         }
         s
     }
