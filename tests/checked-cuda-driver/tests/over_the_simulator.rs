@@ -165,6 +165,55 @@ fn fork_join_program() {
     }
 }
 
+/// A launch refused after its first argument, a shared borrow of `a`, was noted (its second is
+/// graph memory outside its capture), then a kernel writing `a` on one stream and a copy
+/// reading it on another with nothing ordering them: a race of the program's own, which the
+/// checker must see. Were the refused launch's "read only" left for the next launch, the write
+/// would count as a read, and the race would go unseen.
+fn refused_launch_then_race_program() {
+    let ctx = Context::primary(&Device::get(0).unwrap()).unwrap();
+    let (s0, s1) = streams(&ctx);
+    let (s2, s3) = streams(&ctx);
+    let module = Module::from_ptx(&ctx, KERNELS).unwrap();
+    let (add, fill) = (module.function("add_u32").unwrap(), module.function("fill_u32").unwrap());
+    let n = 256u32;
+    let config = LaunchConfig::for_elements(n, 128);
+    let mut a = DeviceBuffer::<u32>::zeroed(&s0, 256).unwrap();
+    s0.synchronize().unwrap();
+    let capture = s3.begin_capture(cuhost::graph::CaptureMode::ThreadLocal).unwrap();
+    let mut graph_memory = DeviceBuffer::<u32>::zeroed(&s3, 256).unwrap();
+    let graph = capture.end().unwrap();
+    // SAFETY: refused before the driver is called (the second argument has no memory here).
+    let refused = unsafe { add.launch(&s1, &config, (&a, &mut graph_memory, &n)) };
+    assert!(refused.is_err(), "a launch with graph memory outside its capture was made");
+    // SAFETY: fill_u32 takes (u32*, u32, u32) and writes `n` elements: `a` holds 256.
+    unsafe { fill.launch(&s1, &config, (&mut a, &n, &7u32)).unwrap() };
+    let mut b = DeviceBuffer::<u32>::zeroed(&s2, 256).unwrap();
+    b.view_mut().copy_from_device_async(&a.view(), &s2).unwrap();
+    for s in [&s0, &s1, &s2] {
+        s.synchronize().unwrap();
+    }
+    drop((graph_memory, graph));
+}
+
+#[test]
+fn a_launch_refused_after_noting_an_argument_hides_no_later_write() {
+    if in_child() {
+        return refused_launch_then_race_program();
+    }
+    let (out, stderr) = run_under_checker("a_launch_refused_after_noting_an_argument_hides_no_later_write");
+    assert!(out.status.success(), "{:?}\n{stderr}", out.status);
+    let races = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("cuda-check:"))
+        .filter(|l| l.contains("(d) race in the program"))
+        .find_map(|l| l.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()));
+    assert!(
+        races.is_some_and(|r| r > 0),
+        "the write on one stream and the read on another were not seen:\n{stderr}"
+    );
+}
+
 #[test]
 fn a_fork_and_join_with_one_event_each_step_is_no_race() {
     if in_child() {
