@@ -191,18 +191,9 @@ fn build(root: &Path) -> Result<(PathBuf, PathBuf), String> {
         .find(|p| p.file_stem().is_some_and(|s| s == "budget-probe"))
         .ok_or("cargo built no budget-probe binary")?;
     let library = format!("{}sim_cuda_driver{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
-    let driver = artifact_file(&json, &library).ok_or_else(|| format!("cargo built no {library}"))?;
+    let driver =
+        crate::bundle::artifact_file(&json, &library).ok_or_else(|| format!("cargo built no {library}"))?;
     Ok((probe, driver))
-}
-
-/// The path of an artifact file named `name` among those a cargo build reported.
-pub(crate) fn artifact_file(json: &str, name: &str) -> Option<PathBuf> {
-    let quoted_end = format!("{}{name}\"", std::path::MAIN_SEPARATOR);
-    json.lines().filter(|l| l.contains("\"reason\":\"compiler-artifact\"")).find_map(|l| {
-        let end = l.find(&quoted_end)? + quoted_end.len() - 1;
-        let start = l[..end].rfind('"')? + 1;
-        Some(PathBuf::from(&l[start..end]))
-    })
 }
 
 /// Instructions per pair of one side, counted by callgrind in the probe's counted loop.
@@ -269,21 +260,6 @@ mod tests {
         assert!(outcome(Bound::Instructions(465.0), 465.0, None).pass);
         assert!(!outcome(Bound::Instructions(465.0), 465.5, None).pass);
         assert!(!outcome(Bound::Instructions(465.0), 0.0, None).pass);
-    }
-
-    #[test]
-    fn the_library_is_found_among_the_artifact_files() {
-        let json = concat!(
-            r#"{"reason":"compiler-artifact","target":{"kind":["cdylib","rlib"],"name":"sim_cuda_driver"},"#,
-            r#""filenames":["/t/release/libsim_cuda_driver.so","/t/release/libsim_cuda_driver.rlib"],"executable":null}"#,
-            "\n",
-            r#"{"reason":"build-finished","success":true}"#,
-        );
-        assert_eq!(
-            artifact_file(json, "libsim_cuda_driver.so"),
-            Some(PathBuf::from("/t/release/libsim_cuda_driver.so"))
-        );
-        assert_eq!(artifact_file(json, "libother.so"), None);
     }
 
     #[test]

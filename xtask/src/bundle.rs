@@ -159,6 +159,16 @@ pub(crate) fn executables(json: &str, kind: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The path of an artifact file named `name` among those a cargo build reported.
+pub(crate) fn artifact_file(json: &str, name: &str) -> Option<PathBuf> {
+    let quoted_end = format!("{}{name}\"", std::path::MAIN_SEPARATOR);
+    json.lines().filter(|l| l.contains("\"reason\":\"compiler-artifact\"")).find_map(|l| {
+        let end = l.find(&quoted_end)? + quoted_end.len() - 1;
+        let start = l[..end].rfind('"')? + 1;
+        Some(PathBuf::from(&l[start..end]))
+    })
+}
+
 fn copy_into(files: &[PathBuf], dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for f in files {
@@ -253,7 +263,7 @@ fn pack_checking_driver(root: &Path, out: &Path) -> Result<(), String> {
         "--message-format=json",
     ]))?;
     let name = format!("{}checked_cuda_driver{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
-    let built = crate::budget::artifact_file(&json, &name).ok_or_else(|| format!("cargo built no {name}"))?;
+    let built = artifact_file(&json, &name).ok_or_else(|| format!("cargo built no {name}"))?;
     let packed = out.join(&name);
     std::fs::copy(&built, &packed).map_err(|e| format!("{}: {e}", built.display()))?;
     let _ = Command::new("strip").arg(&packed).status();
@@ -296,6 +306,21 @@ pub fn bench_bundle(root: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_library_is_found_among_the_artifact_files() {
+        let json = concat!(
+            r#"{"reason":"compiler-artifact","target":{"kind":["cdylib","rlib"],"name":"sim_cuda_driver"},"#,
+            r#""filenames":["/t/release/libsim_cuda_driver.so","/t/release/libsim_cuda_driver.rlib"],"executable":null}"#,
+            "\n",
+            r#"{"reason":"build-finished","success":true}"#,
+        );
+        assert_eq!(
+            artifact_file(json, "libsim_cuda_driver.so"),
+            Some(PathBuf::from("/t/release/libsim_cuda_driver.so"))
+        );
+        assert_eq!(artifact_file(json, "libother.so"), None);
+    }
 
     #[test]
     fn executables_are_picked_by_kind() {

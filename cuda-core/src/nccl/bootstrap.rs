@@ -376,7 +376,7 @@ impl Bootstrap {
     /// saying which; and on rank 0, with NCCL's error when it cannot make an id.
     pub fn unique_id(&self) -> Result<UniqueId> {
         const OP: &str = "Bootstrap::unique_id";
-        let deadline = super::fault::deadline_after(self.timeout);
+        let deadline = super::handle::deadline_after(self.timeout);
         let job = rendezvous::job_key(&self.job);
         if self.rank == 0 {
             // Listen before making the id, so that a port in use fails before NCCL starts.

@@ -1,7 +1,7 @@
 //! [`Communicator`]: making, querying, splitting and ending NCCL communicators.
 
 use super::config::Config;
-use super::handle::Handle;
+use super::handle::{Handle, Progress};
 use super::id::UniqueId;
 use super::version::{at_least, require, since};
 use crate::context::Context;
@@ -12,16 +12,6 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Where a non-blocking communicator's background work stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Progress {
-    /// Nothing is in progress: the last call has finished (for a collective: it is queued on
-    /// its stream).
-    Done,
-    /// NCCL is still working on the last call in the background (`ncclInProgress`).
-    InProgress,
-}
 
 /// One rank of an NCCL clique, on one device
 /// ([`ncclComm_t`](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/types.html#ncclcomm-t)).

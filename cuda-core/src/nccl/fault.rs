@@ -10,6 +10,7 @@
 
 use super::comm::{Communicator, refuse_in_group, same_device};
 use super::config::Config;
+use super::handle::deadline_after;
 use super::id::UniqueId;
 use super::version::{require, since};
 use crate::context::Context;
@@ -37,22 +38,6 @@ impl ShrinkMode {
             ShrinkMode::Abort => nccl::NCCL_SHRINK_ABORT as i32,
         }
     }
-}
-
-/// The deadline `timeout` from now. A timeout past what an [`Instant`] can hold (as
-/// `Duration::MAX`) means no deadline: the furthest instant it can hold, centuries away.
-pub(crate) fn deadline_after(timeout: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(timeout).unwrap_or_else(|| {
-        // Halve the step until it fits; a step of zero always does.
-        let mut step = Duration::from_secs(1 << 40);
-        loop {
-            match now.checked_add(step) {
-                Some(far) => return far,
-                None => step /= 2,
-            }
-        }
-    })
 }
 
 /// The pause between two queries of a wait: growing from a few microseconds to a millisecond,

@@ -7,8 +7,10 @@
 //! communicator may have moved to another thread or been destroyed: the group keeps this
 //! shared part, whose lock orders its queries before the destroy, and which says when the
 //! handle is gone.
+//!
+//! The waits' shared words live here too: [`Progress`], what a poll of the handle answers, and
+//! [`deadline_after`], the deadline of a wait with a time limit.
 
-use super::comm::Progress;
 use crate::error::{Error, Result, check_nccl, nccl_error};
 use cuhost_nccl_sys as nccl;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,6 +19,32 @@ use std::time::{Duration, Instant};
 
 /// No time limit, in [`Handle`]'s `timeout_ns`.
 const NO_LIMIT: u64 = u64::MAX;
+
+/// Where a non-blocking communicator's background work stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Progress {
+    /// Nothing is in progress: the last call has finished (for a collective: it is queued on
+    /// its stream).
+    Done,
+    /// NCCL is still working on the last call in the background (`ncclInProgress`).
+    InProgress,
+}
+
+/// The deadline `timeout` from now. A timeout past what an [`Instant`] can hold (as
+/// `Duration::MAX`) means no deadline: the furthest instant it can hold, centuries away.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).unwrap_or_else(|| {
+        // Halve the step until it fits; a step of zero always does.
+        let mut step = Duration::from_secs(1 << 40);
+        loop {
+            match now.checked_add(step) {
+                Some(far) => return far,
+                None => step /= 2,
+            }
+        }
+    })
+}
 
 /// The shared part of a communicator: the raw handle (null once destroyed or aborted), whether
 /// a wait on it failed, and how long its waits for NCCL's background work may last.
@@ -106,7 +134,7 @@ impl Handle {
     /// and is returned.
     pub(crate) fn wait_until_done(&self, operation: &'static str) -> Result<()> {
         let limit = self.timeout();
-        let deadline = limit.map(super::fault::deadline_after);
+        let deadline = limit.map(deadline_after);
         let mut pause = Duration::from_micros(5);
         loop {
             match self.poll() {

@@ -132,7 +132,7 @@ mod version;
 pub use alloc::NcclAllocator;
 pub use bootstrap::{Bootstrap, DEFAULT_TIMEOUT, Launcher};
 pub use buffers::{Input, Output};
-pub use comm::{Communicator, Progress};
+pub use comm::Communicator;
 pub use config::{Config, CtaPolicy};
 pub use datatype::{DataType, Float8E4M3, Float8E5M2};
 pub use fault::{ShrinkMode, rank_after_shrink};
@@ -141,6 +141,7 @@ pub use group::{Group, group, take_deferred_group_error};
 #[cfg(feature = "half")]
 #[cfg_attr(docsrs, doc(cfg(feature = "half")))]
 pub use half::{bf16, f16};
+pub use handle::Progress;
 pub use id::UniqueId;
 pub use op::{PreMulSum, ReduceOp, Reduction};
 pub use register::{Registration, Window, WindowFlags};

@@ -512,9 +512,9 @@ mod rendezvous {
 #[test]
 fn a_timeout_too_long_for_an_instant_means_no_deadline() {
     use std::time::{Duration, Instant};
-    let far = super::fault::deadline_after(Duration::MAX);
+    let far = super::handle::deadline_after(Duration::MAX);
     assert!(far > Instant::now() + Duration::from_secs(100 * 365 * 86_400), "{far:?}");
-    let near = super::fault::deadline_after(Duration::from_secs(1));
+    let near = super::handle::deadline_after(Duration::from_secs(1));
     assert!(near <= Instant::now() + Duration::from_secs(1));
 }
 

@@ -15,6 +15,7 @@ pub(crate) use callback::report_panic;
 pub use resource::SmResource;
 pub(crate) mod capturing;
 mod memops;
+mod wait;
 pub(crate) use capturing::capture_of;
 
 pub use crate::track::ordering::{StreamOrdering, set_stream_ordering, stream_ordering};
