@@ -58,6 +58,8 @@ pub enum Error {
         operation: &'static str,
         /// What was wrong, in words that say how to fix it.
         message: String,
+        /// The kind of refusal, for a caller that branches on it.
+        reason: Reason,
     },
     /// What was asked does not exist on this platform (a Windows handle on Linux, say); nothing
     /// was called.
@@ -174,10 +176,71 @@ pub enum Error {
     },
 }
 
+/// The kind of an [`Error::InvalidArgument`], beside its message: what a caller that handles
+/// some refusals and passes the others on compares with (`e.reason() ==
+/// Some(Reason::OUT_OF_BOUNDS)`, or in a pattern). More kinds may come.
+///
+/// A number rather than an enum, so that it adds nothing to how a `Result` is laid out: the
+/// fast paths that return one stay as they are.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reason(u8);
+
+impl Reason {
+    /// Two lengths that must match do not (a copy's source and destination, say).
+    pub const LENGTH_MISMATCH: Reason = Reason(1);
+    /// An index, range or region reaches past the end of what it names.
+    pub const OUT_OF_BOUNDS: Reason = Reason(2);
+    /// The memory, stream or handle belongs to another context than the one the call needs.
+    pub const WRONG_CONTEXT: Reason = Reason(3);
+    /// A stream that cannot name the stream meant here: another thread's per-thread default
+    /// stream, or a default stream of another context.
+    pub const WRONG_STREAM: Reason = Reason(4);
+    /// Refused because of a stream capture: work that a graph could not hold, memory that
+    /// exists only inside a capture used outside it, or a wait a capture would break.
+    pub const DURING_CAPTURE: Reason = Reason(5);
+    /// Any other refusal; the message says what.
+    pub const OTHER: Reason = Reason(0);
+
+    /// The kind's name, as written above.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            1 => "LENGTH_MISMATCH",
+            2 => "OUT_OF_BOUNDS",
+            3 => "WRONG_CONTEXT",
+            4 => "WRONG_STREAM",
+            5 => "DURING_CAPTURE",
+            _ => "OTHER",
+        }
+    }
+}
+
+impl fmt::Debug for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Reason::{}", self.name())
+    }
+}
+
 impl Error {
-    /// An [`Error::InvalidArgument`].
+    /// An [`Error::InvalidArgument`] of [`Reason::OTHER`].
+    #[cold]
+    #[inline(never)]
     pub fn invalid(operation: &'static str, message: impl Into<String>) -> Self {
-        Error::InvalidArgument { operation, message: message.into() }
+        Error::InvalidArgument { operation, message: message.into(), reason: Reason::OTHER }
+    }
+
+    /// An [`Error::InvalidArgument`] for `reason`.
+    #[cold]
+    #[inline(never)]
+    pub fn refused(reason: Reason, operation: &'static str, message: impl Into<String>) -> Self {
+        Error::InvalidArgument { operation, message: message.into(), reason }
+    }
+
+    /// Why an argument was refused, for an [`Error::InvalidArgument`].
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            Error::InvalidArgument { reason, .. } => Some(*reason),
+            _ => None,
+        }
     }
 
     /// This error as met while dropping a `what` made at `made_at`; an error already so
@@ -228,7 +291,7 @@ impl fmt::Display for Error {
             #[cfg(feature = "nccl")]
             Error::Nccl { call, status } => nccl_text(call, *status),
             Error::Load { call, source } => return write!(f, "{call} could not be loaded: {source}"),
-            Error::InvalidArgument { operation, message } | Error::Unsupported { operation, message } => {
+            Error::InvalidArgument { operation, message, .. } | Error::Unsupported { operation, message } => {
                 return write!(f, "{operation}: {message}");
             }
             Error::Timeout { operation, waited, message } => {
@@ -582,6 +645,21 @@ mod tests {
             unplaced.ends_with(
                 "(met while dropping the Event; kept, and reported by the next call in its context)"
             )
+        );
+    }
+
+    #[test]
+    fn refusals_say_their_reason_beside_the_message() {
+        let mismatch = crate::memory::same_len("copy", 4, 5).unwrap_err();
+        assert_eq!(mismatch.reason(), Some(Reason::LENGTH_MISMATCH));
+        let bounds = crate::memory::view::range_of("slice", 2..9, 4).unwrap_err();
+        assert_eq!(bounds.reason(), Some(Reason::OUT_OF_BOUNDS));
+        assert_eq!(Error::invalid("x", "y").reason(), Some(Reason::OTHER));
+        let refused = Error::refused(Reason::WRONG_CONTEXT, "op", "another context");
+        assert_eq!(refused.to_string(), "op: another context", "the reason does not change the text");
+        assert_eq!(
+            Error::Driver { call: "cuInit", status: sys::CUresult::CUDA_ERROR_UNKNOWN }.reason(),
+            None
         );
     }
 

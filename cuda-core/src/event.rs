@@ -203,7 +203,8 @@ impl Event {
 #[cold]
 pub(crate) fn refuse_external_in_capture(operation: &'static str, stream: &Stream) -> Result<()> {
     if stream.capture_status()? != crate::stream::CaptureStatus::None {
-        return Err(Error::invalid(
+        return Err(Error::refused(
+            crate::error::Reason::DURING_CAPTURE,
             operation,
             "EXTERNAL on a stream being captured makes an event node of the graph that names this event at every \
              launch, which the graph cannot keep alive; add an event record or wait node to the graph \

@@ -38,7 +38,7 @@ fn count_get_and_out_of_range_ordinal() -> TestResult {
 /// The refusal of `Device::get(ordinal)`, as `operation: message`.
 fn refusal(ordinal: Result<Device, Error>) -> Result<String, String> {
     match ordinal {
-        Err(Error::InvalidArgument { operation, message }) => Ok(format!("{operation}: {message}")),
+        Err(Error::InvalidArgument { operation, message, .. }) => Ok(format!("{operation}: {message}")),
         other => Err(format!("expected InvalidArgument, got {other:?}")),
     }
 }

@@ -606,7 +606,8 @@ impl<'a> CopyBatch<'a> {
 fn region_in(what: &'static str, offset: usize, len: usize, available: usize) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= available => Ok(()),
-        _ => Err(Error::invalid(
+        _ => Err(Error::refused(
+            crate::error::Reason::OUT_OF_BOUNDS,
             "CopyBatch::copy_regions",
             format!(
                 "a region of {len} elements at {what} {offset} reaches past the end of an operand of {available} \
@@ -656,7 +657,8 @@ pub(crate) fn around_pinned(
     let pinned = &pinned[..kept];
     let capturing = !pinned.is_empty() && crate::stream::capture_of(stream)?.is_some();
     if capturing && pinned.iter().any(|(uses, _)| !uses.is_capturable()) {
-        return Err(Error::invalid(
+        return Err(Error::refused(
+            crate::error::Reason::DURING_CAPTURE,
             operation,
             "a chunk of a pinned buffer cannot be copied in a stream capture (the graph would outlive it); \
              capture copies of whole PinnedBuffers, or queue them outside the capture",

@@ -285,14 +285,16 @@ impl Array {
     /// thread's, which that thread's waits do not see.
     pub(crate) fn on_own_stream(&self, operation: &'static str, stream: &Stream) -> Result<()> {
         if stream.capture_status()? != crate::stream::CaptureStatus::None {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 operation,
                 "the stream is being captured into a graph, whose launches would use the array after its \
                  drop (which waits for its context's work, not for graphs); copy outside the capture",
             ));
         }
         if stream.context() != self.context() {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::WRONG_CONTEXT,
                 operation,
                 "the stream belongs to another context than the array, whose drop waits for its own \
                  context only; queue the copy on a stream of the array's context",

@@ -419,7 +419,8 @@ pub(crate) fn box_in(
 /// waits for its own context's work only.
 pub(crate) fn array_on(operation: &'static str, side: &Operand3D<'_>, stream: &Stream) -> Result<()> {
     match side.place {
-        Place::Array(array) if array.context() != stream.context() => Err(Error::invalid(
+        Place::Array(array) if array.context() != stream.context() => Err(Error::refused(
+            crate::error::Reason::WRONG_CONTEXT,
             operation,
             "the array belongs to another context than the stream, and is destroyed after its own context's \
              work only; queue its copies on a stream of the array's context",

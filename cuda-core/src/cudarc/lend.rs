@@ -95,7 +95,8 @@ impl<T> Loan<T> {
     ) -> Result<Loan<T>> {
         let theirs = cudarc_stream.context();
         if theirs.cu_ctx().cast::<std::ffi::c_void>() != owner.context().as_raw().cast::<std::ffi::c_void>() {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::WRONG_CONTEXT,
                 "DeviceBuffer::lend_to_cudarc",
                 "the cudarc stream belongs to another context than the buffer; lend the buffer on a stream of \
                  its own context",
@@ -110,7 +111,8 @@ impl<T> Loan<T> {
         if !tracked {
             // cudarc will not make its other streams wait for `stream`: be done on the host.
             if ordered == Ordered::Captured {
-                return Err(Error::invalid(
+                return Err(Error::refused(
+                    crate::error::Reason::DURING_CAPTURE,
                     "DeviceBuffer::lend_to_cudarc",
                     "the cudarc stream is being captured, and cudarc does not order its other streams after it \
                      (its context has one stream); lend the buffer before or after the capture",
@@ -209,7 +211,8 @@ impl Stream {
     /// whichever thread cudarc would use it from), is an [`Error::InvalidArgument`].
     pub fn lend_to_cudarc(&self, ctx: &Arc<CudaContext>) -> Result<LentStream<'_>> {
         if ctx.cu_ctx().cast::<std::ffi::c_void>() != self.context().as_raw().cast::<std::ffi::c_void>() {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::WRONG_CONTEXT,
                 "Stream::lend_to_cudarc",
                 "the cudarc context is another context than the stream's; use Context::to_cudarc of the stream's context",
             ));

@@ -89,7 +89,7 @@ mod tests {
 
     fn refusal(r: Result<i32>) -> String {
         match r {
-            Err(Error::InvalidArgument { operation, message }) => format!("{operation}: {message}"),
+            Err(Error::InvalidArgument { operation, message, .. }) => format!("{operation}: {message}"),
             other => format!("not a refusal: {other:?}"),
         }
     }

@@ -124,7 +124,8 @@ impl ManagedTensor {
     ) -> Result<ManagedTensor> {
         const OP: &str = "ManagedTensor::from_buffer";
         if buf.is_graph_memory() {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 OP,
                 "the buffer was allocated in a stream capture: its memory exists only inside that graph's \
                  launches and cannot be lent to another framework",

@@ -102,7 +102,8 @@ fn give_back(poller: &Poller, slot: &Slot) {
 /// Refuses a stream being captured: a marker recorded now would become a graph node.
 fn refuse_capture(stream: &Stream, operation: &'static str) -> Result<()> {
     if crate::stream::capture_of(stream)?.is_some() {
-        return Err(Error::invalid(
+        return Err(Error::refused(
+            crate::error::Reason::DURING_CAPTURE,
             operation,
             "the stream is being captured into a graph, whose work runs at its launches; await the \
              completion of a launch instead (GraphExec::launch_completion)",

@@ -153,7 +153,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
 
 fn refuse_capture(stream: &Stream) -> Result<()> {
     if crate::stream::capture_of(stream)?.is_some() {
-        return Err(Error::invalid(
+        return Err(Error::refused(
+            crate::error::Reason::DURING_CAPTURE,
             "DeviceView::to_vec_async",
             "the stream is being captured into a graph, where the copy would run only at its launches; \
              queue the copy outside the capture",

@@ -170,11 +170,16 @@ impl<T> GraphBuffer<T> {
         const OP: &str = "GraphBuffer::free_async";
         let memory = &*self.memory;
         if stream.context() != &memory.ctx {
-            return Err(Error::invalid(OP, "the stream is of another context than the graph's"));
+            return Err(Error::refused(
+                crate::error::Reason::WRONG_CONTEXT,
+                OP,
+                "the stream is of another context than the graph's",
+            ));
         }
         stream.bind_if_default()?;
         if stream.capture_status()? != CaptureStatus::None {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 OP,
                 "the stream is being captured: the free would be recorded into a graph, not made now",
             ));
@@ -366,7 +371,8 @@ impl ExecMemory {
     ) -> Result<()> {
         const OP: &str = "GraphExec::launch";
         if stream.capture_status()? != CaptureStatus::None {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 OP,
                 "the graph allocates memory that is freed outside it; it cannot be launched into a \
                  stream capture",

@@ -575,7 +575,8 @@ impl Drop for GraphExec {
 #[cold]
 fn refuse_capture(stream: &Stream) -> Result<()> {
     if crate::stream::capture_of(stream)?.is_some() {
-        return Err(crate::error::Error::invalid(
+        return Err(crate::error::Error::refused(
+            crate::error::Reason::DURING_CAPTURE,
             "GraphExec::launch",
             "the stream is being captured, and the driver does not capture a graph launch; add the graph \
              as a child graph node (Graph::add_child_graph_node) of the graph being built instead",

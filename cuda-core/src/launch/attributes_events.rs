@@ -83,7 +83,8 @@ impl<'a> LaunchConfig<'a> {
         let completion = self.launch_completion_event.map(|e| ("launch-completion event", e));
         for (what, event) in programmatic.into_iter().chain(completion) {
             if event.context() != stream.context() {
-                return Err(Error::invalid(
+                return Err(Error::refused(
+                    crate::error::Reason::WRONG_CONTEXT,
                     operation,
                     format!(
                         "the {what} belongs to another context than the launch stream; create it in the stream's context"

@@ -63,19 +63,28 @@ pub struct DeviceBuffer<T: Pod, S: MemorySpace = DeviceOnly> {
     /// Dropped by hand at the end of the buffer's drop, and only when it holds a list: the
     /// buffer used on its own stream only, the common one, then makes no call for it.
     uses: ManuallyDrop<StreamUses>,
-    /// Set once [`free`](Self::free) has given the memory back.
-    released: bool,
-    /// Set once [`set_stream`](Self::set_stream) moved the buffer off the stream it was
-    /// allocated on: the release must then be ordered after the current stream explicitly
-    /// (the allocator files the memory under the first one).
-    moved: bool,
-    /// Whether the release must look beyond the noted streams: the buffer moved, or its stream
-    /// is a per-thread default stream (which another thread cannot name). Keeps the release of
-    /// a buffer used on its own created stream to two checks.
-    careful: bool,
+    /// Where the buffer's one release stands, and how much it must look at.
+    release: Release,
     /// Where the program made the buffer, named by an error its drop keeps.
     made_at: &'static Location<'static>,
     _marker: PhantomData<(T, S)>,
+}
+
+/// Where a [`DeviceBuffer`]'s one release stands: not yet made, and how much it must look at
+/// then, or made.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Release {
+    /// On its own created stream: the release looks only at the noted streams.
+    Plain,
+    /// On a per-thread default stream, which another thread cannot name: the release looks
+    /// beyond the noted streams.
+    Careful,
+    /// Moved off the stream it was allocated on ([`DeviceBuffer::set_stream`]): as `Careful`,
+    /// and the release is ordered after the current stream explicitly (the allocator files the
+    /// memory under the first one).
+    Moved,
+    /// Given back by [`DeviceBuffer::free`]: the drop does nothing more.
+    Done,
 }
 
 // SAFETY: the buffer owns its memory, its allocator is Send + Sync, and T is plain data.
@@ -194,11 +203,9 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             size: allocation.size,
             token: allocation.token,
             source,
-            careful: held.is_careful(),
+            release: if held.is_careful() { Release::Careful } else { Release::Plain },
             uses: ManuallyDrop::new(held.uses()),
             stream: held,
-            released: false,
-            moved: false,
             made_at,
             _marker: PhantomData,
         })
@@ -238,9 +245,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             source: Source::Shared(allocator),
             stream: HeldStream::Counted(stream.clone()),
             uses: ManuallyDrop::new(StreamUses::new()),
-            released: false,
-            moved: false,
-            careful: stream.is_per_thread(),
+            release: if stream.is_per_thread() { Release::Careful } else { Release::Plain },
             made_at: Location::caller(),
             _marker: PhantomData,
         })
@@ -315,7 +320,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
         // (the buffer's own work, and that of the block's earlier owners). A stream being
         // captured cannot wait for it: refused, and the buffer stays.
         if crate::track::wait_for(stream, &self.stream)? == crate::track::Ordered::Captured {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 "DeviceBuffer::set_stream",
                 "the new stream is being captured into a graph, so it cannot wait for the work queued on the \
                  buffer's stream; move the buffer before the capture begins or after it ends",
@@ -325,8 +331,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             self.uses.note_queued(&self.stream);
         }
         self.stream = HeldStream::Counted(stream.clone());
-        self.moved = true;
-        self.careful = true;
+        self.release = Release::Moved;
         Ok(())
     }
 
@@ -439,7 +444,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     pub fn free(mut self) -> Result<()> {
         let listed = self.uses.holds_list();
         let r = self.give_back(listed);
-        self.released = true;
+        self.release = Release::Done;
         r
     }
 
@@ -455,9 +460,9 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
     #[inline]
     #[track_caller]
     fn give_back(&mut self, listed: bool) -> Result<()> {
-        if !self.careful && (!listed || self.uses.is_untouched()) && !capturing::any() {
-            // SAFETY: the allocation came from `source` and is given back once (`released` is
-            // set, or the buffer dropped, by the callers); nothing but the buffer's own stream
+        if self.release == Release::Plain && (!listed || self.uses.is_untouched()) && !capturing::any() {
+            // SAFETY: the allocation came from `source` and is given back once (`Release::Done`
+            // is set, or the buffer dropped, by the callers); nothing but the buffer's own stream
             // may use it.
             return unsafe { self.source.deallocate(self.allocation(), &self.stream, &[]) };
         }
@@ -489,10 +494,16 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             }
         }
         if self.uses.pending_group().is_none() {
-            // SAFETY: the allocation came from `source` and is given back once (`released` is
+            // SAFETY: the allocation came from `source` and is given back once (`Release::Done` is
             // set by the callers); `uses` holds every other stream that may use it.
             return unsafe {
-                release(&self.source, self.allocation(), &self.stream, &mut self.uses, self.moved)
+                release(
+                    &self.source,
+                    self.allocation(),
+                    &self.stream,
+                    &mut self.uses,
+                    self.release == Release::Moved,
+                )
             };
         }
         self.late_release()();
@@ -507,7 +518,7 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             allocation: self.allocation(),
             stream: Stream::clone(&self.stream),
             uses: std::mem::take(&mut *self.uses),
-            moved: self.moved,
+            moved: self.release == Release::Moved,
             made_at: self.made_at,
         };
         Box::new(move || late.run(true))
@@ -586,7 +597,7 @@ impl<T: Pod, S: MemorySpace> Drop for DeviceBuffer<T, S> {
     fn drop(&mut self) {
         // Only a buffer whose uses were noted has a list, to look at and to free.
         let listed = self.uses.holds_list();
-        if !self.released {
+        if self.release != Release::Done {
             if let Err(e) = self.give_back(listed) {
                 self.keep_drop_error(e);
             }

@@ -124,7 +124,8 @@ impl<T: Pod> DeviceBuffer<T, Managed> {
         if crate::stream::capture_of(stream)?.is_some() {
             // On a capturing stream the allocation would be a graph memory node, device memory
             // that exists only inside the graph's launches, not managed memory.
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 "ManagedBuffer::new_managed",
                 "the stream is being captured into a graph, where allocations are graph memory (device \
                  memory of the graph's launches), not managed memory; allocate it before the capture",

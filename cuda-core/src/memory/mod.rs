@@ -212,21 +212,27 @@ pub(crate) fn finished(queued: Result<()>) -> Result<()> {
 /// Bytes of `len` elements of `T`, or an [`Error::InvalidArgument`] for zero and overflow.
 pub(crate) fn checked_bytes<T>(operation: &'static str, len: usize) -> Result<usize> {
     let size = std::mem::size_of::<T>();
+    match len.checked_mul(size) {
+        Some(bytes) if size != 0 && len != 0 && bytes <= isize::MAX as usize => Ok(bytes),
+        _ => Err(bad_length(operation, len, size)),
+    }
+}
+
+/// The refusal of `len` elements of `size` bytes: none, of a zero-sized type, or more than the
+/// address space holds.
+#[cold]
+#[inline(never)]
+fn bad_length(operation: &'static str, len: usize, size: usize) -> Error {
     if size == 0 {
-        return Err(Error::invalid(operation, "zero-sized element types cannot live in device memory"));
+        return Error::invalid(operation, "zero-sized element types cannot live in device memory");
     }
     if len == 0 {
-        return Err(Error::invalid(operation, "a length of 0 elements was requested; ask for at least one"));
+        return Error::invalid(operation, "a length of 0 elements was requested; ask for at least one");
     }
-    match len.checked_mul(size) {
-        Some(bytes) if bytes <= isize::MAX as usize => Ok(bytes),
-        _ => Err(Error::invalid(
-            operation,
-            format!(
-                "{len} elements of {size} bytes overflow the address space; no device has that much memory"
-            ),
-        )),
-    }
+    Error::invalid(
+        operation,
+        format!("{len} elements of {size} bytes overflow the address space; no device has that much memory"),
+    )
 }
 
 /// An [`Error::InvalidArgument`] unless the two lengths match.
@@ -237,7 +243,8 @@ pub(crate) fn same_len(operation: &'static str, dst: usize, src: usize) -> Resul
 
 #[cold]
 fn len_mismatch(operation: &'static str, dst: usize, src: usize) -> Error {
-    Error::invalid(
+    Error::refused(
+        crate::error::Reason::LENGTH_MISMATCH,
         operation,
         format!("the destination holds {dst} elements but the source {src}; slice them to the same length"),
     )

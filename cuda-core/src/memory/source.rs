@@ -172,7 +172,8 @@ impl Source {
 /// The refusal of a default stream of another context than the allocator's.
 #[cold]
 fn foreign_default_stream(allocator: &str) -> crate::error::Error {
-    crate::error::Error::invalid(
+    crate::error::Error::refused(
+        crate::error::Reason::WRONG_CONTEXT,
         "DeviceBuffer::new",
         format!(
             "the allocator {allocator:?} works in another context than this default stream's, and the driver \

@@ -96,7 +96,8 @@ pub(crate) fn range_of(
         Bound::Unbounded => len,
     };
     if start > end || end > len {
-        return Err(Error::invalid(
+        return Err(Error::refused(
+            crate::error::Reason::OUT_OF_BOUNDS,
             operation,
             format!("range {start}..{end} is out of bounds of a view of {len} elements"),
         ));
@@ -348,7 +349,8 @@ impl<'a, T: Pod> DeviceViewMut<'a, T> {
     /// [`Error::InvalidArgument`].
     pub fn split_at_mut(&mut self, mid: usize) -> Result<(DeviceViewMut<'_, T>, DeviceViewMut<'_, T>)> {
         if mid > self.len {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::OUT_OF_BOUNDS,
                 "split_at_mut",
                 format!("split point {mid} is past the end of a view of {} elements", self.len),
             ));

@@ -57,7 +57,8 @@ impl Call {
 #[inline]
 fn refuse_capture(call: Call, stream: &Stream) -> Result<()> {
     if crate::stream::capture_of(stream)?.is_some() {
-        return Err(crate::Error::invalid(
+        return Err(crate::Error::refused(
+            crate::error::Reason::DURING_CAPTURE,
             call.name(),
             "the stream is being captured into a graph, whose launches would use the communicator after it \
              may be gone; make the call outside the capture",

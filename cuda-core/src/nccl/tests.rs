@@ -151,7 +151,7 @@ mod launchers {
 
     fn refused(pairs: &[(&str, &str)], says: &str) {
         match from(pairs) {
-            Err(Error::InvalidArgument { operation, message }) => {
+            Err(Error::InvalidArgument { operation, message, .. }) => {
                 assert_eq!(operation, "Bootstrap::from_env");
                 assert!(message.contains(says), "{message:?} does not say {says:?}");
             }

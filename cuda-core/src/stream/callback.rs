@@ -115,7 +115,8 @@ impl Stream {
         ctx.take_deferred()?;
         self.bind_if_default()?;
         if self.capture_status()? == CaptureStatus::Active {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 "Stream::launch_host_func",
                 "the stream is being captured into a graph, where the closure would run at every \
                  launch but can run only once; add it to the graph with `Graph::add_host_node` \

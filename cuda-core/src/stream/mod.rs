@@ -396,7 +396,8 @@ impl Stream {
 /// that made it.
 #[cold]
 pub(crate) fn other_threads_stream() -> crate::error::Error {
-    crate::error::Error::invalid(
+    crate::error::Error::refused(
+        crate::error::Reason::WRONG_STREAM,
         "stream",
         "this per-thread default stream was made on another thread, where its handle names that thread's \
          stream; make one with Stream::per_thread on this thread",

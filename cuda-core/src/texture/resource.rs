@@ -338,7 +338,8 @@ impl<'a> Resource<'a> {
     pub(crate) fn note_launch(&self, stream: &Stream) -> Result<()> {
         if let Some(queued) = &self.array_queued {
             if stream.context() != &self.ctx {
-                return Err(crate::error::Error::invalid(
+                return Err(crate::error::Error::refused(
+                    crate::error::Reason::WRONG_CONTEXT,
                     "texture launch",
                     "the texture or surface reads an array of another context than the stream's, and \
                      the array's owner waits for its own context only; launch on a stream of the \

@@ -181,7 +181,8 @@ impl GraphAlloc {
 /// The refusal of memory allocated in a capture, used outside it.
 #[cold]
 pub(crate) fn outside_capture() -> Error {
-    Error::invalid(
+    Error::refused(
+        crate::error::Reason::DURING_CAPTURE,
         "graph memory",
         "the buffer was allocated while its stream was being captured: its memory is a graph memory node and \
          exists only inside the graph's launches, so it can be used only by work captured in that capture; \
@@ -250,7 +251,8 @@ impl Drop for Retained {
 pub(crate) fn order_captured_use(stream: &Stream, own: &Stream, capture: CaptureRef) -> Result<()> {
     match capture_of(own)? {
         Some(c) if c == capture && capture.knows_before(own) => capture.wait_before(stream, own),
-        Some(_) => Err(Error::invalid(
+        Some(_) => Err(Error::refused(
+            crate::error::Reason::DURING_CAPTURE,
             "captured use",
             "the memory's own stream is captured too, but it joined the capture other than through \
              Stream::wait_event (or it is in another capture), so the work queued on the memory there before \

@@ -343,7 +343,11 @@ impl HostUses {
         // graph, not run: wait for the part's own event instead (recorded outside a capture).
         let capturing = !matches!(crate::stream::capture_of(&stream), Ok(None));
         let queued = if capturing {
-            Err(Error::invalid("PinnedBuffer", "the stream is being captured"))
+            Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
+                "PinnedBuffer",
+                "the stream is being captured",
+            ))
         } else {
             let mut u = self.lock();
             u.prepare(&stream).and_then(|fresh| u.record_after(&stream, writes, fresh))
@@ -386,7 +390,8 @@ impl HostUses {
     ) -> Result<()> {
         if let Some(capture) = crate::stream::capture_of(stream)? {
             if !self.capturable {
-                return Err(Error::invalid(
+                return Err(Error::refused(
+                    crate::error::Reason::DURING_CAPTURE,
                     "PinnedChunk copy",
                     "a copy of a chunk of a pinned buffer cannot be captured into a graph (the graph \
                      would outlive the chunk); capture a copy of a whole PinnedBuffer instead",

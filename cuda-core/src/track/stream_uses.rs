@@ -294,7 +294,8 @@ impl StreamUses {
             return alloc.use_on(stream, Some(capture));
         }
         if noted.unretained {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 "captured use",
                 "this memory (a VMM mapping, a module global, an imported tensor, a graphics resource or an \
                  array) cannot be held by a graph: its owner gives it back by waiting for streams, which \
@@ -407,7 +408,8 @@ pub(crate) fn nameable(ctx: &Context, stream: &Stream) -> Result<()> {
             return Err(other_threads_stream());
         }
         if stream.context() != ctx {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::WRONG_STREAM,
                 "stream",
                 "a default stream names the stream of the current context, and this one belongs to \
                  another context than the memory's; use a stream of the memory's context or a created \
@@ -430,7 +432,8 @@ fn capturing_now(stream: &Stream) -> Result<()> {
 /// The error of a release that a capture under way on a stream that used the memory prevents.
 #[cold]
 fn captured_release() -> Error {
-    Error::invalid(
+    Error::refused(
+        crate::error::Reason::DURING_CAPTURE,
         "release",
         "the memory is given back while a stream that used it is being captured into a graph: its work \
          cannot be waited for now, so the memory is kept (leaked); give it back before the capture \
@@ -489,7 +492,8 @@ pub(crate) enum Ordered {
 /// The error of a first use on another stream while the memory's own stream is being captured.
 #[cold]
 fn captured_first_use() -> Error {
-    Error::invalid(
+    Error::refused(
+        crate::error::Reason::DURING_CAPTURE,
         "first use on another stream",
         "the memory's own stream is being captured into a graph, so the work queued on it before the \
          capture cannot be waited for on another stream; use the memory on the other stream before the \

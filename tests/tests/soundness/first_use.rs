@@ -8,6 +8,7 @@
 //! dropped buffer's late zeroing landed on the new owner's write.
 
 use cuda_tests::{Test, TestResult, device_zero, ensure, ensure_eq, gpu, hold, no_deferred};
+use cuhost::error::Reason;
 use cuhost::graph::CaptureMode;
 use cuhost::{Context, DeviceBuffer, Error, PinnedBuffer, Stream, StreamFlags};
 use std::sync::{Arc, mpsc};
@@ -108,8 +109,8 @@ fn set_stream_onto_a_capture() -> TestResult {
     let refused = b.set_stream(&new);
     drop(capture.end()?);
     ensure!(
-        matches!(refused, Err(Error::InvalidArgument { .. })),
-        "a move onto a capturing stream was not refused: {refused:?}"
+        matches!(refused, Err(Error::InvalidArgument { reason: Reason::DURING_CAPTURE, .. })),
+        "a move onto a capturing stream was not refused for the capture: {refused:?}"
     );
     ensure!(*b.stream() == old, "the refused move changed the buffer's stream");
     old.synchronize()?;
@@ -132,7 +133,7 @@ fn synchronous_copy_on_another_threads_stream() -> TestResult {
                 let mut buffer = buffer;
                 let read = buffer.to_vec();
                 ensure!(
-                    matches!(read, Err(Error::InvalidArgument { .. })),
+                    matches!(read, Err(Error::InvalidArgument { reason: Reason::WRONG_STREAM, .. })),
                     "a synchronous copy through another thread's per-thread stream ran: {:?}",
                     read.map(|v| v.len())
                 );

@@ -430,7 +430,8 @@ impl ExternalSemaphore {
     #[inline]
     fn check_context(&self, operation: &'static str, context: &Context) -> Result<()> {
         if self.context != *context {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::WRONG_CONTEXT,
                 operation,
                 format!("semaphore {:p} belongs to another context", self.raw),
             ));
@@ -561,7 +562,8 @@ fn enqueue_waits(
 /// the graph's launches. A graph node holds the semaphore instead.
 fn refuse_capture(stream: &Stream) -> Result<()> {
     if stream.capture_status()? != crate::stream::CaptureStatus::None {
-        return Err(Error::invalid(
+        return Err(Error::refused(
+            crate::error::Reason::DURING_CAPTURE,
             "external semaphore signal or wait",
             "the stream is being captured into a graph, which would refer to the semaphore at every launch; \
              add the signal or wait to the graph as a node (Graph::add_external_signal_node or \

@@ -255,7 +255,11 @@ pub fn map_all<'a>(
     let (mut raw, mut writable) = (Vec::new(), Vec::new());
     for resource in resources {
         if resource.context != *stream.context() {
-            return Err(Error::invalid(OP, "a resource registered in another context than the stream's"));
+            return Err(Error::refused(
+                crate::error::Reason::WRONG_CONTEXT,
+                OP,
+                "a resource registered in another context than the stream's",
+            ));
         }
         raw.push(resource.raw);
         writable.push(resource.is_writable());

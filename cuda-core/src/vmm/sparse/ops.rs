@@ -16,7 +16,8 @@ impl Tiles {
     /// makes it wait for the operations queued on other streams; the context is current after.
     pub(super) fn prepare(&mut self, operation: &'static str, stream: &Stream) -> Result<()> {
         if stream.context() != &self.ctx {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::WRONG_CONTEXT,
                 operation,
                 "the stream belongs to another context than the array; map and unmap on a stream of the \
                  array's context",
@@ -30,7 +31,8 @@ impl Tiles {
         // SAFETY: the stream is alive while `stream` is; one out-parameter.
         unsafe { driver!(cuStreamIsCapturing(stream.as_raw(), &mut status)) }?;
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 operation,
                 "the stream is being captured into a graph, where a mapping would not take place when \
                  this array believes it does; map and unmap on a stream that is not capturing",
