@@ -302,11 +302,12 @@ impl CompileCache {
         }
     }
 
-    /// Whether `dir` exists and nobody but this user can change what is in it; one that
-    /// another user can change is counted in [`CacheStats::untrusted_dir`].
-    fn trusted(&self, dir: &Path) -> bool {
+    /// Whether `dir` exists and nobody but `user` (this process's effective user) can change
+    /// what is in it; one that another user can change is counted in
+    /// [`CacheStats::untrusted_dir`].
+    fn trusted(&self, dir: &Path, user: User) -> bool {
         match fs::metadata(dir) {
-            Ok(meta) if !private(&meta) => {
+            Ok(meta) if !user.alone_can_change(&meta) => {
                 bump(&self.inner.counters.untrusted_dir);
                 false
             }
@@ -319,7 +320,7 @@ impl CompileCache {
     /// in [`CacheStats::failed_writes`].
     fn write_file(&self, dir: &Path, key: &CacheKey, payload: &[u8]) {
         let written = create_private_dir(dir)
-            .and_then(|()| if self.trusted(dir) { write(dir, key, payload) } else { Ok(()) });
+            .and_then(|()| if self.trusted(dir, User::effective()) { write(dir, key, payload) } else { Ok(()) });
         if written.is_err() {
             bump(&self.inner.counters.failed_writes);
         }
@@ -327,11 +328,12 @@ impl CompileCache {
 
     /// The payload of `key`'s file if it passes every check; a file that fails one is removed.
     fn read(&self, dir: &Path, key: &CacheKey) -> Option<Arc<[u8]>> {
-        if !self.trusted(dir) {
+        let user = User::effective();
+        if !self.trusted(dir, user) {
             return None;
         }
         let path = dir.join(key.file_name());
-        let payload = match read_entry(&path) {
+        let payload = match read_entry(&path, user) {
             Ok(Some(data)) => decode(key, &data).map(Arc::from),
             // No file: a plain miss (a directory not made yet, or a file where it should be).
             Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
@@ -385,41 +387,70 @@ fn default_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     base.map(|b| b.join("cuda-core").join("kernels"))
 }
 
-/// The bytes of the entry at `path`, or `None` for a file that is not a private regular file of
-/// at most [`MAX_FILE_BYTES`]. The checks are made on the opened file, so a file swapped in after
-/// them is not the one read; a link is not followed (the open fails), and a pipe or device does
-/// not block the open.
-fn read_entry(path: &Path) -> io::Result<Option<Vec<u8>>> {
+/// The bytes of the entry at `path`, or `None` for a file that is not a regular file of at
+/// most [`MAX_FILE_BYTES`] that only `user` can change. The checks are made on the opened
+/// file, so a file swapped in after them is not the one read; a link is not followed (the open
+/// fails), and a pipe or device does not block the open.
+///
+/// The file is read until its checked size, asking for one byte more: a whole file then takes
+/// one read, without the read that would find its end. A file that grew or shrank meanwhile
+/// is read in part, which [`decode`] refuses (the header holds the payload's length and
+/// checksum); one that grew is never read past one byte more than was checked.
+fn read_entry(path: &Path, user: User) -> io::Result<Option<Vec<u8>>> {
     let mut options = OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    let file = options.open(path)?;
+    let mut file = options.open(path)?;
     let meta = file.metadata()?;
-    if !meta.is_file() || !private(&meta) || meta.len() > MAX_FILE_BYTES {
+    if !meta.is_file() || !user.alone_can_change(&meta) || meta.len() > MAX_FILE_BYTES {
         return Ok(None);
     }
-    let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    // A file that grew since the check is cut at one byte past the cap, and refused.
-    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut data)?;
-    Ok((data.len() as u64 <= MAX_FILE_BYTES).then_some(data))
+    let Ok(len) = usize::try_from(meta.len()) else { return Ok(None) };
+    let mut data = vec![0; len + 1];
+    let mut filled = 0;
+    while filled < len {
+        match file.read(&mut data[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    data.truncate(filled);
+    Ok(Some(data))
 }
 
-/// Whether nobody but this process's effective user can change the file or directory of
-/// `meta`: owned by that user, writable by neither group nor others. Always true off Unix,
-/// where the cache makes no such check.
-fn private(meta: &fs::Metadata) -> bool {
+/// This process's effective user, read once per look at the cache (on Unix; elsewhere the
+/// cache makes no such check).
+#[derive(Clone, Copy)]
+struct User {
     #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        // SAFETY: geteuid takes nothing, cannot fail and touches no memory of ours.
-        let euid = unsafe { libc::geteuid() };
-        meta.uid() == euid && meta.mode() & 0o022 == 0
+    uid: u32,
+}
+
+impl User {
+    fn effective() -> User {
+        User {
+            // SAFETY: geteuid takes nothing, cannot fail and touches no memory of ours.
+            #[cfg(unix)]
+            uid: unsafe { libc::geteuid() },
+        }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = meta;
-        true
+
+    /// Whether nobody but this user can change the file or directory of `meta`: owned by the
+    /// user, writable by neither group nor others. Always true off Unix.
+    fn alone_can_change(self, meta: &fs::Metadata) -> bool {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            meta.uid() == self.uid && meta.mode() & 0o022 == 0
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = meta;
+            true
+        }
     }
 }
 
