@@ -1,5 +1,7 @@
 //! The mapping from Rust element types to DLPack data types.
 
+#![forbid(unsafe_code)]
+
 use super::ffi::{DLDataType, DLDataTypeCode};
 use bytemuck::Pod;
 
