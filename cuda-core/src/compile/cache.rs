@@ -319,8 +319,9 @@ impl CompileCache {
     /// Writes `key`'s file, in a directory created private or found private; a failure counts
     /// in [`CacheStats::failed_writes`].
     fn write_file(&self, dir: &Path, key: &CacheKey, payload: &[u8]) {
-        let written = create_private_dir(dir)
-            .and_then(|()| if self.trusted(dir, User::effective()) { write(dir, key, payload) } else { Ok(()) });
+        let written = create_private_dir(dir).and_then(|()| {
+            if self.trusted(dir, User::effective()) { write(dir, key, payload) } else { Ok(()) }
+        });
         if written.is_err() {
             bump(&self.inner.counters.failed_writes);
         }

@@ -243,7 +243,8 @@ impl<'a> CopyBatch3D<'a> {
         let src = sealed::Read3D::operand(src, OPERATION)?;
         if dst.extent != src.extent {
             let ([a, b, c], [d, e, f]) = (dst.extent, src.extent);
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::LENGTH_MISMATCH,
                 OPERATION,
                 format!(
                     "the destination is {a} × {b} × {c} elements but the source {d} × {e} × {f}; copy boxes of them \

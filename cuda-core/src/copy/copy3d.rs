@@ -405,7 +405,8 @@ impl<T: Pod> PitchedBuffer<T> {
     fn dense_copy(&self, operation: &'static str, len: usize) -> Result<sys::CUDA_MEMCPY2D> {
         let want = self.width() * self.height();
         if len != want {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::LENGTH_MISMATCH,
                 operation,
                 format!(
                     "the dense side holds {len} elements but the matrix {} × {} = {want}",

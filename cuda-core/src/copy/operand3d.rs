@@ -401,7 +401,8 @@ pub(crate) fn box_in(
         match offset[axis].checked_add(extent[axis]) {
             Some(end) if end <= shape[axis] => {}
             _ => {
-                return Err(Error::invalid(
+                return Err(Error::refused(
+                    crate::error::Reason::OUT_OF_BOUNDS,
                     operation,
                     format!(
                         "a box of {} × {} × {} at {offset:?} reaches past the {name} of the {side}, whose extent is \

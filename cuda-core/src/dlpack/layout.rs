@@ -100,7 +100,8 @@ pub(crate) fn check_fits(
         None => {
             let count = element_count(operation, shape)?;
             if count > len {
-                return Err(Error::invalid(
+                return Err(Error::refused(
+                    crate::error::Reason::LENGTH_MISMATCH,
                     operation,
                     format!("shape {shape:?} holds {count} elements but the buffer has {len}"),
                 ));

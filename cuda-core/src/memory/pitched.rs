@@ -192,7 +192,8 @@ impl<T: Pod> PitchedBuffer<T> {
     fn host_copy(&self, operation: &'static str, host_len: usize) -> Result<sys::CUDA_MEMCPY2D> {
         let want = self.width * self.height;
         if host_len != want {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::LENGTH_MISMATCH,
                 operation,
                 format!(
                     "the host slice holds {host_len} elements but the matrix {} × {} = {want}",

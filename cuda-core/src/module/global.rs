@@ -186,7 +186,8 @@ impl<'m, T: bytemuck::Pod> Global<'m, T> {
         if other == self.len {
             Ok(())
         } else {
-            Err(Error::invalid(
+            Err(Error::refused(
+                crate::error::Reason::LENGTH_MISMATCH,
                 operation,
                 format!(
                     "the variable has {} elements but the host slice has {other}; give a slice of the same length",

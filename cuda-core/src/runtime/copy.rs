@@ -317,7 +317,8 @@ pub(crate) fn same_len(operation: &'static str, dst: usize, src: usize) -> Resul
     if dst == src {
         Ok(())
     } else {
-        Err(Error::invalid(
+        Err(Error::refused(
+            crate::error::Reason::LENGTH_MISMATCH,
             operation,
             format!("destination has {dst} elements but source has {src}; copy between equal lengths"),
         ))

@@ -126,7 +126,8 @@ fn check_window(
     let fits_y = y.checked_add(height).is_some_and(|e| e <= rows);
     let element = array.desc().element_size();
     if !fits_x || !fits_y || x % element != 0 || width_bytes % element != 0 {
-        return Err(Error::invalid(
+        return Err(Error::refused(
+            crate::error::Reason::OUT_OF_BOUNDS,
             operation,
             format!(
                 "window of {width_bytes} bytes x {height} rows at byte {x}, row {y} is outside the array's {} bytes x {rows} rows, or not on {element}-byte elements",
