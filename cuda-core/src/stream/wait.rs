@@ -25,11 +25,12 @@ impl Stream {
 
     /// [`Stream::wait_event`] with flags
     /// ([`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
-    #[inline]
     ///
     /// [`EXTERNAL`](EventWaitFlags::EXTERNAL) on a stream being captured is refused with
-    /// [`Error::InvalidArgument`], as [`Event::record_with_flags`] refuses it; add an event wait
-    /// node ([`Graph::add_event_wait_node`](crate::graph::Graph::add_event_wait_node)) instead.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), as
+    /// [`Event::record_with_flags`] refuses it; add an event wait node
+    /// ([`Graph::add_event_wait_node`](crate::graph::Graph::add_event_wait_node)) instead.
+    #[inline]
     pub fn wait_event_with_flags(&self, event: &Event, flags: EventWaitFlags) -> Result<()> {
         self.context().take_deferred()?;
         self.bind_if_default()?;
