@@ -14,13 +14,7 @@ impl Stream {
     /// context is made current first.
     #[inline]
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.context().take_deferred()?;
-        self.bind_if_default()?;
-        if capturing::any() {
-            return wait_maybe_joining(self, event, 0);
-        }
-        // SAFETY: both handles are alive while their owners are borrowed.
-        unsafe { driver!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), 0)) }
+        self.wait_event_with_flags(event, EventWaitFlags::empty())
     }
 
     /// [`Stream::wait_event`] with flags
