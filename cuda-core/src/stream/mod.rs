@@ -71,12 +71,11 @@ struct StreamInner {
     #[cfg(feature = "cudarc")]
     keeper: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// An event of `ctx`, made on first need, recorded on this stream whenever another stream
-    /// must wait for the work queued on it so far ([`Stream::mark`]); null until then.
-    mark: std::sync::atomic::AtomicPtr<sys::CUevent_st>,
-    /// Held from a record of `mark` to the wait on it, so that each wait waits for its own
-    /// record (one made by another thread after this stream began to be captured would be a
-    /// captured record, and a wait on it would join the capture).
-    marking: std::sync::Mutex<()>,
+    /// must wait for the work queued on it so far ([`Stream::mark`]); null until then. Locked
+    /// from a record to the wait on it, so that each wait waits for its own record (one made
+    /// by another thread after this stream began to be captured would be a captured record,
+    /// and a wait on it would join the capture).
+    mark: std::sync::Mutex<sys::CUevent>,
 }
 
 impl StreamInner {
@@ -95,16 +94,15 @@ impl StreamInner {
             green: None,
             #[cfg(feature = "cudarc")]
             keeper: None,
-            mark: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
-            marking: std::sync::Mutex::new(()),
+            mark: std::sync::Mutex::new(std::ptr::null_mut()),
         }
     }
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver synchronizes access to it.
 unsafe impl Send for StreamInner {}
-// SAFETY: as above; the fields are never mutated after creation but for `mark`, an atomic
-// (under `marking`'s lock for its records).
+// SAFETY: as above; the fields are never mutated after creation but for `mark`, under its
+// lock.
 unsafe impl Sync for StreamInner {}
 
 /// A CUDA stream: a queue of work that runs in order on the device.
@@ -221,8 +219,7 @@ impl Stream {
                 green: Some(green),
                 #[cfg(feature = "cudarc")]
                 keeper: None,
-                mark: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
-                marking: std::sync::Mutex::new(()),
+                mark: std::sync::Mutex::new(std::ptr::null_mut()),
             }),
         }
     }
@@ -426,45 +423,34 @@ impl Eq for Stream {}
 
 impl Stream {
     /// Records the stream's mark (an event of its context, made on first use and kept until
-    /// the stream goes) here and returns it, for another stream to wait for the work queued on
-    /// this one so far (`cuStreamWaitEvent`), with a lock to hold until that wait is queued: a
-    /// later record does not change what an earlier wait waits for, so one event serves every
-    /// such wait, made one at a time. The stream's context is current.
-    pub(crate) fn mark(&self) -> Result<(std::sync::MutexGuard<'_, ()>, sys::CUevent)> {
-        use std::sync::atomic::Ordering;
-        let held = self.inner.marking.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut event = self.inner.mark.load(Ordering::Acquire);
+    /// the stream goes) here and returns its lock, which holds the event, for another stream
+    /// to wait for the work queued on this one so far (`cuStreamWaitEvent`) before the lock is
+    /// let go: a later record does not change what an earlier wait waits for, so one event
+    /// serves every such wait, made one at a time.
+    ///
+    /// # Safety
+    ///
+    /// The stream's context is current, and the stream is not another thread's per-thread
+    /// default stream: the event is made in the current context, and a default-stream handle
+    /// is recorded on through it.
+    pub(crate) unsafe fn mark(&self) -> Result<std::sync::MutexGuard<'_, sys::CUevent>> {
+        let mut event = self.inner.mark.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if event.is_null() {
             let mut made = std::ptr::null_mut();
             // SAFETY: one out-parameter; the stream's context is current (the caller's contract).
             unsafe { driver!(cuEventCreate(&mut made, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0)) }?;
-            event = match self.inner.mark.compare_exchange(
-                std::ptr::null_mut(),
-                made,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => made,
-                Err(theirs) => {
-                    // Another thread made one first: this one was never used, and a failure
-                    // to destroy it does not keep the other from serving.
-                    // SAFETY: made above, destroyed once.
-                    if let Err(e) = unsafe { driver!(cuEventDestroy(made)) } {
-                        self.inner.ctx.defer(e.dropping("Stream", None));
-                    }
-                    theirs
-                }
-            };
+            *event = made;
         }
-        // SAFETY: the event (of this stream's context) and the stream are alive.
-        unsafe { driver!(cuEventRecord(event, self.as_raw())) }?;
-        Ok((held, event))
+        // SAFETY: the event (of this stream's context) and the stream are alive; the handle
+        // names this stream in the current context (the caller's contract).
+        unsafe { driver!(cuEventRecord(*event, self.as_raw())) }?;
+        Ok(event)
     }
 }
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        let mark = *self.mark.get_mut();
+        let mark = *self.mark.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
         if !mark.is_null() {
             // SAFETY: made by `mark` in `ctx` and destroyed once, here; waits queued on it keep
             // what they need.

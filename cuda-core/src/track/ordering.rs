@@ -43,9 +43,11 @@ pub enum StreamOrdering {
     /// and memsets count on the stream they run on.
     ///
     /// Uses made while the mode is on are ordered; memory whose last write was made before it
-    /// was last turned on counts as written on its own stream. Uses through two views of one
-    /// buffer on two threads at once are ordered too (a use noted while another was being
-    /// ordered orders itself again). A use of memory that an NCCL group still open on another
+    /// was last turned on counts as written on its own stream. Calls made on two threads at once
+    /// (a surface or texture used on both, say) keep the record whole: a use noted while
+    /// another was being ordered orders itself again. Which of two such calls comes first is
+    /// the program's to say, as it is on the host: a write whose call has not returned may be
+    /// queued after a read made meanwhile on another thread. A use of memory that an NCCL group still open on another
     /// thread uses is refused with [`Error::InvalidArgument`](crate::Error::InvalidArgument):
     /// the group's calls are queued only when it ends.
     ///

@@ -259,11 +259,11 @@ impl StreamUses {
         }
     }
 
-    #[cfg(feature = "nccl")]
     /// Refuses, in [`StreamOrdering::Implicit`](ordering::StreamOrdering), a use of memory that
     /// an NCCL group open on another thread (or, on this thread, one this use is not part of)
     /// uses: the group's calls are queued only when it ends, so an event recorded now would
     /// not cover them.
+    #[cfg(feature = "nccl")]
     #[cold]
     fn refuse_use_before_group_end(&self) -> Result<()> {
         let open =
@@ -466,18 +466,23 @@ pub(crate) fn wait_for(later: &Stream, earlier: &Stream) -> Result<Ordered> {
     if capture_of(earlier)?.is_some() {
         return Err(captured_first_use());
     }
-    let (held, event) = earlier.context().with_current(|| {
+    let mark = earlier.context().with_current(|| {
         if raw_capturing(earlier)? {
             return Err(captured_first_use());
         }
-        earlier.mark()
+        // SAFETY: `earlier`'s context is current, and it is no other thread's per-thread
+        // stream (looked at above).
+        unsafe { earlier.mark() }
     })?;
+    wait_on_mark(later, mark).map(|()| Ordered::Waited)
+}
+
+/// Makes `later` wait for a stream's `mark`, just recorded, and lets the mark go.
+fn wait_on_mark(later: &Stream, mark: std::sync::MutexGuard<'_, sys::CUevent>) -> Result<()> {
     later.bind_if_default()?;
-    // SAFETY: both are alive (the earlier stream's mark lives as long as it does); a stream may
+    // SAFETY: both are alive (a stream's mark lives as long as the stream does); a stream may
     // wait for an event of another context.
-    let waited = unsafe { driver!(cuStreamWaitEvent(later.as_raw(), event, 0)) };
-    drop(held);
-    waited.map(|()| Ordered::Waited)
+    unsafe { driver!(cuStreamWaitEvent(later.as_raw(), *mark, 0)) }
 }
 
 /// What [`wait_for`] did.
@@ -524,24 +529,20 @@ pub(crate) fn order_after(own: &Stream, others: &[Stream]) -> Result<()> {
             continue;
         }
         other.context().make_current()?;
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: the stream is alive while `other` is; one out-parameter.
-        unsafe { driver!(cuStreamIsCapturing(other.as_raw(), &mut status)) }?;
-        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        if raw_capturing(other)? {
             return Err(captured_release());
         }
-        let (held, event) = other.mark()?;
-        own.bind_if_default()?;
-        // SAFETY: both handles are alive (the mark lives as long as `other` does).
-        unsafe { driver!(cuStreamWaitEvent(own.as_raw(), event, 0)) }?;
-        drop(held);
+        // SAFETY: `other`'s context is current, and it is no other thread's per-thread stream
+        // (looked at above).
+        wait_on_mark(own, unsafe { other.mark() }?)?;
     }
     Ok(())
 }
 
 /// Makes `stream` wait for the work queued so far on each of `earlier` (see [`wait_for`]), for
-/// [`StreamOrdering::Implicit`](ordering::StreamOrdering). Whether it did: `false` where `stream` is being captured (by a capture the crate did not
-/// begin), whose work runs at the graph's launches and cannot wait for work outside.
+/// [`StreamOrdering::Implicit`](ordering::StreamOrdering). Whether it did: `false` where
+/// `stream` is being captured (by a capture the crate did not begin), whose work runs at the
+/// graph's launches and cannot wait for work outside.
 fn wait_all(stream: &Stream, earlier: &[Stream]) -> Result<bool> {
     let mut waited = true;
     for e in earlier {
