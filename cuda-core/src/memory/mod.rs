@@ -200,13 +200,8 @@ pub(crate) use device_views;
 /// the result.
 pub(crate) fn finished(queued: Result<()>) -> Result<()> {
     queued?;
-    let stream = if cuhost_driver_sys::per_thread_default_stream() {
-        cuhost_driver_sys::CU_STREAM_PER_THREAD
-    } else {
-        cuhost_driver_sys::CU_STREAM_LEGACY
-    };
     // SAFETY: the default-stream handles are always valid in the current context.
-    unsafe { driver!(cuStreamSynchronize(stream)) }
+    unsafe { driver!(cuStreamSynchronize(crate::stream::synchronous_handle())) }
 }
 
 /// Bytes of `len` elements of `T`, or an [`Error::InvalidArgument`] for zero and overflow.

@@ -202,14 +202,15 @@ macro_rules! common {
                 Ok(())
             }
 
-            /// Notes a synchronous use on the view's stream (the legacy default stream for a
-            /// view without one), for [`StreamOrdering::Implicit`](crate::stream::StreamOrdering).
+            /// Notes a synchronous use on the view's stream (for a view without one, the
+            /// default stream synchronous calls run on), for
+            /// [`StreamOrdering::Implicit`](crate::stream::StreamOrdering).
             #[cold]
             fn note_sync(&self, t: Track<'_>, access: Access) -> Result<()> {
                 self.ctx.enter()?;
                 match self.stream {
                     Some(s) => t.uses.note(self.ctx, t.own, s, access),
-                    None => t.uses.note(self.ctx, t.own, &Stream::legacy(self.ctx), access),
+                    None => t.uses.note(self.ctx, t.own, &Stream::synchronous(self.ctx), access),
                 }
             }
 

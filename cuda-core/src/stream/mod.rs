@@ -159,6 +159,13 @@ impl Stream {
         Stream::wrap(ctx, sys::CU_STREAM_PER_THREAD, false)
     }
 
+    /// The default stream that synchronous copies and memsets run on in `ctx`: the calling
+    /// thread's per-thread stream where the program was built for per-thread default streams,
+    /// the legacy one otherwise.
+    pub(crate) fn synchronous(ctx: &Context) -> Stream {
+        Stream::wrap(ctx, synchronous_handle(), false)
+    }
+
     /// Wraps a stream made elsewhere (another library, raw calls) without owning it: it is
     /// not destroyed on drop.
     ///
@@ -399,6 +406,12 @@ pub(crate) fn other_threads_stream() -> crate::error::Error {
         "this per-thread default stream was made on another thread, where its handle names that thread's \
          stream; make one with Stream::per_thread on this thread",
     )
+}
+
+/// The handle of the default stream that synchronous copies and memsets run on (see
+/// [`Stream::synchronous`]).
+pub(crate) fn synchronous_handle() -> sys::CUstream {
+    if sys::per_thread_default_stream() { sys::CU_STREAM_PER_THREAD } else { sys::CU_STREAM_LEGACY }
 }
 
 /// Whether `raw` is a handle the driver resolves through the current context: the null
