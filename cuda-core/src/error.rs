@@ -53,6 +53,9 @@ pub enum Error {
         source: sys::LoadError,
     },
     /// An argument was rejected before any call was made (sizes, bounds, alignment, ranges).
+    /// Made with [`Error::invalid`] or [`Error::refused`]; matched with `..`, as more fields
+    /// may come.
+    #[non_exhaustive]
     InvalidArgument {
         /// The operation that rejected it, e.g. `DeviceBuffer::copy_from`.
         operation: &'static str,
@@ -178,10 +181,8 @@ pub enum Error {
 
 /// The kind of an [`Error::InvalidArgument`], beside its message: what a caller that handles
 /// some refusals and passes the others on compares with (`e.reason() ==
-/// Some(Reason::OUT_OF_BOUNDS)`, or in a pattern). More kinds may come.
-///
-/// A number rather than an enum, so that it adds nothing to how a `Result` is laid out: the
-/// fast paths that return one stay as they are.
+/// Some(Reason::OUT_OF_BOUNDS)`, or in a pattern). Named constants, as the flag types are,
+/// so more kinds may come without breaking a match; prints as its name.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Reason(u8);
 
@@ -220,6 +221,12 @@ impl fmt::Debug for Reason {
     }
 }
 
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl Error {
     /// An [`Error::InvalidArgument`] of [`Reason::OTHER`].
     #[cold]
@@ -235,10 +242,12 @@ impl Error {
         Error::InvalidArgument { operation, message: message.into(), reason }
     }
 
-    /// Why an argument was refused, for an [`Error::InvalidArgument`].
+    /// Why an argument was refused, for an [`Error::InvalidArgument`] (or one met while a
+    /// value was dropped, as [`call`](Error::call) looks through [`Error::Dropped`]).
     pub fn reason(&self) -> Option<Reason> {
         match self {
             Error::InvalidArgument { reason, .. } => Some(*reason),
+            Error::Dropped { error, .. } => error.reason(),
             _ => None,
         }
     }
@@ -657,6 +666,9 @@ mod tests {
         assert_eq!(Error::invalid("x", "y").reason(), Some(Reason::OTHER));
         let refused = Error::refused(Reason::WRONG_CONTEXT, "op", "another context");
         assert_eq!(refused.to_string(), "op: another context", "the reason does not change the text");
+        assert_eq!(Reason::WRONG_CONTEXT.to_string(), "WRONG_CONTEXT");
+        let dropped = Error::refused(Reason::DURING_CAPTURE, "op", "captured").dropping("DeviceBuffer", None);
+        assert_eq!(dropped.reason(), Some(Reason::DURING_CAPTURE), "looked for through Dropped");
         assert_eq!(
             Error::Driver { call: "cuInit", status: sys::CUresult::CUDA_ERROR_UNKNOWN }.reason(),
             None

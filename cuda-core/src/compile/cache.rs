@@ -395,8 +395,8 @@ fn default_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
 ///
 /// The file is read until its checked size, asking for one byte more: a whole file then takes
 /// one read, without the read that would find its end. A file that grew or shrank meanwhile
-/// is read in part, which [`decode`] refuses (the header holds the payload's length and
-/// checksum); one that grew is never read past one byte more than was checked.
+/// is read in part, which [`decode`] then checks against the header's length and checksum
+/// like any other bytes; one that grew is never read past one byte more than was checked.
 fn read_entry(path: &Path, user: User) -> io::Result<Option<Vec<u8>>> {
     let mut options = OpenOptions::new();
     options.read(true);

@@ -373,7 +373,8 @@ impl Array {
         if (a.width, a.height, a.depth, a.format, a.num_channels)
             != (b.width, b.height, b.depth, b.format, b.num_channels)
         {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::LENGTH_MISMATCH,
                 "Array::copy_from_array",
                 format!(
                     "the arrays differ: {}×{}×{} ×{} channels vs {}×{}×{} ×{} channels (or in format)",
@@ -493,7 +494,8 @@ impl<T: Pod> PitchedBuffer<T> {
     /// A width or height that differs is an [`Error::InvalidArgument`], checked before the copy.
     pub fn copy_from_pitched(&mut self, src: &PitchedBuffer<T>) -> Result<()> {
         if (self.width(), self.height()) != (src.width(), src.height()) {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::LENGTH_MISMATCH,
                 "PitchedBuffer::copy_from_pitched",
                 format!(
                     "the matrices differ: {} × {} vs {} × {}",

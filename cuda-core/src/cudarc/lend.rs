@@ -218,7 +218,8 @@ impl Stream {
             ));
         }
         if self.is_per_thread() {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::WRONG_STREAM,
                 "Stream::lend_to_cudarc",
                 "a per-thread default stream names the stream of whichever thread uses it; lend a created stream \
                  or Stream::legacy",

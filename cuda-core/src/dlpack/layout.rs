@@ -101,7 +101,7 @@ pub(crate) fn check_fits(
             let count = element_count(operation, shape)?;
             if count > len {
                 return Err(Error::refused(
-                    crate::error::Reason::LENGTH_MISMATCH,
+                    crate::error::Reason::OUT_OF_BOUNDS,
                     operation,
                     format!("shape {shape:?} holds {count} elements but the buffer has {len}"),
                 ));
@@ -110,7 +110,8 @@ pub(crate) fn check_fits(
         Some(strides) => {
             let reach = extent(operation, shape, strides)?;
             if reach > len {
-                return Err(Error::invalid(
+                return Err(Error::refused(
+                    crate::error::Reason::OUT_OF_BOUNDS,
                     operation,
                     format!(
                         "strides {strides:?} over shape {shape:?} reach element {} but the buffer has {len} \

@@ -57,8 +57,7 @@ impl Stream {
         ctx.take_deferred()?;
         self.bind_if_default()?;
         let Some(capture) = capture_of(self)? else {
-            return Err(Error::refused(
-                crate::error::Reason::DURING_CAPTURE,
+            return Err(Error::invalid(
                 "Stream::launch_replayable_host_func",
                 "the stream is not being captured by a capture begun through this crate; use \
                  Stream::launch_host_func to run a closure once",

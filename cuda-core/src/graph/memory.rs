@@ -112,7 +112,8 @@ impl<T> GraphSlice<T> {
     /// that capture's graph, not in a node of another.
     pub(crate) fn check_node_memory(&self, operation: &'static str) -> Result<()> {
         if self.captured {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 operation,
                 "the buffer was allocated in a stream capture: its memory exists only inside that graph's \
                  launches; give the node a buffer allocated outside captures",

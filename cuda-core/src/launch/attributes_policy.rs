@@ -165,8 +165,7 @@ impl LaunchConfig<'_> {
             }
         }
         if self.device_updatable_kernel_node && stream.capture_status()? != CaptureStatus::Active {
-            return Err(Error::refused(
-                crate::error::Reason::DURING_CAPTURE,
+            return Err(Error::invalid(
                 operation,
                 "a device-updatable kernel node is made only in a graph: launch on a stream being captured, or add the node to a graph",
             ));

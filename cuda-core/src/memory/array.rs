@@ -454,7 +454,8 @@ impl Array {
         let (h, z) = (d.height.max(1), d.depth.max(1));
         let bytes = d.width * h * z * element;
         if host_len * std::mem::size_of::<T>() != bytes {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::LENGTH_MISMATCH,
                 operation,
                 format!(
                     "the other side holds {} bytes but the array {bytes}",
@@ -741,7 +742,8 @@ impl MipmappedArray {
 
     fn level_raw(&self, operation: &'static str, level: u32) -> Result<sys::CUarray> {
         if level >= self.levels {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::OUT_OF_BOUNDS,
                 operation,
                 format!("level {level} does not exist; the array has {} levels", self.levels),
             ));

@@ -76,8 +76,8 @@ pub struct DeviceBuffer<T: Pod, S: MemorySpace = DeviceOnly> {
 enum Release {
     /// On its own created stream: the release looks only at the noted streams.
     Plain,
-    /// On a per-thread default stream, which another thread cannot name: the release looks
-    /// beyond the noted streams.
+    /// On a per-thread default stream, which another thread cannot name, or graph memory: the
+    /// release looks beyond the noted streams.
     Careful,
     /// Moved off the stream it was allocated on ([`DeviceBuffer::set_stream`]): as `Careful`,
     /// and the release is ordered after the current stream explicitly (the allocator files the
@@ -309,7 +309,8 @@ impl<T: Pod, S: MemorySpace> DeviceBuffer<T, S> {
             return Ok(());
         }
         if let HeldStream::Captured(_) = self.stream {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 "DeviceBuffer::set_stream",
                 "the buffer was allocated in a stream capture: its memory node's free is captured on the \
                  stream it was allocated on, so it stays there; use it on other streams of the capture directly",

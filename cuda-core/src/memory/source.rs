@@ -173,7 +173,7 @@ impl Source {
 #[cold]
 fn foreign_default_stream(allocator: &str) -> crate::error::Error {
     crate::error::Error::refused(
-        crate::error::Reason::WRONG_CONTEXT,
+        crate::error::Reason::WRONG_STREAM,
         "DeviceBuffer::new",
         format!(
             "the allocator {allocator:?} works in another context than this default stream's, and the driver \

@@ -185,7 +185,8 @@ impl Communicator {
         let whole =
             block.checked_mul(ranks).ok_or_else(|| Error::invalid(operation, "the length overflows"))?;
         if memory.count() != whole {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::LENGTH_MISMATCH,
                 operation,
                 format!(
                     "the root's buffer holds {} elements; it needs {ranks} blocks of {block}",

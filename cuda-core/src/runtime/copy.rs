@@ -17,8 +17,8 @@
 
 use super::HostRegistration;
 use crate::context::Context;
-use crate::error::{Error, Result, check_runtime};
-use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace, PinnedBuffer};
+use crate::error::{Result, check_runtime};
+use crate::memory::{DeviceBuffer, DeviceView, DeviceViewMut, MemorySpace, PinnedBuffer, same_len};
 use bytemuck::Pod;
 use cuhost_cudart_sys as rt;
 use std::ffi::c_void;
@@ -311,18 +311,6 @@ pub(crate) fn finished(queued: Result<()>) -> Result<()> {
     queued?;
     // SAFETY: the null stream is always valid.
     check_runtime("cudaStreamSynchronize", unsafe { rt::cudaStreamSynchronize(std::ptr::null_mut()) })
-}
-
-pub(crate) fn same_len(operation: &'static str, dst: usize, src: usize) -> Result<()> {
-    if dst == src {
-        Ok(())
-    } else {
-        Err(Error::refused(
-            crate::error::Reason::LENGTH_MISMATCH,
-            operation,
-            format!("destination has {dst} elements but source has {src}; copy between equal lengths"),
-        ))
-    }
 }
 
 /// Copies all of `src` into `dst`, which must have the same length, and returns when it is

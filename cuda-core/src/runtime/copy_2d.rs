@@ -126,8 +126,11 @@ fn check_window(
     let fits_y = y.checked_add(height).is_some_and(|e| e <= rows);
     let element = array.desc().element_size();
     if !fits_x || !fits_y || x % element != 0 || width_bytes % element != 0 {
+        // Out of bounds, unless only the element alignment is wrong.
+        let reason =
+            if fits_x && fits_y { crate::error::Reason::OTHER } else { crate::error::Reason::OUT_OF_BOUNDS };
         return Err(Error::refused(
-            crate::error::Reason::OUT_OF_BOUNDS,
+            reason,
             operation,
             format!(
                 "window of {width_bytes} bytes x {height} rows at byte {x}, row {y} is outside the array's {} bytes x {rows} rows, or not on {element}-byte elements",
@@ -340,7 +343,8 @@ impl<'a> WholeArray<'a> {
         let row = array.row_bytes();
         let total = row.checked_mul(rows).and_then(|b| b.checked_mul(slices));
         if total != Some(linear_bytes) {
-            return Err(Error::invalid(
+            return Err(Error::refused(
+                crate::error::Reason::LENGTH_MISMATCH,
                 self.operation,
                 format!(
                     "the array holds {row} x {rows} x {slices} bytes but the linear side has {linear_bytes}; they must be equal"

@@ -254,8 +254,7 @@ pub(crate) fn begin(stream: &Stream, begin: impl FnOnce() -> Result<()>) -> Resu
         Ok(Some(id)) => id,
         Ok(None) => {
             ACTIVE.fetch_sub(1, Ordering::AcqRel);
-            return Err(Error::refused(
-                crate::error::Reason::DURING_CAPTURE,
+            return Err(Error::invalid(
                 "begin_capture",
                 "the stream is not capturing after cuStreamBeginCapture",
             ));

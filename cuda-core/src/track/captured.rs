@@ -112,7 +112,8 @@ impl GraphAlloc {
     fn usable(&self, state: &AllocState, capture: Option<CaptureRef>) -> Result<()> {
         match state.phase {
             Phase::Live if capture.is_some_and(|c| c.id() == self.capture) => Ok(()),
-            Phase::Freed => Err(Error::invalid(
+            Phase::Freed => Err(Error::refused(
+                crate::error::Reason::DURING_CAPTURE,
                 "graph memory",
                 "the buffer was allocated in a stream capture and freed there; it has no memory left",
             )),

@@ -342,17 +342,11 @@ impl HostUses {
         // On a stream being captured, a wait or an event recorded now would go into the
         // graph, not run: wait for the part's own event instead (recorded outside a capture).
         let capturing = !matches!(crate::stream::capture_of(&stream), Ok(None));
-        let queued = if capturing {
-            Err(Error::refused(
-                crate::error::Reason::DURING_CAPTURE,
-                "PinnedBuffer",
-                "the stream is being captured",
-            ))
-        } else {
+        let queued = !capturing && {
             let mut u = self.lock();
-            u.prepare(&stream).and_then(|fresh| u.record_after(&stream, writes, fresh))
+            u.prepare(&stream).and_then(|fresh| u.record_after(&stream, writes, fresh)).is_ok()
         };
-        if queued.is_err() {
+        if !queued {
             // SAFETY: the event is alive while `p` holds it.
             unsafe { driver!(cuEventSynchronize(event)) }?;
         }

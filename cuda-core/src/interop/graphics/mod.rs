@@ -320,7 +320,8 @@ impl Mapped<'_> {
 
     fn resource(&self, operation: &'static str, index: usize) -> Result<sys::CUgraphicsResource> {
         self.raw.get(index).copied().ok_or_else(|| {
-            Error::invalid(
+            Error::refused(
+                crate::error::Reason::OUT_OF_BOUNDS,
                 operation,
                 format!("resource {index} does not exist; {} are mapped", self.raw.len()),
             )
