@@ -12,6 +12,9 @@ impl Stream {
     /// ([`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)).
     /// The event may belong to another context or device. On a default stream, the stream's
     /// context is made current first.
+    ///
+    /// Fails with the driver's status, or with an error kept in the stream's context from an
+    /// earlier drop.
     #[inline]
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.wait_event_with_flags(event, EventWaitFlags::empty())
