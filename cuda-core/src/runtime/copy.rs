@@ -72,9 +72,9 @@ pub unsafe trait DeviceResident {
     /// Notes that work touching the memory is about to be queued on `stream`, with `stream`'s
     /// context current, so that giving the memory back waits for it.
     ///
-    /// Fails with an [`Error::InvalidArgument`] for a default stream that would name another
-    /// stream than the one meant (a per-thread default stream of another thread, a default
-    /// stream of another context than the memory's).
+    /// Fails with an [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a default
+    /// stream that would name another stream than the one meant (a per-thread default stream of
+    /// another thread, a default stream of another context than the memory's).
     fn note_stream(&self, stream: &crate::stream::Stream) -> Result<()>;
 }
 
@@ -322,7 +322,8 @@ pub(crate) fn finished(queued: Result<()>) -> Result<()> {
 /// queued afterwards on any stream. A [`PinnedBuffer`] side first waits for its own
 /// stream-ordered copies in flight.
 ///
-/// Lengths that differ are an [`Error::InvalidArgument`], checked before any call.
+/// Lengths that differ are an [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+/// checked before any call.
 pub fn memcpy<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Sized>(
     dst: &mut D,
     src: &S,
@@ -348,7 +349,8 @@ pub fn memcpy<T: Pod, D: CopyDestination<T> + ?Sized, S: CopySource<T> + ?Sized>
 ///
 /// `stream` may be a runtime [`Stream`](super::Stream) or any [`crate::stream::Stream`].
 ///
-/// Lengths that differ are an [`Error::InvalidArgument`], checked before any call.
+/// Lengths that differ are an [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+/// checked before any call.
 pub fn memcpy_async<T, D, S>(dst: &mut D, src: &S, stream: &crate::stream::Stream) -> Result<()>
 where
     T: Pod,
@@ -385,7 +387,7 @@ where
 /// by the host. A [`PinnedBuffer`] does not record this copy (use [`memcpy_async`] for that).
 /// Pageable host memory is staged by the runtime, which makes the call partly synchronous, but
 /// the rule above is what is guaranteed. Lengths that differ are an
-/// [`Error::InvalidArgument`], checked before any call.
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument), checked before any call.
 pub unsafe fn memcpy_async_unchecked<T, D, S>(
     dst: &mut D,
     src: &S,
