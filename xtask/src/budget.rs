@@ -74,8 +74,10 @@ const CHECKS: [Check; 3] = [
         reference: Some("pool"),
         // 1.214 (449 against 370) with the single release; 1.255 (462 against 368) once
         // `Error::InvalidArgument` carried a typed reason: no added work on the path (it builds no
-        // error), but the error's code around it moved the registers and the stack frame.
-        bound: Bound::Ratio(1.26),
+        // error), but the error's code around it moved the registers and the stack frame; 1.215
+        // (447 against 368) once the pool's hooked free took the allocation's fields apart, so
+        // that the drop no longer stores the allocation to the stack for a call it never makes.
+        bound: Bound::Ratio(1.22),
     },
     Check {
         name: "PinnedBuffer::new_uninit+drop / pinned pool's pair",

@@ -341,7 +341,13 @@ impl PoolCore {
     #[track_caller]
     pub(crate) fn free(&self, allocation: DeviceAllocation, recorded: &[sys::CUstream]) -> Result<()> {
         if hooks::any() {
-            return self.free_hooked(allocation, recorded, Location::caller());
+            return self.free_hooked(
+                allocation.ptr,
+                allocation.size,
+                allocation.token,
+                recorded,
+                Location::caller(),
+            );
         }
         self.free_inner(allocation.ptr, allocation.token, recorded)
     }
@@ -351,13 +357,15 @@ impl PoolCore {
     #[inline(never)]
     fn free_hooked(
         &self,
-        allocation: DeviceAllocation,
+        ptr: sys::CUdeviceptr,
+        size: usize,
+        token: u64,
         recorded: &[sys::CUstream],
         location: &'static Location<'static>,
     ) -> Result<()> {
-        let e = self.event(0, allocation.size, allocation.ptr, location);
+        let e = self.event(0, size, ptr, location);
         hooks::call(Point::FreePre, &e);
-        let r = self.free_inner(allocation.ptr, allocation.token, recorded);
+        let r = self.free_inner(ptr, token, recorded);
         hooks::call(Point::FreePost, &e);
         r
     }
