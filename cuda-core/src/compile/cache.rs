@@ -47,12 +47,9 @@ impl CacheKey {
     /// The key of `parts`, in order. Each part is hashed after its length (a little-endian
     /// `u64`), so parts cannot run into each other: `["ab", "c"]` and `["a", "bc"]` differ.
     pub fn new(parts: &[&[u8]]) -> CacheKey {
-        let mut hasher = Sha256::new();
-        for part in parts {
-            hasher.update(&(part.len() as u64).to_le_bytes());
-            hasher.update(part);
-        }
-        CacheKey(hasher.finish())
+        let mut key = KeyHasher::new();
+        parts.iter().for_each(|part| key.part(part));
+        key.finish()
     }
 
     /// The key's 32 bytes.
@@ -70,6 +67,28 @@ impl CacheKey {
         }
         name.push_str(".bin");
         name
+    }
+}
+
+/// A [`CacheKey`] under way: the parts hashed so far, each after its length, as
+/// [`CacheKey::new`] hashes them. A clone goes on from the same point, so parts shared by many
+/// keys are hashed once.
+#[derive(Clone)]
+pub(crate) struct KeyHasher(Sha256);
+
+impl KeyHasher {
+    pub(crate) fn new() -> KeyHasher {
+        KeyHasher(Sha256::new())
+    }
+
+    /// Hashes the next part.
+    pub(crate) fn part(&mut self, part: &[u8]) {
+        self.0.update(&(part.len() as u64).to_le_bytes());
+        self.0.update(part);
+    }
+
+    pub(crate) fn finish(self) -> CacheKey {
+        CacheKey(self.0.finish())
     }
 }
 

@@ -1,15 +1,15 @@
 //! [`Program`]: CUDA C++ source with its in-memory headers and name expressions, compiled by
 //! NVRTC into a [`Compiled`].
 
-use super::cache::{CacheHit, CacheKey, CompileCache};
+use super::cache::{CacheHit, CacheKey, CompileCache, KeyHasher};
 use super::options::{Arch, CompileOptions, Output};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::module::{JitOptions, Module, SharedFunction};
+use crate::module::{Module, SharedFunction};
 use cuhost_nvrtc_sys as nvrtc;
 use std::ffi::{CStr, CString, c_char};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// How many times this process has run `nvrtcCompileProgram`: a cache hit does not.
 static COMPILATIONS: AtomicU64 = AtomicU64::new(0);
@@ -18,6 +18,11 @@ static COMPILATIONS: AtomicU64 = AtomicU64::new(0);
 /// [`CompileCache`] runs none.
 pub fn nvrtc_compilations() -> u64 {
     COMPILATIONS.load(Ordering::Relaxed)
+}
+
+/// A list's length as a key part.
+fn count(n: usize) -> [u8; 8] {
+    (n as u64).to_le_bytes()
 }
 
 /// CUDA C++ source to compile with NVRTC: the source, headers held in memory, and the name
@@ -46,6 +51,32 @@ pub struct Program {
     name: String,
     headers: Vec<(String, String)>,
     name_expressions: Vec<String>,
+    own_parts: OwnParts,
+}
+
+/// A program's own parts (source, name, headers, name expressions) hashed into its cache key,
+/// on its first look at a cache, and kept: every later look hashes only the compiler's
+/// version and the options. Made again by each builder method. It follows from the fields, so
+/// programs compare and hash by their fields alone.
+#[derive(Clone, Default)]
+struct OwnParts(OnceLock<KeyHasher>);
+
+impl PartialEq for OwnParts {
+    fn eq(&self, _: &OwnParts) -> bool {
+        true
+    }
+}
+
+impl Eq for OwnParts {}
+
+impl std::hash::Hash for OwnParts {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+impl std::fmt::Debug for OwnParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "hashed" } else { "not hashed yet" })
+    }
 }
 
 impl Program {
@@ -56,18 +87,21 @@ impl Program {
             name: "kernel.cu".into(),
             headers: Vec::new(),
             name_expressions: Vec::new(),
+            own_parts: OwnParts::default(),
         }
     }
 
     /// The file name the compiler's messages give the source.
     pub fn named(mut self, name: impl Into<String>) -> Program {
         self.name = name.into();
+        self.own_parts = OwnParts::default();
         self
     }
 
     /// A header `#include "name"` finds, held in memory.
     pub fn header(mut self, name: impl Into<String>, contents: impl Into<String>) -> Program {
         self.headers.push((name.into(), contents.into()));
+        self.own_parts = OwnParts::default();
         self
     }
 
@@ -75,6 +109,7 @@ impl Program {
     /// result reports its lowered name ([`Compiled::lowered_name`]).
     pub fn name_expression(mut self, expression: impl Into<String>) -> Program {
         self.name_expressions.push(expression.into());
+        self.own_parts = OwnParts::default();
         self
     }
 
@@ -149,28 +184,35 @@ impl Program {
         self.run_nvrtc(&options.to_args(options.arch.unwrap_or(arch)), options.output)
     }
 
-    /// The key of this program compiled with `args` into `output` by NVRTC version `nvrtc`.
+    /// The key of this program compiled with `args` into `output` by NVRTC version `nvrtc`:
+    /// the program's own parts (hashed once, [`OwnParts`]), then the compiler and the options.
     ///
     /// `nvrtcVersion` reports the major and minor release only, so that is what the key holds
     /// of the compiler. Each list (headers, name expressions, arguments) is preceded by its
     /// length, so no element can pass for one of another list.
     fn cache_key(&self, args: &[String], output: Output, nvrtc: i32) -> CacheKey {
-        let version = nvrtc.to_le_bytes();
-        let tag = [output.tag()];
-        let count = |n: usize| (n as u64).to_le_bytes();
-        let counts = [count(self.headers.len()), count(self.name_expressions.len()), count(args.len())];
-        let mut parts: Vec<&[u8]> =
-            vec![b"cuda-core compile 4", &version, &tag, self.source.as_bytes(), self.name.as_bytes()];
-        parts.push(&counts[0]);
+        let mut key = self.own_parts.0.get_or_init(|| self.hash_own_parts()).clone();
+        key.part(&nvrtc.to_le_bytes());
+        key.part(&[output.tag()]);
+        key.part(&count(args.len()));
+        args.iter().for_each(|a| key.part(a.as_bytes()));
+        key.finish()
+    }
+
+    /// The key's first parts: a tag of the key's layout, then the program's own parts.
+    fn hash_own_parts(&self) -> KeyHasher {
+        let mut key = KeyHasher::new();
+        key.part(b"cuda-core compile 5");
+        key.part(self.source.as_bytes());
+        key.part(self.name.as_bytes());
+        key.part(&count(self.headers.len()));
         for (name, text) in &self.headers {
-            parts.push(name.as_bytes());
-            parts.push(text.as_bytes());
+            key.part(name.as_bytes());
+            key.part(text.as_bytes());
         }
-        parts.push(&counts[1]);
-        parts.extend(self.name_expressions.iter().map(|e| e.as_bytes()));
-        parts.push(&counts[2]);
-        parts.extend(args.iter().map(|a| a.as_bytes()));
-        CacheKey::new(&parts)
+        key.part(&count(self.name_expressions.len()));
+        self.name_expressions.iter().for_each(|e| key.part(e.as_bytes()));
+        key
     }
 
     fn run_nvrtc(&self, args: &[String], output: Output) -> Result<Compiled> {
@@ -359,21 +401,7 @@ impl Compiled {
 
     fn load_module(&self, ctx: &Context) -> Result<Module> {
         match self.output {
-            // A CUBIN needs no compiling, so it is loaded without log buffers (which would be
-            // zeroed, and handed to the driver, on every load of a cached kernel); a refusal
-            // is asked again with a small log, to return the driver's reason.
-            Output::Cubin => {
-                let module =
-                    Module::from_cubin_with(ctx, &self.code, &JitOptions::new().with_log_capacity(0))
-                        .or_else(|_| {
-                            Module::from_cubin_with(
-                                ctx,
-                                &self.code,
-                                &JitOptions::new().with_log_capacity(2048),
-                            )
-                        })?;
-                Ok(module.with_param_counts(self.params.clone()))
-            }
+            Output::Cubin => Ok(Module::from_cubin(ctx, &self.code)?.with_param_counts(self.params.clone())),
             Output::Ptx => {
                 let text = std::str::from_utf8(&self.code)
                     .map_err(|_| Error::invalid("Compiled::load", "NVRTC's PTX is not UTF-8"))?;

@@ -224,7 +224,8 @@ impl JitOptions {
     }
 
     /// Bytes kept for each of the info and error logs (`CU_JIT_*_LOG_BUFFER_SIZE_BYTES`);
-    /// longer logs are cut. 0 asks for no logs.
+    /// longer logs are cut. 0 asks for no logs; with no option set either, the load passes the
+    /// driver no option at all (and [`JitLog::wall_time_ms`] stays 0).
     pub fn log_capacity(&self) -> usize {
         self.log_capacity
     }
@@ -251,7 +252,6 @@ impl JitOptions {
                 raw.push_value(sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, self.log_capacity),
             );
         }
-        raw.wall_time_slot = Some(raw.push_value(sys::CUjit_option::CU_JIT_WALL_TIME, 0));
         if let Some(r) = self.max_registers {
             raw.push_value(sys::CUjit_option::CU_JIT_MAX_REGISTERS, r as usize);
         }
@@ -288,6 +288,12 @@ impl JitOptions {
                 raw.push_value(option, 1);
             }
         }
+        // Options that ask for nothing (no log, no setting) stay empty, so that the load is the
+        // plain call (`cuModuleLoadData`, as a program loading a CUBIN makes it); otherwise the
+        // compiler's time is asked for too.
+        if !raw.keys.is_empty() {
+            raw.wall_time_slot = Some(raw.push_value(sys::CUjit_option::CU_JIT_WALL_TIME, 0));
+        }
         raw
     }
 }
@@ -300,7 +306,8 @@ pub struct JitLog {
     pub info: String,
     /// The error log (`CU_JIT_ERROR_LOG_BUFFER`): why compilation or linking failed.
     pub error: String,
-    /// Milliseconds the compiler spent (`CU_JIT_WALL_TIME`).
+    /// Milliseconds the compiler spent (`CU_JIT_WALL_TIME`); 0 for options that asked for
+    /// nothing (no log capacity and no option set), which are not asked for the time either.
     pub wall_time_ms: f32,
 }
 
@@ -375,6 +382,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn options_that_ask_for_nothing_pass_no_option_and_others_ask_for_the_time() {
+        let bare = JitOptions::new().with_log_capacity(0).to_raw();
+        assert_eq!((bare.len(), bare.wall_time_slot), (0, None));
+        let key = |raw: &RawJitOptions, slot: Option<usize>| slot.and_then(|s| raw.keys.get(s).copied());
+        let logged = JitOptions::new().to_raw();
+        assert_eq!(logged.len(), 5, "two logs, their sizes and the time");
+        assert_eq!(key(&logged, logged.wall_time_slot), Some(sys::CUjit_option::CU_JIT_WALL_TIME));
+        let set = JitOptions::new().with_log_capacity(0).max_registers(32).to_raw();
+        assert_eq!(set.len(), 2);
+        assert_eq!(key(&set, set.wall_time_slot), Some(sys::CUjit_option::CU_JIT_WALL_TIME));
+    }
+
+    #[test]
     fn targets_round_trip_through_the_raw_value() {
         for t in [
             JitTarget::Compute { major: 9, minor: 0 },
@@ -408,8 +428,6 @@ mod tests {
         assert_eq!(find(sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES), Some(16 * 1024));
         assert_eq!(find(sys::CUjit_option::CU_JIT_TARGET), None);
         assert_eq!(raw.len() as usize, raw.values.len());
-        let none = JitOptions::new().with_log_capacity(0).to_raw();
-        assert_eq!(none.keys, vec![sys::CUjit_option::CU_JIT_WALL_TIME]);
     }
 
     #[test]

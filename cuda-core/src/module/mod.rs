@@ -92,10 +92,19 @@ impl Module {
         Ok(module)
     }
 
-    /// Loads a cubin (an ELF image for one architecture); fails as
-    /// [`Module::from_cubin_with`] does.
+    /// Loads a cubin (an ELF image for one architecture) with no option: a cubin needs no
+    /// compiling, so the driver is asked for no log (whose buffers would be zeroed and handed
+    /// over on every load) and the call is the plain `cuModuleLoadData`. A refusal is asked again
+    /// with a small log, so that the error carries the driver's reason.
+    ///
+    /// Fails as [`Module::from_cubin_with`] does.
     pub fn from_cubin(ctx: &Context, cubin: &[u8]) -> Result<Module> {
-        Module::from_cubin_with(ctx, cubin, &JitOptions::new())
+        match Module::from_cubin_with(ctx, cubin, &JitOptions::new().with_log_capacity(0)) {
+            Err(Error::Jit { .. }) => {
+                Module::from_cubin_with(ctx, cubin, &JitOptions::new().with_log_capacity(2048))
+            }
+            loaded => loaded,
+        }
     }
 
     /// Loads a cubin with the given options
