@@ -1,7 +1,7 @@
 //! [`Communicator`]: making, querying, splitting and ending NCCL communicators.
 
 use super::config::Config;
-use super::handle::{Handle, Progress};
+use super::handle::{Backoff, Handle, Progress, deadline_after};
 use super::id::UniqueId;
 use super::version::{at_least, require, since};
 use crate::context::Context;
@@ -372,18 +372,16 @@ impl Communicator {
     /// [`Progress::InProgress`] when the time ran out first. It queries at growing intervals
     /// (from a few microseconds to a millisecond) and sleeps in between rather than spinning.
     pub fn wait(&self, timeout: Duration) -> Result<Progress> {
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(5);
+        let deadline = deadline_after(timeout);
+        let mut backoff = Backoff::new();
         loop {
             if self.poll()? == Progress::Done {
                 return Ok(Progress::Done);
             }
-            let elapsed = start.elapsed();
-            if elapsed >= timeout {
+            if Instant::now() >= deadline {
                 return Ok(Progress::InProgress);
             }
-            std::thread::sleep(pause.min(timeout - elapsed));
-            pause = (pause * 2).min(Duration::from_millis(1));
+            backoff.sleep(deadline);
         }
     }
 

@@ -10,7 +10,7 @@
 
 use super::comm::{Communicator, refuse_in_group, same_device};
 use super::config::Config;
-use super::handle::deadline_after;
+use super::handle::{Backoff, deadline_after};
 use super::id::UniqueId;
 use super::version::{require, since};
 use crate::context::Context;
@@ -37,24 +37,6 @@ impl ShrinkMode {
             ShrinkMode::Default => nccl::NCCL_SHRINK_DEFAULT as i32,
             ShrinkMode::Abort => nccl::NCCL_SHRINK_ABORT as i32,
         }
-    }
-}
-
-/// The pause between two queries of a wait: growing from a few microseconds to a millisecond,
-/// never past the deadline.
-struct Backoff {
-    pause: Duration,
-}
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff { pause: Duration::from_micros(5) }
-    }
-
-    fn sleep(&mut self, deadline: Instant) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        std::thread::sleep(self.pause.min(left));
-        self.pause = (self.pause * 2).min(Duration::from_millis(1));
     }
 }
 

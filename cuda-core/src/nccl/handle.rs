@@ -8,8 +8,9 @@
 //! shared part, whose lock orders its queries before the destroy, and which says when the
 //! handle is gone.
 //!
-//! The waits' shared words live here too: [`Progress`], what a poll of the handle answers, and
-//! [`deadline_after`], the deadline of a wait with a time limit.
+//! The waits' shared words live here too: [`Progress`], what a poll of the handle answers,
+//! [`deadline_after`], the deadline of a wait with a time limit, and [`Backoff`], the pause
+//! between two polls.
 
 use crate::error::{Error, Result, check_nccl, nccl_error};
 use cuhost_nccl_sys as nccl;
@@ -44,6 +45,25 @@ pub(crate) fn deadline_after(timeout: Duration) -> Instant {
             }
         }
     })
+}
+
+/// The pause between two polls of a wait: growing from a few microseconds to a millisecond,
+/// so that a wait sleeps rather than spins, and never past the wait's deadline.
+pub(crate) struct Backoff {
+    pause: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Backoff {
+        Backoff { pause: Duration::from_micros(5) }
+    }
+
+    /// Sleeps for the next pause, or until `deadline` if that comes first.
+    pub(crate) fn sleep(&mut self, deadline: Instant) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        std::thread::sleep(self.pause.min(left));
+        self.pause = (self.pause * 2).min(Duration::from_millis(1));
+    }
 }
 
 /// The shared part of a communicator: the raw handle (null once destroyed or aborted), whether
@@ -134,8 +154,8 @@ impl Handle {
     /// and is returned.
     pub(crate) fn wait_until_done(&self, operation: &'static str) -> Result<()> {
         let limit = self.timeout();
-        let deadline = limit.map(deadline_after);
-        let mut pause = Duration::from_micros(5);
+        let deadline = deadline_after(limit.unwrap_or(Duration::MAX));
+        let mut backoff = Backoff::new();
         loop {
             match self.poll() {
                 Ok(Progress::Done) => return Ok(()),
@@ -145,16 +165,13 @@ impl Handle {
                     return Err(e);
                 }
             }
-            if let (Some(deadline), Some(waited)) = (deadline, limit) {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    self.mark_faulted();
-                    return Err(timed_out(operation, waited));
-                }
-                pause = pause.min(left);
+            if let Some(waited) = limit
+                && Instant::now() >= deadline
+            {
+                self.mark_faulted();
+                return Err(timed_out(operation, waited));
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
+            backoff.sleep(deadline);
         }
     }
 }
