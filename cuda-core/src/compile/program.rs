@@ -45,7 +45,7 @@ fn count(n: usize) -> [u8; 8] {
 /// let scale = compiled.shared_function(&module, "scale<float>")?;
 /// # let _ = scale; Ok(()) }
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Program {
     source: String,
     name: String,
@@ -73,9 +73,15 @@ impl std::hash::Hash for OwnParts {
     fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
-impl std::fmt::Debug for OwnParts {
+impl std::fmt::Debug for Program {
+    /// The program's fields, without the kept hash (which follows from them).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.get().is_some() { "hashed" } else { "not hashed yet" })
+        f.debug_struct("Program")
+            .field("source", &self.source)
+            .field("name", &self.name)
+            .field("headers", &self.headers)
+            .field("name_expressions", &self.name_expressions)
+            .finish()
     }
 }
 

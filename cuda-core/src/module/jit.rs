@@ -343,6 +343,16 @@ impl RawJitOptions {
         u32::try_from(self.keys.len()).unwrap_or(0)
     }
 
+    /// The key and value arrays as a driver call takes them, with [`len`](Self::len): null
+    /// pointers for an empty list rather than an empty vector's dangling ones.
+    pub(crate) fn arrays(&mut self) -> (*mut sys::CUjit_option, *mut *mut c_void) {
+        if self.keys.is_empty() {
+            (std::ptr::null_mut(), std::ptr::null_mut())
+        } else {
+            (self.keys.as_mut_ptr(), self.values.as_mut_ptr())
+        }
+    }
+
     /// The logs the driver wrote, after the call that took these options.
     pub(crate) fn log(&self) -> JitLog {
         let text = |buffer: &[u8], slot: Option<usize>| -> String {

@@ -98,6 +98,7 @@ impl Library {
         let name = name.map_err(|_| bad("the path holds a NUL byte".into()))?;
         crate::device::init()?;
         let mut raw_options = options.to_raw();
+        let (keys, values) = raw_options.arrays();
         let mut raw = std::ptr::null_mut();
         // SAFETY: a NUL-terminated path; the JIT option arrays have `len()` entries; no library
         // options are passed.
@@ -105,8 +106,8 @@ impl Library {
             driver!(status: cuLibraryLoadFromFile(
                 &mut raw,
                 name.as_ptr(),
-                raw_options.keys.as_mut_ptr(),
-                raw_options.values.as_mut_ptr(),
+                keys,
+                values,
                 raw_options.len(),
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
@@ -119,6 +120,7 @@ impl Library {
 
     fn load(image: *const std::ffi::c_void, options: &JitOptions) -> Result<Library> {
         let mut raw_options = options.to_raw();
+        let (keys, values) = raw_options.arrays();
         let mut raw = std::ptr::null_mut();
         // SAFETY: `image` is checked (or NUL-terminated PTX) and outlives the call; the JIT
         // option arrays have `len()` entries; no library options are passed.
@@ -126,8 +128,8 @@ impl Library {
             driver!(status: cuLibraryLoadData(
                 &mut raw,
                 image,
-                raw_options.keys.as_mut_ptr(),
-                raw_options.values.as_mut_ptr(),
+                keys,
+                values,
                 raw_options.len(),
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),

@@ -74,17 +74,11 @@ impl Linker {
     pub fn new(ctx: &Context, options: &JitOptions) -> Result<Linker> {
         ctx.enter()?;
         let mut options = Box::new(options.to_raw());
+        let (keys, values) = options.arrays();
         let mut state = std::ptr::null_mut();
-        // SAFETY: the option arrays have `len()` entries; their log buffers live in the box,
-        // which the linker keeps until the state is destroyed.
-        let status = unsafe {
-            driver!(status: cuLinkCreate(
-                options.len(),
-                options.keys.as_mut_ptr(),
-                options.values.as_mut_ptr(),
-                &mut state,
-            ))
-        };
+        // SAFETY: the option arrays have `len()` entries (null when none); their log buffers live
+        // in the box, which the linker keeps until the state is destroyed.
+        let status = unsafe { driver!(status: cuLinkCreate(options.len(), keys, values, &mut state)) };
         options.check(status)?;
         Ok(Linker { state, ctx: ctx.clone(), options })
     }

@@ -167,6 +167,7 @@ impl Module {
     fn load(ctx: &Context, image: *const std::ffi::c_void, options: &JitOptions) -> Result<Module> {
         ctx.enter()?;
         let mut raw_options = options.to_raw();
+        let (keys, values) = raw_options.arrays();
         let mut raw = std::ptr::null_mut();
         // SAFETY: `image` is a checked, complete image (or NUL-terminated PTX) that outlives the
         // call; the option arrays have `len()` entries and their buffers live in `raw_options`.
@@ -174,13 +175,7 @@ impl Module {
         let status = unsafe {
             match raw_options.len() {
                 0 => driver!(status: cuModuleLoadData(&mut raw, image)),
-                n => driver!(status: cuModuleLoadDataEx(
-                    &mut raw,
-                    image,
-                    n,
-                    raw_options.keys.as_mut_ptr(),
-                    raw_options.values.as_mut_ptr(),
-                )),
+                n => driver!(status: cuModuleLoadDataEx(&mut raw, image, n, keys, values)),
             }
         };
         let log = raw_options.check(status)?;
