@@ -55,7 +55,12 @@ pub enum StreamOrdering {
     /// it), work reached only through raw addresses, the pinned host side of copies (the
     /// buffers' trackers order the host with the copies, not copies with each other), and the
     /// runtime module's synchronous `memcpy`, `memcpy_peer` and `memset`, which keep
-    /// `cudaMemcpy`'s semantics (the legacy default stream).
+    /// `cudaMemcpy`'s semantics (the legacy default stream), and uses that are all inside one
+    /// NCCL [group](crate::nccl::group) on the thread that opened it: NCCL queues a group as one
+    /// operation that waits for the work before it on every stream of the group, and that
+    /// work after it on any of those streams waits for (NCCL's stream semantics), so the mode
+    /// orders the group with what comes before and after it, and the calls inside it follow
+    /// NCCL's rules for a group.
     Implicit,
 }
 
