@@ -134,6 +134,47 @@ fn files_outlive_the_cache_that_wrote_them() {
     assert_eq!((stats.memory_hits, stats.disk_hits, stats.misses, stats.rejected), (1, 2, 0, 0));
 }
 
+/// A cache keeps the directory it opened and checked: one moved away is still the one read,
+/// whatever is put at the path later, and one removed is made again at the path by the next
+/// write.
+#[test]
+fn a_cache_keeps_the_directory_it_checked_until_it_is_removed() {
+    let dir = TempDir::new();
+    let moved = PathBuf::from(format!("{}-moved", dir.0.display()));
+    let _moved_guard = TempDir(moved.clone());
+    let (first, second) = (CacheKey::new(&[b"first"]), CacheKey::new(&[b"second"]));
+    let cache = CompileCache::at(&dir.0);
+    cache.put(&first, b"first kernel");
+    assert_eq!(names(&dir.0), [format!("{first}.bin")]);
+
+    // Swapped: the checked directory is moved away, and another one put at the path, holding
+    // an entry for `second` (written by another cache, so it is a valid one).
+    std::fs::rename(&dir.0, &moved).unwrap();
+    CompileCache::at(&dir.0).put(&second, b"planted at the path");
+    cache.clear_memory();
+    let (bytes, hit) = cache.get(&first).unwrap();
+    assert_eq!((&*bytes, hit), (&b"first kernel"[..], CacheHit::Disk), "read from the moved directory");
+    assert_eq!(cache.get(&second), None, "what is at the path now is not the directory checked");
+    cache.put(&second, b"second kernel");
+    assert_eq!(names(&moved).len(), 2, "written where it was checked");
+
+    // Removed: the next write makes the directory again at the path, and uses it from then on.
+    std::fs::remove_dir_all(&moved).unwrap();
+    std::fs::remove_dir_all(&dir.0).unwrap();
+    cache.clear_memory();
+    assert_eq!(cache.get(&first), None);
+    let (_, hit) = cache.get_or_insert_with(&first, || Ok(b"compiled again".to_vec())).unwrap();
+    assert_eq!(hit, None);
+    assert_eq!(names(&dir.0), [format!("{first}.bin")], "the directory is made again, with the entry");
+    cache.clear_memory();
+    assert_eq!(
+        cache.get(&first).map(|(bytes, hit)| (bytes.to_vec(), hit)),
+        Some((b"compiled again".to_vec(), CacheHit::Disk))
+    );
+    let stats = cache.stats();
+    assert_eq!((stats.writes, stats.failed_writes, stats.rejected), (3, 0, 0));
+}
+
 #[test]
 fn a_directory_that_cannot_be_written_leaves_entries_in_memory() {
     let dir = TempDir::new();

@@ -1,13 +1,14 @@
 //! Kernels from source: a cold compile through `compile::Program` against the raw NVRTC calls
 //! (create, compile, get the CUBIN, destroy), and a compile answered by the cache, from memory
-//! and from disk, loaded as a module, against reading the CUBIN's file (or holding its bytes)
+//! and from disk (by a cache in use, and by a fresh one that opens its directory first),
+//! loaded as a module, against reading the CUBIN's file (or holding its bytes)
 //! and `cuModuleLoadData`; and `compile::kernel` asked again for a kernel it loaded in the
 //! same primary context, against `cuModuleGetFunction` on a loaded module.
 //! `tests/benches/compile_cupy.py` measures CuPy's `RawKernel` on the same source.
 
 use cuda_tests::bench::{Row, compare, print_table};
 use cuhost::compile::{self, Arch, CompileCache, CompileOptions, Program};
-use cuhost::{Context, Device, Result};
+use cuhost::{Context, Device, Module, Result};
 use cuhost_driver_sys as sys;
 use cuhost_nvrtc_sys as nvrtc;
 use std::ffi::CString;
@@ -105,8 +106,49 @@ fn run() -> Result<Vec<Row>> {
         },
         || raw_load(black_box(&cubin)),
     ));
+    // The two halves of the disk row: the cache's read against the file's, and the safe load
+    // of the same bytes against the raw pair.
+    rows.push(compare(
+        "disk hit alone vs read file",
+        21,
+        200,
+        || {
+            cache.clear_memory();
+            black_box(program.compile_with_cache(arch, &options, &cache).ok());
+        },
+        || {
+            black_box(std::fs::read(black_box(&file)).ok());
+        },
+    ));
+    rows.push(compare(
+        "Module::from_cubin + drop vs cuModuleLoadData + cuModuleUnload",
+        21,
+        200,
+        || {
+            black_box(Module::from_cubin(&ctx, black_box(&cubin)).ok());
+        },
+        || raw_load(black_box(&cubin)),
+    ));
+    // A disk hit of a cache in use (its directory opened on an earlier look): memory is
+    // cleared before each, as in a process that loads its kernels from a warm directory.
     rows.push(compare(
         "disk hit + load vs read file + cuModuleLoadData",
+        21,
+        200,
+        || {
+            cache.clear_memory();
+            let hit = program.compile_with_cache(arch, &options, &cache);
+            black_box(hit.and_then(|c| c.load(&ctx)).ok());
+        },
+        || {
+            if let Ok(bytes) = std::fs::read(black_box(&file)) {
+                raw_load(&bytes);
+            }
+        },
+    ));
+    // The first look of a cache: its directory is opened and checked, then the disk hit.
+    rows.push(compare(
+        "fresh cache: open dir + disk hit + load vs read file + cuModuleLoadData",
         21,
         200,
         || {

@@ -5,28 +5,18 @@
 //! On disk each entry is one file, `<key as 64 hex digits>.bin`: a 60-byte header (the magic
 //! `b"CUKCACHE"`, the format version as a little-endian `u32`, the 32-byte key, the payload's
 //! length as a little-endian `u64`, the payload's 64-bit checksum, little-endian) and then the
-//! payload. A file is
-//! written whole to a temporary file of a unique name in the same directory, synced, then renamed
-//! over the entry's name, so readers in any process see the old file, the new one or none.
-//! A file that fails any check when read is removed and counts as a miss: a corrupt or truncated
-//! entry is compiled again, never loaded.
-//!
-//! What the files hold is loaded and run on the GPU, and anyone who can write the directory can
-//! plant an entry (the header is no signature). So on Unix the directory is used only while
-//! nobody but the effective user can change it: owned by that user, writable by neither group
-//! nor others ([`CacheStats::untrusted_dir`] counts the lookups and writes that refused it and
-//! stayed in memory). Entries are opened without following a link and checked on the opened
-//! file (a regular file of that owner, not writable by group or others, at most 1 GiB), and no
-//! more than that is read; they are written with mode 0600.
+//! payload. A file that fails any check when read is removed and counts as a miss: a corrupt or
+//! truncated entry is compiled again, never loaded. Which directories and files are used at
+//! all, and how they are written, is [`cache_dir`](super::cache_dir)'s to say.
 
+use super::cache_dir::{CacheDir, Look, OpenDir};
 use super::checksum::checksum;
 use super::sha256::Sha256;
 use crate::error::Result;
 use std::collections::HashMap;
-use std::ffi::OsString;
+use std::ffi::{CStr, OsString};
 use std::fmt;
-use std::fs::{self, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -35,8 +25,6 @@ const MAGIC: [u8; 8] = *b"CUKCACHE";
 /// 3: the checksum folds four words at a time.
 const VERSION: u32 = 3;
 const HEADER_LEN: usize = 8 + 4 + 32 + 8 + 8;
-/// The largest file read back (1 GiB): no compiled kernel comes near it.
-const MAX_FILE_BYTES: u64 = 1 << 30;
 
 /// The identity of a compiled kernel: the SHA-256 of everything that decides its bytes (source,
 /// options, headers, compiler version, target architecture).
@@ -57,16 +45,34 @@ impl CacheKey {
         &self.0
     }
 
-    /// `<64 hexadecimal digits>.bin`, spelt by table: a disk hit looks it up every time.
-    fn file_name(&self) -> String {
+    /// The name of the key's file.
+    fn file_name(&self) -> FileName {
+        FileName::of(self)
+    }
+}
+
+/// A key's file name, `<64 hexadecimal digits>.bin`, spelt by table on the stack with its
+/// terminating NUL: a disk hit spells it every time.
+struct FileName([u8; 69]);
+
+impl FileName {
+    fn of(key: &CacheKey) -> FileName {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut name = String::with_capacity(2 * self.0.len() + 4);
-        for &b in &self.0 {
-            name.push(char::from(DIGITS[usize::from(b >> 4)]));
-            name.push(char::from(DIGITS[usize::from(b & 15)]));
+        let mut name = *b"0000000000000000000000000000000000000000000000000000000000000000.bin\0";
+        for (pair, &b) in name.chunks_exact_mut(2).zip(&key.0) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 15)];
         }
-        name.push_str(".bin");
-        name
+        FileName(name)
+    }
+
+    fn as_c_str(&self) -> &CStr {
+        CStr::from_bytes_with_nul(&self.0).unwrap_or_default()
+    }
+
+    #[cfg(test)]
+    fn as_str(&self) -> &str {
+        self.as_c_str().to_str().unwrap_or_default()
     }
 }
 
@@ -163,12 +169,15 @@ fn bump(counter: &AtomicU64) {
 ///
 /// Disk failures never fail a compile: a file that cannot be read is a miss, and one that cannot
 /// be written leaves the entry in memory only (both show in [`stats`](Self::stats)). The
-/// checksum catches corruption, not tampering, so on Unix the directory is used only while
-/// nobody but the effective user can change it: owned by that user, writable by neither group
-/// nor others (the directories the cache creates are made so, mode 0700). Any other is neither
-/// read nor written, and each refusal counts in [`CacheStats::untrusted_dir`]. An entry is
-/// opened without following a link and used only if it is a regular file of that user, writable
-/// by neither group nor others, of at most 1 GiB.
+/// checksum catches corruption, not tampering, so on Unix the directory is used only if nobody
+/// but the effective user can change it: owned by that user, writable by neither group nor
+/// others (the directories the cache creates are made so, mode 0700). Any other is neither read
+/// nor written, and each refusal counts in [`CacheStats::untrusted_dir`]. The directory is
+/// checked when the cache first opens it and then kept open: the cache goes on using the
+/// directory it checked even if another is put at its path, opens the path again when it finds
+/// the directory removed, and checks it again for another effective user. An entry is opened
+/// without following a link and used only if it is a regular file of that user, writable by
+/// neither group nor others, of at most 1 GiB.
 ///
 /// `Send + Sync`; clones are cheap and share the memory, the directory and the counters. The
 /// memory holds every entry stored until [`clear_memory`](Self::clear_memory).
@@ -189,13 +198,14 @@ pub struct CompileCache {
 
 struct Inner {
     memory: Option<Mutex<HashMap<CacheKey, Arc<[u8]>>>>,
-    dir: Option<PathBuf>,
+    dir: Option<CacheDir>,
     counters: Counters,
 }
 
 impl CompileCache {
     fn with(memory: bool, dir: Option<PathBuf>) -> Self {
         let memory = memory.then(|| Mutex::new(HashMap::new()));
+        let dir = dir.map(CacheDir::new);
         CompileCache { inner: Arc::new(Inner { memory, dir, counters: Counters::default() }) }
     }
 
@@ -230,7 +240,7 @@ impl CompileCache {
 
     /// The directory of the files, if the cache has one.
     pub fn dir(&self) -> Option<&Path> {
-        self.inner.dir.as_deref()
+        self.inner.dir.as_ref().map(CacheDir::path)
     }
 
     /// The kernel stored under `key`, looked for in memory, then on disk (a disk hit is kept in
@@ -241,7 +251,7 @@ impl CompileCache {
             bump(&counters.memory_hits);
             return Some((bytes, CacheHit::Memory));
         }
-        if let Some(bytes) = self.inner.dir.as_deref().and_then(|dir| self.read(dir, key)) {
+        if let Some(bytes) = self.inner.dir.as_ref().and_then(|dir| self.read(dir, key)) {
             bump(&counters.disk_hits);
             self.memory_put(key, bytes.clone());
             return Some((bytes, CacheHit::Disk));
@@ -321,41 +331,58 @@ impl CompileCache {
         }
     }
 
-    /// Whether `dir` exists and nobody but `user` (this process's effective user) can change
-    /// what is in it; one that another user can change is counted in
-    /// [`CacheStats::untrusted_dir`].
-    fn trusted(&self, dir: &Path, user: User) -> bool {
-        match fs::metadata(dir) {
-            Ok(meta) if !user.alone_can_change(&meta) => {
+    /// The directory a look found, if private to this process's effective user; a directory
+    /// another user can change is counted in [`CacheStats::untrusted_dir`].
+    fn open_dir(&self, look: Look) -> Option<Arc<OpenDir>> {
+        match look {
+            Look::Open(open) => Some(open),
+            Look::Missing => None,
+            Look::Untrusted => {
                 bump(&self.inner.counters.untrusted_dir);
-                false
+                None
             }
-            Ok(meta) => meta.is_dir(),
-            Err(_) => false,
         }
     }
 
     /// Writes `key`'s file, in a directory created private or found private; a failure counts
-    /// in [`CacheStats::failed_writes`].
-    fn write_file(&self, dir: &Path, key: &CacheKey, payload: &[u8]) {
-        let written = create_private_dir(dir).and_then(|()| {
-            if self.trusted(dir, User::effective()) { write(dir, key, payload) } else { Ok(()) }
-        });
+    /// in [`CacheStats::failed_writes`]. A directory removed since it was opened is opened (or
+    /// made) again, once.
+    fn write_file(&self, dir: &CacheDir, key: &CacheKey, payload: &[u8]) {
+        let name = key.file_name();
+        let header = header(key, payload);
+        let write_once = || -> io::Result<()> {
+            let look = match dir.look() {
+                Look::Missing => {
+                    dir.create()?;
+                    dir.look()
+                }
+                look => look,
+            };
+            // A directory another user can change is left alone (and counted).
+            let Some(open) = self.open_dir(look) else { return Ok(()) };
+            let written = open.write(name.as_c_str(), &[&header, payload]);
+            if written.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
+                dir.forget(&open);
+            }
+            written
+        };
+        let written = match write_once() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => write_once(),
+            written => written,
+        };
         if written.is_err() {
             bump(&self.inner.counters.failed_writes);
         }
     }
 
     /// The payload of `key`'s file if it passes every check; a file that fails one is removed.
-    fn read(&self, dir: &Path, key: &CacheKey) -> Option<Arc<[u8]>> {
-        let user = User::effective();
-        if !self.trusted(dir, user) {
-            return None;
-        }
-        let path = dir.join(key.file_name());
-        let payload = match read_entry(&path, user) {
-            Ok(Some(data)) => decode(key, &data).map(Arc::from),
-            // No file: a plain miss (a directory not made yet, or a file where it should be).
+    fn read(&self, dir: &CacheDir, key: &CacheKey) -> Option<Arc<[u8]>> {
+        let open = self.open_dir(dir.look())?;
+        let name = key.file_name();
+        let mut head = [0; HEADER_LEN];
+        let payload = match open.read(name.as_c_str(), &mut head) {
+            Ok(Some(payload)) => intact(key, &head, &payload).then_some(payload),
+            // No file: a plain miss (or a directory removed since it was opened).
             Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
                 return None;
             }
@@ -365,7 +392,7 @@ impl CompileCache {
             bump(&self.inner.counters.rejected);
             // Best effort: a file that cannot be removed is rejected again next time, and a valid
             // file another process renamed here meanwhile goes too (one more compile, no harm).
-            let _ = fs::remove_file(&path);
+            let _ = open.remove(name.as_c_str());
         }
         payload
     }
@@ -382,7 +409,7 @@ impl fmt::Debug for CompileCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompileCache")
             .field("memory", &self.inner.memory.is_some())
-            .field("dir", &self.inner.dir)
+            .field("dir", &self.dir())
             .field("stats", &self.stats())
             .finish()
     }
@@ -407,146 +434,44 @@ fn default_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     base.map(|b| b.join("cuda-core").join("kernels"))
 }
 
-/// The bytes of the entry at `path`, or `None` for a file that is not a regular file of at
-/// most [`MAX_FILE_BYTES`] that only `user` can change. The checks are made on the opened
-/// file, so a file swapped in after them is not the one read; a link is not followed (the open
-/// fails), and a pipe or device does not block the open.
-///
-/// The file is read until its checked size, asking for one byte more: a whole file then takes
-/// one read, without the read that would find its end. A file that grew or shrank meanwhile
-/// is read in part, which [`decode`] then checks against the header's length and checksum
-/// like any other bytes; one that grew is never read past one byte more than was checked.
-fn read_entry(path: &Path, user: User) -> io::Result<Option<Vec<u8>>> {
-    let mut options = OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    let mut file = options.open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() || !user.alone_can_change(&meta) || meta.len() > MAX_FILE_BYTES {
-        return Ok(None);
-    }
-    let Ok(len) = usize::try_from(meta.len()) else { return Ok(None) };
-    let mut data = vec![0; len + 1];
-    let mut filled = 0;
-    while filled < len {
-        match file.read(&mut data[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    data.truncate(filled);
-    Ok(Some(data))
-}
-
-/// This process's effective user, read once per look at the cache (on Unix; elsewhere the
-/// cache makes no such check).
-#[derive(Clone, Copy)]
-struct User {
-    #[cfg(unix)]
-    uid: u32,
-}
-
-impl User {
-    fn effective() -> User {
-        User {
-            // SAFETY: geteuid takes nothing, cannot fail and touches no memory of ours.
-            #[cfg(unix)]
-            uid: unsafe { libc::geteuid() },
-        }
-    }
-
-    /// Whether nobody but this user can change the file or directory of `meta`: owned by the
-    /// user, writable by neither group nor others. Always true off Unix.
-    fn alone_can_change(self, meta: &fs::Metadata) -> bool {
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            meta.uid() == self.uid && meta.mode() & 0o022 == 0
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = meta;
-            true
-        }
-    }
-}
-
-/// The payload of a file's bytes `data` if they are an entry of `key`, whole and intact.
-fn decode<'a>(key: &CacheKey, data: &'a [u8]) -> Option<&'a [u8]> {
-    let (header, payload) = data.split_at_checked(HEADER_LEN)?;
-    let (magic, header) = header.split_at(8);
-    let (version, header) = header.split_at(4);
-    let (stored_key, header) = header.split_at(32);
-    let (length, sum) = header.split_at(8);
-    let intact = magic == MAGIC
-        && u32::from_le_bytes(version.try_into().ok()?) == VERSION
+/// Whether `head` and `payload`, read from a file, are an entry of `key`, whole and intact.
+fn intact(key: &CacheKey, head: &[u8; HEADER_LEN], payload: &[u8]) -> bool {
+    let (magic, rest) = head.split_at(8);
+    let (version, rest) = rest.split_at(4);
+    let (stored_key, rest) = rest.split_at(32);
+    let (length, sum) = rest.split_at(8);
+    let number = |bytes: &[u8]| bytes.try_into().map(u64::from_le_bytes).ok();
+    magic == MAGIC
+        && version == VERSION.to_le_bytes()
         && stored_key == key.as_bytes()
-        && u64::from_le_bytes(length.try_into().ok()?) == payload.len() as u64
-        && u64::from_le_bytes(sum.try_into().ok()?) == checksum(payload);
-    intact.then_some(payload)
+        && number(length) == Some(payload.len() as u64)
+        && number(sum) == Some(checksum(payload))
 }
 
-fn header(key: &CacheKey, payload: &[u8]) -> Vec<u8> {
-    let mut header = Vec::with_capacity(HEADER_LEN);
-    header.extend_from_slice(&MAGIC);
-    header.extend_from_slice(&VERSION.to_le_bytes());
-    header.extend_from_slice(key.as_bytes());
-    header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    header.extend_from_slice(&checksum(payload).to_le_bytes());
-    header
-}
-
-/// Creates `dir` and its missing parents; on Unix the directories made are readable and
-/// writable by their owner only, since what the cache holds is run on the GPU.
-fn create_private_dir(dir: &Path) -> io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
-}
-
-/// Writes `key`'s file through a temporary file and a rename, so no reader sees half of it; on
-/// Unix the file is its owner's alone (mode 0600), as [`read_entry`] requires.
-fn write(dir: &Path, key: &CacheKey, payload: &[u8]) -> io::Result<()> {
-    static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut attempts = 0;
-    let (file, temporary) = loop {
-        let n = TEMPORARIES.fetch_add(1, Relaxed);
-        let temporary = dir.join(format!(".{key}.{}.{n}.tmp", std::process::id()));
-        match options.open(&temporary) {
-            Ok(file) => break (file, temporary),
-            // Left by a crashed process that had this id: try the next name.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
-            Err(e) => return Err(e),
-        }
-    };
-    let result = (|| {
-        let mut file = file;
-        file.write_all(&header(key, payload))?;
-        file.write_all(payload)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&temporary, dir.join(key.file_name()))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temporary);
+fn header(key: &CacheKey, payload: &[u8]) -> [u8; HEADER_LEN] {
+    let mut header = [0; HEADER_LEN];
+    let fields: [&[u8]; 5] = [
+        &MAGIC,
+        &VERSION.to_le_bytes(),
+        key.as_bytes(),
+        &(payload.len() as u64).to_le_bytes(),
+        &checksum(payload).to_le_bytes(),
+    ];
+    let mut at = 0;
+    for field in fields {
+        header[at..at + field.len()].copy_from_slice(field);
+        at += field.len();
     }
-    result
+    header
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::cache_dir::MAX_FILE_BYTES;
     use crate::compile::sha256::sha256;
     use std::cell::Cell;
+    use std::fs;
 
     /// A fresh directory under the system's temporary directory, removed on drop.
     struct TempDir(PathBuf);
@@ -586,13 +511,19 @@ mod tests {
         assert!(text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{text}");
         assert_eq!(text, crate::hex::encode(key.as_bytes()));
         assert_eq!(format!("{key:?}"), text);
-        assert_eq!(key.file_name(), format!("{text}.bin"));
+        assert_eq!(key.file_name().as_str(), format!("{text}.bin"));
+    }
+
+    /// The payload of a file's bytes `data` if they are an entry of `key`, whole and intact.
+    fn decode<'a>(key: &CacheKey, data: &'a [u8]) -> Option<&'a [u8]> {
+        let (head, payload) = data.split_first_chunk::<HEADER_LEN>()?;
+        intact(key, head, payload).then_some(payload)
     }
 
     /// The bytes of a valid file of `key` holding `payload`.
     #[cfg(unix)]
     fn entry(key: &CacheKey, payload: &[u8]) -> Vec<u8> {
-        let mut file = header(key, payload);
+        let mut file = header(key, payload).to_vec();
         file.extend_from_slice(payload);
         file
     }
@@ -631,12 +562,12 @@ mod tests {
         cache.put(&other, b"x");
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&cache_dir), 0o700, "the cache directory is private");
-        assert_eq!(mode(&cache_dir.join(other.file_name())), 0o600, "its files are private");
+        assert_eq!(mode(&cache_dir.join(other.file_name().as_str())), 0o600, "its files are private");
 
         let elsewhere = dir.0.join("valid.bin");
         fs::write(&elsewhere, entry(&key, b"planted")).unwrap();
         chmod(&elsewhere, 0o600);
-        let path = cache_dir.join(key.file_name());
+        let path = cache_dir.join(key.file_name().as_str());
         std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
         let fresh = CompileCache::at(&cache_dir);
         assert_eq!(fresh.get(&key), None, "a link is not followed");
@@ -658,7 +589,7 @@ mod tests {
     fn oversize_and_shared_files_are_refused() {
         let dir = TempDir::new();
         let key = CacheKey::new(&[b"refused"]);
-        let path = dir.0.join(key.file_name());
+        let path = dir.0.join(key.file_name().as_str());
         let cache = CompileCache::at(&dir.0);
         cache.put(&CacheKey::new(&[b"makes the directory"]), b"x");
         let plant = |mode: u32| {
@@ -698,7 +629,7 @@ mod tests {
     fn directories_others_can_write_are_not_used() {
         let key = CacheKey::new(&[b"shared directory"]);
         let check = |what: &str, dir: &Path| {
-            let path = dir.join(key.file_name());
+            let path = dir.join(key.file_name().as_str());
             fs::write(&path, entry(&key, b"planted")).unwrap();
             chmod(&path, 0o600);
             let cache = CompileCache::at(dir);
@@ -707,7 +638,7 @@ mod tests {
             let (bytes, hit) = cache.get_or_insert_with(&other, || Ok(b"compiled".to_vec())).unwrap();
             assert_eq!((&*bytes, hit), (&b"compiled"[..], None), "{what}");
             assert_eq!(cache.get(&other).map(|(_, hit)| hit), Some(CacheHit::Memory), "{what}");
-            assert!(!dir.join(other.file_name()).exists(), "{what}: nothing is written there");
+            assert!(!dir.join(other.file_name().as_str()).exists(), "{what}: nothing is written there");
             let stats = cache.stats();
             assert_eq!((stats.untrusted_dir, stats.rejected, stats.failed_writes), (3, 0, 0), "{what}");
             assert!(path.exists(), "{what}: the directory is left alone");
@@ -728,7 +659,7 @@ mod tests {
         let private = TempDir::new();
         fs::create_dir(&private.0).unwrap();
         chmod(&private.0, 0o755);
-        let path = private.0.join(key.file_name());
+        let path = private.0.join(key.file_name().as_str());
         fs::write(&path, entry(&key, b"kept")).unwrap();
         chmod(&path, 0o644);
         let cache = CompileCache::at(&private.0);
@@ -744,7 +675,7 @@ mod tests {
             let dir = TempDir::new();
             let other = CacheKey::new(&[b"another kernel"]);
             CompileCache::at(&dir.0).put(&other, &payload);
-            fs::read(dir.0.join(other.file_name())).unwrap()
+            fs::read(dir.0.join(other.file_name().as_str())).unwrap()
         };
         type Damage<'a> = &'a dyn Fn(&mut Vec<u8>);
         let damages: [(&str, Damage); 9] = [
@@ -760,7 +691,7 @@ mod tests {
         ];
         for (what, damage) in damages {
             let dir = TempDir::new();
-            let path = dir.0.join(key.file_name());
+            let path = dir.0.join(key.file_name().as_str());
             CompileCache::at(&dir.0).put(&key, &payload);
             let mut file = fs::read(&path).unwrap();
             damage(&mut file);

@@ -36,6 +36,7 @@
 //! [`Error::Load`](crate::error::Error::Load) that says what was tried and what to install.
 
 mod cache;
+mod cache_dir;
 mod checksum;
 mod link;
 mod loaded;

@@ -8,8 +8,10 @@ use crate::error::{Error, Result};
 use crate::module::{Module, SharedFunction};
 use cuhost_nvrtc_sys as nvrtc;
 use std::ffi::{CStr, CString, c_char};
+use std::fmt;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// How many times this process has run `nvrtcCompileProgram`: a cache hit does not.
 static COMPILATIONS: AtomicU64 = AtomicU64::new(0);
@@ -51,25 +53,46 @@ pub struct Program {
     name: String,
     headers: Vec<(String, String)>,
     name_expressions: Vec<String>,
-    own_parts: OwnParts,
+    key_memo: KeyMemo,
 }
 
-/// A program's own parts (source, name, headers, name expressions) hashed into its cache key,
-/// on its first look at a cache, and kept: every later look hashes only the compiler's
-/// version and the options. Made again by each builder method. It follows from the fields, so
-/// programs compare and hash by their fields alone.
-#[derive(Clone, Default)]
-struct OwnParts(OnceLock<KeyHasher>);
+/// What a program keeps of its cache keys: its own parts (source, name, headers, name
+/// expressions) hashed on its first look at a cache, so that a look with other options hashes
+/// only the compiler's version and the options; and the last key with what it was made from,
+/// so that a look with the same options, architecture and compiler hashes nothing. Made again
+/// by each builder method. It follows from the fields, so programs compare and hash by their
+/// fields alone.
+#[derive(Default)]
+struct KeyMemo {
+    own_parts: OnceLock<KeyHasher>,
+    last: Mutex<Option<LastKey>>,
+}
 
-impl PartialEq for OwnParts {
-    fn eq(&self, _: &OwnParts) -> bool {
+/// A key and the options, architecture and NVRTC version it was made with.
+#[derive(Clone)]
+struct LastKey {
+    options: CompileOptions,
+    arch: Arch,
+    nvrtc: i32,
+    key: CacheKey,
+}
+
+impl Clone for KeyMemo {
+    fn clone(&self) -> KeyMemo {
+        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        KeyMemo { own_parts: self.own_parts.clone(), last: Mutex::new(last) }
+    }
+}
+
+impl PartialEq for KeyMemo {
+    fn eq(&self, _: &KeyMemo) -> bool {
         true
     }
 }
 
-impl Eq for OwnParts {}
+impl Eq for KeyMemo {}
 
-impl std::hash::Hash for OwnParts {
+impl std::hash::Hash for KeyMemo {
     fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
@@ -93,21 +116,21 @@ impl Program {
             name: "kernel.cu".into(),
             headers: Vec::new(),
             name_expressions: Vec::new(),
-            own_parts: OwnParts::default(),
+            key_memo: KeyMemo::default(),
         }
     }
 
     /// The file name the compiler's messages give the source.
     pub fn named(mut self, name: impl Into<String>) -> Program {
         self.name = name.into();
-        self.own_parts = OwnParts::default();
+        self.key_memo = KeyMemo::default();
         self
     }
 
     /// A header `#include "name"` finds, held in memory.
     pub fn header(mut self, name: impl Into<String>, contents: impl Into<String>) -> Program {
         self.headers.push((name.into(), contents.into()));
-        self.own_parts = OwnParts::default();
+        self.key_memo = KeyMemo::default();
         self
     }
 
@@ -115,7 +138,7 @@ impl Program {
     /// result reports its lowered name ([`Compiled::lowered_name`]).
     pub fn name_expression(mut self, expression: impl Into<String>) -> Program {
         self.name_expressions.push(expression.into());
-        self.own_parts = OwnParts::default();
+        self.key_memo = KeyMemo::default();
         self
     }
 
@@ -164,21 +187,21 @@ impl Program {
         cache: &CompileCache,
     ) -> Result<Compiled> {
         let arch = options.arch.unwrap_or(arch);
-        let args = options.to_args(arch);
         if options.reads_files() {
             cache.count_uncached();
-            return self.run_nvrtc(&args, options.output);
+            return self.run_nvrtc(&options.to_args(arch), options.output);
         }
-        let key = self.cache_key(&args, options.output, nvrtc_version()?);
+        let key = self.key_for(options, arch, nvrtc_version()?);
+        let args = || options.to_args(arch);
         let (bytes, hit) =
-            cache.get_or_insert_with(&key, || Ok(self.run_nvrtc(&args, options.output)?.to_bytes()))?;
+            cache.get_or_insert_with(&key, || Ok(self.run_nvrtc(&args(), options.output)?.to_bytes()))?;
         if let Some(mut compiled) = Compiled::from_bytes(&bytes) {
             compiled.cache_hit = hit;
             return Ok(compiled);
         }
         // An entry of another shape under this key (written by hand, or by a build that laid
         // entries out differently): compile again and store the result over it.
-        let compiled = self.run_nvrtc(&args, options.output)?;
+        let compiled = self.run_nvrtc(&args(), options.output)?;
         cache.put(&key, &compiled.to_bytes());
         Ok(compiled)
     }
@@ -190,14 +213,28 @@ impl Program {
         self.run_nvrtc(&options.to_args(options.arch.unwrap_or(arch)), options.output)
     }
 
+    /// The key of this program compiled with `options` for `arch` by NVRTC version `nvrtc`: the
+    /// last key again if it was made from the same three ([`KeyMemo`]), else
+    /// [`cache_key`](Self::cache_key) of the options' arguments, kept as the last.
+    fn key_for(&self, options: &CompileOptions, arch: Arch, nvrtc: i32) -> CacheKey {
+        let same = |last: &LastKey| last.arch == arch && last.nvrtc == nvrtc && last.options == *options;
+        let last = || self.key_memo.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(last) = last().as_ref().filter(|last| same(last)) {
+            return last.key;
+        }
+        let key = self.cache_key(&options.to_args(arch), options.output, nvrtc);
+        *last() = Some(LastKey { options: options.clone(), arch, nvrtc, key });
+        key
+    }
+
     /// The key of this program compiled with `args` into `output` by NVRTC version `nvrtc`:
-    /// the program's own parts (hashed once, [`OwnParts`]), then the compiler and the options.
+    /// the program's own parts (hashed once, [`KeyMemo`]), then the compiler and the options.
     ///
     /// `nvrtcVersion` reports the major and minor release only, so that is what the key holds
     /// of the compiler. Each list (headers, name expressions, arguments) is preceded by its
     /// length, so no element can pass for one of another list.
     fn cache_key(&self, args: &[String], output: Output, nvrtc: i32) -> CacheKey {
-        let mut key = self.own_parts.0.get_or_init(|| self.hash_own_parts()).clone();
+        let mut key = self.key_memo.own_parts.get_or_init(|| self.hash_own_parts()).clone();
         key.part(&nvrtc.to_le_bytes());
         key.part(&[output.tag()]);
         key.part(&count(args.len()));
@@ -291,7 +328,7 @@ impl Program {
             let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
             lowered.push((text.clone(), name));
         }
-        Ok(Compiled { output, code: code.into(), log, lowered, params, cache_hit: None })
+        Ok(Compiled { output, code: Code::whole(code.into()), log, lowered, params, cache_hit: None })
     }
 }
 
@@ -360,7 +397,7 @@ impl Drop for Guard {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Compiled {
     output: Output,
-    code: Arc<[u8]>,
+    code: Code,
     log: String,
     lowered: Vec<(String, String)>,
     /// The parameter count of each kernel of a CUBIN, from the PTX NVRTC compiled it from.
@@ -376,7 +413,7 @@ impl Compiled {
 
     /// The code: a CUBIN, PTX text (no trailing NUL) or LTO-IR.
     pub fn code(&self) -> &[u8] {
-        &self.code
+        self.code.as_bytes()
     }
 
     /// The compiler's log of a successful compile: its warnings, empty when there were none.
@@ -407,9 +444,9 @@ impl Compiled {
 
     fn load_module(&self, ctx: &Context) -> Result<Module> {
         match self.output {
-            Output::Cubin => Ok(Module::from_cubin(ctx, &self.code)?.with_param_counts(self.params.clone())),
+            Output::Cubin => Ok(Module::from_cubin(ctx, self.code())?.with_param_counts(self.params.clone())),
             Output::Ptx => {
-                let text = std::str::from_utf8(&self.code)
+                let text = std::str::from_utf8(self.code())
                     .map_err(|_| Error::invalid("Compiled::load", "NVRTC's PTX is not UTF-8"))?;
                 Module::from_ptx(ctx, text)
             }
@@ -429,15 +466,17 @@ impl Compiled {
         module.shared_function(self.lowered_name(name).unwrap_or(name))
     }
 
-    /// The cache entry: the output tag, then length-prefixed code and log, the number of name
-    /// pairs and the pairs, the number of parameter counts and the counts (name, count).
+    /// The cache entry: the output tag and seven zero bytes, then length-prefixed code and log,
+    /// the number of name pairs and the pairs, the number of parameter counts and the counts
+    /// (name, count). The code starts 16 bytes in, so in an entry's storage (aligned to 8) it
+    /// is aligned as the driver reads a CUBIN, and it is loaded from there without a copy.
     fn to_bytes(&self) -> Vec<u8> {
-        let mut out = vec![self.output.tag()];
+        let mut out = vec![self.output.tag(), 0, 0, 0, 0, 0, 0, 0];
         let mut field = |bytes: &[u8]| {
             out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
             out.extend_from_slice(bytes);
         };
-        field(&self.code);
+        field(self.code.as_bytes());
         field(self.log.as_bytes());
         field(&(self.lowered.len() as u64).to_le_bytes());
         for (expression, lowered) in &self.lowered {
@@ -452,26 +491,28 @@ impl Compiled {
         out
     }
 
-    /// Reads [`to_bytes`](Self::to_bytes)' format; `None` for bytes of any other shape.
-    fn from_bytes(bytes: &[u8]) -> Option<Compiled> {
-        let (&tag, mut rest) = bytes.split_first()?;
+    /// Reads [`to_bytes`](Self::to_bytes)' format; `None` for bytes of any other shape. The
+    /// code is not copied: the result shares `entry`'s storage.
+    fn from_bytes(entry: &Arc<[u8]>) -> Option<Compiled> {
+        let bytes: &[u8] = entry;
+        let (&[tag, ref zeros @ ..], _) = bytes.split_first_chunk::<8>()?;
         let output = Output::from_tag(tag)?;
-        let mut field = || -> Option<&[u8]> {
-            let (len, tail) = rest.split_first_chunk::<8>()?;
-            let len = usize::try_from(u64::from_le_bytes(*len)).ok()?;
-            if tail.len() < len {
-                return None;
-            }
-            let (value, tail) = tail.split_at(len);
-            rest = tail;
-            Some(value)
+        if zeros != &[0; 7] {
+            return None;
+        }
+        let mut at = 8;
+        // The next length-prefixed field, as its place in `bytes`.
+        let mut field = || -> Option<Range<usize>> {
+            let len = bytes.get(at..)?.first_chunk::<8>()?;
+            let start = at + 8;
+            let end = start.checked_add(usize::try_from(u64::from_le_bytes(*len)).ok()?)?;
+            at = bytes.get(start..end).map(|_| end)?;
+            Some(start..end)
         };
-        let number = |bytes: &[u8]| -> Option<usize> {
-            usize::try_from(u64::from_le_bytes(bytes.try_into().ok()?)).ok()
-        };
-        let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).ok();
-        // Copied once, into the storage the result shares.
-        let code: Arc<[u8]> = Arc::from(field()?);
+        let value = |place: Range<usize>| bytes.get(place);
+        let number = |place| usize::try_from(u64::from_le_bytes(value(place)?.try_into().ok()?)).ok();
+        let text = |place| String::from_utf8(value(place)?.to_vec()).ok();
+        let code = Code { storage: entry.clone(), place: field()? };
         let log = text(field()?)?;
         let mut lowered = Vec::new();
         for _ in 0..number(field()?)? {
@@ -483,10 +524,42 @@ impl Compiled {
             let name = text(field()?)?;
             params.push((name, number(field()?)?));
         }
-        if !rest.is_empty() {
+        if at != bytes.len() {
             return None;
         }
         Some(Compiled { output, code, log, lowered, params, cache_hit: None })
+    }
+}
+
+/// Compiled code in shared storage: all of NVRTC's output, or the place in a cache entry that
+/// holds it, so that a cache hit copies nothing.
+#[derive(Clone)]
+struct Code {
+    storage: Arc<[u8]>,
+    place: Range<usize>,
+}
+
+impl Code {
+    fn whole(storage: Arc<[u8]>) -> Code {
+        Code { place: 0..storage.len(), storage }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        self.storage.get(self.place.clone()).unwrap_or_default()
+    }
+}
+
+impl PartialEq for Code {
+    fn eq(&self, other: &Code) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Code {}
+
+impl fmt::Debug for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_bytes(), f)
     }
 }
 
@@ -540,20 +613,28 @@ mod tests {
     fn cache_entries_round_trip_and_bad_ones_are_refused() {
         let c = Compiled {
             output: Output::Ptx,
-            code: b".version 8.0".to_vec().into(),
+            code: Code::whole(b".version 8.0".to_vec().into()),
             log: "warning: x".into(),
             lowered: vec![("f<int>".into(), "_Z1fIiEvv".into()), ("g".into(), "g".into())],
             params: vec![("_Z1fIiEvv".into(), 3)],
             cache_hit: None,
         };
         let bytes = c.to_bytes();
-        assert_eq!(Compiled::from_bytes(&bytes), Some(c.clone()));
-        assert_eq!(Compiled::from_bytes(&bytes[..bytes.len() - 1]), None, "truncated");
+        let read = |bytes: &[u8]| Compiled::from_bytes(&Arc::from(bytes));
+        let entry: Arc<[u8]> = bytes.clone().into();
+        let back = Compiled::from_bytes(&entry);
+        assert_eq!(back, Some(c.clone()));
+        let shared = back.as_ref().map(|b| b.code().as_ptr());
+        assert_eq!(shared, Some(entry[16..].as_ptr()), "the code is shared with the entry, 16 bytes in");
+        assert_eq!(read(&bytes[..bytes.len() - 1]), None, "truncated");
         let mut extra = bytes.clone();
         extra.push(0);
-        assert_eq!(Compiled::from_bytes(&extra), None, "trailing bytes");
-        assert_eq!(Compiled::from_bytes(&[7]), None, "unknown output");
-        assert_eq!(Compiled::from_bytes(&[]), None);
+        assert_eq!(read(&extra), None, "trailing bytes");
+        let mut padded = bytes.clone();
+        padded[3] = 1;
+        assert_eq!(read(&padded), None, "a byte of the padding set (the layout before it)");
+        assert_eq!(read(&[7, 0, 0, 0, 0, 0, 0, 0]), None, "unknown output");
+        assert_eq!(read(&[]), None);
     }
 
     #[test]
@@ -579,6 +660,38 @@ mod tests {
             typed(CompileOptions::new().max_registers(32)),
             typed(CompileOptions::new().max_registers(40))
         );
+    }
+
+    /// The last key is kept with what it was made from: asked again with the same options,
+    /// architecture and compiler, it is the same key; with any of them changed, or the program
+    /// changed by a builder (on a clone that has the memo), it is the key made afresh.
+    #[test]
+    fn the_last_key_is_used_only_for_what_it_was_made_from() {
+        let p = Program::new("__global__ void k() {}");
+        let fresh = |p: &Program, o: &CompileOptions, arch: Arch, nvrtc: i32| {
+            p.cache_key(&o.to_args(arch), o.output, nvrtc)
+        };
+        let (o, sm90) = (CompileOptions::new(), Arch::new(9, 0));
+        let base = p.key_for(&o, sm90, 13000);
+        assert_eq!(base, fresh(&p, &o, sm90, 13000));
+        assert_eq!(p.key_for(&o, sm90, 13000), base);
+        let others = [
+            (o.clone().ftz(true), sm90, 13000),
+            (o.clone().output(Output::Ptx), sm90, 13000),
+            (o.clone(), Arch::new(8, 0), 13000),
+            (o.clone(), sm90, 13010),
+        ];
+        for (options, arch, nvrtc) in others {
+            let key = p.key_for(&options, arch, nvrtc);
+            assert_ne!(key, base);
+            assert_eq!(key, fresh(&p, &options, arch, nvrtc));
+            assert_eq!(p.key_for(&o, sm90, 13000), base, "and back");
+        }
+        let kept = p.clone();
+        assert_eq!(kept.key_for(&o, sm90, 13000), base);
+        let changed = kept.header("a.h", "");
+        assert_ne!(changed.key_for(&o, sm90, 13000), base, "a builder forgets the last key");
+        assert_eq!(changed.key_for(&o, sm90, 13000), fresh(&changed, &o, sm90, 13000));
     }
 
     #[test]

@@ -1,0 +1,299 @@
+//! The compile cache's directory, and who may have changed what is in it.
+//!
+//! What the files hold is loaded and run on the GPU, and anyone who can write the directory can
+//! plant an entry (a file's header is no signature). So on Unix the directory is used only
+//! while nobody but the effective user can change it: owned by that user, writable by neither
+//! group nor others. It is opened and checked once, and kept open: every entry is then opened,
+//! created, renamed and removed relative to the directory that was checked, so a lookup walks
+//! one name and checks the directory no more, and a directory swapped in at the path later is
+//! not the one used. A look made under another effective user opens and checks the path again
+//! for that user, and a directory found removed is opened again from its path.
+//!
+//! Entries are opened without following a link and without waiting on a pipe, and checked on
+//! the opened file: a regular file of that owner, not writable by group or others, at most
+//! 1 GiB. They are written to a temporary file of a unique name, synced and renamed over the
+//! entry's name, mode 0600, so readers in any process see the old file, the new one or none.
+//!
+//! Off Unix the cache makes no ownership check, and entries are opened by their paths.
+
+use std::ffi::{CStr, CString};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, IoSliceMut, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The largest file read back (1 GiB): no compiled kernel comes near it.
+pub(super) const MAX_FILE_BYTES: u64 = 1 << 30;
+
+/// A cache directory by its path, and the directory as last opened and checked.
+pub(super) struct CacheDir {
+    path: PathBuf,
+    /// `None` until the directory exists and was found private, and again once it was found
+    /// removed.
+    held: Mutex<Option<Arc<OpenDir>>>,
+}
+
+/// What a look at the directory found.
+pub(super) enum Look {
+    /// The directory, private to the effective user.
+    Open(Arc<OpenDir>),
+    /// No directory at the path (not made yet, or something else is there).
+    Missing,
+    /// A directory another user can change: left alone.
+    Untrusted,
+}
+
+impl CacheDir {
+    pub(super) fn new(path: PathBuf) -> CacheDir {
+        CacheDir { path, held: Mutex::new(None) }
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory, opened and checked for this process's effective user: the one held if it
+    /// was checked for the same user, else the path opened and checked now (and held if
+    /// private).
+    pub(super) fn look(&self) -> Look {
+        let user = User::effective();
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(dir) = held.as_ref().filter(|dir| dir.user == user) {
+            return Look::Open(dir.clone());
+        }
+        match OpenDir::open(&self.path, user) {
+            Ok(Some(dir)) => {
+                let dir = Arc::new(dir);
+                *held = Some(dir.clone());
+                Look::Open(dir)
+            }
+            Ok(None) => Look::Untrusted,
+            Err(_) => Look::Missing,
+        }
+    }
+
+    /// Lets go of `dir` (found removed), so that the next look opens the path again.
+    pub(super) fn forget(&self, dir: &Arc<OpenDir>) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, dir)) {
+            *held = None;
+        }
+    }
+
+    /// Creates the directory and its missing parents; on Unix the directories made are
+    /// readable and writable by their owner only, since what the cache holds is run on the GPU.
+    pub(super) fn create(&self) -> io::Result<()> {
+        let mut builder = fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&self.path)
+    }
+}
+
+/// A cache directory opened and found private to `user`.
+pub(super) struct OpenDir {
+    #[cfg(unix)]
+    fd: std::os::fd::OwnedFd,
+    #[cfg(not(unix))]
+    path: PathBuf,
+    user: User,
+}
+
+impl OpenDir {
+    /// The directory at `path` if nobody but `user` can change what is in it, `None` if
+    /// another user can; an error if there is no directory there.
+    #[cfg(unix)]
+    fn open(path: &Path, user: User) -> io::Result<Option<OpenDir>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(path)?;
+        let meta = dir.metadata()?;
+        Ok(user.alone_can_change(&meta).then(|| OpenDir { fd: dir.into(), user }))
+    }
+
+    #[cfg(not(unix))]
+    fn open(path: &Path, user: User) -> io::Result<Option<OpenDir>> {
+        if fs::metadata(path)?.is_dir() {
+            Ok(Some(OpenDir { path: path.to_path_buf(), user }))
+        } else {
+            Err(io::ErrorKind::NotFound.into())
+        }
+    }
+
+    /// Reads the entry `name`: its first `head.len()` bytes into `head`, the rest into the
+    /// result. `None` for a file that is not a regular file of at most [`MAX_FILE_BYTES`] that
+    /// only the directory's user can change, or that is shorter than `head`, or that did not
+    /// read back at the size it was checked at (it grew or shrank meanwhile). The checks are
+    /// made on the opened file, so a file swapped in after them is not the one read. The read
+    /// asks for one byte more than the checked size: a whole file takes one read, and the
+    /// spare byte tells one that grew.
+    pub(super) fn read(&self, name: &CStr, head: &mut [u8]) -> io::Result<Option<Arc<[u8]>>> {
+        let mut file = self.open_entry(name)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() || !self.user.alone_can_change(&meta) || meta.len() > MAX_FILE_BYTES {
+            return Ok(None);
+        }
+        let Some(len) = usize::try_from(meta.len()).ok().filter(|&len| len >= head.len()) else {
+            return Ok(None);
+        };
+        // Read straight into the storage the entry is shared from: no copy after the read.
+        let mut rest: Arc<[u8]> = std::iter::repeat_n(0, len - head.len()).collect();
+        let Some(rest_bytes) = Arc::get_mut(&mut rest) else { return Ok(None) };
+        let mut spare = [0u8; 1];
+        let mut buffers = [IoSliceMut::new(head), IoSliceMut::new(rest_bytes), IoSliceMut::new(&mut spare)];
+        let mut unfilled = &mut buffers[..];
+        let mut filled = 0;
+        while filled < len {
+            match file.read_vectored(unfilled) {
+                Ok(0) => break,
+                Ok(n) => {
+                    filled += n;
+                    IoSliceMut::advance_slices(&mut unfilled, n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((filled == len).then_some(rest))
+    }
+
+    /// Writes `parts`, in order, as the entry `name`, through a temporary file and a rename.
+    pub(super) fn write(&self, name: &CStr, parts: &[&[u8]]) -> io::Result<()> {
+        static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
+        let mut attempts = 0;
+        let (file, temporary) = loop {
+            let n = TEMPORARIES.fetch_add(1, Relaxed);
+            let temporary = format!(".{}.{}.{n}.tmp", name.to_string_lossy(), std::process::id());
+            let temporary = CString::new(temporary).map_err(|_| io::ErrorKind::InvalidInput)?;
+            match self.create_entry(&temporary) {
+                Ok(file) => break (file, temporary),
+                // Left by a crashed process that had this id: try the next name.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
+                Err(e) => return Err(e),
+            }
+        };
+        let result = (|| {
+            let mut file = file;
+            parts.iter().try_for_each(|part| file.write_all(part))?;
+            file.sync_all()?;
+            drop(file);
+            self.rename(&temporary, name)
+        })();
+        if result.is_err() {
+            let _ = self.remove(&temporary);
+        }
+        result
+    }
+}
+
+#[cfg(unix)]
+impl OpenDir {
+    /// `openat` of `name` in this directory with `flags` (and close-on-exec), as a file.
+    fn open_at(&self, name: &CStr, flags: libc::c_int, mode: libc::c_uint) -> io::Result<File> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        loop {
+            // SAFETY: an open directory descriptor and a NUL-terminated name, both alive across
+            // the call; `mode` is read only with O_CREAT.
+            let fd =
+                unsafe { libc::openat(self.fd.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+            if fd >= 0 {
+                // SAFETY: `fd` was just opened, and nothing else owns it.
+                return Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
+            }
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
+    }
+
+    /// The entry `name` opened for reading: a link is not followed (the open fails), and a pipe
+    /// or device does not block the open.
+    fn open_entry(&self, name: &CStr) -> io::Result<File> {
+        self.open_at(name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
+    }
+
+    /// A new file `name`, its owner's alone (mode 0600); fails if anything is there.
+    fn create_entry(&self, name: &CStr) -> io::Result<File> {
+        self.open_at(name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600)
+    }
+
+    fn rename(&self, from: &CStr, to: &CStr) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.fd.as_raw_fd();
+        // SAFETY: an open directory descriptor and two NUL-terminated names, alive across the call.
+        if unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Removes the entry `name` (a link itself, not what it points to).
+    pub(super) fn remove(&self, name: &CStr) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: an open directory descriptor and a NUL-terminated name, alive across the call.
+        if unsafe { libc::unlinkat(self.fd.as_raw_fd(), name.as_ptr(), 0) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+#[cfg(not(unix))]
+impl OpenDir {
+    fn entry_path(&self, name: &CStr) -> PathBuf {
+        self.path.join(&*name.to_string_lossy())
+    }
+
+    fn open_entry(&self, name: &CStr) -> io::Result<File> {
+        File::open(self.entry_path(name))
+    }
+
+    fn create_entry(&self, name: &CStr) -> io::Result<File> {
+        OpenOptions::new().write(true).create_new(true).open(self.entry_path(name))
+    }
+
+    fn rename(&self, from: &CStr, to: &CStr) -> io::Result<()> {
+        fs::rename(self.entry_path(from), self.entry_path(to))
+    }
+
+    pub(super) fn remove(&self, name: &CStr) -> io::Result<()> {
+        fs::remove_file(self.entry_path(name))
+    }
+}
+
+/// This process's effective user, read at each look at the cache (on Unix; elsewhere the
+/// cache makes no such check).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct User {
+    #[cfg(unix)]
+    uid: u32,
+}
+
+impl User {
+    fn effective() -> User {
+        User {
+            // SAFETY: geteuid takes nothing, cannot fail and touches no memory of ours.
+            #[cfg(unix)]
+            uid: unsafe { libc::geteuid() },
+        }
+    }
+
+    /// Whether nobody but this user can change the file or directory of `meta`: owned by the
+    /// user, writable by neither group nor others. Always true off Unix.
+    fn alone_can_change(self, meta: &fs::Metadata) -> bool {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            meta.uid() == self.uid && meta.mode() & 0o022 == 0
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = meta;
+            true
+        }
+    }
+}
