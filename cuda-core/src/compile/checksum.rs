@@ -1,6 +1,6 @@
 //! A fast 64-bit checksum of cache files: it catches a flipped or missing byte, not deliberate
 //! tampering (the cache key, a SHA-256, already names what the file must hold). SHA-256 of the
-//! payload cost about 20 µs per 4 KiB CUBIN read back; this costs a few tenths of one.
+//! payload cost about 20 µs per 4 KiB CUBIN read back; this costs under two tenths of one.
 
 #![forbid(unsafe_code)]
 
@@ -17,23 +17,27 @@ fn finish(mut h: u64) -> u64 {
     h ^ (h >> 32)
 }
 
-/// Folds one 8-byte word into a running state with a multiply and a rotation.
+/// Folds one 8-byte word (or the last, shorter one) into a running state with two multiplies
+/// and a rotation; a bijection of the state for each word, and of the word for each state.
 fn fold(h: u64, word: &[u8]) -> u64 {
     let mut w = [0u8; 8];
     w[..word.len()].copy_from_slice(word);
     (h ^ u64::from_le_bytes(w).wrapping_mul(K2)).rotate_left(31).wrapping_mul(K1)
 }
 
-/// The checksum of `bytes`: 32-byte blocks are folded into four running states, one word each,
-/// so that the four chains of multiplies overlap in the processor; then the states, the tail
-/// (word by word) and the length are mixed, so that zero bytes appended change it.
+/// The checksum of `bytes`: 64-byte blocks go to eight running states, one word each, with one
+/// multiply a word, so that the eight chains overlap in the processor; then the states, the
+/// tail (word by word) and the length are folded together, so that zero bytes appended change
+/// it. Each step is a bijection of its state, so a change within one word always changes the
+/// result.
 pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     let seed = K1 ^ (bytes.len() as u64).wrapping_mul(K2);
-    let mut lanes = [seed, seed.rotate_left(16), seed.rotate_left(32), seed.rotate_left(48)];
-    let mut blocks = bytes.chunks_exact(32);
+    let mut lanes: [u64; 8] = std::array::from_fn(|i| seed.rotate_left(8 * i as u32));
+    let mut blocks = bytes.chunks_exact(64);
     for block in &mut blocks {
         for (lane, word) in lanes.iter_mut().zip(block.chunks_exact(8)) {
-            *lane = fold(*lane, word);
+            let word = <[u8; 8]>::try_from(word).map_or(0, u64::from_le_bytes);
+            *lane = (*lane ^ word).wrapping_mul(K1).rotate_left(29);
         }
     }
     let mut h = lanes.iter().fold(seed, |h, &lane| fold(h, &lane.to_le_bytes()));
