@@ -9,7 +9,7 @@
 //! truncated entry is compiled again, never loaded. Which directories and files are used at
 //! all, and how they are written, is [`cache_dir`](super::cache_dir)'s to say.
 
-use super::cache_dir::{CacheDir, Look, OpenDir};
+use super::cache_dir::{CacheDir, Check, Look, OpenDir};
 use super::checksum::checksum;
 use super::sha256::Sha256;
 use crate::error::Result;
@@ -172,12 +172,13 @@ fn bump(counter: &AtomicU64) {
 /// checksum catches corruption, not tampering, so on Unix the directory is used only if nobody
 /// but the effective user can change it: owned by that user, writable by neither group nor
 /// others (the directories the cache creates are made so, mode 0700). Any other is neither read
-/// nor written, and each refusal counts in [`CacheStats::untrusted_dir`]. The directory is
-/// checked when the cache first opens it and then kept open: the cache goes on using the
-/// directory it checked even if another is put at its path, opens the path again when it finds
-/// the directory removed, and checks it again for another effective user. An entry is opened
-/// without following a link and used only if it is a regular file of that user, writable by
-/// neither group nor others, of at most 1 GiB.
+/// nor written, and each refusal counts in [`CacheStats::untrusted_dir`]. On Unix the cache
+/// keeps its directory open, so it goes on using the directory it opened even if another is
+/// moved to its path; it checks the open directory again before each write and after each
+/// read that finds nothing, and opens the path again when it finds the directory removed or
+/// open to others, or is looked at under another effective user. An entry is opened without
+/// following a link and used only if it is a regular file of that user, writable by neither
+/// group nor others, of at most 1 GiB, whose header names its key.
 ///
 /// `Send + Sync`; clones are cheap and share the memory, the directory and the counters. The
 /// memory holds every entry stored until [`clear_memory`](Self::clear_memory).
@@ -331,11 +332,36 @@ impl CompileCache {
         }
     }
 
-    /// The directory a look found, if private to this process's effective user; a directory
-    /// another user can change is counted in [`CacheStats::untrusted_dir`].
-    fn open_dir(&self, look: Look) -> Option<Arc<OpenDir>> {
+    /// Writes `key`'s file, in a directory created private or found private; a failure counts
+    /// in [`CacheStats::failed_writes`].
+    fn write_file(&self, dir: &CacheDir, key: &CacheKey, payload: &[u8]) {
+        let written = (|| {
+            let look = match dir.look(Check::Now) {
+                Look::Missing => {
+                    dir.create()?;
+                    dir.look(Check::Now)
+                }
+                look => look,
+            };
+            match (self.usable(&look), look) {
+                (Some(open), _) => open.write(key.file_name().as_c_str(), &[&header(key, payload), payload]),
+                // Made, but it cannot be opened (a parent this user cannot search, no descriptor
+                // left).
+                (None, Look::Missing) => Err(io::ErrorKind::NotFound.into()),
+                // Left alone, and counted.
+                (None, _) => Ok(()),
+            }
+        })();
+        if written.is_err() {
+            bump(&self.inner.counters.failed_writes);
+        }
+    }
+
+    /// The directory a look found, if it may be used; one another user can change counts in
+    /// [`CacheStats::untrusted_dir`].
+    fn usable(&self, look: &Look) -> Option<Arc<OpenDir>> {
         match look {
-            Look::Open(open) => Some(open),
+            Look::Open(open) => Some(open.clone()),
             Look::Missing => None,
             Look::Untrusted => {
                 bump(&self.inner.counters.untrusted_dir);
@@ -344,45 +370,25 @@ impl CompileCache {
         }
     }
 
-    /// Writes `key`'s file, in a directory created private or found private; a failure counts
-    /// in [`CacheStats::failed_writes`]. A directory removed since it was opened is opened (or
-    /// made) again, once.
-    fn write_file(&self, dir: &CacheDir, key: &CacheKey, payload: &[u8]) {
-        let name = key.file_name();
-        let header = header(key, payload);
-        let write_once = || -> io::Result<()> {
-            let look = match dir.look() {
-                Look::Missing => {
-                    dir.create()?;
-                    dir.look()
-                }
-                look => look,
-            };
-            // A directory another user can change is left alone (and counted).
-            let Some(open) = self.open_dir(look) else { return Ok(()) };
-            let written = open.write(name.as_c_str(), &[&header, payload]);
-            if written.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
-                dir.forget(&open);
-            }
-            written
-        };
-        let written = match write_once() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => write_once(),
-            written => written,
-        };
-        if written.is_err() {
-            bump(&self.inner.counters.failed_writes);
+    /// The payload of `key`'s file if it passes every check. The directory held is read as last
+    /// checked; when it has no such file, it is checked now, and if it was let go (removed, or
+    /// open to others) the directory now at the path is read.
+    fn read(&self, dir: &CacheDir, key: &CacheKey) -> Option<Arc<[u8]>> {
+        let held = self.usable(&dir.look(Check::Held))?;
+        if let Some(read) = self.read_entry(&held, key) {
+            return read;
         }
+        let now = self.usable(&dir.look(Check::Now))?;
+        if Arc::ptr_eq(&now, &held) { None } else { self.read_entry(&now, key).flatten() }
     }
 
-    /// The payload of `key`'s file if it passes every check; a file that fails one is removed.
-    fn read(&self, dir: &CacheDir, key: &CacheKey) -> Option<Arc<[u8]>> {
-        let open = self.open_dir(dir.look())?;
+    /// `key`'s file in `open`: `None` if there is none, else its payload if it passes every
+    /// check; a file that fails one is removed.
+    fn read_entry(&self, open: &OpenDir, key: &CacheKey) -> Option<Option<Arc<[u8]>>> {
         let name = key.file_name();
         let mut head = [0; HEADER_LEN];
         let payload = match open.read(name.as_c_str(), &mut head) {
             Ok(Some(payload)) => intact(key, &head, &payload).then_some(payload),
-            // No file: a plain miss (or a directory removed since it was opened).
             Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
                 return None;
             }
@@ -394,7 +400,7 @@ impl CompileCache {
             // file another process renamed here meanwhile goes too (one more compile, no harm).
             let _ = open.remove(name.as_c_str());
         }
-        payload
+        Some(payload)
     }
 }
 
@@ -468,6 +474,7 @@ fn header(key: &CacheKey, payload: &[u8]) -> [u8; HEADER_LEN] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(unix)]
     use crate::compile::cache_dir::MAX_FILE_BYTES;
     use crate::compile::sha256::sha256;
     use std::cell::Cell;

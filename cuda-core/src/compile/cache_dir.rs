@@ -1,13 +1,20 @@
 //! The compile cache's directory, and who may have changed what is in it.
 //!
 //! What the files hold is loaded and run on the GPU, and anyone who can write the directory can
-//! plant an entry (a file's header is no signature). So on Unix the directory is used only
-//! while nobody but the effective user can change it: owned by that user, writable by neither
-//! group nor others. It is opened and checked once, and kept open: every entry is then opened,
-//! created, renamed and removed relative to the directory that was checked, so a lookup walks
-//! one name and checks the directory no more, and a directory swapped in at the path later is
-//! not the one used. A look made under another effective user opens and checks the path again
-//! for that user, and a directory found removed is opened again from its path.
+//! plant an entry (a file's header is no signature). So on Unix the directory is used only if
+//! nobody but the effective user can change it: owned by that user, writable by neither group
+//! nor others. It is opened once and kept open, and entries are opened, created, renamed and
+//! removed relative to the directory that was checked, so a lookup walks one name, and a
+//! directory moved in at the path later is not the one used.
+//!
+//! The open directory is checked again (one `fstat`, no walk of its path) before every write
+//! and after every read that finds nothing; a directory then found removed, or open to others,
+//! is let go, and the path is opened and checked again, as it is for a look under another
+//! effective user. A read that finds its entry relies on the last check of the directory and
+//! on the checks of the entry itself: a file of that user that group and others cannot write,
+//! whose header names the key looked up. So a directory opened to others while a cache holds
+//! it is refused at its next write or miss, and until then another user can add nothing that
+//! is read: a file they make is theirs, and is refused.
 //!
 //! Entries are opened without following a link and without waiting on a pipe, and checked on
 //! the opened file: a regular file of that owner, not writable by group or others, at most
@@ -30,8 +37,17 @@ pub(super) const MAX_FILE_BYTES: u64 = 1 << 30;
 pub(super) struct CacheDir {
     path: PathBuf,
     /// `None` until the directory exists and was found private, and again once it was found
-    /// removed.
+    /// removed or looked at under another effective user.
     held: Mutex<Option<Arc<OpenDir>>>,
+}
+
+/// How a look treats the directory it holds.
+#[derive(Clone, Copy)]
+pub(super) enum Check {
+    /// As last checked: for reading an entry, which is checked itself.
+    Held,
+    /// Checked now: before a write, and after a read that found nothing.
+    Now,
 }
 
 /// What a look at the directory found.
@@ -53,15 +69,18 @@ impl CacheDir {
         &self.path
     }
 
-    /// The directory, opened and checked for this process's effective user: the one held if it
-    /// was checked for the same user, else the path opened and checked now (and held if
-    /// private).
-    pub(super) fn look(&self) -> Look {
+    /// The directory for this process's effective user: the one held if it was opened for the
+    /// same user and (with [`Check::Now`]) is still there and private, else the path opened and
+    /// checked now (and held if private).
+    pub(super) fn look(&self, check: Check) -> Look {
         let user = User::effective();
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(dir) = held.as_ref().filter(|dir| dir.user == user) {
-            return Look::Open(dir.clone());
+            if matches!(check, Check::Held) || matches!(dir.state(), State::Private) {
+                return Look::Open(dir.clone());
+            }
         }
+        *held = None;
         match OpenDir::open(&self.path, user) {
             Ok(Some(dir)) => {
                 let dir = Arc::new(dir);
@@ -70,14 +89,6 @@ impl CacheDir {
             }
             Ok(None) => Look::Untrusted,
             Err(_) => Look::Missing,
-        }
-    }
-
-    /// Lets go of `dir` (found removed), so that the next look opens the path again.
-    pub(super) fn forget(&self, dir: &Arc<OpenDir>) {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, dir)) {
-            *held = None;
         }
     }
 
@@ -92,42 +103,78 @@ impl CacheDir {
     }
 }
 
-/// A cache directory opened and found private to `user`.
+/// A cache directory opened, and found private to `user` when it was.
 pub(super) struct OpenDir {
     #[cfg(unix)]
-    fd: std::os::fd::OwnedFd,
+    dir: File,
     #[cfg(not(unix))]
     path: PathBuf,
     user: User,
 }
 
+/// What an open directory is now.
+enum State {
+    /// Nobody but its user can change what is in it.
+    Private,
+    /// Another user can.
+    Shared,
+    /// Removed, or no longer to be read.
+    Gone,
+}
+
 impl OpenDir {
     /// The directory at `path` if nobody but `user` can change what is in it, `None` if
-    /// another user can; an error if there is no directory there.
+    /// another user can; an error if there is no directory there. On Linux it is opened as a
+    /// path (`O_PATH`), which needs no permission on the directory itself, so that a private
+    /// directory its user cannot list is used, and another user's is checked (and refused).
     #[cfg(unix)]
     fn open(path: &Path, user: User) -> io::Result<Option<OpenDir>> {
         use std::os::unix::fs::OpenOptionsExt;
-        let dir = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(path)?;
-        let meta = dir.metadata()?;
-        Ok(user.alone_can_change(&meta).then(|| OpenDir { fd: dir.into(), user }))
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        const AS_PATH: libc::c_int = libc::O_PATH;
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        const AS_PATH: libc::c_int = 0;
+        let dir = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | AS_PATH).open(path)?;
+        let open = OpenDir { dir, user };
+        match open.state() {
+            State::Private => Ok(Some(open)),
+            State::Shared => Ok(None),
+            State::Gone => Err(io::ErrorKind::NotFound.into()),
+        }
     }
 
     #[cfg(not(unix))]
     fn open(path: &Path, user: User) -> io::Result<Option<OpenDir>> {
-        if fs::metadata(path)?.is_dir() {
-            Ok(Some(OpenDir { path: path.to_path_buf(), user }))
-        } else {
-            Err(io::ErrorKind::NotFound.into())
+        let open = OpenDir { path: path.to_path_buf(), user };
+        match open.state() {
+            State::Gone => Err(io::ErrorKind::NotFound.into()),
+            State::Private | State::Shared => Ok(Some(open)),
+        }
+    }
+
+    /// The directory's state now, read from the open directory (on Unix; elsewhere from its
+    /// path): removed once its link count is 0.
+    fn state(&self) -> State {
+        #[cfg(unix)]
+        let meta = self.dir.metadata();
+        #[cfg(not(unix))]
+        let meta = fs::metadata(&self.path);
+        match meta {
+            Ok(meta) if !meta.is_dir() || links(&meta) == 0 => State::Gone,
+            Ok(meta) if self.user.alone_can_change(&meta) => State::Private,
+            Ok(_) => State::Shared,
+            Err(_) => State::Gone,
         }
     }
 
     /// Reads the entry `name`: its first `head.len()` bytes into `head`, the rest into the
     /// result. `None` for a file that is not a regular file of at most [`MAX_FILE_BYTES`] that
-    /// only the directory's user can change, or that is shorter than `head`, or that did not
-    /// read back at the size it was checked at (it grew or shrank meanwhile). The checks are
-    /// made on the opened file, so a file swapped in after them is not the one read. The read
-    /// asks for one byte more than the checked size: a whole file takes one read, and the
-    /// spare byte tells one that grew.
+    /// only the directory's user can change, or that is shorter than `head`, or that read back
+    /// shorter than the size it was checked at, or longer when the read says so. The checks
+    /// are made on the opened file, so a file swapped in after them is not the one read. The
+    /// read asks for one byte more than the checked size: a whole file takes one read, and a
+    /// spare byte read tells a file that grew. What was read is checked against the header's
+    /// length and checksum in any case.
     pub(super) fn read(&self, name: &CStr, head: &mut [u8]) -> io::Result<Option<Arc<[u8]>>> {
         let mut file = self.open_entry(name)?;
         let meta = file.metadata()?;
@@ -187,6 +234,17 @@ impl OpenDir {
     }
 }
 
+/// The number of links to the file of `meta` (on Unix; elsewhere 1).
+fn links(meta: &fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    return std::os::unix::fs::MetadataExt::nlink(meta);
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        1
+    }
+}
+
 #[cfg(unix)]
 impl OpenDir {
     /// `openat` of `name` in this directory with `flags` (and close-on-exec), as a file.
@@ -196,7 +254,7 @@ impl OpenDir {
             // SAFETY: an open directory descriptor and a NUL-terminated name, both alive across
             // the call; `mode` is read only with O_CREAT.
             let fd =
-                unsafe { libc::openat(self.fd.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+                unsafe { libc::openat(self.dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
             if fd >= 0 {
                 // SAFETY: `fd` was just opened, and nothing else owns it.
                 return Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
@@ -214,14 +272,15 @@ impl OpenDir {
         self.open_at(name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
     }
 
-    /// A new file `name`, its owner's alone (mode 0600); fails if anything is there.
+    /// A new file `name`, its owner's alone (mode 0600); fails if anything is there, a link
+    /// included.
     fn create_entry(&self, name: &CStr) -> io::Result<File> {
-        self.open_at(name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600)
+        self.open_at(name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600)
     }
 
     fn rename(&self, from: &CStr, to: &CStr) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        let fd = self.fd.as_raw_fd();
+        let fd = self.dir.as_raw_fd();
         // SAFETY: an open directory descriptor and two NUL-terminated names, alive across the call.
         if unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) } == 0 {
             Ok(())
@@ -234,7 +293,7 @@ impl OpenDir {
     pub(super) fn remove(&self, name: &CStr) -> io::Result<()> {
         use std::os::fd::AsRawFd;
         // SAFETY: an open directory descriptor and a NUL-terminated name, alive across the call.
-        if unsafe { libc::unlinkat(self.fd.as_raw_fd(), name.as_ptr(), 0) } == 0 {
+        if unsafe { libc::unlinkat(self.dir.as_raw_fd(), name.as_ptr(), 0) } == 0 {
             Ok(())
         } else {
             Err(io::Error::last_os_error())

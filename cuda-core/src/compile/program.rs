@@ -626,6 +626,7 @@ mod tests {
         assert_eq!(back, Some(c.clone()));
         let shared = back.as_ref().map(|b| b.code().as_ptr());
         assert_eq!(shared, Some(entry[16..].as_ptr()), "the code is shared with the entry, 16 bytes in");
+        assert!(shared.is_some_and(|code| code as usize % 8 == 0), "aligned as the driver reads a CUBIN");
         assert_eq!(read(&bytes[..bytes.len() - 1]), None, "truncated");
         let mut extra = bytes.clone();
         extra.push(0);
