@@ -151,6 +151,7 @@ fn a_cache_keeps_the_directory_it_opened() {
     cache.clear_memory();
     let (bytes, hit) = cache.get(&first).unwrap();
     assert_eq!((&*bytes, hit), (&b"first kernel"[..], CacheHit::Disk), "read from the moved directory");
+    assert_eq!(cache.get(&second), None, "a miss does not read what is at the path");
     cache.put(&second, b"second kernel");
     assert_eq!(names(&moved.0).len(), 2, "written where it was opened");
     cache.clear_memory();
@@ -159,11 +160,12 @@ fn a_cache_keeps_the_directory_it_opened() {
     assert_eq!(cache.stats().untrusted_dir, 0);
 }
 
-/// A directory opened to others while a cache holds it is refused at the next write, and
-/// from then on, until it is private again.
+/// A directory opened to others while a cache holds it is refused at the next write or the
+/// next lookup that finds nothing, and from then on, until it is private again. A lookup that
+/// finds its entry before that reads it (the entry passes its own checks).
 #[cfg(unix)]
 #[test]
-fn a_directory_opened_to_others_is_refused_from_the_next_write() {
+fn a_directory_opened_to_others_is_refused_from_the_next_write_or_miss() {
     use std::os::unix::fs::PermissionsExt;
     let chmod =
         |mode: u32, dir: &Path| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -180,6 +182,17 @@ fn a_directory_opened_to_others_is_refused_from_the_next_write() {
     chmod(0o700, &dir.0);
     assert_eq!(cache.get(&first).map(|(_, hit)| hit), Some(CacheHit::Disk), "private again, used again");
     assert_eq!(cache.stats().untrusted_dir, 2);
+
+    // The same from the reading side.
+    chmod(0o777, &dir.0);
+    cache.clear_memory();
+    assert_eq!(cache.get(&first).map(|(_, hit)| hit), Some(CacheHit::Disk), "a hit, as last checked");
+    assert_eq!(cache.get(&second), None, "a lookup that finds nothing checks the directory");
+    assert_eq!(cache.stats().untrusted_dir, 3);
+    cache.clear_memory();
+    assert_eq!(cache.get(&first), None, "refused from then on");
+    assert_eq!(cache.stats().untrusted_dir, 4);
+    chmod(0o700, &dir.0);
 }
 
 /// A directory removed while a cache holds it is let go at the next miss or write: a read then

@@ -9,7 +9,7 @@
 //! truncated entry is compiled again, never loaded. Which directories and files are used at
 //! all, and how they are written, is [`cache_dir`](super::cache_dir)'s to say.
 
-use super::cache_dir::{CacheDir, Check, Look, OpenDir};
+use super::cache_dir::{self, CacheDir, Check, Look, OpenDir};
 use super::checksum::checksum;
 use super::sha256::Sha256;
 use crate::error::Result;
@@ -134,9 +134,10 @@ pub struct CacheStats {
     pub writes: u64,
     /// Files that could not be written; those entries are in memory only.
     pub failed_writes: u64,
-    /// Files found corrupt, truncated, unreadable, or open to others (a link, not a regular
-    /// file, another user's, writable by group or others, over 1 GiB): each was a miss and was
-    /// removed.
+    /// Files found corrupt, truncated, or open to others (a symbolic link, a second hard link,
+    /// not a regular file, another user's, writable by group or others, over 1 GiB): each was a
+    /// miss and was removed. A file that could not be read for another reason (no descriptor
+    /// left, an I/O error) is a miss and stays.
     pub rejected: u64,
     /// Lookups and writes that left the directory alone because another user could change what
     /// is in it (on Unix: it is not owned by the effective user, or group or others can write
@@ -177,8 +178,8 @@ fn bump(counter: &AtomicU64) {
 /// moved to its path; it checks the open directory again before each write and after each
 /// read that finds nothing, and opens the path again when it finds the directory removed or
 /// open to others, or is looked at under another effective user. An entry is opened without
-/// following a link and used only if it is a regular file of that user, writable by neither
-/// group nor others, of at most 1 GiB, whose header names its key.
+/// following a link and used only if it is a regular file of that user with one link,
+/// writable by neither group nor others, of at most 1 GiB, whose header names its key.
 ///
 /// `Send + Sync`; clones are cheap and share the memory, the directory and the counters. The
 /// memory holds every entry stored until [`clear_memory`](Self::clear_memory).
@@ -335,7 +336,7 @@ impl CompileCache {
     /// Writes `key`'s file, in a directory created private or found private; a failure counts
     /// in [`CacheStats::failed_writes`].
     fn write_file(&self, dir: &CacheDir, key: &CacheKey, payload: &[u8]) {
-        let written = (|| {
+        let write = || -> io::Result<()> {
             let look = match dir.look(Check::Now) {
                 Look::Missing => {
                     dir.create()?;
@@ -344,14 +345,25 @@ impl CompileCache {
                 look => look,
             };
             match (self.usable(&look), look) {
-                (Some(open), _) => open.write(key.file_name().as_c_str(), &[&header(key, payload), payload]),
-                // Made, but it cannot be opened (a parent this user cannot search, no descriptor
-                // left).
+                (Some(open), _) => {
+                    let written = open.write(key.file_name().as_c_str(), &[&header(key, payload), payload]);
+                    if written.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
+                        dir.forget(&open);
+                    }
+                    written
+                }
+                // Made, but it cannot be opened (no descriptor left, or removed again at once).
                 (None, Look::Missing) => Err(io::ErrorKind::NotFound.into()),
                 // Left alone, and counted.
                 (None, _) => Ok(()),
             }
-        })();
+        };
+        // A directory gone since it was checked (on a file system whose link count did not say
+        // so) is let go by the failed write, and looked for (or made) once more.
+        let written = match write() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => write(),
+            written => written,
+        };
         if written.is_err() {
             bump(&self.inner.counters.failed_writes);
         }
@@ -371,37 +383,51 @@ impl CompileCache {
     }
 
     /// The payload of `key`'s file if it passes every check. The directory held is read as last
-    /// checked; when it has no such file, it is checked now, and if it was let go (removed, or
-    /// open to others) the directory now at the path is read.
+    /// checked; when it has no usable entry, it is checked now, and if it was let go (removed,
+    /// or open to others) the directory now at the path is read.
     fn read(&self, dir: &CacheDir, key: &CacheKey) -> Option<Arc<[u8]>> {
         let held = self.usable(&dir.look(Check::Held))?;
-        if let Some(read) = self.read_entry(&held, key) {
-            return read;
+        if let Entry::Found(payload) = self.read_entry(&held, key) {
+            return Some(payload);
         }
         let now = self.usable(&dir.look(Check::Now))?;
-        if Arc::ptr_eq(&now, &held) { None } else { self.read_entry(&now, key).flatten() }
+        if Arc::ptr_eq(&now, &held) {
+            return None;
+        }
+        match self.read_entry(&now, key) {
+            Entry::Found(payload) => Some(payload),
+            Entry::Absent | Entry::Refused => None,
+        }
     }
 
-    /// `key`'s file in `open`: `None` if there is none, else its payload if it passes every
-    /// check; a file that fails one is removed.
-    fn read_entry(&self, open: &OpenDir, key: &CacheKey) -> Option<Option<Arc<[u8]>>> {
+    /// `key`'s file in `open`. A file that fails a check is removed and counted in
+    /// [`CacheStats::rejected`]; one that could not be opened or read for another reason (no
+    /// descriptor left, an I/O error) is left for a later look.
+    fn read_entry(&self, open: &OpenDir, key: &CacheKey) -> Entry {
         let name = key.file_name();
         let mut head = [0; HEADER_LEN];
-        let payload = match open.read(name.as_c_str(), &mut head) {
-            Ok(Some(payload)) => intact(key, &head, &payload).then_some(payload),
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
-                return None;
-            }
-            Ok(None) | Err(_) => None,
-        };
-        if payload.is_none() {
-            bump(&self.inner.counters.rejected);
-            // Best effort: a file that cannot be removed is rejected again next time, and a valid
-            // file another process renamed here meanwhile goes too (one more compile, no harm).
-            let _ = open.remove(name.as_c_str());
+        match open.read(name.as_c_str(), &mut head) {
+            Ok(Some(payload)) if intact(key, &head, &payload) => return Entry::Found(payload),
+            Ok(_) => {}
+            Err(e) if cache_dir::refused(&e) => {}
+            Err(_) => return Entry::Absent,
         }
-        Some(payload)
+        bump(&self.inner.counters.rejected);
+        // Best effort: a file that cannot be removed is rejected again next time, and a valid
+        // file another process renamed here meanwhile goes too (one more compile, no harm).
+        let _ = open.remove(name.as_c_str());
+        Entry::Refused
     }
+}
+
+/// What a directory holds under a key.
+enum Entry {
+    /// A whole, intact entry of the key.
+    Found(Arc<[u8]>),
+    /// Nothing, or nothing that could be read now.
+    Absent,
+    /// A file that failed a check, now removed.
+    Refused,
 }
 
 impl Default for CompileCache {
@@ -555,7 +581,7 @@ mod tests {
     }
 
     /// H4: a link where an entry should be is not followed, even to a valid entry of the same
-    /// key; a pipe there neither blocks nor is read; the directories the cache makes, and its
+    /// key, nor is a second hard link to one read; a pipe there neither blocks nor is read; the directories the cache makes, and its
     /// files, are its owner's alone.
     #[cfg(unix)]
     #[test]
@@ -587,6 +613,17 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
         assert_eq!(fresh.get(&key), None, "a pipe is not read (nor does its open wait for a writer)");
         assert_eq!(fresh.stats().rejected, 2);
+
+        // A hard link to a valid entry of the user's: another name for a file that may sit in a
+        // directory others can write.
+        fs::hard_link(&elsewhere, &path).unwrap();
+        assert_eq!(fresh.get(&key), None, "a second link is not read");
+        assert_eq!(fresh.stats().rejected, 3);
+        assert!(fs::symlink_metadata(&path).is_err(), "the link is removed");
+        assert!(elsewhere.exists(), "not the file it named");
+        fs::rename(&elsewhere, &path).unwrap();
+        let (bytes, hit) = fresh.get(&key).unwrap();
+        assert_eq!((&*bytes, hit), (&b"planted"[..], CacheHit::Disk), "the same file with one link is read");
     }
 
     /// H4: a file larger than the cap, or one that group or others (or another user) could

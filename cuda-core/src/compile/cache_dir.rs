@@ -11,10 +11,13 @@
 //! and after every read that finds nothing; a directory then found removed, or open to others,
 //! is let go, and the path is opened and checked again, as it is for a look under another
 //! effective user. A read that finds its entry relies on the last check of the directory and
-//! on the checks of the entry itself: a file of that user that group and others cannot write,
-//! whose header names the key looked up. So a directory opened to others while a cache holds
-//! it is refused at its next write or miss, and until then another user can add nothing that
-//! is read: a file they make is theirs, and is refused.
+//! on the checks of the entry itself: a file of that user, with one link, that group and others
+//! cannot write, whose header names the key looked up. So a directory opened to others while a
+//! cache holds it is refused at its next write or miss, and until then what another user adds
+//! is refused: a file they make is theirs, a hard link they make to a file of the user has two
+//! links, and an entry of the user renamed to another key's name names its own key. What the
+//! checks cannot tell is a file of the user that another user moves in from a directory of
+//! theirs (one without the sticky bit) after filling it as an entry: keep the directory private.
 //!
 //! Entries are opened without following a link and without waiting on a pipe, and checked on
 //! the opened file: a regular file of that owner, not writable by group or others, at most
@@ -37,7 +40,7 @@ pub(super) const MAX_FILE_BYTES: u64 = 1 << 30;
 pub(super) struct CacheDir {
     path: PathBuf,
     /// `None` until the directory exists and was found private, and again once it was found
-    /// removed or looked at under another effective user.
+    /// removed or open to others, or looked at under another effective user.
     held: Mutex<Option<Arc<OpenDir>>>,
 }
 
@@ -89,6 +92,15 @@ impl CacheDir {
             }
             Ok(None) => Look::Untrusted,
             Err(_) => Look::Missing,
+        }
+    }
+
+    /// Lets go of `dir` if it is the one held: for a directory found gone by a failed write
+    /// (where its link count did not say so).
+    pub(super) fn forget(&self, dir: &Arc<OpenDir>) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, dir)) {
+            *held = None;
         }
     }
 
@@ -168,8 +180,10 @@ impl OpenDir {
     }
 
     /// Reads the entry `name`: its first `head.len()` bytes into `head`, the rest into the
-    /// result. `None` for a file that is not a regular file of at most [`MAX_FILE_BYTES`] that
-    /// only the directory's user can change, or that is shorter than `head`, or that read back
+    /// result. `None` for a file that is not a regular file with one link, of at most
+    /// [`MAX_FILE_BYTES`], that only the directory's user can change (a second link is another
+    /// name for the file, which may be in a directory others can write), or that is shorter
+    /// than `head`, or that read back
     /// shorter than the size it was checked at, or longer when the read says so. The checks
     /// are made on the opened file, so a file swapped in after them is not the one read. The
     /// read asks for one byte more than the checked size: a whole file takes one read, and a
@@ -178,7 +192,8 @@ impl OpenDir {
     pub(super) fn read(&self, name: &CStr, head: &mut [u8]) -> io::Result<Option<Arc<[u8]>>> {
         let mut file = self.open_entry(name)?;
         let meta = file.metadata()?;
-        if !meta.is_file() || !self.user.alone_can_change(&meta) || meta.len() > MAX_FILE_BYTES {
+        let private = meta.is_file() && links(&meta) <= 1 && self.user.alone_can_change(&meta);
+        if !private || meta.len() > MAX_FILE_BYTES {
             return Ok(None);
         }
         let Some(len) = usize::try_from(meta.len()).ok().filter(|&len| len >= head.len()) else {
@@ -231,6 +246,19 @@ impl OpenDir {
             let _ = self.remove(&temporary);
         }
         result
+    }
+}
+
+/// Whether opening an entry failed because of what is there, so that it is to be refused and
+/// removed: a link (`ELOOP`, from `O_NOFOLLOW`) or a socket (`ENXIO`). Other failures (no
+/// descriptor left, no memory, no permission) leave the entry for a later look.
+pub(super) fn refused(error: &io::Error) -> bool {
+    #[cfg(unix)]
+    return matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENXIO));
+    #[cfg(not(unix))]
+    {
+        let _ = error;
+        false
     }
 }
 
