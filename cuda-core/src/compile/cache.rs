@@ -699,7 +699,7 @@ mod tests {
         if give_away(&dir.0) {
             check("another user's", &dir.0);
         }
-        // The same directory made private is used.
+        // A private directory (group and others may read it) with a private entry is used.
         let private = TempDir::new();
         fs::create_dir(&private.0).unwrap();
         chmod(&private.0, 0o755);
