@@ -65,6 +65,13 @@ fn raw_load(image: &[u8]) {
     }
 }
 
+/// Reads the CUBIN's file and `raw_load`s it: the raw side of the disk rows.
+fn read_and_load(file: &std::path::Path) {
+    if let Ok(bytes) = std::fs::read(black_box(file)) {
+        raw_load(&bytes);
+    }
+}
+
 fn run() -> Result<Vec<Row>> {
     let device = Device::get(0)?;
     let ctx = Context::primary(&device)?;
@@ -140,11 +147,7 @@ fn run() -> Result<Vec<Row>> {
             let hit = program.compile_with_cache(arch, &options, &cache);
             black_box(hit.and_then(|c| c.load(&ctx)).ok());
         },
-        || {
-            if let Ok(bytes) = std::fs::read(black_box(&file)) {
-                raw_load(&bytes);
-            }
-        },
+        || read_and_load(&file),
     ));
     // The first look of a cache: its directory is opened and checked, then the disk hit.
     rows.push(compare(
@@ -156,11 +159,7 @@ fn run() -> Result<Vec<Row>> {
             let hit = program.compile_with_cache(arch, &options, &fresh);
             black_box(hit.and_then(|c| c.load(&ctx)).ok());
         },
-        || {
-            if let Ok(bytes) = std::fs::read(black_box(&file)) {
-                raw_load(&bytes);
-            }
-        },
+        || read_and_load(&file),
     ));
     let _ = std::fs::remove_dir_all(&dir);
 

@@ -581,8 +581,8 @@ mod tests {
     }
 
     /// H4: a link where an entry should be is not followed, even to a valid entry of the same
-    /// key, nor is a second hard link to one read; a pipe there neither blocks nor is read; the directories the cache makes, and its
-    /// files, are its owner's alone.
+    /// key, nor is a second hard link to one read; a pipe there neither blocks nor is read; the
+    /// directories the cache makes, and its files, are its owner's alone.
     #[cfg(unix)]
     #[test]
     fn links_and_pipes_are_refused_and_what_the_cache_makes_is_private() {

@@ -20,8 +20,8 @@
 //! theirs (one without the sticky bit) after filling it as an entry: keep the directory private.
 //!
 //! Entries are opened without following a link and without waiting on a pipe, and checked on
-//! the opened file: a regular file of that owner, not writable by group or others, at most
-//! 1 GiB. They are written to a temporary file of a unique name, synced and renamed over the
+//! the opened file: a regular file of that owner with one link, not writable by group or
+//! others, at most 1 GiB. They are written to a temporary file of a unique name, synced and renamed over the
 //! entry's name, mode 0600, so readers in any process see the old file, the new one or none.
 //!
 //! Off Unix the cache makes no ownership check, and entries are opened by their paths.
@@ -183,12 +183,11 @@ impl OpenDir {
     /// result. `None` for a file that is not a regular file with one link, of at most
     /// [`MAX_FILE_BYTES`], that only the directory's user can change (a second link is another
     /// name for the file, which may be in a directory others can write), or that is shorter
-    /// than `head`, or that read back
-    /// shorter than the size it was checked at, or longer when the read says so. The checks
-    /// are made on the opened file, so a file swapped in after them is not the one read. The
-    /// read asks for one byte more than the checked size: a whole file takes one read, and a
-    /// spare byte read tells a file that grew. What was read is checked against the header's
-    /// length and checksum in any case.
+    /// than `head`, or that read back shorter than the size it was checked at, or longer when
+    /// the read says so. The checks are made on the opened file, so a file swapped in after
+    /// them is not the one read. The read asks for one byte more than the checked size: a whole
+    /// file takes one read, and a spare byte read tells a file that grew. What was read is
+    /// checked against the header's length and checksum in any case.
     pub(super) fn read(&self, name: &CStr, head: &mut [u8]) -> io::Result<Option<Arc<[u8]>>> {
         let mut file = self.open_entry(name)?;
         let meta = file.metadata()?;

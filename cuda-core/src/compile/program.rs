@@ -187,12 +187,13 @@ impl Program {
         cache: &CompileCache,
     ) -> Result<Compiled> {
         let arch = options.arch.unwrap_or(arch);
+        // Formatted only for a compile: a hit needs the key, which the program keeps.
+        let args = || options.to_args(arch);
         if options.reads_files() {
             cache.count_uncached();
-            return self.run_nvrtc(&options.to_args(arch), options.output);
+            return self.run_nvrtc(&args(), options.output);
         }
         let key = self.key_for(options, arch, nvrtc_version()?);
-        let args = || options.to_args(arch);
         let (bytes, hit) =
             cache.get_or_insert_with(&key, || Ok(self.run_nvrtc(&args(), options.output)?.to_bytes()))?;
         if let Some(mut compiled) = Compiled::from_bytes(&bytes) {
