@@ -16,14 +16,15 @@ use crate::error::Result;
 use std::collections::HashMap;
 use std::ffi::{CStr, OsString};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 const MAGIC: [u8; 8] = *b"CUKCACHE";
-/// 4: the checksum folds eight words at a time, one multiply each.
-const VERSION: u32 = 4;
+/// 5: the checksum folds eight words at a time, each with a rotation and an add.
+const VERSION: u32 = 5;
 const HEADER_LEN: usize = 8 + 4 + 32 + 8 + 8;
 
 /// The identity of a compiled kernel: the SHA-256 of everything that decides its bytes (source,
@@ -57,11 +58,20 @@ struct FileName([u8; 69]);
 
 impl FileName {
     fn of(key: &CacheKey) -> FileName {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        /// The two lowercase hexadecimal digits of each byte.
+        const DIGITS: [[u8; 2]; 256] = {
+            let digits = b"0123456789abcdef";
+            let mut table = [[0; 2]; 256];
+            let mut b = 0;
+            while b < 256 {
+                table[b] = [digits[b >> 4], digits[b & 15]];
+                b += 1;
+            }
+            table
+        };
         let mut name = *b"0000000000000000000000000000000000000000000000000000000000000000.bin\0";
         for (pair, &b) in name.chunks_exact_mut(2).zip(&key.0) {
-            pair[0] = DIGITS[usize::from(b >> 4)];
-            pair[1] = DIGITS[usize::from(b & 15)];
+            pair.copy_from_slice(&DIGITS[usize::from(b)]);
         }
         FileName(name)
     }
@@ -198,15 +208,37 @@ pub struct CompileCache {
     inner: Arc<Inner>,
 }
 
+/// The entries kept in memory.
+type Memory = HashMap<CacheKey, Arc<[u8]>, BuildHasherDefault<KeyBits>>;
+
 struct Inner {
-    memory: Option<Mutex<HashMap<CacheKey, Arc<[u8]>>>>,
+    memory: Option<Mutex<Memory>>,
     dir: Option<CacheDir>,
     counters: Counters,
 }
 
+/// The memory's hash of a [`CacheKey`]: its own bits, folded. A key is a SHA-256, so its bits
+/// are spread evenly already and hashing them again would add nothing.
+#[derive(Default)]
+struct KeyBits(u64);
+
+impl Hasher for KeyBits {
+    fn write(&mut self, bytes: &[u8]) {
+        for word in bytes.chunks(8) {
+            let mut w = [0; 8];
+            w[..word.len()].copy_from_slice(word);
+            self.0 = self.0.rotate_left(19) ^ u64::from_le_bytes(w);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 impl CompileCache {
     fn with(memory: bool, dir: Option<PathBuf>) -> Self {
-        let memory = memory.then(|| Mutex::new(HashMap::new()));
+        let memory = memory.then(|| Mutex::new(HashMap::default()));
         let dir = dir.map(CacheDir::new);
         CompileCache { inner: Arc::new(Inner { memory, dir, counters: Counters::default() }) }
     }

@@ -28,7 +28,10 @@
 
 use std::ffi::{CStr, CString};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, IoSliceMut, Read, Write};
+use std::io::{self, Write};
+#[cfg(not(unix))]
+use std::io::{IoSliceMut, Read};
+use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -189,7 +192,7 @@ impl OpenDir {
     /// file takes one read, and a spare byte read tells a file that grew. What was read is
     /// checked against the header's length and checksum in any case.
     pub(super) fn read(&self, name: &CStr, head: &mut [u8]) -> io::Result<Option<Arc<[u8]>>> {
-        let mut file = self.open_entry(name)?;
+        let file = self.open_entry(name)?;
         let meta = file.metadata()?;
         let private = meta.is_file() && links(&meta) <= 1 && self.user.alone_can_change(&meta);
         if !private || meta.len() > MAX_FILE_BYTES {
@@ -199,24 +202,11 @@ impl OpenDir {
             return Ok(None);
         };
         // Read straight into the storage the entry is shared from: no copy after the read.
-        let mut rest: Arc<[u8]> = std::iter::repeat_n(0, len - head.len()).collect();
+        let mut rest = Arc::<[u8]>::new_uninit_slice(len - head.len());
         let Some(rest_bytes) = Arc::get_mut(&mut rest) else { return Ok(None) };
-        let mut spare = [0u8; 1];
-        let mut buffers = [IoSliceMut::new(head), IoSliceMut::new(rest_bytes), IoSliceMut::new(&mut spare)];
-        let mut unfilled = &mut buffers[..];
-        let mut filled = 0;
-        while filled < len {
-            match file.read_vectored(unfilled) {
-                Ok(0) => break,
-                Ok(n) => {
-                    filled += n;
-                    IoSliceMut::advance_slices(&mut unfilled, n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok((filled == len).then_some(rest))
+        let filled = read_parts(&file, head, rest_bytes)?;
+        // SAFETY: `len` bytes read in order fill `head` and then every byte of `rest`.
+        Ok((filled == len).then(|| unsafe { rest.assume_init() }))
     }
 
     /// Writes `parts`, in order, as the entry `name`, through a temporary file and a rename.
@@ -246,6 +236,74 @@ impl OpenDir {
         }
         result
     }
+}
+
+/// Reads `file` into `head`, then `rest`, then one spare byte, until `head` and `rest` are full
+/// or the file ends; returns the count read, one more than both hold for a file that grew.
+/// On Unix `rest` is read into as it is (`readv`), with no zero fill first.
+#[cfg(unix)]
+fn read_parts(file: &File, head: &mut [u8], rest: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let (head_len, rest_len) = (head.len(), rest.len());
+    let want = head_len + rest_len;
+    let mut spare = [0u8; 1];
+    let parts =
+        [(head.as_mut_ptr(), head_len), (rest.as_mut_ptr().cast::<u8>(), rest_len), (spare.as_mut_ptr(), 1)];
+    let mut filled = 0;
+    while filled < want {
+        // The parts from byte `filled` on.
+        let mut skip = filled;
+        let mut unfilled = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3];
+        let mut count = 0;
+        for (base, len) in parts {
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            // SAFETY: `skip < len`, so the pointer stays inside the part.
+            unfilled[count] = libc::iovec { iov_base: unsafe { base.add(skip) }.cast(), iov_len: len - skip };
+            skip = 0;
+            count += 1;
+        }
+        // SAFETY: the first `count` entries point at writable bytes of `head`, `rest` and
+        // `spare`, borrowed mutably for the call; `readv` only writes them.
+        let read = unsafe { libc::readv(file.as_raw_fd(), unfilled.as_ptr(), count as libc::c_int) };
+        match usize::try_from(read) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(_) => {
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+        }
+    }
+    Ok(filled)
+}
+
+#[cfg(not(unix))]
+fn read_parts(mut file: &File, head: &mut [u8], rest: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+    rest.fill(MaybeUninit::new(0));
+    // SAFETY: every byte of `rest` was just written, and `u8` has the layout of `MaybeUninit<u8>`.
+    let rest = unsafe { &mut *(rest as *mut [MaybeUninit<u8>] as *mut [u8]) };
+    let want = head.len() + rest.len();
+    let mut spare = [0u8; 1];
+    let mut buffers = [IoSliceMut::new(head), IoSliceMut::new(rest), IoSliceMut::new(&mut spare)];
+    let mut unfilled = &mut buffers[..];
+    let mut filled = 0;
+    while filled < want {
+        match file.read_vectored(unfilled) {
+            Ok(0) => break,
+            Ok(n) => {
+                filled += n;
+                IoSliceMut::advance_slices(&mut unfilled, n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 /// Whether opening an entry failed because of what is there, so that it is to be refused and
@@ -381,5 +439,42 @@ impl User {
             let _ = meta;
             true
         }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+
+    /// A socket read in pieces as they are sent: each `readv` returns what has come so far.
+    fn read_in_pieces(pieces: &[&[u8]], head_len: usize, rest_len: usize) -> (usize, Vec<u8>) {
+        let (reader, mut writer) = UnixStream::pair().expect("a socket pair");
+        let pieces: Vec<Vec<u8>> = pieces.iter().map(|p| p.to_vec()).collect();
+        let sender = std::thread::spawn(move || {
+            for piece in pieces {
+                writer.write_all(&piece).expect("sent");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
+        let file = File::from(OwnedFd::from(reader));
+        let mut head = vec![0; head_len];
+        let mut rest = vec![MaybeUninit::new(7u8); rest_len];
+        let filled = read_parts(&file, &mut head, &mut rest).expect("read");
+        sender.join().expect("sender");
+        // SAFETY: the bytes were initialised (to 7) before the read.
+        head.extend(rest.iter().map(|b| unsafe { b.assume_init() }));
+        (filled, head)
+    }
+
+    #[test]
+    fn reads_that_come_in_pieces_fill_the_head_then_the_rest() {
+        let (filled, bytes) = read_in_pieces(&[b"ab", b"cdef", b"ghij"], 3, 7);
+        assert_eq!((filled, &bytes[..]), (10, &b"abcdefghij"[..]));
+        let (filled, bytes) = read_in_pieces(&[b"abc", b"de"], 3, 7);
+        assert_eq!((filled, &bytes[..]), (5, &b"abcde\x07\x07\x07\x07\x07"[..]), "the file ended early");
+        let (filled, _) = read_in_pieces(&[b"abcdefghijk"], 3, 7);
+        assert_eq!(filled, 11, "the spare byte tells a file that grew");
     }
 }

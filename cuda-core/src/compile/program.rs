@@ -5,7 +5,7 @@ use super::cache::{CacheHit, CacheKey, CompileCache, KeyHasher};
 use super::options::{Arch, CompileOptions, Output};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::module::{Module, SharedFunction};
+use crate::module::{Module, ParamCounts, SharedFunction};
 use cuhost_nvrtc_sys as nvrtc;
 use std::ffi::{CStr, CString, c_char};
 use std::fmt;
@@ -307,10 +307,10 @@ impl Program {
         // With a CUBIN, NVRTC keeps the PTX it compiled: its `.entry` declarations give each
         // kernel's parameter count, which drivers before 13.2 cannot report without an error.
         let params = match output {
-            Output::Cubin => program.output(Output::Ptx).ok().map_or_else(Vec::new, |ptx| {
+            Output::Cubin => program.output(Output::Ptx).ok().map_or_else(ParamCounts::default, |ptx| {
                 crate::module::ptx_params::entry_param_counts(&String::from_utf8_lossy(&ptx))
             }),
-            Output::Ptx | Output::LtoIr => Vec::new(),
+            Output::Ptx | Output::LtoIr => ParamCounts::default(),
         };
         let mut lowered = Vec::new();
         for (text, e) in self.name_expressions.iter().zip(&expressions) {
@@ -402,7 +402,7 @@ pub struct Compiled {
     log: String,
     lowered: Vec<(String, String)>,
     /// The parameter count of each kernel of a CUBIN, from the PTX NVRTC compiled it from.
-    params: Vec<(String, usize)>,
+    params: ParamCounts,
     cache_hit: Option<CacheHit>,
 }
 
@@ -485,10 +485,7 @@ impl Compiled {
             field(lowered.as_bytes());
         }
         field(&(self.params.len() as u64).to_le_bytes());
-        for (name, count) in &self.params {
-            field(name.as_bytes());
-            field(&(*count as u64).to_le_bytes());
-        }
+        out.extend_from_slice(self.params.as_bytes());
         out
     }
 
@@ -520,12 +517,9 @@ impl Compiled {
             let expression = text(field()?)?;
             lowered.push((expression, text(field()?)?));
         }
-        let mut params = Vec::new();
-        for _ in 0..number(field()?)? {
-            let name = text(field()?)?;
-            params.push((name, number(field()?)?));
-        }
-        if at != bytes.len() {
+        let count = number(field()?)?;
+        let (params, end) = ParamCounts::read(entry, at, count)?;
+        if end != bytes.len() {
             return None;
         }
         Some(Compiled { output, code, log, lowered, params, cache_hit: None })
@@ -617,7 +611,7 @@ mod tests {
             code: Code::whole(b".version 8.0".to_vec().into()),
             log: "warning: x".into(),
             lowered: vec![("f<int>".into(), "_Z1fIiEvv".into()), ("g".into(), "g".into())],
-            params: vec![("_Z1fIiEvv".into(), 3)],
+            params: ParamCounts::new(&[("_Z1fIiEvv".into(), 3)]),
             cache_hit: None,
         };
         let bytes = c.to_bytes();

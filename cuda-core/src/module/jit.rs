@@ -353,8 +353,12 @@ impl RawJitOptions {
         }
     }
 
-    /// The logs the driver wrote, after the call that took these options.
+    /// The logs the driver wrote, after the call that took these options: none when no option
+    /// was given (a cached CUBIN's load), since no buffer was handed over.
     pub(crate) fn log(&self) -> JitLog {
+        if self.keys.is_empty() {
+            return JitLog::default();
+        }
         let text = |buffer: &[u8], slot: Option<usize>| -> String {
             let written = slot.and_then(|s| self.values.get(s)).map_or(0, |v| *v as usize);
             let bytes = buffer.get(..written.min(buffer.len())).unwrap_or(&[]);

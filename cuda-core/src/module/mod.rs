@@ -22,6 +22,7 @@ mod image;
 mod jit;
 mod library;
 mod link;
+mod param_counts;
 mod params;
 pub(crate) mod ptx_params;
 mod shared;
@@ -32,6 +33,7 @@ pub use global::Global;
 pub use jit::{JitCacheMode, JitFallback, JitLog, JitOptions, JitTarget, OptimizationLevel};
 pub use library::{Kernel, Library};
 pub use link::{JitInputType, Linker};
+pub(crate) use param_counts::ParamCounts;
 pub(crate) use params::ParamLayout;
 pub use shared::SharedFunction;
 
@@ -67,7 +69,7 @@ pub struct Module {
     /// The variables that have a live [`Global`].
     claims: Claims,
     /// The parameter count of each kernel, where the module was loaded from PTX.
-    ptx_params: Vec<(String, usize)>,
+    ptx_params: ParamCounts,
 }
 
 // SAFETY: a CUmodule may be used from any thread; the driver synchronizes access to it.
@@ -185,7 +187,7 @@ impl Module {
             code: LoadedCode::new(ctx, raw),
             log,
             claims: Claims::default(),
-            ptx_params: Vec::new(),
+            ptx_params: ParamCounts::default(),
         })
     }
 
@@ -193,7 +195,7 @@ impl Module {
     /// The module with the parameter count of each kernel, as the PTX it was compiled from
     /// declares them (`(kernel name, count)`), so that looking a kernel up reads its layout
     /// without asking past its last parameter. The counts must be those of this module's code.
-    pub(crate) fn with_param_counts(mut self, counts: Vec<(String, usize)>) -> Module {
+    pub(crate) fn with_param_counts(mut self, counts: ParamCounts) -> Module {
         self.ptx_params = counts;
         self
     }
@@ -210,7 +212,7 @@ impl Module {
             code: LoadedCode::new(ctx, raw),
             log: JitLog::default(),
             claims: Claims::default(),
-            ptx_params: Vec::new(),
+            ptx_params: ParamCounts::default(),
         }
     }
 
@@ -246,7 +248,7 @@ impl Module {
             ));
         }
         status.check()?;
-        let count = self.ptx_params.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
+        let count = self.ptx_params.get(name);
         // SAFETY: the function belongs to this module, which the result borrows; the count was
         // read from the PTX it was compiled from.
         unsafe { Function::from_raw_counted(raw, count) }.map(|f| f.loaded_from(&self.code))
@@ -290,7 +292,7 @@ impl Module {
         }
         // SAFETY: a NUL-terminated string owned by the driver, read at once.
         let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_str().ok()?;
-        self.ptx_params.iter().find(|(n, _)| n == name).map(|(_, c)| *c)
+        self.ptx_params.get(name)
     }
 
     /// The `__device__` variable called `name`, viewed as elements of `T`

@@ -7,9 +7,11 @@
 
 #![forbid(unsafe_code)]
 
-/// `(kernel name, parameter count)` for every `.entry` of `ptx`. Text that does not parse as
-/// expected gives no entry for that kernel (its layout is then read by probing).
-pub(crate) fn entry_param_counts(ptx: &str) -> Vec<(String, usize)> {
+use super::ParamCounts;
+
+/// The counts of every `.entry` of `ptx`. Text that does not parse as expected gives no count
+/// for that kernel (its layout is then read by probing).
+pub(crate) fn entry_param_counts(ptx: &str) -> ParamCounts {
     let text = without_comments(ptx);
     let mut out = Vec::new();
     let mut rest = text.as_str();
@@ -33,7 +35,7 @@ pub(crate) fn entry_param_counts(ptx: &str) -> Vec<(String, usize)> {
         };
         out.push((name.to_string(), count));
     }
-    out
+    ParamCounts::new(&out)
 }
 
 /// Where `token` starts in `text` as a whole word (not part of a longer directive).
@@ -91,20 +93,15 @@ mod tests {
             .func helper(.param .u32 a) { ret; }\n\
             .entry _Z5arrayPKfi(\n\t.param .align 8 .b8 _Z5arrayPKfi_param_0[16],\n\t.param .u32 _Z5arrayPKfi_param_1\n)\n{ ret; }\n";
         assert_eq!(
-            entry_param_counts(ptx),
-            [
-                ("saxpy".to_string(), 4),
-                ("none".to_string(), 0),
-                ("empty".to_string(), 0),
-                ("_Z5arrayPKfi".to_string(), 2)
-            ]
+            entry_param_counts(ptx).iter().collect::<Vec<_>>(),
+            [("saxpy", 4), ("none", 0), ("empty", 0), ("_Z5arrayPKfi", 2)]
         );
     }
 
     #[test]
     fn the_repository_kernels_parse() {
         let saxpy = include_str!("../../examples/kernels/saxpy.ptx");
-        assert_eq!(entry_param_counts(saxpy), [("saxpy".to_string(), 4)]);
+        assert_eq!(entry_param_counts(saxpy).iter().collect::<Vec<_>>(), [("saxpy", 4)]);
     }
 
     #[test]

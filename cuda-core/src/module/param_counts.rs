@@ -1,0 +1,151 @@
+//! The parameter count of each kernel of a module, by kernel name, where the PTX it came from
+//! declares them ([`ptx_params`](super::ptx_params) reads them).
+//!
+//! They are kept as bytes, laid out as the compile cache stores them: for each kernel its name,
+//! then its count as a little-endian `u64`, each after its length as a little-endian `u64`.
+//! So counts read back from a cache entry stay in the entry's storage, and a module loaded from
+//! a compile result shares them: neither makes a copy.
+
+#![forbid(unsafe_code)]
+
+use std::ops::Range;
+use std::sync::Arc;
+
+/// `(kernel name, parameter count)` pairs, shared; none when no count is known.
+#[derive(Clone, Default)]
+pub(crate) struct ParamCounts {
+    /// The storage the pairs are in, and where they are in it: checked when made.
+    pairs: Option<(Arc<[u8]>, Range<usize>)>,
+    len: usize,
+}
+
+impl ParamCounts {
+    /// The counts `pairs`, in order.
+    pub(crate) fn new(pairs: &[(String, usize)]) -> ParamCounts {
+        if pairs.is_empty() {
+            return ParamCounts::default();
+        }
+        let mut bytes = Vec::new();
+        let mut field = |field: &[u8]| {
+            bytes.extend_from_slice(&(field.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(field);
+        };
+        for (name, count) in pairs {
+            field(name.as_bytes());
+            field(&(*count as u64).to_le_bytes());
+        }
+        let place = 0..bytes.len();
+        ParamCounts { pairs: Some((bytes.into(), place)), len: pairs.len() }
+    }
+
+    /// The `len` pairs stored in `storage` from byte `start`, shared with it, and where they
+    /// end; `None` unless they are there, each name UTF-8 and each count one this machine's
+    /// `usize` holds.
+    pub(crate) fn read(storage: &Arc<[u8]>, start: usize, len: usize) -> Option<(ParamCounts, usize)> {
+        let mut end = start;
+        for _ in 0..len {
+            (_, end) = pair_at(storage, end)?;
+        }
+        let pairs = (len > 0).then(|| (storage.clone(), start..end));
+        Some((ParamCounts { pairs, len }, end))
+    }
+
+    /// The pairs as [`read`](Self::read) takes them.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.pairs.as_ref().and_then(|(storage, place)| storage.get(place.clone())).unwrap_or_default()
+    }
+
+    /// How many pairs there are.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no count is known.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The count of the kernel `name`, if known.
+    pub(crate) fn get(&self, name: &str) -> Option<usize> {
+        self.iter().find(|(n, _)| *n == name).map(|(_, count)| count)
+    }
+
+    /// Every pair, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, usize)> {
+        let bytes = self.as_bytes();
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let (pair, next) = pair_at(bytes, at)?;
+            at = next;
+            Some(pair)
+        })
+    }
+}
+
+impl std::fmt::Debug for ParamCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for ParamCounts {
+    fn eq(&self, other: &ParamCounts) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for ParamCounts {}
+
+/// The pair that starts at `at` in `bytes`, and where the next one starts.
+fn pair_at(bytes: &[u8], at: usize) -> Option<((&str, usize), usize)> {
+    let (name, at) = field_at(bytes, at)?;
+    let (count, at) = field_at(bytes, at)?;
+    let name = std::str::from_utf8(name).ok()?;
+    let count = usize::try_from(u64::from_le_bytes(count.try_into().ok()?)).ok()?;
+    Some(((name, count), at))
+}
+
+/// The length-prefixed field that starts at `at` in `bytes`, and where it ends.
+fn field_at(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let len = bytes.get(at..)?.first_chunk::<8>()?;
+    let start = at + 8;
+    let end = start.checked_add(usize::try_from(u64::from_le_bytes(*len)).ok()?)?;
+    Some((bytes.get(start..end)?, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_read_back_from_their_bytes_and_share_them() {
+        let made = ParamCounts::new(&[("saxpy".into(), 4), ("_Z1fIiEvv".into(), 0)]);
+        assert_eq!(made.iter().collect::<Vec<_>>(), [("saxpy", 4), ("_Z1fIiEvv", 0)]);
+        assert_eq!((made.get("saxpy"), made.get("_Z1fIiEvv"), made.get("sax")), (Some(4), Some(0), None));
+        let mut entry = b"head".to_vec();
+        entry.extend_from_slice(made.as_bytes());
+        entry.extend_from_slice(b"tail");
+        let entry: Arc<[u8]> = entry.into();
+        let (read, end) = ParamCounts::read(&entry, 4, 2).expect("two pairs from byte 4");
+        assert_eq!((read.len(), end, &entry[end..]), (2, entry.len() - 4, &b"tail"[..]));
+        assert_eq!(read, made);
+        assert_eq!(read.as_bytes().as_ptr(), entry[4..].as_ptr(), "shared with the entry");
+        assert!(ParamCounts::read(&entry, 4, 3).is_none(), "a third pair is not there");
+        assert!(ParamCounts::read(&entry, 5, 1).is_none(), "not a pair's start");
+        let (none, end) = ParamCounts::read(&entry, 4, 0).expect("no pair");
+        assert!(none.is_empty() && none.as_bytes().is_empty() && end == 4);
+        assert!(ParamCounts::new(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_is_refused() {
+        let mut bytes = 1u64.to_le_bytes().to_vec();
+        bytes.push(0xFF);
+        bytes.extend_from_slice(&8u64.to_le_bytes());
+        bytes.extend_from_slice(&3u64.to_le_bytes());
+        assert!(ParamCounts::read(&bytes.clone().into(), 0, 1).is_none());
+        bytes[8] = b'k';
+        let (read, _) = ParamCounts::read(&bytes.into(), 0, 1).expect("a pair");
+        assert_eq!(read.get("k"), Some(3));
+    }
+}
