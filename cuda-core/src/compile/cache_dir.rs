@@ -449,32 +449,33 @@ mod tests {
     use std::os::unix::net::UnixStream;
 
     /// A socket read in pieces as they are sent: each `readv` returns what has come so far.
-    fn read_in_pieces(pieces: &[&[u8]], head_len: usize, rest_len: usize) -> (usize, Vec<u8>) {
-        let (reader, mut writer) = UnixStream::pair().expect("a socket pair");
+    fn read_in_pieces(pieces: &[&[u8]], head_len: usize, rest_len: usize) -> io::Result<(usize, Vec<u8>)> {
+        let (reader, mut writer) = UnixStream::pair()?;
         let pieces: Vec<Vec<u8>> = pieces.iter().map(|p| p.to_vec()).collect();
-        let sender = std::thread::spawn(move || {
+        let sender = std::thread::spawn(move || -> io::Result<()> {
             for piece in pieces {
-                writer.write_all(&piece).expect("sent");
+                writer.write_all(&piece)?;
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
+            Ok(())
         });
         let file = File::from(OwnedFd::from(reader));
         let mut head = vec![0; head_len];
         let mut rest = vec![MaybeUninit::new(7u8); rest_len];
-        let filled = read_parts(&file, &mut head, &mut rest).expect("read");
-        sender.join().expect("sender");
+        let filled = read_parts(&file, &mut head, &mut rest)?;
+        sender.join().map_err(|_| io::Error::other("the sender panicked"))??;
         // SAFETY: the bytes were initialised (to 7) before the read.
         head.extend(rest.iter().map(|b| unsafe { b.assume_init() }));
-        (filled, head)
+        Ok((filled, head))
     }
 
     #[test]
     fn reads_that_come_in_pieces_fill_the_head_then_the_rest() {
-        let (filled, bytes) = read_in_pieces(&[b"ab", b"cdef", b"ghij"], 3, 7);
+        let (filled, bytes) = read_in_pieces(&[b"ab", b"cdef", b"ghij"], 3, 7).expect("read");
         assert_eq!((filled, &bytes[..]), (10, &b"abcdefghij"[..]));
-        let (filled, bytes) = read_in_pieces(&[b"abc", b"de"], 3, 7);
+        let (filled, bytes) = read_in_pieces(&[b"abc", b"de"], 3, 7).expect("read");
         assert_eq!((filled, &bytes[..]), (5, &b"abcde\x07\x07\x07\x07\x07"[..]), "the file ended early");
-        let (filled, _) = read_in_pieces(&[b"abcdefghijk"], 3, 7);
+        let (filled, _) = read_in_pieces(&[b"abcdefghijk"], 3, 7).expect("read");
         assert_eq!(filled, 11, "the spare byte tells a file that grew");
     }
 }
