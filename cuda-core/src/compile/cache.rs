@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 const MAGIC: [u8; 8] = *b"CUKCACHE";
-/// 5: the checksum folds eight words at a time, each with a rotation and an add.
-const VERSION: u32 = 5;
+/// 4: the checksum folds eight words at a time, one multiply each.
+const VERSION: u32 = 4;
 const HEADER_LEN: usize = 8 + 4 + 32 + 8 + 8;
 
 /// The identity of a compiled kernel: the SHA-256 of everything that decides its bytes (source,

@@ -475,6 +475,8 @@ mod tests {
         assert_eq!((filled, &bytes[..]), (10, &b"abcdefghij"[..]));
         let (filled, bytes) = read_in_pieces(&[b"abc", b"de"], 3, 7).expect("read");
         assert_eq!((filled, &bytes[..]), (5, &b"abcde\x07\x07\x07\x07\x07"[..]), "the file ended early");
+        let (filled, bytes) = read_in_pieces(&[b"abc"], 3, 0).expect("read");
+        assert_eq!((filled, &bytes[..]), (3, &b"abc"[..]), "an entry with no payload");
         let (filled, _) = read_in_pieces(&[b"abcdefghijk"], 3, 7).expect("read");
         assert_eq!(filled, 11, "the spare byte tells a file that grew");
     }

@@ -1,6 +1,6 @@
 //! A fast 64-bit checksum of cache files: it catches a flipped or missing byte, not deliberate
 //! tampering (the cache key, a SHA-256, already names what the file must hold). SHA-256 of the
-//! payload cost about 20 µs per 4 KiB CUBIN read back; this costs about a tenth of one.
+//! payload cost about 20 µs per 4 KiB CUBIN read back; this costs under two tenths of one.
 
 #![forbid(unsafe_code)]
 
@@ -25,12 +25,11 @@ fn fold(h: u64, word: &[u8]) -> u64 {
     (h ^ u64::from_le_bytes(w).wrapping_mul(K2)).rotate_left(31).wrapping_mul(K1)
 }
 
-/// The checksum of `bytes`: 64-byte blocks go to eight running states, one word each, each
-/// state rotated and the word added (no multiply: the eight chains run side by side at about a
-/// word a cycle); then the states, the tail (word by word) and the length are folded together
-/// with multiplies, so that zero bytes appended change it. Each step is a bijection of its
-/// state and of its word, so a change within one word always changes the result, and the
-/// rotations make where a word sits count.
+/// The checksum of `bytes`: 64-byte blocks go to eight running states, one word each, with one
+/// multiply a word, so that the eight chains overlap in the processor; then the states, the
+/// tail (word by word) and the length are folded together, so that zero bytes appended change
+/// it. Each step is a bijection of its state, so a change within one word always changes the
+/// result.
 pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     let seed = K1 ^ (bytes.len() as u64).wrapping_mul(K2);
     let mut lanes: [u64; 8] = std::array::from_fn(|i| seed.rotate_left(8 * i as u32));
@@ -38,7 +37,7 @@ pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     for block in &mut blocks {
         for (lane, word) in lanes.iter_mut().zip(block.chunks_exact(8)) {
             let word = <[u8; 8]>::try_from(word).map_or(0, u64::from_le_bytes);
-            *lane = lane.rotate_left(23).wrapping_add(word);
+            *lane = (*lane ^ word).wrapping_mul(K1).rotate_left(29);
         }
     }
     let mut h = lanes.iter().fold(seed, |h, &lane| fold(h, &lane.to_le_bytes()));

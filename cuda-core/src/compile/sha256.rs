@@ -1,4 +1,4 @@
-//! SHA-256 (FIPS 180-4, section 6.2), for the compile cache's keys and checksums.
+//! SHA-256 (FIPS 180-4, section 6.2), for the compile cache's keys.
 //!
 //! Written from the standard's description; the crate takes no hashing dependency for one
 //! 100-line function. It is not constant-time, and nothing here needs it to be. On x86-64

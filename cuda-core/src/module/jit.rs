@@ -354,7 +354,8 @@ impl RawJitOptions {
     }
 
     /// The logs the driver wrote, after the call that took these options: none when no option
-    /// was given (a cached CUBIN's load), since no buffer was handed over.
+    /// was given (as in [`Module::from_cubin`](super::Module::from_cubin)'s first try), since no
+    /// buffer was handed over.
     pub(crate) fn log(&self) -> JitLog {
         if self.keys.is_empty() {
             return JitLog::default();

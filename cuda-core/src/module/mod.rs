@@ -68,7 +68,8 @@ pub struct Module {
     log: JitLog,
     /// The variables that have a live [`Global`].
     claims: Claims,
-    /// The parameter count of each kernel, where the module was loaded from PTX.
+    /// The parameter count of each kernel, where the PTX the module was loaded or compiled
+    /// from declares them.
     ptx_params: ParamCounts,
 }
 

@@ -3,8 +3,8 @@
 //!
 //! They are kept as bytes, laid out as the compile cache stores them: for each kernel its name,
 //! then its count as a little-endian `u64`, each after its length as a little-endian `u64`.
-//! So counts read back from a cache entry stay in the entry's storage, and a module loaded from
-//! a compile result shares them: neither makes a copy.
+//! So counts read back from a cache entry stay in the entry's storage with no copy; a module
+//! loaded from them takes a copy of just their bytes, so that it does not keep the entry alive.
 
 #![forbid(unsafe_code)]
 
@@ -41,13 +41,25 @@ impl ParamCounts {
     /// The `len` pairs stored in `storage` from byte `start`, shared with it, and where they
     /// end; `None` unless they are there, each name UTF-8 and each count one this machine's
     /// `usize` holds.
+    #[cfg(feature = "compile")]
     pub(crate) fn read(storage: &Arc<[u8]>, start: usize, len: usize) -> Option<(ParamCounts, usize)> {
         let mut end = start;
         for _ in 0..len {
-            (_, end) = pair_at(storage, end)?;
+            let (name, _, next) = pair_at(storage, end)?;
+            std::str::from_utf8(name).ok()?;
+            end = next;
         }
         let pairs = (len > 0).then(|| (storage.clone(), start..end));
         Some((ParamCounts { pairs, len }, end))
+    }
+
+    /// The same counts in storage of their own: what holds them then keeps alive a few dozen
+    /// bytes, not the cache entry they were read from.
+    #[cfg(feature = "compile")]
+    pub(crate) fn detached(&self) -> ParamCounts {
+        let bytes = self.as_bytes();
+        let pairs = (!bytes.is_empty()).then(|| (Arc::from(bytes), 0..bytes.len()));
+        ParamCounts { pairs, len: self.len }
     }
 
     /// The pairs as [`read`](Self::read) takes them.
@@ -56,6 +68,7 @@ impl ParamCounts {
     }
 
     /// How many pairs there are.
+    #[cfg(feature = "compile")]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -67,17 +80,23 @@ impl ParamCounts {
 
     /// The count of the kernel `name`, if known.
     pub(crate) fn get(&self, name: &str) -> Option<usize> {
-        self.iter().find(|(n, _)| *n == name).map(|(_, count)| count)
+        self.pairs().find(|(n, _)| *n == name.as_bytes()).map(|(_, count)| count)
     }
 
     /// Every pair, in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, usize)> {
+        // The names were checked when the counts were made.
+        self.pairs().filter_map(|(name, count)| Some((std::str::from_utf8(name).ok()?, count)))
+    }
+
+    /// Every pair, the name as its bytes.
+    fn pairs(&self) -> impl Iterator<Item = (&[u8], usize)> {
         let bytes = self.as_bytes();
         let mut at = 0;
         std::iter::from_fn(move || {
-            let (pair, next) = pair_at(bytes, at)?;
+            let (name, count, next) = pair_at(bytes, at)?;
             at = next;
-            Some(pair)
+            Some((name, count))
         })
     }
 }
@@ -96,13 +115,12 @@ impl PartialEq for ParamCounts {
 
 impl Eq for ParamCounts {}
 
-/// The pair that starts at `at` in `bytes`, and where the next one starts.
-fn pair_at(bytes: &[u8], at: usize) -> Option<((&str, usize), usize)> {
+/// The name and count of the pair that starts at `at` in `bytes`, and where the next one starts.
+fn pair_at(bytes: &[u8], at: usize) -> Option<(&[u8], usize, usize)> {
     let (name, at) = field_at(bytes, at)?;
     let (count, at) = field_at(bytes, at)?;
-    let name = std::str::from_utf8(name).ok()?;
     let count = usize::try_from(u64::from_le_bytes(count.try_into().ok()?)).ok()?;
-    Some(((name, count), at))
+    Some((name, count, at))
 }
 
 /// The length-prefixed field that starts at `at` in `bytes`, and where it ends.
@@ -113,7 +131,7 @@ fn field_at(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
     Some((bytes.get(start..end)?, end))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "compile"))]
 mod tests {
     use super::*;
 
@@ -130,6 +148,10 @@ mod tests {
         assert_eq!((read.len(), end, &entry[end..]), (2, entry.len() - 4, &b"tail"[..]));
         assert_eq!(read, made);
         assert_eq!(read.as_bytes().as_ptr(), entry[4..].as_ptr(), "shared with the entry");
+        let detached = read.detached();
+        drop(read);
+        assert_eq!(detached, made);
+        assert_eq!(Arc::strong_count(&entry), 1, "the detached counts do not hold the entry");
         assert!(ParamCounts::read(&entry, 4, 3).is_none(), "a third pair is not there");
         assert!(ParamCounts::read(&entry, 5, 1).is_none(), "not a pair's start");
         let (none, end) = ParamCounts::read(&entry, 4, 0).expect("no pair");
