@@ -60,10 +60,8 @@ use std::sync::Arc;
 /// ```
 #[derive(Debug)]
 pub struct Module {
-    raw: sys::CUmodule,
-    ctx: Context,
-    /// The loaded code, unloaded when its last holder is gone: this module, and the graphs
-    /// whose captured launches run its kernels.
+    /// The loaded code (the raw module and its context), unloaded when its last holder is
+    /// gone: this module, and the graphs whose captured launches run its kernels.
     code: Arc<LoadedCode>,
     log: JitLog,
     /// The variables that have a live [`Global`].
@@ -73,10 +71,11 @@ pub struct Module {
     ptx_params: ParamCounts,
 }
 
-// SAFETY: a CUmodule may be used from any thread; the driver synchronizes access to it.
-unsafe impl Send for Module {}
-// SAFETY: as above; `&Module` only reads.
-unsafe impl Sync for Module {}
+// `Send` and `Sync` come from `LoadedCode`'s: the raw module is held there only.
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Module>()
+};
 
 impl Module {
     /// Compiles PTX text for the context's device and loads it, with default [`JitOptions`].
@@ -183,8 +182,6 @@ impl Module {
         };
         let log = raw_options.check(status)?;
         Ok(Module {
-            raw,
-            ctx: ctx.clone(),
             code: LoadedCode::new(ctx, raw),
             log,
             claims: Claims::default(),
@@ -208,8 +205,6 @@ impl Module {
     /// `raw` must be a live module loaded into `ctx`, owned by nobody else.
     pub unsafe fn from_raw(ctx: &Context, raw: sys::CUmodule) -> Module {
         Module {
-            raw,
-            ctx: ctx.clone(),
             code: LoadedCode::new(ctx, raw),
             log: JitLog::default(),
             claims: Claims::default(),
@@ -219,12 +214,12 @@ impl Module {
 
     /// The raw `CUmodule`.
     pub fn as_raw(&self) -> sys::CUmodule {
-        self.raw
+        self.code.raw
     }
 
     /// The context the module is loaded in.
     pub fn context(&self) -> &Context {
-        &self.ctx
+        &self.code.ctx
     }
 
     /// What the JIT compiler wrote while loading (empty for cubins that needed no compiling).
@@ -239,7 +234,8 @@ impl Module {
         let c_name = symbol_name("Module::function", name)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: live module, NUL-terminated name, one out-parameter.
-        let status = unsafe { driver!(status: cuModuleGetFunction(&mut raw, self.raw, c_name.as_ptr())) };
+        let status =
+            unsafe { driver!(status: cuModuleGetFunction(&mut raw, self.code.raw, c_name.as_ptr())) };
         if status.is(sys::CUresult::CUDA_ERROR_NOT_FOUND) {
             return Err(Error::invalid(
                 "Module::function",
@@ -263,10 +259,10 @@ impl Module {
     pub fn functions(&self) -> Result<Vec<Function<'_>>> {
         let mut count = 0;
         // SAFETY: live module, one out-parameter.
-        unsafe { driver!(cuModuleGetFunctionCount(&mut count, self.raw)) }?;
+        unsafe { driver!(cuModuleGetFunctionCount(&mut count, self.code.raw)) }?;
         let mut raw = vec![std::ptr::null_mut(); count as usize];
         // SAFETY: the array holds `count` entries.
-        unsafe { driver!(cuModuleEnumerateFunctions(raw.as_mut_ptr(), count, self.raw)) }?;
+        unsafe { driver!(cuModuleEnumerateFunctions(raw.as_mut_ptr(), count, self.code.raw)) }?;
         // SAFETY: each function belongs to this module, which the results borrow; a count is
         // the one its PTX declares.
         raw.into_iter()
@@ -307,13 +303,14 @@ impl Module {
         let c_name = symbol_name("Module::global", name)?;
         let (mut ptr, mut bytes) = (0, 0);
         // SAFETY: live module, NUL-terminated name, two out-parameters.
-        let status =
-            unsafe { driver!(status: cuModuleGetGlobal(&mut ptr, &mut bytes, self.raw, c_name.as_ptr())) };
+        let status = unsafe {
+            driver!(status: cuModuleGetGlobal(&mut ptr, &mut bytes, self.code.raw, c_name.as_ptr()))
+        };
         if status.is(sys::CUresult::CUDA_ERROR_NOT_FOUND) {
             return Err(Error::invalid("Module::global", format!("no global named `{name}` in this module")));
         }
         status.check()?;
-        Global::new("Module::global", name, &self.ctx, &self.claims, ptr, bytes)
+        Global::new("Module::global", name, &self.code.ctx, &self.claims, ptr, bytes)
     }
 }
 
