@@ -5,7 +5,7 @@ use super::cache::{CacheHit, CacheKey, CompileCache, KeyHasher};
 use super::options::{Arch, CompileOptions, Output};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::module::{Module, ParamCounts, SharedFunction};
+use crate::module::{Module, ParamCounts, SharedFunction, field_at, put_field};
 use cuhost_nvrtc_sys as nvrtc;
 use std::ffi::{CStr, CString, c_char};
 use std::fmt;
@@ -475,10 +475,7 @@ impl Compiled {
     /// is aligned as the driver reads a CUBIN, and it is loaded from there without a copy.
     fn to_bytes(&self) -> Vec<u8> {
         let mut out = vec![self.output.tag(), 0, 0, 0, 0, 0, 0, 0];
-        let mut field = |bytes: &[u8]| {
-            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-            out.extend_from_slice(bytes);
-        };
+        let mut field = |bytes: &[u8]| put_field(&mut out, bytes);
         field(self.code.as_bytes());
         field(self.log.as_bytes());
         field(&(self.lowered.len() as u64).to_le_bytes());
@@ -503,11 +500,9 @@ impl Compiled {
         let mut at = 8;
         // The next length-prefixed field, as its place in `bytes`.
         let mut field = || -> Option<Range<usize>> {
-            let len = bytes.get(at..)?.first_chunk::<8>()?;
-            let start = at + 8;
-            let end = start.checked_add(usize::try_from(u64::from_le_bytes(*len)).ok()?)?;
-            at = bytes.get(start..end).map(|_| end)?;
-            Some(start..end)
+            let place = field_at(bytes, at)?;
+            at = place.end;
+            Some(place)
         };
         let value = |place: Range<usize>| bytes.get(place);
         let number = |place| usize::try_from(u64::from_le_bytes(value(place)?.try_into().ok()?)).ok();

@@ -34,6 +34,8 @@ pub use jit::{JitCacheMode, JitFallback, JitLog, JitOptions, JitTarget, Optimiza
 pub use library::{Kernel, Library};
 pub use link::{JitInputType, Linker};
 pub(crate) use param_counts::ParamCounts;
+#[cfg(feature = "compile")]
+pub(crate) use param_counts::{field_at, put_field};
 pub(crate) use params::ParamLayout;
 pub use shared::SharedFunction;
 

@@ -14,9 +14,9 @@ use std::sync::Arc;
 /// `(kernel name, parameter count)` pairs, shared; none when no count is known.
 #[derive(Clone, Default)]
 pub(crate) struct ParamCounts {
-    /// The storage the pairs are in, and where they are in it: checked when made.
+    /// The storage the pairs are in, and where they are in it (checked when made); `None`
+    /// when there is no pair.
     pairs: Option<(Arc<[u8]>, Range<usize>)>,
-    len: usize,
 }
 
 impl ParamCounts {
@@ -26,16 +26,12 @@ impl ParamCounts {
             return ParamCounts::default();
         }
         let mut bytes = Vec::new();
-        let mut field = |field: &[u8]| {
-            bytes.extend_from_slice(&(field.len() as u64).to_le_bytes());
-            bytes.extend_from_slice(field);
-        };
         for (name, count) in pairs {
-            field(name.as_bytes());
-            field(&(*count as u64).to_le_bytes());
+            put_field(&mut bytes, name.as_bytes());
+            put_field(&mut bytes, &(*count as u64).to_le_bytes());
         }
         let place = 0..bytes.len();
-        ParamCounts { pairs: Some((bytes.into(), place)), len: pairs.len() }
+        ParamCounts { pairs: Some((bytes.into(), place)) }
     }
 
     /// The `len` pairs stored in `storage` from byte `start`, shared with it, and where they
@@ -50,7 +46,7 @@ impl ParamCounts {
             end = next;
         }
         let pairs = (len > 0).then(|| (storage.clone(), start..end));
-        Some((ParamCounts { pairs, len }, end))
+        Some((ParamCounts { pairs }, end))
     }
 
     /// The same counts in storage of their own: what holds them then keeps alive a few dozen
@@ -59,7 +55,7 @@ impl ParamCounts {
     pub(crate) fn detached(&self) -> ParamCounts {
         let bytes = self.as_bytes();
         let pairs = (!bytes.is_empty()).then(|| (Arc::from(bytes), 0..bytes.len()));
-        ParamCounts { pairs, len: self.len }
+        ParamCounts { pairs }
     }
 
     /// The pairs as [`read`](Self::read) takes them.
@@ -70,12 +66,12 @@ impl ParamCounts {
     /// How many pairs there are.
     #[cfg(feature = "compile")]
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.pairs().count()
     }
 
     /// Whether no count is known.
     pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.pairs.is_none()
     }
 
     /// The count of the kernel `name`, if known.
@@ -117,18 +113,27 @@ impl Eq for ParamCounts {}
 
 /// The name and count of the pair that starts at `at` in `bytes`, and where the next one starts.
 fn pair_at(bytes: &[u8], at: usize) -> Option<(&[u8], usize, usize)> {
-    let (name, at) = field_at(bytes, at)?;
-    let (count, at) = field_at(bytes, at)?;
-    let count = usize::try_from(u64::from_le_bytes(count.try_into().ok()?)).ok()?;
-    Some((name, count, at))
+    let name = field_at(bytes, at)?;
+    let count = field_at(bytes, name.end)?;
+    let at = count.end;
+    let count = usize::try_from(u64::from_le_bytes(bytes.get(count)?.try_into().ok()?)).ok()?;
+    Some((bytes.get(name)?, count, at))
 }
 
-/// The length-prefixed field that starts at `at` in `bytes`, and where it ends.
-fn field_at(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
+/// Appends `field` after its length as a little-endian `u64`: a field of a compile cache
+/// entry, as the counts' names and counts are.
+pub(crate) fn put_field(out: &mut Vec<u8>, field: &[u8]) {
+    out.extend_from_slice(&(field.len() as u64).to_le_bytes());
+    out.extend_from_slice(field);
+}
+
+/// Where the bytes of the field (as [`put_field`] writes it) that starts at `at` in `bytes`
+/// are; the next field starts at the end of that range. `None` for a field past the end.
+pub(crate) fn field_at(bytes: &[u8], at: usize) -> Option<Range<usize>> {
     let len = bytes.get(at..)?.first_chunk::<8>()?;
     let start = at + 8;
     let end = start.checked_add(usize::try_from(u64::from_le_bytes(*len)).ok()?)?;
-    Some((bytes.get(start..end)?, end))
+    bytes.get(start..end).map(|_| start..end)
 }
 
 #[cfg(all(test, feature = "compile"))]
