@@ -445,9 +445,7 @@ impl Compiled {
 
     fn load_module(&self, ctx: &Context) -> Result<Module> {
         match self.output {
-            Output::Cubin => {
-                Ok(Module::from_cubin(ctx, self.code())?.with_param_counts(self.params.detached()))
-            }
+            Output::Cubin => Ok(Module::from_cubin(ctx, self.code())?.with_param_counts(self.params.clone())),
             Output::Ptx => {
                 let text = std::str::from_utf8(self.code())
                     .map_err(|_| Error::invalid("Compiled::load", "NVRTC's PTX is not UTF-8"))?;

@@ -3,8 +3,9 @@
 //!
 //! They are kept as bytes, laid out as the compile cache stores them: for each kernel its name,
 //! then its count as a little-endian `u64`, each after its length as a little-endian `u64`.
-//! So counts read back from a cache entry stay in the entry's storage with no copy; a module
-//! loaded from them takes a copy of just their bytes, so that it does not keep the entry alive.
+//! Counts read back from a cache entry are a copy of just their bytes, made once, and shared
+//! from then on: a module loaded from them takes a reference, and keeps a few dozen bytes
+//! alive, not the entry they were read from.
 
 #![forbid(unsafe_code)]
 
@@ -14,9 +15,8 @@ use std::sync::Arc;
 /// `(kernel name, parameter count)` pairs, shared; none when no count is known.
 #[derive(Clone, Default)]
 pub(crate) struct ParamCounts {
-    /// The storage the pairs are in, and where they are in it (checked when made); `None`
-    /// when there is no pair.
-    pairs: Option<(Arc<[u8]>, Range<usize>)>,
+    /// The pairs (checked when made); `None` when there is none.
+    pairs: Option<Arc<[u8]>>,
 }
 
 impl ParamCounts {
@@ -30,37 +30,27 @@ impl ParamCounts {
             put_field(&mut bytes, name.as_bytes());
             put_field(&mut bytes, &(*count as u64).to_le_bytes());
         }
-        let place = 0..bytes.len();
-        ParamCounts { pairs: Some((bytes.into(), place)) }
+        ParamCounts { pairs: Some(bytes.into()) }
     }
 
-    /// The `len` pairs stored in `storage` from byte `start`, shared with it, and where they
-    /// end; `None` unless they are there, each name UTF-8 and each count one this machine's
-    /// `usize` holds.
+    /// A copy of the `len` pairs stored in `bytes` from byte `start`, and where they end;
+    /// `None` unless they are there, each name UTF-8 and each count one this machine's `usize`
+    /// holds.
     #[cfg(feature = "compile")]
-    pub(crate) fn read(storage: &Arc<[u8]>, start: usize, len: usize) -> Option<(ParamCounts, usize)> {
+    pub(crate) fn read(bytes: &[u8], start: usize, len: usize) -> Option<(ParamCounts, usize)> {
         let mut end = start;
         for _ in 0..len {
-            let (name, _, next) = pair_at(storage, end)?;
+            let (name, _, next) = pair_at(bytes, end)?;
             std::str::from_utf8(name).ok()?;
             end = next;
         }
-        let pairs = (len > 0).then(|| (storage.clone(), start..end));
+        let pairs = (len > 0).then(|| bytes.get(start..end).map(Arc::from)).flatten();
         Some((ParamCounts { pairs }, end))
-    }
-
-    /// The same counts in storage of their own: what holds them then keeps alive a few dozen
-    /// bytes, not the cache entry they were read from.
-    #[cfg(feature = "compile")]
-    pub(crate) fn detached(&self) -> ParamCounts {
-        let bytes = self.as_bytes();
-        let pairs = (!bytes.is_empty()).then(|| (Arc::from(bytes), 0..bytes.len()));
-        ParamCounts { pairs }
     }
 
     /// The pairs as [`read`](Self::read) takes them.
     pub(crate) fn as_bytes(&self) -> &[u8] {
-        self.pairs.as_ref().and_then(|(storage, place)| storage.get(place.clone())).unwrap_or_default()
+        self.pairs.as_deref().unwrap_or_default()
     }
 
     /// How many pairs there are.
@@ -141,22 +131,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_read_back_from_their_bytes_and_share_them() {
+    fn counts_read_back_from_their_bytes_and_clones_share_them() {
         let made = ParamCounts::new(&[("saxpy".into(), 4), ("_Z1fIiEvv".into(), 0)]);
         assert_eq!(made.iter().collect::<Vec<_>>(), [("saxpy", 4), ("_Z1fIiEvv", 0)]);
         assert_eq!((made.get("saxpy"), made.get("_Z1fIiEvv"), made.get("sax")), (Some(4), Some(0), None));
         let mut entry = b"head".to_vec();
         entry.extend_from_slice(made.as_bytes());
         entry.extend_from_slice(b"tail");
-        let entry: Arc<[u8]> = entry.into();
         let (read, end) = ParamCounts::read(&entry, 4, 2).expect("two pairs from byte 4");
         assert_eq!((read.len(), end, &entry[end..]), (2, entry.len() - 4, &b"tail"[..]));
         assert_eq!(read, made);
-        assert_eq!(read.as_bytes().as_ptr(), entry[4..].as_ptr(), "shared with the entry");
-        let detached = read.detached();
-        drop(read);
-        assert_eq!(detached, made);
-        assert_eq!(Arc::strong_count(&entry), 1, "the detached counts do not hold the entry");
+        let shared = read.clone();
+        assert_eq!(shared.as_bytes().as_ptr(), read.as_bytes().as_ptr(), "a clone shares the bytes");
         assert!(ParamCounts::read(&entry, 4, 3).is_none(), "a third pair is not there");
         assert!(ParamCounts::read(&entry, 5, 1).is_none(), "not a pair's start");
         let (none, end) = ParamCounts::read(&entry, 4, 0).expect("no pair");
@@ -170,9 +156,9 @@ mod tests {
         bytes.push(0xFF);
         bytes.extend_from_slice(&8u64.to_le_bytes());
         bytes.extend_from_slice(&3u64.to_le_bytes());
-        assert!(ParamCounts::read(&bytes.clone().into(), 0, 1).is_none());
+        assert!(ParamCounts::read(&bytes, 0, 1).is_none());
         bytes[8] = b'k';
-        let (read, _) = ParamCounts::read(&bytes.into(), 0, 1).expect("a pair");
+        let (read, _) = ParamCounts::read(&bytes, 0, 1).expect("a pair");
         assert_eq!(read.get("k"), Some(3));
     }
 }
