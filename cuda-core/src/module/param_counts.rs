@@ -44,7 +44,7 @@ impl ParamCounts {
             std::str::from_utf8(name).ok()?;
             end = next;
         }
-        let pairs = (len > 0).then(|| bytes.get(start..end).map(Arc::from)).flatten();
+        let pairs = if len > 0 { Some(Arc::from(bytes.get(start..end)?)) } else { None };
         Some((ParamCounts { pairs }, end))
     }
 
