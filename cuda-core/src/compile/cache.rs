@@ -419,47 +419,32 @@ impl CompileCache {
     /// or open to others) the directory now at the path is read.
     fn read(&self, dir: &CacheDir, key: &CacheKey) -> Option<Arc<[u8]>> {
         let held = self.usable(&dir.look(Check::Held))?;
-        if let Entry::Found(payload) = self.read_entry(&held, key) {
+        if let Some(payload) = self.read_entry(&held, key) {
             return Some(payload);
         }
         let now = self.usable(&dir.look(Check::Now))?;
-        if Arc::ptr_eq(&now, &held) {
-            return None;
-        }
-        match self.read_entry(&now, key) {
-            Entry::Found(payload) => Some(payload),
-            Entry::Absent | Entry::Refused => None,
-        }
+        if Arc::ptr_eq(&now, &held) { None } else { self.read_entry(&now, key) }
     }
 
-    /// `key`'s file in `open`. A file that fails a check is removed and counted in
-    /// [`CacheStats::rejected`]; one that could not be opened or read for another reason (no
-    /// descriptor left, an I/O error) is left for a later look.
-    fn read_entry(&self, open: &OpenDir, key: &CacheKey) -> Entry {
+    /// The payload of `key`'s file in `open`, if it is there and passes every check. A file
+    /// that fails a check is removed and counted in [`CacheStats::rejected`]; one that could not
+    /// be opened or read for another reason (no descriptor left, an I/O error) is left for a
+    /// later look.
+    fn read_entry(&self, open: &OpenDir, key: &CacheKey) -> Option<Arc<[u8]>> {
         let name = key.file_name();
         let mut head = [0; HEADER_LEN];
         match open.read(name.as_c_str(), &mut head) {
-            Ok(Some(payload)) if intact(key, &head, &payload) => return Entry::Found(payload),
+            Ok(Some(payload)) if intact(key, &head, &payload) => return Some(payload),
             Ok(_) => {}
             Err(e) if cache_dir::refused(&e) => {}
-            Err(_) => return Entry::Absent,
+            Err(_) => return None,
         }
         bump(&self.inner.counters.rejected);
         // Best effort: a file that cannot be removed is rejected again next time, and a valid
         // file another process renamed here meanwhile goes too (one more compile, no harm).
         let _ = open.remove(name.as_c_str());
-        Entry::Refused
+        None
     }
-}
-
-/// What a directory holds under a key.
-enum Entry {
-    /// A whole, intact entry of the key.
-    Found(Arc<[u8]>),
-    /// Nothing, or nothing that could be read now.
-    Absent,
-    /// A file that failed a check, now removed.
-    Refused,
 }
 
 impl Default for CompileCache {

@@ -21,8 +21,9 @@
 //!
 //! Entries are opened without following a link and without waiting on a pipe, and checked on
 //! the opened file: a regular file of that owner with one link, not writable by group or
-//! others, at most 1 GiB. They are written to a temporary file of a unique name, synced and renamed over the
-//! entry's name, mode 0600, so readers in any process see the old file, the new one or none.
+//! others, at most 1 GiB. They are written to a temporary file of a unique name, synced and
+//! renamed over the entry's name, mode 0600, so readers in any process see the old file, the
+//! new one or none.
 //!
 //! Off Unix the cache makes no ownership check, and entries are opened by their paths.
 

@@ -513,7 +513,7 @@ impl Compiled {
             lowered.push((expression, text(field()?)?));
         }
         let count = number(field()?)?;
-        let (params, end) = ParamCounts::read(entry, at, count)?;
+        let (params, end) = ParamCounts::read(bytes, at, count)?;
         if end != bytes.len() {
             return None;
         }
